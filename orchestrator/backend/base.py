@@ -1,0 +1,141 @@
+"""The one plug-in point for where sandbox containers run.
+
+A backend turns a `SandboxSpec` into a running, hardened container and reports
+a typed `SandboxResult`. Docker (`docker.py`) is the default; `fake.py` is an
+in-process stand-in for unit tests of the layers above, never for isolation
+tests.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024
+DEFAULT_CPUS = 1.0
+DEFAULT_PIDS = 256
+DEFAULT_TMP_BYTES = 64 * 1024 * 1024
+DEFAULT_OUTPUT_LIMIT_BYTES = 1024 * 1024
+"""stdout and stderr are each capped at this; head and tail are kept."""
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Mount(_Closed):
+    """An extra bind mount (the workspace has its own field)."""
+
+    source: Path
+    """Host path."""
+    target: str
+    """Absolute path inside the container."""
+    read_only: bool = True
+
+
+class ResourceLimits(_Closed):
+    memory_bytes: int = Field(default=DEFAULT_MEMORY_BYTES, gt=6 * 1024 * 1024)
+    """Memory limit; swap is set to the same value, so there is no swap."""
+    cpus: float = Field(default=DEFAULT_CPUS, gt=0)
+    """CPU quota, in cores."""
+    pids: int = Field(default=DEFAULT_PIDS, ge=8)
+    """Most processes/threads the container may have at once."""
+    tmp_bytes: int = Field(default=DEFAULT_TMP_BYTES, gt=0)
+    """Size of the writable tmpfs at /tmp (the root file system is read-only)."""
+
+
+class SandboxSpec(_Closed):
+    """Everything needed to start one sandbox container."""
+
+    image: str
+    command: list[str] = Field(min_length=1)
+    workspace: Path | None = None
+    """Host directory bind-mounted read-write at /workspace."""
+    mounts: list[Mount] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    user: str | None = None
+    """`uid:gid` to run as; None means the workspace owner (never root)."""
+    limits: ResourceLimits = Field(default_factory=ResourceLimits)
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Caller labels; the backend adds warden's own and rejects `warden.*` here."""
+    timeout_s: float | None = Field(default=None, gt=0)
+    """Deadline for `run`; on expiry the container is killed."""
+    output_limit_bytes: int = Field(default=DEFAULT_OUTPUT_LIMIT_BYTES, gt=0)
+    workdir: str = "/workspace"
+    runtime: str | None = None
+    """OCI runtime (e.g. `runsc`); None is the engine default."""
+
+
+class SandboxStatus(enum.StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    TIMED_OUT = "timed_out"
+    OOM_KILLED = "oom_killed"
+    KILLED = "killed"
+
+
+class SandboxResult(_Closed):
+    status: SandboxStatus
+    exit_code: int
+    stdout: str
+    stderr: str
+    truncated: bool
+    """True when stdout or stderr lost its middle to the output cap."""
+    duration_s: float
+
+
+class ContainerInfo(_Closed):
+    id: str
+    name: str
+    status: str
+    labels: dict[str, str]
+
+
+class ContainerBackend(ABC):
+    """Where sandboxes run. Every method is blocking; call it from a worker thread."""
+
+    @abstractmethod
+    def start(self, spec: SandboxSpec) -> str:
+        """Create and start a hardened container; return its id.
+
+        Output capture begins before the process starts.
+        Raises EngineUnavailableError, ImageNotFoundError, ContainerStartError.
+        """
+
+    @abstractmethod
+    def wait(self, container_id: str, timeout_s: float | None) -> SandboxResult:
+        """Wait for exit; on timeout kill it and report `timed_out`.
+
+        Does not remove the container. Raises EngineUnavailableError.
+        """
+
+    @abstractmethod
+    def kill(self, container_id: str) -> None:
+        """Kill now (SIGKILL). A container that is already gone is not an error."""
+
+    @abstractmethod
+    def remove(self, container_id: str) -> None:
+        """Force-remove. A container that is already gone is not an error."""
+
+    @abstractmethod
+    def list(self, labels: Mapping[str, str]) -> list[ContainerInfo]:
+        """Containers (running or not) that carry all of these labels."""
+
+    def run(self, spec: SandboxSpec) -> SandboxResult:
+        """Start, wait until `spec.timeout_s`, and always remove."""
+        container_id = self.start(spec)
+        try:
+            return self.wait(container_id, spec.timeout_s)
+        finally:
+            self.remove(container_id)
+
+    def cleanup(self, labels: Mapping[str, str]) -> int:
+        """Remove every container carrying these labels; return how many."""
+        found = self.list(labels)
+        for info in found:
+            self.remove(info.id)
+        return len(found)

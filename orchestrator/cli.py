@@ -1,0 +1,99 @@
+"""The `warden` command. Subcommands live in `orchestrator.commands.*` and are
+imported only when invoked, so `warden exec` does not pay for `warden run`."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from orchestrator import __version__
+
+# name -> "module:attribute" of a click command, each in its own module.
+COMMANDS: dict[str, str] = {
+    "doctor": "orchestrator.commands.doctor:doctor",
+    "images": "orchestrator.commands.images:images",
+    "exec": "orchestrator.commands.exec:exec_command",
+    "cleanup": "orchestrator.commands.cleanup:cleanup",
+    "run": "orchestrator.commands.run:run",
+    "policy": "orchestrator.commands.policy:policy",
+    "audit": "orchestrator.commands.audit:audit",
+    "ps": "orchestrator.commands.ps:ps",
+    "logs": "orchestrator.commands.logs:logs",
+    "stop": "orchestrator.commands.stop:stop",
+    "resume": "orchestrator.commands.resume:resume",
+}
+
+HELP: dict[str, str] = {
+    "doctor": "Check (and with --fix, set up) the Docker engine and images.",
+    "images": "Build warden's sandbox images offline.",
+    "exec": "Run one command in a fresh hardened container.",
+    "cleanup": "Remove containers left behind by warden.",
+    "run": "Run a parent agent that delegates to sandboxed subagents.",
+    "policy": "Inspect permission policies.",
+    "audit": "List the permission decisions of a run.",
+    "ps": "Show runs and their tasks.",
+    "logs": "Show a task's events and transcript.",
+    "stop": "Stop a running task and its descendants.",
+    "resume": "Continue a subagent session with a new instruction.",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in COMMANDS if self._available(name))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                return None
+            raise
+        command = getattr(module, attr)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, HELP.get(name, "")) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    @staticmethod
+    def _available(name: str) -> bool:
+        module_name = COMMANDS[name].split(":")[0]
+        return importlib.util.find_spec(module_name) is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="warden")
+def cli() -> None:
+    """warden: subagents in locked-down containers, every tool call decided on the host."""
+
+
+def main() -> None:
+    """Console-script entry point: warden errors become one clear line, not a traceback."""
+    from orchestrator.errors import WardenError
+
+    try:
+        # In non-standalone mode click returns ctx.exit()'s code instead of exiting.
+        code = cli(standalone_mode=False)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except WardenError as exc:
+        click.echo(f"warden: error: {exc}", err=True)
+        for note in getattr(exc, "__notes__", []):
+            click.echo(note, err=True)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

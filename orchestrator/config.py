@@ -1,0 +1,63 @@
+"""warden's settings: one closed model, filled from the environment in one place."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from orchestrator.errors import ConfigError
+
+DEFAULT_BASE_IMAGE = "python:3.12-slim"
+DEFAULT_FALLBACK_UID = 1000
+
+
+class Settings(BaseModel):
+    """Process-wide settings. Build with `Settings.from_env()`, or directly in tests."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state_dir: Path = Field(default_factory=lambda: Path.home() / ".local/state/warden")
+    """Where the SQLite store, run logs and broker sockets live (outside any workspace,
+    so a subagent cannot tamper with its own audit trail)."""
+    config_dir: Path = Field(default_factory=lambda: Path.home() / ".config/warden")
+    """The user's config: `agents/*.md`, `settings.json`."""
+    base_image: str = DEFAULT_BASE_IMAGE
+    """Python base image for warden's images; bootstrapped from Debian if absent."""
+    fallback_uid: int = Field(default=DEFAULT_FALLBACK_UID, gt=0)
+    """uid:gid sandboxes run as when the workspace is owned by root (never 0)."""
+    anthropic_base_url: str | None = None
+    """Anthropic-compatible endpoint (ANTHROPIC_BASE_URL); None is the SDK default."""
+    anthropic_api_key: SecretStr | None = None
+    """The model API key (ANTHROPIC_API_KEY). Stays on the host, always."""
+    non_interactive: bool = False
+    """True under CI=true: nothing waits for a human."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The one function that reads warden's environment variables."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        if "WARDEN_STATE_DIR" in env:
+            values["state_dir"] = Path(env["WARDEN_STATE_DIR"])
+        elif "XDG_STATE_HOME" in env:
+            values["state_dir"] = Path(env["XDG_STATE_HOME"]) / "warden"
+        if "WARDEN_CONFIG_DIR" in env:
+            values["config_dir"] = Path(env["WARDEN_CONFIG_DIR"])
+        elif "XDG_CONFIG_HOME" in env:
+            values["config_dir"] = Path(env["XDG_CONFIG_HOME"]) / "warden"
+        if "WARDEN_BASE_IMAGE" in env:
+            values["base_image"] = env["WARDEN_BASE_IMAGE"]
+        if "WARDEN_FALLBACK_UID" in env:
+            values["fallback_uid"] = env["WARDEN_FALLBACK_UID"]
+        if env.get("ANTHROPIC_BASE_URL"):
+            values["anthropic_base_url"] = env["ANTHROPIC_BASE_URL"]
+        if env.get("ANTHROPIC_API_KEY"):
+            values["anthropic_api_key"] = env["ANTHROPIC_API_KEY"]
+        values["non_interactive"] = env.get("CI", "").lower() in {"1", "true", "yes"}
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid warden environment: {exc}") from exc

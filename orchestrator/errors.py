@@ -1,0 +1,51 @@
+"""The exceptions warden raises. Every one says what happened and what to do."""
+
+from __future__ import annotations
+
+
+class WardenError(Exception):
+    """Root of every error warden raises on purpose."""
+
+
+class ConfigError(WardenError, ValueError):
+    """A configuration file, flag or environment variable is invalid."""
+
+
+class EngineUnavailableError(WardenError, ConnectionError):
+    """The Docker engine does not answer."""
+
+
+class ImageNotFoundError(WardenError, LookupError):
+    """A warden image is not built (or a named image does not exist)."""
+
+
+class ImageBuildError(WardenError, RuntimeError):
+    """Building an image failed."""
+
+
+class ContainerStartError(WardenError, RuntimeError):
+    """A sandbox container could not be created or started."""
+
+
+class UnknownAgentError(WardenError, LookupError):
+    """A subagent type that no registry knows."""
+
+
+class UnknownToolError(WardenError, LookupError):
+    """A tool name that warden does not provide."""
+
+
+class AgentDefinitionError(WardenError, ValueError):
+    """A subagent definition file is malformed."""
+
+
+class PolicyError(WardenError, ValueError):
+    """A permission policy, rule or hook configuration is invalid."""
+
+
+class StoreError(WardenError, RuntimeError):
+    """The state store is unusable (corrupt, locked, wrong version)."""
+
+
+class TaskNotFoundError(WardenError, LookupError):
+    """A task or session id that the store does not know."""
