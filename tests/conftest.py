@@ -34,3 +34,21 @@ def workspace(tmp_path: Path) -> Path:
 def test_session() -> Iterator[str]:
     """A warden.session label value unique to one test."""
     yield f"test-{uuid.uuid4().hex[:12]}"
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def warden_argv(*args: str) -> list[str]:
+    """argv that runs this tree's `warden` CLI (not whatever is installed)."""
+    import sys
+
+    return [sys.executable, "-m", "orchestrator", *args]
+
+
+def warden_env(**extra: str) -> dict[str, str]:
+    """Environment for a CLI subprocess that imports this tree."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
