@@ -1,0 +1,350 @@
+"""The broker: the one channel between a subagent container and the host.
+
+One broker per subagent, serving HTTP on a Unix socket in a directory that is
+bind-mounted into that container only. It forwards model calls upstream with
+the real API key (which never leaves the host), enforces the subagent's turn
+and token budgets, and hands permission requests, events, transcripts and the
+result to the host through `BrokerHost`.
+
+Everything that arrives here is untrusted: bodies are size-capped before they
+are parsed, validated with the wire models, and a bad request gets a 4xx in
+Anthropic's error shape and is recorded, never an exception on the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from sandbox_tools import wire
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+SOCKET_NAME = "broker.sock"
+UPSTREAM_TIMEOUT_S = 600.0
+"""Longest a single upstream model call may take."""
+DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
+FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+"""Request headers passed upstream; everything else (incl. any key) is dropped."""
+RETURNED_HEADERS = (
+    "retry-after",
+    "request-id",
+    "x-should-retry",
+    "anthropic-ratelimit-requests-reset",
+)
+"""Upstream response headers passed back, so the in-container SDK retries correctly."""
+MAX_REJECTIONS_RECORDED = 100
+"""After this many rejected requests from one container, stop recording each one."""
+
+
+class BrokerHost(Protocol):
+    """What the broker needs from the host side (the TaskManager implements it)."""
+
+    async def decide_permission(self, request: wire.PermissionRequest) -> wire.PermissionResponse:
+        """Decide one tool call; may wait for a human."""
+        ...
+
+    async def delegate(self, request: wire.DelegateRequest) -> wire.DelegateResponse:
+        """Carry out a nested Task call."""
+        ...
+
+    async def on_event(self, event: wire.EventRequest) -> None: ...
+
+    async def on_transcript(self, messages: list[dict[str, Any]], turn: int) -> None: ...
+
+    async def on_result(self, result: wire.ResultRequest) -> None: ...
+
+    async def on_rejected(self, endpoint: str, status: int, reason: str) -> None:
+        """A request from the container was refused (recorded for the audit)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where model calls go. Shared by every broker of one orchestrator."""
+
+    base_url: str
+    api_key: str | None
+    client: Any  # httpx2.AsyncClient; Any keeps the import lazy
+
+
+@dataclass
+class Budget:
+    """Model-call budget of one subagent, enforced here on the trusted side."""
+
+    max_turns: int
+    max_total_tokens: int | None = None
+    turns_used: int = 0
+    tokens_used: int = 0
+
+    def refusal(self) -> str | None:
+        if self.turns_used >= self.max_turns:
+            return (
+                f"max_turns ({self.max_turns}) reached: the broker refuses further model "
+                "calls for this subagent; finish with what you have"
+            )
+        if self.max_total_tokens is not None and self.tokens_used >= self.max_total_tokens:
+            return (
+                f"token budget ({self.max_total_tokens}) used up ({self.tokens_used} tokens): "
+                "the broker refuses further model calls for this subagent"
+            )
+        return None
+
+
+class RequestRejected(Exception):
+    """A request from the container is refused with this status and message."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+
+
+@dataclass
+class Broker:
+    """Serves one subagent's socket. `async with Broker(...)` starts and stops it."""
+
+    socket_dir: Path
+    spec: wire.TaskSpec
+    upstream: Upstream
+    host: BrokerHost
+    budget: Budget
+    result: wire.ResultRequest | None = None
+    rejections: int = 0
+    _runner: web.AppRunner | None = field(default=None, repr=False)
+    _model_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+
+    @property
+    def socket_path(self) -> Path:
+        return self.socket_dir / SOCKET_NAME
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        app = web.Application(
+            client_max_size=wire.MAX_BODY_BYTES, middlewares=[self._errors_middleware]
+        )
+        app.router.add_get("/v1/spec", self._spec)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/permission", self._permission)
+        app.router.add_post("/v1/events", self._events)
+        app.router.add_post("/v1/transcript", self._transcript)
+        app.router.add_post("/v1/result", self._result)
+        app.router.add_post("/v1/task", self._task)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.UnixSite(self._runner, str(self.socket_path))
+        await site.start()
+        # The container runs as an arbitrary unprivileged uid; the directory is
+        # mounted into this one container only, so the socket can be open to all.
+        os.chmod(self.socket_path, 0o666)
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- plumbing ---------------------------------------------------------
+
+    @web.middleware
+    async def _errors_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        except RequestRejected as exc:
+            return await self._reject(request.path, exc.status, exc.kind, exc.message)
+        except web.HTTPRequestEntityTooLarge:
+            return await self._reject(
+                request.path,
+                413,
+                "request_too_large",
+                f"request body exceeds the broker's limit of {wire.MAX_BODY_BYTES} bytes",
+            )
+        except web.HTTPException as exc:
+            return await self._reject(request.path, exc.status, "invalid_request_error", exc.reason)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "broker bug while serving %s for task %s", request.path, self.spec.task_id
+            )
+            return web.json_response(
+                wire.error_body("api_error", "internal broker error; see the host log"), status=500
+            )
+
+    async def _reject(self, endpoint: str, status: int, kind: str, message: str) -> web.Response:
+        self.rejections += 1
+        if self.rejections <= MAX_REJECTIONS_RECORDED:
+            try:
+                await self.host.on_rejected(endpoint, status, message)
+            except Exception:
+                log.exception("recording a rejected request failed")
+        return web.json_response(wire.error_body(kind, message), status=status)
+
+    async def _read_json(self, request: web.Request) -> Any:
+        if request.content_length is not None and request.content_length > wire.MAX_BODY_BYTES:
+            raise web.HTTPRequestEntityTooLarge(
+                max_size=wire.MAX_BODY_BYTES, actual_size=request.content_length
+            )
+        raw = await request.read()
+        try:
+            return json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RequestRejected(
+                400, "invalid_request_error", f"body is not JSON: {exc}"
+            ) from None
+
+    async def _parse(self, request: web.Request, model: type[M]) -> M:
+        body = await self._read_json(request)
+        try:
+            return model.model_validate(body)
+        except ValidationError as exc:
+            errors = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
+                for e in exc.errors()[:5]
+            )
+            raise RequestRejected(
+                400, "invalid_request_error", f"invalid {model.__name__}: {errors}"
+            ) from None
+
+    # -- endpoints --------------------------------------------------------
+
+    async def _spec(self, request: web.Request) -> web.Response:
+        return web.json_response(self.spec.model_dump(mode="json"))
+
+    async def _messages(self, request: web.Request) -> web.Response:
+        body = await self._read_json(request)
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            raise RequestRejected(
+                400, "invalid_request_error", "a Messages API request needs a 'messages' list"
+            )
+        if body.get("stream"):
+            raise RequestRejected(
+                400, "invalid_request_error", "streaming is not supported through the broker"
+            )
+        # The host decides the model and the response size, not the container.
+        body["model"] = self.spec.model
+        max_tokens = body.get("max_tokens")
+        if not isinstance(max_tokens, int) or not 0 < max_tokens <= self.spec.max_tokens:
+            body["max_tokens"] = self.spec.max_tokens
+        # One model call at a time per subagent, so parallel requests cannot race
+        # past the budget.
+        async with self._model_lock:
+            refusal = self.budget.refusal()
+            if refusal is not None:
+                raise RequestRejected(403, "permission_error", refusal)
+            status, payload, headers = await self._forward(request, body)
+            if status == 200 and isinstance(payload, dict):
+                self.budget.turns_used += 1
+                usage = payload.get("usage") or {}
+                self.budget.tokens_used += int(usage.get("input_tokens") or 0) + int(
+                    usage.get("output_tokens") or 0
+                )
+                history = [
+                    *body["messages"],
+                    {"role": "assistant", "content": payload.get("content", [])},
+                ]
+                await self.host.on_transcript(history, _assistant_turns(history))
+        return web.json_response(payload, status=status, headers=headers)
+
+    async def _forward(
+        self, request: web.Request, body: dict[str, Any]
+    ) -> tuple[int, Any, dict[str, str]]:
+        headers = {"content-type": "application/json"}
+        for name in FORWARDED_HEADERS:
+            if name in request.headers:
+                headers[name] = request.headers[name][:200]
+        headers.setdefault("anthropic-version", DEFAULT_ANTHROPIC_VERSION)
+        if self.upstream.api_key:
+            headers["x-api-key"] = self.upstream.api_key
+        url = self.upstream.base_url.rstrip("/") + "/v1/messages"
+        try:
+            response = await self.upstream.client.post(
+                url, json=body, headers=headers, timeout=UPSTREAM_TIMEOUT_S
+            )
+        except Exception as exc:  # httpx2 transport errors: the model endpoint is unreachable
+            log.warning("model endpoint %s unreachable: %s", url, exc)
+            return (
+                502,
+                wire.error_body(
+                    "api_error", f"the model endpoint did not answer: {type(exc).__name__}"
+                ),
+                {},
+            )
+        returned = {k: response.headers[k] for k in RETURNED_HEADERS if k in response.headers}
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = wire.error_body(
+                "api_error", f"upstream answered {response.status_code} without JSON"
+            )
+        return response.status_code, payload, returned
+
+    async def _permission(self, request: web.Request) -> web.Response:
+        req = await self._parse(request, wire.PermissionRequest)
+        size = len(json.dumps(req.tool_input))
+        if size > wire.MAX_TOOL_INPUT_BYTES:
+            raise RequestRejected(
+                413,
+                "request_too_large",
+                f"tool input is {size} bytes; the limit is {wire.MAX_TOOL_INPUT_BYTES}",
+            )
+        if req.tool_name not in self.spec.tools:
+            answer = wire.PermissionResponse(
+                behavior="deny",
+                reason=(
+                    f"tool {req.tool_name!r} is not available to this subagent; "
+                    f"its tools are: {', '.join(self.spec.tools)}"
+                ),
+            )
+        else:
+            answer = await self.host.decide_permission(req)
+        return web.json_response(answer.model_dump(mode="json"))
+
+    async def _events(self, request: web.Request) -> web.Response:
+        await self.host.on_event(await self._parse(request, wire.EventRequest))
+        return web.json_response(wire.Ack().model_dump())
+
+    async def _transcript(self, request: web.Request) -> web.Response:
+        checkpoint = await self._parse(request, wire.TranscriptCheckpoint)
+        await self.host.on_transcript(list(checkpoint.messages), checkpoint.turn)
+        return web.json_response(wire.Ack().model_dump())
+
+    async def _result(self, request: web.Request) -> web.Response:
+        result = await self._parse(request, wire.ResultRequest)
+        if self.result is not None:
+            raise RequestRejected(409, "invalid_request_error", "the result was already posted")
+        self.result = result
+        await self.host.on_result(result)
+        return web.json_response(wire.Ack().model_dump())
+
+    async def _task(self, request: web.Request) -> web.Response:
+        req = await self._parse(request, wire.DelegateRequest)
+        if "Task" not in self.spec.tools:
+            answer = wire.DelegateResponse(
+                text="this subagent may not delegate (nesting is off or its depth cap is reached)",
+                is_error=True,
+            )
+        else:
+            answer = await self.host.delegate(req)
+        return web.json_response(answer.model_dump(mode="json"))
+
+
+def _assistant_turns(messages: list[dict[str, Any]]) -> int:
+    return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")

@@ -1,0 +1,31 @@
+"""`warden stop TASK`: kill a task's container and its descendants'."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("stop")
+@click.argument("task_id")
+def stop(task_id: str) -> None:
+    """Stop TASK_ID and every subagent it started. The orchestrator that runs
+    them records them as stopped; their transcripts so far are kept."""
+    from orchestrator import labels
+    from orchestrator.backend.docker import DockerBackend
+    from orchestrator.commands._common import open_store
+    from orchestrator.config import Settings
+    from orchestrator.engine import connect
+
+    settings = Settings.from_env()
+    with open_store(settings) as store:
+        task = store.get_task(task_id)
+        targets = [task, *store.descendants(task_id)]
+        live = [t for t in targets if t.status in ("pending", "running")]
+        if not live:
+            click.echo(f"{task_id} is not running (status: {task.status}); nothing to stop")
+            return
+        backend = DockerBackend(connect(), settings)
+        for t in live:
+            for info in backend.list({labels.TASK: t.task_id}):
+                backend.kill(info.id)
+        click.echo(f"stopped {len(live)} task(s): {', '.join(t.task_id for t in live)}")

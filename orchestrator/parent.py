@@ -1,0 +1,294 @@
+"""The parent agent loop, on the host. Its only tools delegate to subagents:
+nothing it can call executes on the host."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator.errors import WardenError
+from orchestrator.tasks import TaskInput, TaskManager, TaskResult
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PARENT_MAX_TURNS = 50
+PARENT_MAX_TOKENS = 8192
+
+PARENT_SYSTEM_PROMPT = """\
+You are the lead agent of warden. You cannot run commands or touch files yourself: \
+you delegate work to subagents with the Task tool. Each subagent runs in its own \
+sandboxed container that shares the workspace with the others, starts with a fresh \
+conversation that holds only the prompt you give it, and returns only its final \
+answer. So write each prompt as a complete, self-contained brief: what to do, where, \
+and what to report back. Independent tasks may be delegated in parallel by calling \
+Task several times in one turn. When the work is done, answer the user concisely."""
+
+
+TASK_ID_WARNING = (
+    "A task exists only if a Task call in this conversation returned its id; ids from "
+    "earlier runs or conversations belong to old tasks and find nothing."
+)
+
+
+def tool_schemas(agent_lines: list[str]) -> list[dict[str, Any]]:
+    """The parent's tools: Task, TaskOutput, TaskStop (Claude Code's input schemas)."""
+    return [
+        {
+            "name": "Task",
+            "description": (
+                "Launch a subagent in its own sandboxed container to carry out a task. It "
+                "sees only your prompt (not this conversation) and returns only its final "
+                "answer. With run_in_background it returns a task id at once and you are "
+                "notified when it finishes (no need to poll). Pass session_id (a task id "
+                "from an earlier Task result) to continue that subagent's conversation.\n\n"
+                "Available agent types:\n" + "\n".join(agent_lines)
+            ),
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "description": {
+                        "type": "string",
+                        "description": "A short (3-5 word) description of the task",
+                    },
+                    "prompt": {
+                        "type": "string",
+                        "description": "The task for the agent to perform",
+                    },
+                    "subagent_type": {"type": "string", "description": "The type of agent to use"},
+                    "max_turns": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "Optional lower cap on the subagent's model turns",
+                    },
+                    "run_in_background": {
+                        "type": "boolean",
+                        "description": "Return at once with a task id; the result arrives later",
+                    },
+                    "session_id": {
+                        "type": "string",
+                        "description": "Resume this subagent session (its task id)",
+                    },
+                },
+                "required": ["description", "prompt", "subagent_type"],
+                "additionalProperties": False,
+            },
+        },
+        {
+            "name": "TaskOutput",
+            "description": (
+                "Get the status and result of a background task, optionally waiting for it. "
+                + TASK_ID_WARNING
+            ),
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "task_id": {"type": "string"},
+                    "block": {
+                        "type": "boolean",
+                        "description": "Wait for it to finish (default true)",
+                    },
+                    "timeout": {
+                        "type": "number",
+                        "description": "Longest wait in milliseconds (default 30000)",
+                    },
+                },
+                "required": ["task_id"],
+                "additionalProperties": False,
+            },
+        },
+        {
+            "name": "TaskStop",
+            "description": (
+                "Stop a running background task (and every subagent it started): its "
+                "container is killed; its partial transcript is kept. " + TASK_ID_WARNING
+            ),
+            "input_schema": {
+                "type": "object",
+                "properties": {"task_id": {"type": "string"}},
+                "required": ["task_id"],
+                "additionalProperties": False,
+            },
+        },
+    ]
+
+
+DEFAULT_OUTPUT_TIMEOUT_MS = 30_000
+MAX_OUTPUT_TIMEOUT_MS = 600_000
+
+
+@dataclass
+class ParentResult:
+    """The outcome of one parent run."""
+
+    text: str
+    turns: int
+    stop_reason: str | None
+    tasks: list[TaskResult] = field(default_factory=list)
+
+
+class ParentAgent:
+    """Runs the parent's tool-use loop against any Anthropic-compatible endpoint."""
+
+    def __init__(
+        self,
+        *,
+        client: Any,  # anthropic.AsyncAnthropic
+        model: str,
+        manager: TaskManager,
+        max_turns: int = DEFAULT_PARENT_MAX_TURNS,
+        system_prompt: str = PARENT_SYSTEM_PROMPT,
+        background_default: bool = False,
+    ) -> None:
+        self.client = client
+        self.model = model
+        self.manager = manager
+        self.max_turns = max_turns
+        self.system_prompt = system_prompt
+        self.background_default = background_default
+        self.messages: list[dict[str, Any]] = []
+        self.results: list[TaskResult] = []
+
+    def tools(self) -> list[dict[str, Any]]:
+        registry = self.manager.registry
+        lines = [f"- {name}: {registry.get(name).description}" for name in registry.names()]
+        return tool_schemas(lines)
+
+    async def run(self, prompt: str) -> ParentResult:
+        self.messages.append({"role": "user", "content": prompt})
+        tools = self.tools()
+        turns = 0
+        stop_reason: str | None = None
+        while turns < self.max_turns:
+            response = await self.client.messages.create(
+                model=self.model,
+                max_tokens=PARENT_MAX_TOKENS,
+                system=self.system_prompt,
+                messages=self.messages,
+                tools=tools,
+            )
+            turns += 1
+            stop_reason = response.stop_reason
+            content = [
+                block.model_dump(mode="json", exclude_none=True) for block in response.content
+            ]
+            self.messages.append({"role": "assistant", "content": content})
+            calls = [b for b in content if b.get("type") == "tool_use"]
+            if response.stop_reason == "tool_use" and calls:
+                outcomes = await asyncio.gather(*(self._call(block) for block in calls))
+                self.messages.append(
+                    {"role": "user", "content": [*outcomes, *self._notifications()]}
+                )
+                continue
+            # The model is done for now; background subagents it started are not.
+            # Their results come back as the next user turn, so it never has to poll.
+            if not self.manager.has_background(None) and not self.manager.notifications.get(None):
+                return ParentResult(_text(content), turns, stop_reason, self.results)
+            await self.manager.next_notification(None)
+            self.messages.append({"role": "user", "content": self._notifications()})
+        return ParentResult(
+            f"(the parent stopped after its limit of {self.max_turns} turns)",
+            turns,
+            stop_reason,
+            self.results,
+        )
+
+    def _notifications(self) -> list[dict[str, Any]]:
+        blocks = []
+        for result in self.manager.take_notifications(None):
+            self.results.append(result)
+            blocks.append(
+                {
+                    "type": "text",
+                    "text": (
+                        f"<task-notification>Background task {result.task_id} "
+                        f"({result.agent_type}) finished with status {result.status.value}. "
+                        f"{result.render()}</task-notification>"
+                    ),
+                }
+            )
+        return blocks
+
+    async def _call(self, block: dict[str, Any]) -> dict[str, Any]:
+        tool_use_id = block["id"]
+        name = block.get("name")
+        raw = block.get("input") or {}
+        try:
+            if name == "Task":
+                return await self._task(tool_use_id, raw)
+            if name == "TaskOutput":
+                return await self._task_output(tool_use_id, raw)
+            if name == "TaskStop":
+                stopped = await self.manager.stop(str(raw.get("task_id", "")))
+                text = (
+                    f"Stopped {', '.join(stopped)}." if stopped else "That task had already ended."
+                )
+                return _tool_result(tool_use_id, text, False)
+        except ValidationError as exc:
+            return _tool_result(tool_use_id, f"Invalid {name} input: {_brief(exc)}", True)
+        except WardenError as exc:
+            return _tool_result(tool_use_id, f"{name} failed. Error: {exc}", True)
+        return _tool_result(
+            tool_use_id, f"Unknown tool {name!r}; the tools are Task, TaskOutput, TaskStop.", True
+        )
+
+    async def _task(self, tool_use_id: str, raw: dict[str, Any]) -> dict[str, Any]:
+        if "run_in_background" not in raw and self.background_default:
+            raw = {**raw, "run_in_background": True}
+        task_input = TaskInput.model_validate(raw)
+        if task_input.run_in_background:
+            ctx = await self.manager.start_background(task_input)
+            return _tool_result(
+                tool_use_id,
+                f"Task started in the background with id {ctx.task_id} ({ctx.agent_type}). "
+                "You will be notified when it finishes; TaskOutput and TaskStop take this id.",
+                False,
+            )
+        result = await self.manager.run_task(task_input)
+        self.results.append(result)
+        return _tool_result(tool_use_id, result.render(), result.is_error)
+
+    async def _task_output(self, tool_use_id: str, raw: dict[str, Any]) -> dict[str, Any]:
+        task_id = str(raw.get("task_id", ""))
+        if task_id not in self.manager.tasks:
+            return _tool_result(
+                tool_use_id, f"No task {task_id!r} in this run. {TASK_ID_WARNING}", True
+            )
+        block = bool(raw.get("block", True))
+        timeout_ms = float(raw.get("timeout", DEFAULT_OUTPUT_TIMEOUT_MS))
+        timeout_s = min(max(timeout_ms, 0), MAX_OUTPUT_TIMEOUT_MS) / 1000
+        result = await self.manager.wait_for(task_id, timeout_s if block else 0)
+        if result is None:
+            ctx = self.manager.tasks[task_id]
+            return _tool_result(
+                tool_use_id, f"Task {task_id} is {ctx.status.value}; no result yet.", False
+            )
+        # Reported here, so it is not reported again as a notification.
+        pending = self.manager.notifications.get(None, [])
+        if result in pending:
+            pending.remove(result)
+        self.results.append(result)
+        return _tool_result(
+            tool_use_id, f"Task {task_id} status: {result.status.value}. {result.render()}", False
+        )
+
+
+def _tool_result(tool_use_id: str, text: str, is_error: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": text}
+    if is_error:
+        out["is_error"] = True
+    return out
+
+
+def _text(content: list[dict[str, Any]]) -> str:
+    return "".join(b.get("text", "") for b in content if b.get("type") == "text").strip()
+
+
+def _brief(exc: ValidationError) -> str:
+    return json.dumps(
+        [{"field": ".".join(map(str, e["loc"])), "error": e["msg"]} for e in exc.errors()[:5]]
+    )

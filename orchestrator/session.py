@@ -1,0 +1,146 @@
+"""Wiring for one run: engine, images, store, registry, upstream, events, the
+TaskManager and the parent agent, torn down in the right order whatever happens."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator import labels
+from orchestrator.broker import Upstream
+from orchestrator.config import Settings
+from orchestrator.errors import ConfigError
+from orchestrator.events import EventLog
+from orchestrator.parent import ParentAgent
+from orchestrator.tasks import PermissionGate, TaskManager, TaskManagerConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+UPSTREAM_CONNECTIONS = 64
+
+
+def new_run_id() -> str:
+    return "run_" + time.strftime("%Y%m%d%H%M%S") + "_" + secrets.token_hex(4)
+
+
+def check_workspace(workspace: Path) -> Path:
+    resolved = workspace.expanduser().resolve()
+    if not resolved.is_dir():
+        raise ConfigError(
+            f"workspace {workspace} is not a directory; create it or pass --workspace"
+        )
+    return resolved
+
+
+@dataclass
+class Run:
+    run_id: str
+    session: str
+    workspace: Path
+    model: str
+    settings: Settings
+    store: Any
+    events: EventLog
+    manager: TaskManager
+    parent: ParentAgent
+
+    @property
+    def events_path(self) -> Path:
+        return self.events.jsonl_path
+
+
+@asynccontextmanager
+async def open_run(
+    settings: Settings,
+    *,
+    workspace: Path,
+    prompt: str,
+    model: str | None = None,
+    gate: PermissionGate | None = None,
+    config: TaskManagerConfig | None = None,
+    backend: Any | None = None,
+    registry: Any | None = None,
+    runner_command: tuple[str, ...] | None = None,
+) -> AsyncIterator[Run]:
+    """Everything a run needs, started; on exit every container of this run is gone."""
+    import anthropic
+    import httpx2
+
+    from orchestrator.agents import AgentRegistry
+    from orchestrator.backend.docker import DockerBackend
+    from orchestrator.engine import connect
+    from orchestrator.images import resolve_image
+    from orchestrator.store import Store
+
+    workspace = check_workspace(workspace)
+    model = model or DEFAULT_MODEL
+    run_id = new_run_id()
+    session = run_id
+    api_key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
+    base_url = settings.anthropic_base_url or "https://api.anthropic.com"
+
+    async with AsyncExitStack() as stack:
+        client = await asyncio.to_thread(connect)
+        stack.callback(client.close)
+        if backend is None:
+            backend = DockerBackend(client, settings)
+        if registry is None:
+            registry = AgentRegistry.load(settings, workspace)
+        store = await asyncio.to_thread(Store.open, settings.state_dir / "warden.db")
+        stack.callback(store.close)
+        await asyncio.to_thread(
+            store.create_run,
+            run_id,
+            prompt=prompt,
+            workspace=str(workspace),
+            model=model,
+            pid=os.getpid(),
+        )
+        events = EventLog(run_id, settings.state_dir / "runs" / run_id / "events.jsonl", store)
+        http = httpx2.AsyncClient(limits=httpx2.Limits(max_connections=UPSTREAM_CONNECTIONS))
+        stack.push_async_callback(http.aclose)
+        images: dict[str, str] = {}
+
+        def image_for(name: str) -> str:
+            if name not in images:
+                images[name] = resolve_image(client, name)
+            return images[name]
+
+        manager = TaskManager(
+            backend=backend,
+            registry=registry,
+            upstream=Upstream(base_url=base_url, api_key=api_key, client=http),
+            events=events,
+            store=store,
+            workspace=workspace,
+            session=session,
+            run_id=run_id,
+            trace_id=secrets.token_hex(8),
+            default_model=model,
+            image_resolver=image_for,
+            gate=gate,
+            config=config,
+            **({"runner_command": runner_command} if runner_command else {}),
+        )
+        stack.push_async_callback(manager.close)
+        # Whatever happens, no container of this run outlives it.
+        stack.push_async_callback(_reap, backend, session)
+        anthropic_client = anthropic.AsyncAnthropic(api_key=api_key or "unset", base_url=base_url)
+        stack.push_async_callback(anthropic_client.close)
+        parent = ParentAgent(client=anthropic_client, model=model, manager=manager)
+        yield Run(run_id, session, workspace, model, settings, store, events, manager, parent)
+
+
+async def _reap(backend: Any, session: str) -> None:
+    removed = await asyncio.to_thread(backend.cleanup, {labels.SESSION: session})
+    if removed:
+        log.warning("removed %d leftover container(s) of session %s", removed, session)

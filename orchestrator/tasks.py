@@ -1,0 +1,694 @@
+"""The Task tool's host side: spawn a subagent in its own container, enforce its
+deadline by killing the container, and turn what happened into a `TaskResult`.
+
+A subagent's life: resolve its agent definition → new task id and socket
+directory → broker on that socket → hardened container running
+`python3 -m sandbox_tools` with the socket mounted → wait until it exits or
+its deadline passes (then kill) → result from the broker (or from how the
+container ended) → container and socket removed, always.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import secrets
+import shutil
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator import labels
+from orchestrator.backend.base import (
+    ContainerBackend,
+    Mount,
+    ResourceLimits,
+    SandboxResult,
+    SandboxSpec,
+    SandboxStatus,
+)
+from orchestrator.broker import Broker, Budget, Upstream
+from orchestrator.errors import WardenError
+from orchestrator.events import EventLog
+from sandbox_tools import wire
+
+log = logging.getLogger(__name__)
+
+RUNNER_COMMAND = ("python3", "-m", "sandbox_tools")
+TASK_ID_PREFIX = "sa_"
+TASK_ID_BYTES = 12
+"""Random bytes in a task id: unguessable, so an old or invented id finds nothing."""
+STDERR_TAIL_CHARS = 2_000
+"""How much of a failed runner's stderr goes into the error message."""
+RESULT_PREVIEW_CHARS = 200
+SOCKET_ROOT_PREFIX = "warden-sock-"
+"""Broker sockets live under the temp dir: Unix socket paths must stay short."""
+
+
+def new_task_id() -> str:
+    return TASK_ID_PREFIX + secrets.token_hex(TASK_ID_BYTES)
+
+
+class TaskStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    STOPPED = "stopped"
+    INTERRUPTED = "interrupted"
+    NO_OUTPUT = "no_output"
+
+
+class TaskInput(BaseModel):
+    """The `Task` tool's input, as the model sends it (Claude Code's schema)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str = Field(min_length=1, max_length=200)
+    """A short (3-5 word) description of the task."""
+    prompt: str = Field(min_length=1, max_length=100_000)
+    """The task for the subagent: all it will know."""
+    subagent_type: str = Field(min_length=1, max_length=100)
+    max_turns: int | None = Field(default=None, ge=1, le=1000)
+    """Lower the agent's turn cap for this task (never raise it)."""
+    run_in_background: bool = False
+    session_id: str | None = Field(default=None, max_length=100)
+    """Resume that subagent session instead of starting a new one."""
+
+
+class TaskResult(BaseModel):
+    """What a finished task gives its parent (the Python API's typed result)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    session_id: str
+    agent_type: str
+    status: TaskStatus
+    text: str = ""
+    """The subagent's final answer (empty unless completed)."""
+    error: str | None = None
+    duration_s: float = 0.0
+    timeout_s: float | None = None
+    turns: int = 0
+    tokens: int = 0
+
+    def render(self) -> str:
+        """The tool-result text the parent's model receives. Stable wording."""
+        match self.status:
+            case TaskStatus.COMPLETED:
+                return f"Task Succeeded. Result: {self.text}"
+            case TaskStatus.NO_OUTPUT:
+                return "Task completed but returned no output."
+            case TaskStatus.TIMED_OUT:
+                return f"Task timed out after {self.timeout_s or self.duration_s:g} s."
+            case TaskStatus.STOPPED:
+                return "Task was stopped before it finished."
+            case TaskStatus.INTERRUPTED:
+                return "Task was interrupted (the orchestrator stopped); it can be resumed."
+            case _:
+                return f"Task failed. Error: {self.error or 'unknown error'}"
+
+    @property
+    def is_error(self) -> bool:
+        return self.status not in (TaskStatus.COMPLETED, TaskStatus.NO_OUTPUT)
+
+
+class PermissionGate(Protocol):
+    """Decides the tool calls of one task (the permissions layer implements it)."""
+
+    async def decide(
+        self, task: TaskContext, request: wire.PermissionRequest
+    ) -> wire.PermissionResponse: ...
+
+
+class AllowAgentTools:
+    """The minimal gate: a tool in the agent's definition is allowed.
+
+    (The broker already refuses tools outside the definition.)
+    """
+
+    async def decide(
+        self, task: TaskContext, request: wire.PermissionRequest
+    ) -> wire.PermissionResponse:
+        return wire.PermissionResponse(behavior="allow", reason="tool is in the agent definition")
+
+
+@dataclass
+class TaskContext:
+    """Live state of one task, shared by its broker, the manager and the display."""
+
+    task_id: str
+    session_id: str
+    run_id: str
+    trace_id: str
+    parent_id: str | None
+    depth: int
+    agent: Any  # orchestrator.agents.AgentDefinition
+    description: str
+    timeout_s: float
+    started: float = field(default_factory=time.monotonic)
+    status: TaskStatus = TaskStatus.PENDING
+    container_id: str | None = None
+    current_tool: str | None = None
+    result: wire.ResultRequest | None = None
+    broker: Broker | None = None
+    stop_requested: bool = False
+
+    @property
+    def agent_type(self) -> str:
+        return str(self.agent.name)
+
+
+@dataclass
+class TaskManagerConfig:
+    """Caps the host enforces, whatever a subagent asks."""
+
+    max_total_tokens: int | None = None
+    """Token budget per subagent (input + output over all its model calls)."""
+    max_depth: int = 1
+    """How deep tasks may nest: 1 = subagents may not delegate; 2 = they may, once."""
+    max_children_per_task: int = 10
+    """Most subagents one subagent may start over its life."""
+    max_concurrent_total: int = 32
+    """Most subagents running at once in this run. Excess work is refused, not
+    queued: the caller is told which cap it hit and can retry later or do the
+    work itself, so nothing waits silently behind a cap."""
+
+
+class CapError(WardenError):
+    """A cap on tasks was hit; the message says which and what to do."""
+
+
+class TaskManager:
+    """Spawns and supervises the subagents of one run."""
+
+    def __init__(
+        self,
+        *,
+        backend: ContainerBackend,
+        registry: Any,  # orchestrator.agents.AgentRegistry
+        upstream: Upstream,
+        events: EventLog,
+        store: Any,
+        workspace: Path,
+        session: str,
+        run_id: str,
+        trace_id: str,
+        default_model: str,
+        image_resolver: Any,  # Callable[[str], str]: agent image name -> image tag
+        gate: PermissionGate | None = None,
+        config: TaskManagerConfig | None = None,
+        runner_command: tuple[str, ...] = RUNNER_COMMAND,
+    ) -> None:
+        self.backend = backend
+        self.registry = registry
+        self.upstream = upstream
+        self.events = events
+        self.store = store
+        self.workspace = workspace
+        self.session = session
+        self.run_id = run_id
+        self.trace_id = trace_id
+        self.default_model = default_model
+        self.image_resolver = image_resolver
+        self.gate: PermissionGate = gate or AllowAgentTools()
+        self.config = config or TaskManagerConfig()
+        self.runner_command = runner_command
+        self.tasks: dict[str, TaskContext] = {}
+        self.results: dict[str, TaskResult] = {}
+        self.children_started: dict[str | None, int] = {}
+        self.notifications: dict[str | None, list[TaskResult]] = {}
+        """Finished background tasks not yet reported, by parent id (None = root)."""
+        self._running: dict[str, asyncio.Task[TaskResult]] = {}
+        self._finished = asyncio.Condition()
+        # Container waits block a thread each for as long as the subagent runs;
+        # they get their own pool so they never starve other blocking calls.
+        self._waits = ThreadPoolExecutor(
+            max_workers=self.config.max_concurrent_total + 4, thread_name_prefix="warden-wait"
+        )
+
+    async def close(self) -> None:
+        """Stop every task still running, then release the wait threads."""
+        running = [t for t in self._running.values() if not t.done()]
+        if running:
+            await self.stop_all()
+            await asyncio.gather(*running, return_exceptions=True)
+        self._waits.shutdown(wait=False, cancel_futures=True)
+
+    async def _blocking(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._waits, fn, *args)
+
+    # -- the Task tool ----------------------------------------------------
+
+    async def run_task(
+        self, task_input: TaskInput, *, parent: TaskContext | None = None
+    ) -> TaskResult:
+        """Run one subagent to the end and return its result.
+
+        Raises UnknownAgentError, CapError, TaskNotFoundError (resume of an unknown
+        session) before anything starts; what the subagent does never raises.
+        """
+        ctx, spec = await self._prepare(task_input, parent)
+        return await self._supervise(ctx, spec)
+
+    async def start_background(
+        self, task_input: TaskInput, *, parent: TaskContext | None = None
+    ) -> TaskContext:
+        """Start a subagent and return at once; its result arrives as a notification."""
+        ctx, spec = await self._prepare(task_input, parent)
+        runner = asyncio.create_task(self._supervise(ctx, spec), name=ctx.task_id)
+        self._running[ctx.task_id] = runner
+        return ctx
+
+    def running_count(self) -> int:
+        return sum(1 for c in self.tasks.values() if c.status in _ACTIVE)
+
+    def _check_caps(self, parent: TaskContext | None) -> None:
+        depth = (parent.depth if parent else 0) + 1
+        if depth > self.config.max_depth:
+            raise CapError(
+                f"max_depth cap ({self.config.max_depth}) reached: a subagent at depth "
+                f"{depth - 1} may not delegate further. Do the work yourself, or report back "
+                "to your parent what is left to do."
+            )
+        parent_id = parent.task_id if parent else None
+        if (
+            parent is not None
+            and self.children_started.get(parent_id, 0) >= self.config.max_children_per_task
+        ):
+            raise CapError(
+                f"max_children_per_task cap ({self.config.max_children_per_task}) reached for "
+                f"{parent_id}: it may not start more subagents. Do the rest yourself or report "
+                "back what is left."
+            )
+        if self.running_count() >= self.config.max_concurrent_total:
+            raise CapError(
+                f"max_concurrent_total cap ({self.config.max_concurrent_total}) reached: that "
+                "many subagents are running now. The task was not started (warden refuses "
+                "rather than queues); retry after some finish, or do it yourself."
+            )
+
+    async def _prepare(
+        self, task_input: TaskInput, parent: TaskContext | None
+    ) -> tuple[TaskContext, wire.TaskSpec]:
+        agent = self.registry.get(task_input.subagent_type)
+        self._check_caps(parent)
+        history: list[dict[str, Any]] = []
+        session_id: str | None = None
+        if task_input.session_id is not None:
+            session_id, history = await self._load_session(task_input.session_id, agent.name)
+        max_turns = agent.max_turns
+        if task_input.max_turns is not None:
+            max_turns = min(max_turns, task_input.max_turns)
+        task_id = new_task_id()
+        depth = (parent.depth + 1) if parent else 1
+        ctx = TaskContext(
+            task_id=task_id,
+            session_id=session_id or task_id,
+            run_id=self.run_id,
+            trace_id=self.trace_id,
+            parent_id=parent.task_id if parent else None,
+            depth=depth,
+            agent=agent,
+            description=task_input.description,
+            timeout_s=float(agent.timeout_s),
+        )
+        self.tasks[task_id] = ctx
+        self.children_started[ctx.parent_id] = self.children_started.get(ctx.parent_id, 0) + 1
+        tools = [t for t in (agent.tools or wire.TOOL_NAMES) if t != "Task"]
+        if depth < self.config.max_depth and (agent.tools is None or "Task" in agent.tools):
+            tools.append("Task")
+        spec = wire.TaskSpec(
+            task_id=task_id,
+            parent_id=ctx.parent_id,
+            trace_id=self.trace_id,
+            agent_type=agent.name,
+            description=task_input.description,
+            model=agent.model or self.default_model,
+            system_prompt=agent.system_prompt,
+            prompt=task_input.prompt,
+            history=history,
+            tools=tools,
+            max_turns=max_turns,
+        )
+        await self._record_created(ctx, task_input)
+        return ctx, spec
+
+    async def _load_session(
+        self, session_id: str, agent_type: str
+    ) -> tuple[str, list[dict[str, Any]]]:
+        from orchestrator.errors import TaskNotFoundError
+
+        if self.store is None:
+            raise TaskNotFoundError(f"cannot resume {session_id}: this run has no store")
+        tasks = await asyncio.to_thread(self.store.list_tasks)
+        mine = [t for t in tasks if t.session_id == session_id]
+        if not mine:
+            raise TaskNotFoundError(
+                f"no subagent session {session_id!r}; session ids are the task ids that Task "
+                "calls returned (see `warden ps`)"
+            )
+        if any(t.agent_type != agent_type for t in mine):
+            raise TaskNotFoundError(
+                f"session {session_id} belongs to a {mine[0].agent_type!r} subagent, not "
+                f"{agent_type!r}; resume it with subagent_type={mine[0].agent_type!r}"
+            )
+        if any(t.task_id in self._running and not self._running[t.task_id].done() for t in mine):
+            raise CapError(f"session {session_id} is still running; wait for it or stop it first")
+        history = await asyncio.to_thread(self.store.get_session_transcript, session_id)
+        return session_id, list(history)
+
+    # -- background results, stop ------------------------------------------
+
+    async def wait_for(self, task_id: str, timeout_s: float | None) -> TaskResult | None:
+        """The result of a task, waiting up to timeout_s (None: forever)."""
+        runner = self._running.get(task_id)
+        if task_id in self.results or runner is None:
+            return self.results.get(task_id)
+        done, _ = await asyncio.wait({runner}, timeout=timeout_s)
+        return self.results.get(task_id) if done else None
+
+    async def next_notification(self, parent_id: str | None) -> None:
+        """Block until a background task of this parent finishes (or none is left)."""
+        async with self._finished:
+            await self._finished.wait_for(
+                lambda: (
+                    bool(self.notifications.get(parent_id)) or not self.has_background(parent_id)
+                )
+            )
+
+    def has_background(self, parent_id: str | None) -> bool:
+        return any(
+            not runner.done() and self.tasks[tid].parent_id == parent_id
+            for tid, runner in self._running.items()
+        )
+
+    def take_notifications(self, parent_id: str | None) -> list[TaskResult]:
+        return self.notifications.pop(parent_id, [])
+
+    def descendants(self, task_id: str) -> list[TaskContext]:
+        found: list[TaskContext] = []
+        frontier = [task_id]
+        while frontier:
+            current = frontier.pop()
+            for ctx in self.tasks.values():
+                if ctx.parent_id == current:
+                    found.append(ctx)
+                    frontier.append(ctx.task_id)
+        return found
+
+    async def stop(self, task_id: str) -> list[str]:
+        """Kill a task's container and those of all its descendants; return their ids."""
+        ctx = self.tasks.get(task_id)
+        if ctx is None:
+            from orchestrator.errors import TaskNotFoundError
+
+            raise TaskNotFoundError(
+                f"no task {task_id!r} in this run; a task id is valid only if a Task call "
+                "in this run returned it"
+            )
+        targets = [ctx, *self.descendants(task_id)]
+        stopped = [c for c in targets if c.status in _ACTIVE]
+        for c in stopped:
+            c.stop_requested = True
+        await asyncio.gather(*(self._kill(c) for c in stopped))
+        return [c.task_id for c in stopped]
+
+    async def stop_all(self) -> list[str]:
+        active = [c for c in self.tasks.values() if c.status in _ACTIVE]
+        for c in active:
+            c.stop_requested = True
+        await asyncio.gather(*(self._kill(c) for c in active))
+        return [c.task_id for c in active]
+
+    async def _kill(self, ctx: TaskContext) -> None:
+        if ctx.container_id is not None:
+            try:
+                await asyncio.to_thread(self.backend.kill, ctx.container_id)
+            except WardenError:
+                log.exception("could not kill %s", ctx.task_id)
+
+    # -- one subagent's life ------------------------------------------------
+
+    async def _supervise(self, ctx: TaskContext, spec: wire.TaskSpec) -> TaskResult:
+        socket_dir = _socket_dir()
+        budget = Budget(max_turns=spec.max_turns, max_total_tokens=self.config.max_total_tokens)
+        broker = Broker(
+            socket_dir=socket_dir,
+            spec=spec,
+            upstream=self.upstream,
+            host=_Host(self, ctx),
+            budget=budget,
+        )
+        ctx.broker = broker
+        sandbox: SandboxResult | None = None
+        failure: str | None = None
+        ctx.status = TaskStatus.RUNNING
+        try:
+            await broker.start()
+            sandbox_spec = self._sandbox_spec(ctx, socket_dir)
+            ctx.container_id = await self._blocking(self.backend.start, sandbox_spec)
+            await self._update(
+                ctx.task_id,
+                status=ctx.status.value,
+                container_id=ctx.container_id,
+                started_at=time.time(),
+            )
+            await self._emit(
+                "task_started", ctx, description=ctx.description, container_id=ctx.container_id[:12]
+            )
+            if ctx.stop_requested:  # stopped while it was starting
+                await self._kill(ctx)
+            sandbox = await self._blocking(self.backend.wait, ctx.container_id, ctx.timeout_s)
+        except asyncio.CancelledError:
+            ctx.stop_requested = True
+            raise
+        except WardenError as exc:
+            failure = str(exc)
+        finally:
+            # Shielded: a cancelled parent must still not leave a container behind,
+            # and the task's end must still be recorded.
+            await asyncio.shield(self._finish(ctx, broker, socket_dir, sandbox, budget, failure))
+        return self.results[ctx.task_id]
+
+    async def _finish(
+        self,
+        ctx: TaskContext,
+        broker: Broker,
+        socket_dir: Path,
+        sandbox: SandboxResult | None,
+        budget: Budget,
+        failure: str | None,
+    ) -> None:
+        try:
+            if ctx.container_id is not None:
+                await self._blocking(self.backend.remove, ctx.container_id)
+        except WardenError:
+            log.exception("could not remove container %s of %s", ctx.container_id, ctx.task_id)
+        finally:
+            await broker.close()
+            shutil.rmtree(socket_dir, ignore_errors=True)
+        result = self._result(ctx, sandbox, budget, failure)
+        self.results[ctx.task_id] = result
+        await self._record_finished(ctx, result)
+        if ctx.task_id in self._running:
+            self.notifications.setdefault(ctx.parent_id, []).append(result)
+        async with self._finished:
+            self._finished.notify_all()
+
+    def _sandbox_spec(self, ctx: TaskContext, socket_dir: Path) -> SandboxSpec:
+        agent = ctx.agent
+        limits = ResourceLimits()
+        if getattr(agent, "memory", None):
+            limits = limits.model_copy(update={"memory_bytes": int(agent.memory)})
+        if getattr(agent, "cpus", None):
+            limits = limits.model_copy(update={"cpus": float(agent.cpus)})
+        if getattr(agent, "pids", None):
+            limits = limits.model_copy(update={"pids": int(agent.pids)})
+        return SandboxSpec(
+            image=self.image_resolver(agent.image),
+            command=list(self.runner_command),
+            workspace=self.workspace,
+            mounts=[Mount(source=socket_dir, target=wire.BROKER_SOCKET_DIR, read_only=True)],
+            env={"HOME": "/tmp", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+            limits=limits,
+            labels=labels.warden_labels(self.session, task=ctx.task_id, run=self.run_id),
+        )
+
+    def _result(
+        self, ctx: TaskContext, sandbox: SandboxResult | None, budget: Budget, failure: str | None
+    ) -> TaskResult:
+        duration = time.monotonic() - ctx.started
+        common: dict[str, Any] = dict(
+            task_id=ctx.task_id,
+            session_id=ctx.session_id,
+            agent_type=ctx.agent_type,
+            duration_s=round(duration, 3),
+            timeout_s=ctx.timeout_s,
+            turns=budget.turns_used,
+            tokens=budget.tokens_used,
+        )
+        posted = ctx.result
+        if ctx.stop_requested:
+            return TaskResult(status=TaskStatus.STOPPED, **common)
+        if failure is not None:
+            return TaskResult(status=TaskStatus.FAILED, error=failure, **common)
+        if sandbox is not None and sandbox.status is SandboxStatus.TIMED_OUT:
+            return TaskResult(status=TaskStatus.TIMED_OUT, error="deadline passed", **common)
+        if posted is not None and posted.status == "completed":
+            if not posted.text.strip():
+                return TaskResult(status=TaskStatus.NO_OUTPUT, **common)
+            return TaskResult(status=TaskStatus.COMPLETED, text=posted.text, **common)
+        if posted is not None:
+            return TaskResult(
+                status=TaskStatus.FAILED, error=posted.error or "subagent failed", **common
+            )
+        return TaskResult(status=TaskStatus.FAILED, error=_exit_error(sandbox), **common)
+
+    # -- records ----------------------------------------------------------
+
+    async def _emit(self, kind: str, ctx: TaskContext, **data: Any) -> None:
+        await self.events.emit(
+            kind,
+            task_id=ctx.task_id,
+            parent_id=ctx.parent_id,
+            agent_type=ctx.agent_type,
+            trace_id=ctx.trace_id,
+            **data,
+        )
+
+    async def _update(self, task_id: str, **fields: Any) -> None:
+        if self.store is not None:
+            await asyncio.to_thread(self.store.update_task, task_id, **fields)
+
+    async def _record_created(self, ctx: TaskContext, task_input: TaskInput) -> None:
+        if self.store is None:
+            return
+        from orchestrator.store import TaskRecord
+
+        record = TaskRecord(
+            task_id=ctx.task_id,
+            run_id=ctx.run_id,
+            parent_id=ctx.parent_id,
+            session_id=ctx.session_id,
+            agent_type=ctx.agent_type,
+            description=ctx.description,
+            prompt=task_input.prompt,
+            status=TaskStatus.PENDING.value,
+            depth=ctx.depth,
+            trace_id=ctx.trace_id,
+            created_at=time.time(),
+        )
+        await asyncio.to_thread(self.store.create_task, record)
+
+    async def _record_finished(self, ctx: TaskContext, result: TaskResult) -> None:
+        ctx.status = result.status
+        await self._update(
+            ctx.task_id,
+            status=result.status.value,
+            ended_at=time.time(),
+            result_text=result.text or None,
+            error=result.error,
+        )
+        kind = {
+            TaskStatus.COMPLETED: "task_completed",
+            TaskStatus.NO_OUTPUT: "task_completed",
+            TaskStatus.TIMED_OUT: "task_timed_out",
+            TaskStatus.STOPPED: "task_stopped",
+        }.get(result.status, "task_failed")
+        await self._emit(
+            kind,
+            ctx,
+            status=result.status.value,
+            duration_s=result.duration_s,
+            turns=result.turns,
+            tokens=result.tokens,
+            result_preview=result.text[:RESULT_PREVIEW_CHARS],
+            error=result.error,
+        )
+
+
+_ACTIVE = (TaskStatus.PENDING, TaskStatus.RUNNING)
+
+
+class _Host:
+    """The broker's view of the host for one task."""
+
+    def __init__(self, manager: TaskManager, ctx: TaskContext) -> None:
+        self.manager = manager
+        self.ctx = ctx
+
+    async def decide_permission(self, request: wire.PermissionRequest) -> wire.PermissionResponse:
+        return await self.manager.gate.decide(self.ctx, request)
+
+    async def delegate(self, request: wire.DelegateRequest) -> wire.DelegateResponse:
+        """A nested Task call: same checks and caps as the root's, run in the foreground."""
+        try:
+            task_input = TaskInput.model_validate(request.input)
+        except ValueError as exc:
+            return wire.DelegateResponse(text=f"Invalid Task input: {exc}", is_error=True)
+        try:
+            result = await self.manager.run_task(
+                task_input.model_copy(update={"run_in_background": False}), parent=self.ctx
+            )
+        except WardenError as exc:
+            return wire.DelegateResponse(text=f"Task failed. Error: {exc}", is_error=True)
+        return wire.DelegateResponse(text=result.render(), is_error=result.is_error)
+
+    async def on_event(self, event: wire.EventRequest) -> None:
+        if event.kind == "tool_started":
+            self.ctx.current_tool = (
+                f"{event.tool_name}: {event.detail}" if event.detail else event.tool_name
+            )
+        elif event.kind == "tool_finished":
+            self.ctx.current_tool = None
+        await self.manager._emit(
+            "task_running",
+            self.ctx,
+            event=event.kind,
+            tool_name=event.tool_name,
+            tool_use_id=event.tool_use_id,
+            detail=event.detail,
+            is_error=event.is_error,
+        )
+
+    async def on_transcript(self, messages: list[dict[str, Any]], turn: int) -> None:
+        store = self.manager.store
+        if store is not None:
+            await asyncio.to_thread(store.checkpoint_transcript, self.ctx.task_id, messages, turn)
+
+    async def on_result(self, result: wire.ResultRequest) -> None:
+        self.ctx.result = result
+
+    async def on_rejected(self, endpoint: str, status: int, reason: str) -> None:
+        await self.manager._emit(
+            "broker_rejected", self.ctx, endpoint=endpoint, status=status, reason=reason[:500]
+        )
+
+
+def _socket_dir() -> Path:
+    root = Path(tempfile.gettempdir())
+    path = Path(tempfile.mkdtemp(prefix=SOCKET_ROOT_PREFIX, dir=root))
+    path.chmod(0o755)
+    return path
+
+
+def _exit_error(sandbox: SandboxResult | None) -> str:
+    if sandbox is None:
+        return "the subagent's container did not start"
+    if sandbox.status is SandboxStatus.OOM_KILLED:
+        return "the subagent's container ran out of memory and was killed"
+    if sandbox.status is SandboxStatus.KILLED:
+        return "the subagent's container was killed"
+    tail = sandbox.stderr[-STDERR_TAIL_CHARS:].strip()
+    return f"the subagent exited with code {sandbox.exit_code} without a result" + (
+        f"; its last output: {tail}" if tail else ""
+    )
