@@ -20,6 +20,7 @@ from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
 from orchestrator.events import EventLog
 from orchestrator.parent import ParentAgent
+from orchestrator.recovery import recover
 from orchestrator.tasks import PermissionGate, TaskManager, TaskManagerConfig
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,15 @@ async def open_run(
             registry = AgentRegistry.load(settings, workspace)
         store = await asyncio.to_thread(Store.open, settings.state_dir / "warden.db")
         stack.callback(store.close)
+        recovered = await asyncio.to_thread(recover, store, backend)
+        if recovered.runs:
+            log.warning(
+                "an earlier orchestrator died: marked %d task(s) of %s interrupted "
+                "(resumable) and removed %d container(s)",
+                len(recovered.tasks),
+                ", ".join(recovered.runs),
+                recovered.containers,
+            )
         await asyncio.to_thread(
             store.create_run,
             run_id,

@@ -537,7 +537,8 @@ class TaskManager:
             tokens=budget.tokens_used,
         )
         posted = ctx.result
-        if ctx.stop_requested:
+        # Killed by TaskStop, Ctrl-C, or `warden stop` from another process.
+        if ctx.stop_requested or (sandbox is not None and sandbox.status is SandboxStatus.KILLED):
             return TaskResult(status=TaskStatus.STOPPED, **common)
         if failure is not None:
             return TaskResult(status=TaskStatus.FAILED, error=failure, **common)
