@@ -153,7 +153,7 @@ async def test_model_call_gets_the_real_key_only_upstream_and_host_model(broker_
 
 
 async def test_max_turns_is_enforced_by_the_broker(broker_env: Any) -> None:
-    broker, host, model, client = broker_env
+    _broker, host, model, client = broker_env
     for _ in range(2):
         assert (await client.post("/v1/messages", json=messages_body())).status_code == 200
     refused = await client.post("/v1/messages", json=messages_body())
@@ -242,7 +242,7 @@ async def test_permission_for_a_tool_outside_the_definition_is_denied(broker_env
 
 
 async def test_result_can_be_posted_once(broker_env: Any) -> None:
-    broker, host, _, client = broker_env
+    broker, _host, _, client = broker_env
     first = await client.post("/v1/result", json={"status": "completed", "text": "done"})
     second = await client.post("/v1/result", json={"status": "completed", "text": "forged"})
     assert first.status_code == 200 and second.status_code == 409
