@@ -1,0 +1,80 @@
+"""Drives real runs for integration tests: the scripted model server, a real
+engine, real containers, the real anthropic SDK on both sides."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from orchestrator.scripted import Script, ScriptedModelServer
+from pydantic import SecretStr
+
+from orchestrator.config import Settings
+from orchestrator.session import Run, open_run
+
+API_KEY = "sk-ant-test-4f1c9e0d-THE-REAL-KEY-STAYS-ON-THE-HOST"
+PARENT_MATCH = {"system_contains": "lead agent of warden"}
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def tool(name: str, **tool_input: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "name": name, "input": tool_input}
+
+
+def task(prompt: str, subagent_type: str = "general-purpose", **extra: Any) -> dict[str, Any]:
+    return tool(
+        "Task", description="test task", prompt=prompt, subagent_type=subagent_type, **extra
+    )
+
+
+def convo(name: str, match: dict[str, Any], *turns: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"name": name, "match": match, "turns": [{"content": t} for t in turns]}
+
+
+@asynccontextmanager
+async def scripted_run(
+    settings: Settings,
+    workspace: Path,
+    conversations: list[dict[str, Any]],
+    *,
+    prompt: str = "test run",
+    **run_kwargs: Any,
+) -> AsyncIterator[tuple[Run, ScriptedModelServer]]:
+    script = Script.model_validate({"conversations": conversations})
+    async with ScriptedModelServer(script, expected_api_key=API_KEY) as server:
+        configured = settings.model_copy(
+            update={"anthropic_base_url": server.base_url, "anthropic_api_key": SecretStr(API_KEY)}
+        )
+        async with open_run(configured, workspace=workspace, prompt=prompt, **run_kwargs) as run:
+            yield run, server
+
+
+def requests_of(server: ScriptedModelServer, conversation: str) -> list[Any]:
+    return [r for r in server.requests if r.conversation == conversation]
+
+
+def write_agent(workspace: Path, name: str, text_: str) -> None:
+    agents = workspace / ".claude" / "agents"
+    agents.mkdir(parents=True, exist_ok=True)
+    (agents / f"{name}.md").write_text(text_)
+    owner = workspace.stat()
+    for path in (workspace / ".claude", agents, agents / f"{name}.md"):
+        os.chown(path, owner.st_uid, owner.st_gid)
+
+
+def containers_of(session: str) -> list[Any]:
+    import docker
+
+    client = docker.from_env()
+    try:
+        return list(
+            client.containers.list(all=True, filters={"label": f"warden.session={session}"})
+        )
+    finally:
+        client.close()
