@@ -28,14 +28,15 @@ from orchestrator.store.records import (
     MAX_EVENT_DATA_CHARS,
     MAX_TRANSCRIPT_CHARS,
     TERMINAL_TASK_STATUSES,
-    TRUNCATED_KEY,
     AuditRecord,
     EventRecord,
     RunRecord,
     RunStatus,
     TaskRecord,
     TaskStatus,
+    bounded_json,
     clip_text,
+    dumps,
 )
 
 DB_FILENAME = "warden.db"
@@ -70,22 +71,12 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _dumps(value: object) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: escape them so they round-trip exactly
-        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
-    return text
-
-
-def _bounded_json(value: dict[str, Any], limit: int) -> str:
-    text = _dumps(value)
-    if len(text) <= limit:
-        return text
-    # Escaping inside the wrapper at most doubles the preview (it is JSON text already).
-    preview = text[: max(0, limit // 2 - 100)]
-    return _dumps({TRUNCATED_KEY: True, "original_chars": len(text), "preview": preview})
+def _where(**filters: str | None) -> tuple[str, list[str]]:
+    """An SQL condition over the given columns (fixed names from this module, never from
+    callers) with one `?` per value; None means no filter on that column."""
+    used = {column: value for column, value in filters.items() if value is not None}
+    where = " AND ".join(f"{column} = ?" for column in used) or "1"
+    return where, list(used.values())
 
 
 def _task_not_found(task_id: str) -> TaskNotFoundError:
@@ -314,10 +305,9 @@ class Store:
     ) -> list[TaskRecord]:
         """Tasks in creation order, optionally of one run and/or one status."""
         with self._read() as conn:
+            where, params = _where(run_id=run_id, status=status)
             rows = conn.execute(
-                "SELECT * FROM tasks WHERE (?1 IS NULL OR run_id = ?1) "
-                "AND (?2 IS NULL OR status = ?2) ORDER BY created_at, rowid",
-                (run_id, status),
+                f"SELECT * FROM tasks WHERE {where} ORDER BY created_at, rowid", params
             ).fetchall()
         return [TaskRecord.model_validate(dict(r)) for r in rows]
 
@@ -378,7 +368,7 @@ class Store:
         Raises TranscriptTooLargeError beyond MAX_TRANSCRIPT_CHARS (never clipped)."""
         if turn < 0:
             raise ValueError(f"turn must be >= 0, got {turn}")
-        text = _dumps(messages)
+        text = dumps(messages)
         if len(text) > MAX_TRANSCRIPT_CHARS:
             raise TranscriptTooLargeError(
                 f"the transcript of task {task_id!r} is {len(text)} characters as JSON, over "
@@ -440,7 +430,7 @@ class Store:
     ) -> int:
         """Record an event; returns its id. Data beyond MAX_EVENT_DATA_CHARS is replaced by
         an announced preview (TRUNCATED_KEY)."""
-        payload = _bounded_json(data, MAX_EVENT_DATA_CHARS)
+        payload = bounded_json(data, MAX_EVENT_DATA_CHARS)
         with self._write() as conn:
             if not conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
                 raise self._run_not_found(run_id)
@@ -463,10 +453,10 @@ class Store:
     ) -> list[EventRecord]:
         """Events with id > after_id in id order (poll with the last id seen to follow)."""
         with self._read() as conn:
+            where, params = _where(run_id=run_id, task_id=task_id)
             rows = conn.execute(
-                "SELECT * FROM events WHERE event_id > ?1 AND (?2 IS NULL OR run_id = ?2)"
-                " AND (?3 IS NULL OR task_id = ?3) ORDER BY event_id LIMIT ?4",
-                (after_id, run_id, task_id, -1 if limit is None else limit),
+                f"SELECT * FROM events WHERE event_id > ? AND {where} ORDER BY event_id LIMIT ?",
+                [after_id, *params, -1 if limit is None else limit],
             ).fetchall()
         return [EventRecord.model_validate(dict(r) | {"data": json.loads(r["data"])}) for r in rows]
 
@@ -476,7 +466,7 @@ class Store:
         """Append a decision to the audit trail; returns its id. The tool input beyond
         MAX_AUDIT_INPUT_CHARS is replaced by an announced preview; input_hash is kept."""
         values = record.model_dump()
-        values["tool_input"] = _bounded_json(record.tool_input, MAX_AUDIT_INPUT_CHARS)
+        values["tool_input"] = bounded_json(record.tool_input, MAX_AUDIT_INPUT_CHARS)
         with self._write() as conn:
             cursor = conn.execute(
                 f"INSERT INTO audit ({', '.join(_AUDIT_COLUMNS)}) "
@@ -490,9 +480,9 @@ class Store:
     def audit(self, run_id: str | None = None) -> list[AuditRecord]:
         """Audit records in the order they were made, optionally of one run."""
         with self._read() as conn:
+            where, params = _where(run_id=run_id)
             rows = conn.execute(
-                "SELECT * FROM audit WHERE (?1 IS NULL OR run_id = ?1) ORDER BY audit_id",
-                (run_id,),
+                f"SELECT * FROM audit WHERE {where} ORDER BY audit_id", params
             ).fetchall()
         return [
             AuditRecord.model_validate(dict(r) | {"tool_input": json.loads(r["tool_input"])})

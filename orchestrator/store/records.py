@@ -6,6 +6,7 @@ arithmetic and `--json` output stays language-neutral.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Annotated, Any, Literal
 
@@ -78,6 +79,26 @@ def clip_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
         return text
     marker = f"\n[… truncated by warden: {len(text) - limit} more characters]"
     return text[: max(0, limit - len(marker))] + marker
+
+
+def dumps(value: object) -> str:
+    """Compact JSON that SQLite can store and that reads back equal (lone surrogates too)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: escape them so they round-trip exactly
+        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+def bounded_json(value: dict[str, Any], limit: int) -> str:
+    """`value` as JSON, or an announced preview (TRUNCATED_KEY) when over `limit` chars."""
+    text = dumps(value)
+    if len(text) <= limit:
+        return text
+    # Escaping inside the wrapper at most doubles the preview (it is JSON text already).
+    preview = text[: max(0, limit // 2 - 100)]
+    return dumps({TRUNCATED_KEY: True, "original_chars": len(text), "preview": preview})
 
 
 StoredText = Annotated[str, AfterValidator(clip_text)]
