@@ -157,7 +157,7 @@ def test_sigkill_mid_checkpoint_stream_keeps_last_committed_one(
 ) -> None:
     pad = 4000  # each checkpoint is hundreds of KiB, so a kill lands mid-write
     rng = random.Random(5)
-    for round_ in range(6):
+    for round_ in range(10):
         task_id = f"sa_round{round_}"
         store.create_task(
             TaskRecord(task_id=task_id, run_id="run1", agent_type="general-purpose", prompt="x")
@@ -186,6 +186,7 @@ def test_sigkill_mid_checkpoint_stream_keeps_last_committed_one(
         with Store.open(db_path) as after:  # a new process would do exactly this
             after.check()
             messages = after.get_transcript(task_id)
+            assert messages, f"checkpoint {last_committed} was committed, then lost"
             assert after.checkpoint_transcript(task_id, [], 1) is False  # still guarded
         turn = int(messages[0]["content"].split()[1])
         assert turn >= last_committed
