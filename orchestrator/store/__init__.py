@@ -4,17 +4,18 @@ store = Store.open(settings.state_dir / DB_FILENAME)
 await asyncio.to_thread(store.append_event, run_id, task_id, "tool_started", {...})
 """
 
-from orchestrator.store.core import (
+from orchestrator.store.base import (
     DB_FILENAME,
     RunNotFoundError,
-    Store,
     TranscriptTooLargeError,
     pid_alive,
 )
+from orchestrator.store.core import Store
 from orchestrator.store.records import (
     ACTIVE_TASK_STATUSES,
     MAX_AUDIT_INPUT_CHARS,
     MAX_EVENT_DATA_CHARS,
+    MAX_NAME_CHARS,
     MAX_TEXT_CHARS,
     MAX_TRANSCRIPT_CHARS,
     RUN_STATUSES,
@@ -38,6 +39,7 @@ __all__ = [
     "DB_FILENAME",
     "MAX_AUDIT_INPUT_CHARS",
     "MAX_EVENT_DATA_CHARS",
+    "MAX_NAME_CHARS",
     "MAX_TEXT_CHARS",
     "MAX_TRANSCRIPT_CHARS",
     "RUN_STATUSES",

@@ -1,32 +1,30 @@
-"""`Store`: runs, the task tree, transcripts, events and the audit trail in one SQLite file.
-
-Every public method is one short transaction (writes take the write lock up front with
-`BEGIN IMMEDIATE`), so a crash leaves the previous state or the new one, never a mix.
-One connection is shared by all threads of a process behind a lock; async code calls
-the methods through `asyncio.to_thread`. Values from containers are bound as SQL
-parameters, never spliced into SQL.
-"""
+"""`Store`: runs, the task tree, transcripts, events and the audit trail in one SQLite
+file. Values from containers are bound as SQL parameters, never spliced into SQL."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from orchestrator.errors import StoreError, TaskNotFoundError, WardenError
-from orchestrator.store import schema
+from orchestrator.errors import StoreError, TaskNotFoundError
+from orchestrator.store.base import (
+    StoreBase,
+    TranscriptTooLargeError,
+    pid_alive,
+    run_not_found,
+    sql_filter,
+    task_not_found,
+)
 from orchestrator.store.records import (
     ACTIVE_TASK_STATUSES,
     MAX_AUDIT_INPUT_CHARS,
     MAX_EVENT_DATA_CHARS,
+    MAX_NAME_CHARS,
     MAX_TRANSCRIPT_CHARS,
+    RUN_STATUSES,
     TERMINAL_TASK_STATUSES,
     AuditRecord,
     EventRecord,
@@ -39,9 +37,6 @@ from orchestrator.store.records import (
     dumps,
 )
 
-DB_FILENAME = "warden.db"
-"""The store's file name inside `Settings.state_dir`."""
-
 _TASK_COLUMNS = tuple(TaskRecord.model_fields)
 _RUN_COLUMNS = tuple(RunRecord.model_fields)
 _AUDIT_COLUMNS = tuple(c for c in AuditRecord.model_fields if c != "audit_id")
@@ -52,104 +47,8 @@ _ACTIVE = tuple(sorted(ACTIVE_TASK_STATUSES))
 _INTERRUPTED_ERROR = "the orchestrator stopped before this task ended"
 
 
-class RunNotFoundError(WardenError, LookupError):
-    """A run id that the store does not know."""
-
-
-class TranscriptTooLargeError(WardenError, ValueError):
-    """A transcript checkpoint larger than MAX_TRANSCRIPT_CHARS."""
-
-
-def pid_alive(pid: int) -> bool:
-    """True when a process with this id exists (it may belong to someone else)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _where(**filters: str | None) -> tuple[str, list[str]]:
-    """An SQL condition over the given columns (fixed names from this module, never from
-    callers) with one `?` per value; None means no filter on that column."""
-    used = {column: value for column, value in filters.items() if value is not None}
-    where = " AND ".join(f"{column} = ?" for column in used) or "1"
-    return where, list(used.values())
-
-
-def _task_not_found(task_id: str) -> TaskNotFoundError:
-    return TaskNotFoundError(
-        f"no task {task_id!r} in the state store; `warden ps` lists the tasks it knows"
-    )
-
-
-class Store:
+class Store(StoreBase):
     """The state store. Open with `Store.open(path)`; close with `close()` or `with`."""
-
-    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
-        self._conn: sqlite3.Connection | None = conn
-        self._path = path
-        self._lock = threading.RLock()
-        conn.row_factory = sqlite3.Row
-
-    @classmethod
-    def open(cls, path: Path) -> Store:
-        """Open or create the store; missing parent directories are created with 0700.
-
-        Raises StoreError when the file is damaged, foreign, newer, or not writable.
-        """
-        return cls(schema.connect(path), path)
-
-    @property
-    def path(self) -> Path:
-        return self._path
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    @contextlib.contextmanager
-    def _tx(self, begin: str) -> Iterator[sqlite3.Connection]:
-        with self._lock, schema.translated(self._path):
-            conn = self._conn
-            if conn is None:
-                raise StoreError(f"the state store {self._path} is closed; open it again")
-            conn.execute(begin)
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:  # SQLite may already have rolled it back
-                    conn.execute("ROLLBACK")
-                raise
-
-    def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return self._tx("BEGIN IMMEDIATE")
-
-    def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return self._tx("BEGIN")  # one consistent snapshot for multi-statement reads
-
-    def check(self) -> None:
-        """Run SQLite's quick integrity check; raises StoreError (with the fix) on damage."""
-        with self._read() as conn:
-            rows = [r[0] for r in conn.execute("PRAGMA quick_check")]
-        if rows != ["ok"]:
-            raise schema.corrupt_error(self._path, "; ".join(map(str, rows[:5])))
 
     # ---- runs -------------------------------------------------------------------------
 
@@ -167,25 +66,22 @@ class Store:
 
     def finish_run(self, run_id: str, status: RunStatus, result: str | None) -> None:
         """Record how a run ended (any status but `running`)."""
-        if status == "running":
-            raise ValueError("finish_run needs a final status, not 'running'")
-        checked = RunRecord.model_validate(
-            {"run_id": run_id, "prompt": "", "workspace": "", "model": "", "pid": 0}
-            | {"status": status, "result": result}
-        )
+        if status not in RUN_STATUSES or status == "running":
+            raise ValueError(f"finish_run needs a final status, not {status!r}")
+        result = None if result is None else clip_text(result)
         with self._write() as conn:
             cursor = conn.execute(
                 "UPDATE runs SET status = ?, result = ?, ended_at = ? WHERE run_id = ?",
-                (checked.status, checked.result, time.time(), run_id),
+                (status, result, time.time(), run_id),
             )
             if cursor.rowcount == 0:
-                raise self._run_not_found(run_id)
+                raise run_not_found(run_id)
 
     def get_run(self, run_id: str) -> RunRecord:
         with self._read() as conn:
             row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
-            raise self._run_not_found(run_id)
+            raise run_not_found(run_id)
         return RunRecord.model_validate(dict(row))
 
     def list_runs(self, limit: int = 50) -> list[RunRecord]:
@@ -203,12 +99,6 @@ class Store:
         runs = [RunRecord.model_validate(dict(r)) for r in rows]
         return [r for r in runs if r.pid != os.getpid() and not is_alive(r.pid)]
 
-    @staticmethod
-    def _run_not_found(run_id: str) -> RunNotFoundError:
-        return RunNotFoundError(
-            f"no run {run_id!r} in the state store; `warden ps` lists the runs it knows"
-        )
-
     # ---- tasks ------------------------------------------------------------------------
 
     def create_task(self, task: TaskRecord) -> None:
@@ -217,8 +107,7 @@ class Store:
         or ValueError (inconsistent tree)."""
         values = task.model_dump()
         with self._write() as conn:
-            if not conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (task.run_id,)).fetchone():
-                raise self._run_not_found(task.run_id)
+            self._require_run(conn, task.run_id)
             if conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task.task_id,)).fetchone():
                 raise StoreError(f"a task {task.task_id!r} already exists; task ids must be unique")
             if task.parent_id is not None:
@@ -226,7 +115,7 @@ class Store:
                     "SELECT run_id, depth FROM tasks WHERE task_id = ?", (task.parent_id,)
                 ).fetchone()
                 if parent is None:
-                    raise _task_not_found(task.parent_id)
+                    raise task_not_found(task.parent_id)
                 if parent["run_id"] != task.run_id or parent["depth"] + 1 != task.depth:
                     raise ValueError(
                         f"task {task.task_id!r} (run {task.run_id!r}, depth {task.depth}) "
@@ -293,19 +182,12 @@ class Store:
         with self._read() as conn:
             return self._fetch_task(conn, task_id)
 
-    @staticmethod
-    def _fetch_task(conn: sqlite3.Connection, task_id: str) -> TaskRecord:
-        row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
-        if row is None:
-            raise _task_not_found(task_id)
-        return TaskRecord.model_validate(dict(row))
-
     def list_tasks(
         self, run_id: str | None = None, status: TaskStatus | None = None
     ) -> list[TaskRecord]:
         """Tasks in creation order, optionally of one run and/or one status."""
         with self._read() as conn:
-            where, params = _where(run_id=run_id, status=status)
+            where, params = sql_filter(run_id=run_id, status=status)
             rows = conn.execute(
                 f"SELECT * FROM tasks WHERE {where} ORDER BY created_at, rowid", params
             ).fetchall()
@@ -432,13 +314,12 @@ class Store:
         an announced preview (TRUNCATED_KEY)."""
         payload = bounded_json(data, MAX_EVENT_DATA_CHARS)
         with self._write() as conn:
-            if not conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
-                raise self._run_not_found(run_id)
+            self._require_run(conn, run_id)
             if task_id is not None:
                 self._fetch_task(conn, task_id)
             cursor = conn.execute(
                 "INSERT INTO events (run_id, task_id, kind, data, time) VALUES (?, ?, ?, ?, ?)",
-                (run_id, task_id, clip_text(kind, 200), payload, time.time()),
+                (run_id, task_id, clip_text(kind, MAX_NAME_CHARS), payload, time.time()),
             )
             event_id = cursor.lastrowid
         assert event_id is not None
@@ -453,7 +334,7 @@ class Store:
     ) -> list[EventRecord]:
         """Events with id > after_id in id order (poll with the last id seen to follow)."""
         with self._read() as conn:
-            where, params = _where(run_id=run_id, task_id=task_id)
+            where, params = sql_filter(run_id=run_id, task_id=task_id)
             rows = conn.execute(
                 f"SELECT * FROM events WHERE event_id > ? AND {where} ORDER BY event_id LIMIT ?",
                 [after_id, *params, -1 if limit is None else limit],
@@ -468,6 +349,9 @@ class Store:
         values = record.model_dump()
         values["tool_input"] = bounded_json(record.tool_input, MAX_AUDIT_INPUT_CHARS)
         with self._write() as conn:
+            self._require_run(conn, record.run_id)
+            if record.task_id is not None:
+                self._fetch_task(conn, record.task_id)
             cursor = conn.execute(
                 f"INSERT INTO audit ({', '.join(_AUDIT_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(_AUDIT_COLUMNS))})",
@@ -480,7 +364,7 @@ class Store:
     def audit(self, run_id: str | None = None) -> list[AuditRecord]:
         """Audit records in the order they were made, optionally of one run."""
         with self._read() as conn:
-            where, params = _where(run_id=run_id)
+            where, params = sql_filter(run_id=run_id)
             rows = conn.execute(
                 f"SELECT * FROM audit WHERE {where} ORDER BY audit_id", params
             ).fetchall()

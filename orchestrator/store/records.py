@@ -50,6 +50,8 @@ TERMINAL_TASK_STATUSES: frozenset[TaskStatus] = frozenset(TASK_STATUSES) - ACTIV
 MAX_TEXT_CHARS = 1_000_000
 """Longest free text (prompt, result, error, reason, …) kept; longer text is clipped
 with a marker that says how much was cut."""
+MAX_NAME_CHARS = 200
+"""Longest event kind kept (clipped with a marker beyond)."""
 MAX_EVENT_DATA_CHARS = 64_000
 """Longest event payload (as JSON); a larger one is replaced by an announced preview."""
 MAX_AUDIT_INPUT_CHARS = 64_000

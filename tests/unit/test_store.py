@@ -300,6 +300,11 @@ def test_audit_round_trip_and_bounded_input(store: Store) -> None:
     assert len(store.audit()) == 2
     with pytest.raises(ValidationError):
         _audit(final="ask")
+    with pytest.raises(RunNotFoundError):
+        store.record_audit(_audit(run_id="no-such-run"))
+    with pytest.raises(TaskNotFoundError):
+        store.record_audit(_audit(task_id="sa_ghost"))
+    assert len(store.audit()) == 2
 
 
 @pytest.mark.parametrize("text", HOSTILE)

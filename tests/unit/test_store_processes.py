@@ -243,3 +243,22 @@ def test_cost_of_one_checkpoint_of_a_50_turn_conversation(store: Store) -> None:
     )
     assert store.get_transcript("sa_t") == messages
     assert median_ms < 50, "a checkpoint per turn must stay cheap next to a model call"
+
+
+OPENER = """
+    import sys
+    from pathlib import Path
+    from orchestrator.store import Store
+    with Store.open(Path(sys.argv[1])) as store:
+        store.create_run(sys.argv[2], prompt="p", workspace="/w", model="m", pid=0)
+"""
+
+
+def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path: Path) -> None:
+    path = tmp_path / "fresh" / DB_FILENAME
+    openers = [
+        subprocess.Popen(_python(OPENER, str(path), f"run{i}"), env=warden_env()) for i in range(5)
+    ]
+    assert [p.wait(timeout=CHILD_TIMEOUT_S) for p in openers] == [0] * 5
+    with Store.open(path) as store:
+        assert sorted(r.run_id for r in store.list_runs()) == [f"run{i}" for i in range(5)]
