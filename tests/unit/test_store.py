@@ -73,8 +73,10 @@ def store(db_path: Path) -> Iterator[Store]:
 
 
 def test_first_open_creates_schema_with_private_modes(db_path: Path) -> None:
-    with Store.open(db_path):
-        pass
+    with Store.open(db_path) as s:
+        s.create_run("r", prompt="p", workspace="/w", model="m", pid=1)
+        wal = db_path.with_name(db_path.name + "-wal")
+        assert stat.S_IMODE(wal.stat().st_mode) == 0o600
     assert stat.S_IMODE(db_path.stat().st_mode) == 0o600
     assert stat.S_IMODE(db_path.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE(db_path.parent.parent.stat().st_mode) == 0o700
