@@ -31,12 +31,18 @@ from orchestrator.store.records import (
     TaskRecord,
     TaskStatus,
 )
-from orchestrator.store.schema import BUSY_TIMEOUT_S, SCHEMA_VERSION
+from orchestrator.store.schema import (
+    BUSY_TIMEOUT_S,
+    DEFAULT_SYNCHRONOUS,
+    SCHEMA_VERSION,
+    Synchronous,
+)
 
 __all__ = [
     "ACTIVE_TASK_STATUSES",
     "BUSY_TIMEOUT_S",
     "DB_FILENAME",
+    "DEFAULT_SYNCHRONOUS",
     "MAX_AUDIT_INPUT_CHARS",
     "MAX_EVENT_DATA_CHARS",
     "MAX_NAME_CHARS",
@@ -55,6 +61,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "Store",
+    "Synchronous",
     "TaskRecord",
     "TaskStatus",
     "TranscriptTooLargeError",

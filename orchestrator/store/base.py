@@ -75,16 +75,26 @@ class StoreBase:
         conn.row_factory = sqlite3.Row
 
     @classmethod
-    def open(cls, path: Path) -> Self:
+    def open(
+        cls, path: Path, *, synchronous: schema.Synchronous = schema.DEFAULT_SYNCHRONOUS
+    ) -> Self:
         """Open or create the store; missing parent directories are created with 0700.
+        `synchronous="FULL"` fsyncs every commit (see `schema` for the trade-off).
 
         Raises StoreError when the file is damaged, foreign, newer, or not writable.
         """
-        return cls(schema.connect(path), path)
+        return cls(schema.connect(path, synchronous), path)
 
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def synchronous(self) -> str:
+        """The `PRAGMA synchronous` in effect, as a name."""
+        with self._read() as conn:
+            level = int(conn.execute("PRAGMA synchronous").fetchone()[0])
+        return {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[level]
 
     def close(self) -> None:
         with self._lock:

@@ -90,6 +90,15 @@ def test_first_open_creates_schema_with_private_modes(db_path: Path) -> None:
     assert {"runs", "tasks", "transcripts", "events", "audit"} <= tables
 
 
+def test_synchronous_normal_by_default_full_on_request(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "a.db") as s:
+        assert s.synchronous == "NORMAL"
+    with Store.open(tmp_path / "b.db", synchronous="FULL") as s:
+        assert s.synchronous == "FULL"
+    with pytest.raises(ValueError, match="NORMAL"):
+        Store.open(tmp_path / "c.db", synchronous="OFF; DROP TABLE runs")  # type: ignore[arg-type]
+
+
 def test_reopen_keeps_everything(db_path: Path) -> None:
     with Store.open(db_path) as s:
         s.create_run("r", prompt="p", workspace="/w", model="m", pid=1)
