@@ -1,0 +1,69 @@
+"""warden's state store: one SQLite file (WAL) at `Settings.state_dir / "warden.db"`.
+
+store = Store.open(settings.state_dir / DB_FILENAME)
+await asyncio.to_thread(store.append_event, run_id, task_id, "tool_started", {...})
+"""
+
+from orchestrator.store.base import (
+    DB_FILENAME,
+    RunNotFoundError,
+    TranscriptTooLargeError,
+    pid_alive,
+)
+from orchestrator.store.core import Store
+from orchestrator.store.records import (
+    ACTIVE_TASK_STATUSES,
+    MAX_AUDIT_INPUT_CHARS,
+    MAX_EVENT_DATA_CHARS,
+    MAX_NAME_CHARS,
+    MAX_TEXT_CHARS,
+    MAX_TRANSCRIPT_CHARS,
+    RUN_STATUSES,
+    TASK_STATUSES,
+    TERMINAL_TASK_STATUSES,
+    TRUNCATED_KEY,
+    AuditRecord,
+    Decision,
+    EventRecord,
+    FinalDecision,
+    RunRecord,
+    RunStatus,
+    TaskRecord,
+    TaskStatus,
+)
+from orchestrator.store.schema import (
+    BUSY_TIMEOUT_S,
+    DEFAULT_SYNCHRONOUS,
+    SCHEMA_VERSION,
+    Synchronous,
+)
+
+__all__ = [
+    "ACTIVE_TASK_STATUSES",
+    "BUSY_TIMEOUT_S",
+    "DB_FILENAME",
+    "DEFAULT_SYNCHRONOUS",
+    "MAX_AUDIT_INPUT_CHARS",
+    "MAX_EVENT_DATA_CHARS",
+    "MAX_NAME_CHARS",
+    "MAX_TEXT_CHARS",
+    "MAX_TRANSCRIPT_CHARS",
+    "RUN_STATUSES",
+    "SCHEMA_VERSION",
+    "TASK_STATUSES",
+    "TERMINAL_TASK_STATUSES",
+    "TRUNCATED_KEY",
+    "AuditRecord",
+    "Decision",
+    "EventRecord",
+    "FinalDecision",
+    "RunNotFoundError",
+    "RunRecord",
+    "RunStatus",
+    "Store",
+    "Synchronous",
+    "TaskRecord",
+    "TaskStatus",
+    "TranscriptTooLargeError",
+    "pid_alive",
+]

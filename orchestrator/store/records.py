@@ -1,0 +1,229 @@
+"""Rows of the state store, their status values, and the size limits the store enforces.
+
+Times are Unix timestamps in seconds (`time.time()`), so ages and orderings are plain
+arithmetic and `--json` output stays language-neutral.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+RunStatus = Literal["running", "completed", "failed", "interrupted", "stopped"]
+TaskStatus = Literal[
+    "pending",
+    "running",
+    "completed",
+    "failed",
+    "timed_out",
+    "stopped",
+    "interrupted",
+    "no_output",
+]
+Decision = Literal["allow", "deny", "ask"]
+FinalDecision = Literal["allow", "deny"]
+
+RUN_STATUSES: tuple[RunStatus, ...] = (
+    "running",
+    "completed",
+    "failed",
+    "interrupted",
+    "stopped",
+)
+TASK_STATUSES: tuple[TaskStatus, ...] = (
+    "pending",
+    "running",
+    "completed",
+    "failed",
+    "timed_out",
+    "stopped",
+    "interrupted",
+    "no_output",
+)
+ACTIVE_TASK_STATUSES: frozenset[TaskStatus] = frozenset({"pending", "running"})
+"""A task in one of these has not ended; after a crash it is what needs recovering."""
+TERMINAL_TASK_STATUSES: frozenset[TaskStatus] = frozenset(TASK_STATUSES) - ACTIVE_TASK_STATUSES
+
+MAX_TEXT_CHARS = 1_000_000
+"""Longest free text (prompt, result, error, reason, …) kept; longer text is clipped
+with a marker that says how much was cut."""
+MAX_NAME_CHARS = 200
+"""Longest event kind kept (clipped with a marker beyond)."""
+MAX_EVENT_DATA_CHARS = 64_000
+"""Longest event payload (as JSON); a larger one is replaced by an announced preview."""
+MAX_AUDIT_INPUT_CHARS = 64_000
+"""Longest tool input (as JSON) kept in an audit record; `input_hash` still covers all
+of it, so a clipped record stays bound to the exact input that was decided."""
+MAX_TRANSCRIPT_CHARS = 32_000_000
+"""Largest transcript checkpoint (as JSON). A transcript is never clipped (resume needs
+all of it): a larger one is refused with `TranscriptTooLargeError`."""
+
+TRUNCATED_KEY = "_warden_truncated"
+"""Marks a JSON payload the store replaced by a preview because it was too large."""
+
+
+def clean_text(text: str) -> str:
+    """`text` made storable: lone surrogates (valid in JSON, not in UTF-8) become U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def clip_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """`text` cleaned and cut to `limit` characters, announcing the cut."""
+    text = clean_text(text)
+    if len(text) <= limit:
+        return text
+    marker = f"\n[… truncated by warden: {len(text) - limit} more characters]"
+    return text[: max(0, limit - len(marker))] + marker
+
+
+def dumps(value: object) -> str:
+    """Compact JSON that SQLite can store and that reads back equal (lone surrogates too)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: escape them so they round-trip exactly
+        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+def bounded_json(value: dict[str, Any], limit: int) -> str:
+    """`value` as JSON, or an announced preview (TRUNCATED_KEY) when over `limit` chars."""
+    text = dumps(value)
+    if len(text) <= limit:
+        return text
+    # Escaping inside the wrapper at most doubles the preview (it is JSON text already).
+    preview = text[: max(0, limit // 2 - 100)]
+    return dumps({TRUNCATED_KEY: True, "original_chars": len(text), "preview": preview})
+
+
+StoredText = Annotated[str, AfterValidator(clip_text)]
+"""Free text, possibly from a container: cleaned and bounded on the way in."""
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunRecord(_Record):
+    """One `warden run` (or `warden resume`) invocation."""
+
+    run_id: str = Field(min_length=1, max_length=200)
+    """Unique id of the run."""
+    prompt: StoredText
+    """The user's prompt to the root agent."""
+    workspace: str
+    """The workspace directory on the host."""
+    model: str
+    """The root agent's model."""
+    pid: int
+    """Process id of the orchestrator that owns the run (for crash recovery)."""
+    status: RunStatus = "running"
+    """running until `finish_run`."""
+    result: StoredText | None = None
+    """The root agent's final answer, or None."""
+    created_at: float = Field(default_factory=time.time)
+    """When the run started."""
+    ended_at: float | None = None
+    """When the run finished; None while running."""
+
+
+class TaskRecord(_Record):
+    """One subagent task: a node of a run's task tree."""
+
+    task_id: str = Field(pattern=r"^sa_[A-Za-z0-9_-]+$", max_length=200)
+    """`sa_` + random."""
+    run_id: str = Field(min_length=1, max_length=200)
+    """The run this task belongs to."""
+    parent_id: str | None = None
+    """The delegating task; None when the root agent started it."""
+    session_id: str = ""
+    """The conversation this task continues; empty on input means a new session whose
+    id is the task's own id. A resume is a new task row with an existing session id."""
+    agent_type: str = Field(min_length=1, max_length=200)
+    """The subagent type, e.g. `general-purpose`."""
+    description: StoredText = ""
+    """The parent's short description of the task."""
+    prompt: StoredText
+    """The task prompt."""
+    status: TaskStatus = "pending"
+    """Lifecycle state; see ACTIVE_TASK_STATUSES and TERMINAL_TASK_STATUSES."""
+    container_id: str | None = None
+    """The sandbox container, once created."""
+    created_at: float = Field(default_factory=time.time)
+    """When the task was created."""
+    started_at: float | None = None
+    """When its container started."""
+    ended_at: float | None = None
+    """When it reached a terminal status."""
+    result_text: StoredText | None = None
+    """The subagent's final answer."""
+    error: StoredText | None = None
+    """Why it failed, timed out, was stopped or interrupted."""
+    depth: int = Field(default=1, ge=0)
+    """Nesting depth: a child's depth is its parent's depth + 1 (checked on create)."""
+    trace_id: str = ""
+    """Shared by every task of one run; empty when not traced."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _new_session_by_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("session_id"):
+            return {**data, "session_id": data.get("task_id", "")}
+        return data
+
+
+class EventRecord(_Record):
+    """Something that happened during a run, in commit order."""
+
+    event_id: int
+    """Monotonic: a reader that saw id N never later sees a new event with id ≤ N."""
+    run_id: str
+    """The run it belongs to."""
+    task_id: str | None
+    """The task it concerns; None for the root agent or the run itself."""
+    kind: str
+    """What happened, e.g. `tool_started`."""
+    data: dict[str, Any]
+    """Payload; carries TRUNCATED_KEY when the store had to cut it."""
+    time: float
+    """When it was recorded."""
+
+
+class AuditRecord(_Record):
+    """One permission decision on one tool call."""
+
+    audit_id: int | None = None
+    """Assigned by the store; None on input."""
+    time: float = Field(default_factory=time.time)
+    """When the decision was final."""
+    run_id: str
+    """The run it happened in."""
+    task_id: str | None = None
+    """The asking task; None for the root agent."""
+    agent_type: str
+    """The asking agent's type."""
+    tool_name: str = Field(max_length=200)
+    """The tool, e.g. `Bash`."""
+    tool_use_id: str | None = Field(default=None, max_length=200)
+    """The model's tool-use id, when known."""
+    input_hash: str = Field(max_length=200)
+    """Hash of the exact tool input (approvals are bound to it)."""
+    tool_input: dict[str, Any]
+    """The tool input; replaced by an announced preview beyond MAX_AUDIT_INPUT_CHARS."""
+    decision: Decision
+    """What the policy (rules, hooks, mode) decided."""
+    final: FinalDecision
+    """What happened in the end (after an ask was answered)."""
+    decided_by: StoredText
+    """The rule text, hook command, mode, person or approver that decided."""
+    source: StoredText
+    """Where that came from: managed policy, CLI, workspace settings, user settings, …"""
+    reason: StoredText = ""
+    """Why, in words (what a denied model is told)."""

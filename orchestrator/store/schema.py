@@ -1,0 +1,272 @@
+"""Opening the SQLite file: pragmas, schema creation and upgrade, and error translation.
+
+Choices, and why:
+- WAL: readers (`warden ps`, `logs --follow`, `audit`) never block the writer and the
+  writer never blocks them; a crash leaves either the old or the new transaction.
+- `synchronous=NORMAL` by default: in WAL mode a commit then survives any crash of the
+  process (SIGKILL included; tested for real) and the file never corrupts, but the last
+  commits may roll back after a power loss or kernel crash, as the workspace's own
+  unsynced writes would. FULL (fsync on every commit) closes that gap and is a keyword
+  away (`Store.open(path, synchronous="FULL")`), but all writers share one write lock and
+  measured on the project's machines FULL costs 0.28 vs 0.04 ms per event on a quiet
+  disk and 3.3 vs 0.07 ms when the disk is busy (load 6 on 2 cores), which would throttle
+  a fan-out of 50 subagents that commit several times per tool call.
+- `BEGIN IMMEDIATE` for every write: the write lock is taken up front, so `busy_timeout`
+  applies and two writers never deadlock upgrading a read lock.
+- WAL needs shared memory: the state dir must be on a local file system, not NFS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+from orchestrator.errors import StoreError
+
+SCHEMA_VERSION = 1
+"""`PRAGMA user_version` of the schema this code writes."""
+APPLICATION_ID = 0x5744524E  # "WDRN"
+"""`PRAGMA application_id` that marks a file as a warden store."""
+Synchronous = Literal["NORMAL", "FULL"]
+DEFAULT_SYNCHRONOUS: Synchronous = "NORMAL"
+"""`PRAGMA synchronous` unless the caller asks for FULL (see the module docstring)."""
+BUSY_TIMEOUT_S = 10.0
+"""How long a write waits for another process's write to finish before giving up."""
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+_RUN_STATUSES = "'running','completed','failed','interrupted','stopped'"
+_TASK_STATUSES = (
+    "'pending','running','completed','failed','timed_out','stopped','interrupted','no_output'"
+)
+
+# _MIGRATIONS[v] takes a store from schema v to v + 1; creating one applies them all.
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        f"""CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            prompt TEXT NOT NULL,
+            workspace TEXT NOT NULL,
+            model TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ({_RUN_STATUSES})),
+            result TEXT,
+            created_at REAL NOT NULL,
+            ended_at REAL
+        )""",
+        "CREATE INDEX runs_created ON runs (created_at)",
+        f"""CREATE TABLE tasks (
+            task_id TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs (run_id),
+            parent_id TEXT REFERENCES tasks (task_id),
+            session_id TEXT NOT NULL,
+            agent_type TEXT NOT NULL,
+            description TEXT NOT NULL,
+            prompt TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ({_TASK_STATUSES})),
+            container_id TEXT,
+            created_at REAL NOT NULL,
+            started_at REAL,
+            ended_at REAL,
+            result_text TEXT,
+            error TEXT,
+            depth INTEGER NOT NULL,
+            trace_id TEXT NOT NULL
+        )""",
+        "CREATE INDEX tasks_run ON tasks (run_id)",
+        "CREATE INDEX tasks_parent ON tasks (parent_id)",
+        "CREATE INDEX tasks_session ON tasks (session_id)",
+        "CREATE INDEX tasks_status ON tasks (status)",
+        """CREATE TABLE transcripts (
+            task_id TEXT PRIMARY KEY REFERENCES tasks (task_id),
+            turn INTEGER NOT NULL,
+            message_count INTEGER NOT NULL,
+            messages TEXT NOT NULL,
+            updated_at REAL NOT NULL
+        )""",
+        """CREATE TABLE events (
+            event_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id TEXT NOT NULL REFERENCES runs (run_id),
+            task_id TEXT REFERENCES tasks (task_id),
+            kind TEXT NOT NULL,
+            data TEXT NOT NULL,
+            time REAL NOT NULL
+        )""",
+        "CREATE INDEX events_run ON events (run_id, event_id)",
+        "CREATE INDEX events_task ON events (task_id, event_id)",
+        """CREATE TABLE audit (
+            audit_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            time REAL NOT NULL,
+            run_id TEXT NOT NULL REFERENCES runs (run_id),
+            task_id TEXT REFERENCES tasks (task_id),
+            agent_type TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            tool_use_id TEXT,
+            input_hash TEXT NOT NULL,
+            tool_input TEXT NOT NULL,
+            decision TEXT NOT NULL CHECK (decision IN ('allow','deny','ask')),
+            final TEXT NOT NULL CHECK (final IN ('allow','deny')),
+            decided_by TEXT NOT NULL,
+            source TEXT NOT NULL,
+            reason TEXT NOT NULL
+        )""",
+        "CREATE INDEX audit_run ON audit (run_id, audit_id)",
+    ),
+)
+assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+
+def corrupt_error(path: Path, detail: object) -> StoreError:
+    """The error for a file SQLite cannot read as a database, with the fix."""
+    return StoreError(
+        f"the state store {path} is damaged or not a SQLite database ({detail}). "
+        f"Move it aside together with its -wal and -shm files, e.g. "
+        f"`mv {path} {path}.broken; mv {path}-wal {path}-wal.broken; "
+        f"mv {path}-shm {path}-shm.broken` (ignore missing ones); "
+        "warden then starts a new, empty store. Past runs stay in the moved file."
+    )
+
+
+def translate(path: Path, exc: sqlite3.Error) -> StoreError:
+    """A sqlite3 error as a StoreError that says what to do."""
+    message = str(exc)
+    lowered = message.lower()
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in lowered or "busy" in lowered):
+        return StoreError(
+            f"the state store {path} stayed locked by another process for more than "
+            f"{BUSY_TIMEOUT_S:g} s; retry, or find a stuck warden process (`warden ps`)"
+        )
+    if "readonly" in lowered or "unable to open" in lowered:
+        return StoreError(
+            f"cannot write the state store {path} ({message}); check that the directory "
+            "and the file belong to you and are writable, or set WARDEN_STATE_DIR"
+        )
+    if "disk is full" in lowered or "disk i/o" in lowered:
+        return StoreError(f"cannot write the state store {path} ({message}); free disk space")
+    if "malformed" in lowered or "not a database" in lowered or "corrupt" in lowered:
+        return corrupt_error(path, message)
+    return StoreError(f"state store {path}: {message}")
+
+
+@contextlib.contextmanager
+def translated(path: Path) -> Iterator[None]:
+    """Run a block with sqlite3 errors turned into StoreErrors."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise translate(path, exc) from exc
+
+
+def _make_dirs(directory: Path) -> None:
+    missing: list[Path] = []
+    probe = directory
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for new in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            new.mkdir(mode=DIR_MODE)
+            os.chmod(new, DIR_MODE)  # mkdir's mode is filtered by the umask
+
+
+def connect(path: Path, synchronous: Synchronous = DEFAULT_SYNCHRONOUS) -> sqlite3.Connection:
+    """Open (creating if absent) the store at `path`, at SCHEMA_VERSION.
+
+    Raises StoreError when the file is damaged, not a warden store, written by a newer
+    warden, or cannot be opened.
+    """
+    if synchronous not in ("NORMAL", "FULL"):  # it is spliced into a PRAGMA
+        raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
+    try:
+        _make_dirs(path.parent)
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, FILE_MODE)  # before SQLite, for the mode
+        os.close(fd)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create the state store {path} ({exc.strerror}); check the permissions "
+            "of its directory or set WARDEN_STATE_DIR"
+        ) from exc
+    try:
+        conn = sqlite3.connect(
+            path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.Error as exc:
+        raise translate(path, exc) from exc
+    try:
+        _configure(conn, path, synchronous)
+        _migrate(conn, path)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _configure(conn: sqlite3.Connection, path: Path, synchronous: Synchronous) -> None:
+    try:
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode != "wal":
+                raise StoreError(
+                    f"the state store {path} cannot use WAL mode (got {mode!r}); put "
+                    "WARDEN_STATE_DIR on a local file system"
+                )
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA trusted_schema=OFF")
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower():
+            raise translate(path, exc) from exc
+        raise corrupt_error(path, exc) from exc
+
+
+def _read_version(conn: sqlite3.Connection) -> tuple[int, int]:
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+    return version, app_id
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    try:
+        version, app_id = _read_version(conn)
+        _check_identity(conn, path, version, app_id)
+        if version == SCHEMA_VERSION:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version, app_id = _read_version(conn)  # another process may have done it
+            _check_identity(conn, path, version, app_id)
+            for step in _MIGRATIONS[version:]:
+                for statement in step:
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    except sqlite3.Error as exc:
+        raise translate(path, exc) from exc
+
+
+def _has_tables(conn: sqlite3.Connection) -> bool:
+    return bool(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
+
+
+def _check_identity(conn: sqlite3.Connection, path: Path, version: int, app_id: int) -> None:
+    foreign = app_id != APPLICATION_ID if version else app_id != 0 or _has_tables(conn)
+    if foreign:
+        raise StoreError(
+            f"{path} is a SQLite database but not a warden state store; point "
+            "WARDEN_STATE_DIR elsewhere or move the file aside"
+        )
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"the state store {path} has schema version {version}, newer than this warden "
+            f"understands ({SCHEMA_VERSION}); it was written by a newer warden. Upgrade "
+            "warden, or use a separate WARDEN_STATE_DIR for this version"
+        )
