@@ -63,7 +63,8 @@ class RecordedRequest(BaseModel):
     method: str
     path: str
     headers: dict[str, str]
-    """Request headers; `x-api-key` and `authorization` values are replaced by `[redacted]`."""
+    """Request headers, names lower-cased; `x-api-key` and `authorization` values are
+    replaced by `[redacted]`."""
     api_key_present: bool
     """Whether the request carried an API key (`x-api-key` or a bearer token)."""
     api_key_matched: bool | None
@@ -201,7 +202,8 @@ class ScriptedModelServer:
     def _begin(self, request: web.Request, request_id: str) -> RecordedRequest:
         headers: dict[str, str] = {}
         for name, value in request.headers.items():
-            headers[name] = REDACTED if name.lower() in SECRET_HEADERS else value
+            name = name.lower()
+            headers[name] = REDACTED if name in SECRET_HEADERS else value
         key: str | None = request.headers.get("x-api-key")
         auth = request.headers.get("authorization", "")
         if key is None and auth.lower().startswith("bearer "):
