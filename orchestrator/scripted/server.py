@@ -44,6 +44,10 @@ CHARS_PER_TOKEN = 4
 STREAM_TEXT_CHUNK_CHARS = 64
 """Characters per `text_delta` event when streaming."""
 
+SHUTDOWN_GRACE_S = 0.5
+"""How long `stop()` lets in-flight requests (a slow scripted turn) finish before
+cancelling them."""
+
 THREAD_START_TIMEOUT_S = 15.0
 """How long `in_thread()` waits for the server to start listening."""
 
@@ -134,7 +138,9 @@ class ScriptedModelServer:
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        self._runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=SHUTDOWN_GRACE_S
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
         await site.start()

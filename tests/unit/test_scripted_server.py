@@ -309,3 +309,40 @@ def test_count_tokens_and_unknown_paths() -> None:
 def test_only_loopback_addresses_are_accepted() -> None:
     with pytest.raises(ValueError, match="loopback only"):
         ScriptedModelServer(_script(), host="0.0.0.0")
+
+
+async def test_a_client_that_gives_up_is_recorded_and_stop_does_not_wait() -> None:
+    script = Script(
+        conversations=[
+            Conversation(name="stuck", turns=[Turn(content=[TextBlock(text="late")], delay_s=30)])
+        ]
+    )
+    server = ScriptedModelServer(script)
+    await server.start()
+    client = anthropic.AsyncAnthropic(
+        base_url=server.base_url, api_key="x", max_retries=0, timeout=0.3
+    )
+    with pytest.raises(anthropic.APITimeoutError):
+        await client.messages.create(
+            model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        )
+    pending = asyncio.create_task(
+        client.messages.create(
+            model=MODEL,
+            max_tokens=10,
+            messages=[{"role": "user", "content": "hi"}],
+            timeout=60,
+        )
+    )
+    while len(server.requests) < 2:
+        await asyncio.sleep(0.01)
+    started = time.monotonic()
+    await server.stop()
+    stopped_in = time.monotonic() - started
+    with pytest.raises(anthropic.APIConnectionError):
+        await pending
+    await client.close()
+    assert stopped_in < 5
+    # The abandoned request is recorded as cut off (499), with its turn.
+    assert server.requests[0].status == 499
+    assert server.requests[0].turn == 0
