@@ -132,16 +132,16 @@ def test_standalone_server_serves_a_script_file(tmp_path: Path) -> None:
         first_line = proc.stdout.readline()
         found = re.search(r"http://127\.0\.0\.1:\d+", first_line)
         assert found, first_line
-        client = anthropic.Anthropic(base_url=found.group(0), api_key="x", max_retries=0)
-        reply = client.messages.create(
-            model="m",
-            max_tokens=10,
-            messages=[
-                {"role": "user", "content": "Summarise README.md"},
-                {"role": "assistant", "content": "reading"},
-                {"role": "user", "content": "go on"},
-            ],
-        )
+        with anthropic.Anthropic(base_url=found.group(0), api_key="x", max_retries=0) as client:
+            reply = client.messages.create(
+                model="m",
+                max_tokens=10,
+                messages=[
+                    {"role": "user", "content": "Summarise README.md"},
+                    {"role": "assistant", "content": "reading"},
+                    {"role": "user", "content": "go on"},
+                ],
+            )
         assert reply.content[0].type == "text"
         assert reply.content[0].text == "README has 1 turns behind it"
         assert (reply.usage.input_tokens, reply.usage.output_tokens) == (7, 3)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,23 @@ from orchestrator.scripted import (
 )
 
 MODEL = "claude-scripted"
+SyncClient = Callable[..., anthropic.Anthropic]
+
+
+@pytest.fixture
+def sync_client() -> Iterator[SyncClient]:
+    """Makes sync SDK clients and closes them after the test."""
+    made: list[anthropic.Anthropic] = []
+
+    def make(base_url: str, **kwargs: Any) -> anthropic.Anthropic:
+        made.append(anthropic.Anthropic(base_url=base_url, **kwargs))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
+
+
 KEY = "sk-test-secret-123"
 
 
@@ -98,9 +116,9 @@ def _tool_result(tool_use_id: str, text: str) -> dict[str, Any]:
     }
 
 
-def test_turns_follow_the_assistant_message_count() -> None:
+def test_turns_follow_the_assistant_message_count(sync_client: SyncClient) -> None:
     with ScriptedModelServer(_script()).in_thread() as server:
-        client = anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0)
+        client = sync_client(server.base_url, api_key="x", max_retries=0)
         messages: list[Any] = [{"role": "user", "content": "Please list files here"}]
         first = client.messages.create(
             model=MODEL, max_tokens=100, messages=messages, tools=[BASH_TOOL]
@@ -133,9 +151,9 @@ def test_turns_follow_the_assistant_message_count() -> None:
         assert first._request_id and first._request_id.startswith("req_")
 
 
-def test_tool_use_ids_are_deterministic_and_unique() -> None:
+def test_tool_use_ids_are_deterministic_and_unique(sync_client: SyncClient) -> None:
     def ids(server: ScriptedModelServer, prompt: str) -> list[str]:
-        client = anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0)
+        client = sync_client(server.base_url, api_key="x", max_retries=0)
         reply = client.messages.create(
             model=MODEL,
             max_tokens=100,
@@ -151,10 +169,10 @@ def test_tool_use_ids_are_deterministic_and_unique() -> None:
     assert not set(once) & set(other)
 
 
-def test_exhausted_script_can_be_an_error() -> None:
+def test_exhausted_script_can_be_an_error(sync_client: SyncClient) -> None:
     script = _script(when_exhausted="error")
     with ScriptedModelServer(script).in_thread() as server:
-        client = anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0)
+        client = sync_client(server.base_url, api_key="x", max_retries=0)
         with pytest.raises(anthropic.BadRequestError, match="has 1 turns"):
             client.messages.create(
                 model=MODEL,
@@ -167,9 +185,9 @@ def test_exhausted_script_can_be_an_error() -> None:
             )
 
 
-def test_unknown_conversation_names_what_was_looked_for() -> None:
+def test_unknown_conversation_names_what_was_looked_for(sync_client: SyncClient) -> None:
     with ScriptedModelServer(_script()).in_thread() as server:
-        client = anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0)
+        client = sync_client(server.base_url, api_key="x", max_retries=0)
         with pytest.raises(anthropic.BadRequestError) as caught:
             client.messages.create(
                 model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hello"}]
@@ -188,9 +206,9 @@ def test_unknown_conversation_names_what_was_looked_for() -> None:
     }
 
 
-def test_scripted_errors_raise_the_sdk_exception_classes() -> None:
+def test_scripted_errors_raise_the_sdk_exception_classes(sync_client: SyncClient) -> None:
     with ScriptedModelServer(_script()).in_thread() as server:
-        client = anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0)
+        client = sync_client(server.base_url, api_key="x", max_retries=0)
         with pytest.raises(anthropic.BadRequestError, match="scripted bad request"):
             client.messages.create(
                 model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "always bad"}]
@@ -204,9 +222,9 @@ def test_scripted_errors_raise_the_sdk_exception_classes() -> None:
         assert caught.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
 
 
-def test_overloaded_once_is_retried_by_the_sdk_and_succeeds() -> None:
+def test_overloaded_once_is_retried_by_the_sdk_and_succeeds(sync_client: SyncClient) -> None:
     with ScriptedModelServer(_script()).in_thread() as server:
-        client = anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=2)
+        client = sync_client(server.base_url, api_key="x", max_retries=2)
         reply = client.messages.create(
             model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "flaky call"}]
         )
@@ -215,14 +233,16 @@ def test_overloaded_once_is_retried_by_the_sdk_and_succeeds() -> None:
         assert server.requests[1].headers.get("x-stainless-retry-count") == "1"
 
 
-def test_wrong_or_missing_key_is_401_and_recordings_redact_it(tmp_path: Path) -> None:
+def test_wrong_or_missing_key_is_401_and_recordings_redact_it(
+    tmp_path: Path, sync_client: SyncClient
+) -> None:
     record = tmp_path / "requests.jsonl"
     with ScriptedModelServer(_script(), expected_api_key=KEY, record_path=record).in_thread() as s:
-        good = anthropic.Anthropic(base_url=s.base_url, api_key=KEY, max_retries=0)
+        good = sync_client(s.base_url, api_key=KEY, max_retries=0)
         good.messages.create(
             model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "slowly"}]
         )
-        bad = anthropic.Anthropic(base_url=s.base_url, api_key="sk-wrong", max_retries=0)
+        bad = sync_client(s.base_url, api_key="sk-wrong", max_retries=0)
         with pytest.raises(anthropic.AuthenticationError, match="expects a different API key"):
             bad.messages.create(
                 model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "slowly"}]
@@ -291,9 +311,9 @@ async def test_streaming_matches_the_plain_answer() -> None:
     assert server.requests[0].stream is True
 
 
-def test_count_tokens_and_unknown_paths() -> None:
+def test_count_tokens_and_unknown_paths(sync_client: SyncClient) -> None:
     with ScriptedModelServer(_script()).in_thread() as server:
-        client = anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0)
+        client = sync_client(server.base_url, api_key="x", max_retries=0)
         counted = client.messages.count_tokens(
             model=MODEL, messages=[{"role": "user", "content": "y" * 400}]
         )
@@ -346,3 +366,24 @@ async def test_a_client_that_gives_up_is_recorded_and_stop_does_not_wait() -> No
     # The abandoned request is recorded as cut off (499), with its turn.
     assert server.requests[0].status == 499
     assert server.requests[0].turn == 0
+
+
+async def test_streamed_requests_get_scripted_errors_as_statuses() -> None:
+    async with ScriptedModelServer(_script()) as server:
+        client = anthropic.AsyncAnthropic(base_url=server.base_url, api_key="x", max_retries=0)
+        with pytest.raises(anthropic.BadRequestError, match="scripted bad request"):
+            async with client.messages.stream(
+                model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "always bad"}]
+            ) as stream:
+                await stream.get_final_message()
+        await client.close()
+
+
+def test_a_server_that_cannot_start_raises_in_the_caller() -> None:
+    with ScriptedModelServer(_script()).in_thread() as first:
+        port = int(first.base_url.rsplit(":", 1)[1])
+        with (
+            pytest.raises(OSError, match="address already in use"),
+            ScriptedModelServer(_script(), port=port).in_thread(),
+        ):
+            pass
