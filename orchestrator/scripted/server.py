@@ -6,7 +6,7 @@ Anthropic's error shape with the usual statuses, a `request-id` header, and
 usage figures estimated at `CHARS_PER_TOKEN`. Every request is recorded (API key
 redacted) in `server.requests`, and optionally appended to a JSONL file.
 
-It listens on loopback only.
+It listens on loopback only. The reply bodies are built in `replies`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,23 +26,17 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.scripted.replies import estimate_tokens, render_message, stream_events
 from orchestrator.scripted.script import (
     RequestView,
     Script,
     ScriptedError,
     TextBlock,
     Turn,
-    tool_use_id,
 )
 
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
 """Largest request body read; a bigger one gets 413 `request_too_large`."""
-
-CHARS_PER_TOKEN = 4
-"""Token estimate: this many characters of JSON count as one token."""
-
-STREAM_TEXT_CHUNK_CHARS = 64
-"""Characters per `text_delta` event when streaming."""
 
 SHUTDOWN_GRACE_S = 0.5
 """How long `stop()` lets in-flight requests (a slow scripted turn) finish before
@@ -87,18 +81,9 @@ class RecordedRequest(BaseModel):
     """Whether the answer was streamed."""
 
 
-def _estimate_tokens(value: Any) -> int:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return max(1, len(text) // CHARS_PER_TOKEN)
-
-
 def _error(status: int, kind: str, message: str, request_id: str) -> web.Response:
     body = {"type": "error", "error": {"type": kind, "message": message}}
     return web.json_response(body, status=status, headers={"request-id": request_id})
-
-
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
 class ScriptedModelServer:
@@ -142,8 +127,11 @@ class ScriptedModelServer:
             app, access_log=None, handler_cancellation=True, shutdown_timeout=SHUTDOWN_GRACE_S
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
-        await site.start()
+        try:
+            await web.TCPSite(self._runner, self._host, self._port).start()
+        except BaseException:
+            await self.stop()
+            raise
         sockets = self._runner.addresses
         port = sockets[0][1]
         self._base_url = f"http://{self._host}:{port}"
@@ -273,7 +261,7 @@ class ScriptedModelServer:
         async def answer(body: dict[str, Any], record: RecordedRequest) -> web.StreamResponse:
             counted = {k: body.get(k) for k in ("system", "messages", "tools") if k in body}
             return web.json_response(
-                {"input_tokens": _estimate_tokens(counted)},
+                {"input_tokens": estimate_tokens(counted)},
                 headers={"request-id": record.request_id},
             )
 
@@ -324,7 +312,7 @@ class ScriptedModelServer:
                 turn.error, conversation.name, view.instance_key(), view.turn
             ):
                 return self._scripted_error(turn.error, record.request_id)
-            message_body = self._render(turn, conversation.name, view, body)
+            message_body = render_message(turn, conversation.name, view, body)
             if body.get("stream") is True:
                 record.stream = True
                 return await self._stream(request, message_body, record.request_id)
@@ -383,45 +371,6 @@ class ScriptedModelServer:
         return response
 
     @staticmethod
-    def _render(
-        turn: Turn, conversation: str, view: RequestView, body: dict[str, Any]
-    ) -> dict[str, Any]:
-        instance = view.instance_key()
-        content: list[dict[str, Any]] = []
-        for index, block in enumerate(turn.content):
-            if isinstance(block, TextBlock):
-                content.append({"type": "text", "text": view.fill(block.text)})
-            else:
-                content.append(
-                    {
-                        "type": "tool_use",
-                        "id": tool_use_id(conversation, instance, view.turn, index),
-                        "name": block.name,
-                        "input": view.fill_value(block.input),
-                    }
-                )
-        if turn.usage is not None:
-            usage = turn.usage.model_dump()
-        else:
-            counted = {k: body.get(k) for k in ("system", "messages", "tools") if k in body}
-            usage = {
-                "input_tokens": _estimate_tokens(counted),
-                "output_tokens": _estimate_tokens(content),
-            }
-        usage.update(cache_creation_input_tokens=0, cache_read_input_tokens=0)
-        model = body.get("model")
-        return {
-            "id": f"msg_{secrets.token_hex(12)}",
-            "type": "message",
-            "role": "assistant",
-            "model": model if isinstance(model, str) else "scripted",
-            "content": content,
-            "stop_reason": turn.effective_stop_reason,
-            "stop_sequence": None,
-            "usage": usage,
-        }
-
-    @staticmethod
     async def _stream(
         request: web.Request, message: dict[str, Any], request_id: str
     ) -> web.StreamResponse:
@@ -433,50 +382,7 @@ class ScriptedModelServer:
             }
         )
         await response.prepare(request)
-        async for chunk in _stream_events(message):
+        async for chunk in stream_events(message):
             await response.write(chunk)
         await response.write_eof()
         return response
-
-
-async def _stream_events(message: dict[str, Any]) -> AsyncIterator[bytes]:
-    """The SSE events the API sends for `message`, in order."""
-    usage = message["usage"]
-    start = {
-        **message,
-        "content": [],
-        "stop_reason": None,
-        "usage": {**usage, "output_tokens": 1},
-    }
-    yield _sse("message_start", {"type": "message_start", "message": start})
-    yield _sse("ping", {"type": "ping"})
-    for index, block in enumerate(message["content"]):
-        if block["type"] == "text":
-            opened: dict[str, Any] = {"type": "text", "text": ""}
-            text = block["text"]
-            deltas = [
-                {"type": "text_delta", "text": text[i : i + STREAM_TEXT_CHUNK_CHARS]}
-                for i in range(0, len(text), STREAM_TEXT_CHUNK_CHARS)
-            ]
-        else:
-            opened = {**block, "input": {}}
-            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
-        yield _sse(
-            "content_block_start",
-            {"type": "content_block_start", "index": index, "content_block": opened},
-        )
-        for delta in deltas:
-            yield _sse(
-                "content_block_delta",
-                {"type": "content_block_delta", "index": index, "delta": delta},
-            )
-        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
-    yield _sse(
-        "message_delta",
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-            "usage": {"output_tokens": usage["output_tokens"]},
-        },
-    )
-    yield _sse("message_stop", {"type": "message_stop"})
