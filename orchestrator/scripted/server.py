@@ -269,10 +269,10 @@ class ScriptedModelServer:
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         async def answer(body: dict[str, Any], record: RecordedRequest) -> web.StreamResponse:
-            if not isinstance(body.get("max_tokens"), int):
-                return _error(
-                    400, "invalid_request_error", "max_tokens: Field required", record.request_id
-                )
+            for field, kind in (("model", str), ("max_tokens", int), ("messages", list)):
+                if not isinstance(body.get(field), kind):
+                    message = f"{field}: Field required (a {kind.__name__})"
+                    return _error(400, "invalid_request_error", message, record.request_id)
             view = RequestView(body)
             conversation = self.script.find(view)
             if conversation is None:

@@ -324,6 +324,11 @@ def test_count_tokens_and_unknown_paths(sync_client: SyncClient) -> None:
         assert response.status_code == 400
         assert response.json()["error"]["type"] == "invalid_request_error"
         assert server.requests[-1].body_error is not None
+        response = httpx2.post(
+            f"{server.base_url}/v1/messages", json={"model": MODEL, "messages": []}
+        )
+        assert response.status_code == 400
+        assert "max_tokens: Field required" in response.json()["error"]["message"]
 
 
 def test_only_loopback_addresses_are_accepted() -> None:
