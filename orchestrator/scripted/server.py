@@ -18,7 +18,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -84,6 +84,10 @@ class RecordedRequest(BaseModel):
 def _error(status: int, kind: str, message: str, request_id: str) -> web.Response:
     body = {"type": "error", "error": {"type": kind, "message": message}}
     return web.json_response(body, status=status, headers={"request-id": request_id})
+
+
+_Answer = Callable[[dict[str, Any], RecordedRequest], Awaitable[web.StreamResponse]]
+"""Answers a request whose JSON body is an object (after auth and size checks)."""
 
 
 class ScriptedModelServer:
@@ -320,7 +324,7 @@ class ScriptedModelServer:
 
         return await self._handle(request, answer)
 
-    async def _handle(self, request: web.Request, answer: Any) -> web.StreamResponse:
+    async def _handle(self, request: web.Request, answer: _Answer) -> web.StreamResponse:
         request_id = f"req_{secrets.token_hex(12)}"
         record = self._begin(request, request_id)
         response: web.StreamResponse | None = None
