@@ -1,0 +1,316 @@
+"""Reading Claude Code subagent files (`*.md` with YAML frontmatter) into `AgentDefinition`s.
+
+    ---
+    name: code-reviewer
+    description: Reviews recent changes. Use after writing code.
+    tools: Read, Grep, Glob, Bash     # or a YAML list; absent = every tool
+    model: inherit                    # or sonnet / opus / haiku / a model id
+    maxTurns: 20
+    image: agent                      # warden: agent | bash | a local image
+    timeout: 10m                      # warden: seconds, or 90s / 10m / 1h
+    memory: 1g                        # warden: bytes, or 512m / 1g / 2GiB
+    cpus: 1.5                         # warden
+    pids: 256                         # warden
+    ---
+    The system prompt.
+
+Other keys (`color`, `permissionMode`, `skills`, `hooks`, …) are kept in
+`AgentDefinition.extra`. `disallowedTools` is honoured (removed from `tools`).
+
+Many real files (including ones Claude Code's `/agents` command writes) have an
+unquoted `description:` holding `user: "…"` examples, which is not valid YAML.
+Such frontmatter is read key by key instead, as Claude Code does, and a literal
+`\\n` in a description becomes a newline.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from orchestrator.agents import AgentDefinition, check_tool_names
+from orchestrator.errors import AgentDefinitionError
+from sandbox_tools.wire import TOOL_NAMES
+
+MAX_AGENT_FILE_BYTES = 256 * 1024
+"""Largest agent file read."""
+MAX_AGENT_FILES = 500
+"""Most agent files read from one directory."""
+
+KNOWN_KEYS = {
+    "name": "name",
+    "description": "description",
+    "tools": "tools",
+    "disallowedTools": "disallowed_tools",
+    "model": "model",
+    "maxTurns": "max_turns",
+    "image": "image",
+    "timeout": "timeout_s",
+    "memory": "memory",
+    "cpus": "cpus",
+    "pids": "pids",
+}
+"""Frontmatter key → `AgentDefinition` field."""
+
+_FIELD_TO_KEY = {field: key for key, field in KNOWN_KEYS.items()} | {
+    "system_prompt": "the body (system prompt)"
+}
+_KEY_LINE = re.compile(r"^([A-Za-z_][\w-]*)\s*:(?:\s(.*)|)$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_DURATION_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
+
+FRONTMATTER_HELP = (
+    "An agent file starts with a line `---`, then YAML with at least `name:` and "
+    "`description:`, then a line `---`, then the system prompt."
+)
+
+
+def split_frontmatter(text: str, file: Path) -> tuple[dict[str, Any], str, list[str]]:
+    """(frontmatter values, body, warnings) of an agent file's text."""
+    lines = text.lstrip("\ufeff").splitlines()
+    if not lines or lines[0].strip() != "---":
+        raise AgentDefinitionError(f"{file}: no YAML frontmatter. {FRONTMATTER_HELP}")
+    end = next((i for i in range(1, len(lines)) if lines[i].strip() in ("---", "...")), None)
+    if end is None:
+        raise AgentDefinitionError(
+            f"{file}: the frontmatter is not closed; add a line `---` after its last key. "
+            + FRONTMATTER_HELP
+        )
+    front = "\n".join(lines[1:end])
+    body = "\n".join(lines[end + 1 :]).strip()
+    warnings: list[str] = []
+    try:
+        values = yaml.safe_load(front) if front.strip() else {}
+    except yaml.YAMLError as exc:
+        values = _read_key_by_key(front, file, exc)
+        warnings.append(
+            f"{file}: frontmatter is not valid YAML ({str(exc).splitlines()[0]}); "
+            "read it key by key. Quote the value to silence this."
+        )
+    if not isinstance(values, dict):
+        raise AgentDefinitionError(
+            f"{file}: the frontmatter must be `key: value` lines, not a "
+            f"{type(values).__name__}. {FRONTMATTER_HELP}"
+        )
+    return values, body, warnings
+
+
+def _read_key_by_key(front: str, file: Path, error: yaml.YAMLError) -> dict[str, Any]:
+    """Frontmatter that is not YAML as a whole: each top-level key on its own."""
+    chunks: list[tuple[str, list[str]]] = []
+    for number, line in enumerate(front.splitlines(), start=2):
+        found = _KEY_LINE.match(line)
+        if found:
+            chunks.append((found.group(1), [line]))
+        elif chunks and (not line.strip() or line[0] in " \t#"):
+            chunks[-1][1].append(line)
+        elif line.strip() and not line.lstrip().startswith("#"):
+            raise AgentDefinitionError(
+                f"{file}: line {number} of the frontmatter is not `key: value` ({line[:60]!r}); "
+                f"the YAML parser says: {error}"
+            )
+    values: dict[str, Any] = {}
+    for key, chunk in chunks:
+        try:
+            parsed = yaml.safe_load("\n".join(chunk))
+        except yaml.YAMLError:
+            parsed = None
+        if isinstance(parsed, dict) and key in parsed:
+            values[key] = parsed[key]
+            continue
+        first = chunk[0].split(":", 1)[1].strip()
+        rest = [line.strip() for line in chunk[1:] if line.strip()]
+        values[key] = "\n".join([first, *rest]).strip()
+    return values
+
+
+def parse_duration(value: Any, key: str, file: Path) -> float:
+    """Seconds from `900`, `90s`, `15m` or `1h`."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    found = _DURATION.match(str(value)) if isinstance(value, str) else None
+    if found and float(found.group(1)) > 0:
+        unit = (found.group(2) or "s").lower()
+        return float(found.group(1)) * _DURATION_UNITS[unit]
+    raise AgentDefinitionError(
+        f"{file}: `{key}: {value}` is not a duration; use seconds (900) or 90s, 15m, 1h"
+    )
+
+
+def parse_size(value: Any, key: str, file: Path) -> int:
+    """Bytes from `1073741824`, `512m`, `1g`, `2GiB` (1024-based, like Docker)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    found = _SIZE.match(value) if isinstance(value, str) else None
+    if found and float(found.group(1)) > 0:
+        return int(float(found.group(1)) * _SIZE_UNITS[found.group(2).lower()])
+    raise AgentDefinitionError(
+        f"{file}: `{key}: {value}` is not a size; use bytes or a unit: 512m, 1g, 2GiB"
+    )
+
+
+def parse_tool_list(value: Any, key: str, file: Path) -> list[str] | None:
+    """Tools from `Read, Grep` or a YAML list; None when absent (null) or `*`."""
+    if value is None or value == "*":
+        return None
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return [item.strip() for item in value if item.strip()]
+    raise AgentDefinitionError(
+        f"{file}: `{key}` must be a comma-separated string (`Read, Grep`) or a list of "
+        f"tool names, not {value!r}"
+    )
+
+
+def _text(values: dict[str, Any], key: str, file: Path) -> str | None:
+    value = values.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool | dict | list):
+        raise AgentDefinitionError(f"{file}: `{key}` must be text, not {value!r}")
+    return str(value).strip()
+
+
+def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefinition, list[str]]:
+    """The definition in one agent file, and warnings about what was dropped."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_AGENT_FILE_BYTES:
+            raise AgentDefinitionError(
+                f"{path}: {size} bytes is over the {MAX_AGENT_FILE_BYTES}-byte limit for agent "
+                "files; shorten the system prompt"
+            )
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise AgentDefinitionError(f"{path}: not UTF-8 text ({exc}); save it as UTF-8") from exc
+    except OSError as exc:
+        raise AgentDefinitionError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
+    values, body, warnings = split_frontmatter(text, path)
+
+    name = _text(values, "name", path)
+    description = _text(values, "description", path)
+    missing = [key for key, value in (("name", name), ("description", description)) if not value]
+    if missing:
+        raise AgentDefinitionError(
+            f"{path}: the frontmatter has no {' or '.join(f'`{k}`' for k in missing)}; "
+            "add `name: my-agent` and `description: when to use it`"
+        )
+    assert description is not None
+    if not body:
+        raise AgentDefinitionError(
+            f"{path}: no system prompt; write the agent's instructions after the closing `---`"
+        )
+
+    fields: dict[str, Any] = {
+        "name": name,
+        "description": description.replace("\\n", "\n"),
+        "system_prompt": body,
+        "source": source or str(path),
+    }
+    listed = parse_tool_list(values.get("tools"), "tools", path)
+    denied = parse_tool_list(values.get("disallowedTools"), "disallowedTools", path) or []
+    dropped: list[str] = []
+    if listed is not None or denied:
+        kept, dropped = check_tool_names(list(TOOL_NAMES) if listed is None else listed, path)
+        check_tool_names(denied, path)
+        kept = [tool for tool in kept if tool not in denied]
+        if not kept:
+            raise AgentDefinitionError(
+                f"{path}: no tool warden runs is left in `tools` "
+                f"({', '.join(listed or []) or 'empty'}, minus `disallowedTools`); list at "
+                "least one of Bash, Read, Write, Edit, Glob, Grep, or leave `tools` out for all"
+            )
+        fields["tools"] = tuple(kept)
+        fields["dropped_tools"] = tuple(dropped)
+    if dropped:
+        warnings.append(
+            f"{path}: agent {name!r}: dropped {', '.join(dropped)}; warden runs only "
+            "Bash, Read, Write, Edit, Glob, Grep (and Task) in its sandboxes"
+        )
+    model = _text(values, "model", path)
+    fields["model"] = None if model in (None, "", "inherit") else model
+    for key in ("maxTurns", "pids"):
+        if values.get(key) is not None:
+            if not isinstance(values[key], int) or isinstance(values[key], bool):
+                raise AgentDefinitionError(
+                    f"{path}: `{key}` must be a whole number, not {values[key]!r}"
+                )
+            fields[KNOWN_KEYS[key]] = values[key]
+    if values.get("image") is not None:
+        fields["image"] = _text(values, "image", path)
+    if values.get("timeout") is not None:
+        fields["timeout_s"] = parse_duration(values["timeout"], "timeout", path)
+    if values.get("memory") is not None:
+        fields["memory"] = parse_size(values["memory"], "memory", path)
+    if values.get("cpus") is not None:
+        try:
+            fields["cpus"] = float(values["cpus"])
+        except (TypeError, ValueError):
+            raise AgentDefinitionError(
+                f"{path}: `cpus: {values['cpus']}` is not a number; use e.g. 1 or 1.5"
+            ) from None
+
+    extra = {key: value for key, value in values.items() if key not in KNOWN_KEYS}
+    fields["extra"] = extra
+    folded = {key.lower().replace("_", "").replace("-", ""): key for key in KNOWN_KEYS}
+    for key in extra:
+        near = folded.get(str(key).lower().replace("_", "").replace("-", ""))
+        if near:
+            warnings.append(f"{path}: key {key!r} is not read; did you mean {near!r}?")
+    try:
+        return AgentDefinition.model_validate(fields), warnings
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"`{_FIELD_TO_KEY.get(str(e['loc'][0]), e['loc'][0])}`: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise AgentDefinitionError(f"{path}: {problems}") from exc
+
+
+def load_agent_dir(
+    directory: Path, *, confine_to: Path | None = None
+) -> tuple[list[AgentDefinition], list[str]]:
+    """Every `*.md` under `directory` (sorted); `confine_to` refuses paths leaving it."""
+    if not directory.is_dir():
+        return [], []
+    real_dir = directory.resolve()
+    if confine_to is not None and not real_dir.is_relative_to(confine_to.resolve()):
+        raise AgentDefinitionError(
+            f"{directory} resolves to {real_dir}, outside the workspace {confine_to}; "
+            "project agent files must live in the workspace (put shared agents in the "
+            "user's config dir instead)"
+        )
+    files = sorted(directory.rglob("*.md"))
+    if len(files) > MAX_AGENT_FILES:
+        raise AgentDefinitionError(
+            f"{directory}: {len(files)} agent files, over the limit of {MAX_AGENT_FILES}"
+        )
+    agents: list[AgentDefinition] = []
+    warnings: list[str] = []
+    seen: dict[str, Path] = {}
+    for file in files:
+        real = file.resolve()
+        if confine_to is not None and not real.is_relative_to(real_dir):
+            raise AgentDefinitionError(
+                f"{file} is a link to {real}, outside {directory}; refusing to read it "
+                "(subagents can write to the workspace). Replace the link with the file."
+            )
+        if not real.is_file():
+            raise AgentDefinitionError(f"{file}: not a regular file (a broken link?); remove it")
+        agent, file_warnings = load_agent_file(file)
+        if agent.name in seen:
+            raise AgentDefinitionError(
+                f"{file} and {seen[agent.name]} both define agent {agent.name!r}; "
+                "rename one (`name:` in its frontmatter)"
+            )
+        seen[agent.name] = file
+        agents.append(agent)
+        warnings.extend(file_warnings)
+    return agents, warnings

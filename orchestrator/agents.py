@@ -1,0 +1,303 @@
+"""Subagent types: the built-ins and Claude Code subagent files.
+
+A subagent type is an `AgentDefinition`. `AgentRegistry.load(settings, workspace)`
+collects them, where a later source replaces an earlier one of the same name,
+as in Claude Code:
+
+1. built-in (`general-purpose`, `bash`),
+2. user: `Settings.config_dir/agents/**/*.md`,
+3. project: `WORKSPACE/.claude/agents/**/*.md` (wins).
+
+Two files of one source with the same `name` are an error. Files are read once,
+when the registry loads; a subagent that later writes into `.claude/agents/`
+does not change the running registry. Project files must stay inside the
+workspace (a symlink out of it is refused), since subagents can write there.
+
+Tools: Claude Code names. Tools that Claude Code has but warden does not run in a
+container (`CLAUDE_CODE_ONLY_TOOLS`, and `mcp__*` tools) are dropped with a
+warning, so files shared with Claude Code load unchanged; any other unknown name
+is an `AgentDefinitionError`. File parsing lives in `orchestrator.agent_files`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.config import Settings
+from orchestrator.errors import AgentDefinitionError, UnknownAgentError
+from sandbox_tools.wire import DELEGATION_TOOL_NAMES, TOOL_NAMES
+
+log = logging.getLogger(__name__)
+
+BUILTIN_SOURCE = "built-in"
+IMAGE_AGENT = "agent"
+"""The general-purpose image (`Dockerfile.agent`)."""
+IMAGE_BASH = "bash"
+"""The restricted bash image (`images/bash/`)."""
+
+DEFAULT_MAX_TURNS = 50
+DEFAULT_TIMEOUT_S = 900.0
+MIN_MEMORY_BYTES = 6 * 1024 * 1024
+"""Docker refuses a memory limit below 6 MiB."""
+
+PROJECT_AGENTS_DIR = Path(".claude") / "agents"
+"""Project subagent files, relative to the workspace."""
+USER_AGENTS_DIR = "agents"
+"""User subagent files, relative to `Settings.config_dir`."""
+
+VALID_TOOLS = (*TOOL_NAMES, *DELEGATION_TOOL_NAMES)
+"""Tool names an agent may list and keep."""
+
+CLAUDE_CODE_ONLY_TOOLS = frozenset(
+    {
+        "AskUserQuestion",
+        "BashOutput",
+        "EnterPlanMode",
+        "ExitPlanMode",
+        "KillBash",
+        "KillShell",
+        "LS",
+        "ListMcpResourcesTool",
+        "LSP",
+        "MultiEdit",
+        "NotebookEdit",
+        "NotebookRead",
+        "ReadMcpResourceTool",
+        "Skill",
+        "SlashCommand",
+        "TodoRead",
+        "TodoWrite",
+        "WebFetch",
+        "WebSearch",
+    }
+)
+"""Claude Code tools warden does not run in a container: dropped with a warning."""
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class AgentDefinition(BaseModel):
+    """One subagent type: what the model is told, which tools it gets, its limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=NAME_PATTERN)
+    """The `subagent_type` the parent passes to `Task`, e.g. `code-reviewer`."""
+    description: str = Field(min_length=1)
+    """When to use this agent; shown to the parent model."""
+    system_prompt: str = Field(min_length=1)
+    """The subagent's system prompt (the file's body)."""
+    tools: tuple[str, ...] | None = None
+    """Tool names (from `VALID_TOOLS`); None means every tool the runner has."""
+    model: str | None = None
+    """Model name or alias; None (`inherit` in a file) means the parent's model."""
+    max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
+    """Most model calls the subagent may make."""
+    image: str = Field(default=IMAGE_AGENT, min_length=1, pattern=r"^\S+$")
+    """`agent`, `bash`, or the name of a local image."""
+    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
+    """Wall-clock deadline; the container is killed when it passes."""
+    memory: int | None = Field(default=None, ge=MIN_MEMORY_BYTES)
+    """Memory limit in bytes; None keeps the backend's default."""
+    cpus: float | None = Field(default=None, gt=0)
+    """CPU limit; None keeps the backend's default."""
+    pids: int | None = Field(default=None, ge=1)
+    """Process limit; None keeps the backend's default."""
+    source: str = BUILTIN_SOURCE
+    """The file it came from, or `built-in`."""
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """Frontmatter keys warden does not use (`color`, `permissionMode`, `hooks`, …)."""
+    dropped_tools: tuple[str, ...] = ()
+    """Listed tools warden does not run in a container (`WebFetch`, `mcp__…`)."""
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, tools: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if tools is None:
+            return None
+        unknown = [tool for tool in tools if tool not in VALID_TOOLS]
+        if unknown:
+            raise ValueError(f"unknown tools {unknown}; valid tools: {', '.join(VALID_TOOLS)}")
+        if not tools:
+            raise ValueError("an agent needs at least one tool; leave `tools` out for all")
+        return tuple(dict.fromkeys(tools))
+
+
+GENERAL_PURPOSE_PROMPT = """\
+You are a general-purpose subagent. A parent agent delegated one task to you; \
+do that task, completely and carefully, and then report back.
+
+Where you are: an isolated sandbox container with no network access. The \
+project is mounted at /workspace, your working directory. /workspace is shared \
+with the parent and with other subagents, so what you write there persists \
+after you finish; anything outside /workspace is thrown away with the container.
+
+Your tools: Bash (commands run in /workspace), Read, Write, Edit, Glob and Grep. \
+Use Glob and Grep to find things and Read to look at them before you change \
+anything; use Edit for changes to existing files and Write for new ones. When \
+the task involves code, check your work the way the project does (run its tests \
+or the script you wrote). Stay within the task: do not reorganise, reformat or \
+"improve" unrelated files.
+
+Some tool calls may be refused by the host's permission policy. A refusal comes \
+back as the tool result with a reason: adapt, and do not repeat the same call.
+
+You cannot ask questions; nobody can answer them while you work. When something \
+is ambiguous, choose the reasonable reading, and say which one you chose.
+
+Your final message is the ONLY thing the parent sees: not your tool calls, not \
+their output. Make it concise and self-contained: the answer or outcome, the \
+files you created or changed (paths relative to /workspace), how you checked \
+the result, and anything left undone or uncertain. Quote exact values (numbers, \
+names, short snippets) the parent will need rather than pointing at where you \
+saw them."""
+
+BASH_PROMPT = """\
+You are a shell subagent. A parent agent delegated one task to you that can be \
+done from a shell; do it, and then report back.
+
+Where you are: a minimal, locked-down sandbox container with no network access. \
+The project is mounted at /workspace, your working directory; it is shared with \
+the parent and other subagents, so files you write there persist, and nothing \
+else does. The image has the common shell utilities (coreutils, find, grep, \
+sed, awk, and python3 for scripts) but no package manager, compiler or network \
+client: do not try to install anything.
+
+Your only tool is Bash. Each call runs one command line in /workspace and \
+returns its output (long output is cut, and says so): prefer commands with \
+small, precise output (`wc -l`, `grep -n`, `head`, `sed -n 'A,Bp'`). Quote paths. \
+Keep commands non-interactive. A call the host's permission policy refuses \
+comes back with a reason: adapt, do not repeat it.
+
+You cannot ask questions. When something is ambiguous, choose the reasonable \
+reading and say which one you chose.
+
+Your final message is the ONLY thing the parent sees. Make it concise and \
+self-contained: the answer or outcome, the exact figures or lines that support \
+it, the files you changed, and anything that failed or is left undone."""
+
+BUILTIN_AGENTS = (
+    AgentDefinition(
+        name="general-purpose",
+        description=(
+            "General-purpose agent for multi-step work in the workspace: researching "
+            "code, finding and reading files, editing and writing files, running "
+            "commands and tests. Use it when a task needs several tools or steps."
+        ),
+        system_prompt=GENERAL_PURPOSE_PROMPT,
+        tools=TOOL_NAMES,
+        max_turns=50,
+        image=IMAGE_AGENT,
+        timeout_s=DEFAULT_TIMEOUT_S,
+    ),
+    AgentDefinition(
+        name="bash",
+        description=(
+            "Shell specialist with only the Bash tool, in a minimal image without "
+            "package managers, compilers or network clients. Use it for commands, "
+            "counting, searching and small scripted edits."
+        ),
+        system_prompt=BASH_PROMPT,
+        tools=("Bash",),
+        max_turns=30,
+        image=IMAGE_BASH,
+        timeout_s=DEFAULT_TIMEOUT_S,
+    ),
+)
+
+
+class AgentRegistry:
+    """The subagent types of one run, by name."""
+
+    def __init__(
+        self, agents: list[AgentDefinition] | None = None, warnings: list[str] | None = None
+    ) -> None:
+        self._agents: dict[str, AgentDefinition] = {}
+        self.warnings: list[str] = list(warnings or [])
+        """What loading dropped or worked around (also logged)."""
+        self.overridden: dict[str, list[str]] = {}
+        """Name → sources replaced by a higher-precedence definition."""
+        for agent in agents if agents is not None else BUILTIN_AGENTS:
+            self.add(agent)
+
+    def add(self, agent: AgentDefinition) -> None:
+        """Add `agent`, replacing any earlier definition of the same name."""
+        previous = self._agents.get(agent.name)
+        if previous is not None:
+            self.overridden.setdefault(agent.name, []).append(previous.source)
+            log.info("agent %r from %s replaces %s", agent.name, agent.source, previous.source)
+        self._agents[agent.name] = agent
+
+    @classmethod
+    def load(cls, settings: Settings, workspace: Path | None) -> AgentRegistry:
+        """Built-ins, then the user's agent files, then the project's (see the module doc)."""
+        from orchestrator.agent_files import load_agent_dir
+
+        registry = cls()
+        sources: list[tuple[Path, Path | None]] = [(settings.config_dir / USER_AGENTS_DIR, None)]
+        if workspace is not None:
+            sources.append((workspace / PROJECT_AGENTS_DIR, workspace))
+        for directory, confine_to in sources:
+            agents, warnings = load_agent_dir(directory, confine_to=confine_to)
+            for warning in warnings:
+                log.warning("%s", warning)
+            registry.warnings.extend(warnings)
+            for agent in agents:
+                registry.add(agent)
+        return registry
+
+    def get(self, name: str) -> AgentDefinition:
+        """The definition named `name`; raises `UnknownAgentError` listing the valid ones."""
+        agent = self._agents.get(name)
+        if agent is not None:
+            return agent
+        close = difflib.get_close_matches(name, self._agents, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise UnknownAgentError(
+            f"unknown subagent type {name!r}.{hint} Valid types: {', '.join(self.names())}"
+        )
+
+    def names(self) -> list[str]:
+        """Every known type, sorted."""
+        return sorted(self._agents)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._agents
+
+    def __iter__(self) -> Iterator[AgentDefinition]:
+        return iter(self._agents[name] for name in self.names())
+
+    def __len__(self) -> int:
+        return len(self._agents)
+
+
+def check_tool_names(tools: list[str], file: Path) -> tuple[list[str], list[str]]:
+    """Split listed tools into (kept, dropped); an unknown name is an error."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    for tool in tools:
+        if tool in VALID_TOOLS:
+            kept.append(tool)
+        elif tool in CLAUDE_CODE_ONLY_TOOLS or tool.startswith("mcp__"):
+            dropped.append(tool)
+        elif "(" in tool:
+            raise AgentDefinitionError(
+                f"{file}: `tools` entry {tool!r} is a permission rule, not a tool name. "
+                f"List the bare tool ({tool.split('(')[0]!r}) in `tools` and put the rule "
+                "in a permission policy (.claude/settings.json `permissions`)."
+            )
+        else:
+            close = difflib.get_close_matches(tool, [*VALID_TOOLS, *CLAUDE_CODE_ONLY_TOOLS], n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise AgentDefinitionError(
+                f"{file}: unknown tool {tool!r} in `tools`.{hint} Valid tools: "
+                f"{', '.join(VALID_TOOLS)} (Claude Code tools warden does not run, such as "
+                "WebFetch, are dropped with a warning)."
+            )
+    return kept, dropped

@@ -1,0 +1,110 @@
+"""The bodies the scripted model answers with: a Messages API message, or the
+server-sent events that stream the same message."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+from orchestrator.scripted.script import RequestView, TextBlock, Turn, tool_use_id
+
+CHARS_PER_TOKEN = 4
+"""Token estimate: this many characters of JSON count as one token."""
+
+STREAM_TEXT_CHUNK_CHARS = 64
+"""Characters per `text_delta` event when streaming."""
+
+
+def estimate_tokens(value: Any) -> int:
+    """A rough token count: JSON characters / `CHARS_PER_TOKEN`, at least 1."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return max(1, len(text) // CHARS_PER_TOKEN)
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def render_message(
+    turn: Turn, conversation: str, view: RequestView, body: dict[str, Any]
+) -> dict[str, Any]:
+    """The Messages API response body for `turn`, filled from the request."""
+    instance = view.instance_key()
+    content: list[dict[str, Any]] = []
+    for index, block in enumerate(turn.content):
+        if isinstance(block, TextBlock):
+            content.append({"type": "text", "text": view.fill(block.text)})
+        else:
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": tool_use_id(conversation, instance, view.turn, index),
+                    "name": block.name,
+                    "input": view.fill_value(block.input),
+                }
+            )
+    if turn.usage is not None:
+        usage = turn.usage.model_dump()
+    else:
+        counted = {k: body.get(k) for k in ("system", "messages", "tools") if k in body}
+        usage = {
+            "input_tokens": estimate_tokens(counted),
+            "output_tokens": estimate_tokens(content),
+        }
+    usage.update(cache_creation_input_tokens=0, cache_read_input_tokens=0)
+    model = body.get("model")
+    return {
+        "id": f"msg_{secrets.token_hex(12)}",
+        "type": "message",
+        "role": "assistant",
+        "model": model if isinstance(model, str) else "scripted",
+        "content": content,
+        "stop_reason": turn.effective_stop_reason,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
+async def stream_events(message: dict[str, Any]) -> AsyncIterator[bytes]:
+    """The SSE events the API sends for `message`, in order."""
+    usage = message["usage"]
+    start = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "usage": {**usage, "output_tokens": 1},
+    }
+    yield _sse("message_start", {"type": "message_start", "message": start})
+    yield _sse("ping", {"type": "ping"})
+    for index, block in enumerate(message["content"]):
+        if block["type"] == "text":
+            opened: dict[str, Any] = {"type": "text", "text": ""}
+            text = block["text"]
+            deltas = [
+                {"type": "text_delta", "text": text[i : i + STREAM_TEXT_CHUNK_CHARS]}
+                for i in range(0, len(text), STREAM_TEXT_CHUNK_CHARS)
+            ]
+        else:
+            opened = {**block, "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+        yield _sse(
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": opened},
+        )
+        for delta in deltas:
+            yield _sse(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": delta},
+            )
+        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+    yield _sse(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": usage["output_tokens"]},
+        },
+    )
+    yield _sse("message_stop", {"type": "message_stop"})
