@@ -191,7 +191,8 @@ BUILTIN_AGENTS = (
             "commands and tests. Use it when a task needs several tools or steps."
         ),
         system_prompt=GENERAL_PURPOSE_PROMPT,
-        tools=TOOL_NAMES,
+        # Task is offered only while the run's max_depth allows nesting.
+        tools=(*TOOL_NAMES, *DELEGATION_TOOL_NAMES),
         max_turns=50,
         image=IMAGE_AGENT,
         timeout_s=DEFAULT_TIMEOUT_S,

@@ -116,7 +116,8 @@ def test_builtins_without_any_files(settings: Settings, workspace: Path) -> None
     registry = AgentRegistry.load(settings, workspace)
     assert registry.names() == ["bash", "general-purpose"]
     general = registry.get("general-purpose")
-    assert general.tools == ("Bash", "Read", "Write", "Edit", "Glob", "Grep")
+    # Task is in the definition; the TaskManager offers it only while nesting is allowed.
+    assert general.tools == ("Bash", "Read", "Write", "Edit", "Glob", "Grep", "Task")
     assert (general.image, general.max_turns, general.timeout_s) == ("agent", 50, 900.0)
     assert general.model is None and general.source == "built-in"
     assert "/workspace" in general.system_prompt and "final message" in general.system_prompt
