@@ -97,6 +97,13 @@ class _Terminated(Exception):
 @click.option("--cpus", type=click.FloatRange(min=0, min_open=True), default=None)
 @click.option("--pids", type=click.IntRange(min=8), default=None, help="Process limit.")
 @click.option("--user", type=UserType(), default=None, help="uid:gid (default: the owner).")
+@click.option(
+    "--label",
+    "user_labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Extra container label (repeatable); the warden. namespace is reserved.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the result.")
 @click.argument("command", nargs=-1, required=True)
 def exec_command(
@@ -107,14 +114,16 @@ def exec_command(
     cpus: float | None,
     pids: int | None,
     user: str | None,
+    user_labels: tuple[str, ...],
     as_json: bool,
     command: tuple[str, ...],
 ) -> None:
     from orchestrator.errors import WardenError
 
     _log_warnings_to_stderr()
+    labels = _parse_labels(user_labels)
     try:
-        code = _run(workspace, image, timeout, memory, cpus, pids, user, as_json, command)
+        code = _run(workspace, image, timeout, memory, cpus, pids, user, labels, as_json, command)
     except WardenError as exc:
         click.echo(f"warden: error: {exc}", err=True)
         for note in getattr(exc, "__notes__", []):
@@ -132,6 +141,7 @@ def _run(
     cpus: float | None,
     pids: int | None,
     user: str | None,
+    user_labels: dict[str, str],
     as_json: bool,
     command: tuple[str, ...],
 ) -> int:
@@ -157,6 +167,7 @@ def _run(
         workspace=(workspace or Path.cwd()),
         user=user,
         limits=ResourceLimits(**limits),
+        labels=user_labels,
         warden_labels=labels.warden_labels(f"exec-{exec_id}", exec=exec_id),
         timeout_s=timeout,
     )
@@ -229,6 +240,21 @@ def _describe(result: SandboxResult, timeout: float) -> str:
     if status == "killed":
         return "the container was killed from outside"
     return f"command exited with status {result.exit_code}"
+
+
+def _parse_labels(pairs: tuple[str, ...]) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--label")
+        if key.startswith("warden."):
+            raise click.BadParameter(
+                f"{key!r} is in the reserved 'warden.' namespace; choose another prefix",
+                param_hint="--label",
+            )
+        result[key] = value
+    return result
 
 
 def _resolve_image(client: Any, name: str) -> str:
