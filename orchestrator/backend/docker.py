@@ -317,8 +317,14 @@ class _Reader:
         self.close()
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.close()
+        # The SDK hands back the stream wrapper; the socket and response under it
+        # must be closed too, or the descriptor lingers until garbage collection.
+        response = getattr(self._sock, "_response", None)
+        for closable in (response, self._sock, getattr(self._sock, "_sock", None)):
+            close = getattr(closable, "close", None)
+            if close is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    close()
 
 
 class _WaitTimeout(Exception):

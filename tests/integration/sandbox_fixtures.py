@@ -28,14 +28,15 @@ def sandbox_image() -> str:
 
 
 @pytest.fixture(scope="session")
-def docker_client(sandbox_image: str) -> Any:
+def docker_client(sandbox_image: str) -> Iterator[Any]:
     """A client for the real engine. Fails (never skips) when the engine or image is missing."""
     client = connect()  # raises EngineUnavailableError naming the fix
     try:
         client.api.inspect_image(sandbox_image)
     except Exception as exc:  # any failure here means the image is unusable
         pytest.fail(f"test image {sandbox_image!r} is missing ({exc}); run `warden images build`")
-    return client
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="module")
