@@ -129,7 +129,7 @@ class DockerBackend(ContainerBackend):
         return container_id
 
     def _fail_start(self, container_id: str, spec: SandboxSpec, exc: Exception) -> None:
-        if _is_connection_error(exc):
+        if _is_connection_error(exc) or _is_read_timeout(exc):
             with contextlib.suppress(Exception):
                 self.remove(container_id)
             raise EngineUnavailableError(
@@ -377,8 +377,8 @@ def _is_connection_error(exc: BaseException) -> bool:
 
 
 def _is_transient(exc: BaseException) -> bool:
-    if _is_connection_error(exc):
-        return True
+    if _is_connection_error(exc) or _is_read_timeout(exc):
+        return True  # an overloaded engine answers late; idempotent calls may ask again
     code = _status(exc)
     if code is None or code < 500:
         return False
@@ -394,6 +394,11 @@ def _engine_errors() -> Iterator[None]:
         if _is_connection_error(exc):
             raise EngineUnavailableError(
                 f"the Docker engine does not answer ({_explain(exc)}); {ENGINE_FIX}"
+            ) from exc
+        if _is_read_timeout(exc):
+            raise EngineUnavailableError(
+                f"the Docker engine is too slow to answer ({_explain(exc)}); it may be "
+                "overloaded: retry later, or check it with `warden doctor`"
             ) from exc
         raise
 
