@@ -212,7 +212,7 @@ class DockerBackend(ContainerBackend):
             stdout=stdout,
             stderr=stderr,
             truncated=truncated,
-            duration_s=round(ended - started, 4),
+            duration_s=ended - started,
         )
 
     def _status(self, container_id: str, exit_code: int, timed_out: bool) -> SandboxStatus:

@@ -136,7 +136,7 @@ class FakeBackend(ContainerBackend):
             stdout=stdout.text(),
             stderr=stderr.text(),
             truncated=stdout.truncated or stderr.truncated,
-            duration_s=round(time.monotonic() - box.started_at, 4),
+            duration_s=time.monotonic() - box.started_at,
         )
 
     def kill(self, container_id: str) -> None:

@@ -123,3 +123,15 @@ def test_cleanup_removes_orphans_of_a_session(
     for container_id in ids:
         backend.remove(container_id)  # already gone: fine; closes our output readers
     assert TEST_LABEL in no_leftovers
+
+
+def test_dead_engine_is_one_clear_line(tmp_path: Path) -> None:
+    for args in (["exec", "--", "true"], ["cleanup"]):
+        proc = subprocess.run(
+            warden_argv(*args), capture_output=True, text=True, check=False,
+            env=warden_env(DOCKER_HOST=f"unix://{tmp_path}/no-engine.sock"),
+        )  # fmt: skip
+        assert proc.returncode in (2, 125)
+        assert "Traceback" not in proc.stderr
+        assert proc.stderr.startswith("warden: error: the Docker engine does not answer")
+        assert "warden doctor --fix" in proc.stderr
