@@ -76,9 +76,9 @@ class DockerBackend(ContainerBackend):
     def start(self, spec: SandboxSpec) -> str:
         container_labels = self._labels(spec)
         user = self._user(spec)
-        binds = [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in spec.mounts]
+        binds = [_bind(m.source, m.target, m.read_only) for m in spec.mounts]
         if spec.workspace is not None:
-            binds.insert(0, f"{_workspace_dir(spec.workspace)}:{WORKSPACE_TARGET}:rw")
+            binds.insert(0, _bind(_workspace_dir(spec.workspace), WORKSPACE_TARGET, False))
         limits = spec.limits
         with _engine_errors():
             host_config = self._api.create_host_config(
@@ -137,7 +137,8 @@ class DockerBackend(ContainerBackend):
             ) from exc
         error = ContainerStartError(
             f"container for {spec.command[0]!r} in image {spec.image!r} failed to start: "
-            f"{_explain(exc)}; check that the command exists in the image"
+            f"{_explain(exc)}; fix what the engine names (e.g. a mount source, the runtime, "
+            "the image's entrypoint) and try again"
         )
         with contextlib.suppress(Exception):
             logs = self._api.logs(container_id, tail=START_FAILURE_LOG_LINES)
@@ -223,7 +224,12 @@ class DockerBackend(ContainerBackend):
         if exit_code == 0:
             return SandboxStatus.OK
         # Only a failure needs the extra round trip to tell OOM from the rest.
-        state = self._idempotent(self._api.inspect_container, container_id)["State"]
+        try:
+            state = self._idempotent(self._api.inspect_container, container_id)["State"]
+        except Exception as exc:
+            if _status(exc) == 404:
+                return SandboxStatus.KILLED  # removed from outside while it ran
+            raise
         if state.get("OOMKilled"):
             return SandboxStatus.OOM_KILLED
         if exit_code in KILL_SIGNAL_EXITS:
@@ -342,6 +348,15 @@ def _wait_exit_code(api: Any, container_id: str, timeout_s: float | None) -> int
         raise _WaitTimeout from exc
     code = answer.get("StatusCode")
     return int(code) if code is not None else -1
+
+
+def _bind(source: Path, target: str, read_only: bool) -> str:
+    if ":" in str(source) or ":" in target or not target.startswith("/"):
+        raise ConfigError(
+            f"cannot mount {source} at {target!r}: the target must be absolute and "
+            "neither path may contain ':'"
+        )
+    return f"{source}:{target}:{'ro' if read_only else 'rw'}"
 
 
 def _workspace_dir(workspace: Path) -> Path:

@@ -183,7 +183,7 @@ def _run(
             "stdout": result.stdout,
             "stderr": result.stderr,
             "truncated": result.truncated,
-            "duration_s": result.duration_s,
+            "duration_s": round(result.duration_s, 4),
         }
         sys.stdout.write(json.dumps(payload) + "\n")
         return code

@@ -153,3 +153,28 @@ def test_list_and_cleanup_by_label(harness: Harness) -> None:
     finally:
         for container_id in ids:
             backend.remove(container_id)
+
+
+@pytest.mark.integration
+def test_extra_mounts_honour_read_only(
+    settings: Settings, docker_client: Any, no_leftovers: dict[str, str], sandbox_image: str,
+    workspace: Path, test_session: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    from orchestrator.backend.base import Mount
+    from orchestrator.backend.docker import DockerBackend
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "data").write_text("42\n")
+    harness = Harness(
+        DockerBackend(docker_client, settings), sandbox_image, workspace, test_session,
+        no_leftovers,
+    )  # fmt: skip
+    result = harness.backend.run(
+        harness.spec(
+            "sh", "-c", "cat /data/data; echo no > /data/data || echo refused",
+            mounts=[Mount(source=shared, target="/data", read_only=True)],
+        )
+    )  # fmt: skip
+    assert result.stdout == "42\nrefused\n"
+    assert (shared / "data").read_text() == "42\n"

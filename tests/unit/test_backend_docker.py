@@ -278,3 +278,17 @@ def test_list_filters_by_label(backend: DockerBackend, api: StubAPI) -> None:
     assert api.calls[-1][2] == {"all": True, "filters": {"label": [wl.SESSION, f"{wl.TASK}=t1"]}}
     assert found[0].model_dump() == {"id": "c9", "name": "n9", "status": "running",
                                      "labels": {"a": "b"}}  # fmt: skip
+
+
+def test_removed_from_outside_while_running_is_killed(backend: DockerBackend, api: StubAPI) -> None:
+    api.exit_code = 137
+    api.failures["inspect_container"] = [api_error(404, "No such container")]
+    assert backend.run(spec()).status is SandboxStatus.KILLED
+
+
+def test_mount_paths_are_checked(backend: DockerBackend, tmp_path: Path) -> None:
+    from orchestrator.backend.base import Mount
+
+    for source, target in ((tmp_path, "relative"), (tmp_path / "a:b", "/x"), (tmp_path, "/x:y")):
+        with pytest.raises(ConfigError, match="absolute"):
+            backend.start(spec(mounts=[Mount(source=source, target=target)]))
