@@ -160,17 +160,26 @@ def _run(
         limits["cpus"] = cpus
     if pids is not None:
         limits["pids"] = pids
+    from pydantic import ValidationError
+
     exec_id = uuid.uuid4().hex[:16]
-    spec = SandboxSpec(
-        image=_resolve_image(client, image),
-        command=list(command),
-        workspace=(workspace or Path.cwd()),
-        user=user,
-        limits=ResourceLimits(**limits),
-        labels=user_labels,
-        warden_labels=labels.warden_labels(f"exec-{exec_id}", exec=exec_id),
-        timeout_s=timeout,
-    )
+    try:
+        spec = SandboxSpec(
+            image=_resolve_image(client, image),
+            command=list(command),
+            workspace=(workspace or Path.cwd()),
+            user=user,
+            limits=ResourceLimits(**limits),
+            labels=user_labels,
+            warden_labels=labels.warden_labels(f"exec-{exec_id}", exec=exec_id),
+            timeout_s=timeout,
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise click.UsageError(f"invalid sandbox settings: {problems}") from exc
     result = run_interruptible(DockerBackend(client, settings), spec)
     if result is None:
         click.echo("warden: interrupted; container killed and removed", err=True)

@@ -75,8 +75,8 @@ def test_limits_reach_the_container(workspace: Path, sandbox_image: str, no_left
 
 @pytest.mark.parametrize(
     "flags",
-    [["--memory", "lots"], ["--cpus", "0"], ["--pids", "2"], ["--timeout", "-1"],
-     ["--label", "warden.session=x"], ["--user", "root"], []],
+    [["--memory", "lots"], ["--memory", "1m"], ["--cpus", "0"], ["--pids", "2"],
+     ["--timeout", "-1"], ["--label", "warden.session=x"], ["--user", "root"], []],
 )  # fmt: skip
 def test_bad_flags_are_usage_errors(flags: list[str]) -> None:
     proc = cli("exec", *flags, *(["--", "true"] if flags else []))
