@@ -149,7 +149,8 @@ class ContainerBackend(ABC):
         """Create and start a hardened container; return its id.
 
         Output capture begins before the process starts.
-        Raises EngineUnavailableError, ImageNotFoundError, ContainerStartError.
+        Raises ConfigError (reserved or missing labels, bad workspace or mounts),
+        EngineUnavailableError, ImageNotFoundError, ContainerStartError.
         """
 
     @abstractmethod

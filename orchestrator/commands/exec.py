@@ -93,9 +93,18 @@ class _Terminated(Exception):
     show_default=True,
     help="Seconds before the container is killed.",
 )
-@click.option("--memory", type=SizeType(), default=None, help="Memory limit, e.g. 512m, 1g.")
-@click.option("--cpus", type=click.FloatRange(min=0, min_open=True), default=None)
-@click.option("--pids", type=click.IntRange(min=8), default=None, help="Process limit.")
+@click.option(
+    "--memory", type=SizeType(), default=None, help="Memory limit, e.g. 512m, 1g [default: 512m]."
+)
+@click.option(
+    "--cpus",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="CPU quota in cores [default: 1].",
+)
+@click.option(
+    "--pids", type=click.IntRange(min=8), default=None, help="Process limit [default: 256]."
+)
 @click.option("--user", type=UserType(), default=None, help="uid:gid (default: the owner).")
 @click.option(
     "--label",
