@@ -1,0 +1,23 @@
+"""Container backends. Import the concrete ones from their modules
+(`orchestrator.backend.docker`, `orchestrator.backend.fake`): the docker SDK is
+only imported by code that needs it."""
+
+from orchestrator.backend.base import (
+    ContainerBackend,
+    ContainerInfo,
+    Mount,
+    ResourceLimits,
+    SandboxResult,
+    SandboxSpec,
+    SandboxStatus,
+)
+
+__all__ = [
+    "ContainerBackend",
+    "ContainerInfo",
+    "Mount",
+    "ResourceLimits",
+    "SandboxResult",
+    "SandboxSpec",
+    "SandboxStatus",
+]

@@ -13,7 +13,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator import labels as _labels
 
 DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024
 DEFAULT_CPUS = 1.0
@@ -58,16 +60,59 @@ class SandboxSpec(_Closed):
     mounts: list[Mount] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     user: str | None = None
-    """`uid:gid` to run as; None means the workspace owner (never root)."""
+    """Numeric `uid:gid` (or `uid`) to run as; None means the workspace owner. Never 0."""
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
     labels: dict[str, str] = Field(default_factory=dict)
-    """Caller labels; the backend adds warden's own and rejects `warden.*` here."""
+    """Caller (user) labels. `warden.*` keys are refused here: warden's own go below."""
+    warden_labels: dict[str, str] = Field(default_factory=dict)
+    """warden's own labels, built with `labels.warden_labels(session, task=…|exec=…)`.
+
+    Must carry `warden.session` (so `warden cleanup` can find the container); every
+    key must be in the `warden.` namespace; `warden.version` is added when missing.
+    Kept apart from `labels` so a user label can never impersonate warden's."""
     timeout_s: float | None = Field(default=None, gt=0)
     """Deadline for `run`; on expiry the container is killed."""
     output_limit_bytes: int = Field(default=DEFAULT_OUTPUT_LIMIT_BYTES, gt=0)
     workdir: str = "/workspace"
     runtime: str | None = None
     """OCI runtime (e.g. `runsc`); None is the engine default."""
+
+    @field_validator("user")
+    @classmethod
+    def _numeric_non_root(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_user(value)
+        return value
+
+    @field_validator("warden_labels")
+    @classmethod
+    def _warden_namespace(cls, value: dict[str, str]) -> dict[str, str]:
+        foreign = sorted(k for k in value if not k.startswith(_labels.NAMESPACE))
+        if foreign:
+            raise ValueError(
+                f"warden_labels {', '.join(foreign)} are outside the "
+                f"'{_labels.NAMESPACE}' namespace; put caller labels in `labels`"
+            )
+        return value
+
+
+def parse_user(user: str) -> tuple[int, int]:
+    """`uid[:gid]` (numeric) as a pair; a missing gid equals the uid.
+
+    Raises ValueError for names (they could map to root inside an image) and for
+    uid or gid 0: a sandbox never runs as root.
+    """
+    uid_text, _, gid_text = user.partition(":")
+    if not uid_text.isdigit() or (gid_text and not gid_text.isdigit()):
+        raise ValueError(f"user {user!r} must be numeric `uid:gid` (e.g. 1000:1000)")
+    uid = int(uid_text)
+    gid = int(gid_text) if gid_text else uid
+    if uid == 0 or gid == 0:
+        raise ValueError(
+            f"user {user!r} is root (uid or gid 0); sandboxes never run as root: "
+            "pass an unprivileged uid:gid"
+        )
+    return uid, gid
 
 
 class SandboxStatus(enum.StrEnum):
@@ -81,6 +126,7 @@ class SandboxStatus(enum.StrEnum):
 class SandboxResult(_Closed):
     status: SandboxStatus
     exit_code: int
+    """The container's own exit code (137 after a kill, whatever the reason)."""
     stdout: str
     stderr: str
     truncated: bool
@@ -103,7 +149,8 @@ class ContainerBackend(ABC):
         """Create and start a hardened container; return its id.
 
         Output capture begins before the process starts.
-        Raises EngineUnavailableError, ImageNotFoundError, ContainerStartError.
+        Raises ConfigError (reserved or missing labels, bad workspace or mounts),
+        EngineUnavailableError, ImageNotFoundError, ContainerStartError.
         """
 
     @abstractmethod
@@ -122,8 +169,11 @@ class ContainerBackend(ABC):
         """Force-remove. A container that is already gone is not an error."""
 
     @abstractmethod
-    def list(self, labels: Mapping[str, str]) -> list[ContainerInfo]:
-        """Containers (running or not) that carry all of these labels."""
+    def list(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
+        """Containers (running or not) that carry all of these labels.
+
+        A value of None matches any value of that label. Raises EngineUnavailableError.
+        """
 
     def run(self, spec: SandboxSpec) -> SandboxResult:
         """Start, wait until `spec.timeout_s`, and always remove."""
@@ -133,7 +183,7 @@ class ContainerBackend(ABC):
         finally:
             self.remove(container_id)
 
-    def cleanup(self, labels: Mapping[str, str]) -> int:
+    def cleanup(self, labels: Mapping[str, str | None]) -> int:
         """Remove every container carrying these labels; return how many."""
         found = self.list(labels)
         for info in found:

@@ -1,0 +1,432 @@
+"""The Docker backend: hardened one-container-per-sandbox on a local engine.
+
+Uses the docker SDK's low-level API (`client.api`) only: one call per step, no
+model objects, no inspect unless a non-zero exit needs explaining. Output is read
+from an attach stream opened before the container starts, in a reader thread,
+through a bounded head+tail capture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from orchestrator import labels as wl
+from orchestrator.backend.base import (
+    ContainerBackend,
+    ContainerInfo,
+    SandboxResult,
+    SandboxSpec,
+    SandboxStatus,
+    parse_user,
+)
+from orchestrator.backend.capture import OutputCapture
+from orchestrator.config import Settings
+from orchestrator.engine import ENGINE_FIX
+from orchestrator.errors import (
+    ConfigError,
+    ContainerStartError,
+    EngineUnavailableError,
+    ImageNotFoundError,
+)
+
+log = logging.getLogger("warden.backend")
+
+T = TypeVar("T")
+
+WORKSPACE_TARGET = "/workspace"
+DEFAULT_HOME = "/tmp"
+LOG_MAX_SIZE = "1m"
+"""json-file log cap per container (output is captured over attach, not from logs)."""
+LOG_MAX_FILES = "1"
+SHM_BYTES = 16 * 1024 * 1024
+"""Size of /dev/shm (the other writable tmpfs besides /tmp)."""
+RETRY_ATTEMPTS = 4
+"""Tries of an idempotent docker call before a transient error is final."""
+RETRY_MAX_WAIT_S = 2.0
+KILL_GRACE_S = 15.0
+"""After a kill, how long to wait for the engine to report the container exited."""
+READER_JOIN_S = 5.0
+"""After exit, how long the output reader may take to drain the attach stream."""
+START_FAILURE_LOG_LINES = 50
+KILL_SIGNAL_EXITS = frozenset({128 + 9, 128 + 15})
+"""Exit codes of an init killed by SIGKILL / SIGTERM from outside."""
+_PERMANENT_5XX = ("no such", "not running", "already in progress", "is dead")
+
+
+class DockerBackend(ContainerBackend):
+    """`ContainerBackend` on a docker SDK client (`orchestrator.engine.connect()`)."""
+
+    def __init__(self, client: Any, settings: Settings) -> None:
+        self._api = client.api
+        self._settings = settings
+        self._readers: dict[str, _Reader] = {}
+        self._started_at: dict[str, float] = {}
+        self._killed: set[str] = set()
+        self._warned_root_owned: set[Path] = set()
+        self._lock = threading.Lock()
+
+    # -- start -------------------------------------------------------------------
+
+    def start(self, spec: SandboxSpec) -> str:
+        container_labels = self._labels(spec)
+        user = self._user(spec)
+        binds = [_bind(m.source, m.target, m.read_only) for m in spec.mounts]
+        if spec.workspace is not None:
+            binds.insert(0, _bind(_workspace_dir(spec.workspace), WORKSPACE_TARGET, False))
+        limits = spec.limits
+        with _engine_errors():
+            host_config = self._api.create_host_config(
+                binds=binds,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                read_only=True,
+                tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_bytes},mode=1777"},
+                shm_size=SHM_BYTES,
+                init=True,
+                mem_limit=limits.memory_bytes,
+                memswap_limit=limits.memory_bytes,
+                nano_cpus=int(limits.cpus * 1e9),
+                pids_limit=limits.pids,
+                log_config={
+                    "type": "json-file",
+                    "config": {"max-size": LOG_MAX_SIZE, "max-file": LOG_MAX_FILES},
+                },
+                runtime=spec.runtime,
+            )
+            try:
+                created = self._api.create_container(
+                    spec.image,
+                    command=spec.command,
+                    user=user,
+                    environment={"HOME": DEFAULT_HOME, **spec.env},
+                    labels=container_labels,
+                    working_dir=spec.workdir,
+                    network_disabled=True,
+                    host_config=host_config,
+                )
+            except Exception as exc:
+                if _status(exc) == 404:
+                    raise ImageNotFoundError(
+                        f"image {spec.image!r} does not exist on this engine; build it "
+                        "with `warden images build` (no registry is used)"
+                    ) from exc
+                raise
+        container_id: str = created["Id"]
+        try:
+            reader = _Reader(self._api, container_id, spec.output_limit_bytes)
+            with self._lock:
+                self._readers[container_id] = reader
+            self._started_at[container_id] = time.monotonic()
+            self._api.start(container_id)
+        except Exception as exc:
+            self._fail_start(container_id, spec, exc)
+        return container_id
+
+    def _fail_start(self, container_id: str, spec: SandboxSpec, exc: Exception) -> None:
+        if _is_connection_error(exc) or _is_read_timeout(exc):
+            with contextlib.suppress(Exception):
+                self.remove(container_id)
+            raise EngineUnavailableError(
+                f"the Docker engine stopped answering; {ENGINE_FIX}"
+            ) from exc
+        error = ContainerStartError(
+            f"container for {spec.command[0]!r} in image {spec.image!r} failed to start: "
+            f"{_explain(exc)}; fix what the engine names (e.g. a mount source, the runtime, "
+            "the image's entrypoint) and try again"
+        )
+        with contextlib.suppress(Exception):
+            logs = self._api.logs(container_id, tail=START_FAILURE_LOG_LINES)
+            if logs:
+                error.add_note("container logs:\n" + logs.decode("utf-8", "replace"))
+        with contextlib.suppress(Exception):
+            self.remove(container_id)
+        raise error from exc
+
+    def _labels(self, spec: SandboxSpec) -> dict[str, str]:
+        wl.check_user_labels(spec.labels)
+        if wl.SESSION not in spec.warden_labels:
+            raise ConfigError(
+                "a sandbox needs a warden.session label so `warden cleanup` can find it; "
+                "build SandboxSpec.warden_labels with labels.warden_labels(session, ...)"
+            )
+        own = dict(spec.warden_labels)
+        own.setdefault(wl.VERSION, wl.warden_labels("-")[wl.VERSION])
+        return {**spec.labels, **own}
+
+    def _user(self, spec: SandboxSpec) -> str:
+        fallback = self._settings.fallback_uid
+        if spec.user is not None:
+            uid, gid = parse_user(spec.user)  # the spec validated it; re-check anyway
+            return f"{uid}:{gid}"
+        if spec.workspace is None:
+            return f"{fallback}:{fallback}"
+        workspace = _workspace_dir(spec.workspace)
+        owner = workspace.stat()
+        if owner.st_uid == 0:
+            if workspace not in self._warned_root_owned:
+                self._warned_root_owned.add(workspace)
+                log.warning(
+                    "workspace %s is owned by root; the sandbox runs as uid:gid %d:%d "
+                    "(never root), so it cannot write files that only root may write. "
+                    "Fix: chown the workspace to an unprivileged user, or pass --user UID:GID.",
+                    workspace,
+                    fallback,
+                    fallback,
+                )
+            return f"{fallback}:{fallback}"
+        return f"{owner.st_uid}:{owner.st_gid or fallback}"
+
+    # -- wait --------------------------------------------------------------------
+
+    def wait(self, container_id: str, timeout_s: float | None) -> SandboxResult:
+        timed_out = False
+        with _engine_errors():
+            try:
+                exit_code = _wait_exit_code(self._api, container_id, timeout_s)
+            except _WaitTimeout:
+                timed_out = True
+                self.kill(container_id)
+                try:
+                    exit_code = _wait_exit_code(self._api, container_id, KILL_GRACE_S)
+                except _WaitTimeout:
+                    exit_code = 128 + 9  # killed, but the engine is slow to say so
+        ended = time.monotonic()
+        status = self._status(container_id, exit_code, timed_out)
+        started = self._started_at.pop(container_id, ended)
+        with self._lock:
+            reader = self._readers.pop(container_id, None)
+        stdout = stderr = ""
+        truncated = False
+        if reader is not None:
+            reader.finish(READER_JOIN_S)
+            stdout, stderr = reader.stdout.text(), reader.stderr.text()
+            truncated = reader.stdout.truncated or reader.stderr.truncated
+        return SandboxResult(
+            status=status,
+            exit_code=exit_code,
+            stdout=stdout,
+            stderr=stderr,
+            truncated=truncated,
+            duration_s=ended - started,
+        )
+
+    def _status(self, container_id: str, exit_code: int, timed_out: bool) -> SandboxStatus:
+        if timed_out:
+            return SandboxStatus.TIMED_OUT
+        if container_id in self._killed:
+            return SandboxStatus.KILLED
+        if exit_code == 0:
+            return SandboxStatus.OK
+        # Only a failure needs the extra round trip to tell OOM from the rest.
+        try:
+            state = self._idempotent(self._api.inspect_container, container_id)["State"]
+        except Exception as exc:
+            if _status(exc) == 404:
+                return SandboxStatus.KILLED  # removed from outside while it ran
+            raise
+        if state.get("OOMKilled"):
+            return SandboxStatus.OOM_KILLED
+        if exit_code in KILL_SIGNAL_EXITS:
+            return SandboxStatus.KILLED
+        return SandboxStatus.ERROR
+
+    # -- kill, remove, list ------------------------------------------------------
+
+    def kill(self, container_id: str) -> None:
+        self._killed.add(container_id)
+        with _engine_errors(), _tolerate_gone():
+            self._idempotent(self._api.kill, container_id)
+
+    def remove(self, container_id: str) -> None:
+        with self._lock:
+            reader = self._readers.pop(container_id, None)
+        self._started_at.pop(container_id, None)
+        self._killed.discard(container_id)
+        with _engine_errors(), _tolerate_gone():
+            self._idempotent(self._api.remove_container, container_id, force=True, v=True)
+        if reader is not None:
+            reader.close()
+
+    def list(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
+        selectors = [key if value is None else f"{key}={value}" for key, value in labels.items()]
+        with _engine_errors():
+            rows = self._idempotent(self._api.containers, all=True, filters={"label": selectors})
+        return [
+            ContainerInfo(
+                id=row["Id"],
+                name=(row.get("Names") or ["/"])[0].lstrip("/"),
+                status=row.get("State") or row.get("Status") or "",
+                labels=row.get("Labels") or {},
+            )
+            for row in rows
+        ]
+
+    def _idempotent(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run an idempotent call; retry it, with jittered backoff, on transient errors."""
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            if not _is_transient(exc):
+                raise
+        # Imported only on the slow path: tenacity costs CLI start-up time.
+        from tenacity import (
+            Retrying,
+            retry_if_exception,
+            stop_after_attempt,
+            wait_random_exponential,
+        )
+
+        retrying = Retrying(
+            stop=stop_after_attempt(RETRY_ATTEMPTS - 1),
+            wait=wait_random_exponential(multiplier=0.1, max=RETRY_MAX_WAIT_S),
+            retry=retry_if_exception(_is_transient),
+            before=lambda _state: time.sleep(0.05),
+            reraise=True,
+        )
+        return retrying(call, *args, **kwargs)
+
+
+class _Reader:
+    """Reads the attach stream of one container into two bounded captures."""
+
+    def __init__(self, api: Any, container_id: str, limit: int) -> None:
+        self.stdout = OutputCapture("stdout", limit)
+        self.stderr = OutputCapture("stderr", limit)
+        self._sock = api.attach_socket(container_id, params={"stdout": 1, "stderr": 1, "stream": 1})
+        for candidate in (self._sock, getattr(self._sock, "_sock", None)):
+            settimeout = getattr(candidate, "settimeout", None)
+            if settimeout is not None:
+                settimeout(None)  # a quiet sandbox is not an error
+        self._thread = threading.Thread(
+            target=self._run, name=f"warden-output-{container_id[:12]}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        from docker.utils.socket import frames_iter
+
+        captures = {1: self.stdout, 2: self.stderr}
+        with contextlib.suppress(OSError, ValueError):
+            for stream, data in frames_iter(self._sock, False):
+                capture = captures.get(stream)
+                if capture is not None:
+                    capture.feed(data)
+
+    def finish(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+        self.close()
+
+    def close(self) -> None:
+        # The SDK hands back the stream wrapper; the socket and response under it
+        # must be closed too, or the descriptor lingers until garbage collection.
+        response = getattr(self._sock, "_response", None)
+        for closable in (response, self._sock, getattr(self._sock, "_sock", None)):
+            close = getattr(closable, "close", None)
+            if close is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    close()
+
+
+class _WaitTimeout(Exception):
+    pass
+
+
+def _wait_exit_code(api: Any, container_id: str, timeout_s: float | None) -> int:
+    import requests
+
+    try:
+        answer = api.wait(container_id, timeout=timeout_s)
+    except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
+        if _is_connection_error(exc) and not _is_read_timeout(exc):
+            raise
+        raise _WaitTimeout from exc
+    code = answer.get("StatusCode")
+    return int(code) if code is not None else -1
+
+
+def _bind(source: Path, target: str, read_only: bool) -> str:
+    if ":" in str(source) or ":" in target or not target.startswith("/"):
+        raise ConfigError(
+            f"cannot mount {source} at {target!r}: the target must be absolute and "
+            "neither path may contain ':'"
+        )
+    return f"{source}:{target}:{'ro' if read_only else 'rw'}"
+
+
+def _workspace_dir(workspace: Path) -> Path:
+    resolved = workspace.resolve()
+    if not resolved.is_dir():
+        raise ConfigError(f"workspace {workspace} is not a directory; create it or pass another")
+    return resolved
+
+
+def _status(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    code = getattr(response, "status_code", None)
+    return code if isinstance(code, int) else None
+
+
+def _explain(exc: BaseException) -> str:
+    text = getattr(exc, "explanation", None) or str(exc)
+    return str(text).strip().splitlines()[0][:300] if str(text).strip() else type(exc).__name__
+
+
+def _is_read_timeout(exc: BaseException) -> bool:
+    import requests
+
+    if isinstance(exc, requests.exceptions.ReadTimeout):
+        return True
+    return "Read timed out" in str(exc)
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    import requests
+
+    return isinstance(exc, requests.exceptions.ConnectionError) and not _is_read_timeout(exc)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if _is_connection_error(exc) or _is_read_timeout(exc):
+        return True  # an overloaded engine answers late; idempotent calls may ask again
+    code = _status(exc)
+    if code is None or code < 500:
+        return False
+    return not any(marker in _explain(exc).lower() for marker in _PERMANENT_5XX)
+
+
+@contextlib.contextmanager
+def _engine_errors() -> Iterator[None]:
+    """A dead engine becomes one EngineUnavailableError that names the fix."""
+    try:
+        yield
+    except Exception as exc:
+        if _is_connection_error(exc):
+            raise EngineUnavailableError(
+                f"the Docker engine does not answer ({_explain(exc)}); {ENGINE_FIX}"
+            ) from exc
+        if _is_read_timeout(exc):
+            raise EngineUnavailableError(
+                f"the Docker engine is too slow to answer ({_explain(exc)}); it may be "
+                "overloaded: retry later, or check it with `warden doctor`"
+            ) from exc
+        raise
+
+
+@contextlib.contextmanager
+def _tolerate_gone() -> Iterator[None]:
+    """404 (already removed) and 409 (not running / removal in progress) are fine."""
+    try:
+        yield
+    except Exception as exc:
+        code = _status(exc)
+        if code in (404, 409):
+            return
+        if code is not None and code >= 500 and not _is_transient(exc):
+            return  # engines before 20.10 answer "not running" with a 500
+        raise

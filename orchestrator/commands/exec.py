@@ -1,0 +1,297 @@
+"""`warden exec`: run one command in a fresh hardened container, then remove it.
+
+Start-up is kept cheap: only click and the standard library are imported at module
+level; pydantic and the docker SDK are imported inside the command.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import uuid
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec
+
+DEFAULT_IMAGE = "bash"
+DEFAULT_TIMEOUT_S = 300.0
+EXIT_TIMED_OUT = 124
+EXIT_OOM_KILLED = 137
+EXIT_INTERRUPTED = 130
+EXIT_WARDEN_FAILED = 125
+"""Like `docker run`: warden (not the command) failed."""
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+class SizeType(click.ParamType[int]):
+    """`512m`, `1g`, `65536`, `64k` (binary units) → bytes."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower().removesuffix("ib").removesuffix("b")
+        number, unit = text, ""
+        if text and text[-1] in _SIZE_UNITS:
+            number, unit = text[:-1], text[-1]
+        try:
+            size = int(float(number) * _SIZE_UNITS[unit])
+        except ValueError:
+            self.fail(f"{value!r} is not a size like 512m or 1g", param, ctx)
+        if size <= 0:
+            self.fail(f"{value!r} must be positive", param, ctx)
+        return size
+
+
+class UserType(click.ParamType[str]):
+    """Numeric `uid:gid` (or `uid`), never root."""
+
+    name = "uid:gid"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from orchestrator.backend.base import parse_user
+
+        try:
+            uid, gid = parse_user(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        return f"{uid}:{gid}"
+
+
+class _Terminated(Exception):
+    """SIGTERM/SIGHUP arrived: treated like Ctrl-C."""
+
+
+@click.command(
+    "exec",
+    context_settings={"allow_interspersed_args": False},
+    help="Run COMMAND in a fresh hardened container (no network, no capabilities, "
+    "read-only root, non-root, resource limits) with the workspace at /workspace, "
+    "then remove it. Exit status: the command's own; 124 on timeout; 137 when "
+    "OOM-killed; 130 when interrupted; 125 when warden itself failed.",
+)
+@click.option(
+    "--workspace",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Directory mounted read-write at /workspace (default: current directory).",
+)
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="agent, bash or a name.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds before the container is killed.",
+)
+@click.option(
+    "--memory", type=SizeType(), default=None, help="Memory limit, e.g. 512m, 1g [default: 512m]."
+)
+@click.option(
+    "--cpus",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="CPU quota in cores [default: 1].",
+)
+@click.option(
+    "--pids", type=click.IntRange(min=8), default=None, help="Process limit [default: 256]."
+)
+@click.option("--user", type=UserType(), default=None, help="uid:gid (default: the owner).")
+@click.option(
+    "--label",
+    "user_labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Extra container label (repeatable); the warden. namespace is reserved.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the result.")
+@click.argument("command", nargs=-1, required=True)
+def exec_command(
+    workspace: Path | None,
+    image: str,
+    timeout: float,
+    memory: int | None,
+    cpus: float | None,
+    pids: int | None,
+    user: str | None,
+    user_labels: tuple[str, ...],
+    as_json: bool,
+    command: tuple[str, ...],
+) -> None:
+    from orchestrator.errors import WardenError
+
+    _log_warnings_to_stderr()
+    labels = _parse_labels(user_labels)
+    try:
+        code = _run(workspace, image, timeout, memory, cpus, pids, user, labels, as_json, command)
+    except WardenError as exc:
+        click.echo(f"warden: error: {exc}", err=True)
+        for note in getattr(exc, "__notes__", []):
+            click.echo(note, err=True)
+        code = EXIT_WARDEN_FAILED
+    sys.stdout.flush()
+    raise SystemExit(code)
+
+
+def _run(
+    workspace: Path | None,
+    image: str,
+    timeout: float,
+    memory: int | None,
+    cpus: float | None,
+    pids: int | None,
+    user: str | None,
+    user_labels: dict[str, str],
+    as_json: bool,
+    command: tuple[str, ...],
+) -> int:
+    from orchestrator import labels
+    from orchestrator.backend.base import ResourceLimits, SandboxSpec
+    from orchestrator.backend.docker import DockerBackend
+    from orchestrator.config import Settings
+    from orchestrator.engine import connect
+
+    settings = Settings.from_env()
+    client = connect()
+    limits: dict[str, Any] = {}
+    if memory is not None:
+        limits["memory_bytes"] = memory
+    if cpus is not None:
+        limits["cpus"] = cpus
+    if pids is not None:
+        limits["pids"] = pids
+    from pydantic import ValidationError
+
+    exec_id = uuid.uuid4().hex[:16]
+    try:
+        spec = SandboxSpec(
+            image=_resolve_image(client, image),
+            command=list(command),
+            workspace=(workspace or Path.cwd()),
+            user=user,
+            limits=ResourceLimits(**limits),
+            labels=user_labels,
+            warden_labels=labels.warden_labels(f"exec-{exec_id}", exec=exec_id),
+            timeout_s=timeout,
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise click.UsageError(f"invalid sandbox settings: {problems}") from exc
+    result = run_interruptible(DockerBackend(client, settings), spec)
+    if result is None:
+        click.echo("warden: interrupted; container killed and removed", err=True)
+        return EXIT_INTERRUPTED
+    code = exit_status(result)
+    if as_json:
+        payload = {
+            "status": result.status.value,
+            "exit_code": code,
+            "stdout": result.stdout,
+            "stderr": result.stderr,
+            "truncated": result.truncated,
+            "duration_s": round(result.duration_s, 4),
+        }
+        sys.stdout.write(json.dumps(payload) + "\n")
+        return code
+    sys.stdout.write(result.stdout)
+    sys.stdout.flush()
+    sys.stderr.write(result.stderr)
+    if result.status.value != "ok":
+        sys.stderr.write(f"warden: {_describe(result, timeout)}\n")
+    return code
+
+
+def run_interruptible(backend: ContainerBackend, spec: SandboxSpec) -> SandboxResult | None:
+    """`backend.run(spec)`, but SIGINT/SIGTERM/SIGHUP kill and remove the container.
+
+    Returns None when interrupted. The container is found by its unique labels, so
+    one created just before the signal is removed too.
+    """
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        raise _Terminated
+
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in handled}
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGHUP, terminate)
+    try:
+        return backend.run(spec)
+    except (KeyboardInterrupt, _Terminated):
+        for sig in handled:
+            signal.signal(sig, signal.SIG_IGN)  # finish the cleanup whatever comes next
+        backend.cleanup(spec.warden_labels)
+        return None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def exit_status(result: SandboxResult) -> int:
+    """Our exit status for a result: the command's own, 124 timed out, 137 OOM."""
+    status = result.status.value
+    if status == "timed_out":
+        return EXIT_TIMED_OUT
+    if status == "oom_killed":
+        return EXIT_OOM_KILLED
+    return result.exit_code
+
+
+def _describe(result: SandboxResult, timeout: float) -> str:
+    status = result.status.value
+    if status == "timed_out":
+        return f"timed out after {timeout:g} s; the container was killed"
+    if status == "oom_killed":
+        return "out of memory: the kernel killed the command (raise --memory)"
+    if status == "killed":
+        return "the container was killed from outside"
+    return f"command exited with status {result.exit_code}"
+
+
+def _parse_labels(pairs: tuple[str, ...]) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--label")
+        if key.startswith("warden."):
+            raise click.BadParameter(
+                f"{key!r} is in the reserved 'warden.' namespace; choose another prefix",
+                param_hint="--label",
+            )
+        result[key] = value
+    return result
+
+
+def _resolve_image(client: Any, name: str) -> str:
+    try:
+        from orchestrator.images import (  # type: ignore[import-not-found,unused-ignore]
+            resolve_image,
+        )
+    except ModuleNotFoundError as exc:
+        if exc.name != "orchestrator.images":
+            raise
+        return name
+    resolved: str = resolve_image(client, name)
+    return resolved
+
+
+def _log_warnings_to_stderr() -> None:
+    logger = logging.getLogger("warden")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("warden: warning: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)

@@ -1,0 +1,247 @@
+"""Locks in the sandbox's isolation: each attack is tried from inside a container
+started by `warden exec` (the CLI, as a user runs it) and must fail safely.
+
+Network isolation is proven by inspection only (interfaces and routes), never by
+sending traffic.
+"""
+
+# ruff: noqa: F811 - pytest fixtures are imported, then named as parameters
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import UNPRIVILEGED, warden_argv, warden_env
+from tests.integration.sandbox_fixtures import (  # noqa: F401
+    docker_client,
+    label_args,
+    no_leftovers,
+    sandbox_image,
+)
+
+pytestmark = pytest.mark.integration
+
+FLOOD_BYTES = 100_000_000
+RSS_GROWTH_LIMIT_KB = 60 * 1024
+"""How much more the CLI may hold at its peak for a 100 MB flood than for `true`."""
+
+
+def warden_exec(
+    workspace: Path,
+    image: str,
+    labels: dict[str, str],
+    *command: str,
+    flags: tuple[str, ...] = (),
+    timeout_s: float = 60,
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run `warden exec --json` and return the process and its parsed JSON."""
+    argv = warden_argv(
+        "exec", "--json", "--workspace", str(workspace), "--image", image,
+        *label_args(labels), *flags, "--", *command,
+    )  # fmt: skip
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, env=warden_env(), timeout=timeout_s, check=False
+    )
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, f"expected one JSON line, got {proc.stdout[:500]!r} {proc.stderr!r}"
+    return proc, json.loads(lines[0])
+
+
+def sh(workspace: Path, image: str, labels: dict[str, str], script: str, *flags: str) -> Any:
+    return warden_exec(workspace, image, labels, "sh", "-c", script, flags=flags)
+
+
+def test_only_loopback_and_no_routes(
+    workspace: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    _, out = sh(
+        workspace, sandbox_image, no_leftovers, "cat /proc/net/dev; echo @@; cat /proc/net/route"
+    )
+    dev, route = out["stdout"].split("@@\n")
+    interfaces = [line.split(":")[0].strip() for line in dev.splitlines()[2:]]
+    assert interfaces == ["lo"]
+    assert route.splitlines()[1:] == []  # header only: no route anywhere
+
+
+def test_root_fs_read_only_and_tmp_capped(
+    workspace: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    script = (
+        "for p in /etc/evil /usr/bin/evil /evil /home/evil; do "
+        "  (echo x > $p) 2>/dev/null && echo WROTE $p; done; "
+        "head -c 200000000 /dev/zero > /tmp/fill; echo tmp_rc=$?; wc -c < /tmp/fill; "
+        "echo ok > /workspace/made-here && echo ws_ok"
+    )
+    _, out = sh(workspace, sandbox_image, no_leftovers, script)
+    assert "WROTE" not in out["stdout"]
+    assert "ws_ok" in out["stdout"]
+    assert (workspace / "made-here").read_text() == "ok\n"
+    tmp_rc = int(re.search(r"tmp_rc=(\d+)", out["stdout"]).group(1))  # type: ignore[union-attr]
+    written = int(out["stdout"].split("tmp_rc=")[1].splitlines()[1])
+    assert tmp_rc != 0 and written <= 64 * 1024 * 1024  # the default tmpfs cap holds
+
+
+def test_no_capabilities_and_no_new_privileges(
+    workspace: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    _, out = sh(
+        workspace, sandbox_image, no_leftovers,
+        "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status; "
+        "touch /workspace/f; chown 0:0 /workspace/f 2>/dev/null && echo CHOWNED",
+    )  # fmt: skip
+    fields = dict(line.split(":\t") for line in out["stdout"].splitlines() if ":\t" in line)
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(fields[cap], 16) == 0, cap
+    assert fields["NoNewPrivs"] == "1"
+    assert "CHOWNED" not in out["stdout"]
+    assert (workspace / "f").stat().st_uid != 0
+
+
+def test_fork_bomb_is_contained(workspace: Path, sandbox_image: str, no_leftovers: Any) -> None:
+    pids = 64
+    script = (
+        "sleep 4 & s=$!; bomb() { bomb | bomb & }; bomb; wait $s; "
+        "n=0; for d in /proc/[0-9]*; do n=$((n+1)); done; echo procs=$n"
+    )
+    started = time.monotonic()
+    _, out = warden_exec(
+        workspace, sandbox_image, no_leftovers, "bash", "-c", script,
+        flags=("--pids", str(pids), "--timeout", "30"),
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    procs = int(re.search(r"procs=(\d+)", out["stdout"]).group(1))  # type: ignore[union-attr]
+    assert pids // 2 <= procs <= pids  # it filled the limit and the limit held
+    assert "Resource temporarily unavailable" in out["stderr"]  # forks were refused
+    assert elapsed < 25
+    # The host and the engine are fine: the next sandbox runs at once.
+    _, after = warden_exec(workspace, sandbox_image, no_leftovers, "true")
+    assert after["status"] == "ok"
+
+
+def test_memory_bomb_is_oom_killed(workspace: Path, sandbox_image: str, no_leftovers: Any) -> None:
+    proc, out = warden_exec(
+        workspace, sandbox_image, no_leftovers, "bash", "-c", "a=x; while :; do a=$a$a; done",
+        flags=("--memory", "64m"),
+    )  # fmt: skip
+    assert out["status"] == "oom_killed"
+    assert out["exit_code"] == 137 and proc.returncode == 137
+
+
+def test_deadline_kills_within_bounds(
+    workspace: Path, sandbox_image: str, no_leftovers: Any, docker_client: Any
+) -> None:
+    started = time.monotonic()
+    proc, out = warden_exec(
+        workspace, sandbox_image, no_leftovers, "sleep", "600", flags=("--timeout", "2")
+    )
+    assert time.monotonic() - started < 5
+    assert out["status"] == "timed_out" and proc.returncode == 124
+    left = docker_client.api.containers(
+        all=True, filters={"label": [f"{k}={v}" for k, v in no_leftovers.items()]}
+    )
+    assert left == []
+
+
+def _peak_rss_kb(argv: list[str]) -> tuple[int, str]:
+    """Run argv with stdout to a file; return its peak RSS (kB) and its stdout."""
+    with tempfile.TemporaryFile("w+") as sink:
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.DEVNULL, env=warden_env())
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        sink.seek(0)
+        return usage.ru_maxrss, sink.read()
+
+
+def test_output_flood_is_capped_and_announced(
+    workspace: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    base = ["exec", "--json", "--workspace", str(workspace), "--image", sandbox_image]
+    base += label_args(no_leftovers)
+    quiet_rss, _ = _peak_rss_kb(warden_argv(*base, "--", "true"))
+    flood = f"head -c {FLOOD_BYTES} /dev/zero | tr '\\0' x; echo done >&2"
+    flood_rss, text = _peak_rss_kb(warden_argv(*base, "--", "sh", "-c", flood))
+    out = json.loads(text)
+    assert out["status"] == "ok" and out["truncated"] is True
+    assert "[... warden: 99.0 MB of stdout omitted ...]"  # 100 MB - 1 MiB kept in out["stdout"]
+    assert len(out["stdout"]) < 1024 * 1024 + 200
+    assert out["stdout"].startswith("x" * 1000) and out["stdout"].endswith("x" * 1000)
+    assert out["stderr"] == "done\n"
+    assert flood_rss - quiet_rss < RSS_GROWTH_LIMIT_KB, (quiet_rss, flood_rss)
+
+
+def test_setuid_binary_in_workspace_grants_nothing(
+    workspace: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    _, out = sh(
+        workspace, sandbox_image, no_leftovers,
+        "cp \"$(command -v id)\" /workspace/suid-id && chmod u+s /workspace/suid-id; "
+        "/workspace/suid-id -u",
+    )  # fmt: skip
+    assert out["stdout"].strip().splitlines()[-1] == str(UNPRIVILEGED)
+    if os.geteuid() == 0:
+        # The real attack: a setuid-ROOT binary planted in the workspace from outside.
+        planted = workspace / "suid-id"
+        os.chown(planted, 0, 0)
+        os.chmod(planted, 0o4755)
+        assert planted.stat().st_mode & 0o4000
+        _, out = warden_exec(workspace, sandbox_image, no_leftovers, "/workspace/suid-id", "-u")
+        assert out["status"] == "ok"
+        assert out["stdout"].strip() == str(UNPRIVILEGED)  # euid stays unprivileged
+
+
+def test_docker_socket_absent(workspace: Path, sandbox_image: str, no_leftovers: Any) -> None:
+    _, out = sh(
+        workspace, sandbox_image, no_leftovers,
+        "for s in /var/run/docker.sock /run/docker.sock /docker.sock; do "
+        "  [ -e $s ] && echo PRESENT $s; done; grep -c docker.sock /proc/mounts; true",
+    )  # fmt: skip
+    assert "PRESENT" not in out["stdout"]
+    assert out["stdout"].strip().splitlines()[-1] == "0"
+
+
+def test_files_belong_to_workspace_owner(
+    workspace: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    _, out = sh(
+        workspace, sandbox_image, no_leftovers, "mkdir /workspace/d && echo hi > /workspace/d/f"
+    )
+    assert out["status"] == "ok"
+    owner = workspace.stat()
+    for made in (workspace / "d", workspace / "d" / "f"):
+        assert (made.stat().st_uid, made.stat().st_gid) == (owner.st_uid, owner.st_gid)
+    assert owner.st_uid != 0 or os.geteuid() != 0
+
+
+def test_root_owned_workspace_runs_unprivileged_with_a_warning(
+    tmp_path: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root on the host to make a root-owned workspace")
+    root_ws = tmp_path / "root-owned"
+    root_ws.mkdir()
+    proc, out = sh(root_ws, sandbox_image, no_leftovers, "id -u; id -g; touch /workspace/x")
+    uid, gid = out["stdout"].split()[:2]
+    assert (uid, gid) == ("1000", "1000")  # settings.fallback_uid, never 0
+    assert "Permission denied" in out["stderr"]  # the consequence the warning names
+    assert "owned by root" in proc.stderr and "chown" in proc.stderr and "--user" in proc.stderr
+
+
+def test_uid_zero_is_refused(workspace: Path, sandbox_image: str) -> None:
+    for user in ("0", "0:0", "1000:0", "root"):
+        proc = subprocess.run(
+            warden_argv("exec", "--user", user, "--image", sandbox_image, "--", "id"),
+            capture_output=True, text=True, env=warden_env(), check=False,
+        )  # fmt: skip
+        assert proc.returncode == 2, (user, proc.stderr)
+        assert "--user" in proc.stderr and proc.stdout == ""
+    assert sys.executable  # the refusals happened before any container was made

@@ -1,0 +1,81 @@
+"""Locks in the logic of `warden exec` and `warden cleanup` against the fake backend:
+exit-status mapping, size parsing, SIGTERM/Ctrl-C removing the container, and
+cleanup finding orphans by label (all of warden's, or one session's)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import click
+import pytest
+
+from orchestrator import labels as wl
+from orchestrator.backend.base import SandboxResult, SandboxSpec, SandboxStatus
+from orchestrator.backend.fake import FakeBackend, FakeOutcome
+from orchestrator.commands.cleanup import remove_orphans
+from orchestrator.commands.exec import SizeType, exit_status, run_interruptible
+
+
+def spec(session: str = "s1", *command: str, **extra: str) -> SandboxSpec:
+    return SandboxSpec(
+        image="img",
+        command=list(command) or ["sleep", "30"],
+        warden_labels=wl.warden_labels(session, **extra),
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "expected"),
+    [("ok", 0, 0), ("error", 7, 7), ("timed_out", 137, 124), ("oom_killed", 137, 137),
+     ("killed", 137, 137)],
+)  # fmt: skip
+def test_exit_status(status: str, code: int, expected: int) -> None:
+    result = SandboxResult(
+        status=SandboxStatus(status), exit_code=code, stdout="", stderr="",
+        truncated=False, duration_s=0.1,
+    )  # fmt: skip
+    assert exit_status(result) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("512m", 512 * 2**20), ("1g", 2**30), ("1G", 2**30), ("64k", 65536), ("1000", 1000),
+     ("1.5g", 3 * 2**29), ("256MiB", 256 * 2**20), ("256mb", 256 * 2**20)],
+)  # fmt: skip
+def test_sizes(text: str, size: int) -> None:
+    assert SizeType().convert(text, None, None) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "", "-1m", "0", "12x"])
+def test_bad_sizes(text: str) -> None:
+    with pytest.raises(click.BadParameter):
+        SizeType().convert(text, None, None)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_kills_and_removes(sig: int) -> None:
+    backend = FakeBackend(lambda _spec: FakeOutcome(run_s=float("inf")))
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Timer(0.3, os.kill, args=(os.getpid(), sig)).start()
+    assert run_interruptible(backend, spec()) is None
+    assert backend.list({wl.SESSION: None}) == []
+    assert signal.getsignal(signal.SIGTERM) is before  # handlers restored
+
+
+def test_run_interruptible_returns_the_result() -> None:
+    result = run_interruptible(FakeBackend(), spec("s1", "echo", "hi"))
+    assert result is not None and result.stdout == "hi\n"
+
+
+def test_cleanup_all_or_one_session(workspace: Path) -> None:
+    backend = FakeBackend()
+    for session in ("a", "a", "b"):
+        backend.start(spec(session))
+    assert len(remove_orphans(backend, session="a")) == 2
+    assert [i.labels[wl.SESSION] for i in backend.list({wl.SESSION: None})] == ["b"]
+    backend.start(spec("c", exec="e1"))
+    assert len(remove_orphans(backend)) == 2
+    assert backend.list({}) == []
