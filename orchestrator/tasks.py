@@ -520,7 +520,7 @@ class TaskManager:
             mounts=[Mount(source=socket_dir, target=wire.BROKER_SOCKET_DIR, read_only=True)],
             env={"HOME": "/tmp", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
             limits=limits,
-            labels=labels.warden_labels(self.session, task=ctx.task_id, run=self.run_id),
+            warden_labels=labels.warden_labels(self.session, task=ctx.task_id, run=self.run_id),
         )
 
     def _result(
