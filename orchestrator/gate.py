@@ -1,0 +1,171 @@
+"""The permission gate: every tool call of every subagent is decided here, on
+the host. Rules and PreToolUse hooks decide first; an "ask" pauses that one
+call while the question climbs the task's ancestors to the run's approver (a
+human, CI, or an embedding callback). Every decision is audited."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from orchestrator.permissions import (
+    ApprovalQuestion,
+    Approver,
+    CallContext,
+    Decision,
+    PermissionEngine,
+    SessionApprovals,
+    ToolCall,
+    input_hash,
+)
+from orchestrator.tasks import TaskContext
+from sandbox_tools import wire
+
+log = logging.getLogger(__name__)
+
+
+class PolicyGate:
+    """Implements the TaskManager's `PermissionGate` with the permission engine."""
+
+    def __init__(
+        self,
+        *,
+        engine: PermissionEngine,
+        approver: Approver,
+        mode: str,
+        store: Any = None,
+        events: Any = None,
+        approvals: SessionApprovals | None = None,
+    ) -> None:
+        self.engine = engine
+        self.approver = approver
+        self.mode = mode
+        self.store = store
+        self.events = events
+        self.approvals = approvals or SessionApprovals()
+        self._tasks: dict[str, TaskContext] = {}
+
+    async def decide(
+        self, task: TaskContext, request: wire.PermissionRequest
+    ) -> wire.PermissionResponse:
+        self._tasks[task.task_id] = task
+        call = ToolCall(
+            tool_name=request.tool_name,
+            tool_input=dict(request.tool_input),
+            tool_use_id=request.tool_use_id,
+        )
+        context = CallContext(
+            session_id=task.session_id,
+            agent_id=task.task_id,
+            agent_type=task.agent_type,
+            cwd=wire.WORKSPACE,
+            permission_mode=self.mode,  # type: ignore[arg-type]
+        )
+        decision = await self.engine.decide(call, context)
+        tool_input = decision.updated_input or call.tool_input
+        digest = input_hash(call.tool_name, tool_input)
+        final, decided_by, reason = decision.behavior, _decider(decision), decision.reason
+        if decision.behavior == "ask":
+            if self.approvals.allows(call.tool_name, digest):
+                final, decided_by = "allow", "session approval (allowed for the rest of this run)"
+            else:
+                final, decided_by, reason = await self._ask(task, call, tool_input, digest, decision)
+        await self._audit(task, call, tool_input, digest, decision, final, decided_by, reason)
+        if final == "allow":
+            return wire.PermissionResponse(
+                behavior="allow", reason=reason, updated_input=decision.updated_input
+            )
+        return wire.PermissionResponse(behavior="deny", reason=_denial(reason, decided_by))
+
+    def chain(self, task: TaskContext) -> list[str]:
+        """The asking task's ancestors, root side first, ending with the task itself."""
+        chain = [task.task_id]
+        parent = task.parent_id
+        while parent is not None:
+            chain.insert(0, parent)
+            ancestor = self._tasks.get(parent)
+            parent = ancestor.parent_id if ancestor else None
+        return chain
+
+    async def _ask(
+        self,
+        task: TaskContext,
+        call: ToolCall,
+        tool_input: dict[str, Any],
+        digest: str,
+        decision: Decision,
+    ) -> tuple[str, str, str]:
+        question = ApprovalQuestion(
+            task_id=task.task_id,
+            agent_type=task.agent_type,
+            description=task.description,
+            chain=self.chain(task),
+            tool_name=call.tool_name,
+            tool_input=tool_input,
+            input_hash=digest,
+            asked_by=_decider(decision),
+            reason=decision.reason,
+        )
+        await self._emit("approval_requested", task, tool_name=call.tool_name, input_hash=digest,
+                         asked_by=question.asked_by, chain=question.chain)
+        try:
+            answer = await self.approver.approve(question)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # an approver bug must fail closed, not open
+            log.exception("approver failed")
+            return "deny", "approver error", f"the approver failed ({type(exc).__name__}); denied"
+        if answer.behavior == "allow" and answer.scope == "session":
+            self.approvals.allow(call.tool_name, digest)
+        await self._emit("approval_answered", task, tool_name=call.tool_name, input_hash=digest,
+                         behavior=answer.behavior, scope=answer.scope, decided_by=answer.decided_by)
+        return answer.behavior, answer.decided_by, answer.reason or decision.reason
+
+    async def _emit(self, kind: str, task: TaskContext, **data: Any) -> None:
+        if self.events is not None:
+            await self.events.emit(kind, task_id=task.task_id, parent_id=task.parent_id,
+                                   agent_type=task.agent_type, trace_id=task.trace_id, **data)
+
+    async def _audit(
+        self,
+        task: TaskContext,
+        call: ToolCall,
+        tool_input: dict[str, Any],
+        digest: str,
+        decision: Decision,
+        final: str,
+        decided_by: str,
+        reason: str,
+    ) -> None:
+        if self.store is None:
+            return
+        from orchestrator.store import AuditRecord
+
+        record = AuditRecord(
+            run_id=task.run_id,
+            task_id=task.task_id,
+            agent_type=task.agent_type,
+            tool_name=call.tool_name,
+            tool_use_id=call.tool_use_id or None,
+            input_hash=digest,
+            tool_input=tool_input,
+            decision=decision.behavior,
+            final=final,  # type: ignore[arg-type]
+            decided_by=decided_by,
+            source=decision.source,
+            reason=reason,
+        )
+        await asyncio.to_thread(self.store.record_audit, record)
+
+
+def _decider(decision: Decision) -> str:
+    if decision.hook:
+        return f"hook: {decision.hook}"
+    if decision.rule:
+        return f"rule: {decision.rule}"
+    return f"mode: {decision.source or 'default'}"
+
+
+def _denial(reason: str, decided_by: str) -> str:
+    return f"Permission denied by {decided_by}: {reason}"
