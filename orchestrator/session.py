@@ -25,7 +25,7 @@ from orchestrator.tasks import PermissionGate, TaskManager, TaskManagerConfig
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-5"
 UPSTREAM_CONNECTIONS = 64
 
 

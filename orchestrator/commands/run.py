@@ -22,7 +22,7 @@ import click
     help="Directory shared with every subagent at /workspace.",
 )
 @click.option(
-    "--model", default=None, help="Model for the parent and subagents (default: claude-sonnet-4-5)."
+    "--model", default=None, help="Model for the parent and subagents (default: claude-sonnet-5)."
 )
 @click.option(
     "--json", "json_mode", is_flag=True, help="Write events and the result as JSON lines on stdout."
