@@ -260,6 +260,14 @@ def run(socket_path: str = wire.BROKER_SOCKET, workspace: str | Path = wire.WORK
     0 whenever a result was posted (even a failed one); 2 when the broker is
     unreachable; 1 on a bug (after trying to post a failed result).
     """
+    if not Path(socket_path).exists():
+        # Checked up front: httpcore2 leaks the socket object when connect() fails.
+        print(
+            f"warden runner: the broker socket {socket_path} does not exist; "
+            "it must be mounted into the container (or passed with --socket)",
+            file=sys.stderr,
+        )
+        return EXIT_BROKER
     broker = BrokerClient(socket_path)
     try:
         spec = broker.spec()
