@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from sandbox_tools import wire
 from sandbox_tools.broker import BrokerClient, model_client
 from sandbox_tools.errors import BrokerRequestError, BrokerUnavailableError, ToolError
@@ -162,6 +164,15 @@ class AgentLoop:
                 wire.PermissionRequest(
                     tool_use_id=tool_use_id, tool_name=name, tool_input=raw_input
                 )
+            )
+        except ValidationError as e:  # e.g. a tool_use id longer than the wire allows
+            return _tool_result(
+                tool_use_id,
+                ToolOutput(
+                    f"Error: this {name} call cannot be put to the permission check "
+                    f"({e.error_count()} invalid fields); it was not run.",
+                    is_error=True,
+                ),
             )
         except BrokerRequestError as e:
             return _tool_result(

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from sandbox_tools.errors import ToolError
 from sandbox_tools.tools import bash, files, search
 from sandbox_tools.tools.base import ToolContext, ToolOutput
-from sandbox_tools.tools.inputs import INPUT_MODELS, TOOL_SCHEMAS, BashInput, tool_params
+from sandbox_tools.tools.inputs import INPUT_MODELS, TOOL_SCHEMAS, tool_params
 
 log = logging.getLogger("sandbox_tools")
 
@@ -70,7 +70,7 @@ def run_tool(name: str, raw: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 def describe(name: str, raw: dict[str, Any]) -> str:
     """A short progress detail: the command, the file path or the pattern."""
     if name == "Bash" and isinstance(raw.get("command"), str):
-        return bash.describe(BashInput.model_construct(command=raw["command"]))
+        return bash.describe(raw["command"])
     for key in ("file_path", "pattern", "description", "path"):
         value = raw.get(key)
         if isinstance(value, str):

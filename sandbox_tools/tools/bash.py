@@ -5,15 +5,20 @@ it starts share one process group. On timeout the whole group gets SIGKILL.
 When the shell exits normally, processes it left in the background are
 stopped too: a tool call never leaves work running behind the model's back,
 and the pipe they hold cannot keep the call waiting.
+
+One thread does everything: it polls the output pipe and a pidfd (which
+becomes readable when the shell exits), so a short command costs about what
+`subprocess.run` costs.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
-import threading
-from typing import IO
+import time
+from dataclasses import dataclass
 
 from sandbox_tools.errors import ToolError
 from sandbox_tools.tools.base import ToolContext, ToolOutput
@@ -31,6 +36,9 @@ BASH_EXIT_GRACE_S = 0.2
 BASH_DRAIN_TIMEOUT_S = 2.0
 """After the group is killed, how long to wait for the output pipe to close."""
 
+BASH_POLL_FALLBACK_S = 0.05
+"""Exit-check interval when the kernel offers no pidfd."""
+
 BASH_DETAIL_CHARS = 120
 """Longest command shown in progress events."""
 
@@ -44,18 +52,16 @@ class _CappedCapture:
         self.tail = bytearray()
         self.total = 0
 
-    def drain(self, stream: IO[bytes]) -> None:
-        fd = stream.fileno()
-        while chunk := os.read(fd, BASH_READ_CHUNK):
-            self.total += len(chunk)
-            room = self._half - len(self.head)
-            if room > 0:
-                self.head += chunk[:room]
-                chunk = chunk[room:]
-            if chunk:
-                self.tail += chunk
-                if len(self.tail) > self._half:
-                    del self.tail[: len(self.tail) - self._half]
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self._half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self._half:
+                del self.tail[: len(self.tail) - self._half]
 
     def text(self) -> str:
         head = self.head.decode("utf-8", errors="replace")
@@ -79,9 +85,88 @@ def _kill_group(pgid: int) -> bool:
     return True
 
 
-def describe(inp: BashInput) -> str:
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # old kernel, or a seccomp profile without pidfd_open
+        return None
+
+
+@dataclass
+class _Outcome:
+    timed_out: bool = False
+    stopped_background: bool = False
+    output_open: bool = False
+
+
+def _pump(proc: subprocess.Popen[bytes], capture: _CappedCapture, timeout_s: float) -> _Outcome:
+    """Collect output until the pipe closes, enforcing the timeout on the whole group."""
+    assert proc.stdout is not None
+    out_fd = proc.stdout.fileno()
+    os.set_blocking(out_fd, False)
+    pidfd = _pidfd(proc.pid)
+    poller = select.poll()
+    poller.register(out_fd, select.POLLIN)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    outcome = _Outcome()
+    deadline = time.monotonic() + timeout_s
+    exited_at: float | None = None
+    killed_at: float | None = None
+    eof = False
+    try:
+        while True:
+            now = time.monotonic()
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if eof and exited_at is not None:
+                break
+            if killed_at is not None:
+                wait_until = killed_at + BASH_DRAIN_TIMEOUT_S
+            elif exited_at is not None:
+                wait_until = exited_at + BASH_EXIT_GRACE_S
+            else:
+                wait_until = deadline
+            if now >= wait_until:
+                if killed_at is not None:  # something outside the group holds the pipe
+                    outcome.output_open = not eof
+                    break
+                # The leader is not reaped before its timeout, so the group id is still ours.
+                killed = _kill_group(proc.pid)
+                if exited_at is None:
+                    outcome.timed_out = True
+                else:
+                    outcome.stopped_background = killed
+                killed_at = now
+                continue
+            wait_s = wait_until - now
+            if pidfd is None:
+                wait_s = min(wait_s, BASH_POLL_FALLBACK_S)
+            for fd, _ in poller.poll(wait_s * 1000):
+                if fd == pidfd:
+                    poller.unregister(pidfd)  # exited; proc.poll() above reaps it
+                elif not eof:
+                    try:
+                        chunk = os.read(out_fd, BASH_READ_CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if chunk:
+                        capture.add(chunk)
+                    else:
+                        eof = True
+                        poller.unregister(out_fd)
+    finally:
+        if proc.poll() is None:  # an exception (e.g. KeyboardInterrupt) cut the loop short
+            _kill_group(proc.pid)
+        proc.wait()
+        if pidfd is not None:
+            os.close(pidfd)
+    return outcome
+
+
+def describe(command: str) -> str:
     """Short text for progress events."""
-    command = " ".join(inp.command.split())
+    command = " ".join(command.split())
     if len(command) > BASH_DETAIL_CHARS:
         command = command[: BASH_DETAIL_CHARS - 1] + "…"
     return command
@@ -100,37 +185,17 @@ def bash(inp: BashInput, ctx: ToolContext) -> ToolOutput:
         )
     except OSError as e:
         raise ToolError(f"cannot start bash: {e.strerror or e}") from e
-    assert proc.stdout is not None
     capture = _CappedCapture(BASH_OUTPUT_LIMIT)
-    reader = threading.Thread(target=capture.drain, args=(proc.stdout,), daemon=True)
-    reader.start()
-    timed_out = False
-    stopped_background = False
-    try:
-        proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc.pid)  # the leader is not reaped yet, so the group id is still ours
-    finally:
-        if proc.poll() is None:  # an exception (e.g. KeyboardInterrupt) cut the wait short
-            _kill_group(proc.pid)
-        proc.wait()
-    if not timed_out:
-        reader.join(BASH_EXIT_GRACE_S)
-        if reader.is_alive():  # background processes still hold the pipe open
-            stopped_background = _kill_group(proc.pid)
-    reader.join(BASH_DRAIN_TIMEOUT_S)
-    output_open = reader.is_alive()
-    if not output_open:
-        proc.stdout.close()
+    with proc:  # closes the pipe
+        outcome = _pump(proc, capture, timeout_s)
 
     text = capture.text().rstrip("\n") or "(no output)"
     notes: list[str] = []
-    if output_open:
+    if outcome.output_open:
         notes.append("[a process outside the command's process group still holds its output]")
-    if stopped_background:
+    if outcome.stopped_background:
         notes.append("[processes the command left running in the background were stopped]")
-    if timed_out:
+    if outcome.timed_out:
         notes.append(
             f"[timed out after {timeout_s:g} s: the command and every process it started "
             "were killed; pass a larger timeout (in milliseconds) if it needs longer]"
