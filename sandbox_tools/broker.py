@@ -30,10 +30,6 @@ MODEL_CALL_TIMEOUT_S = 600.0
 MODEL_CALL_MAX_RETRIES = 2
 """Retries the anthropic SDK makes on 408/409/429/5xx (the only retry layer)."""
 
-_QUICK = httpx2.Timeout(BROKER_REQUEST_TIMEOUT_S, connect=BROKER_CONNECT_TIMEOUT_S)
-_WAIT_FOR_HUMAN = httpx2.Timeout(
-    BROKER_REQUEST_TIMEOUT_S, connect=BROKER_CONNECT_TIMEOUT_S, read=None
-)
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -48,12 +44,18 @@ def _error_message(response: httpx2.Response) -> str:
 class BrokerClient:
     """warden's own broker endpoints, with the wire models on both ends."""
 
-    def __init__(self, socket_path: str = wire.BROKER_SOCKET) -> None:
+    def __init__(
+        self, socket_path: str = wire.BROKER_SOCKET, request_timeout_s: float | None = None
+    ) -> None:
         self.socket_path = socket_path
+        quick_s = BROKER_REQUEST_TIMEOUT_S if request_timeout_s is None else request_timeout_s
+        self._quick = httpx2.Timeout(quick_s, connect=BROKER_CONNECT_TIMEOUT_S)
+        # Waits for a human (permission) or a whole nested task: no read timeout.
+        self._patient = httpx2.Timeout(quick_s, connect=BROKER_CONNECT_TIMEOUT_S, read=None)
         self._http = httpx2.Client(
             transport=httpx2.HTTPTransport(uds=socket_path),
             base_url=wire.BROKER_BASE_URL,
-            timeout=_QUICK,
+            timeout=self._quick,
         )
 
     def close(self) -> None:
@@ -64,10 +66,11 @@ class BrokerClient:
         path: str,
         answer: type[T],
         body: BaseModel | None = None,
-        timeout: httpx2.Timeout = _QUICK,
+        patient: bool = False,
     ) -> T:
         """One request; BrokerUnavailableError if the socket does not answer,
         BrokerRequestError on an error status or a malformed answer."""
+        timeout = self._patient if patient else self._quick
         try:
             if body is None:
                 response = self._http.get(path, timeout=timeout)
@@ -96,12 +99,10 @@ class BrokerClient:
         return self._call("/v1/spec", wire.TaskSpec)
 
     def permission(self, request: wire.PermissionRequest) -> wire.PermissionResponse:
-        return self._call(
-            "/v1/permission", wire.PermissionResponse, request, timeout=_WAIT_FOR_HUMAN
-        )
+        return self._call("/v1/permission", wire.PermissionResponse, request, patient=True)
 
     def delegate(self, request: wire.DelegateRequest) -> wire.DelegateResponse:
-        return self._call("/v1/task", wire.DelegateResponse, request, timeout=_WAIT_FOR_HUMAN)
+        return self._call("/v1/task", wire.DelegateResponse, request, patient=True)
 
     def event(self, request: wire.EventRequest) -> None:
         self._call("/v1/events", wire.Ack, request)

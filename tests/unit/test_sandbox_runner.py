@@ -13,7 +13,7 @@ import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from sandbox_tools.runner import EXIT_BROKER, EXIT_OK, run
 from tests.conftest import REPO_ROOT
 
 Policy = Callable[[wire.PermissionRequest], wire.PermissionResponse]
+Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 def allow_all(_: wire.PermissionRequest) -> wire.PermissionResponse:
@@ -64,18 +65,23 @@ class FakeBroker:
     transcripts: list[wire.TranscriptCheckpoint] = field(default_factory=list)
     delegations: list[wire.DelegateRequest] = field(default_factory=list)
     results: list[wire.ResultRequest] = field(default_factory=list)
+    overrides: dict[str, Handler] = field(default_factory=dict)
+    """Replacement handlers by path."""
 
     def app(self) -> web.Application:
+        routes: dict[str, Handler] = {
+            "/v1/messages": self._messages,
+            "/v1/permission": self._permission,
+            "/v1/events": self._record(wire.EventRequest, self.events),
+            "/v1/transcript": self._record(wire.TranscriptCheckpoint, self.transcripts),
+            "/v1/result": self._record(wire.ResultRequest, self.results),
+            "/v1/task": self._task,
+        }
+        routes.update(self.overrides)
         app = web.Application()
         app.router.add_get("/v1/spec", self._spec)
-        app.router.add_post("/v1/messages", self._messages)
-        app.router.add_post("/v1/permission", self._permission)
-        app.router.add_post("/v1/events", self._record(wire.EventRequest, self.events))
-        app.router.add_post(
-            "/v1/transcript", self._record(wire.TranscriptCheckpoint, self.transcripts)
-        )
-        app.router.add_post("/v1/result", self._record(wire.ResultRequest, self.results))
-        app.router.add_post("/v1/task", self._task)
+        for path, handler in routes.items():
+            app.router.add_post(path, handler)
         return app
 
     async def _spec(self, _: web.Request) -> web.Response:
@@ -112,7 +118,7 @@ class FakeBroker:
         self.delegations.append(wire.DelegateRequest.model_validate(await request.json()))
         return web.json_response(self.delegate_answer.model_dump())
 
-    def _record(self, model: type[Any], into: list[Any]) -> Any:
+    def _record(self, model: type[Any], into: list[Any]) -> Handler:
         async def handler(request: web.Request) -> web.Response:
             into.append(model.model_validate(await request.json()))
             return web.json_response(wire.Ack().model_dump())
@@ -404,3 +410,54 @@ async def test_python_dash_m_entry_point(socket_dir: Path, tmp_path: Path) -> No
         await runner.cleanup()
     assert proc.returncode == 0, err.decode()
     assert broker.results == [wire.ResultRequest(status="completed", text="hi from a subprocess")]
+
+
+async def test_permission_may_wait_longer_than_any_quick_timeout(
+    socket_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbox_tools import broker as broker_module
+
+    monkeypatch.setattr(broker_module, "BROKER_REQUEST_TIMEOUT_S", 0.3)
+    fake = FakeBroker(
+        make_spec(), [tool_turn("Bash", {"command": "echo approved"}), text_turn("ok")]
+    )
+    slow_human = fake._permission
+
+    async def after_a_while(request: web.Request) -> web.Response:
+        await asyncio.sleep(1.0)  # a human takes their time
+        return await slow_human(request)
+
+    fake.overrides["/v1/permission"] = after_a_while
+    assert await serve_and_run(fake, socket_dir, tmp_path) == EXIT_OK
+    assert "approved" in fake.tool_results(1)[0]["content"]
+
+
+async def test_refused_checkpoints_and_events_do_not_stop_the_loop(
+    socket_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = FakeBroker(make_spec(), [tool_turn("Bash", {"command": "true"}), text_turn("fine")])
+
+    async def too_large(_: web.Request) -> web.Response:
+        return web.json_response(wire.error_body("request_too_large", "body too big"), status=413)
+
+    fake.overrides.update({"/v1/transcript": too_large, "/v1/events": too_large})
+    assert await serve_and_run(fake, socket_dir, tmp_path) == EXIT_OK
+    assert fake.results == [wire.ResultRequest(status="completed", text="fine")]
+    assert "transcript checkpoint after turn 1 was refused" in caplog.text
+    assert "body too big" in caplog.text
+
+
+async def test_a_runner_bug_posts_a_failed_result_and_exits_1(
+    socket_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbox_tools import runner as runner_module
+
+    def broken(self: object) -> wire.ResultRequest:
+        raise KeyError("oops")
+
+    monkeypatch.setattr(runner_module.AgentLoop, "run", broken)
+    fake = FakeBroker(make_spec(), [])
+    assert await serve_and_run(fake, socket_dir, tmp_path) == runner_module.EXIT_BUG
+    [result] = fake.results
+    assert result.status == "failed"
+    assert result.error is not None and "the runner crashed: KeyError" in result.error
