@@ -139,6 +139,8 @@ def write(inp: WriteInput, ctx: ToolContext) -> ToolOutput:
     if path.is_dir():
         raise ToolError(f"{shown} is a directory; give a file path to write")
     existed = path.exists()
+    if existed and not path.is_file():  # a FIFO or device would block or misbehave
+        raise ToolError(f"{shown} is not a regular file; Write only replaces regular files")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

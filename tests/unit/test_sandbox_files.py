@@ -4,6 +4,7 @@ huge, non-unique or absent old_string), and input validation errors."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -95,10 +96,15 @@ def test_write_creates_parents_and_overwrites(ctx: ToolContext) -> None:
     assert (ctx.root / "a/b/c.txt").read_text() == "new"
 
 
-def test_write_to_a_directory_is_refused(ctx: ToolContext) -> None:
+def test_write_to_a_directory_or_fifo_is_refused(ctx: ToolContext) -> None:
     (ctx.root / "d").mkdir()
     out = run_tool("Write", {"file_path": "d", "content": "x"}, ctx)
     assert out.is_error and "is a directory" in out.text
+    os.mkfifo(ctx.root / "pipe")
+    out = run_tool("Write", {"file_path": "pipe", "content": "x"}, ctx)
+    assert out.is_error and "not a regular file" in out.text
+    out = run_tool("Read", {"file_path": "pipe"}, ctx)
+    assert out.is_error and "not a regular file" in out.text
 
 
 def test_edit_replaces_a_unique_match_and_shows_it(ctx: ToolContext) -> None:
