@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from sandbox_tools import wire
-from sandbox_tools.broker import BrokerClient, model_client
+from sandbox_tools.broker import MODEL_CALL_TIMEOUT_S, BrokerClient, model_client
 from sandbox_tools.errors import BrokerRequestError, BrokerUnavailableError, ToolError
 from sandbox_tools.tools import ToolContext, ToolOutput, describe, parse_input, run_tool
 from sandbox_tools.tools.inputs import tool_params
@@ -95,6 +95,11 @@ class AgentLoop:
                     system=spec.system_prompt,
                     messages=self.messages,  # type: ignore[arg-type]  # plain dicts, as sent
                     **extra,
+                )
+            except anthropic.APITimeoutError:
+                self.checkpoint()
+                return self._failed(
+                    last, f"the model call did not answer within {MODEL_CALL_TIMEOUT_S:g} s"
                 )
             except anthropic.APIConnectionError as e:
                 raise BrokerUnavailableError(
