@@ -461,3 +461,23 @@ async def test_a_runner_bug_posts_a_failed_result_and_exits_1(
     [result] = fake.results
     assert result.status == "failed"
     assert result.error is not None and "the runner crashed: KeyError" in result.error
+
+
+async def test_a_model_call_that_times_out_ends_in_a_failed_result(
+    socket_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbox_tools import broker as broker_module
+
+    monkeypatch.setattr(broker_module, "MODEL_CALL_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(broker_module, "MODEL_CALL_MAX_RETRIES", 0)
+    fake = FakeBroker(make_spec(), [text_turn("too late")])
+
+    async def stuck(request: web.Request) -> web.Response:
+        await asyncio.sleep(2)
+        return web.json_response({})
+
+    fake.overrides["/v1/messages"] = stuck
+    assert await serve_and_run(fake, socket_dir, tmp_path) == EXIT_OK
+    [result] = fake.results
+    assert result.status == "failed"
+    assert result.error is not None and "did not answer within" in result.error
