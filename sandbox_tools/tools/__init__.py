@@ -1,0 +1,92 @@
+"""The tools that run inside the container, and the one function that runs them.
+
+`run_tool` validates the input against the tool's closed model, runs the tool
+and turns every failure into a `ToolOutput` with `is_error=True`: a
+`ToolError` keeps its message; any other exception is a bug, logged with its
+traceback to stderr and reported to the model as an internal tool error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from sandbox_tools.errors import ToolError
+from sandbox_tools.tools import bash, files, search
+from sandbox_tools.tools.base import ToolContext, ToolOutput
+from sandbox_tools.tools.inputs import INPUT_MODELS, TOOL_SCHEMAS, tool_params
+
+log = logging.getLogger("sandbox_tools")
+
+DETAIL_CHARS = 160
+"""Longest progress detail (a command or a path) put in an event."""
+
+_LOCAL_TOOLS: dict[str, Callable[[Any, ToolContext], ToolOutput]] = {
+    "Bash": bash.bash,
+    "Read": files.read,
+    "Write": files.write,
+    "Edit": files.edit,
+    "Glob": search.glob,
+    "Grep": search.grep,
+}
+
+
+def parse_input(name: str, raw: dict[str, Any]) -> BaseModel:
+    """Validate a tool input; a ToolError that lists what is wrong otherwise."""
+    model = INPUT_MODELS.get(name)
+    if model is None:
+        raise ToolError(f"unknown tool {name!r}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'input'}: {err['msg']}" for err in e.errors()
+        )
+        raise ToolError(f"invalid input for {name}: {problems}") from None
+
+
+def run_tool(name: str, raw: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    """Run a local tool; never raises for a tool failure."""
+    try:
+        run = _LOCAL_TOOLS.get(name)
+        if run is None:
+            raise ToolError(f"{name!r} is not a tool this runner carries out")
+        return run(parse_input(name, raw), ctx)
+    except ToolError as e:
+        return ToolOutput(f"Error: {e}", is_error=True, summary=str(e)[:DETAIL_CHARS])
+    except Exception as e:
+        log.exception("internal error in tool %s", name)
+        return ToolOutput(
+            f"Error: internal error in the {name} tool ({type(e).__name__}: {e}). "
+            "This is a bug in the runner, not in your input; try another way.",
+            is_error=True,
+            summary=f"internal error: {type(e).__name__}",
+        )
+
+
+def describe(name: str, raw: dict[str, Any]) -> str:
+    """A short progress detail: the command, the file path or the pattern."""
+    if name == "Bash" and isinstance(raw.get("command"), str):
+        return bash.describe(raw["command"])
+    for key in ("file_path", "pattern", "description", "path"):
+        value = raw.get(key)
+        if isinstance(value, str):
+            return value if len(value) <= DETAIL_CHARS else value[: DETAIL_CHARS - 1] + "…"
+    return ""
+
+
+LOCAL_TOOL_NAMES = tuple(_LOCAL_TOOLS)
+
+__all__ = [
+    "LOCAL_TOOL_NAMES",
+    "TOOL_SCHEMAS",
+    "ToolContext",
+    "ToolOutput",
+    "describe",
+    "parse_input",
+    "run_tool",
+    "tool_params",
+]

@@ -1,0 +1,42 @@
+"""What every tool receives and returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Where tools run and their defaults."""
+
+    root: Path
+    """The workspace root, already resolved (no symlinks)."""
+    bash_timeout_s: float = 120.0
+    """Timeout of a Bash call that does not give one."""
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """A tool's answer to the model."""
+
+    text: str
+    is_error: bool = False
+    summary: str = ""
+    """One short line for progress events (e.g. `exit 0`); empty when nothing to add."""
+
+
+BINARY_SNIFF_BYTES = 8192
+"""How much of a file is inspected for NUL bytes to tell binary from text."""
+
+
+def looks_binary(head: bytes) -> bool:
+    """A file whose first bytes contain NUL is treated as binary (like grep and git)."""
+    return b"\0" in head
+
+
+def truncation_note(what: str, shown: int, total: int | None, hint: str = "") -> str:
+    """The uniform line that announces truncated output."""
+    of_total = f" of {total}" if total is not None else ""
+    tail = f"; {hint}" if hint else ""
+    return f"[output truncated: showing {shown}{of_total} {what}{tail}]"

@@ -1,0 +1,483 @@
+"""The in-container agent loop, end to end on the host: the real anthropic SDK talks
+HTTP over a Unix socket to a small scripted fake broker. Locks in: a fresh
+conversation from the spec, permission before every tool (allow runs it,
+deny tells the model and does not), updated input, max_turns, a refused model
+call ending in a failed result with the broker's message, a transcript
+checkpoint after every turn, events, nested Task delegation, the final text,
+and the exit codes of `python -m sandbox_tools`."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from sandbox_tools import wire
+from sandbox_tools.runner import EXIT_BROKER, EXIT_OK, run
+from tests.conftest import REPO_ROOT
+
+Policy = Callable[[wire.PermissionRequest], wire.PermissionResponse]
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def allow_all(_: wire.PermissionRequest) -> wire.PermissionResponse:
+    return wire.PermissionResponse(behavior="allow")
+
+
+def text_turn(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}
+
+
+def tool_turn(
+    name: str, tool_input: dict[str, Any], tid: str = "toolu_1", say: str = ""
+) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": say}] if say else []
+    content.append({"type": "tool_use", "id": tid, "name": name, "input": tool_input})
+    return {"content": content, "stop_reason": "tool_use"}
+
+
+def refusal(status: int, message: str) -> dict[str, Any]:
+    return {"refuse": (status, message)}
+
+
+@dataclass
+class FakeBroker:
+    """Serves the broker endpoints from a script and records every request."""
+
+    spec: wire.TaskSpec
+    turns: list[dict[str, Any]]
+    policy: Policy = allow_all
+    delegate_answer: wire.DelegateResponse = field(
+        default_factory=lambda: wire.DelegateResponse(text="sub result")
+    )
+    model_requests: list[dict[str, Any]] = field(default_factory=list)
+    permissions: list[wire.PermissionRequest] = field(default_factory=list)
+    events: list[wire.EventRequest] = field(default_factory=list)
+    transcripts: list[wire.TranscriptCheckpoint] = field(default_factory=list)
+    delegations: list[wire.DelegateRequest] = field(default_factory=list)
+    results: list[wire.ResultRequest] = field(default_factory=list)
+    overrides: dict[str, Handler] = field(default_factory=dict)
+    """Replacement handlers by path."""
+
+    def app(self) -> web.Application:
+        routes: dict[str, Handler] = {
+            "/v1/messages": self._messages,
+            "/v1/permission": self._permission,
+            "/v1/events": self._record(wire.EventRequest, self.events),
+            "/v1/transcript": self._record(wire.TranscriptCheckpoint, self.transcripts),
+            "/v1/result": self._record(wire.ResultRequest, self.results),
+            "/v1/task": self._task,
+        }
+        routes.update(self.overrides)
+        app = web.Application()
+        app.router.add_get("/v1/spec", self._spec)
+        for path, handler in routes.items():
+            app.router.add_post(path, handler)
+        return app
+
+    async def _spec(self, _: web.Request) -> web.Response:
+        return web.json_response(self.spec.model_dump())
+
+    async def _messages(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.model_requests.append(body)
+        turn = self.turns[len(self.model_requests) - 1]
+        if "refuse" in turn:
+            status, message = turn["refuse"]
+            return web.json_response(
+                wire.error_body("invalid_request_error", message), status=status
+            )
+        return web.json_response(
+            {
+                "id": f"msg_{len(self.model_requests)}",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": turn["content"],
+                "stop_reason": turn["stop_reason"],
+                "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 5},
+            }
+        )
+
+    async def _permission(self, request: web.Request) -> web.Response:
+        req = wire.PermissionRequest.model_validate(await request.json())
+        self.permissions.append(req)
+        return web.json_response(self.policy(req).model_dump())
+
+    async def _task(self, request: web.Request) -> web.Response:
+        self.delegations.append(wire.DelegateRequest.model_validate(await request.json()))
+        return web.json_response(self.delegate_answer.model_dump())
+
+    def _record(self, model: type[Any], into: list[Any]) -> Handler:
+        async def handler(request: web.Request) -> web.Response:
+            into.append(model.model_validate(await request.json()))
+            return web.json_response(wire.Ack().model_dump())
+
+        return handler
+
+    def tool_results(self, request_index: int) -> list[dict[str, Any]]:
+        """The tool_result blocks of the last user message of one model request."""
+        last = self.model_requests[request_index]["messages"][-1]
+        assert last["role"] == "user"
+        return [b for b in last["content"] if b["type"] == "tool_result"]
+
+
+@pytest.fixture
+async def socket_dir() -> AsyncIterator[Path]:
+    # A short path: Unix socket paths are limited to ~107 bytes.
+    d = Path(tempfile.mkdtemp(prefix="wsb-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def make_spec(**overrides: Any) -> wire.TaskSpec:
+    base: dict[str, Any] = {
+        "task_id": "sa_test",
+        "trace_id": "tr_test",
+        "agent_type": "general-purpose",
+        "model": "claude-test",
+        "system_prompt": "You are a careful subagent.",
+        "prompt": "Do the thing.",
+        "tools": ["Bash", "Read", "Write", "Edit", "Glob", "Grep"],
+        "max_turns": 10,
+    }
+    base.update(overrides)
+    return wire.TaskSpec.model_validate(base)
+
+
+async def serve_and_run(broker: FakeBroker, socket_dir: Path, workspace: Path) -> int:
+    runner = web.AppRunner(broker.app())
+    await runner.setup()
+    sock = str(socket_dir / "broker.sock")
+    await web.UnixSite(runner, sock).start()
+    try:
+        return await asyncio.to_thread(run, sock, workspace)
+    finally:
+        await runner.cleanup()
+
+
+async def test_fresh_conversation_allowed_tool_runs_and_final_text_is_posted(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    broker = FakeBroker(
+        make_spec(),
+        [
+            tool_turn("Bash", {"command": "echo hello > out.txt && echo wrote it"}, say="On it. "),
+            text_turn("All done: "),
+        ],
+    )
+    broker.turns[1]["content"].append({"type": "text", "text": "out.txt written."})
+    assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
+
+    first = broker.model_requests[0]
+    assert first["messages"] == [{"role": "user", "content": "Do the thing."}]
+    assert first["system"] == "You are a careful subagent."
+    assert first["model"] == "claude-test"
+    assert [t["name"] for t in first["tools"]] == ["Bash", "Read", "Write", "Edit", "Glob", "Grep"]
+
+    assert (tmp_path / "out.txt").read_text() == "hello\n"
+    [result] = broker.tool_results(1)
+    assert result["tool_use_id"] == "toolu_1"
+    assert not result["is_error"]
+    assert "wrote it" in result["content"]
+    assert "[exit code 0]" in result["content"]
+
+    assert broker.results == [
+        wire.ResultRequest(status="completed", text="All done: out.txt written.")
+    ]
+    kinds = [(e.kind, e.tool_name) for e in broker.events]
+    assert kinds == [
+        ("tool_started", "Bash"),
+        ("tool_finished", "Bash"),
+        ("turn_finished", None),
+        ("turn_finished", None),
+    ]
+    assert "echo hello > out.txt" in broker.events[0].detail
+    assert broker.events[1].detail == "exit code 0"
+
+
+async def test_transcript_is_checkpointed_after_every_turn(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    broker = FakeBroker(
+        make_spec(),
+        [
+            tool_turn("Write", {"file_path": "a.txt", "content": "A"}, "t1"),
+            tool_turn("Read", {"file_path": "a.txt"}, "t2"),
+            text_turn("done"),
+        ],
+    )
+    assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
+    assert [c.turn for c in broker.transcripts] == [1, 2, 3]
+    # each checkpoint holds the whole conversation so far, tool results included
+    assert [len(c.messages) for c in broker.transcripts] == [3, 5, 6]
+    assert broker.transcripts[-1].messages[-1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "done"}],
+    }
+    assert broker.transcripts[1].messages[-1]["content"][0]["content"].endswith("A")
+
+
+async def test_denied_tool_is_not_run_and_the_model_is_told_why(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    def deny_writes(req: wire.PermissionRequest) -> wire.PermissionResponse:
+        if req.tool_name == "Write":
+            return wire.PermissionResponse(behavior="deny", reason="Writes are not allowed here")
+        return wire.PermissionResponse(behavior="allow")
+
+    broker = FakeBroker(
+        make_spec(),
+        [tool_turn("Write", {"file_path": "x.txt", "content": "no"}), text_turn("ok")],
+        policy=deny_writes,
+    )
+    assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
+    assert not (tmp_path / "x.txt").exists()
+    assert broker.permissions[0].tool_name == "Write"
+    assert broker.permissions[0].tool_input == {"file_path": "x.txt", "content": "no"}
+    [result] = broker.tool_results(1)
+    assert result["is_error"]
+    assert "denied" in result["content"] and "by policy" in result["content"]
+    assert "Writes are not allowed here" in result["content"]
+    assert not [e for e in broker.events if e.kind == "tool_started"]
+
+
+async def test_updated_input_from_the_host_replaces_the_models_input(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    def rewrite(req: wire.PermissionRequest) -> wire.PermissionResponse:
+        return wire.PermissionResponse(
+            behavior="allow", updated_input={"command": "echo rewritten"}
+        )
+
+    broker = FakeBroker(
+        make_spec(), [tool_turn("Bash", {"command": "echo original"}), text_turn("ok")], rewrite
+    )
+    assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
+    [result] = broker.tool_results(1)
+    assert "rewritten" in result["content"] and "original" not in result["content"]
+
+
+async def test_tool_not_in_spec_is_refused_without_asking(socket_dir: Path, tmp_path: Path) -> None:
+    broker = FakeBroker(
+        make_spec(tools=["Read"]),
+        [tool_turn("Bash", {"command": "touch pwned"}), text_turn("ok")],
+    )
+    assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
+    assert [t["name"] for t in broker.model_requests[0]["tools"]] == ["Read"]
+    assert not broker.permissions
+    assert not (tmp_path / "pwned").exists()
+    [result] = broker.tool_results(1)
+    assert result["is_error"] and "not available" in result["content"]
+
+
+async def test_tool_failure_becomes_an_error_result_and_the_loop_goes_on(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    broker = FakeBroker(
+        make_spec(),
+        [
+            tool_turn("Read", {"file_path": "/etc/passwd"}, "t1"),
+            tool_turn("Edit", {"file_path": "missing.txt", "old_string": "a"}, "t2"),
+            text_turn("gave up"),
+        ],
+    )
+    assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
+    [outside] = broker.tool_results(1)
+    assert outside["is_error"] and "outside the workspace" in outside["content"]
+    [invalid] = broker.tool_results(2)
+    assert invalid["is_error"] and "new_string" in invalid["content"]
+    assert broker.results[0].status == "completed"
+
+
+async def test_max_turns_is_respected(socket_dir: Path, tmp_path: Path) -> None:
+    broker = FakeBroker(
+        make_spec(max_turns=2),
+        [tool_turn("Bash", {"command": f"echo {i}"}, f"t{i}", say=f"step {i}") for i in range(5)],
+    )
+    assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
+    assert len(broker.model_requests) == 2
+    [result] = broker.results
+    assert result.status == "failed"
+    assert result.error is not None and "max_turns" in result.error
+    assert result.text == "step 1"
+    assert [c.turn for c in broker.transcripts] == [1, 2]
+
+
+async def test_refused_model_call_ends_in_a_failed_result_with_the_brokers_message(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    broker = FakeBroker(
+        make_spec(),
+        [
+            tool_turn("Bash", {"command": "true"}, say="working"),
+            refusal(403, "token budget of 1000 tokens is exhausted"),
+        ],
+    )
+    assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
+    assert len(broker.model_requests) == 2  # a 403 is not retried
+    [result] = broker.results
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "token budget of 1000 tokens is exhausted" in result.error
+    assert "403" in result.error
+    assert result.text == "working"
+    # checkpointed after turn 1, and again before giving up
+    assert [c.turn for c in broker.transcripts] == [1, 1]
+
+
+async def test_task_tool_is_delegated_to_the_host(socket_dir: Path, tmp_path: Path) -> None:
+    task_input = {
+        "description": "count files",
+        "prompt": "Count the files",
+        "subagent_type": "bash",
+        "max_turns": 3,
+    }
+    broker = FakeBroker(
+        make_spec(tools=["Read", "Task"]),
+        [tool_turn("Task", task_input), text_turn("the child said: sub result")],
+    )
+    assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
+    task_schema = next(t for t in broker.model_requests[0]["tools"] if t["name"] == "Task")
+    assert task_schema["input_schema"]["required"] == ["description", "prompt", "subagent_type"]
+    [delegation] = broker.delegations
+    assert delegation.tool_use_id == "toolu_1"
+    assert delegation.input == task_input
+    [result] = broker.tool_results(1)
+    assert result == {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": "sub result",
+        "is_error": False,
+    }
+
+
+async def test_missing_broker_socket_exits_non_zero_with_a_message(
+    socket_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = await asyncio.to_thread(run, str(socket_dir / "nobody.sock"), tmp_path)
+    assert code == EXIT_BROKER
+    err = capsys.readouterr().err
+    assert "nobody.sock does not exist" in err and "mounted" in err
+
+
+# httpcore2 does not close the socket when connect() is refused (upstream leak).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+async def test_silent_broker_socket_exits_non_zero_with_a_message(
+    socket_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = socket_dir / "dead.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(dead))
+    listener.close()  # the file stays, nobody listens: connect() is refused
+    code = await asyncio.to_thread(run, str(dead), tmp_path)
+    assert code == EXIT_BROKER
+    err = capsys.readouterr().err
+    assert "cannot reach the broker" in err and "dead.sock" in err
+
+
+async def test_python_dash_m_entry_point(socket_dir: Path, tmp_path: Path) -> None:
+    broker = FakeBroker(make_spec(), [text_turn("hi from a subprocess")])
+    runner = web.AppRunner(broker.app())
+    await runner.setup()
+    sock = str(socket_dir / "broker.sock")
+    await web.UnixSite(runner, sock).start()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "sandbox_tools",
+            "--socket",
+            sock,
+            "--workspace",
+            str(tmp_path),
+            cwd=REPO_ROOT,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        await runner.cleanup()
+    assert proc.returncode == 0, err.decode()
+    assert broker.results == [wire.ResultRequest(status="completed", text="hi from a subprocess")]
+
+
+async def test_permission_may_wait_longer_than_any_quick_timeout(
+    socket_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbox_tools import broker as broker_module
+
+    monkeypatch.setattr(broker_module, "BROKER_REQUEST_TIMEOUT_S", 0.3)
+    fake = FakeBroker(
+        make_spec(), [tool_turn("Bash", {"command": "echo approved"}), text_turn("ok")]
+    )
+    slow_human = fake._permission
+
+    async def after_a_while(request: web.Request) -> web.Response:
+        await asyncio.sleep(1.0)  # a human takes their time
+        return await slow_human(request)
+
+    fake.overrides["/v1/permission"] = after_a_while
+    assert await serve_and_run(fake, socket_dir, tmp_path) == EXIT_OK
+    assert "approved" in fake.tool_results(1)[0]["content"]
+
+
+async def test_refused_checkpoints_and_events_do_not_stop_the_loop(
+    socket_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = FakeBroker(make_spec(), [tool_turn("Bash", {"command": "true"}), text_turn("fine")])
+
+    async def too_large(_: web.Request) -> web.Response:
+        return web.json_response(wire.error_body("request_too_large", "body too big"), status=413)
+
+    fake.overrides.update({"/v1/transcript": too_large, "/v1/events": too_large})
+    assert await serve_and_run(fake, socket_dir, tmp_path) == EXIT_OK
+    assert fake.results == [wire.ResultRequest(status="completed", text="fine")]
+    assert "transcript checkpoint after turn 1 was refused" in caplog.text
+    assert "body too big" in caplog.text
+
+
+async def test_a_runner_bug_posts_a_failed_result_and_exits_1(
+    socket_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbox_tools import runner as runner_module
+
+    def broken(self: object) -> wire.ResultRequest:
+        raise KeyError("oops")
+
+    monkeypatch.setattr(runner_module.AgentLoop, "run", broken)
+    fake = FakeBroker(make_spec(), [])
+    assert await serve_and_run(fake, socket_dir, tmp_path) == runner_module.EXIT_BUG
+    [result] = fake.results
+    assert result.status == "failed"
+    assert result.error is not None and "the runner crashed: KeyError" in result.error
+
+
+async def test_a_model_call_that_times_out_ends_in_a_failed_result(
+    socket_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbox_tools import broker as broker_module
+
+    monkeypatch.setattr(broker_module, "MODEL_CALL_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(broker_module, "MODEL_CALL_MAX_RETRIES", 0)
+    fake = FakeBroker(make_spec(), [text_turn("too late")])
+
+    async def stuck(request: web.Request) -> web.Response:
+        await asyncio.sleep(2)
+        return web.json_response({})
+
+    fake.overrides["/v1/messages"] = stuck
+    assert await serve_and_run(fake, socket_dir, tmp_path) == EXIT_OK
+    [result] = fake.results
+    assert result.status == "failed"
+    assert result.error is not None and "did not answer within" in result.error
