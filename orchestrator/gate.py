@@ -70,7 +70,9 @@ class PolicyGate:
             if self.approvals.allows(call.tool_name, digest):
                 final, decided_by = "allow", "session approval (allowed for the rest of this run)"
             else:
-                final, decided_by, reason = await self._ask(task, call, tool_input, digest, decision)
+                final, decided_by, reason = await self._ask(
+                    task, call, tool_input, digest, decision
+                )
         await self._audit(task, call, tool_input, digest, decision, final, decided_by, reason)
         if final == "allow":
             return wire.PermissionResponse(
@@ -107,8 +109,14 @@ class PolicyGate:
             asked_by=_decider(decision),
             reason=decision.reason,
         )
-        await self._emit("approval_requested", task, tool_name=call.tool_name, input_hash=digest,
-                         asked_by=question.asked_by, chain=question.chain)
+        await self._emit(
+            "approval_requested",
+            task,
+            tool_name=call.tool_name,
+            input_hash=digest,
+            asked_by=question.asked_by,
+            chain=question.chain,
+        )
         try:
             answer = await self.approver.approve(question)
         except asyncio.CancelledError:
@@ -118,14 +126,27 @@ class PolicyGate:
             return "deny", "approver error", f"the approver failed ({type(exc).__name__}); denied"
         if answer.behavior == "allow" and answer.scope == "session":
             self.approvals.allow(call.tool_name, digest)
-        await self._emit("approval_answered", task, tool_name=call.tool_name, input_hash=digest,
-                         behavior=answer.behavior, scope=answer.scope, decided_by=answer.decided_by)
+        await self._emit(
+            "approval_answered",
+            task,
+            tool_name=call.tool_name,
+            input_hash=digest,
+            behavior=answer.behavior,
+            scope=answer.scope,
+            decided_by=answer.decided_by,
+        )
         return answer.behavior, answer.decided_by, answer.reason or decision.reason
 
     async def _emit(self, kind: str, task: TaskContext, **data: Any) -> None:
         if self.events is not None:
-            await self.events.emit(kind, task_id=task.task_id, parent_id=task.parent_id,
-                                   agent_type=task.agent_type, trace_id=task.trace_id, **data)
+            await self.events.emit(
+                kind,
+                task_id=task.task_id,
+                parent_id=task.parent_id,
+                agent_type=task.agent_type,
+                trace_id=task.trace_id,
+                **data,
+            )
 
     async def _audit(
         self,

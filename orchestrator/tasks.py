@@ -36,6 +36,7 @@ from orchestrator.backend.base import (
 from orchestrator.broker import Broker, Budget, Upstream
 from orchestrator.errors import WardenError
 from orchestrator.events import EventLog
+from orchestrator.pool import WARM_WAIT_S, WarmPool
 from sandbox_tools import wire
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,8 @@ class TaskManagerConfig:
     """Most subagents running at once in this run. Excess work is refused, not
     queued: the caller is told which cap it hit and can retry later or do the
     work itself, so nothing waits silently behind a cap."""
+    warm_pool_size: int = 1
+    """Warm sandboxes kept ready per image and limits (0: every task starts cold)."""
 
 
 class CapError(WardenError):
@@ -232,16 +235,35 @@ class TaskManager:
         # Container waits block a thread each for as long as the subagent runs;
         # they get their own pool so they never starve other blocking calls.
         self._waits = ThreadPoolExecutor(
-            max_workers=self.config.max_concurrent_total + 4, thread_name_prefix="warden-wait"
+            max_workers=self.config.max_concurrent_total + self.config.warm_pool_size * 4 + 4,
+            thread_name_prefix="warden-wait",
+        )
+        # Warm starts only make sense for the real runner, which knows --wait.
+        self.pool = WarmPool(
+            backend=backend,
+            size=self.config.warm_pool_size if runner_command == RUNNER_COMMAND else 0,
+            blocking=self._blocking,
+            new_socket_dir=_socket_dir,
         )
 
     async def close(self) -> None:
-        """Stop every task still running, then release the wait threads."""
+        """Stop every task still running, remove warm sandboxes, release the threads."""
         running = [t for t in self._running.values() if not t.done()]
         if running:
             await self.stop_all()
             await asyncio.gather(*running, return_exceptions=True)
+        await self.pool.close()
         self._waits.shutdown(wait=False, cancel_futures=True)
+
+    def prewarm(self, *agent_types: str) -> None:
+        """Start warm sandboxes for these agent types now, ahead of their first task."""
+        for name in agent_types:
+            agent = self.registry.get(name)
+            key = WarmPool.key(self._sandbox_spec(agent, Path("/nonexistent"), task_id=None))
+            self.pool.refill(key, self._warm_factory(agent))
+
+    def _warm_factory(self, agent: Any) -> Any:
+        return lambda socket_dir: self._sandbox_spec(agent, socket_dir, task_id=None)
 
     async def _blocking(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._waits, fn, *args)
@@ -439,7 +461,13 @@ class TaskManager:
     # -- one subagent's life ------------------------------------------------
 
     async def _supervise(self, ctx: TaskContext, spec: wire.TaskSpec) -> TaskResult:
-        socket_dir = _socket_dir()
+        cold_spec = self._sandbox_spec(ctx.agent, Path("/nonexistent"), task_id=ctx.task_id)
+        key = WarmPool.key(cold_spec)
+        warm = self.pool.take(key)
+        self.pool.refill(key, self._warm_factory(ctx.agent))
+        socket_dir = warm.socket_dir if warm else _socket_dir()
+        if warm:
+            ctx.container_id = warm.container_id
         budget = Budget(max_turns=spec.max_turns, max_total_tokens=self.config.max_total_tokens)
         broker = Broker(
             socket_dir=socket_dir,
@@ -454,8 +482,9 @@ class TaskManager:
         ctx.status = TaskStatus.RUNNING
         try:
             await broker.start()
-            sandbox_spec = self._sandbox_spec(ctx, socket_dir)
-            ctx.container_id = await self._blocking(self.backend.start, sandbox_spec)
+            if ctx.container_id is None:
+                sandbox_spec = self._sandbox_spec(ctx.agent, socket_dir, task_id=ctx.task_id)
+                ctx.container_id = await self._blocking(self.backend.start, sandbox_spec)
             await self._update(
                 ctx.task_id,
                 status=ctx.status.value,
@@ -504,8 +533,9 @@ class TaskManager:
         async with self._finished:
             self._finished.notify_all()
 
-    def _sandbox_spec(self, ctx: TaskContext, socket_dir: Path) -> SandboxSpec:
-        agent = ctx.agent
+    def _sandbox_spec(self, agent: Any, socket_dir: Path, *, task_id: str | None) -> SandboxSpec:
+        """The container for one agent; task_id None makes a warm sandbox, whose
+        runner imports first and then waits for its broker socket."""
         limits = ResourceLimits()
         if getattr(agent, "memory", None):
             limits = limits.model_copy(update={"memory_bytes": int(agent.memory)})
@@ -513,14 +543,18 @@ class TaskManager:
             limits = limits.model_copy(update={"cpus": float(agent.cpus)})
         if getattr(agent, "pids", None):
             limits = limits.model_copy(update={"pids": int(agent.pids)})
+        command = list(self.runner_command)
+        extra = {"task": task_id} if task_id else {"warm": "1"}
+        if task_id is None:
+            command += ["--wait", f"{WARM_WAIT_S:g}"]
         return SandboxSpec(
             image=self.image_resolver(agent.image),
-            command=list(self.runner_command),
+            command=command,
             workspace=self.workspace,
             mounts=[Mount(source=socket_dir, target=wire.BROKER_SOCKET_DIR, read_only=True)],
             env={"HOME": "/tmp", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
             limits=limits,
-            warden_labels=labels.warden_labels(self.session, task=ctx.task_id, run=self.run_id),
+            warden_labels=labels.warden_labels(self.session, run=self.run_id, **extra),
         )
 
     def _result(

@@ -1,0 +1,127 @@
+"""Warm sandboxes: containers started before they are needed.
+
+Importing the anthropic SDK costs the in-container runner over a second of
+CPU, which would dominate every subagent's start. A warm sandbox is a fully
+hardened container, started with the workspace and its own (still empty)
+socket directory mounted, whose runner has already done its imports and waits
+for the broker socket to appear. A task takes one, puts its broker on that
+socket, and the runner starts at once. A warm sandbox serves exactly one task
+and is never reused; idle ones are removed with the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.backend.base import SandboxSpec
+from orchestrator.errors import WardenError
+
+log = logging.getLogger(__name__)
+
+WARM_WAIT_S = 3600.0
+"""How long a warm runner waits for a task before it exits by itself."""
+WARM_MAX_AGE_S = WARM_WAIT_S - 60.0
+"""Older warm sandboxes are not handed out (their runner may be about to give up)."""
+
+
+@dataclass
+class WarmSandbox:
+    container_id: str
+    socket_dir: Path
+    started: float = field(default_factory=time.monotonic)
+
+
+PoolKey = tuple[str, str]
+"""(image, resource limits as JSON): sandboxes are interchangeable only within a key."""
+
+SpecFactory = Callable[[Path], SandboxSpec]
+
+
+class WarmPool:
+    """Keeps up to `size` warm sandboxes ready per key."""
+
+    def __init__(
+        self,
+        *,
+        backend: Any,
+        size: int,
+        blocking: Callable[..., Awaitable[Any]],
+        new_socket_dir: Callable[[], Path],
+    ) -> None:
+        self.backend = backend
+        self.size = size
+        self._blocking = blocking
+        self._new_socket_dir = new_socket_dir
+        self._ready: dict[PoolKey, list[WarmSandbox]] = {}
+        self._filling: dict[PoolKey, int] = {}
+        self._fills: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @staticmethod
+    def key(spec: SandboxSpec) -> PoolKey:
+        return spec.image, spec.limits.model_dump_json()
+
+    def take(self, key: PoolKey) -> WarmSandbox | None:
+        """A ready sandbox for this key, or None (the caller starts one cold)."""
+        ready = self._ready.get(key, [])
+        while ready:
+            warm = ready.pop(0)
+            if time.monotonic() - warm.started < WARM_MAX_AGE_S:
+                return warm
+            self._discard(warm)
+        return None
+
+    def refill(self, key: PoolKey, factory: SpecFactory) -> None:
+        """Start enough sandboxes in the background to have `size` ready."""
+        if self._closed or self.size <= 0:
+            return
+        missing = self.size - len(self._ready.get(key, [])) - self._filling.get(key, 0)
+        for _ in range(max(0, missing)):
+            self._filling[key] = self._filling.get(key, 0) + 1
+            fill = asyncio.create_task(self._fill(key, factory))
+            self._fills.add(fill)
+            fill.add_done_callback(self._fills.discard)
+
+    async def _fill(self, key: PoolKey, factory: SpecFactory) -> None:
+        socket_dir = self._new_socket_dir()
+        try:
+            container_id = await self._blocking(self.backend.start, factory(socket_dir))
+        except WardenError as exc:
+            log.warning("could not start a warm sandbox (tasks will start cold): %s", exc)
+            shutil.rmtree(socket_dir, ignore_errors=True)
+            return
+        finally:
+            self._filling[key] -= 1
+        warm = WarmSandbox(container_id, socket_dir)
+        if self._closed:
+            self._discard(warm)
+            return
+        self._ready.setdefault(key, []).append(warm)
+
+    def _discard(self, warm: WarmSandbox) -> None:
+        try:
+            self.backend.remove(warm.container_id)
+        except WardenError:
+            log.exception("could not remove warm sandbox %s", warm.container_id[:12])
+        shutil.rmtree(warm.socket_dir, ignore_errors=True)
+
+    async def close(self) -> None:
+        """Remove every idle sandbox; fills still under way remove theirs when done."""
+        self._closed = True
+        if self._fills:
+            await asyncio.gather(*self._fills, return_exceptions=True)
+        idle = [w for ready in self._ready.values() for w in ready]
+        self._ready.clear()
+        await asyncio.gather(
+            *(asyncio.to_thread(self._discard, w) for w in idle), return_exceptions=True
+        )
+
+    def ready_count(self) -> int:
+        return sum(len(r) for r in self._ready.values())
