@@ -1,0 +1,135 @@
+"""`warden doctor --fix` decides without side effects: an answering engine means
+nothing is done; a dead engine is started only by root (installing docker.io on
+Debian first), and otherwise the user is told exactly what to run. None of these
+tests touches the real engine."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.commands import doctor as doctor_module
+from orchestrator.engine import EngineInfo, FixPlan, HostFacts, plan_fix
+from orchestrator.images import ImageState
+
+UP = EngineInfo(True, "20.10.24", "1.41", ("runc",), "runc")
+DOWN = EngineInfo(False, error="the Docker engine does not answer")
+
+
+def facts(**overrides: Any) -> HostFacts:
+    values: dict[str, Any] = {
+        "engine_answers": False,
+        "is_root": True,
+        "is_debian": True,
+        "dockerd_installed": True,
+        "dockerd_running": False,
+        "debootstrap_installed": True,
+    }
+    values.update(overrides)
+    return HostFacts(**values)
+
+
+def test_an_answering_engine_needs_nothing() -> None:
+    assert plan_fix(facts(engine_answers=True)).nothing_to_do
+    assert plan_fix(facts(engine_answers=True, is_root=False, is_debian=False)).nothing_to_do
+
+
+def test_an_answering_engine_only_gets_debootstrap_when_missing() -> None:
+    plan = plan_fix(facts(engine_answers=True, debootstrap_installed=False))
+    assert plan == FixPlan(install=("debootstrap",))
+
+
+def test_root_on_debian_without_dockerd_installs_and_starts_it() -> None:
+    plan = plan_fix(facts(dockerd_installed=False, debootstrap_installed=False))
+    assert plan.install == ("docker.io", "debootstrap")
+    assert plan.start_dockerd
+    assert plan.wait_for_engine
+    assert plan.refusal is None
+
+
+def test_installed_but_stopped_dockerd_is_only_started() -> None:
+    plan = plan_fix(facts())
+    assert plan == FixPlan(start_dockerd=True, wait_for_engine=True)
+
+
+def test_a_dockerd_that_is_still_starting_is_waited_for_not_started_twice() -> None:
+    assert plan_fix(facts(dockerd_running=True)) == FixPlan(wait_for_engine=True)
+
+
+def test_not_root_is_refused_with_the_command_to_run() -> None:
+    plan = plan_fix(facts(is_root=False))
+    assert plan.refusal is not None
+    assert "sudo warden doctor --fix" in plan.refusal
+    assert not (plan.install or plan.start_dockerd)
+
+
+def test_not_debian_without_dockerd_is_refused_with_the_install_guide() -> None:
+    plan = plan_fix(facts(is_debian=False, dockerd_installed=False))
+    assert plan.refusal is not None
+    assert "docs.docker.com/engine/install" in plan.refusal
+
+
+def test_a_remote_docker_host_is_never_replaced_by_a_local_engine() -> None:
+    plan = plan_fix(facts(docker_host="tcp://10.0.0.5:2375"))
+    assert plan.refusal is not None
+    assert "DOCKER_HOST" in plan.refusal
+    assert not plan.start_dockerd
+
+
+@pytest.fixture
+def no_side_effects(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise AssertionError("doctor tried to change the host")
+
+    monkeypatch.setattr(doctor_module, "apply_fix", refuse)
+
+
+def test_doctor_fix_with_engine_up_does_nothing_and_succeeds(
+    monkeypatch: pytest.MonkeyPatch, no_side_effects: None
+) -> None:
+    monkeypatch.setattr(doctor_module, "host_facts", lambda: facts(engine_answers=True))
+    monkeypatch.setattr(doctor_module, "engine_info", lambda: (UP, object()))
+    monkeypatch.setattr(
+        "orchestrator.images.image_status",
+        lambda client: [ImageState("agent", "missing", None, "not built; run x")],
+    )
+    result = CliRunner().invoke(doctor_module.doctor, ["--fix", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["actions"] == []
+    assert report["engine"]["version"] == "20.10.24"
+    assert any("gVisor" in note and "not enforced" in note.lower() for note in report["notes"])
+
+
+def test_doctor_fix_not_root_fails_naming_the_fix(
+    monkeypatch: pytest.MonkeyPatch, no_side_effects: None
+) -> None:
+    monkeypatch.setattr(doctor_module, "host_facts", lambda: facts(is_root=False))
+    monkeypatch.setattr(doctor_module, "engine_info", lambda: (DOWN, None))
+    monkeypatch.setattr(doctor_module, "apply_fix", _real_apply_fix_refusal_only)
+    result = CliRunner().invoke(doctor_module.doctor, ["--fix"])
+    assert result.exit_code == 1
+    assert "sudo warden doctor --fix" in result.output
+
+
+def test_doctor_without_fix_reports_missing_images_as_a_problem(
+    monkeypatch: pytest.MonkeyPatch, no_side_effects: None
+) -> None:
+    monkeypatch.setattr(doctor_module, "engine_info", lambda: (UP, object()))
+    monkeypatch.setattr(
+        "orchestrator.images.image_status",
+        lambda client: [ImageState("bash", "stale", "warden-bash:0", "sources changed; run x")],
+    )
+    result = CliRunner().invoke(doctor_module.doctor, [])
+    assert result.exit_code == 1
+    assert "image bash" in result.output
+
+
+def _real_apply_fix_refusal_only(plan: FixPlan, log: Any) -> list[str]:
+    from orchestrator.engine import apply_fix
+
+    assert plan.refusal is not None, "only a refusal may reach apply_fix in this test"
+    return apply_fix(plan, log)
