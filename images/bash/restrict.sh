@@ -34,7 +34,15 @@ remove_named
 # clients in their own right), git's helpers, the package databases.
 rm -rf /usr/lib/apt /etc/apt /var/lib/apt /var/cache/apt /var/cache/debconf \
        /var/lib/dpkg /etc/dpkg /usr/lib/git-core /usr/share/git-core \
-       /usr/libexec/git-core /usr/lib/openssh /usr/lib/dpkg
+       /usr/libexec/git-core /usr/lib/openssh /usr/lib/dpkg /usr/libexec/dpkg
+# ... and their cron jobs, timers, completions and helper scripts, wherever they are.
+find / -xdev \( -name apt -o -name 'apt-*' -o -name dpkg -o -name 'dpkg-*' \
+  -o -name git -o -name 'git-*' -o -name gitk -o -name gitweb \) -prune -exec rm -rf {} +
+# Shell completions of commands that are gone.
+for completion in /usr/share/bash-completion/completions/*; do
+  [ -e "$completion" ] || continue
+  command -v "${completion##*/}" >/dev/null 2>&1 || rm -f "$completion"
+done
 
 say "stripping setuid/setgid bits"
 find / -xdev -perm /6000 -exec chmod ug-s {} +

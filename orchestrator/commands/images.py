@@ -13,7 +13,9 @@ def images() -> None:
 
 
 @images.command("build")
-@click.option("--force", is_flag=True, help="Rebuild even when an image with the same inputs exists.")
+@click.option(
+    "--force", is_flag=True, help="Rebuild even when an image with the same inputs exists."
+)
 @click.option(
     "--no-pull",
     is_flag=True,

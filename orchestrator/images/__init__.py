@@ -87,9 +87,8 @@ def image_status(client: Any) -> list[ImageState]:
             continue
         older = _rows(client, {"label": [f"{LABEL_KIND}={kind.name}"]})
         if older:
-            tag = _tag_of(kind, older[0])
             detail = f"sources changed since it was built; {BUILD_HINT}"
-            states.append(ImageState(kind.name, "stale", tag, detail))
+            states.append(ImageState(kind.name, "stale", _tag_of(kind, older[0]), detail))
         else:
             states.append(ImageState(kind.name, "missing", None, f"not built; {BUILD_HINT}"))
     return states

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import tempfile
@@ -172,7 +173,5 @@ def _build_one(
 def _remove_quietly(client: Any, image: str) -> None:
     from docker.errors import APIError
 
-    try:
+    with contextlib.suppress(APIError):  # still used by another image or build: leave it
         client.api.remove_image(image, force=False, noprune=False)
-    except APIError:
-        pass  # still used by another image or build: leave it

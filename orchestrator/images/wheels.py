@@ -52,7 +52,10 @@ def wheel_dir(cache_root: Path, probe: BaseProbe, root: Path = SOURCE_ROOT) -> P
     for relative in (REQUIREMENTS, BUILD_REQUIREMENTS):
         pins.update((root / relative).read_bytes())
     major, minor = probe.python
-    return cache_root / f"cp{major}{minor}-{probe.machine}-glibc{probe.libc[1]}-{pins.hexdigest()[:12]}"
+    return (
+        cache_root
+        / f"cp{major}{minor}-{probe.machine}-glibc{probe.libc[1]}-{pins.hexdigest()[:12]}"
+    )
 
 
 def ensure_wheels(cache_root: Path, probe: BaseProbe, log: Log, root: Path = SOURCE_ROOT) -> Path:

@@ -125,7 +125,7 @@ def test_the_bootstrapped_base_is_content_addressed_by_its_script(tree: Path) ->
 
 def test_a_missing_input_is_an_error(tree: Path) -> None:
     (tree / "images/setup-image.sh").unlink()
-    with pytest.raises(FileNotFoundError, match="setup-image.sh"):
+    with pytest.raises(FileNotFoundError, match=r"setup-image\.sh"):
         inputs_hash(AGENT, tree)
 
 
