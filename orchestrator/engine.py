@@ -184,33 +184,49 @@ def apply_fix(plan: FixPlan, log: Callable[[str], None]) -> list[str]:
         _apt("update")
         _apt("install", "-y", "--no-install-recommends", *plan.install)
         done.append(f"installed {', '.join(plan.install)} (apt-get)")
+    pid: int | None = None
     if plan.start_dockerd:
         dockerd = str(DOCKERD) if DOCKERD.exists() else (shutil.which("dockerd") or str(DOCKERD))
         DOCKERD_LOG.parent.mkdir(parents=True, exist_ok=True)
-        with DOCKERD_LOG.open("ab") as log_file:
-            process = subprocess.Popen(
-                [dockerd],
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # detached: outlives this command
-                close_fds=True,
-            )
-        log(f"started {dockerd} (pid {process.pid}) in the background; log: {DOCKERD_LOG}")
-        done.append(f"started {dockerd} (pid {process.pid}), logging to {DOCKERD_LOG}")
+        pid = _spawn_detached(dockerd, DOCKERD_LOG)
+        log(f"started {dockerd} (pid {pid}) in the background; log: {DOCKERD_LOG}")
+        done.append(f"started {dockerd} (pid {pid}), logging to {DOCKERD_LOG}")
     if plan.wait_for_engine:
-        waited = _wait_for_engine(SOCKET_WAIT_S)
+        waited = _wait_for_engine(SOCKET_WAIT_S, pid)
         done.append(f"engine answered after {waited:.1f} s")
     return done
 
 
-def _wait_for_engine(limit_s: float) -> float:
+def _spawn_detached(program: str, log_path: Path) -> int:
+    """Start `program` so that it outlives warden: its own session, reparented to init
+    (the intermediate shell exits at once), output appended to `log_path`."""
+    launcher = 'nohup "$0" >>"$1" 2>&1 </dev/null & echo $!'
+    done = subprocess.run(
+        ["sh", "-c", launcher, program, str(log_path)],
+        capture_output=True, text=True, start_new_session=True, timeout=30, check=False,
+    )  # fmt: skip
+    try:
+        return int(done.stdout.strip())
+    except ValueError:
+        raise EngineUnavailableError(
+            f"could not start {program}: {done.stderr.strip() or 'no pid reported'}"
+        ) from None
+
+
+def _wait_for_engine(limit_s: float, pid: int | None = None) -> float:
+    """Seconds until the engine answered; gives up after `limit_s`, or at once when the
+    dockerd we started (`pid`) has exited."""
     started = time.monotonic()
     while True:
         try:
             connect(timeout_s=2)
             return time.monotonic() - started
         except EngineUnavailableError:
+            if pid is not None and not Path(f"/proc/{pid}").exists():
+                raise EngineUnavailableError(
+                    f"dockerd exited right after it started; read {DOCKERD_LOG} "
+                    f"(last lines: {_tail(DOCKERD_LOG)})"
+                ) from None
             if time.monotonic() - started > limit_s:
                 raise EngineUnavailableError(
                     f"dockerd did not answer within {limit_s:.0f} s; read {DOCKERD_LOG} "

@@ -54,6 +54,7 @@ def doctor(fix: bool, as_json: bool) -> None:
 
 def _run_fix(plan: FixPlan, say: Any, report: dict[str, Any]) -> list[str]:
     if plan.nothing_to_do:
+        report["notes"].append("--fix: nothing to do (the engine answers, debootstrap is there)")
         return []
     try:
         return apply_fix(plan, say)

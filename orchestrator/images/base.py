@@ -47,7 +47,7 @@ BOOTSTRAP_TIMEOUT_S = 900
 
 PROBE_TIMEOUT_S = 60
 """Wall-clock bound on the probe container (python3 start-up, a few `which`)."""
-PULL_TIMEOUT_S = 60.0
+PULL_TIMEOUT_S = 15.0
 """Bound on a pull attempt. Without a registry it fails in well under this."""
 
 PROBE_TOOLS = ("bash", "git", "ps", "find", "xargs", "grep", "sed", "awk", "diff", "ls", "cat")

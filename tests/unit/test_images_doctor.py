@@ -6,6 +6,9 @@ tests touches the real engine."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +16,7 @@ from click.testing import CliRunner
 
 from orchestrator.commands import doctor as doctor_module
 from orchestrator.engine import EngineInfo, FixPlan, HostFacts, plan_fix
+from orchestrator.errors import EngineUnavailableError
 from orchestrator.images import ImageState
 
 UP = EngineInfo(True, "20.10.24", "1.41", ("runc",), "runc")
@@ -133,3 +137,73 @@ def _real_apply_fix_refusal_only(plan: FixPlan, log: Any) -> list[str]:
 
     assert plan.refusal is not None, "only a refusal may reach apply_fix in this test"
     return apply_fix(plan, log)
+
+
+def test_apply_fix_starts_dockerd_detached_and_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stand-in dockerd (a script): started in its own session, logging to the log
+    file, and `--fix` returns once the engine answers."""
+    from orchestrator import engine
+
+    marker = tmp_path / "started"
+    fake = tmp_path / "dockerd"
+    fake.write_text(f"#!/bin/sh\necho fake dockerd running\necho $$ > {marker}\nexec sleep 60\n")
+    fake.chmod(0o755)
+    log_file = tmp_path / "log" / "dockerd.log"
+    monkeypatch.setattr(engine, "DOCKERD", fake)
+    monkeypatch.setattr(engine, "DOCKERD_LOG", log_file)
+
+    def connect(timeout_s: float = 0) -> object:
+        if not marker.exists():
+            raise EngineUnavailableError("not yet")
+        return object()
+
+    monkeypatch.setattr(engine, "connect", connect)
+    lines: list[str] = []
+    try:
+        done = engine.apply_fix(FixPlan(start_dockerd=True, wait_for_engine=True), lines.append)
+    finally:
+        if marker.exists():
+            os.kill(int(marker.read_text()), signal.SIGKILL)  # the stand-in we started
+    assert any(str(fake) in action for action in done)
+    assert done[-1].startswith("engine answered after")
+    assert "fake dockerd running" in log_file.read_text()
+    assert str(log_file) in lines[0]
+
+
+def test_apply_fix_reports_a_dockerd_that_dies_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator import engine
+
+    fake = tmp_path / "dockerd"
+    fake.write_text("#!/bin/sh\necho 'failed to start daemon: bad config'\nexit 1\n")
+    fake.chmod(0o755)
+
+    def never(timeout_s: float = 0) -> object:
+        raise EngineUnavailableError("no")
+
+    monkeypatch.setattr(engine, "DOCKERD", fake)
+    monkeypatch.setattr(engine, "DOCKERD_LOG", tmp_path / "dockerd.log")
+    monkeypatch.setattr(engine, "connect", never)
+    monkeypatch.setattr(engine, "SOCKET_POLL_S", 0.05)
+    plan = FixPlan(start_dockerd=True, wait_for_engine=True)
+    with pytest.raises(EngineUnavailableError, match=r"exited right after.*bad config"):
+        engine.apply_fix(plan, lambda line: None)
+
+
+def test_apply_fix_gives_up_after_the_bounded_wait_pointing_at_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator import engine
+
+    def never(timeout_s: float = 0) -> object:
+        raise EngineUnavailableError("no")
+
+    monkeypatch.setattr(engine, "connect", never)
+    monkeypatch.setattr(engine, "SOCKET_WAIT_S", 0.3)
+    monkeypatch.setattr(engine, "SOCKET_POLL_S", 0.05)
+    monkeypatch.setattr(engine, "DOCKERD_LOG", tmp_path / "dockerd.log")
+    with pytest.raises(EngineUnavailableError, match=r"did not answer within"):
+        engine.apply_fix(FixPlan(wait_for_engine=True), lambda line: None)
