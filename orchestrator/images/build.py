@@ -10,10 +10,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import __version__
-from orchestrator.config import Settings
 from orchestrator.errors import ImageBuildError
 from orchestrator.images.base import BaseImage, BaseResolver, image_id
 from orchestrator.images.hashing import (
@@ -32,6 +31,9 @@ from orchestrator.images.hashing import (
     inputs_hash,
 )
 from orchestrator.images.wheels import ensure_wheels
+
+if TYPE_CHECKING:
+    from orchestrator.config import Settings
 
 Log = Callable[[str], None]
 

@@ -92,8 +92,14 @@ def ensure_wheels(cache_root: Path, probe: BaseProbe, log: Log, root: Path = SOU
             f"from another machine:\n{tail}"
         )
     (staging / COMPLETE_MARKER).write_text("\n".join(sorted(p.name for p in staging.iterdir())))
-    if target.exists():
-        shutil.rmtree(target)
-    staging.rename(target)
+    if target.exists() and not (target / COMPLETE_MARKER).is_file():
+        shutil.rmtree(target, ignore_errors=True)  # an interrupted earlier download
+    try:
+        staging.rename(target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (target / COMPLETE_MARKER).is_file():
+            raise
+        # A concurrent build finished the same download first: use its copy.
     log(f"wheels: cached in {target}")
     return target

@@ -203,3 +203,30 @@ def test_resolve_image_passes_other_local_images_through() -> None:
     assert resolve_image(client, "python:3.12-slim") == "python:3.12-slim"
     with pytest.raises(ImageNotFoundError, match="does not exist locally"):
         resolve_image(client, "nosuch:1")
+
+
+def test_wheels_are_cached_per_python_and_pins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.images import wheels
+
+    py311 = BaseProbe((3, 11), "x86_64", ("glibc", "2.36"), frozenset())
+    py312 = BaseProbe((3, 12), "x86_64", ("glibc", "2.36"), frozenset())
+    assert wheels.wheel_dir(tmp_path, py311) != wheels.wheel_dir(tmp_path, py312)
+    cached = wheels.wheel_dir(tmp_path, py311)
+    cached.mkdir(parents=True)
+    (cached / wheels.COMPLETE_MARKER).write_text("pip-23.2.1-py3-none-any.whl\n")
+
+    def no_download(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a complete cache must not be downloaded again")
+
+    monkeypatch.setattr(wheels.subprocess, "run", no_download)
+    assert wheels.ensure_wheels(tmp_path, py311, lambda line: None) == cached
+
+
+def test_a_musl_base_is_refused_with_a_reason() -> None:
+    from orchestrator.errors import ImageBuildError
+
+    alpine = BaseProbe((3, 12), "x86_64", ("", ""), frozenset())
+    with pytest.raises(ImageBuildError, match="not glibc"):
+        manylinux_platforms(alpine)
