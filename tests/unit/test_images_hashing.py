@@ -220,7 +220,7 @@ def test_wheels_are_cached_per_python_and_pins(
     def no_download(*args: object, **kwargs: object) -> None:
         raise AssertionError("a complete cache must not be downloaded again")
 
-    monkeypatch.setattr(wheels.subprocess, "run", no_download)
+    monkeypatch.setattr("orchestrator.images.wheels.subprocess.run", no_download)
     assert wheels.ensure_wheels(tmp_path, py311, lambda line: None) == cached
 
 
