@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -40,7 +40,8 @@ def doctor(fix: bool, as_json: bool) -> None:
     info, client = engine_info()
     report["engine"] = _engine_report(info)
     if not info.reachable:
-        report["problems"].append(info.error or "the engine does not answer")
+        if not report["problems"]:  # a failed --fix has already said what to do
+            report["problems"].append(info.error or "the engine does not answer")
     else:
         report["notes"].append(GVISOR_NOTE)
         report["images"] = _images_report(client, report, count_as_problem=not fix)
@@ -49,10 +50,10 @@ def doctor(fix: bool, as_json: bool) -> None:
         click.echo(json.dumps(report, indent=2))
     else:
         _print(report)
-    sys.exit(0 if report["ok"] else 1)
+    click.get_current_context().exit(0 if report["ok"] else 1)
 
 
-def _run_fix(plan: FixPlan, say: Any, report: dict[str, Any]) -> list[str]:
+def _run_fix(plan: FixPlan, say: Callable[[str], None], report: dict[str, Any]) -> list[str]:
     if plan.nothing_to_do:
         report["notes"].append("--fix: nothing to do (the engine answers, debootstrap is there)")
         return []
@@ -88,11 +89,14 @@ def _images_report(client: Any, report: dict[str, Any], *, count_as_problem: boo
     return rows
 
 
-def _sayer(as_json: bool) -> Any:
-    def say(line: str) -> None:
-        click.echo(f"fix: {line}", err=True)
+def _sayer(as_json: bool) -> Callable[[str], None]:
+    """Progress lines of --fix go to stderr, and nowhere under --json."""
 
-    return say if not as_json else (lambda line: None)
+    def say(line: str) -> None:
+        if not as_json:
+            click.echo(f"fix: {line}", err=True)
+
+    return say
 
 
 def _print(report: dict[str, Any]) -> None:
