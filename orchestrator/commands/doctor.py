@@ -1,0 +1,121 @@
+"""`warden doctor [--fix] [--json]`: is the engine up, which runtimes, are the images current."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from orchestrator.engine import (
+    GVISOR_NOTE,
+    EngineInfo,
+    FixPlan,
+    apply_fix,
+    engine_info,
+    host_facts,
+    plan_fix,
+)
+from orchestrator.errors import EngineUnavailableError
+
+
+@click.command()
+@click.option("--fix", is_flag=True, help="Install and start the engine if needed (root, Debian).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def doctor(fix: bool, as_json: bool) -> None:
+    """Report the engine, its runtimes and warden's images; --fix starts the engine.
+
+    --fix (root on Debian) installs docker.io and debootstrap when missing, starts
+    dockerd in the background and waits for it. It does not build images: run
+    `warden images build` for that. Exit status 1 when something is wrong and was
+    not fixed (with --fix: the engine; without: the engine or the images).
+    """
+    say = _sayer(as_json)
+    report: dict[str, Any] = {"actions": [], "problems": [], "notes": []}
+    if fix:
+        facts = host_facts()
+        plan = plan_fix(facts)
+        report["actions"] = _run_fix(plan, say, report)
+    info, client = engine_info()
+    report["engine"] = _engine_report(info)
+    if not info.reachable:
+        if not report["problems"]:  # a failed --fix has already said what to do
+            report["problems"].append(info.error or "the engine does not answer")
+    else:
+        report["notes"].append(GVISOR_NOTE)
+        report["images"] = _images_report(client, report, count_as_problem=not fix)
+    report["ok"] = not report["problems"]
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        _print(report)
+    click.get_current_context().exit(0 if report["ok"] else 1)
+
+
+def _run_fix(plan: FixPlan, say: Callable[[str], None], report: dict[str, Any]) -> list[str]:
+    if plan.nothing_to_do:
+        report["notes"].append("--fix: nothing to do (the engine answers, debootstrap is there)")
+        return []
+    try:
+        return apply_fix(plan, say)
+    except EngineUnavailableError as exc:
+        report["problems"].append(f"--fix could not start the engine: {exc}")
+        return []
+
+
+def _engine_report(info: EngineInfo) -> dict[str, Any]:
+    return {
+        "reachable": info.reachable,
+        "version": info.version,
+        "api_version": info.api_version,
+        "runtimes": list(info.runtimes),
+        "default_runtime": info.default_runtime,
+        "gvisor": "runsc" in info.runtimes,
+        "error": info.error,
+    }
+
+
+def _images_report(client: Any, report: dict[str, Any], *, count_as_problem: bool) -> list[Any]:
+    from orchestrator.images import image_status
+
+    rows = []
+    for state in image_status(client):
+        rows.append({"kind": state.kind, "state": state.state, "tag": state.tag,
+                     "detail": state.detail})  # fmt: skip
+        if state.state != "current":
+            message = f"image {state.kind}: {state.detail}"
+            (report["problems"] if count_as_problem else report["notes"]).append(message)
+    return rows
+
+
+def _sayer(as_json: bool) -> Callable[[str], None]:
+    """Progress lines of --fix go to stderr, and nowhere under --json."""
+
+    def say(line: str) -> None:
+        if not as_json:
+            click.echo(f"fix: {line}", err=True)
+
+    return say
+
+
+def _print(report: dict[str, Any]) -> None:
+    engine = report["engine"]
+    for action in report["actions"]:
+        click.echo(f"done: {action}")
+    if engine["reachable"]:
+        click.echo(f"engine:   ok, Docker {engine['version']} (API {engine['api_version']})")
+        runtimes = ", ".join(engine["runtimes"]) or "none reported"
+        default = engine["default_runtime"] or "?"
+        gvisor = "registered" if engine["gvisor"] else "not registered (optional)"
+        click.echo(f"runtimes: {runtimes} (default {default}); gVisor runsc: {gvisor}")
+    else:
+        click.echo("engine:   NOT reachable")
+    for row in report.get("images", []):
+        tag = row["tag"] or "-"
+        click.echo(f"image {row['kind']:<6} {row['state']:<8} {tag}  {row['detail']}")
+    for note in report["notes"]:
+        click.echo(f"note: {note}")
+    for problem in report["problems"]:
+        click.echo(f"problem: {problem}", err=True)
+    click.echo("ok" if report["ok"] else "not ok: see the problems above", err=not report["ok"])

@@ -1,0 +1,134 @@
+"""warden's sandbox images: offline, content-addressed builds and fast lookup.
+
+Public API:
+- `resolve_image(client, name)`: the tag to run for "agent", "bash" or any local image.
+- `build_images(client, settings, *, force=False, log)`: build what is missing.
+- `image_status(client)`: per kind, whether a current image exists (for `warden doctor`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from orchestrator.engine import ENGINE_FIX
+from orchestrator.errors import EngineUnavailableError, ImageNotFoundError
+from orchestrator.images.build import build_images
+from orchestrator.images.hashing import (
+    KINDS,
+    LABEL_BASE,
+    LABEL_BASE_ID,
+    LABEL_INPUTS_HASH,
+    LABEL_KIND,
+    ImageKind,
+    inputs_hash,
+)
+
+__all__ = ["KINDS", "ImageState", "build_images", "image_status", "resolve_image"]
+
+BUILD_HINT = "run `warden images build`"
+
+
+def resolve_image(client: Any, name: str) -> str:
+    """The image reference to run for `name`.
+
+    "agent" / "bash": the content-addressed tag of the image built from the current
+    sources. Anything else: `name` itself, when that image exists locally (no registry
+    is ever consulted). Hashes a few small files and makes one engine call.
+
+    Raises ImageNotFoundError (with the command that fixes it) when there is no such
+    image, EngineUnavailableError when the engine does not answer.
+    """
+    kind = KINDS.get(name)
+    if kind is not None:
+        found = _current(client, kind)
+        if found is None:
+            raise ImageNotFoundError(
+                f"the warden {name} image is not built for the current sources; {BUILD_HINT}"
+            )
+        return found[0]
+    from docker.errors import ImageNotFound, NotFound
+
+    try:
+        _call(client.api.inspect_image, name)
+    except (ImageNotFound, NotFound):
+        raise ImageNotFoundError(
+            f"image {name!r} does not exist locally (warden never pulls); load or build it "
+            f"first, or use --image agent / --image bash ({BUILD_HINT} to build those)"
+        ) from None
+    return name
+
+
+@dataclass(frozen=True)
+class ImageState:
+    """What `warden doctor` reports about one of warden's images."""
+
+    kind: str
+    state: Literal["current", "stale", "missing"]
+    tag: str | None
+    """The current tag (state "current"), else the newest older image of this kind."""
+    detail: str
+
+
+def image_status(client: Any) -> list[ImageState]:
+    """Per kind: built from the current sources (and an unchanged base), or not."""
+    states = []
+    for kind in KINDS.values():
+        found = _current(client, kind)
+        if found is not None:
+            tag, row = found
+            labels = row.get("Labels") or {}
+            base, base_id = labels.get(LABEL_BASE, ""), labels.get(LABEL_BASE_ID, "")
+            if _image_id(client, base) == base_id:
+                states.append(ImageState(kind.name, "current", tag, f"built FROM {base}"))
+            else:
+                detail = f"its base {base} changed or is gone; {BUILD_HINT}"
+                states.append(ImageState(kind.name, "stale", tag, detail))
+            continue
+        older = _rows(client, {"label": [f"{LABEL_KIND}={kind.name}"]})
+        if older:
+            detail = f"sources changed since it was built; {BUILD_HINT}"
+            states.append(ImageState(kind.name, "stale", _tag_of(kind, older[0]), detail))
+        else:
+            states.append(ImageState(kind.name, "missing", None, f"not built; {BUILD_HINT}"))
+    return states
+
+
+def _current(client: Any, kind: ImageKind) -> tuple[str, dict[str, Any]] | None:
+    filters = {"label": [f"{LABEL_KIND}={kind.name}", f"{LABEL_INPUTS_HASH}={inputs_hash(kind)}"]}
+    for row in _rows(client, filters):
+        tag = _tag_of(kind, row)
+        if tag is not None:
+            return tag, row
+    return None
+
+
+def _rows(client: Any, filters: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = _call(client.api.images, filters=filters)
+    return sorted(rows, key=lambda row: int(row.get("Created", 0)), reverse=True)
+
+
+def _tag_of(kind: ImageKind, row: dict[str, Any]) -> str | None:
+    for tag in row.get("RepoTags") or []:
+        if str(tag).startswith(kind.repository + ":"):
+            return str(tag)
+    return None
+
+
+def _image_id(client: Any, ref: str) -> str | None:
+    from docker.errors import ImageNotFound, NotFound
+
+    try:
+        return str(_call(client.api.inspect_image, ref)["Id"])
+    except (ImageNotFound, NotFound):
+        return None
+
+
+def _call(function: Any, *args: Any, **kwargs: Any) -> Any:
+    """One engine call; a dead engine becomes EngineUnavailableError."""
+    import requests
+
+    try:
+        return function(*args, **kwargs)
+    except requests.exceptions.ConnectionError as exc:
+        raise EngineUnavailableError(f"the Docker engine does not answer; {ENGINE_FIX}") from exc

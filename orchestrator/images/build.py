@@ -1,0 +1,179 @@
+"""`warden images build`: content-addressed, offline builds of warden's images."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator import __version__
+from orchestrator.errors import ImageBuildError
+from orchestrator.images.base import BaseImage, BaseResolver, image_id
+from orchestrator.images.hashing import (
+    KINDS,
+    LABEL_BASE,
+    LABEL_BASE_ID,
+    LABEL_CONTENT_HASH,
+    LABEL_INPUTS_HASH,
+    LABEL_KIND,
+    LABEL_VERSION,
+    SOURCE_ROOT,
+    ImageKind,
+    content_hash,
+    content_tag,
+    input_files,
+    inputs_hash,
+)
+from orchestrator.images.wheels import ensure_wheels
+
+if TYPE_CHECKING:
+    from orchestrator.config import Settings
+
+Log = Callable[[str], None]
+
+BUILD_TIMEOUT_S = 1800
+"""Longest silence tolerated from the engine during one build."""
+ERROR_CONTEXT_LINES = 30
+"""Build output lines attached to a build error."""
+
+_STEP = re.compile(r"^Step \d+/\d+ : ")
+_LAYER = re.compile(r"^ ---> ([0-9a-f]{12,64})$")
+
+
+def build_images(
+    client: Any,
+    settings: Settings,
+    *,
+    force: bool = False,
+    log: Callable[[str], None],
+    pull: bool = True,
+) -> dict[str, str]:
+    """Build every warden image whose content tag is missing; kind -> tag.
+
+    `force` rebuilds even when the tag exists. `pull=False` never asks a registry
+    for the base. Raises ImageBuildError saying what failed and what to do.
+    """
+    _check_sources()
+    kinds = list(KINDS.values())
+    resolver = BaseResolver(client, settings.base_image, log, pull=pull)
+    bases = resolver.for_kinds(kinds)
+    tags: dict[str, str] = {}
+    for kind in kinds:
+        base = bases[kind.name]
+        ihash = inputs_hash(kind)
+        tag = content_tag(kind, ihash, base.image_id)
+        tags[kind.name] = tag
+        existing = image_id(client, tag)
+        if existing is not None and not force:
+            log(f"{kind.name}: {tag} is up to date (same inputs, same base); not rebuilding")
+            continue
+        why = "--force" if existing is not None else "no image has these inputs yet"
+        log(f"{kind.name}: building {tag} FROM {base.ref} ({base.origin}; {why})")
+        started = time.monotonic()
+        wheels = ensure_wheels(settings.state_dir / "wheels", resolver.probe(base), log)
+        _build_one(client, kind, base, ihash, tag, wheels, log, nocache=force)
+        if existing is not None and existing != image_id(client, tag):
+            _remove_quietly(client, existing)  # the --force rebuild replaced our old image
+        log(f"{kind.name}: built {tag} in {time.monotonic() - started:.1f} s")
+    return tags
+
+
+def _check_sources() -> None:
+    if not (SOURCE_ROOT / "images").is_dir() or not (SOURCE_ROOT / "Dockerfile.agent").is_file():
+        raise ImageBuildError(
+            f"warden's image sources (images/, Dockerfile.agent) are not in {SOURCE_ROOT}; "
+            "build from a source checkout (`pip install -e .`)"
+        )
+
+
+def _assemble_context(kind: ImageKind, wheels: Path, into: Path) -> None:
+    """Exactly the hashed inputs, at their repo paths, plus wheels/ and the Dockerfile."""
+    for path in input_files(kind):
+        target = into / path.relative_to(SOURCE_ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target, follow_symlinks=False)
+    shutil.copy2(SOURCE_ROOT / kind.dockerfile, into / "Dockerfile")
+    (into / "wheels").mkdir()
+    for wheel in wheels.glob("*.whl"):
+        shutil.copy2(wheel, into / "wheels" / wheel.name)
+
+
+def _build_one(
+    client: Any,
+    kind: ImageKind,
+    base: BaseImage,
+    ihash: str,
+    tag: str,
+    wheels: Path,
+    log: Log,
+    *,
+    nocache: bool,
+) -> None:
+    labels = {
+        LABEL_CONTENT_HASH: content_hash(ihash, base.image_id),
+        LABEL_VERSION: __version__,
+        LABEL_KIND: kind.name,
+        LABEL_INPUTS_HASH: ihash,
+        LABEL_BASE: base.ref,
+        LABEL_BASE_ID: base.image_id,
+    }
+    recent: deque[str] = deque(maxlen=ERROR_CONTEXT_LINES)
+    stage_images: list[str] = []
+    last_layer: str | None = None
+    with tempfile.TemporaryDirectory(prefix=f"warden-{kind.name}-context-") as tmp:
+        context = Path(tmp)
+        _assemble_context(kind, wheels, context)
+        stream = client.api.build(
+            path=str(context),
+            dockerfile="Dockerfile",
+            tag=tag,
+            buildargs={"BASE": base.ref},
+            labels=labels,
+            network_mode="none",
+            pull=False,
+            rm=True,
+            forcerm=True,
+            nocache=nocache,
+            decode=True,
+            timeout=BUILD_TIMEOUT_S,
+        )
+        for chunk in stream:
+            if "error" in chunk:
+                recent.append(str(chunk["error"]))
+                raise ImageBuildError(
+                    f"building {tag} failed: {chunk['error']}\nlast build output:\n"
+                    + "\n".join(recent)
+                )
+            for line in str(chunk.get("stream", "")).splitlines():
+                line = line.rstrip()
+                if not line:
+                    continue
+                recent.append(line)
+                layer = _LAYER.match(line)
+                if layer:
+                    last_layer = layer.group(1)
+                if _STEP.match(line):
+                    if "FROM scratch" in line and last_layer is not None:
+                        stage_images.append(last_layer)  # the finished build stage
+                    log(f"  {line}")
+    if image_id(client, tag) is None:
+        raise ImageBuildError(
+            f"the engine reported no error but {tag} does not exist; last build output:\n"
+            + "\n".join(recent)
+        )
+    for stage in stage_images:
+        # The build stage (untagged) holds the wheels; it is ours and no longer needed.
+        _remove_quietly(client, stage)
+
+
+def _remove_quietly(client: Any, image: str) -> None:
+    from docker.errors import APIError
+
+    with contextlib.suppress(APIError):  # still used by another image or build: leave it
+        client.api.remove_image(image, force=False, noprune=False)

@@ -1,0 +1,232 @@
+"""Image tags are content-addressed: they change exactly when a build input (a
+Dockerfile, an images/ file, sandbox_tools, the pins, the base image) changes,
+and `resolve_image` finds the current tag with one engine call."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.errors import ImageNotFoundError
+from orchestrator.images import resolve_image
+from orchestrator.images.base import BaseProbe, bootstrap_hash
+from orchestrator.images.hashing import (
+    KINDS,
+    LABEL_INPUTS_HASH,
+    LABEL_KIND,
+    SOURCE_ROOT,
+    content_tag,
+    inputs_hash,
+)
+from orchestrator.images.wheels import manylinux_platforms
+
+AGENT = KINDS["agent"]
+BASH = KINDS["bash"]
+BASE_ID = "sha256:" + "a" * 64
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A minimal source tree with every input the two images are built from."""
+    files = {
+        "Dockerfile.agent": "FROM x\n",
+        "images/requirements.txt": "pydantic==2.0\n",
+        "images/build-requirements.txt": "pip==23.2.1\n",
+        "images/setup-image.sh": "echo setup\n",
+        "images/bootstrap-base.sh": "echo bootstrap\n",
+        "images/bash/Dockerfile": "FROM y\n",
+        "images/bash/restrict.sh": "echo restrict\n",
+        "sandbox_tools/__init__.py": "",
+        "sandbox_tools/wire.py": "X = 1\n",
+    }
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def hashes(root: Path) -> tuple[str, str]:
+    return inputs_hash(AGENT, root), inputs_hash(BASH, root)
+
+
+def test_same_inputs_same_hash_and_mtime_does_not_count(tree: Path) -> None:
+    before = hashes(tree)
+    os.utime(tree / "sandbox_tools/wire.py", (1, 1))
+    assert hashes(tree) == before
+
+
+def test_bytecode_caches_do_not_count(tree: Path) -> None:
+    before = hashes(tree)
+    cache = tree / "sandbox_tools/__pycache__"
+    cache.mkdir()
+    (cache / "wire.cpython-311.pyc").write_bytes(b"\0junk")
+    (tree / "sandbox_tools/stray.pyc").write_bytes(b"\0junk")
+    assert hashes(tree) == before
+
+
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "sandbox_tools/wire.py",
+        "images/requirements.txt",
+        "images/build-requirements.txt",
+        "images/setup-image.sh",
+    ],
+)
+def test_a_common_input_changes_both_tags(tree: Path, relative: str) -> None:
+    agent, bash = hashes(tree)
+    (tree / relative).write_text("changed\n")
+    new_agent, new_bash = hashes(tree)
+    assert new_agent != agent
+    assert new_bash != bash
+
+
+def test_a_new_file_in_sandbox_tools_changes_both_tags(tree: Path) -> None:
+    before = hashes(tree)
+    (tree / "sandbox_tools/runner.py").write_text("")
+    after = hashes(tree)
+    assert after[0] != before[0]
+    assert after[1] != before[1]
+
+
+def test_each_dockerfile_changes_only_its_own_tag(tree: Path) -> None:
+    agent, bash = hashes(tree)
+    (tree / "images/bash/restrict.sh").write_text("echo stricter\n")
+    assert hashes(tree) == (agent, inputs_hash(BASH, tree))
+    assert inputs_hash(BASH, tree) != bash
+    (tree / "Dockerfile.agent").write_text("FROM z\n")
+    assert inputs_hash(AGENT, tree) != agent
+
+
+def test_the_exec_bit_counts(tree: Path) -> None:
+    before = inputs_hash(BASH, tree)
+    (tree / "images/bash/restrict.sh").chmod(0o755)
+    assert inputs_hash(BASH, tree) != before
+
+
+def test_the_base_image_id_counts() -> None:
+    inputs = "f" * 64
+    first = content_tag(AGENT, inputs, BASE_ID)
+    assert re.fullmatch(r"warden-agent:[0-9a-f]{12}", first)
+    assert content_tag(AGENT, inputs, BASE_ID) == first
+    assert content_tag(AGENT, inputs, "sha256:" + "b" * 64) != first
+
+
+def test_the_bootstrapped_base_is_content_addressed_by_its_script(tree: Path) -> None:
+    before = bootstrap_hash(tree)
+    (tree / "images/bootstrap-base.sh").write_text("echo other\n")
+    assert bootstrap_hash(tree) != before
+
+
+def test_a_missing_input_is_an_error(tree: Path) -> None:
+    (tree / "images/setup-image.sh").unlink()
+    with pytest.raises(FileNotFoundError, match=r"setup-image\.sh"):
+        inputs_hash(AGENT, tree)
+
+
+def test_the_real_tree_hashes() -> None:
+    assert re.fullmatch(r"[0-9a-f]{64}", inputs_hash(AGENT, SOURCE_ROOT))
+    assert inputs_hash(AGENT, SOURCE_ROOT) != inputs_hash(BASH, SOURCE_ROOT)
+
+
+def test_wheel_platforms_follow_the_base_glibc() -> None:
+    probe = BaseProbe((3, 11), "x86_64", ("glibc", "2.36"), frozenset())
+    platforms = manylinux_platforms(probe)
+    assert platforms[0] == "manylinux_2_36_x86_64"
+    assert "manylinux_2_17_x86_64" in platforms
+    assert "manylinux2014_x86_64" in platforms
+
+
+def test_python_and_tools_decide_whether_a_base_is_suitable() -> None:
+    slim = BaseProbe((3, 12), "x86_64", ("glibc", "2.36"), frozenset({"bash", "find", "grep"}))
+    assert "git" in slim.missing_for(AGENT)
+    old = BaseProbe((3, 8), "x86_64", ("glibc", "2.36"), frozenset(AGENT.required_tools))
+    assert old.missing_for(AGENT) == ["python3>=3.9"]
+    full = BaseProbe((3, 11), "x86_64", ("glibc", "2.36"), frozenset(AGENT.required_tools))
+    assert full.missing_for(AGENT) == []
+
+
+class FakeAPI:
+    """Answers `images(filters=...)` and `inspect_image` like the engine would."""
+
+    def __init__(self, rows: list[dict[str, Any]], present: set[str]) -> None:
+        self.rows = rows
+        self.present = present
+        self.calls = 0
+
+    def images(self, filters: dict[str, list[str]]) -> list[dict[str, Any]]:
+        self.calls += 1
+        wanted = dict(item.split("=", 1) for item in filters["label"])
+        return [r for r in self.rows if all(r["Labels"].get(k) == v for k, v in wanted.items())]
+
+    def inspect_image(self, ref: str) -> dict[str, str]:
+        from docker.errors import ImageNotFound
+
+        self.calls += 1
+        if ref not in self.present:
+            raise ImageNotFound(f"no such image: {ref}")
+        return {"Id": "sha256:" + "c" * 64}
+
+
+class FakeClient:
+    def __init__(self, api: FakeAPI) -> None:
+        self.api = api
+
+
+def test_resolve_image_picks_the_newest_image_built_from_the_current_inputs() -> None:
+    current = inputs_hash(BASH)
+    rows = [
+        {"Created": 1, "RepoTags": ["warden-bash:111111111111"],
+         "Labels": {LABEL_KIND: "bash", LABEL_INPUTS_HASH: current}},
+        {"Created": 3, "RepoTags": ["warden-bash:333333333333"],
+         "Labels": {LABEL_KIND: "bash", LABEL_INPUTS_HASH: "stale"}},
+        {"Created": 2, "RepoTags": ["warden-bash:222222222222"],
+         "Labels": {LABEL_KIND: "bash", LABEL_INPUTS_HASH: current}},
+    ]  # fmt: skip
+    api = FakeAPI(rows, set())
+    assert resolve_image(FakeClient(api), "bash") == "warden-bash:222222222222"
+    assert api.calls == 1
+
+
+def test_resolve_image_names_the_build_command_when_not_built() -> None:
+    with pytest.raises(ImageNotFoundError, match="warden images build"):
+        resolve_image(FakeClient(FakeAPI([], set())), "agent")
+
+
+def test_resolve_image_passes_other_local_images_through() -> None:
+    client = FakeClient(FakeAPI([], {"python:3.12-slim"}))
+    assert resolve_image(client, "python:3.12-slim") == "python:3.12-slim"
+    with pytest.raises(ImageNotFoundError, match="does not exist locally"):
+        resolve_image(client, "nosuch:1")
+
+
+def test_wheels_are_cached_per_python_and_pins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.images import wheels
+
+    py311 = BaseProbe((3, 11), "x86_64", ("glibc", "2.36"), frozenset())
+    py312 = BaseProbe((3, 12), "x86_64", ("glibc", "2.36"), frozenset())
+    assert wheels.wheel_dir(tmp_path, py311) != wheels.wheel_dir(tmp_path, py312)
+    cached = wheels.wheel_dir(tmp_path, py311)
+    cached.mkdir(parents=True)
+    (cached / wheels.COMPLETE_MARKER).write_text("pip-23.2.1-py3-none-any.whl\n")
+
+    def no_download(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a complete cache must not be downloaded again")
+
+    monkeypatch.setattr("orchestrator.images.wheels.subprocess.run", no_download)
+    assert wheels.ensure_wheels(tmp_path, py311, lambda line: None) == cached
+
+
+def test_a_musl_base_is_refused_with_a_reason() -> None:
+    from orchestrator.errors import ImageBuildError
+
+    alpine = BaseProbe((3, 12), "x86_64", ("", ""), frozenset())
+    with pytest.raises(ImageBuildError, match="not glibc"):
+        manylinux_platforms(alpine)
