@@ -91,6 +91,8 @@ async def _run(
         the_run = await stack.enter_async_context(
             open_run(settings, workspace=workspace, prompt=prompt, model=model)
         )
+        # Warm the built-in agents' sandboxes while the parent's first model call runs.
+        the_run.manager.prewarm("general-purpose", "bash")
         progress = stack.enter_context(Progress(json_mode=json_mode))
         the_run.events.listeners.append(progress)
         status, text = "failed", ""
