@@ -159,9 +159,10 @@ def matches(pattern: str, path: str) -> bool:
     while True:
         if regex.fullmatch(probe):
             return True
-        if probe == "/":
+        parent = posixpath.dirname(probe)
+        if parent == probe or not parent:
             return False
-        probe = posixpath.dirname(probe)
+        probe = parent
 
 
 @lru_cache(maxsize=1024)
