@@ -78,7 +78,8 @@ class PermissionEngine:
             new_call = call.model_copy(update={"tool_input": updated_input})
             explained = await self._evaluate(new_call, ctx)
         rules = explained.decision
-        if rules.behavior == "deny":
+        by_mode = explained.fallback and (rules.source or "").startswith(MODE_SOURCE + ":")
+        if rules.behavior == "deny" and not by_mode:
             return rules.model_copy(update={"hook_outcomes": done, "updated_input": updated_input})
         asked = next((o for o in outcomes if o.decision == "ask"), None)
         if asked is not None:
@@ -101,7 +102,6 @@ class PermissionEngine:
                 updated_input=updated_input,
             )
         allowed = next((o for o in outcomes if o.decision == "allow"), None)
-        by_mode = explained.fallback and (rules.source or "").startswith(MODE_SOURCE + ":")
         if allowed is not None and rules.behavior != "allow" and by_mode:
             return Decision(
                 behavior="allow",
