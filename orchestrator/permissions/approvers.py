@@ -72,8 +72,10 @@ def input_hash(tool_name: str, tool_input: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of the tool name and input."""
     canonical = json.dumps(
         {"tool_name": tool_name, "tool_input": tool_input},
-        sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-    )  # fmt: skip
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 

@@ -5,6 +5,7 @@ normalisation, absolute vs relative spellings, and symlinks inside the workspace
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -15,21 +16,30 @@ from orchestrator.permissions.rules import parse_rule
 from orchestrator.permissions.sources import PolicySource, merge
 
 
-def policy(allow: list[str] = [], deny: list[str] = [], ask: list[str] = [], mode: str = "default") -> EffectivePolicy:  # noqa: B006
+def policy(
+    allow: Sequence[str] = (),
+    deny: Sequence[str] = (),
+    ask: Sequence[str] = (),
+    mode: str = "default",
+) -> EffectivePolicy:
     rules = [parse_rule(r, "allow", "test", "t") for r in allow]
     rules += [parse_rule(r, "deny", "test", "t") for r in deny]
     rules += [parse_rule(r, "ask", "test", "t") for r in ask]
     return merge([PolicySource("test", rules, mode)])  # type: ignore[arg-type]
 
 
-def decide(pol: EffectivePolicy, tool: str, path: str, host: Path | None = None, **extra: str) -> Behavior:
+def decide(
+    pol: EffectivePolicy, tool: str, path: str, host: Path | None = None, **extra: str
+) -> Behavior:
     key = "file_path" if tool in ("Read", "Write", "Edit") else "path"
     inp: dict[str, str] = {key: path, **extra}
     if tool == "Write":
         inp.setdefault("content", "x")
     if tool in ("Glob", "Grep"):
         inp.setdefault("pattern", "*")
-    return evaluate(pol, ToolCall(tool_name=tool, tool_input=inp), workspace_host=host).decision.behavior
+    return evaluate(
+        pol, ToolCall(tool_name=tool, tool_input=inp), workspace_host=host
+    ).decision.behavior
 
 
 ENV = policy(deny=["Read(./.env)"])
@@ -99,7 +109,10 @@ def test_write_allow_cannot_be_escaped_with_dotdot(path: str, expected: Behavior
 
 def test_edit_and_write_rules_cover_each_other() -> None:
     assert decide(policy(deny=["Edit(src/**)"]), "Write", "src/a.py") == "deny"
-    assert decide(policy(allow=["Write(src/**)"]), "Edit", "src/a.py", old_string="a", new_string="b") == "allow"
+    assert (
+        decide(policy(allow=["Write(src/**)"]), "Edit", "src/a.py", old_string="a", new_string="b")
+        == "allow"
+    )
 
 
 @pytest.fixture
@@ -117,10 +130,14 @@ def ws(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("path", ["src/link", "/workspace/src/abslink", "src/up/.env", "src/up/src/link"])
+@pytest.mark.parametrize(
+    "path", ["src/link", "/workspace/src/abslink", "src/up/.env", "src/up/src/link"]
+)
 def test_symlinks_cannot_dodge_a_deny(ws: Path, path: str) -> None:
     assert decide(ENV, "Read", path, ws) == "deny"
-    assert decide(ENV, "Read", path, None) == "allow"  # lexically it is not .env: the host view matters
+    assert (
+        decide(ENV, "Read", path, None) == "allow"
+    )  # lexically it is not .env: the host view matters
 
 
 def test_symlink_cannot_widen_an_allow(ws: Path) -> None:
@@ -144,4 +161,6 @@ def test_grep_over_a_tree_holding_a_denied_file_asks(ws: Path) -> None:
     assert decide(ENV, "Grep", "/workspace", ws) == "ask"
     assert decide(ENV, "Grep", "/workspace/src", ws) == "allow"
     assert decide(ENV, "Glob", "/workspace", ws) == "allow"  # lists names, reads nothing
-    assert decide(policy(deny=["Read(src/**)"]), "Glob", "/workspace", ws, pattern="src/**") == "deny"
+    assert (
+        decide(policy(deny=["Read(src/**)"]), "Glob", "/workspace", ws, pattern="src/**") == "deny"
+    )

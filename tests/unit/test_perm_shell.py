@@ -4,27 +4,35 @@ writes, and what the analyser does not understand asks (denies in dontAsk)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
-from orchestrator.permissions import ToolCall, evaluate
+from orchestrator.permissions import EffectivePolicy, ToolCall, evaluate
 from orchestrator.permissions.models import Behavior
+from orchestrator.permissions.rules import parse_rule
 from orchestrator.permissions.shell import analyse
 from orchestrator.permissions.sources import PolicySource, merge
-from orchestrator.permissions.rules import parse_rule
 
 
-def policy(allow: list[str], deny: list[str] = (), ask: list[str] = (), mode: str = "default"):  # type: ignore[assignment]
+def policy(
+    allow: list[str], deny: Sequence[str] = (), ask: Sequence[str] = (), mode: str = "default"
+) -> EffectivePolicy:
     rules = [parse_rule(r, "allow", "test", "t") for r in allow]
     rules += [parse_rule(r, "deny", "test", "t") for r in deny]
     rules += [parse_rule(r, "ask", "test", "t") for r in ask]
     return merge([PolicySource("test", rules, mode)])  # type: ignore[arg-type]
 
 
-GIT = policy(["Bash(git diff:*)", "Bash(git status)", "Bash(npm run test:*)", "Bash(ls *)", "Bash(cat:*)"])
+GIT = policy(
+    ["Bash(git diff:*)", "Bash(git status)", "Bash(npm run test:*)", "Bash(ls *)", "Bash(cat:*)"]
+)
 
 
-def bash(command: str, pol=GIT) -> Behavior:  # type: ignore[no-untyped-def]
-    return evaluate(pol, ToolCall(tool_name="Bash", tool_input={"command": command})).decision.behavior
+def bash(command: str, pol: EffectivePolicy = GIT) -> Behavior:
+    return evaluate(
+        pol, ToolCall(tool_name="Bash", tool_input={"command": command})
+    ).decision.behavior
 
 
 @pytest.mark.parametrize(
@@ -145,7 +153,14 @@ def test_redirect_writes_need_an_edit_allow() -> None:
 
 def test_analyser_splits_what_bash_runs() -> None:
     found = analyse("A=1 git diff ';' && (ls | wc -l) > n.txt; echo `id` $(whoami)")
-    assert [c.text for c in found.commands] == ["git diff ;", "ls", "wc -l", "id", "whoami", "echo \x00 \x00"]
+    assert [c.text for c in found.commands] == [
+        "git diff ;",
+        "ls",
+        "wc -l",
+        "id",
+        "whoami",
+        "echo \x00 \x00",
+    ]
     assert found.writes == ["n.txt"]
     assert found.understood
 

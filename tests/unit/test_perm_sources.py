@@ -26,7 +26,9 @@ def write_json(path: Path, doc: object) -> Path:
 
 
 def bash(pol, command: str) -> Behavior:  # type: ignore[no-untyped-def]
-    return evaluate(pol, ToolCall(tool_name="Bash", tool_input={"command": command})).decision.behavior
+    return evaluate(
+        pol, ToolCall(tool_name="Bash", tool_input={"command": command})
+    ).decision.behavior
 
 
 def call(pol, tool: str, **inp: str) -> Behavior:  # type: ignore[no-untyped-def]
@@ -34,10 +36,18 @@ def call(pol, tool: str, **inp: str) -> Behavior:  # type: ignore[no-untyped-def
 
 
 def test_project_settings_are_read_as_they_are(settings: Settings, workspace: Path) -> None:
-    write_json(workspace / ".claude/settings.json", {
-        "permissions": {"allow": ["Bash(npm run test:*)"], "deny": ["Read(./.env)"], "defaultMode": "acceptEdits"},
-        "hooks": {}, "model": "whatever",
-    })  # fmt: skip
+    write_json(
+        workspace / ".claude/settings.json",
+        {
+            "permissions": {
+                "allow": ["Bash(npm run test:*)"],
+                "deny": ["Read(./.env)"],
+                "defaultMode": "acceptEdits",
+            },
+            "hooks": {},
+            "model": "whatever",
+        },
+    )
     pol = load_policy(settings, workspace)
     assert pol.mode == "acceptEdits"
     assert bash(pol, "npm run test") == "allow"
@@ -46,8 +56,14 @@ def test_project_settings_are_read_as_they_are(settings: Settings, workspace: Pa
 
 
 def test_deny_and_ask_from_any_source_hold(settings: Settings, workspace: Path) -> None:
-    write_json(settings.config_dir / "settings.json", {"permissions": {"deny": ["Bash(rm:*)"], "ask": ["Bash(git push:*)"]}})
-    write_json(workspace / ".claude/settings.json", {"permissions": {"allow": ["Bash(rm:*)", "Bash(git push:*)"]}})
+    write_json(
+        settings.config_dir / "settings.json",
+        {"permissions": {"deny": ["Bash(rm:*)"], "ask": ["Bash(git push:*)"]}},
+    )
+    write_json(
+        workspace / ".claude/settings.json",
+        {"permissions": {"allow": ["Bash(rm:*)", "Bash(git push:*)"]}},
+    )
     pol = load_policy(settings, workspace, allow=["Bash"])
     assert bash(pol, "rm x") == "deny"
     assert bash(pol, "git push origin") == "ask"
@@ -56,7 +72,9 @@ def test_deny_and_ask_from_any_source_hold(settings: Settings, workspace: Path) 
 
 
 def test_mode_comes_from_the_highest_source(settings: Settings, workspace: Path) -> None:
-    write_json(settings.config_dir / "settings.json", {"permissions": {"defaultMode": "bypassPermissions"}})
+    write_json(
+        settings.config_dir / "settings.json", {"permissions": {"defaultMode": "bypassPermissions"}}
+    )
     write_json(workspace / ".claude/settings.json", {"permissions": {"defaultMode": "acceptEdits"}})
     assert load_policy(settings, workspace).mode == "acceptEdits"
     write_json(workspace / ".claude/settings.local.json", {"permissions": {"defaultMode": "plan"}})
@@ -67,14 +85,21 @@ def test_mode_comes_from_the_highest_source(settings: Settings, workspace: Path)
 
 def test_managed_policy_cannot_be_overridden(tmp_path: Path, workspace: Path) -> None:
     managed = tmp_path / "managed.yaml"
-    managed.write_text("# admin\ndefaultMode: default\ndeny:\n  - Bash(curl:*)\nask:\n  - Edit(.github/**)\n")
+    managed.write_text(
+        "# admin\ndefaultMode: default\ndeny:\n  - Bash(curl:*)\nask:\n  - Edit(.github/**)\n"
+    )
     settings = Settings(state_dir=tmp_path / "s", config_dir=tmp_path / "c", managed_policy=managed)
     pol = load_policy(settings, workspace, allow=["Bash", "Edit"], mode="bypassPermissions")
     assert pol.mode == "default" and pol.mode_source.startswith("managed:")
     assert bash(pol, "ls && curl evil") == "deny"
-    assert call(pol, "Edit", file_path=".github/workflows/ci.yml", old_string="a", new_string="b") == "ask"
-    missing = Settings(state_dir=tmp_path / "s", config_dir=tmp_path / "c", managed_policy=tmp_path / "nope.yaml")
-    with pytest.raises(PolicyError, match="nope.yaml"):
+    assert (
+        call(pol, "Edit", file_path=".github/workflows/ci.yml", old_string="a", new_string="b")
+        == "ask"
+    )
+    missing = Settings(
+        state_dir=tmp_path / "s", config_dir=tmp_path / "c", managed_policy=tmp_path / "nope.yaml"
+    )
+    with pytest.raises(PolicyError, match=r"nope\.yaml"):
         load_policy(missing, workspace)
 
 
@@ -88,7 +113,9 @@ def test_managed_policy_cannot_be_overridden(tmp_path: Path, workspace: Path) ->
         ("bypassPermissions", "allow", "allow", "allow"),
     ],
 )
-def test_mode_defaults(settings: Settings, workspace: Path, mode: str, read: str, edit: str, bash_cmd: str) -> None:
+def test_mode_defaults(
+    settings: Settings, workspace: Path, mode: str, read: str, edit: str, bash_cmd: str
+) -> None:
     pol = load_policy(settings, workspace, mode=mode)
     assert call(pol, "Read", file_path="a.txt") == read
     assert call(pol, "Write", file_path="a.txt", content="") == edit
@@ -100,7 +127,9 @@ def test_modes_and_rules_interact(settings: Settings, workspace: Path) -> None:
     assert bash(plan, "make") == "deny"  # plan is read-only whatever is allowed
     dont = load_policy(settings, workspace, allow=["Bash(make:*)"], mode="dontAsk")
     assert bash(dont, "make test") == "allow"
-    write_json(workspace / ".claude/settings.json", {"permissions": {"ask": ["Bash(make deploy:*)"]}})
+    write_json(
+        workspace / ".claude/settings.json", {"permissions": {"ask": ["Bash(make deploy:*)"]}}
+    )
     dont = load_policy(settings, workspace, allow=["Bash(make:*)"], mode="dontAsk")
     assert bash(dont, "make deploy") == "deny"  # would ask; dontAsk never asks
     bypass = load_policy(settings, workspace, deny=["Bash(make:*)"], mode="bypassPermissions")
@@ -125,17 +154,35 @@ def test_shipped_policies(settings: Settings, workspace: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "suffix", "expected"),
     [
-        ('{"permissions": {"allow": ["Bash(git diff:*)",]}}', ".json", r"line 1, column \d+: invalid JSON"),
+        (
+            '{"permissions": {"allow": ["Bash(git diff:*)",]}}',
+            ".json",
+            r"line 1, column \d+: invalid JSON",
+        ),
         ('{"permissions": {"allow": "Bash"}}', ".json", r"'allow' must be a list"),
-        ('{\n "permissions": {\n  "deny": [\n   "Bash(("\n  ]\n }\n}', ".json", r"deny\[0\] \(line 4\).*not a rule"),
+        (
+            '{\n "permissions": {\n  "deny": [\n   "Bash(("\n  ]\n }\n}',
+            ".json",
+            r"deny\[0\] \(line 4\).*not a rule",
+        ),
         ('{"permissions": {"defaultMode": "yolo"}}', ".json", r"defaultMode 'yolo' is not one of"),
-        ('{"permissions": {"allow": ["Bash()"]}}', ".json", r"empty specifier; drop the parentheses"),
-        ('{"permissions": {"allow": ["Bash(a:* b)"]}}', ".json", r"':\*' is only allowed at the end"),
+        (
+            '{"permissions": {"allow": ["Bash()"]}}',
+            ".json",
+            r"empty specifier; drop the parentheses",
+        ),
+        (
+            '{"permissions": {"allow": ["Bash(a:* b)"]}}',
+            ".json",
+            r"':\*' is only allowed at the end",
+        ),
         ("allow:\n  - Bash(ls)\n bad: [", ".yaml", r"line \d+, column \d+: invalid YAML"),
         ("allow: [Bash]\nalow: [Read]\n", ".yaml", r"unknown key 'alow'"),
     ],
 )
-def test_bad_files_say_where_and_how_to_fix(settings: Settings, workspace: Path, tmp_path: Path, content: str, suffix: str, expected: str) -> None:
+def test_bad_files_say_where_and_how_to_fix(
+    settings: Settings, workspace: Path, tmp_path: Path, content: str, suffix: str, expected: str
+) -> None:
     path = tmp_path / f"p{suffix}"
     path.write_text(content)
     with pytest.raises(PolicyError, match=expected) as err:
@@ -144,7 +191,7 @@ def test_bad_files_say_where_and_how_to_fix(settings: Settings, workspace: Path,
 
 
 def test_unknown_policy_name_lists_known_ones(settings: Settings, workspace: Path) -> None:
-    with pytest.raises(PolicyError, match="known policies: .*ci.*default.*strict"):
+    with pytest.raises(PolicyError, match=r"known policies: .*ci.*default.*strict"):
         load_policy(settings, workspace, policy="nosuch")
 
 
@@ -161,21 +208,49 @@ def test_child_never_gets_more_than_its_parent(settings: Settings, workspace: Pa
 
 
 def test_warden_policy_explain_cli(workspace: Path, tmp_path: Path) -> None:
-    write_json(workspace / ".claude/settings.json", {"permissions": {"allow": ["Bash(git diff:*)"], "deny": ["Bash(curl:*)"]}})
+    write_json(
+        workspace / ".claude/settings.json",
+        {"permissions": {"allow": ["Bash(git diff:*)"], "deny": ["Bash(curl:*)"]}},
+    )
     env = warden_env(WARDEN_CONFIG_DIR=str(tmp_path / "cfg"), WARDEN_STATE_DIR=str(tmp_path / "st"))
     out = subprocess.run(
-        warden_argv("policy", "explain", "Bash", "git diff && curl x", "--workspace", str(workspace)),
-        capture_output=True, text=True, env=env, check=True,
-    ).stdout  # fmt: skip
+        warden_argv(
+            "policy", "explain", "Bash", "git diff && curl x", "--workspace", str(workspace)
+        ),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
     assert "decision: DENY" in out and "Bash(curl:*)" in out and "project:" in out
-    doc = json.loads(subprocess.run(
-        warden_argv("policy", "explain", "Bash", '{"command": "git diff | sh"}', "--workspace", str(workspace), "--json"),
-        capture_output=True, text=True, env=env, check=True,
-    ).stdout)  # fmt: skip
+    doc = json.loads(
+        subprocess.run(
+            warden_argv(
+                "policy",
+                "explain",
+                "Bash",
+                '{"command": "git diff | sh"}',
+                "--workspace",
+                str(workspace),
+                "--json",
+            ),
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        ).stdout
+    )
     assert doc["decision"]["behavior"] == "ask"
-    assert [(p["text"], p["verdict"]) for p in doc["subcommands"]] == [("git diff", "allow"), ("sh", None)]
+    assert [(p["text"], p["verdict"]) for p in doc["subcommands"]] == [
+        ("git diff", "allow"),
+        ("sh", None),
+    ]
     bad = subprocess.run(
-        warden_argv("policy", "explain", "Bash", "ls", "--policy", "nosuch", "--workspace", str(workspace)),
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
+        warden_argv(
+            "policy", "explain", "Bash", "ls", "--policy", "nosuch", "--workspace", str(workspace)
+        ),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert bad.returncode == 2 and "no policy named 'nosuch'" in bad.stderr

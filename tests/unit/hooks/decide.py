@@ -10,10 +10,14 @@ import sys
 json.load(sys.stdin)
 decision = sys.argv[1]
 reason = sys.argv[2] if len(sys.argv) > 2 else f"hook says {decision}"
-print(json.dumps({
-    "hookSpecificOutput": {
-        "hookEventName": "PreToolUse",
-        "permissionDecision": decision,
-        "permissionDecisionReason": reason,
-    }
-}))
+print(
+    json.dumps(
+        {
+            "hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": decision,
+                "permissionDecisionReason": reason,
+            }
+        }
+    )
+)

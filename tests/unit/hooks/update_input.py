@@ -7,17 +7,22 @@ import sys
 
 event = json.load(sys.stdin)
 kind = sys.argv[1]
+updated: object
 if kind == "valid":
     updated = dict(event["tool_input"], command=sys.argv[2])
 elif kind == "missing":
     updated = {"description": "no command here"}
 else:
     updated = ["not", "an", "object"]
-print(json.dumps({
-    "hookSpecificOutput": {
-        "hookEventName": "PreToolUse",
-        "permissionDecision": "allow",
-        "permissionDecisionReason": "rewritten",
-        "updatedInput": updated,
-    }
-}))
+print(
+    json.dumps(
+        {
+            "hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "allow",
+                "permissionDecisionReason": "rewritten",
+                "updatedInput": updated,
+            }
+        }
+    )
+)
