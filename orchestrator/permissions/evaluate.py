@@ -12,7 +12,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.permissions import paths
-from orchestrator.permissions.models import EDIT_TOOLS, READ_TOOLS, Behavior, Decision, ToolCall
+from orchestrator.permissions.models import (
+    EDIT_TOOLS,
+    NO_PROMPT_TOOLS,
+    READ_TOOLS,
+    Behavior,
+    Decision,
+    ToolCall,
+)
 from orchestrator.permissions.policy import AGENT_DEFINITION_SOURCE, EffectivePolicy
 from orchestrator.permissions.rules import PATH_TOOLS, Rule, bash_matches, could_reach, path_matches
 from orchestrator.permissions.shell import SAFE_WRITE_TARGETS, analyse
@@ -99,7 +106,7 @@ class _Evaluator:
     def _mode_default(self, tool: str, in_workspace: bool, why: str = "") -> Explanation:
         m = self.mode
         lead = f"{why}; " if why else "no rule matches; "
-        if m == "bypassPermissions":
+        if m == "bypassPermissions" or (tool in NO_PROMPT_TOOLS and m != "plan"):
             b: Behavior = "allow"
         elif m == "dontAsk":
             b = "deny"
@@ -171,6 +178,8 @@ class _Evaluator:
     def _tool(self) -> Explanation:
         tool = self.call.tool_name
         target = self._target()
+        if tool in ("Read", "Write", "Edit") and not target:
+            return self._done("deny", f"{tool} input has no 'file_path' string", source="input")
         for rule in self.policy.rules_for("deny"):
             if self._matches(rule, target, strict=True):
                 return self._done("deny", f"denied by {rule.text} ({rule.source})", rule)

@@ -12,6 +12,9 @@ MODES: tuple[Mode, ...] = ("default", "acceptEdits", "dontAsk", "plan", "bypassP
 
 READ_TOOLS = frozenset({"Read", "Glob", "Grep"})
 """Tools that only read; allowed by the `default`, `acceptEdits` and `plan` modes."""
+NO_PROMPT_TOOLS = frozenset({"Task"})
+"""Tools that, as in Claude Code, need no approval by default: a delegated task is
+itself bound by the child's policy (its tools ∩ the parent's rules)."""
 EDIT_TOOLS = frozenset({"Edit", "Write"})
 """Tools that change files; allowed inside the workspace by `acceptEdits`."""
 

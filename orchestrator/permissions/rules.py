@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from functools import lru_cache
 from typing import Literal
 
@@ -97,20 +98,33 @@ def bash_matches(rule: Rule, command: SimpleCommand, *, strict: bool) -> bool:
     variants = [command.words]
     if strict and "/" in command.words[0]:
         variants.append((command.words[0].rsplit("/", 1)[-1], *command.words[1:]))
-    return any(_bash_spec_matches(rule.specifier, words, command.open_ended) for words in variants)
+    return any(
+        _bash_spec_matches(rule.specifier, words, command.open_ended, strict) for words in variants
+    )
 
 
-def _bash_spec_matches(spec: str, words: tuple[str, ...], open_ended: bool) -> bool:
+def _bash_spec_matches(spec: str, words: tuple[str, ...], open_ended: bool, strict: bool) -> bool:
     spec = spec.strip()
     if spec.endswith(":*"):
-        prefix = spec[:-2].split()
+        prefix = _spec_words(spec[:-2])
         return len(words) >= len(prefix) and list(words[: len(prefix)]) == prefix
     text = " ".join(words)
     if "*" in spec:
-        if open_ended and not spec.endswith("*"):
+        if open_ended and not spec.endswith("*") and not strict:
             return False
         return _bash_glob(spec).fullmatch(text) is not None
-    return not open_ended and text == " ".join(spec.split())
+    expected = _spec_words(spec)
+    if open_ended:  # more arguments come at run time: only a deny/ask may assume a match
+        return strict and list(words[: len(expected)]) == expected
+    return list(words) == expected
+
+
+def _spec_words(spec: str) -> list[str]:
+    """A rule's command words, with shell quoting removed (`git commit -m "wip"`)."""
+    try:
+        return shlex.split(spec)
+    except ValueError:
+        return spec.split()
 
 
 @lru_cache(maxsize=1024)

@@ -14,27 +14,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from orchestrator.permissions.wrappers import (
+    _ASSIGNMENT,
+    CLOSERS,
+    DANGEROUS_ENV,
+    DIR_CHANGERS,
+    DYNAMIC,
+    OPENERS,
+    UNSUPPORTED_KEYWORDS,
+    Unparsable,
+    unwrap,
+)
+
 MAX_COMMAND_CHARS = 64 * 1024
 """Longest command the analyser reads; a longer one is not understood (asks)."""
 MAX_NESTING = 8
 """Deepest nesting of substitutions / `sh -c` / `eval` the analyser follows."""
-DYNAMIC = "\x00"
-"""Stands for text only known at run time ($VAR, $(...)); matches only a `*` in rules."""
-
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox sh"})
-OPENERS = frozenset({"if", "then", "else", "elif", "do", "while", "until", "!", "{", "time"})
-CLOSERS = frozenset({"fi", "done", "}"})
-UNSUPPORTED_KEYWORDS = frozenset({"for", "case", "select", "function", "coproc", "esac"})
-DIR_CHANGERS = frozenset({"cd", "pushd", "popd"})
-DANGEROUS_ENV = re.compile(
-    r"^(PATH|IFS|ENV|BASH_ENV|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|HOME|"
-    r"LD_\w*|DYLD_\w*|GIT_\w*|PAGER|\w*_PAGER|EDITOR|VISUAL|PYTHON\w*|PERL\w*|RUBY\w*|"
-    r"NODE_OPTIONS|NODE_PATH|BASH_FUNC_\w*|GCONV_PATH|TMPDIR)$"
-)
-"""Environment prefixes that change what a command runs; such a command is not understood."""
 SAFE_WRITE_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 
-_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?\+?=")
 _REDIRECT = re.compile(r"(\d*)(&>>|&>|>>|>\||>&|<<<|<<-|<<|<>|<&|>|<)")
 _METACHARS = frozenset(" \t\n;&|<>()")
 
@@ -75,10 +72,6 @@ class ShellAnalysis:
         return not self.problems
 
 
-class _Unparsable(Exception):
-    pass
-
-
 @dataclass
 class _Word:
     value: str = ""
@@ -108,7 +101,7 @@ def _analyse_into(source: str, result: ShellAnalysis, depth: int) -> None:
     parser = _Parser(source, result, depth)
     try:
         parser.parse_list(closer=None)
-    except _Unparsable as exc:
+    except Unparsable as exc:
         result.problems.append(str(exc))
 
 
@@ -146,7 +139,7 @@ class _Parser:
             self._skip_blanks()
             if self._eof():
                 if closer is not None:
-                    raise _Unparsable(f"unclosed '{closer}'")
+                    raise Unparsable(f"unclosed '{closer}'")
                 return
             c = self.src[self.pos]
             if closer is not None and c == closer:
@@ -156,17 +149,17 @@ class _Parser:
                 self.pos += 1
                 self._read_heredocs()
             elif self._peek(2) == ";;":
-                raise _Unparsable("';;' outside a case statement")
+                raise Unparsable("';;' outside a case statement")
             elif c in ";&|" and self._peek(2) not in ("&>",):
                 self.pos += 2 if self._peek(2) in ("&&", "||", "|&") else 1
             elif c == "(":
                 if self._peek(2) == "((":
-                    raise _Unparsable("arithmetic command '((' is not analysed")
+                    raise Unparsable("arithmetic command '((' is not analysed")
                 self.pos += 1
                 self.parse_list(")")
                 self._trailing_redirects()
             elif c == ")":
-                raise _Unparsable("unexpected ')'")
+                raise Unparsable("unexpected ')'")
             else:
                 self._simple_command()
 
@@ -188,12 +181,12 @@ class _Parser:
             if self._redirect():
                 continue
             if c == "(":
-                raise _Unparsable("'(' inside a command (function definition?) is not analysed")
+                raise Unparsable("'(' inside a command (function definition?) is not analysed")
             word = self._word()
             if not words and not word.quoted and word.value in OPENERS | CLOSERS:
                 continue
             if not words and not word.quoted and word.value in UNSUPPORTED_KEYWORDS:
-                raise _Unparsable(f"'{word.value}' blocks are not analysed")
+                raise Unparsable(f"'{word.value}' blocks are not analysed")
             words.append(word)
         self._finish(words)
 
@@ -207,7 +200,7 @@ class _Parser:
         self.pos = m.end()
         self._skip_blanks()
         if self._eof() or self.src[self.pos] in "\n;&|()<>":
-            raise _Unparsable(f"redirection '{op}' without a target")
+            raise Unparsable(f"redirection '{op}' without a target")
         target = self._word()
         if op in ("<<", "<<-"):
             self.heredocs.append((target.value, target.quoted, op == "<<-"))
@@ -217,7 +210,7 @@ class _Parser:
         if op in (">&", "<&") and (target.value.isdigit() or target.value == "-"):
             return True
         if target.dynamic or target.glob or target.brace:
-            raise _Unparsable(f"redirection target '{_show(target.value)}' is not a literal path")
+            raise Unparsable(f"redirection target '{_show(target.value)}' is not a literal path")
         if op in ("<", "<&"):
             self.result.reads.append(target.value)
         else:
@@ -237,7 +230,7 @@ class _Parser:
                 body.append(line)
             text = "\n".join(body)
             if not quoted and ("$(" in text or "`" in text):
-                raise _Unparsable("here-document with command substitution is not analysed")
+                raise Unparsable("here-document with command substitution is not analysed")
         self.heredocs.clear()
 
     # -- words ----------------------------------------------------------------------
@@ -262,7 +255,7 @@ class _Parser:
             elif c == "'":
                 end = self.src.find("'", self.pos + 1)
                 if end < 0:
-                    raise _Unparsable("unclosed single quote")
+                    raise Unparsable("unclosed single quote")
                 w.value += self.src[self.pos + 1 : end]
                 w.quoted = True
                 self.pos = end + 1
@@ -288,7 +281,7 @@ class _Parser:
     def _double_quoted(self, w: _Word) -> None:
         while True:
             if self._eof():
-                raise _Unparsable("unclosed double quote")
+                raise Unparsable("unclosed double quote")
             c = self.src[self.pos]
             if c == '"':
                 self.pos += 1
@@ -311,7 +304,7 @@ class _Parser:
     def _dollar(self, w: _Word, in_quotes: bool) -> None:
         nxt = self.src[self.pos + 1 : self.pos + 2]
         if self._peek(3) == "$((":
-            raise _Unparsable("arithmetic expansion '$((' is not analysed")
+            raise Unparsable("arithmetic expansion '$((' is not analysed")
         if nxt == "(":
             self.pos += 2
             self._nested_list()
@@ -319,14 +312,14 @@ class _Parser:
             end = self._matching_brace(self.pos + 1)
             inner = self.src[self.pos + 2 : end]
             if "$(" in inner or "`" in inner or "<(" in inner:
-                raise _Unparsable("command substitution inside '${...}' is not analysed")
+                raise Unparsable("command substitution inside '${...}' is not analysed")
             self.pos = end + 1
         elif nxt == "'" and not in_quotes:
             end = self.src.find("'", self.pos + 2)
             while end > 0 and self.src[end - 1] == "\\":
                 end = self.src.find("'", end + 1)
             if end < 0:
-                raise _Unparsable("unclosed $'...' quote")
+                raise Unparsable("unclosed $'...' quote")
             literal = self.src[self.pos + 2 : end]
             self.pos = end + 1
             w.quoted = True
@@ -362,11 +355,11 @@ class _Parser:
                 depth -= 1
                 if depth == 0:
                     return i
-        raise _Unparsable("unclosed '${'")
+        raise Unparsable("unclosed '${'")
 
     def _nested_list(self) -> None:
         if self.depth + 1 > MAX_NESTING:
-            raise _Unparsable(f"nested deeper than {MAX_NESTING} levels")
+            raise Unparsable(f"nested deeper than {MAX_NESTING} levels")
         self.depth += 1
         try:
             self.parse_list(")")
@@ -384,7 +377,7 @@ class _Parser:
             inner.append(self.src[i])
             i += 1
         if i >= len(self.src):
-            raise _Unparsable("unclosed backtick")
+            raise Unparsable("unclosed backtick")
         self.pos = i + 1
         _analyse_into("".join(inner), self.result, self.depth + 1)
         w.value += DYNAMIC
@@ -394,17 +387,17 @@ class _Parser:
     def _finish(self, words: list[_Word]) -> None:
         while words and not words[0].quoted and _ASSIGNMENT.match(words[0].value):
             name = _ASSIGNMENT.match(words[0].value).group(1)  # type: ignore[union-attr]
-            if DANGEROUS_ENV.match(name) and len(words) > 1:
-                raise _Unparsable(f"'{name}=' before a command changes what it runs")
+            if DANGEROUS_ENV.match(name):
+                raise Unparsable(f"'{name}=' changes what commands run")
             words = words[1:]
         if not words:
             return
         head = words[0]
         if head.dynamic or head.glob or head.brace:
-            raise _Unparsable(f"command name '{_show(head.value)}' is not a literal")
+            raise Unparsable(f"command name '{_show(head.value)}' is not a literal")
         for word in words[1:]:
             if word.brace:
-                raise _Unparsable(f"brace expansion '{word.value}' is not analysed")
+                raise Unparsable(f"brace expansion '{word.value}' is not analysed")
         self._record([w.value for w in words], open_ended=False)
 
     def _record(self, argv: list[str], open_ended: bool) -> None:
@@ -413,14 +406,14 @@ class _Parser:
         name = argv[0].rsplit("/", 1)[-1]
         if name in DIR_CHANGERS:
             self.result.changes_dir = True
-        unwrapped = _unwrap(name, argv)
+        unwrapped = unwrap(name, argv)
         if isinstance(unwrapped, str):
             _analyse_into(unwrapped, self.result, self.depth + 1)
             return
         if unwrapped is not None:
             inner, extra_open = unwrapped
             if inner and DYNAMIC in inner[0]:
-                raise _Unparsable(f"'{name}' runs a command that is not a literal")
+                raise Unparsable(f"'{name}' runs a command that is not a literal")
             self._record(inner, open_ended or extra_open)
             return
         if name == "find":
@@ -435,116 +428,10 @@ class _Parser:
                 while j < len(argv) and argv[j] not in (";", "+"):
                     j += 1
                 if j >= len(argv):
-                    raise _Unparsable(f"find {argv[i]} without ';' or '+'")
+                    raise Unparsable(f"find {argv[i]} without ';' or '+'")
                 self._record(argv[i + 1 : j], open_ended=True)
                 i = j
             i += 1
-
-
-_Unwrapped = tuple[list[str], bool] | str | None
-
-
-def _unwrap(name: str, argv: list[str]) -> _Unwrapped:
-    """For a command that runs another command, that command (argv, open_ended) or
-    script text; None when `argv` is an ordinary command."""
-    args = argv[1:]
-    if name in ("exec", "nohup", "builtin", "command"):
-        if name == "command" and args and args[0] in ("-v", "-V"):
-            return None
-        while args and args[0].startswith("-") and name in ("exec", "command"):
-            flag = args.pop(0)
-            if flag == "-a" and name == "exec":
-                _need(args, "exec -a")
-                args.pop(0)
-        return (args, False)
-    if name == "eval":
-        text = " ".join(args)
-        if DYNAMIC in text:
-            raise _Unparsable("eval of text that is only known at run time")
-        return text
-    if name in SHELLS:
-        return _shell_c(name, args)
-    if name == "env":
-        return _env(args)
-    if name == "nice":
-        while args and args[0].startswith("-"):
-            if args.pop(0) == "-n":
-                _need(args, "nice -n")
-                args.pop(0)
-        return (args, False) if args else None
-    if name == "timeout":
-        while args and args[0].startswith("-"):
-            if args.pop(0) in ("-s", "-k"):
-                _need(args, "timeout")
-                args.pop(0)
-        _need(args, "timeout")
-        args.pop(0)
-        return (args, False)
-    if name == "xargs":
-        return _xargs(args)
-    return None
-
-
-def _need(args: list[str], what: str) -> None:
-    if not args:
-        raise _Unparsable(f"'{what}' is missing an argument")
-
-
-def _shell_c(name: str, args: list[str]) -> _Unwrapped:
-    i = 0
-    script_flag = False
-    while i < len(args) and args[i].startswith("-") and args[i] not in ("-", "--"):
-        if args[i].startswith("--"):
-            raise _Unparsable(f"'{name} {args[i]}' is not analysed")
-        if "c" in args[i]:
-            script_flag = True
-        if args[i] in ("-o", "+o") or args[i].endswith("o"):
-            i += 1
-        i += 1
-    if not script_flag:
-        return None
-    if i >= len(args):
-        raise _Unparsable(f"'{name} -c' without a script")
-    if DYNAMIC in args[i]:
-        raise _Unparsable(f"'{name} -c' with a script only known at run time")
-    return args[i]
-
-
-def _env(args: list[str]) -> _Unwrapped:
-    while args and args[0].startswith("-"):
-        flag = args.pop(0)
-        if flag in ("-u", "--unset"):
-            _need(args, "env -u")
-            args.pop(0)
-        elif flag in ("-i", "-", "--ignore-environment", "-0", "--null") or flag.startswith(
-            "--unset="
-        ):
-            continue
-        else:
-            raise _Unparsable(f"'env {flag}' is not analysed")
-    while args and _ASSIGNMENT.match(args[0]):
-        name = _ASSIGNMENT.match(args[0]).group(1)  # type: ignore[union-attr]
-        if DANGEROUS_ENV.match(name):
-            raise _Unparsable(f"'env {name}=' changes what the command runs")
-        args.pop(0)
-    return (args, False) if args else None
-
-
-_XARGS_WITH_VALUE = frozenset({"-n", "-I", "-i", "-d", "-P", "-L", "-s", "-E", "-a", "-e"})
-_XARGS_FLAGS = frozenset({"-0", "-r", "-t", "-x", "-p", "--null", "--no-run-if-empty", "--verbose"})
-
-
-def _xargs(args: list[str]) -> _Unwrapped:
-    while args and args[0].startswith("-"):
-        flag = args.pop(0)
-        if flag in _XARGS_WITH_VALUE:
-            _need(args, f"xargs {flag}")
-            args.pop(0)
-        elif flag in _XARGS_FLAGS or (len(flag) > 2 and flag[:2] in _XARGS_WITH_VALUE):
-            continue
-        else:
-            raise _Unparsable(f"'xargs {flag}' is not analysed")
-    return (args or ["echo"], True)
 
 
 def _show(value: str) -> str:

@@ -101,6 +101,17 @@ def bash(command: str, pol: EffectivePolicy = GIT) -> Behavior:
         ("git diff )", "ask"),
         ("f() { rm x; }; f", "ask"),
         ("git diff\\\n --stat", "allow"),  # line continuation
+        ("git diff;rm x", "ask"),
+        ("git diff|sh", "ask"),
+        ("git diff>x", "ask"),
+        ("PATH=/tmp/evil; git diff", "ask"),  # an assignment alone still changes `git`
+        ("IFS=/ ; git diff", "ask"),
+        ("X=1; git diff", "allow"),
+        ("git diff > >(sh)", "ask"),
+        ("git diff <<< $(rm x)", "ask"),
+        ("cat <<EOF; rm x\nbody\nEOF", "ask"),
+        ("ls\r", "ask"),  # bash would look for a command named 'ls\r'
+        ("setsid git diff", "allow"),
     ],
 )
 def test_bash_composition(command: str, expected: Behavior) -> None:
@@ -132,6 +143,12 @@ def test_not_understood_is_denied_in_dont_ask_and_allowed_only_in_bypass() -> No
         "nice -n 5 rm x",
         "command rm x",
         "cat <(rm x)",
+        "setsid rm x",
+        "stdbuf -oL rm x",
+        "time rm x",
+        "! rm x",
+        "[[ $(rm x) ]]",
+        "xargs sh -c 'rm x'",
     ],
 )
 def test_deny_rule_matches_any_simple_command(command: str) -> None:
@@ -170,3 +187,15 @@ def test_explanation_lists_each_part() -> None:
     parts = {p.text: (p.verdict, p.rule) for p in exp.subcommands}
     assert parts == {"git diff": ("allow", "Bash(git diff:*)"), "rm x": (None, None)}
     assert "rm x" in exp.decision.reason
+
+
+def test_rule_words_may_be_quoted_and_deny_assumes_the_worst_for_open_commands() -> None:
+    quoted = policy(['Bash(git commit -m "wip":*)', "Bash(echo 'a b')"])
+    assert bash('git commit -m "wip" --no-verify', quoted) == "allow"
+    assert bash("git commit -m wip", quoted) == "allow"
+    assert bash("echo 'a b'", quoted) == "allow"
+    assert bash("echo a b c", quoted) == "ask"
+    exact_deny = policy(["Bash"], deny=["Bash(rm)"])
+    assert bash("rm", exact_deny) == "deny"
+    assert bash("ls | xargs rm", exact_deny) == "deny"  # runs `rm FILES...`
+    assert bash("rm -f x", exact_deny) == "allow"  # an exact rule is exact

@@ -254,3 +254,23 @@ def test_warden_policy_explain_cli(workspace: Path, tmp_path: Path) -> None:
         env=env,
     )
     assert bad.returncode == 2 and "no policy named 'nosuch'" in bad.stderr
+
+
+def test_task_needs_no_approval_but_obeys_deny_rules_and_plan(
+    settings: Settings, workspace: Path
+) -> None:
+    task = {"description": "d", "prompt": "p", "subagent_type": "reviewer"}
+    for mode, expected in (("default", "allow"), ("dontAsk", "allow"), ("plan", "deny")):
+        assert call(load_policy(settings, workspace, mode=mode), "Task", **task) == expected
+    pol = load_policy(settings, workspace, deny=["Task(reviewer)"])
+    assert call(pol, "Task", **task) == "deny"
+    assert call(pol, "Task", **dict(task, subagent_type="general-purpose")) == "allow"
+
+
+def test_malformed_path_input_is_denied(settings: Settings, workspace: Path) -> None:
+    pol = load_policy(settings, workspace, mode="bypassPermissions")
+    assert call(pol, "Read") == "deny"
+    assert evaluate(
+        pol, ToolCall(tool_name="Write", tool_input={"file_path": 3})
+    ).decision.reason == ("Write input has no 'file_path' string")
+    assert evaluate(pol, ToolCall(tool_name="Bash", tool_input={})).decision.behavior == "deny"
