@@ -32,6 +32,15 @@ MAX_POLICY_BYTES = 1024 * 1024
 PERMISSION_KEYS = frozenset({"allow", "deny", "ask", "defaultMode", "additionalDirectories"})
 COMMENT_KEYS = frozenset({"description", "$comment", "comment", "comments"})
 IGNORED_CLAUDE_KEYS = frozenset({"disableBypassPermissionsMode"})
+BUILT_IN_SOURCE = "built-in"
+BUILT_IN_ASK = (
+    "Edit(/workspace/.claude/**)",
+    "Edit(/workspace/.git/hooks/**)",
+    "Edit(/workspace/.git/config)",
+)
+"""Always asked, in every mode but dontAsk (where they are denied): a subagent that
+could rewrite the workspace's settings, git hooks or git config could loosen the
+next run's policy or get a command run on the host."""
 
 
 class PolicySource:
@@ -199,11 +208,13 @@ def load_policy(
         found = read_settings_file(claude / filename, f"{kind}:{claude / filename}")
         if found:
             sources.append(found)
+    builtin = [parse_rule(r, "ask", BUILT_IN_SOURCE, BUILT_IN_SOURCE) for r in BUILT_IN_ASK]
     user = read_settings_file(
         settings.config_dir / "settings.json", f"user:{settings.config_dir / 'settings.json'}"
     )
     if user:
         sources.append(user)
+    sources.append(PolicySource(BUILT_IN_SOURCE, builtin))
     return merge(sources)
 
 

@@ -52,7 +52,7 @@ def test_project_settings_are_read_as_they_are(settings: Settings, workspace: Pa
     assert pol.mode == "acceptEdits"
     assert bash(pol, "npm run test") == "allow"
     assert call(pol, "Read", file_path=".env") == "deny"
-    assert {r.source.split(":")[0] for r in pol.rules} == {"project"}
+    assert {r.source.split(":")[0] for r in pol.rules} == {"project", "built-in"}
 
 
 def test_deny_and_ask_from_any_source_hold(settings: Settings, workspace: Path) -> None:
@@ -274,3 +274,18 @@ def test_malformed_path_input_is_denied(settings: Settings, workspace: Path) -> 
         pol, ToolCall(tool_name="Write", tool_input={"file_path": 3})
     ).decision.reason == ("Write input has no 'file_path' string")
     assert evaluate(pol, ToolCall(tool_name="Bash", tool_input={})).decision.behavior == "deny"
+
+
+@pytest.mark.parametrize("mode", ["default", "acceptEdits", "bypassPermissions", "dontAsk"])
+def test_agents_cannot_quietly_rewrite_settings_or_git_hooks(
+    settings: Settings, workspace: Path, mode: str
+) -> None:
+    pol = load_policy(settings, workspace, allow=["Edit", "Bash(git diff:*)"], mode=mode)
+    expected = "deny" if mode == "dontAsk" else "ask"
+    edit = {"old_string": "a", "new_string": "b"}
+    assert call(pol, "Edit", file_path=".claude/settings.json", **edit) == expected
+    assert (
+        call(pol, "Write", file_path="/workspace/.git/hooks/post-checkout", content="x") == expected
+    )
+    assert bash(pol, "git diff > .claude/settings.local.json") == expected
+    assert call(pol, "Edit", file_path="src/a.py", **edit) == "allow"
