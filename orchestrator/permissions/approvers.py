@@ -183,11 +183,23 @@ class NonInteractiveApprover:
             reason=(
                 f"{q.tool_name} needs approval ({q.asked_by}) but no human is available to "
                 "approve it (non-interactive run). To allow it, add an allow rule to the "
-                f"policy, e.g. --allow '{q.tool_name}(...)' or the `allow` list of "
+                f"policy, e.g. --allow {_suggest_rule(q)!r}, or to the `allow` list of "
                 ".claude/settings.json."
             ),
             decided_by="non-interactive",
         )
+
+
+def _suggest_rule(q: ApprovalQuestion) -> str:
+    command = q.tool_input.get("command")
+    if q.tool_name == "Bash" and isinstance(command, str) and len(command) <= 80:
+        first = command.split()[:2]
+        if first:
+            return f"Bash({' '.join(first)}:*)"
+    path = q.tool_input.get("file_path")
+    if isinstance(path, str) and len(path) <= 120:
+        return f"{q.tool_name}({path})"
+    return q.tool_name
 
 
 class CallbackApprover:

@@ -105,7 +105,8 @@ def test_as_data_escapes_controls_keeps_text() -> None:
 async def test_non_interactive_denies_and_explains() -> None:
     answer = await NonInteractiveApprover().approve(question())
     assert answer.behavior == "deny" and answer.decided_by == "non-interactive"
-    assert "no human is available" in answer.reason and "allow rule" in answer.reason
+    assert "no human is available" in answer.reason
+    assert "--allow 'Bash(make deploy:*)'" in answer.reason
 
 
 async def test_callbacks_sync_and_async() -> None:
