@@ -112,6 +112,20 @@ def bash(command: str, pol: EffectivePolicy = GIT) -> Behavior:
         ("cat <<EOF; rm x\nbody\nEOF", "ask"),
         ("ls\r", "ask"),  # bash would look for a command named 'ls\r'
         ("setsid git diff", "allow"),
+        ("git diff '$(rm x)'", "allow"),  # single quotes: data
+        ('git diff "\\`rm x\\`"', "allow"),  # escaped backticks: data
+        ('git diff "`rm x`"', "ask"),
+        ("git diff # ; rm x", "allow"),  # a comment
+        ("git diff a#b", "allow"),
+        ("\\git diff", "allow"),
+        ('"git" diff', "allow"),
+        ("git -C /tmp diff", "ask"),
+        ("git diff $(", "ask"),
+        ("${CMD} x", "ask"),
+        ("builtin eval 'rm x'", "ask"),
+        ("timeout --signal=KILL 5 git diff", "allow"),
+        ("git diff |& cat", "allow"),
+        ("git diff &&\n git status", "allow"),
     ],
 )
 def test_bash_composition(command: str, expected: Behavior) -> None:
@@ -154,6 +168,13 @@ def test_not_understood_is_denied_in_dont_ask_and_allowed_only_in_bypass() -> No
 def test_deny_rule_matches_any_simple_command(command: str) -> None:
     pol = policy(["Bash"], deny=["Bash(rm:*)"])
     assert bash(command, pol) == "deny"
+
+
+def test_input_redirect_obeys_read_denies() -> None:
+    pol = policy(["Bash(cat:*)", "Bash(wc:*)"], deny=["Read(./.env)"])
+    assert bash("wc -l < .env", pol) == "deny"
+    assert bash("cat < src/../.env", pol) == "deny"
+    assert bash("wc -l < README.md", pol) == "allow"
 
 
 def test_redirect_writes_need_an_edit_allow() -> None:
