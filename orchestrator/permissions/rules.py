@@ -119,7 +119,16 @@ def _bash_spec_matches(spec: str, words: tuple[str, ...], open_ended: bool, stri
     return list(words) == expected
 
 
+@lru_cache(maxsize=4096)
+def _spec_words_cached(spec: str) -> tuple[str, ...]:
+    return tuple(_spec_words_uncached(spec))
+
+
 def _spec_words(spec: str) -> list[str]:
+    return list(_spec_words_cached(spec))
+
+
+def _spec_words_uncached(spec: str) -> list[str]:
     """A rule's command words, with shell quoting removed (`git commit -m "wip"`)."""
     try:
         return shlex.split(spec)
