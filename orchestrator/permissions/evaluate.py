@@ -188,7 +188,7 @@ class _Evaluator:
         for rule in self.policy.rules_for("ask"):
             if self._matches(rule, target, strict=True):
                 return self._done("ask", f"{rule.text} ({rule.source}) asks for approval", rule)
-        if tool == "Grep" and target:
+        if tool == "Grep" and target and not self._all_regular_files(target):
             for rule in [*self.policy.rules_for("deny"), *self.policy.rules_for("ask")]:
                 if rule.tool == "Read" and could_reach(rule, target):
                     return self._done(
@@ -202,6 +202,16 @@ class _Evaluator:
                 return self._done("allow", f"allowed by {rule.text} ({rule.source})", rule)
         in_ws = bool(target) and all(paths.inside(p, self._edit_roots()) for p in target or [])
         return self._mode_default(tool, in_ws)
+
+    def _all_regular_files(self, spellings: list[str]) -> bool:
+        """True when the host shows every spelling is a regular file (not a tree)."""
+        if self.host is None:
+            return False
+        for p in spellings:
+            host = paths.to_host(p, self.host)
+            if host is None or not host.is_file() or host.is_symlink():
+                return False
+        return True
 
     def _edit_roots(self) -> list[str]:
         extra = [

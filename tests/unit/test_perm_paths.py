@@ -160,7 +160,13 @@ def test_accept_edits_allows_edits_inside_the_workspace_only(ws: Path) -> None:
 def test_grep_over_a_tree_holding_a_denied_file_asks(ws: Path) -> None:
     assert decide(ENV, "Grep", "/workspace", ws) == "ask"
     assert decide(ENV, "Grep", "/workspace/src", ws) == "allow"
+    assert decide(policy(deny=["Read(.env)"]), "Grep", "src/ok.py", ws) == "allow"  # one file
+    assert decide(policy(deny=["Read(.env)"]), "Grep", "src/ok.py", None) == "ask"  # unknown
+    assert decide(policy(deny=["Read(.env)"]), "Grep", "src/link", ws) == "deny"
     assert decide(ENV, "Glob", "/workspace", ws) == "allow"  # lists names, reads nothing
     assert (
         decide(policy(deny=["Read(src/**)"]), "Glob", "/workspace", ws, pattern="src/**") == "deny"
     )
+    etc = policy(deny=["Read(//etc/**)"])
+    assert decide(etc, "Glob", "/workspace/src", ws, pattern="../../etc/*") == "deny"
+    assert decide(etc, "Glob", "/workspace", ws, pattern="/etc/pass*") == "deny"
