@@ -34,6 +34,9 @@ class Settings(BaseModel):
     """The model API key (ANTHROPIC_API_KEY). Stays on the host, always."""
     non_interactive: bool = False
     """True under CI=true: nothing waits for a human."""
+    managed_policy: Path | None = None
+    """An administrator's policy file (WARDEN_MANAGED_POLICY); its deny and ask rules
+    and its mode hold whatever any other source says."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -52,6 +55,8 @@ class Settings(BaseModel):
             values["base_image"] = env["WARDEN_BASE_IMAGE"]
         if "WARDEN_FALLBACK_UID" in env:
             values["fallback_uid"] = env["WARDEN_FALLBACK_UID"]
+        if env.get("WARDEN_MANAGED_POLICY"):
+            values["managed_policy"] = Path(env["WARDEN_MANAGED_POLICY"])
         if env.get("ANTHROPIC_BASE_URL"):
             values["anthropic_base_url"] = env["ANTHROPIC_BASE_URL"]
         if env.get("ANTHROPIC_API_KEY"):

@@ -1,0 +1,40 @@
+"""Host-side permission decisions: Claude Code rules, modes, sources, hooks, approvers."""
+
+from orchestrator.permissions.engine import PermissionEngine
+from orchestrator.permissions.evaluate import Explanation, SubcommandVerdict, evaluate, explain
+from orchestrator.permissions.hooks import HookCommand, HookSet, load_hooks
+from orchestrator.permissions.models import (
+    MODES,
+    Behavior,
+    CallContext,
+    Decision,
+    HookOutcome,
+    Mode,
+    ToolCall,
+)
+from orchestrator.permissions.policy import EffectivePolicy, effective_tools
+from orchestrator.permissions.rules import Rule, parse_rule
+from orchestrator.permissions.sources import load_policy
+
+__all__ = [
+    "MODES",
+    "Behavior",
+    "CallContext",
+    "Decision",
+    "EffectivePolicy",
+    "Explanation",
+    "HookCommand",
+    "HookOutcome",
+    "HookSet",
+    "Mode",
+    "PermissionEngine",
+    "Rule",
+    "SubcommandVerdict",
+    "ToolCall",
+    "effective_tools",
+    "evaluate",
+    "explain",
+    "load_hooks",
+    "load_policy",
+    "parse_rule",
+]

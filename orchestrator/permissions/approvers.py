@@ -1,0 +1,240 @@
+"""Approvers: who answers an `ask`. The engine never asks; the broker routes the
+question up the task tree to the root's approver, which is one of these.
+
+Everything in a question that came from a container (tool input, descriptions) is
+untrusted and shown as data: control characters and ANSI escapes are made visible,
+so a subagent cannot clear the screen, move the cursor or print a fake prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, Literal, Protocol, TextIO
+
+from pydantic import BaseModel, ConfigDict
+
+MAX_SHOWN_INPUT_CHARS = 4000
+"""Tool input shown in a prompt; longer input is cut and the cut announced."""
+
+
+class ApprovalQuestion(BaseModel):
+    """What the approver is asked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task_id: str
+    """The asking subagent's task id."""
+    agent_type: str
+    """Its agent type."""
+    description: str = ""
+    """The task's description (written by its parent's model: untrusted)."""
+    chain: tuple[str, ...] = ()
+    """Ancestor task ids, root first."""
+    tool_name: str
+    """The tool."""
+    tool_input: dict[str, Any]
+    """The exact input (untrusted)."""
+    input_hash: str
+    """`input_hash(tool_name, tool_input)`; an approval is bound to it."""
+    asked_by: str
+    """The rule or hook that asked."""
+    reason: str = ""
+    """Why it asked."""
+
+
+class ApprovalAnswer(BaseModel):
+    """The approver's answer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    behavior: Literal["allow", "deny"]
+    """allow or deny."""
+    scope: Literal["once", "session"] = "once"
+    """`session`: allow this exact input again without asking, for the rest of the session."""
+    reason: str = ""
+    """For a deny, what the subagent's model is told."""
+    decided_by: str
+    """Who answered: `terminal:USER`, `non-interactive`, `callback`, `timeout`."""
+
+
+class Approver(Protocol):
+    async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
+        """Answer one question; may take as long as a human does."""
+        ...
+
+
+def input_hash(tool_name: str, tool_input: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of the tool name and input."""
+    canonical = json.dumps(
+        {"tool_name": tool_name, "tool_input": tool_input},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class SessionApprovals:
+    """ "Allow for the rest of this session", bound to the tool and the exact input."""
+
+    def __init__(self) -> None:
+        self._allowed: set[tuple[str, str]] = set()
+
+    def remember(self, q: ApprovalQuestion, answer: ApprovalAnswer) -> None:
+        if answer.behavior == "allow" and answer.scope == "session":
+            self._allowed.add((q.tool_name, q.input_hash))
+
+    def allows(self, tool_name: str, tool_input: dict[str, Any]) -> bool:
+        return (tool_name, input_hash(tool_name, tool_input)) in self._allowed
+
+
+def as_data(text: str) -> str:
+    """Make untrusted text inert on a terminal: every control character (C0, DEL, C1,
+    including ESC and CR) and bidi override becomes a visible escape."""
+    out: list[str] = []
+    for ch in text:
+        code = ord(ch)
+        if ch == "\n":
+            out.append("\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0:
+            out.append(f"\\x{code:02x}")
+        elif 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069 or code in (0x200E, 0x200F):
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def render_question(q: ApprovalQuestion) -> str:
+    """The question as plain text, container-originated parts quoted as data."""
+    shown = json.dumps(q.tool_input, indent=2, ensure_ascii=False)
+    cut = ""
+    if len(shown) > MAX_SHOWN_INPUT_CHARS:
+        cut = f"\n  [input cut at {MAX_SHOWN_INPUT_CHARS} of {len(shown)} characters]"
+        shown = shown[:MAX_SHOWN_INPUT_CHARS]
+    body = "\n".join("  │ " + line for line in as_data(shown).split("\n"))
+    desc = "\n".join("  │ " + line for line in as_data(q.description).split("\n"))
+    chain = " → ".join([*q.chain, q.task_id])
+    return (
+        f"Permission request from task {as_data(q.task_id)} ({as_data(q.agent_type)})\n"
+        f"  chain: {as_data(chain)}\n"
+        f"  task description (from the agent, shown as data):\n{desc}\n"
+        f"  tool: {as_data(q.tool_name)}   input sha256: {q.input_hash[:16]}\n"
+        f"  input (from the agent, shown as data):\n{body}{cut}\n"
+        f"  asked by: {as_data(q.asked_by)} — {as_data(q.reason)}"
+    )
+
+
+class TerminalApprover:
+    """Asks a person on a TTY: allow once, allow for the session, or deny with a reason."""
+
+    def __init__(
+        self, *, stdin: TextIO | None = None, stdout: TextIO | None = None, user: str = "terminal"
+    ) -> None:
+        self._in = stdin or sys.stdin
+        self._out = stdout or sys.stdout
+        self._user = user
+        self._lock = asyncio.Lock()  # one prompt at a time; other subagents keep running
+
+    async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
+        async with self._lock:
+            return await asyncio.to_thread(self._ask, q)
+
+    def _ask(self, q: ApprovalQuestion) -> ApprovalAnswer:
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.panel import Panel
+
+        console = Console(file=self._out, highlight=False, emoji=False, markup=True)
+        console.print(Panel(escape(render_question(q)), title="warden: approval needed"))
+        while True:
+            console.print(
+                "[bold]\\[a][/]llow once  \\[s] allow for this session  \\[d]eny > ", end=""
+            )
+            line = self._in.readline()
+            if not line:
+                return ApprovalAnswer(
+                    behavior="deny", reason="no answer (end of input)", decided_by=self._user
+                )
+            choice = line.strip().lower()
+            if choice in ("a", "allow"):
+                return ApprovalAnswer(behavior="allow", scope="once", decided_by=self._user)
+            if choice in ("s", "session"):
+                return ApprovalAnswer(behavior="allow", scope="session", decided_by=self._user)
+            if choice in ("d", "deny"):
+                console.print("Reason (told to the agent): ", end="")
+                reason = self._in.readline().strip() or "denied by the user"
+                return ApprovalAnswer(behavior="deny", reason=reason, decided_by=self._user)
+
+
+class NonInteractiveApprover:
+    """No human is available (no TTY, CI=true): every question is answered deny."""
+
+    async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
+        return ApprovalAnswer(
+            behavior="deny",
+            reason=(
+                f"{q.tool_name} needs approval ({q.asked_by}) but no human is available to "
+                "approve it (non-interactive run). To allow it, add an allow rule to the "
+                f"policy, e.g. --allow {_suggest_rule(q)!r}, or to the `allow` list of "
+                ".claude/settings.json."
+            ),
+            decided_by="non-interactive",
+        )
+
+
+def _suggest_rule(q: ApprovalQuestion) -> str:
+    command = q.tool_input.get("command")
+    if q.tool_name == "Bash" and isinstance(command, str) and len(command) <= 80:
+        first = command.split()[:2]
+        if first:
+            return f"Bash({' '.join(first)}:*)"
+    path = q.tool_input.get("file_path")
+    if isinstance(path, str) and len(path) <= 120:
+        return f"{q.tool_name}({path})"
+    return q.tool_name
+
+
+class CallbackApprover:
+    """Embedding: a sync or async callable answers. A sync one runs in a worker thread."""
+
+    def __init__(self, fn: Callable[[ApprovalQuestion], Any]) -> None:
+        self._fn = fn
+
+    async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
+        if inspect.iscoroutinefunction(self._fn):
+            result = await self._fn(q)
+        else:
+            result = await asyncio.to_thread(self._fn, q)
+            if inspect.isawaitable(result):
+                result = await result
+        if not isinstance(result, ApprovalAnswer):
+            raise TypeError(
+                f"approval callback returned {type(result).__name__}, not ApprovalAnswer"
+            )
+        return result
+
+
+class TimeoutApprover:
+    """Wraps an approver; no answer within `seconds` is a deny."""
+
+    def __init__(self, inner: Approver, seconds: float) -> None:
+        self._inner = inner
+        self._seconds = seconds
+
+    async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
+        try:
+            return await asyncio.wait_for(self._inner.approve(q), self._seconds)
+        except TimeoutError:
+            return ApprovalAnswer(
+                behavior="deny",
+                reason=f"no approval within {self._seconds:g}s, so it is denied",
+                decided_by="timeout",
+            )

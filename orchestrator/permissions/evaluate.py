@@ -1,0 +1,381 @@
+"""Rule evaluation: deny → ask → allow, first match wins, else the mode's default.
+
+Shared by `PermissionEngine.decide` and `explain`, so what `warden policy explain`
+prints is exactly what the engine decides (hooks aside)."""
+
+from __future__ import annotations
+
+import posixpath
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.permissions import paths
+from orchestrator.permissions.models import (
+    EDIT_TOOLS,
+    NO_PROMPT_TOOLS,
+    READ_TOOLS,
+    Behavior,
+    Decision,
+    ToolCall,
+)
+from orchestrator.permissions.policy import AGENT_DEFINITION_SOURCE, EffectivePolicy
+from orchestrator.permissions.rules import PATH_TOOLS, Rule, bash_matches, could_reach, path_matches
+from orchestrator.permissions.shell import SAFE_WRITE_TARGETS, analyse
+from sandbox_tools.wire import WORKSPACE
+
+MODE_SOURCE = "mode"
+
+
+class SubcommandVerdict(BaseModel):
+    """How one piece of a Bash command (a simple command or a redirect) fared."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["command", "write", "read"]
+    """A simple command, an output redirection (a write) or an input redirection."""
+    text: str
+    """The command or path."""
+    verdict: Behavior | None
+    """The rule list it matched; None when no rule matched it."""
+    rule: str | None = None
+    """The rule that matched."""
+    source: str | None = None
+    """That rule's source."""
+
+
+class Explanation(BaseModel):
+    """Which rule from which source decides a call, and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    decision: Decision
+    """The decision from rules and mode alone."""
+    mode: str
+    """The mode in force, and"""
+    mode_source: str
+    """where it came from."""
+    fallback: bool = False
+    """True when no rule decided and the mode's default (or an analyser fallback) did."""
+    subcommands: tuple[SubcommandVerdict, ...] = Field(default_factory=tuple)
+    """For Bash: each simple command and redirect target and what it matched."""
+    problems: tuple[str, ...] = Field(default_factory=tuple)
+    """What the shell analyser did not understand."""
+
+
+def evaluate(
+    policy: EffectivePolicy,
+    call: ToolCall,
+    *,
+    workspace_host: Path | None = None,
+    cwd: str = WORKSPACE,
+) -> Explanation:
+    """Decide `call` from the policy's rules and mode."""
+    return _Evaluator(policy, call, workspace_host, cwd).run()
+
+
+explain = evaluate
+
+
+class _Evaluator:
+    def __init__(
+        self, policy: EffectivePolicy, call: ToolCall, host: Path | None, cwd: str
+    ) -> None:
+        self.policy = policy
+        self.call = call
+        self.host = host
+        self.cwd = cwd
+        self.mode = policy.mode
+
+    def _done(
+        self, behavior: Behavior, reason: str, rule: Rule | None = None, **extra: Any
+    ) -> Explanation:
+        if behavior == "ask" and self.mode == "dontAsk":
+            behavior, reason = "deny", f"{reason}; the dontAsk mode never asks, so it is denied"
+        decision = Decision(
+            behavior=behavior,
+            reason=reason,
+            rule=rule.text if rule else extra.pop("rule_text", None),
+            source=rule.source if rule else extra.pop("source", None),
+        )
+        return Explanation(
+            decision=decision, mode=self.mode, mode_source=self.policy.mode_source, **extra
+        )
+
+    def _mode_default(self, tool: str, in_workspace: bool, why: str = "") -> Explanation:
+        m = self.mode
+        lead = f"{why}; " if why else "no rule matches; "
+        if m == "bypassPermissions" or (tool in NO_PROMPT_TOOLS and m != "plan"):
+            b: Behavior = "allow"
+        elif m == "dontAsk":
+            b = "deny"
+        elif tool in READ_TOOLS:
+            b = "allow"
+        elif m == "plan":
+            b = "deny"
+        elif m == "acceptEdits" and tool in EDIT_TOOLS and in_workspace:
+            b = "allow"
+        else:
+            b = "ask"
+        text = {
+            "allow": f"the {m} mode allows it",
+            "deny": f"the {m} mode denies it"
+            + (" (only allowed calls run)" if m == "dontAsk" else ""),
+            "ask": f"the {m} mode asks for it",
+        }[b]
+        return self._done(
+            b, lead + text, rule_text=None, source=f"{MODE_SOURCE}:{m}", fallback=True
+        )
+
+    def run(self) -> Explanation:
+        tool = self.call.tool_name
+        allowed = self.policy.allowed_tools
+        if allowed is not None and tool not in allowed:
+            return self._done(
+                "deny",
+                f"{tool} is not among this agent's tools ({', '.join(sorted(allowed)) or 'none'})",
+                source=AGENT_DEFINITION_SOURCE,
+            )
+        if tool == "Bash":
+            return self._bash()
+        return self._tool()
+
+    # -- non-Bash tools ---------------------------------------------------------------
+    def _target(self) -> list[str] | None:
+        inp = self.call.tool_input
+        tool = self.call.tool_name
+        if tool in ("Read", "Write", "Edit"):
+            p = inp.get("file_path")
+        elif tool in ("Glob", "Grep"):
+            p = inp.get("path") or self.cwd
+            pattern = inp.get("pattern")
+            if tool == "Glob" and isinstance(pattern, str) and isinstance(p, str):
+                p = posixpath.join(
+                    p, paths.static_prefix(pattern) if any(c in pattern for c in "*?[") else pattern
+                )
+        else:
+            return None
+        if not isinstance(p, str) or not p:
+            return []
+        return paths.spellings(p, self.host, self.cwd)
+
+    def _matches(self, rule: Rule, target: list[str] | None, strict: bool) -> bool:
+        if not rule.applies_to(self.call.tool_name):
+            return False
+        if rule.whole_tool:
+            return True
+        if rule.tool in PATH_TOOLS:
+            if target is None:
+                return False
+            if not target:
+                return strict
+            return path_matches(rule, target, strict=strict)
+        if rule.tool == "Task":
+            return self.call.tool_input.get("subagent_type") == (rule.specifier or "").strip()
+        return False
+
+    def _tool(self) -> Explanation:
+        tool = self.call.tool_name
+        target = self._target()
+        if tool in ("Read", "Write", "Edit") and not target:
+            return self._done("deny", f"{tool} input has no 'file_path' string", source="input")
+        for rule in self.policy.rules_for("deny"):
+            if self._matches(rule, target, strict=True):
+                return self._done("deny", f"denied by {rule.text} ({rule.source})", rule)
+        if self.mode == "plan" and tool not in READ_TOOLS:
+            return self._done("deny", "the plan mode is read-only", source=f"{MODE_SOURCE}:plan")
+        for rule in self.policy.rules_for("ask"):
+            if self._matches(rule, target, strict=True):
+                return self._done("ask", f"{rule.text} ({rule.source}) asks for approval", rule)
+        if tool == "Grep" and target and not self._all_regular_files(target):
+            for rule in [*self.policy.rules_for("deny"), *self.policy.rules_for("ask")]:
+                if rule.tool == "Read" and could_reach(rule, target):
+                    return self._done(
+                        "ask",
+                        f"this search could read files that {rule.text} ({rule.source}) "
+                        f"{rule.behavior}s; narrow its path to allow it",
+                        rule,
+                    )
+        for rule in self.policy.rules_for("allow"):
+            if self._matches(rule, target, strict=False):
+                return self._done("allow", f"allowed by {rule.text} ({rule.source})", rule)
+        in_ws = bool(target) and all(paths.inside(p, self._edit_roots()) for p in target or [])
+        return self._mode_default(tool, in_ws)
+
+    def _all_regular_files(self, spellings: list[str]) -> bool:
+        """True when the host shows every spelling is a regular file (not a tree)."""
+        if self.host is None:
+            return False
+        for p in spellings:
+            host = paths.to_host(p, self.host)
+            if host is None or not host.is_file() or host.is_symlink():
+                return False
+        return True
+
+    def _edit_roots(self) -> list[str]:
+        extra = [
+            posixpath.normpath(posixpath.join(WORKSPACE, d))
+            for d in self.policy.additional_directories
+        ]
+        return [WORKSPACE, *extra]
+
+    # -- Bash -------------------------------------------------------------------------
+    def _bash(self) -> Explanation:
+        command = self.call.tool_input.get("command")
+        if not isinstance(command, str):
+            return self._done("deny", "Bash input has no 'command' string", source="input")
+        analysis = analyse(command)
+        problems = list(analysis.problems)
+        writes: list[tuple[str, list[str]]] = []
+        for target in analysis.writes:
+            if target in SAFE_WRITE_TARGETS or target.startswith("/dev/fd/"):
+                continue
+            if analysis.changes_dir and not target.startswith("/"):
+                problems.append(f"'{target}' is written after a cd, so its path is unknown")
+            writes.append((target, paths.spellings(target, self.host, self.cwd)))
+        reads = [(t, paths.spellings(t, self.host, self.cwd)) for t in analysis.reads]
+        verdicts: list[SubcommandVerdict] = []
+
+        def scan(behavior: str, strict: bool) -> SubcommandVerdict | None:
+            for rule in self.policy.rules_for(behavior):
+                for cmd in analysis.commands:
+                    if rule.tool == "Bash" and bash_matches(rule, cmd, strict=strict):
+                        return SubcommandVerdict(
+                            kind="command",
+                            text=cmd.display(),
+                            verdict=rule.behavior,
+                            rule=rule.text,
+                            source=rule.source,
+                        )
+                for text, spell in writes:
+                    if rule.tool in ("Edit", "Write") and path_matches(rule, spell, strict=strict):
+                        return SubcommandVerdict(
+                            kind="write",
+                            text=text,
+                            verdict=rule.behavior,
+                            rule=rule.text,
+                            source=rule.source,
+                        )
+                for text, spell in reads:
+                    if rule.tool == "Read" and path_matches(rule, spell, strict=strict):
+                        return SubcommandVerdict(
+                            kind="read",
+                            text=text,
+                            verdict=rule.behavior,
+                            rule=rule.text,
+                            source=rule.source,
+                        )
+            return None
+
+        extra: dict[str, Any] = {"problems": tuple(problems)}
+        hit = scan("deny", strict=True)
+        if hit:
+            return self._done(
+                "deny",
+                f"{hit.kind} '{hit.text}' is denied by {hit.rule} ({hit.source})",
+                rule_text=hit.rule,
+                source=hit.source,
+                subcommands=(hit,),
+                **extra,
+            )
+        if self.mode == "plan":
+            return self._done(
+                "deny", "the plan mode is read-only", source=f"{MODE_SOURCE}:plan", **extra
+            )
+        hit = scan("ask", strict=True)
+        if hit:
+            return self._done(
+                "ask",
+                f"{hit.kind} '{hit.text}' needs approval: {hit.rule} ({hit.source})",
+                rule_text=hit.rule,
+                source=hit.source,
+                subcommands=(hit,),
+                **extra,
+            )
+
+        allow_rules = [r for r in self.policy.rules_for("allow")]
+        uncovered: list[str] = []
+        used: list[Rule] = []
+        for cmd in analysis.commands:
+            rule = next(
+                (r for r in allow_rules if r.tool == "Bash" and bash_matches(r, cmd, strict=False)),
+                None,
+            )
+            verdicts.append(
+                SubcommandVerdict(
+                    kind="command",
+                    text=cmd.display(),
+                    verdict="allow" if rule else None,
+                    rule=rule.text if rule else None,
+                    source=rule.source if rule else None,
+                )
+            )
+            if rule is None:
+                uncovered.append(cmd.display())
+            else:
+                used.append(rule)
+        for text, spell in writes:
+            rule = next(
+                (
+                    r
+                    for r in allow_rules
+                    if r.tool in ("Edit", "Write") and path_matches(r, spell, strict=False)
+                ),
+                None,
+            )
+            by_mode = self.mode in ("acceptEdits", "bypassPermissions") and all(
+                paths.inside(p, self._edit_roots()) for p in spell
+            )
+            verdicts.append(
+                SubcommandVerdict(
+                    kind="write",
+                    text=text,
+                    verdict="allow" if rule or by_mode else None,
+                    rule=rule.text if rule else None,
+                    source=rule.source
+                    if rule
+                    else (f"{MODE_SOURCE}:{self.mode}" if by_mode else None),
+                )
+            )
+            if rule is None and not by_mode:
+                uncovered.append(f"> {text}")
+            elif rule is not None:
+                used.append(rule)
+        extra["subcommands"] = tuple(verdicts)
+        if problems:
+            why = "the command is not fully understood (" + "; ".join(problems) + ")"
+            if self.mode == "bypassPermissions":
+                return self._done(
+                    "allow",
+                    why + "; the bypassPermissions mode allows it",
+                    source=f"{MODE_SOURCE}:bypassPermissions",
+                    fallback=True,
+                    **extra,
+                )
+            b: Behavior = "deny" if self.mode == "dontAsk" else "ask"
+            return self._done(
+                b,
+                why + ", so no rule can allow it",
+                source="shell analysis",
+                fallback=True,
+                **extra,
+            )
+        if not analysis.commands and not writes:
+            return self._mode_default(
+                "Bash", False, "the command runs nothing a rule can name"
+            ).model_copy(update={"subcommands": tuple(verdicts)})
+        if not uncovered:
+            names = list(dict.fromkeys(r.text for r in used))
+            srcs = list(dict.fromkeys(r.source for r in used))
+            return self._done(
+                "allow",
+                "every part is allowed: " + ", ".join(names),
+                rule_text=", ".join(names) or None,
+                source=", ".join(srcs) or f"{MODE_SOURCE}:{self.mode}",
+                **extra,
+            )
+        exp = self._mode_default(
+            "Bash", False, "no allow rule covers " + ", ".join(f"'{u}'" for u in uncovered)
+        )
+        return exp.model_copy(update=extra)

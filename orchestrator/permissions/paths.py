@@ -1,0 +1,213 @@
+"""Path rules: how a rule's path pattern and a tool's path are put on the same footing.
+
+Tool paths are container paths; a relative one is relative to the workspace
+(`/workspace`). Rule specifiers are read like Claude Code's, with gitignore-style
+globs (`*` within one component, `**` across components, `?`, `[...]`; a pattern
+matches a path when it matches the path or any directory above it):
+
+| rule specifier     | means (container path)                                              |
+|--------------------|---------------------------------------------------------------------|
+| `//x`              | the absolute path `/x`                                              |
+| `~/x`              | `x` under a home directory: `/root/x` or `/home/*/x`                |
+| `/workspace/x`     | the absolute path (warden's mount point is spelled out)             |
+| `/x`               | `x` at the workspace root (Claude Code: relative to the project); a |
+|                    | deny or ask rule also matches the absolute `/x`, to err safe        |
+| `./x`, `x/y`       | relative to the workspace root                                      |
+| `x` (no slash)     | a file or directory named `x` anywhere in the workspace (gitignore) |
+
+A tool path is compared in every spelling it might take: lexically normalised
+(`..` collapsed) and, when the host workspace is known, with symlinks inside the
+workspace resolved (a link's target is read as a container path). A deny or ask
+rule matches when ANY spelling matches; an allow rule only when ALL do.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import stat
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+from sandbox_tools.wire import WORKSPACE
+
+HOME_DIRS = ("/root", "/home/*")
+"""Where `~` may point inside a container."""
+MAX_SYMLINK_HOPS = 40
+"""Symlinks followed while resolving one path (the kernel's own limit)."""
+
+
+def normalise(path: str, cwd: str = WORKSPACE) -> list[str]:
+    """A tool path as absolute, `..`-free container paths (several for `~`)."""
+    if path.startswith("~/") or path == "~":
+        bases = [h for h in HOME_DIRS]
+        rest = path[2:]
+        return [_clean(posixpath.join(b, rest)) for b in bases]
+    if not path.startswith("/"):
+        path = posixpath.join(cwd, path)
+    return [_clean(path)]
+
+
+def _clean(path: str) -> str:
+    cleaned = posixpath.normpath("/" + path.lstrip("/"))
+    return "/" if cleaned == "//" else cleaned
+
+
+def spellings(path: str, workspace_host: Path | None, cwd: str = WORKSPACE) -> list[str]:
+    """Every container path `path` may stand for: lexical, and symlink-resolved."""
+    out: list[str] = []
+    raw = path if path.startswith(("/", "~")) else posixpath.join(cwd, path)
+    for lexical in normalise(path, cwd):
+        out.append(lexical)
+    if workspace_host is not None and not raw.startswith("~"):
+        resolved = resolve_symlinks(raw, workspace_host)
+        out.append(resolved if resolved is not None else "\x00unresolvable")
+    return list(dict.fromkeys(out))
+
+
+def resolve_symlinks(path: str, workspace_host: Path) -> str | None:
+    """Resolve symlinks of a container path inside the workspace, reading them on the
+    host. Outside the workspace the path is kept as written (the host cannot see
+    the container's filesystem). None when the links loop."""
+    queue = [p for p in path.split("/") if p]
+    resolved = "/"
+    hops = 0
+    while queue:
+        part = queue.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            resolved = posixpath.dirname(resolved)
+            continue
+        candidate = posixpath.join(resolved, part)
+        host = to_host(candidate, workspace_host)
+        if host is None:
+            resolved = candidate
+            continue
+        try:
+            st = os.lstat(host)
+        except OSError:
+            resolved = candidate
+            continue
+        if not stat.S_ISLNK(st.st_mode):
+            resolved = candidate
+            continue
+        hops += 1
+        if hops > MAX_SYMLINK_HOPS:
+            return None
+        target = os.readlink(host)
+        if target.startswith("/"):
+            resolved = "/"
+        queue = [p for p in target.split("/") if p] + queue
+    return resolved
+
+
+def to_host(container_path: str, workspace_host: Path) -> Path | None:
+    """The host path of a container path under the workspace, else None."""
+    if container_path == WORKSPACE:
+        return workspace_host
+    if container_path.startswith(WORKSPACE + "/"):
+        return workspace_host / container_path[len(WORKSPACE) + 1 :]
+    return None
+
+
+def inside(path: str, roots: Sequence[str]) -> bool:
+    """True when the normalised container path lies in one of `roots`."""
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def rule_patterns(specifier: str, *, strict: bool) -> list[str]:
+    """Absolute container glob patterns a path specifier stands for. `strict` (deny
+    and ask rules) also reads `/x` as the absolute path."""
+    spec = specifier.strip()
+    if spec.endswith("/") and len(spec) > 1:
+        spec = spec.rstrip("/") + "/**"
+    if spec.startswith("//"):
+        return [_clean_pattern("/" + spec.lstrip("/"))]
+    if spec.startswith("~/") or spec == "~":
+        return [_clean_pattern(posixpath.join(h, spec[2:])) for h in HOME_DIRS]
+    if spec == WORKSPACE or spec.startswith(WORKSPACE + "/"):
+        return [_clean_pattern(spec)]
+    if spec.startswith("/"):
+        pats = [_clean_pattern(WORKSPACE + spec)]
+        return [*pats, _clean_pattern(spec)] if strict else pats
+    if spec.startswith("./"):
+        return [_clean_pattern(posixpath.join(WORKSPACE, spec[2:]))]
+    if "/" not in spec:
+        return [_clean_pattern(posixpath.join(WORKSPACE, "**", spec))]
+    return [_clean_pattern(posixpath.join(WORKSPACE, spec))]
+
+
+def _clean_pattern(pattern: str) -> str:
+    parts: list[str] = []
+    for part in pattern.split("/"):
+        if part in ("", "."):
+            continue
+        if part == ".." and parts:
+            parts.pop()
+        elif part != "..":
+            parts.append(part)
+    return "/" + "/".join(parts)
+
+
+def matches(pattern: str, path: str) -> bool:
+    """gitignore semantics: the pattern matches the path or a directory above it."""
+    regex = _compile(pattern)
+    probe = path
+    while True:
+        if regex.fullmatch(probe):
+            return True
+        parent = posixpath.dirname(probe)
+        if parent == probe or not parent:
+            return False
+        probe = parent
+
+
+@lru_cache(maxsize=1024)
+def _compile(pattern: str) -> re.Pattern[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("/**/", i):
+            out.append("(?:/.*)?/")
+            i += 4
+        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
+            out.append("(?:/.*)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[":
+            end = pattern.find("]", i + 2)
+            if end < 0:
+                out.append(re.escape(c))
+                i += 1
+            else:
+                body = pattern[i + 1 : end]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\") + "]")
+                i = end + 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return re.compile("".join(out), re.DOTALL)
+
+
+def static_prefix(pattern: str) -> str:
+    """The directory part of a pattern before its first glob character."""
+    cut = len(pattern)
+    for ch in "*?[":
+        idx = pattern.find(ch)
+        if idx >= 0:
+            cut = min(cut, idx)
+    return posixpath.dirname(pattern[:cut]) if cut < len(pattern) else pattern

@@ -1,0 +1,51 @@
+"""The effective policy of one agent: merged rules, the mode, and its tool set."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.permissions.models import Mode
+from orchestrator.permissions.rules import Rule
+
+AGENT_DEFINITION_SOURCE = "agent definition"
+
+
+class EffectivePolicy(BaseModel):
+    """Rules from every source, highest source first, and the mode that applies."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rules: tuple[Rule, ...] = ()
+    """All rules; within one behaviour, earlier (higher) sources explain first."""
+    mode: Mode = "default"
+    """The permission mode."""
+    mode_source: str = "built-in default"
+    """Which source set the mode."""
+    additional_directories: tuple[str, ...] = ()
+    """Container paths besides /workspace that `acceptEdits` treats as the workspace."""
+    allowed_tools: frozenset[str] | None = None
+    """Tools this agent may use at all (its definition ∩ its parent's); None = no limit."""
+    sources: tuple[str, ...] = Field(default_factory=tuple)
+    """Every source that was read, highest first (for explanations)."""
+
+    def rules_for(self, behavior: str) -> list[Rule]:
+        return [r for r in self.rules if r.behavior == behavior]
+
+    def with_mode(self, mode: Mode, source: str) -> EffectivePolicy:
+        return self.model_copy(update={"mode": mode, "mode_source": source})
+
+
+def effective_tools(
+    agent_tools: Sequence[str] | None, parent_policy: EffectivePolicy
+) -> EffectivePolicy:
+    """A child's policy: its parent's rules and mode, limited to the tools of its agent
+    definition (None = the definition lists no tools and inherits the parent's).
+    A child never gets more than its parent: every parent rule still holds, and a
+    tool outside either tool set is denied."""
+    if agent_tools is None:
+        return parent_policy
+    names = frozenset(t.split("(", 1)[0].strip() for t in agent_tools if t.strip())
+    allowed = names if parent_policy.allowed_tools is None else names & parent_policy.allowed_tools
+    return parent_policy.model_copy(update={"allowed_tools": allowed})

@@ -1,0 +1,174 @@
+"""Permission rules in Claude Code's syntax, and how one rule matches one thing.
+
+`Tool` matches every use of the tool; `Tool(specifier)` narrows it:
+- Bash: `Bash(npm run test:*)` (these words, then anything), `Bash(git diff *)`
+  (`*` matches any text; a single trailing ` *` is optional), `Bash(git status)`
+  (exactly this command). Matching is per simple command (see `shell.py`).
+- Read/Edit/Write/Glob/Grep: a path pattern (see `paths.py`). As in Claude Code,
+  `Edit` rules cover every tool that edits files (Edit, Write) and `Read` rules every
+  tool that reads them (Read, Glob, Grep). `Write(...)` rules cover Write and Edit.
+- Task: the subagent type, `Task(code-reviewer)`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.errors import PolicyError
+from orchestrator.permissions import paths
+from orchestrator.permissions.shell import SimpleCommand
+
+RuleBehavior = Literal["allow", "deny", "ask"]
+
+MAX_RULE_CHARS = 4096
+"""Longest rule text accepted."""
+
+PATH_TOOLS = frozenset({"Read", "Edit", "Write", "Glob", "Grep"})
+APPLIES_TO: dict[str, frozenset[str]] = {
+    "Read": frozenset({"Read", "Glob", "Grep"}),
+    "Edit": frozenset({"Edit", "Write"}),
+    "Write": frozenset({"Write", "Edit"}),
+}
+"""A rule for the key tool also governs these tools."""
+
+_RULE = re.compile(r"^(?P<tool>[A-Za-z][A-Za-z0-9_-]*)(?:\((?P<spec>.*)\))?$", re.DOTALL)
+
+
+class Rule(BaseModel):
+    """One rule, remembering the source it came from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    text: str
+    """The rule as written, e.g. `Bash(git diff:*)`."""
+    tool: str
+    """The tool name part."""
+    specifier: str | None
+    """What is inside the parentheses; None (or `*`) for the whole tool."""
+    behavior: RuleBehavior
+    """Which list the rule is in."""
+    source: str
+    """Where it came from: `managed:PATH`, `cli`, `policy:NAME`, `project:PATH`, `user:PATH`."""
+
+    def applies_to(self, tool_name: str) -> bool:
+        return tool_name == self.tool or tool_name in APPLIES_TO.get(self.tool, ())
+
+    @property
+    def whole_tool(self) -> bool:
+        return self.specifier is None or self.specifier.strip() in ("", "*")
+
+
+def parse_rule(text: object, behavior: RuleBehavior, source: str, where: str) -> Rule:
+    """Parse one rule; `where` names the file and key for the error message."""
+    if not isinstance(text, str):
+        raise PolicyError(f'{where}: a rule must be a string like "Bash(git diff:*)", got {text!r}')
+    stripped = text.strip()
+    if len(stripped) > MAX_RULE_CHARS:
+        raise PolicyError(f"{where}: rule longer than {MAX_RULE_CHARS} characters")
+    m = _RULE.match(stripped)
+    if not m:
+        raise PolicyError(
+            f"{where}: {text!r} is not a rule; write a tool name (`Bash`) or a tool with a "
+            "specifier (`Bash(npm test:*)`, `Read(./.env)`)"
+        )
+    spec = m.group("spec")
+    if spec is not None and not spec.strip():
+        raise PolicyError(f"{where}: {text!r} has an empty specifier; drop the parentheses")
+    if spec is not None and m.group("tool") == "Bash" and ":*" in spec[:-2]:
+        raise PolicyError(f"{where}: {text!r}: ':*' is only allowed at the end of a Bash rule")
+    return Rule(
+        text=stripped, tool=m.group("tool"), specifier=spec, behavior=behavior, source=source
+    )
+
+
+# -- Bash ---------------------------------------------------------------------------
+
+
+def bash_matches(rule: Rule, command: SimpleCommand, *, strict: bool) -> bool:
+    """Whether a Bash rule covers one simple command. `strict` (deny/ask rules) also
+    tries the command name without its directory (`/bin/rm` as `rm`)."""
+    if rule.whole_tool:
+        return True
+    assert rule.specifier is not None
+    variants = [command.words]
+    if strict and "/" in command.words[0]:
+        variants.append((command.words[0].rsplit("/", 1)[-1], *command.words[1:]))
+    return any(
+        _bash_spec_matches(rule.specifier, words, command.open_ended, strict) for words in variants
+    )
+
+
+def _bash_spec_matches(spec: str, words: tuple[str, ...], open_ended: bool, strict: bool) -> bool:
+    spec = spec.strip()
+    if spec.endswith(":*"):
+        prefix = _spec_words(spec[:-2])
+        return len(words) >= len(prefix) and list(words[: len(prefix)]) == prefix
+    text = " ".join(words)
+    if "*" in spec:
+        if open_ended and not spec.endswith("*") and not strict:
+            return False
+        return _bash_glob(spec).fullmatch(text) is not None
+    expected = _spec_words(spec)
+    if open_ended:  # more arguments come at run time: only a deny/ask may assume a match
+        return strict and list(words[: len(expected)]) == expected
+    return list(words) == expected
+
+
+@lru_cache(maxsize=4096)
+def _spec_words_cached(spec: str) -> tuple[str, ...]:
+    return tuple(_spec_words_uncached(spec))
+
+
+def _spec_words(spec: str) -> list[str]:
+    return list(_spec_words_cached(spec))
+
+
+def _spec_words_uncached(spec: str) -> list[str]:
+    """A rule's command words, with shell quoting removed (`git commit -m "wip"`)."""
+    try:
+        return shlex.split(spec)
+    except ValueError:
+        return spec.split()
+
+
+@lru_cache(maxsize=1024)
+def _bash_glob(spec: str) -> re.Pattern[str]:
+    normal = " ".join(spec.split())
+    if normal.endswith(" *") and normal.count("*") == 1:
+        return re.compile(re.escape(normal[:-2]) + r"(?: .*)?", re.DOTALL)
+    return re.compile(".*".join(re.escape(part) for part in normal.split("*")), re.DOTALL)
+
+
+# -- paths --------------------------------------------------------------------------
+
+
+def path_matches(rule: Rule, spellings: list[str], *, strict: bool) -> bool:
+    """Whether a path rule covers a path given in all its spellings: any spelling
+    for deny/ask (`strict`), every spelling for allow."""
+    if rule.whole_tool:
+        return True
+    assert rule.specifier is not None
+    patterns = paths.rule_patterns(rule.specifier, strict=strict)
+
+    def hit(p: str) -> bool:
+        return any(paths.matches(pat, p) for pat in patterns)
+
+    return any(hit(p) for p in spellings) if strict else all(hit(p) for p in spellings)
+
+
+def could_reach(rule: Rule, root_spellings: list[str]) -> bool:
+    """Whether a search rooted at a directory could read a file the rule names."""
+    if rule.whole_tool:
+        return True
+    assert rule.specifier is not None
+    for pattern in paths.rule_patterns(rule.specifier, strict=True):
+        prefix = paths.static_prefix(pattern)
+        for root in root_spellings:
+            if paths.inside(prefix, [root]) or paths.inside(root, [prefix]):
+                return True
+    return False

@@ -1,0 +1,234 @@
+"""Where rules come from, and how the sources merge.
+
+Sources, highest first: the managed policy file (`Settings.managed_policy`), the
+CLI (`--policy FILE|NAME`, `--allow`, `--deny`, `--mode`), the workspace's
+`.claude/settings.local.json` and `.claude/settings.json` (their `permissions`
+block, read as Claude Code reads it), and the user's `settings.json` in
+`Settings.config_dir`. Deny and ask rules of every source hold (so nothing below
+the managed file can loosen it); allow rules add up; the mode comes from the
+highest source that sets one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, get_args
+
+import yaml
+
+from orchestrator.config import Settings
+from orchestrator.errors import PolicyError
+from orchestrator.permissions.models import MODES, Mode
+from orchestrator.permissions.policy import EffectivePolicy
+from orchestrator.permissions.rules import Rule, RuleBehavior, parse_rule
+
+SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
+"""The policies warden ships (`default`, `ci`, `strict`)."""
+POLICY_SUFFIXES = (".yaml", ".yml", ".json")
+MAX_POLICY_BYTES = 1024 * 1024
+"""Largest policy or settings file read."""
+PERMISSION_KEYS = frozenset({"allow", "deny", "ask", "defaultMode", "additionalDirectories"})
+COMMENT_KEYS = frozenset({"description", "$comment", "comment", "comments"})
+IGNORED_CLAUDE_KEYS = frozenset({"disableBypassPermissionsMode"})
+BUILT_IN_SOURCE = "built-in"
+BUILT_IN_ASK = (
+    "Edit(/workspace/.claude/**)",
+    "Edit(/workspace/.git/hooks/**)",
+    "Edit(/workspace/.git/config)",
+)
+"""Always asked, in every mode but dontAsk (where they are denied): a subagent that
+could rewrite the workspace's settings, git hooks or git config could loosen the
+next run's policy or get a command run on the host."""
+
+
+class PolicySource:
+    """The permissions one file or flag set contributes."""
+
+    def __init__(
+        self,
+        name: str,
+        rules: list[Rule],
+        mode: Mode | None = None,
+        additional_directories: Sequence[str] = (),
+    ) -> None:
+        self.name = name
+        self.rules = rules
+        self.mode = mode
+        self.additional_directories = list(additional_directories)
+
+
+def read_document(path: Path) -> Any:
+    """Parse a JSON or YAML file; PolicyError names the file and line."""
+    try:
+        if path.stat().st_size > MAX_POLICY_BYTES:
+            raise PolicyError(f"{path}: larger than {MAX_POLICY_BYTES} bytes; is it a policy?")
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read it ({exc.strerror}); check the path") from exc
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{path}: not UTF-8 text") from exc
+    if path.suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PolicyError(
+                f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg}); "
+                "fix the syntax (JSON allows no comments or trailing commas)"
+            ) from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise PolicyError(f"{path}: {where}invalid YAML ({exc.problem}); fix the syntax") from exc
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{path}: invalid YAML ({exc})") from exc
+
+
+def _line_of(path: Path, needle: str) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    for quoted in (json.dumps(needle), needle):
+        idx = text.find(quoted)
+        if idx >= 0:
+            return f" (line {text.count(chr(10), 0, idx) + 1})"
+    return ""
+
+
+def parse_block(block: Any, source: str, path: Path | None, *, strict_keys: bool) -> PolicySource:
+    """Turn a `permissions` block into a PolicySource; `strict_keys` rejects unknown keys."""
+    label = str(path) if path else source
+    if block is None:
+        return PolicySource(source, [])
+    if not isinstance(block, dict):
+        raise PolicyError(f"{label}: `permissions` must be a mapping with allow/deny/ask lists")
+    for key in block:
+        if key in PERMISSION_KEYS or key in COMMENT_KEYS or key in IGNORED_CLAUDE_KEYS:
+            continue
+        if strict_keys:
+            raise PolicyError(
+                f"{label}: unknown key {key!r}; a policy has {', '.join(sorted(PERMISSION_KEYS))}"
+            )
+    rules: list[Rule] = []
+    for behavior in get_args(RuleBehavior):
+        items = block.get(behavior) or []
+        if not isinstance(items, list):
+            raise PolicyError(f"{label}: {behavior!r} must be a list of rules, got {items!r}")
+        for i, text in enumerate(items):
+            where = f"{label}: {behavior}[{i}]"
+            if path is not None and isinstance(text, str):
+                where += _line_of(path, text)
+            rules.append(parse_rule(text, behavior, source, where))
+    mode = block.get("defaultMode")
+    if mode is not None and mode not in MODES:
+        raise PolicyError(f"{label}: defaultMode {mode!r} is not one of {', '.join(MODES)}")
+    dirs = block.get("additionalDirectories") or []
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        raise PolicyError(f"{label}: additionalDirectories must be a list of paths")
+    return PolicySource(source, rules, mode, dirs)
+
+
+def read_settings_file(path: Path, source: str) -> PolicySource | None:
+    """A Claude Code settings file's `permissions` block; None when the file is absent."""
+    if not path.is_file():
+        return None
+    doc = read_document(path)
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        raise PolicyError(f"{path}: a settings file must hold a JSON object")
+    return parse_block(doc.get("permissions"), source, path, strict_keys=False)
+
+
+def read_policy_file(path: Path, source: str) -> PolicySource:
+    """A warden policy file (YAML or JSON): the `permissions` keys at the top level,
+    or a settings file with a `permissions` block."""
+    doc = read_document(path)
+    if isinstance(doc, dict) and "permissions" in doc:
+        return parse_block(doc["permissions"], source, path, strict_keys=False)
+    return parse_block(doc, source, path, strict_keys=True)
+
+
+def find_policy(settings: Settings, name_or_path: str) -> Path:
+    """A policy by path, or by name in `config_dir/policies/` then warden's own."""
+    candidate = Path(name_or_path).expanduser()
+    if candidate.is_file():
+        return candidate
+    if "/" in name_or_path or candidate.suffix in POLICY_SUFFIXES:
+        raise PolicyError(f"policy file {name_or_path} does not exist")
+    dirs = [settings.config_dir / "policies", SHIPPED_POLICIES]
+    for directory in dirs:
+        for suffix in POLICY_SUFFIXES:
+            path = directory / f"{name_or_path}{suffix}"
+            if path.is_file():
+                return path
+    known = sorted(
+        {p.stem for d in dirs if d.is_dir() for p in d.iterdir() if p.suffix in POLICY_SUFFIXES}
+    )
+    raise PolicyError(
+        f"no policy named {name_or_path!r}; known policies: {', '.join(known) or 'none'} "
+        "(or pass a file path)"
+    )
+
+
+def load_policy(
+    settings: Settings,
+    workspace: Path,
+    *,
+    policy: str | None = None,
+    allow: Sequence[str] = (),
+    deny: Sequence[str] = (),
+    mode: str | None = None,
+) -> EffectivePolicy:
+    """Read every source and merge them into the workspace's effective policy."""
+    sources: list[PolicySource] = []
+    if settings.managed_policy is not None:
+        if not settings.managed_policy.is_file():
+            raise PolicyError(
+                f"managed policy {settings.managed_policy} does not exist; "
+                "fix WARDEN_MANAGED_POLICY or ask your administrator"
+            )
+        sources.append(
+            read_policy_file(settings.managed_policy, f"managed:{settings.managed_policy}")
+        )
+    if mode is not None and mode not in MODES:
+        raise PolicyError(f"--mode {mode!r} is not one of {', '.join(MODES)}")
+    cli_rules = [parse_rule(r, "deny", "cli:--deny", f"--deny {r!r}") for r in deny]
+    cli_rules += [parse_rule(r, "allow", "cli:--allow", f"--allow {r!r}") for r in allow]
+    sources.append(PolicySource("cli", cli_rules, mode))
+    if policy is not None:
+        path = find_policy(settings, policy)
+        sources.append(read_policy_file(path, f"policy:{path}"))
+    claude = workspace / ".claude"
+    for filename, kind in (("settings.local.json", "project-local"), ("settings.json", "project")):
+        found = read_settings_file(claude / filename, f"{kind}:{claude / filename}")
+        if found:
+            sources.append(found)
+    builtin = [parse_rule(r, "ask", BUILT_IN_SOURCE, BUILT_IN_SOURCE) for r in BUILT_IN_ASK]
+    user = read_settings_file(
+        settings.config_dir / "settings.json", f"user:{settings.config_dir / 'settings.json'}"
+    )
+    if user:
+        sources.append(user)
+    sources.append(PolicySource(BUILT_IN_SOURCE, builtin))
+    return merge(sources)
+
+
+def merge(sources: Sequence[PolicySource]) -> EffectivePolicy:
+    """Merge sources given highest first: rules add up, the highest mode wins."""
+    rules: list[Rule] = []
+    for src in sources:
+        rules.extend(src.rules)
+    chosen = next((s for s in sources if s.mode is not None), None)
+    dirs = [d for s in sources for d in s.additional_directories]
+    return EffectivePolicy(
+        rules=tuple(rules),
+        mode=chosen.mode if chosen and chosen.mode else "default",
+        mode_source=chosen.name if chosen else "built-in default",
+        additional_directories=tuple(dict.fromkeys(dirs)),
+        sources=tuple(s.name for s in sources if s.rules or s.mode or s.additional_directories),
+    )
