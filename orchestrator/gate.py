@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 from orchestrator.permissions import (
-    ApprovalQuestion,
-    Approver,
     CallContext,
     Decision,
+    EffectivePolicy,
+    HookSet,
     PermissionEngine,
-    SessionApprovals,
     ToolCall,
+    effective_tools,
+)
+from orchestrator.permissions.approvers import (
+    ApprovalQuestion,
+    Approver,
+    SessionApprovals,
     input_hash,
 )
 from orchestrator.tasks import TaskContext
@@ -31,20 +37,35 @@ class PolicyGate:
     def __init__(
         self,
         *,
-        engine: PermissionEngine,
+        policy: EffectivePolicy,
+        hooks: HookSet,
+        workspace_host: Path | None,
         approver: Approver,
-        mode: str,
         store: Any = None,
         events: Any = None,
         approvals: SessionApprovals | None = None,
     ) -> None:
-        self.engine = engine
+        self.policy = policy
+        self.hooks = hooks
+        self.workspace_host = workspace_host
         self.approver = approver
-        self.mode = mode
         self.store = store
         self.events = events
         self.approvals = approvals or SessionApprovals()
         self._tasks: dict[str, TaskContext] = {}
+        self._engines: dict[str, PermissionEngine] = {}
+
+    def engine_for(self, task: TaskContext) -> PermissionEngine:
+        """A task's engine: its parent's policy narrowed to its agent's tools, so a
+        child never gets more than its parent."""
+        engine = self._engines.get(task.task_id)
+        if engine is None:
+            parent = self._engines.get(task.parent_id) if task.parent_id else None
+            base = parent.policy if parent is not None else self.policy
+            narrowed = effective_tools(task.agent.tools, base)
+            engine = PermissionEngine(narrowed, self.hooks, workspace_host=self.workspace_host)
+            self._engines[task.task_id] = engine
+        return engine
 
     async def decide(
         self, task: TaskContext, request: wire.PermissionRequest
@@ -60,14 +81,18 @@ class PolicyGate:
             agent_id=task.task_id,
             agent_type=task.agent_type,
             cwd=wire.WORKSPACE,
-            permission_mode=self.mode,  # type: ignore[arg-type]
+            permission_mode=self.policy.mode,
         )
-        decision = await self.engine.decide(call, context)
+        decision = await self.engine_for(task).decide(call, context)
         tool_input = decision.updated_input or call.tool_input
         digest = input_hash(call.tool_name, tool_input)
-        final, decided_by, reason = decision.behavior, _decider(decision), decision.reason
+        final: str = decision.behavior
+        decided_by, reason = _decider(decision), decision.reason
+        for outcome in decision.hook_outcomes:
+            if outcome.error:
+                await self._emit("hook_error", task, hook=outcome.hook, error=outcome.error)
         if decision.behavior == "ask":
-            if self.approvals.allows(call.tool_name, digest):
+            if self.approvals.allows(call.tool_name, tool_input):
                 final, decided_by = "allow", "session approval (allowed for the rest of this run)"
             else:
                 final, decided_by, reason = await self._ask(
@@ -102,7 +127,7 @@ class PolicyGate:
             task_id=task.task_id,
             agent_type=task.agent_type,
             description=task.description,
-            chain=self.chain(task),
+            chain=tuple(self.chain(task)),
             tool_name=call.tool_name,
             tool_input=tool_input,
             input_hash=digest,
@@ -124,8 +149,7 @@ class PolicyGate:
         except Exception as exc:  # an approver bug must fail closed, not open
             log.exception("approver failed")
             return "deny", "approver error", f"the approver failed ({type(exc).__name__}); denied"
-        if answer.behavior == "allow" and answer.scope == "session":
-            self.approvals.allow(call.tool_name, digest)
+        self.approvals.remember(question, answer)
         await self._emit(
             "approval_answered",
             task,
@@ -174,8 +198,8 @@ class PolicyGate:
             decision=decision.behavior,
             final=final,  # type: ignore[arg-type]
             decided_by=decided_by,
-            source=decision.source,
-            reason=reason,
+            source=decision.source or "",
+            reason=reason + _hook_errors(decision),
         )
         await asyncio.to_thread(self.store.record_audit, record)
 
@@ -186,6 +210,11 @@ def _decider(decision: Decision) -> str:
     if decision.rule:
         return f"rule: {decision.rule}"
     return f"mode: {decision.source or 'default'}"
+
+
+def _hook_errors(decision: Decision) -> str:
+    errors = [f"{o.hook}: {o.error}" for o in decision.hook_outcomes if o.error]
+    return f" (hook errors: {'; '.join(errors)})" if errors else ""
 
 
 def _denial(reason: str, decided_by: str) -> str:

@@ -3,12 +3,14 @@ event otherwise, JSON lines with --json."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from dataclasses import dataclass
 from typing import IO, Any
 
 from orchestrator.events import Event
+from orchestrator.permissions.approvers import as_data
 
 DETAIL_CHARS = 60
 
@@ -26,9 +28,11 @@ class TaskRow:
 
 def printable(text: str, limit: int | None = DETAIL_CHARS, *, multiline: bool = False) -> str:
     """Container-originated text, made safe to show: control characters (ANSI
-    escapes, carriage returns) are escaped so they cannot redraw the terminal."""
-    keep = "\n\t" if multiline else ""
-    out = "".join(ch if ch.isprintable() or ch in keep else repr(ch)[1:-1] for ch in text)
+    escapes, carriage returns, bidi overrides) are escaped so they cannot redraw
+    the terminal or fake a prompt."""
+    out = as_data(text)
+    if not multiline:
+        out = out.replace("\n", "\\n")
     return out if limit is None or len(out) <= limit else out[: limit - 1] + "…"
 
 
@@ -56,6 +60,18 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         if self.live is not None:
             self.live.stop()
+
+    def pausing(self, approver: Any) -> Any:
+        """Wrap an approver so the live table stops redrawing while it asks."""
+        return _PausingApprover(approver, self)
+
+    def pause(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+    def resume(self) -> None:
+        if self.live is not None:
+            self.live.start()
 
     def __call__(self, event: Event) -> None:
         self._track(event)
@@ -124,3 +140,18 @@ class Progress:
                 f"{elapsed:5.1f}s",
             )
         return table
+
+
+class _PausingApprover:
+    def __init__(self, inner: Any, progress: Progress) -> None:
+        self.inner = inner
+        self.progress = progress
+        self._lock = asyncio.Lock()
+
+    async def approve(self, question: Any) -> Any:
+        async with self._lock:
+            self.progress.pause()
+            try:
+                return await self.inner.approve(question)
+            finally:
+                self.progress.resume()

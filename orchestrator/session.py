@@ -19,7 +19,10 @@ from orchestrator.broker import Upstream
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
 from orchestrator.events import EventLog
+from orchestrator.gate import PolicyGate
 from orchestrator.parent import ParentAgent
+from orchestrator.permissions import load_hooks, load_policy
+from orchestrator.permissions.approvers import NonInteractiveApprover
 from orchestrator.recovery import recover
 from orchestrator.tasks import PermissionGate, TaskManager, TaskManagerConfig
 
@@ -67,12 +70,22 @@ async def open_run(
     prompt: str,
     model: str | None = None,
     gate: PermissionGate | None = None,
+    approver: Any | None = None,
+    policy: str | None = None,
+    allow: tuple[str, ...] = (),
+    deny: tuple[str, ...] = (),
+    mode: str | None = None,
     config: TaskManagerConfig | None = None,
     backend: Any | None = None,
     registry: Any | None = None,
     runner_command: tuple[str, ...] | None = None,
 ) -> AsyncIterator[Run]:
-    """Everything a run needs, started; on exit every container of this run is gone."""
+    """Everything a run needs, started; on exit every container of this run is gone.
+
+    Tool calls are decided by the workspace's effective policy (managed policy,
+    `policy`/`allow`/`deny`/`mode`, `.claude/settings.json`, user settings) and its
+    PreToolUse hooks; questions go to `approver` (default: deny, no human).
+    Raises PolicyError/ConfigError before anything starts when they are invalid."""
     import anthropic
     import httpx2
 
@@ -84,6 +97,11 @@ async def open_run(
 
     workspace = check_workspace(workspace)
     model = model or DEFAULT_MODEL
+    if gate is None:
+        gate_policy = load_policy(
+            settings, workspace, policy=policy, allow=allow, deny=deny, mode=mode
+        )
+        gate_hooks = load_hooks(settings, workspace)
     run_id = new_run_id()
     session = run_id
     api_key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
@@ -116,6 +134,15 @@ async def open_run(
             pid=os.getpid(),
         )
         events = EventLog(run_id, settings.state_dir / "runs" / run_id / "events.jsonl", store)
+        if gate is None:
+            gate = PolicyGate(
+                policy=gate_policy,
+                hooks=gate_hooks,
+                workspace_host=workspace,
+                approver=approver or NonInteractiveApprover(),
+                store=store,
+                events=events,
+            )
         http = httpx2.AsyncClient(limits=httpx2.Limits(max_connections=UPSTREAM_CONNECTIONS))
         stack.push_async_callback(http.aclose)
         images: dict[str, str] = {}

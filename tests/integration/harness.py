@@ -46,6 +46,9 @@ async def scripted_run(
     prompt: str = "test run",
     **run_kwargs: Any,
 ) -> AsyncIterator[tuple[Run, ScriptedModelServer]]:
+    # These tests are about containers, not policy: unless a test says otherwise,
+    # every tool call is allowed (the permission tests pass their own policy).
+    run_kwargs.setdefault("mode", "bypassPermissions")
     script = Script.model_validate({"conversations": conversations})
     async with ScriptedModelServer(script, expected_api_key=API_KEY) as server:
         configured = settings.model_copy(
