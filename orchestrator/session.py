@@ -168,9 +168,10 @@ async def open_run(
             config=config,
             **({"runner_command": runner_command} if runner_command else {}),
         )
-        stack.push_async_callback(manager.close)
-        # Whatever happens, no container of this run outlives it.
+        # Whatever happens, no container of this run outlives it: the reaper runs
+        # last, after the manager has stopped its tasks and emptied its warm pool.
         stack.push_async_callback(_reap, backend, session)
+        stack.push_async_callback(manager.close)
         anthropic_client = anthropic.AsyncAnthropic(api_key=api_key or "unset", base_url=base_url)
         stack.push_async_callback(anthropic_client.close)
         parent = ParentAgent(client=anthropic_client, model=model, manager=manager)
