@@ -209,7 +209,8 @@ def _decider(decision: Decision) -> str:
         return f"hook: {decision.hook}"
     if decision.rule:
         return f"rule: {decision.rule}"
-    return f"mode: {decision.source or 'default'}"
+    source = decision.source or "mode: default"
+    return source if source.startswith("mode") else f"mode: {source}"
 
 
 def _hook_errors(decision: Decision) -> str:

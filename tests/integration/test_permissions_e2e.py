@@ -206,7 +206,7 @@ async def test_nested_ask_reaches_the_root_approver_and_others_keep_running(
         approver=CallbackApprover(decide),
         config=TaskManagerConfig(max_depth=2),
         mode="default",
-        allow=("Bash(echo:*)", "Task"),
+        allow=("Bash(echo:*)", "Task", "Write(/workspace/bystander.txt)"),
     ) as (run, _):
         parent = asyncio.create_task(run.parent.run("go"))
         # While the grandchild waits for its approval, the bystander finishes.
