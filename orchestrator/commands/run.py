@@ -6,6 +6,7 @@ import asyncio
 import json
 import sys
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +34,110 @@ import click
     default=None,
     help="Answer model calls from this script with warden's scripted model server (offline).",
 )
+@click.option(
+    "--policy", default=None, help="Policy file, or a shipped one by name: default, ci, strict."
+)
+@click.option(
+    "--allow",
+    multiple=True,
+    metavar="RULE",
+    help="Allow rule, e.g. 'Bash(npm test:*)' (repeatable).",
+)
+@click.option(
+    "--deny", multiple=True, metavar="RULE", help="Deny rule, e.g. 'Read(./.env)' (repeatable)."
+)
+@click.option(
+    "--permission-mode",
+    type=click.Choice(["default", "acceptEdits", "dontAsk", "plan", "bypassPermissions"]),
+    default=None,
+    help="Permission mode (default: from the settings files, else 'default').",
+)
+@click.option(
+    "--approval-timeout",
+    type=click.FloatRange(min=1),
+    default=None,
+    metavar="SECONDS",
+    help="Deny a question nobody answers within this time.",
+)
+@click.option(
+    "--max-depth",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="How deep subagents may nest (1: they may not delegate).",
+)
+@click.option(
+    "--background",
+    is_flag=True,
+    help="Run Task calls in the background unless the model asks otherwise.",
+)
 def run(
-    prompt: str, workspace: Path, model: str | None, json_mode: bool, replay: Path | None
+    prompt: str,
+    workspace: Path,
+    model: str | None,
+    json_mode: bool,
+    replay: Path | None,
+    policy: str | None,
+    allow: tuple[str, ...],
+    deny: tuple[str, ...],
+    permission_mode: str | None,
+    approval_timeout: float | None,
+    max_depth: int,
+    background: bool,
 ) -> None:
-    """Run PROMPT with a parent agent whose only tool delegates to subagents."""
+    """Run PROMPT with a parent agent whose only tools delegate to subagents.
+
+    Every tool call a subagent makes is decided on the host by the policy; a call
+    the policy marks "ask" waits for you on a terminal, and is denied when no one
+    can answer (CI=true, no TTY). Ctrl-C stops every subagent the run started."""
     from orchestrator.config import Settings
 
     settings = Settings.from_env()
+    options = RunOptions(
+        policy=policy,
+        allow=allow,
+        deny=deny,
+        mode=permission_mode,
+        approval_timeout=approval_timeout,
+        max_depth=max_depth,
+        background=background,
+    )
     try:
-        code = asyncio.run(_run(settings, prompt, workspace, model, json_mode, replay))
+        code = asyncio.run(_run(settings, prompt, workspace, model, json_mode, replay, options))
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(code)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The permission and lifecycle flags of `warden run`."""
+
+    policy: str | None = None
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    mode: str | None = None
+    approval_timeout: float | None = None
+    max_depth: int = 1
+    background: bool = False
+
+
+def make_approver(settings: Any, progress: Any, timeout_s: float | None) -> Any:
+    """A human on a terminal if there is one; otherwise every question is denied."""
+    from orchestrator.permissions.approvers import (
+        NonInteractiveApprover,
+        TerminalApprover,
+        TimeoutApprover,
+    )
+
+    approver: Any
+    if settings.non_interactive or not (sys.stdin.isatty() and sys.stdout.isatty()):
+        approver = NonInteractiveApprover()
+    else:
+        approver = progress.pausing(TerminalApprover())
+    if timeout_s is not None:
+        approver = TimeoutApprover(approver, timeout_s)
+    return approver
 
 
 REPLAY_KEY = "warden-replay-key"
@@ -82,18 +175,33 @@ async def _run(
     model: str | None,
     json_mode: bool,
     replay: Path | None,
+    options: RunOptions,
 ) -> int:
     from orchestrator.progress import Progress, printable
     from orchestrator.session import open_run
+    from orchestrator.tasks import TaskManagerConfig
 
     async with AsyncExitStack() as stack:
         settings = await model_endpoint(stack, settings, replay)
+        progress = Progress(json_mode=json_mode)
         the_run = await stack.enter_async_context(
-            open_run(settings, workspace=workspace, prompt=prompt, model=model)
+            open_run(
+                settings,
+                workspace=workspace,
+                prompt=prompt,
+                model=model,
+                approver=make_approver(settings, progress, options.approval_timeout),
+                policy=options.policy,
+                allow=options.allow,
+                deny=options.deny,
+                mode=options.mode,
+                config=TaskManagerConfig(max_depth=options.max_depth),
+            )
         )
+        the_run.parent.background_default = options.background
         # Warm the built-in agents' sandboxes while the parent's first model call runs.
         the_run.manager.prewarm("general-purpose", "bash")
-        progress = stack.enter_context(Progress(json_mode=json_mode))
+        stack.enter_context(progress)
         the_run.events.listeners.append(progress)
         status, text = "failed", ""
         try:

@@ -9,10 +9,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from orchestrator.scripted import Script, ScriptedModelServer
 from pydantic import SecretStr
 
 from orchestrator.config import Settings
+from orchestrator.scripted import Script, ScriptedModelServer
 from orchestrator.session import Run, open_run
 
 API_KEY = "sk-ant-test-4f1c9e0d-THE-REAL-KEY-STAYS-ON-THE-HOST"

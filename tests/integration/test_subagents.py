@@ -278,9 +278,12 @@ async def test_hostile_container_does_not_disturb_host_or_other_subagents(
             [text("normal done")],
         )
     ]
-    async with scripted_run(settings, workspace, script) as (normal_run, _), scripted_run(
-        settings, workspace, script, runner_command=("python3", "/workspace/hostile.py")
-    ) as (hostile_run, _):
+    async with (
+        scripted_run(settings, workspace, script) as (normal_run, _),
+        scripted_run(
+            settings, workspace, script, runner_command=("python3", "/workspace/hostile.py")
+        ) as (hostile_run, _),
+    ):
         normal, hostile = await asyncio.gather(
             normal_run.manager.run_task(
                 TaskInput(description="n", prompt="NORMAL", subagent_type="bash")

@@ -32,7 +32,7 @@ When invoked:
 2. Focus on the modified files.
 
 Report findings by priority: critical, warnings, suggestions.
-"""  # noqa: E501
+"""
 
 TEST_RUNNER = """\
 ---
