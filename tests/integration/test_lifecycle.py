@@ -298,12 +298,13 @@ def test_orchestrator_killed_mid_task_is_recovered_and_resumable(
             time.sleep(0.1)
         run_id = tasks[0].run_id
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.communicate(timeout=10)
         assert containers_of(run_id), "the crash should have left the container running"
         before = store.get_transcript(tasks[0].task_id)
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate()
         store.close()
 
     async def recover_and_resume() -> tuple[Any, Any, list[Any]]:
@@ -374,6 +375,7 @@ def test_ctrl_c_stops_everything_and_says_so(
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate()
     assert proc.returncode == 130
     assert "interrupted: stopped 1 subagent(s)" in err
     from orchestrator.store import Store
