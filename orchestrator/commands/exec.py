@@ -1,7 +1,9 @@
 """`warden exec`: run one command in a fresh hardened container, then remove it.
 
 Start-up is kept cheap: only click and the standard library are imported at module
-level; pydantic and the docker SDK are imported inside the command.
+level; pydantic is imported inside the command, and on a local engine (DOCKER_HOST
+unset or `unix://…`) the docker SDK is not imported at all: the backend talks to the
+engine through the thin stdlib client `backend.engine_http`.
 """
 
 from __future__ import annotations
@@ -158,10 +160,10 @@ def _run(
     from orchestrator.backend.base import ResourceLimits, SandboxSpec
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.config import Settings
-    from orchestrator.engine import connect
+    from orchestrator.engine import connect_local
 
     settings = Settings.from_env()
-    client = connect()
+    client = connect_local()
     limits: dict[str, Any] = {}
     if memory is not None:
         limits["memory_bytes"] = memory
@@ -284,6 +286,11 @@ def _resolve_image(client: Any, name: str) -> str:
         if exc.name != "orchestrator.images":
             raise
         return name
+    if not hasattr(client, "images"):
+        # resolve_image is written against the docker SDK; give it one (slower start-up).
+        from orchestrator.engine import connect
+
+        client = connect()
     resolved: str = resolve_image(client, name)
     return resolved
 
