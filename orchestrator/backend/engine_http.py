@@ -299,9 +299,10 @@ class EngineClient:
             "POST", path, None, self.timeout_s, {"Connection": "Upgrade", "Upgrade": "tcp"}
         )
         try:
-            status, headers = _read_head(connection)
-            if status not in (101, 200):
-                _raise_for_status(status, _read_body(connection, status, headers), "POST", path)
+            with _transport_errors(connection.path):
+                status, headers = _read_head(connection)
+                body = b"" if status in (101, 200) else _read_body(connection, status, headers)
+            _raise_for_status(status, body, "POST", path)
         except BaseException:
             connection.close()
             raise
