@@ -400,3 +400,26 @@ def test_docker_backend_runs_on_the_thin_client(
     assert created["NetworkDisabled"] is True and created["HostConfig"]["CapDrop"] == ["ALL"]
     assert created["HostConfig"]["ReadonlyRootfs"] is True and created["HostConfig"]["Init"]
     assert [r.path for r in engine.requests][-2:] == ["/containers/c1/json", "/containers/c1"]
+
+
+def test_exec_path_does_not_import_the_docker_sdk(engine: FakeEngine) -> None:
+    """What `warden exec` imports and calls on a local engine pulls in neither the docker
+    SDK nor requests (they cost ~160 ms of start-up)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import orchestrator.cli, orchestrator.commands.exec, orchestrator.backend.docker\n"
+        "from orchestrator.engine import connect_local\n"
+        f"client = connect_local(environ={{'DOCKER_HOST': 'unix://{engine.path}'}})\n"
+        "assert type(client).__name__ == 'EngineClient', client\n"
+        "print(sorted(m for m in ('docker', 'requests', 'urllib3', 'tenacity') "
+        "if m in sys.modules))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False,
+        cwd=Path(__file__).resolve().parents[2], timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
