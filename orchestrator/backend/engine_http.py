@@ -2,10 +2,8 @@
 
 It implements exactly the `docker.APIClient` methods `DockerBackend` calls, with the
 same names, arguments and return shapes, so `warden exec` does not pay ~160 ms for
-importing the docker SDK (and `requests`) on every run. HTTP/1.1 is spoken by hand
-over `socket` (one connection per request, `Connection: close`): `http.client` would
-cost another ~13 ms of imports (the `email` package) and cannot hand back the raw
-stream of an attach upgrade anyway.
+importing the docker SDK (and `requests`) on every run. The HTTP exchange itself,
+the errors and the stream framing are in `engine_wire`.
 
 The API version is negotiated once, from the `API-Version` header of `/_ping`: the
 engine's own version, capped at `MAX_API_VERSION`; engines older than
@@ -17,15 +15,39 @@ engine's own version, capped at `MAX_API_VERSION`; engines older than
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
-import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from orchestrator.errors import WardenError
+from orchestrator.backend.engine_wire import (
+    AttachStream,
+    Conflict,
+    EngineAPIError,
+    EngineConnectionError,
+    EngineReadTimeout,
+    NotFound,
+    ServerError,
+    iter_frames,
+    raise_for_status,
+    read_body,
+    read_head,
+    transport_errors,
+)
+from orchestrator.backend.engine_wire import Connection as _Connection
+
+__all__ = [
+    "AttachStream",
+    "Conflict",
+    "EngineAPIError",
+    "EngineClient",
+    "EngineConnectionError",
+    "EngineReadTimeout",
+    "NotFound",
+    "ServerError",
+    "iter_frames",
+    "socket_path_from_env",
+]
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 DEFAULT_TIMEOUT_S = 10.0
@@ -34,42 +56,6 @@ MIN_API_VERSION = (1, 25)
 """Oldest engine API with every field sent here (`Init`, `NanoCpus`, `Runtime`)."""
 MAX_API_VERSION = (1, 45)
 """Newest API version asked for (the docker SDK 7.1's default); tested on 1.41."""
-MAX_HEADER_BYTES = 64 * 1024
-"""An answer whose status line and headers exceed this is refused as malformed."""
-RECV_CHUNK = 64 * 1024
-FRAME_HEADER = struct.Struct(">BxxxL")
-"""Multiplexed stream frame header: stream id (1 stdout, 2 stderr), 3 pad, length."""
-
-_NO_BODY_STATUSES = frozenset({101, 204, 304})
-
-
-class EngineAPIError(WardenError, RuntimeError):
-    """The engine answered a request with an error status."""
-
-    def __init__(self, message: str, status_code: int | None, explanation: str) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.explanation = explanation
-
-
-class NotFound(EngineAPIError, LookupError):
-    """404: no such container or image."""
-
-
-class Conflict(EngineAPIError):
-    """409: e.g. the container is not running, or its removal is in progress."""
-
-
-class ServerError(EngineAPIError):
-    """5xx: the engine failed; transient unless its message says otherwise."""
-
-
-class EngineConnectionError(WardenError, ConnectionError):
-    """The engine's socket could not be reached, or the connection broke."""
-
-
-class EngineReadTimeout(WardenError, TimeoutError):
-    """The engine did not answer within the request's timeout."""
 
 
 def socket_path_from_env(environ: Mapping[str, str]) -> str | None:
@@ -80,115 +66,6 @@ def socket_path_from_env(environ: Mapping[str, str]) -> str | None:
     if host.startswith("unix://"):
         return host.removeprefix("unix://") or DEFAULT_SOCKET
     return None
-
-
-def iter_frames(recv: Callable[[int], bytes | None]) -> Iterator[tuple[int, bytes]]:
-    """(stream id, payload) frames of a multiplexed stream, until EOF.
-
-    `recv(n)` returns at most n bytes and b"" at EOF (a socket's `recv`, a file's
-    `read`). A frame cut short by EOF ends the iteration.
-    """
-    while True:
-        header = _read_exact(recv, FRAME_HEADER.size)
-        if len(header) < FRAME_HEADER.size:
-            return
-        stream, length = FRAME_HEADER.unpack(header)
-        payload = _read_exact(recv, length)
-        if len(payload) < length:
-            return
-        yield stream, payload
-
-
-def _read_exact(recv: Callable[[int], bytes | None], size: int) -> bytes:
-    chunks: list[bytes] = []
-    missing = size
-    while missing > 0:
-        chunk = recv(min(missing, RECV_CHUNK))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        missing -= len(chunk)
-    return b"".join(chunks)
-
-
-class _Connection:
-    """One HTTP/1.1 exchange on a fresh Unix-socket connection, with a read buffer."""
-
-    def __init__(self, path: str, timeout_s: float | None) -> None:
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout_s)
-        self._buffer = bytearray()
-        try:
-            self.sock.connect(path)
-        except OSError as exc:
-            self.sock.close()
-            raise EngineConnectionError(f"cannot connect to unix://{path}: {exc}") from exc
-
-    def _fill(self) -> bool:
-        chunk = self.sock.recv(RECV_CHUNK)
-        self._buffer += chunk
-        return bool(chunk)
-
-    def readline(self) -> bytes:
-        while (end := self._buffer.find(b"\r\n")) < 0:
-            if len(self._buffer) > MAX_HEADER_BYTES or not self._fill():
-                raise EngineConnectionError("the engine closed the connection mid-answer")
-        line = bytes(self._buffer[:end])
-        del self._buffer[: end + 2]
-        return line
-
-    def read_exact(self, size: int) -> bytes:
-        while len(self._buffer) < size:
-            if not self._fill():
-                raise EngineConnectionError(
-                    f"the engine closed the connection after {len(self._buffer)} of {size} bytes"
-                )
-        data = bytes(self._buffer[:size])
-        del self._buffer[:size]
-        return data
-
-    def read_to_eof(self) -> bytes:
-        while self._fill():
-            pass
-        data = bytes(self._buffer)
-        self._buffer.clear()
-        return data
-
-    def take_buffered(self) -> bytes:
-        data = bytes(self._buffer)
-        self._buffer.clear()
-        return data
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-class AttachStream:
-    """The raw output stream of an attach upgrade (what `attach_socket` returns)."""
-
-    def __init__(self, connection: _Connection) -> None:
-        self._connection = connection
-        self._pending = connection.take_buffered()
-
-    def recv(self, size: int) -> bytes:
-        """At most `size` bytes; b"" at EOF or once closed."""
-        if self._pending:
-            data, self._pending = self._pending[:size], self._pending[size:]
-            return data
-        try:
-            return self._connection.sock.recv(size)
-        except OSError:
-            return b""
-
-    def settimeout(self, timeout_s: float | None) -> None:
-        self._connection.sock.settimeout(timeout_s)
-
-    def close(self) -> None:
-        # shutdown first: it wakes a reader thread blocked in recv, close alone does not.
-        with contextlib.suppress(OSError):
-            self._connection.sock.shutdown(socket.SHUT_RDWR)
-        self._connection.close()
 
 
 class EngineClient:
@@ -299,10 +176,10 @@ class EngineClient:
             "POST", path, None, self.timeout_s, {"Connection": "Upgrade", "Upgrade": "tcp"}
         )
         try:
-            with _transport_errors(connection.path):
-                status, headers = _read_head(connection)
-                body = b"" if status in (101, 200) else _read_body(connection, status, headers)
-            _raise_for_status(status, body, "POST", path)
+            with transport_errors(connection.path):
+                status, headers = read_head(connection)
+                body = b"" if status in (101, 200) else read_body(connection, status, headers)
+            raise_for_status(status, body, "POST", path)
         except BaseException:
             connection.close()
             raise
@@ -401,7 +278,7 @@ class EngineClient:
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
         connection = _Connection(self.socket_path, timeout_s)
         try:
-            with _transport_errors(connection.path):
+            with transport_errors(connection.path):
                 connection.sock.sendall(request)
         except BaseException:
             connection.close()
@@ -424,12 +301,12 @@ class EngineClient:
         assert not isinstance(timeout, str)
         connection = self._send(method, full_path, data, timeout)
         try:
-            with _transport_errors(connection.path):
-                status, headers = _read_head(connection)
-                payload = _read_body(connection, status, headers)
+            with transport_errors(connection.path):
+                status, headers = read_head(connection)
+                payload = read_body(connection, status, headers)
         finally:
             connection.close()
-        _raise_for_status(status, payload, method, full_path)
+        raise_for_status(status, payload, method, full_path)
         return status, headers, payload
 
     def _json(
@@ -448,74 +325,6 @@ class EngineClient:
             raise EngineConnectionError(
                 f"the engine answered {method} {path} with malformed JSON: {exc}"
             ) from exc
-
-
-@contextlib.contextmanager
-def _transport_errors(path: str) -> Iterator[None]:
-    """Socket failures during an exchange become EngineReadTimeout / EngineConnectionError."""
-    try:
-        yield
-    except WardenError:
-        raise
-    except TimeoutError as exc:
-        raise EngineReadTimeout(
-            f"Read timed out: the engine at unix://{path} did not answer in time"
-        ) from exc
-    except OSError as exc:
-        raise EngineConnectionError(f"lost the connection to unix://{path}: {exc}") from exc
-
-
-def _read_head(connection: _Connection) -> tuple[int, dict[str, str]]:
-    status_line = connection.readline().decode("latin-1")
-    parts = status_line.split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise EngineConnectionError(f"the engine sent a malformed status line {status_line!r}")
-    headers: dict[str, str] = {}
-    while line := connection.readline():
-        key, _, value = line.decode("latin-1").partition(":")
-        headers[key.strip().lower()] = value.strip()
-    return int(parts[1]), headers
-
-
-def _read_body(connection: _Connection, status: int, headers: Mapping[str, str]) -> bytes:
-    if status in _NO_BODY_STATUSES or 100 <= status < 200:
-        return b""
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        chunks: list[bytes] = []
-        while True:
-            size_text = connection.readline().split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError as exc:
-                raise EngineConnectionError(f"malformed chunk size {size_text!r}") from exc
-            if size == 0:
-                while connection.readline():  # trailers, then the empty line
-                    pass
-                return b"".join(chunks)
-            chunks.append(connection.read_exact(size))
-            connection.readline()
-    length = headers.get("content-length")
-    if length is not None and length.isdigit():
-        return connection.read_exact(int(length))
-    return connection.read_to_eof()
-
-
-def _raise_for_status(status: int, payload: bytes, method: str, path: str) -> None:
-    if status < 400:
-        return
-    text = payload.decode("utf-8", "replace").strip()
-    try:
-        explanation = str(json.loads(text).get("message", text))
-    except (ValueError, AttributeError):
-        explanation = text
-    kind = {404: NotFound, 409: Conflict}.get(status)
-    if kind is None:
-        kind = ServerError if status >= 500 else EngineAPIError
-    raise kind(
-        f"{status} from the Docker engine for {method} {path}: {explanation or '(no message)'}",
-        status,
-        explanation,
-    )
 
 
 def _negotiate(advertised: str) -> str:

@@ -286,8 +286,9 @@ def _resolve_image(client: Any, name: str) -> str:
         if exc.name != "orchestrator.images":
             raise
         return name
-    if not hasattr(client, "images"):
-        # resolve_image is written against the docker SDK; give it one (slower start-up).
+    if not all(hasattr(client.api, call) for call in ("images", "inspect_image")):
+        # resolve_image needs API calls the thin client does not make (it serves exactly
+        # DockerBackend's): hand it the docker SDK, at the SDK's start-up cost.
         from orchestrator.engine import connect
 
         client = connect()
