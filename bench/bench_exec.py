@@ -2,13 +2,18 @@
 
 (a) `warden exec -- true` end to end (CLI subprocess) vs bare
     `docker run --rm --network none IMAGE true`;
-(b) in-process `DockerBackend.run(spec)` vs a raw low-level SDK
-    create/start/wait/remove with `network_disabled=True`.
+(b) in-process `DockerBackend.run(spec)`, on the docker SDK and on the thin stdlib
+    client (`engine_http`, what `warden exec` uses on a local engine), vs a raw
+    low-level SDK create/start/wait/remove with `network_disabled=True`.
 
 Prints medians and ratios. Targets: in-process <= 1.15x raw; CLI <= 1.0x docker run.
 Every container is labelled `warden.session=<bench session>` and removed.
 
-    python3 bench/bench_exec.py [-n 30] [--image warden-base:bookworm]
+The CLI runs as `<this interpreter> -m orchestrator` (or `--warden PATH`, e.g. the
+installed console script). Run this file with the real interpreter, not a pyenv shim:
+the shim's bash adds ~70 ms to every start of a child that goes through it.
+
+    python bench/bench_exec.py [-n 30] [--image warden-base:bookworm] [--warden PATH]
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from orchestrator import labels as wl  # noqa: E402
 from orchestrator.backend.base import SandboxSpec  # noqa: E402
 from orchestrator.backend.docker import DockerBackend  # noqa: E402
 from orchestrator.config import Settings  # noqa: E402
-from orchestrator.engine import connect  # noqa: E402
+from orchestrator.engine import connect, connect_local  # noqa: E402
 
 DEFAULT_ITERATIONS = 30
 DEFAULT_IMAGE = os.environ.get("WARDEN_TEST_IMAGE", "warden-base:bookworm")
@@ -50,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--iterations", type=int, default=DEFAULT_ITERATIONS)
     parser.add_argument("--image", default=DEFAULT_IMAGE)
+    parser.add_argument("--warden", help="the warden executable (default: python -m orchestrator)")
     args = parser.parse_args()
 
     session = f"bench-{uuid.uuid4().hex[:12]}"
@@ -57,6 +63,10 @@ def main() -> None:
     client = connect()
     api = client.api
     backend = DockerBackend(client, Settings.from_env())
+    thin = connect_local()
+    if type(thin).__name__ != "EngineClient":
+        sys.exit("the thin client needs a local engine (DOCKER_HOST unset or unix://)")
+    thin_backend = DockerBackend(thin, Settings.from_env())
     workspace = Path(tempfile.mkdtemp(prefix="warden-bench-"))
     if os.geteuid() == 0:
         os.chown(workspace, 1000, 1000)  # as a user's workspace would be
@@ -67,8 +77,9 @@ def main() -> None:
         warden_labels=wl.warden_labels(session, exec="bench"),
     )
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    warden_cli = [sys.executable, "-m", "orchestrator", "exec", "--image", args.image,
-                  "--workspace", str(workspace), "--", "true"]  # fmt: skip
+    warden = [args.warden] if args.warden else [sys.executable, "-m", "orchestrator"]
+    warden_cli = [*warden, "exec", "--image", args.image, "--workspace", str(workspace),
+                  "--", "true"]  # fmt: skip
     docker_cli = ["docker", "run", "--rm", "--network", "none", "--label", label,
                   args.image, "true"]  # fmt: skip
 
@@ -83,14 +94,16 @@ def main() -> None:
         api.wait(container)
         api.remove_container(container, force=True)
 
+    # What `warden exec` imports before its first API call (no docker SDK any more).
     import_floor = [sys.executable, "-c", "import orchestrator.cli, orchestrator.commands.exec, "
-                    "orchestrator.backend.docker, orchestrator.config, docker"]  # fmt: skip
+                    "orchestrator.backend.docker, orchestrator.config, orchestrator.engine"]  # fmt: skip
 
     variants: dict[str, Callable[[], object]] = {
         "python + CLI imports only": lambda: run_cli(import_floor),
         "warden exec (CLI)": lambda: run_cli(warden_cli),
         "docker run --network none": lambda: run_cli(docker_cli),
-        "DockerBackend.run": lambda: backend.run(spec),
+        "DockerBackend.run (SDK)": lambda: backend.run(spec),
+        "DockerBackend.run (thin client)": lambda: thin_backend.run(spec),
         "raw SDK create/start/wait/remove": raw_sdk,
     }
     for action in variants.values():  # warm-up: page cache, image layers, imports
@@ -104,17 +117,20 @@ def main() -> None:
         backend.cleanup({wl.SESSION: session})
 
     medians = {name: statistics.median(values) for name, values in samples.items()}
-    print(f"{args.iterations} interleaved iterations, image {args.image}")
+    print(f"{args.iterations} interleaved iterations, image {args.image}, CLI {' '.join(warden)}")
     for name, value in medians.items():
         print(f"  {name:<34} median {value * 1000:7.1f} ms")
-    in_process = medians["DockerBackend.run"] / medians["raw SDK create/start/wait/remove"]
+    raw = medians["raw SDK create/start/wait/remove"]
+    sdk_ratio = medians["DockerBackend.run (SDK)"] / raw
+    thin_ratio = medians["DockerBackend.run (thin client)"] / raw
     cli = medians["warden exec (CLI)"] / medians["docker run --network none"]
-    print(f"in-process ratio {in_process:.2f}x (target <= {IN_PROCESS_TARGET}x)")
-    print(f"CLI ratio        {cli:.2f}x (target <= {CLI_TARGET}x)")
+    print(f"in-process ratio, SDK         {sdk_ratio:.2f}x (target <= {IN_PROCESS_TARGET}x)")
+    print(f"in-process ratio, thin client {thin_ratio:.2f}x (target <= {IN_PROCESS_TARGET}x)")
+    print(f"CLI ratio                     {cli:.2f}x (target <= {CLI_TARGET}x)")
     floor = medians["python + CLI imports only"]
     print(
         f"of the CLI's {medians['warden exec (CLI)'] * 1000:.0f} ms, {floor * 1000:.0f} ms is the "
-        "interpreter and imports (docker SDK, pydantic, click) before any API call"
+        "interpreter and imports (pydantic, click, warden) before any API call"
     )
 
 

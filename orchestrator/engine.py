@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,35 @@ def connect(timeout_s: float = CONNECT_TIMEOUT_S) -> Any:
         client = docker.from_env(timeout=int(timeout_s))
         client.ping()
     except DockerException as exc:
+        raise EngineUnavailableError(
+            f"the Docker engine does not answer ({_short(exc)}); {ENGINE_FIX}"
+        ) from exc
+    return client
+
+
+def connect_local(
+    timeout_s: float = CONNECT_TIMEOUT_S, environ: Mapping[str, str] | None = None
+) -> Any:
+    """The thin stdlib client (`backend.engine_http.EngineClient`) when DOCKER_HOST is
+    unset or `unix://…`; otherwise (TCP, TLS, ssh engines) `connect()`'s SDK client.
+
+    Both stand where a `docker.DockerClient` would for `DockerBackend` (they have
+    `.api`); only the thin one starts fast. Raises EngineUnavailableError, worded as
+    `connect()` words it, when the engine does not answer.
+    """
+    from orchestrator.backend import engine_http
+
+    path = engine_http.socket_path_from_env(os.environ if environ is None else environ)
+    if path is None:
+        return connect(timeout_s)
+    client = engine_http.EngineClient(path, timeout_s)
+    try:
+        client.ping()
+    except (
+        engine_http.EngineConnectionError,
+        engine_http.EngineReadTimeout,
+        engine_http.EngineAPIError,
+    ) as exc:
         raise EngineUnavailableError(
             f"the Docker engine does not answer ({_short(exc)}); {ENGINE_FIX}"
         ) from exc

@@ -1,7 +1,9 @@
 """The Docker backend: hardened one-container-per-sandbox on a local engine.
 
-Uses the docker SDK's low-level API (`client.api`) only: one call per step, no
-model objects, no inspect unless a non-zero exit needs explaining. Output is read
+Uses a low-level API client (`client.api`) only: the docker SDK's `APIClient`, or the
+thin stdlib `engine_http.EngineClient` with the same methods (what `warden exec` uses
+on a local engine). One call per step, no model objects, no inspect unless a non-zero
+exit needs explaining. Failures are classified by `classify`, for either transport. Output is read
 from an attach stream opened before the container starts, in a reader thread,
 through a bounded head+tail capture.
 """
@@ -12,11 +14,12 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from orchestrator import labels as wl
+from orchestrator.backend import classify
 from orchestrator.backend.base import (
     ContainerBackend,
     ContainerInfo,
@@ -26,6 +29,7 @@ from orchestrator.backend.base import (
     parse_user,
 )
 from orchestrator.backend.capture import OutputCapture
+from orchestrator.backend.engine_http import iter_frames
 from orchestrator.config import Settings
 from orchestrator.engine import ENGINE_FIX
 from orchestrator.errors import (
@@ -56,11 +60,12 @@ READER_JOIN_S = 5.0
 START_FAILURE_LOG_LINES = 50
 KILL_SIGNAL_EXITS = frozenset({128 + 9, 128 + 15})
 """Exit codes of an init killed by SIGKILL / SIGTERM from outside."""
-_PERMANENT_5XX = ("no such", "not running", "already in progress", "is dead")
 
 
 class DockerBackend(ContainerBackend):
-    """`ContainerBackend` on a docker SDK client (`orchestrator.engine.connect()`)."""
+    """`ContainerBackend` on an engine client: a docker SDK `DockerClient`
+    (`orchestrator.engine.connect()`) or the thin `EngineClient`
+    (`orchestrator.engine.connect_local()`); only its `.api` is used."""
 
     def __init__(self, client: Any, settings: Settings) -> None:
         self._api = client.api
@@ -80,7 +85,7 @@ class DockerBackend(ContainerBackend):
         if spec.workspace is not None:
             binds.insert(0, _bind(_workspace_dir(spec.workspace), WORKSPACE_TARGET, False))
         limits = spec.limits
-        with _engine_errors():
+        with classify.engine_errors():
             host_config = self._api.create_host_config(
                 binds=binds,
                 cap_drop=["ALL"],
@@ -111,7 +116,7 @@ class DockerBackend(ContainerBackend):
                     host_config=host_config,
                 )
             except Exception as exc:
-                if _status(exc) == 404:
+                if classify.status_code(exc) == 404:
                     raise ImageNotFoundError(
                         f"image {spec.image!r} does not exist on this engine; build it "
                         "with `warden images build` (no registry is used)"
@@ -129,7 +134,7 @@ class DockerBackend(ContainerBackend):
         return container_id
 
     def _fail_start(self, container_id: str, spec: SandboxSpec, exc: Exception) -> None:
-        if _is_connection_error(exc) or _is_read_timeout(exc):
+        if classify.is_connection_error(exc) or classify.is_read_timeout(exc):
             with contextlib.suppress(Exception):
                 self.remove(container_id)
             raise EngineUnavailableError(
@@ -137,7 +142,7 @@ class DockerBackend(ContainerBackend):
             ) from exc
         error = ContainerStartError(
             f"container for {spec.command[0]!r} in image {spec.image!r} failed to start: "
-            f"{_explain(exc)}; fix what the engine names (e.g. a mount source, the runtime, "
+            f"{classify.explain(exc)}; fix what the engine names (e.g. a mount source, the runtime, "
             "the image's entrypoint) and try again"
         )
         with contextlib.suppress(Exception):
@@ -186,7 +191,7 @@ class DockerBackend(ContainerBackend):
 
     def wait(self, container_id: str, timeout_s: float | None) -> SandboxResult:
         timed_out = False
-        with _engine_errors():
+        with classify.engine_errors():
             try:
                 exit_code = _wait_exit_code(self._api, container_id, timeout_s)
             except _WaitTimeout:
@@ -227,7 +232,7 @@ class DockerBackend(ContainerBackend):
         try:
             state = self._idempotent(self._api.inspect_container, container_id)["State"]
         except Exception as exc:
-            if _status(exc) == 404:
+            if classify.status_code(exc) == 404:
                 return SandboxStatus.KILLED  # removed from outside while it ran
             raise
         if state.get("OOMKilled"):
@@ -240,7 +245,7 @@ class DockerBackend(ContainerBackend):
 
     def kill(self, container_id: str) -> None:
         self._killed.add(container_id)
-        with _engine_errors(), _tolerate_gone():
+        with classify.engine_errors(), classify.tolerate_gone():
             self._idempotent(self._api.kill, container_id)
 
     def remove(self, container_id: str) -> None:
@@ -248,14 +253,14 @@ class DockerBackend(ContainerBackend):
             reader = self._readers.pop(container_id, None)
         self._started_at.pop(container_id, None)
         self._killed.discard(container_id)
-        with _engine_errors(), _tolerate_gone():
+        with classify.engine_errors(), classify.tolerate_gone():
             self._idempotent(self._api.remove_container, container_id, force=True, v=True)
         if reader is not None:
             reader.close()
 
     def list(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
         selectors = [key if value is None else f"{key}={value}" for key, value in labels.items()]
-        with _engine_errors():
+        with classify.engine_errors():
             rows = self._idempotent(self._api.containers, all=True, filters={"label": selectors})
         return [
             ContainerInfo(
@@ -272,7 +277,7 @@ class DockerBackend(ContainerBackend):
         try:
             return call(*args, **kwargs)
         except Exception as exc:
-            if not _is_transient(exc):
+            if not classify.is_transient(exc):
                 raise
         # Imported only on the slow path: tenacity costs CLI start-up time.
         from tenacity import (
@@ -285,7 +290,7 @@ class DockerBackend(ContainerBackend):
         retrying = Retrying(
             stop=stop_after_attempt(RETRY_ATTEMPTS - 1),
             wait=wait_random_exponential(multiplier=0.1, max=RETRY_MAX_WAIT_S),
-            retry=retry_if_exception(_is_transient),
+            retry=retry_if_exception(classify.is_transient),
             before=lambda _state: time.sleep(0.05),
             reraise=True,
         )
@@ -309,11 +314,11 @@ class _Reader:
         self._thread.start()
 
     def _run(self) -> None:
-        from docker.utils.socket import frames_iter
-
         captures = {1: self.stdout, 2: self.stderr}
+        # A socket (thin client, tests) has recv; the SDK's SocketIO wrapper has read.
+        recv = getattr(self._sock, "recv", None) or self._sock.read
         with contextlib.suppress(OSError, ValueError):
-            for stream, data in frames_iter(self._sock, False):
+            for stream, data in iter_frames(recv):
                 capture = captures.get(stream)
                 if capture is not None:
                     capture.feed(data)
@@ -338,14 +343,12 @@ class _WaitTimeout(Exception):
 
 
 def _wait_exit_code(api: Any, container_id: str, timeout_s: float | None) -> int:
-    import requests
-
     try:
         answer = api.wait(container_id, timeout=timeout_s)
-    except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
-        if _is_connection_error(exc) and not _is_read_timeout(exc):
-            raise
-        raise _WaitTimeout from exc
+    except Exception as exc:
+        if classify.is_read_timeout(exc):
+            raise _WaitTimeout from exc
+        raise
     code = answer.get("StatusCode")
     return int(code) if code is not None else -1
 
@@ -364,69 +367,3 @@ def _workspace_dir(workspace: Path) -> Path:
     if not resolved.is_dir():
         raise ConfigError(f"workspace {workspace} is not a directory; create it or pass another")
     return resolved
-
-
-def _status(exc: BaseException) -> int | None:
-    response = getattr(exc, "response", None)
-    code = getattr(response, "status_code", None)
-    return code if isinstance(code, int) else None
-
-
-def _explain(exc: BaseException) -> str:
-    text = getattr(exc, "explanation", None) or str(exc)
-    return str(text).strip().splitlines()[0][:300] if str(text).strip() else type(exc).__name__
-
-
-def _is_read_timeout(exc: BaseException) -> bool:
-    import requests
-
-    if isinstance(exc, requests.exceptions.ReadTimeout):
-        return True
-    return "Read timed out" in str(exc)
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    import requests
-
-    return isinstance(exc, requests.exceptions.ConnectionError) and not _is_read_timeout(exc)
-
-
-def _is_transient(exc: BaseException) -> bool:
-    if _is_connection_error(exc) or _is_read_timeout(exc):
-        return True  # an overloaded engine answers late; idempotent calls may ask again
-    code = _status(exc)
-    if code is None or code < 500:
-        return False
-    return not any(marker in _explain(exc).lower() for marker in _PERMANENT_5XX)
-
-
-@contextlib.contextmanager
-def _engine_errors() -> Iterator[None]:
-    """A dead engine becomes one EngineUnavailableError that names the fix."""
-    try:
-        yield
-    except Exception as exc:
-        if _is_connection_error(exc):
-            raise EngineUnavailableError(
-                f"the Docker engine does not answer ({_explain(exc)}); {ENGINE_FIX}"
-            ) from exc
-        if _is_read_timeout(exc):
-            raise EngineUnavailableError(
-                f"the Docker engine is too slow to answer ({_explain(exc)}); it may be "
-                "overloaded: retry later, or check it with `warden doctor`"
-            ) from exc
-        raise
-
-
-@contextlib.contextmanager
-def _tolerate_gone() -> Iterator[None]:
-    """404 (already removed) and 409 (not running / removal in progress) are fine."""
-    try:
-        yield
-    except Exception as exc:
-        code = _status(exc)
-        if code in (404, 409):
-            return
-        if code is not None and code >= 500 and not _is_transient(exc):
-            return  # engines before 20.10 answer "not running" with a 500
-        raise

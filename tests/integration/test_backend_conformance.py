@@ -2,8 +2,10 @@
 deadlines enforced by kill, kill from another thread, the output cap and its
 announcement, label rules, idempotent kill/remove, list and cleanup by label.
 
-It runs against DockerBackend (real engine, marked integration) and FakeBackend,
-with commands from the small vocabulary the fake understands.
+It runs against FakeBackend and DockerBackend (real engine, marked integration) on
+both of its transports: the docker SDK (`docker-sdk`) and the thin stdlib Unix-socket
+client `engine_http.EngineClient` (`docker-thin`), with commands from the small
+vocabulary the fake understands.
 """
 
 # ruff: noqa: F811 - pytest fixtures are imported, then named as parameters
@@ -51,7 +53,25 @@ class Harness:
         return SandboxSpec(**values)
 
 
-@pytest.fixture(params=["fake", pytest.param("docker", marks=pytest.mark.integration)])
+def engine_client(request: pytest.FixtureRequest, transport: str) -> Any:
+    """The SDK client of the session, or a thin client on the same (local) engine."""
+    client = request.getfixturevalue("docker_client")
+    if transport == "docker-sdk":
+        return client
+    from orchestrator.engine import connect_local
+
+    thin = connect_local()
+    assert type(thin).__name__ == "EngineClient", "the test engine must be local (unix://)"
+    return thin
+
+
+@pytest.fixture(
+    params=[
+        "fake",
+        pytest.param("docker-sdk", marks=pytest.mark.integration),
+        pytest.param("docker-thin", marks=pytest.mark.integration),
+    ]
+)
 def harness(
     request: pytest.FixtureRequest,
     settings: Settings,
@@ -66,7 +86,7 @@ def harness(
         return
     from orchestrator.backend.docker import DockerBackend
 
-    client = request.getfixturevalue("docker_client")
+    client = engine_client(request, request.param)
     user_labels = request.getfixturevalue("no_leftovers")
     backend = DockerBackend(client, settings)
     yield Harness(backend, sandbox_image, workspace, test_session, user_labels)
@@ -156,9 +176,11 @@ def test_list_and_cleanup_by_label(harness: Harness) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("transport", ["docker-sdk", "docker-thin"])
 def test_extra_mounts_honour_read_only(
-    settings: Settings, docker_client: Any, no_leftovers: dict[str, str], sandbox_image: str,
-    workspace: Path, test_session: str, tmp_path: Path,
+    request: pytest.FixtureRequest, transport: str, settings: Settings,
+    no_leftovers: dict[str, str], sandbox_image: str, workspace: Path, test_session: str,
+    tmp_path: Path,
 ) -> None:  # fmt: skip
     from orchestrator.backend.base import Mount
     from orchestrator.backend.docker import DockerBackend
@@ -167,7 +189,8 @@ def test_extra_mounts_honour_read_only(
     shared.mkdir()
     (shared / "data").write_text("42\n")
     harness = Harness(
-        DockerBackend(docker_client, settings), sandbox_image, workspace, test_session,
+        DockerBackend(engine_client(request, transport), settings), sandbox_image, workspace,
+        test_session,
         no_leftovers,
     )  # fmt: skip
     result = harness.backend.run(

@@ -1,0 +1,199 @@
+"""Permission round trip for a rule-only decision (issue 4).
+
+From INSIDE a subagent container (agent image, started by a real TaskManager
+with `runner_command=("python3", "/workspace/probe.py", ...)`), a probe times:
+
+- `POST /v1/permission` for `Bash {"command": "echo hello"}`: container ->
+  broker -> PolicyGate -> permission engine (rule `Bash(echo:*)` from `--allow`,
+  mode `default`, no hooks) -> audit record -> answer -> container;
+- `GET /v1/spec` on the same socket and HTTP client: the cheapest existing
+  broker endpoint that makes no decision and writes nothing (it serialises the
+  task spec; the probe's agent has a one-line prompt so that body stays small).
+  This is the "bare request/response" baseline;
+- `BrokerClient.permission(...)`: the same permission call through the runner's
+  own typed client (pydantic on both ends), i.e. what the agent loop pays.
+
+The three are interleaved (rotating order) in one loop; the probe posts its
+timings as its result text (`/v1/result`). On the host side the bench then
+times `PolicyGate.decide` alone (engine + audit write) for the breakdown.
+Targets: permission median < 2 ms and <= 1.5x the bare round trip.
+
+    python3 bench/bench_permission.py [-n 1000] [--rounds 1]
+
+Exits 0 whether or not a target is met; the table says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import chown_tree, median, ms, pct, temp_env, verdict
+
+from orchestrator.session import open_run
+from orchestrator.tasks import TaskInput, TaskStatus
+from sandbox_tools import wire
+
+DEFAULT_REQUESTS = 1000
+WARMUP_REQUESTS = 50
+MEDIAN_TARGET_S = 0.002
+RATIO_TARGET = 1.5
+AGENT = "bench-probe"
+UNUSED_MODEL_URL = "http://127.0.0.1:9"
+"""The probe never calls the model; a loopback URL keeps everything local anyway."""
+
+AGENT_FILE = f"""---
+name: {AGENT}
+description: Times broker round trips from inside a sandbox.
+tools: Bash
+---
+You are a benchmark probe.
+"""
+
+PROBE = """
+import json, sys, time
+import httpx2
+from sandbox_tools import wire
+from sandbox_tools.broker import BrokerClient
+
+n, warmup = int(sys.argv[1]), int(sys.argv[2])
+http = httpx2.Client(transport=httpx2.HTTPTransport(uds=wire.BROKER_SOCKET),
+                     base_url=wire.BROKER_BASE_URL, timeout=30)
+typed = BrokerClient()
+request = wire.PermissionRequest(tool_use_id="toolu_bench", tool_name="Bash",
+                                 tool_input={"command": "echo hello"})
+body = request.model_dump_json()
+headers = {"content-type": "application/json"}
+behaviors = {}
+
+def permission():
+    answer = http.post("/v1/permission", content=body, headers=headers).json()
+    behaviors[answer["behavior"]] = behaviors.get(answer["behavior"], 0) + 1
+
+def bare():
+    response = http.get("/v1/spec")
+    response.json()
+    return len(response.content)
+
+def typed_permission():
+    typed.permission(request)
+
+variants = {"permission": permission, "bare": bare, "typed": typed_permission}
+names = list(variants)
+samples = {name: [] for name in names}
+for i in range(warmup + n):
+    rotation = names[i % 3:] + names[:i % 3]
+    for name in rotation:
+        started = time.perf_counter()
+        variants[name]()
+        elapsed = time.perf_counter() - started
+        if i >= warmup:
+            samples[name].append(round(elapsed, 7))
+out = {"samples": samples, "behaviors": behaviors, "spec_bytes": bare()}
+typed.result(wire.ResultRequest(status="completed", text=json.dumps(out)))
+"""
+
+
+async def host_gate_timing(run: Any, task_id: str, count: int) -> list[float]:
+    """PolicyGate.decide alone (engine + audit), as the broker awaits it."""
+    ctx = run.manager.tasks[task_id]
+    request = wire.PermissionRequest(
+        tool_use_id="toolu_host", tool_name="Bash", tool_input={"command": "echo hello"}
+    )
+    samples = []
+    for _ in range(count):
+        started = time.perf_counter()
+        answer = await run.manager.gate.decide(ctx, request)
+        samples.append(time.perf_counter() - started)
+        assert answer.behavior == "allow", answer
+    return samples
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    samples: dict[str, list[float]] = {"permission": [], "bare": [], "typed": [], "gate": []}
+    behaviors: dict[str, int] = {}
+    spec_bytes = 0
+    started = time.monotonic()
+    with temp_env("bench-perm") as (settings, workspace):
+        settings = settings.model_copy(update={"anthropic_base_url": UNUSED_MODEL_URL})
+        agents = workspace / ".claude" / "agents"
+        agents.mkdir(parents=True)
+        (agents / f"{AGENT}.md").write_text(AGENT_FILE)
+        (workspace / "probe.py").write_text(PROBE)
+        for path in (workspace / ".claude", agents, agents / f"{AGENT}.md", workspace / "probe.py"):
+            chown_tree(path)
+        command = ("python3", "/workspace/probe.py", str(args.requests), str(WARMUP_REQUESTS))
+        async with open_run(
+            settings,
+            workspace=workspace,
+            prompt="permission bench",
+            allow=("Bash(echo:*)",),
+            mode="default",
+            runner_command=command,
+        ) as run:
+            for r in range(args.rounds):
+                result = await run.manager.run_task(
+                    TaskInput(description="probe", prompt="time it", subagent_type=AGENT)
+                )
+                if result.status is not TaskStatus.COMPLETED:
+                    raise SystemExit(f"the probe failed: {result.render()}")
+                out = json.loads(result.text)
+                for name, values in out["samples"].items():
+                    samples[name] += values
+                for behavior, count in out["behaviors"].items():
+                    behaviors[behavior] = behaviors.get(behavior, 0) + count
+                spec_bytes = out["spec_bytes"]
+                samples["gate"] += await host_gate_timing(run, result.task_id, args.requests)
+                print(f"  round {r + 1}/{args.rounds} done", file=sys.stderr)
+
+    print(
+        f"Permission round trip from inside a sandbox, {args.rounds} x {args.requests} "
+        f"interleaved requests per variant (+{WARMUP_REQUESTS} warm-up), "
+        f"{time.monotonic() - started:.0f} s"
+    )
+    print(f"  decisions seen by the probe: {behaviors} (rule Bash(echo:*), mode default)")
+    rows = [
+        ("POST /v1/permission (rule-only decision, raw httpx2)", "permission"),
+        ("GET /v1/spec, same socket and client (bare; no decision)", "bare"),
+        ("BrokerClient.permission (the runner's typed client)", "typed"),
+        ("host only: PolicyGate.decide (engine + audit write)", "gate"),
+    ]
+    for label, key in rows:
+        values = samples[key]
+        print(
+            f"  {label:<58} median {ms(median(values))}   p95 {ms(pct(values, 95))}   "
+            f"(n={len(values)})"
+        )
+    print(f"  (the bare answer is the task spec: {spec_bytes} bytes of JSON)")
+    perm, bare = median(samples["permission"]), median(samples["bare"])
+    ratio = perm / bare
+    p95_ratio = pct(samples["permission"], 95) / pct(samples["bare"], 95)
+    print(
+        f"  permission median {perm * 1000:.2f} ms (target < {MEDIAN_TARGET_S * 1000:.0f} ms: "
+        f"{'meets target' if perm < MEDIAN_TARGET_S else 'MISSES target'})"
+    )
+    print(
+        f"  ratio permission / bare: median {ratio:.2f}x (target <= {RATIO_TARGET}x: "
+        f"{verdict(ratio, RATIO_TARGET)}), p95 {p95_ratio:.2f}x"
+    )
+    typed = median(samples["typed"])
+    print(f"  runner's typed client: median {typed * 1000:.2f} ms, {typed / bare:.2f}x bare")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", "--requests", type=int, default=DEFAULT_REQUESTS)
+    parser.add_argument("--rounds", type=int, default=1, help="probe containers, one after another")
+    args = parser.parse_args()
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()

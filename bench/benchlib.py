@@ -1,0 +1,160 @@
+"""Helpers shared by the subagent benchmarks (spawn, permission, fan-out).
+
+Temp state and workspaces (owned by uid 1000, as a user's would be), order
+statistics, cgroup v1 readings of a container, and a scripted run built on the
+integration harness. Nothing here changes orchestrator behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from orchestrator.config import Settings  # noqa: E402
+
+UNPRIVILEGED = 1000
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+MIB = 1024 * 1024
+IDLE_WINDOW_S = 0.25
+"""A container counts as idle when it used less than IDLE_CPU_MS of CPU in this window."""
+IDLE_CPU_MS = 15.0
+IDLE_TIMEOUT_S = 30.0
+
+
+@contextmanager
+def temp_env(prefix: str) -> Iterator[tuple[Settings, Path]]:
+    """Settings with a private state/config dir and a workspace owned by uid 1000."""
+    root = Path(tempfile.mkdtemp(prefix=f"warden-{prefix}-"))
+    workspace = root / "workspace"
+    workspace.mkdir()
+    if os.geteuid() == 0:
+        os.chown(workspace, UNPRIVILEGED, UNPRIVILEGED)
+    try:
+        yield Settings(state_dir=root / "state", config_dir=root / "config"), workspace
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def chown_tree(path: Path) -> None:
+    if os.geteuid() == 0:
+        os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100), nearest rank on sorted values."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[rank]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:8.1f} ms"
+
+
+def verdict(ratio: float, target: float) -> str:
+    return "meets target" if ratio <= target else "MISSES target"
+
+
+# -- cgroup v1 -----------------------------------------------------------------
+
+
+def _cgroup(controller: str, container_id: str, name: str) -> Path:
+    return CGROUP_ROOT / controller / "docker" / container_id / name
+
+
+def memory_of(container_id: str) -> dict[str, float]:
+    """A container's memory in MiB: cgroup usage (rss + page cache) and rss alone."""
+    usage = int(_cgroup("memory", container_id, "memory.usage_in_bytes").read_text())
+    stat: dict[str, int] = {}
+    for line in _cgroup("memory", container_id, "memory.stat").read_text().splitlines():
+        key, _, value = line.partition(" ")
+        stat[key] = int(value)
+    return {
+        "usage": usage / MIB,
+        "rss": stat.get("total_rss", stat.get("rss", 0)) / MIB,
+        "cache": stat.get("total_cache", stat.get("cache", 0)) / MIB,
+    }
+
+
+def cpu_ns(container_id: str) -> int:
+    return int(_cgroup("cpuacct", container_id, "cpuacct.usage").read_text())
+
+
+async def wait_idle(container_ids: Sequence[str], timeout_s: float = IDLE_TIMEOUT_S) -> bool:
+    """Wait until every container is idle (e.g. a warm runner finished its imports)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            before = [cpu_ns(c) for c in container_ids]
+            await asyncio.sleep(IDLE_WINDOW_S)
+            after = [cpu_ns(c) for c in container_ids]
+        except FileNotFoundError:  # no cgroup v1 accounting here: settle by time
+            await asyncio.sleep(3.0)
+            return True
+        if all((a - b) / 1e6 < IDLE_CPU_MS for a, b in zip(after, before, strict=True)):
+            return True
+    return False
+
+
+# -- scripted runs ---------------------------------------------------------------
+
+
+def agent_image() -> str:
+    from orchestrator.engine import connect
+    from orchestrator.images import resolve_image
+
+    client = connect()
+    try:
+        return resolve_image(client, "agent")
+    finally:
+        client.close()
+
+
+@asynccontextmanager
+async def scripted(
+    settings: Settings, workspace: Path, conversations: list[dict[str, Any]], **run_kwargs: Any
+) -> AsyncIterator[tuple[Any, Any]]:
+    """(Run, ScriptedModelServer) from the integration harness (policy: bypass unless given)."""
+    from tests.integration.harness import scripted_run
+
+    async with scripted_run(settings, workspace, conversations, **run_kwargs) as pair:
+        yield pair
+
+
+def first_request_at(server: Any, conversation: str) -> float | None:
+    """Unix time the scripted server received that conversation's first request."""
+    times = [r.received_at for r in server.requests if r.conversation == conversation]
+    return min(times) if times else None
+
+
+def rss_now_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def peak_rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
