@@ -33,6 +33,11 @@ def status_code(exc: BaseException) -> int | None:
     code = getattr(exc, "status_code", None)
     if not isinstance(code, int):
         code = getattr(getattr(exc, "response", None), "status_code", None)
+    if not isinstance(code, int):
+        # The SDK's NotFound (and ImageNotFound) mean 404 even when built without a response.
+        sdk_errors = getattr(sys.modules.get("docker"), "errors", None)
+        if sdk_errors is not None and isinstance(exc, sdk_errors.NotFound):
+            return 404
     return code if isinstance(code, int) else None
 
 

@@ -217,16 +217,23 @@ class EngineClient:
     ) -> None:
         self._request("DELETE", f"/containers/{_id(container)}", query={"v": v, "force": force})
 
+    def images(self, filters: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """GET /images/json (what `resolve_image` needs; same shape as the SDK's)."""
+        query = {"filters": _filters_json(filters)} if filters else None
+        result: list[dict[str, Any]] = self._json("GET", "/images/json", query=query)
+        return result
+
+    def inspect_image(self, image: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", f"/images/{image}/json")
+        return result
+
     def containers(
         self, all: bool = False, filters: Mapping[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         """GET /containers/json. Filter values may be a string or a list of strings."""
         query: dict[str, Any] = {"all": all}
         if filters:
-            query["filters"] = json.dumps(
-                {key: [value] if isinstance(value, str) else list(value)
-                 for key, value in filters.items()}
-            )  # fmt: skip
+            query["filters"] = _filters_json(filters)
         result: list[dict[str, Any]] = self._json("GET", "/containers/json", query=query)
         return result
 
@@ -351,3 +358,10 @@ def _query_value(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)
+
+
+def _filters_json(filters: Mapping[str, Any]) -> str:
+    """The engine's filter encoding; a value may be a string or a list of strings."""
+    return json.dumps(
+        {key: [value] if isinstance(value, str) else list(value) for key, value in filters.items()}
+    )

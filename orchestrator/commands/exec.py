@@ -278,22 +278,10 @@ def _parse_labels(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 def _resolve_image(client: Any, name: str) -> str:
-    try:
-        from orchestrator.images import (  # type: ignore[import-not-found,unused-ignore]
-            resolve_image,
-        )
-    except ModuleNotFoundError as exc:
-        if exc.name != "orchestrator.images":
-            raise
-        return name
-    if not all(hasattr(client.api, call) for call in ("images", "inspect_image")):
-        # resolve_image needs API calls the thin client does not make (it serves exactly
-        # DockerBackend's): hand it the docker SDK, at the SDK's start-up cost.
-        from orchestrator.engine import connect
+    """`agent`/`bash` → the current content-addressed tag; other names must exist."""
+    from orchestrator.images import resolve_image
 
-        client = connect()
-    resolved: str = resolve_image(client, name)
-    return resolved
+    return resolve_image(client, name)
 
 
 def _log_warnings_to_stderr() -> None:

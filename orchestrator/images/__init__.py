@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from orchestrator.backend.classify import is_connection_error, status_code
 from orchestrator.engine import ENGINE_FIX
 from orchestrator.errors import EngineUnavailableError, ImageNotFoundError
 from orchestrator.images.build import build_images
@@ -47,15 +48,11 @@ def resolve_image(client: Any, name: str) -> str:
                 f"the warden {name} image is not built for the current sources; {BUILD_HINT}"
             )
         return found[0]
-    from docker.errors import ImageNotFound, NotFound
-
-    try:
-        _call(client.api.inspect_image, name)
-    except (ImageNotFound, NotFound):
+    if _image_id(client, name) is None:
         raise ImageNotFoundError(
             f"image {name!r} does not exist locally (warden never pulls); load or build it "
             f"first, or use --image agent / --image bash ({BUILD_HINT} to build those)"
-        ) from None
+        )
     return name
 
 
@@ -116,19 +113,22 @@ def _tag_of(kind: ImageKind, row: dict[str, Any]) -> str | None:
 
 
 def _image_id(client: Any, ref: str) -> str | None:
-    from docker.errors import ImageNotFound, NotFound
-
     try:
         return str(_call(client.api.inspect_image, ref)["Id"])
-    except (ImageNotFound, NotFound):
-        return None
+    except Exception as exc:
+        if status_code(exc) == 404:
+            return None
+        raise
 
 
 def _call(function: Any, *args: Any, **kwargs: Any) -> Any:
-    """One engine call; a dead engine becomes EngineUnavailableError."""
-    import requests
-
+    """One engine call through either transport (the docker SDK or warden's thin
+    client); a dead engine becomes EngineUnavailableError."""
     try:
         return function(*args, **kwargs)
-    except requests.exceptions.ConnectionError as exc:
-        raise EngineUnavailableError(f"the Docker engine does not answer; {ENGINE_FIX}") from exc
+    except Exception as exc:
+        if is_connection_error(exc):
+            raise EngineUnavailableError(
+                f"the Docker engine does not answer; {ENGINE_FIX}"
+            ) from exc
+        raise
