@@ -73,6 +73,8 @@ class Burst:
     wall: float
     start_latency: list[float]
     first_request: list[float] = field(default_factory=list)
+    tail: list[float] = field(default_factory=list)
+    """Last model request received -> task_completed (result, runner exit, container removed)."""
     rss_before_mib: float = 0.0
     rss_peak_mib: float = 0.0
 
@@ -119,14 +121,19 @@ class RssSampler:
 
 
 class StartedAt:
-    """Listener: host time of each task's `task_started` event."""
+    """Listener: host time of each task's `task_started` and `task_completed` events."""
 
     def __init__(self) -> None:
         self.times: dict[str, float] = {}
+        self.completed: dict[str, float] = {}
 
     def __call__(self, event: Event) -> None:
-        if event.kind == "task_started" and event.task_id is not None:
+        if event.task_id is None:
+            return
+        if event.kind == "task_started":
             self.times[event.task_id] = event.ts
+        elif event.kind == "task_completed":
+            self.completed[event.task_id] = event.ts
 
 
 async def warden_burst(run: Any, server: Any, started_at: StartedAt, names: list[str]) -> Burst:
@@ -150,12 +157,14 @@ async def warden_burst(run: Any, server: Any, started_at: StartedAt, names: list
     if bad:
         raise SystemExit(f"{len(bad)} fan-out task(s) did not complete: {bad[0]}")
     latency = [started_at.times[tid] - called[name] for name, tid in ids]
-    first = []
-    for name, _ in ids:
+    first, tail = [], []
+    for name, tid in ids:
         at = first_request_at(server, name)
         assert at is not None, f"no model request for {name}"
         first.append(at - called[name])
-    return Burst(wall, latency, first, rss_before / 1024, sampler.peak_kib / 1024)
+        last = max(r.received_at for r in server.requests if r.conversation == name)
+        tail.append(started_at.completed[tid] - last)
+    return Burst(wall, latency, first, tail, rss_before / 1024, sampler.peak_kib / 1024)
 
 
 def bare_burst(client: Any, image: str, session: str, size: int) -> Burst:
@@ -289,6 +298,12 @@ async def main_async(args: argparse.Namespace) -> None:
                 line(
                     "  Task call -> first model request",
                     [x for b in bursts for x in b.first_request],
+                )
+            )
+            print(
+                line(
+                    "  last model request -> task_completed",
+                    [x for b in bursts for x in b.tail],
                 )
             )
             print(
