@@ -37,6 +37,30 @@ def convo(name: str, match: dict[str, Any], *turns: list[dict[str, Any]]) -> dic
     return {"name": name, "match": match, "turns": [{"content": t} for t in turns]}
 
 
+def fan_out(
+    n: int, label: str, parent_turns: list[list[dict[str, Any]]], **task_extra: Any
+) -> list[dict[str, Any]]:
+    """A parent that starts n bash subagents in one turn; subagent i writes
+    `{label}{i}.txt` holding i and answers `{label} i done`."""
+    return [
+        convo(
+            "parent",
+            PARENT_MATCH,
+            [task(f"{label.upper()}-{i:02d}", "bash", **task_extra) for i in range(n)],
+            *parent_turns,
+        ),
+        *[
+            convo(
+                f"{label}{i}",
+                {"prompt_contains": f"{label.upper()}-{i:02d}"},
+                [tool("Bash", command=f"echo {i} > {label}{i}.txt")],
+                [text(f"{label} {i} done")],
+            )
+            for i in range(n)
+        ],
+    ]
+
+
 @asynccontextmanager
 async def scripted_run(
     settings: Settings,

@@ -27,6 +27,7 @@ from tests.integration.harness import (
     PARENT_MATCH,
     containers_of,
     convo,
+    fan_out,
     requests_of,
     scripted_run,
     task,
@@ -391,28 +392,12 @@ async def test_twenty_background_subagents_leave_nothing_behind(
     settings: Settings, workspace: Path
 ) -> None:
     n = 20
-    script = [
-        convo(
-            "parent",
-            PARENT_MATCH,
-            [task(f"BGW-{i:02d}", "bash", run_in_background=True) for i in range(n)],
-            *parent_turns(n + 2),
-        ),
-        *[
-            convo(
-                f"bgw{i}",
-                {"prompt_contains": f"BGW-{i:02d}"},
-                [tool("Bash", command=f"echo {i} > bg{i}.txt")],
-                [text(f"bgw {i} done")],
-            )
-            for i in range(n)
-        ],
-    ]
+    script = fan_out(n, "bgw", parent_turns(n + 2), run_in_background=True)
     async with scripted_run(settings, workspace, script) as (run, _):
         result = await run.parent.run("fan out in the background")
         session = run.session
     assert sorted(r.text for r in result.tasks) == sorted(f"bgw {i} done" for i in range(n))
     assert all(r.status is TaskStatus.COMPLETED for r in result.tasks)
     for i in range(n):
-        assert (workspace / f"bg{i}.txt").read_text() == f"{i}\n"
+        assert (workspace / f"bgw{i}.txt").read_text() == f"{i}\n"
     assert containers_of(session) == []

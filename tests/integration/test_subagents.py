@@ -20,6 +20,7 @@ from tests.integration.harness import (
     PARENT_MATCH,
     containers_of,
     convo,
+    fan_out,
     requests_of,
     scripted_run,
     task,
@@ -313,23 +314,7 @@ async def test_ten_subagents_in_parallel_leave_nothing_behind(
     settings: Settings, workspace: Path
 ) -> None:
     n = 10
-    script = [
-        convo(
-            "parent",
-            PARENT_MATCH,
-            [task(f"WORKER-{i:02d}", "bash") for i in range(n)],
-            [text("{tool_results}")],
-        ),
-        *[
-            convo(
-                f"worker{i}",
-                {"prompt_contains": f"WORKER-{i:02d}"},
-                [tool("Bash", command=f"echo {i} > w{i}.txt")],
-                [text(f"worker {i} done")],
-            )
-            for i in range(n)
-        ],
-    ]
+    script = fan_out(n, "worker", [[text("{tool_results}")]])
     async with scripted_run(settings, workspace, script) as (run, _):
         result = await run.parent.run("fan out")
         session = run.session
@@ -337,7 +322,7 @@ async def test_ten_subagents_in_parallel_leave_nothing_behind(
 
     assert statuses == [TaskStatus.COMPLETED] * n
     for i in range(n):
-        assert (workspace / f"w{i}.txt").read_text() == f"{i}\n"
+        assert (workspace / f"worker{i}.txt").read_text() == f"{i}\n"
         assert f"worker {i} done" in result.text
     assert containers_of(session) == []
 
