@@ -26,6 +26,10 @@ def stop(task_id: str) -> None:
             return
         backend = DockerBackend(connect(), settings)
         for t in live:
-            for info in backend.list({labels.TASK: t.task_id}):
-                backend.kill(info.id)
+            # A task that took a warm sandbox has no task label: its id is in the store.
+            ids = {info.id for info in backend.list({labels.TASK: t.task_id})}
+            if t.container_id:
+                ids.add(t.container_id)
+            for container_id in ids:
+                backend.kill(container_id)
         click.echo(f"stopped {len(live)} task(s): {', '.join(t.task_id for t in live)}")

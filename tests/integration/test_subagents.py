@@ -357,3 +357,42 @@ async def test_claude_code_agent_file_defines_a_restricted_subagent(
     assert not (workspace / "pwned").exists()
     tools = {t["name"] for t in requests_of(server, "reviewer")[0].body["tools"]}
     assert tools == {"Read", "Grep", "Glob"}
+
+
+async def test_overload_is_retried_by_the_sdk_and_a_spend_limit_ends_the_task(
+    settings: Settings, workspace: Path
+) -> None:
+    overloaded_once = {
+        "name": "flaky",
+        "match": {"prompt_contains": "FLAKY"},
+        "turns": [
+            {
+                "content": [text("answered after one retry")],
+                "error": {"status": 529, "message": "Overloaded", "retry_after_s": 0.2, "times": 1},
+            }
+        ],
+    }
+    broke = {
+        "name": "broke",
+        "match": {"prompt_contains": "BROKE"},
+        "turns": [
+            {
+                "error": {
+                    "status": 400,
+                    "message": "Your credit balance is too low to access the Anthropic API.",
+                }
+            }
+        ],
+    }
+    async with scripted_run(settings, workspace, [overloaded_once, broke]) as (run, server):
+        flaky = await run.manager.run_task(
+            TaskInput(description="f", prompt="FLAKY", subagent_type="bash")
+        )
+        spent = await run.manager.run_task(
+            TaskInput(description="b", prompt="BROKE", subagent_type="bash")
+        )
+    assert flaky.status is TaskStatus.COMPLETED and flaky.text == "answered after one retry"
+    assert [r.status for r in requests_of(server, "flaky")] == [529, 200]
+    assert spent.status is TaskStatus.FAILED
+    assert "credit balance is too low" in (spent.error or "")
+    assert len(requests_of(server, "broke")) == 1, "a spend-limit error must not be retried"
