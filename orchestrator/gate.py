@@ -105,6 +105,30 @@ class PolicyGate:
             )
         return wire.PermissionResponse(behavior="deny", reason=_denial(reason, decided_by))
 
+    async def tool_finished(
+        self, task: TaskContext, call: ToolCall, response: dict[str, Any]
+    ) -> None:
+        """Run PostToolUse hooks for a finished call; their outcomes are recorded
+        (the call already happened, so they can only report)."""
+        context = CallContext(
+            session_id=task.session_id,
+            agent_id=task.task_id,
+            agent_type=task.agent_type,
+            cwd=wire.WORKSPACE,
+            permission_mode=self.policy.mode,
+        )
+        for outcome in await self.engine_for(task).post_tool_use(call, response, context):
+            await self._emit(
+                "post_tool_use_hook",
+                task,
+                hook=outcome.hook,
+                tool_name=call.tool_name,
+                exit_code=outcome.exit_code,
+                decision=outcome.decision,
+                reason=outcome.reason[:500],
+                error=outcome.error,
+            )
+
     def chain(self, task: TaskContext) -> list[str]:
         """The asking task's ancestors, root side first, ending with the task itself."""
         chain = [task.task_id]

@@ -49,6 +49,8 @@ STDERR_TAIL_CHARS = 2_000
 """How much of a failed runner's stderr goes into the error message."""
 RESULT_PREVIEW_CHARS = 200
 SOCKET_ROOT_PREFIX = "warden-sock-"
+PROTECTED_PATHS = (".claude", ".git/hooks", ".git/config")
+"""Workspace paths mounted read-only in subagent sandboxes (when they exist)."""
 """Broker sockets live under the temp dir: Unix socket paths must stay short."""
 
 
@@ -551,11 +553,27 @@ class TaskManager:
             image=self.image_resolver(agent.image),
             command=command,
             workspace=self.workspace,
-            mounts=[Mount(source=socket_dir, target=wire.BROKER_SOCKET_DIR, read_only=True)],
+            mounts=[
+                Mount(source=socket_dir, target=wire.BROKER_SOCKET_DIR, read_only=True),
+                *self._protected_mounts(),
+            ],
             env={"HOME": "/tmp", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
             limits=limits,
             warden_labels=labels.warden_labels(self.session, run=self.run_id, **extra),
         )
+
+    def _protected_mounts(self) -> list[Mount]:
+        """Workspace paths the host acts on later are read-only inside sandboxes:
+        settings and hooks (.claude/) run on the host, and git runs hooks and
+        config commands (.git/hooks, .git/config) when the user next uses git."""
+        mounts = []
+        for relative in PROTECTED_PATHS:
+            path = self.workspace / relative
+            if path.exists() and not path.is_symlink():
+                mounts.append(
+                    Mount(source=path, target=f"{wire.WORKSPACE}/{relative}", read_only=True)
+                )
+        return mounts
 
     def _result(
         self, ctx: TaskContext, sandbox: SandboxResult | None, budget: Budget, failure: str | None
@@ -660,6 +678,8 @@ class _Host:
     def __init__(self, manager: TaskManager, ctx: TaskContext) -> None:
         self.manager = manager
         self.ctx = ctx
+        self.reported: set[str] = set()
+        """tool_use ids whose results went through PostToolUse already."""
 
     async def decide_permission(self, request: wire.PermissionRequest) -> wire.PermissionResponse:
         return await self.manager.gate.decide(self.ctx, request)
@@ -699,6 +719,47 @@ class _Host:
         store = self.manager.store
         if store is not None:
             await asyncio.to_thread(store.checkpoint_transcript, self.ctx.task_id, messages, turn)
+        finished = getattr(self.manager.gate, "tool_finished", None)
+        if finished is not None:
+            for call, response in self._new_tool_results(messages):
+                await finished(self.ctx, call, response)
+
+    def _new_tool_results(self, messages: list[dict[str, Any]]) -> list[tuple[Any, dict[str, Any]]]:
+        """(call, response) for each tool result not seen before, paired with its tool_use."""
+        from orchestrator.permissions import ToolCall
+
+        uses: dict[str, dict[str, Any]] = {}
+        found = []
+        for message in messages:
+            content = message.get("content") if isinstance(message, dict) else None
+            for block in content if isinstance(content, list) else []:
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                    uses[block["id"]] = block
+                elif block.get("type") == "tool_result":
+                    use_id = str(block.get("tool_use_id"))
+                    use = uses.get(use_id)
+                    if (
+                        use is None
+                        or use_id in self.reported
+                        or not isinstance(use.get("input"), dict)
+                    ):
+                        continue
+                    self.reported.add(use_id)
+                    call = ToolCall(
+                        tool_name=str(use.get("name")), tool_input=use["input"], tool_use_id=use_id
+                    )
+                    found.append(
+                        (
+                            call,
+                            {
+                                "content": block.get("content"),
+                                "is_error": bool(block.get("is_error")),
+                            },
+                        )
+                    )
+        return found
 
     async def on_result(self, result: wire.ResultRequest) -> None:
         self.ctx.result = result

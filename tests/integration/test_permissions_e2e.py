@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +229,59 @@ async def test_nested_ask_reaches_the_root_approver_and_others_keep_running(
     assert question.chain[0] == grandchild.parent_id
     assert (workspace / "nested.txt").exists()
     assert "delegator saw: Task Succeeded. Result: grandchild touched" in result.text
+
+
+async def test_host_read_settings_are_read_only_in_the_sandbox_and_post_hooks_run(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    hook_log = tmp_path / "post-tool-use.jsonl"
+    claude = workspace / ".claude"
+    claude.mkdir()
+    settings_doc = {
+        "permissions": {"allow": ["Bash"]},
+        "hooks": {
+            "PostToolUse": [
+                {"matcher": "Bash", "hooks": [{"type": "command", "command": f"cat >> {hook_log}"}]}
+            ]
+        },
+    }
+    original = json.dumps(settings_doc)
+    (claude / "settings.json").write_text(original)
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    (workspace / ".git" / "config").write_text("[core]\n")
+    for path in (claude, claude / "settings.json", workspace / ".git", workspace / ".git" / "hooks",
+                 workspace / ".git" / "config"):  # fmt: skip
+        os.chown(path, 1000, 1000)
+    attack = (
+        "echo '{}' > .claude/settings.json; echo evil > .claude/agents.md; "
+        "echo '[core] fsmonitor = evil' >> .git/config; echo x > .git/hooks/pre-commit; "
+        "echo attempted"
+    )
+    script = [
+        convo(
+            "planter",
+            {"prompt_contains": "PLANT"},
+            [tool("Bash", command=attack)],
+            [text("{last_tool_result}")],
+        )
+    ]
+    # Even when a careless human approves the write, the mount holds.
+    approve_all = CallbackApprover(
+        lambda q: ApprovalAnswer(behavior="allow", decided_by="careless human")
+    )
+    async with scripted_run(
+        settings, workspace, script, mode="acceptEdits", approver=approve_all
+    ) as (run, _):
+        result = await run.manager.run_task(
+            TaskInput(description="plant", prompt="PLANT", subagent_type="bash")
+        )
+    assert "Read-only file system" in result.text
+    assert (claude / "settings.json").read_text() == original
+    assert not (claude / "agents.md").exists()
+    assert (workspace / ".git" / "config").read_text() == "[core]\n"
+    assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
+    # The PostToolUse hook ran on the host with Claude Code's input.
+    record = json.loads(hook_log.read_text().splitlines()[0])
+    assert record["hook_event_name"] == "PostToolUse"
+    assert record["tool_name"] == "Bash" and record["tool_input"]["command"] == attack
+    assert "attempted" in json.dumps(record["tool_response"])
