@@ -18,11 +18,16 @@ Target: warden wall time <= 1.3x the bare wall time. Peak host memory of the
 orchestrator process: VmRSS sampled every 20 ms during each warden burst (this
 process also hosts the scripted model server, a few MiB) and VmHWM at the end.
 
+A reference burst (on by default, `--no-sdk-floor` skips it) runs the same bare
+cycles with `python3 -c "import anthropic"`: the interpreter work every warden
+runner does (SDK import, ~1.3 s of CPU) with none of warden's orchestration,
+so the report can separate the two.
+
 `--warm` adds, clearly labelled, a burst taken from a warm pool sized to the
 burst (prefilled and idle before the burst; refilling is switched off for the
 burst so the refills do not compete with it).
 
-    python3 bench/bench_fanout.py [--sizes 20,50] [--rounds 1] [--warm]
+    python3 bench/bench_fanout.py [--sizes 20,50] [--rounds 1] [--warm] [--no-sdk-floor]
 
 Exits 0 whether or not the target is met; the table says which.
 """
@@ -66,6 +71,9 @@ DEFAULT_SIZES = "20,50"
 TARGET = 1.3
 MAX_CONCURRENT = 60
 RSS_SAMPLE_S = 0.02
+BARE_COMMAND = ["python3", "-c", "pass"]
+SDK_FLOOR_COMMAND = ["python3", "-c", "import anthropic"]
+"""Reference only: a bare cycle that pays the SDK import every warden runner pays."""
 
 
 @dataclass
@@ -167,7 +175,9 @@ async def warden_burst(run: Any, server: Any, started_at: StartedAt, names: list
     return Burst(wall, latency, first, tail, rss_before / 1024, sampler.peak_kib / 1024)
 
 
-def bare_burst(client: Any, image: str, session: str, size: int) -> Burst:
+def bare_burst(
+    client: Any, image: str, session: str, size: int, command: list[str] = BARE_COMMAND
+) -> Burst:
     api = client.api
     go = threading.Barrier(size + 1)
     started: list[float] = [0.0] * size
@@ -178,7 +188,7 @@ def bare_burst(client: Any, image: str, session: str, size: int) -> Burst:
             go.wait()
             container = api.create_container(
                 image,
-                command=["python3", "-c", "pass"],
+                command=command,
                 network_disabled=True,
                 labels=wl.warden_labels(session, exec="bench"),
             )
@@ -249,10 +259,13 @@ async def main_async(args: argparse.Namespace) -> None:
                     for rnd in range(args.rounds):
                         names = [name_of("cold", size, rnd, i) for i in range(size)]
                         order = ["bare", "cold"] if rnd % 2 == 0 else ["cold", "bare"]
+                        if args.sdk_floor:
+                            order.append("sdk")
                         for variant in order:
-                            if variant == "bare":
+                            if variant in ("bare", "sdk"):
+                                command = BARE_COMMAND if variant == "bare" else SDK_FLOOR_COMMAND
                                 burst = await asyncio.to_thread(
-                                    bare_burst, client, image, session, size
+                                    bare_burst, client, image, session, size, command
                                 )
                             else:
                                 burst = await warden_burst(run, server, started_at, names)
@@ -281,6 +294,12 @@ async def main_async(args: argparse.Namespace) -> None:
         print(f"  {size} at once:")
         print(f"    bare create/start/wait/remove (threads): wall {bare_wall:6.2f} s")
         print(line("  release -> start() returned", [x for b in bare for x in b.start_latency]))
+        if args.sdk_floor:
+            sdk_wall = median([b.wall for b in results[("sdk", size)]])
+            print(
+                f"    reference: the same bare cycles running `python3 -c 'import anthropic'` "
+                f"(the import every runner pays): wall {sdk_wall:6.2f} s"
+            )
         labels = {
             "cold": "warden, cold (warm_pool_size=0)",
             "warm": "warden, warm pool prefilled to the burst, no refill [optional]",
@@ -306,6 +325,8 @@ async def main_async(args: argparse.Namespace) -> None:
                     [x for b in bursts for x in b.tail],
                 )
             )
+            if args.sdk_floor:
+                print(f"      ratio vs the SDK-import reference: {wall / sdk_wall:5.2f}x")
             print(
                 f"      orchestrator RSS: {max(b.rss_before_mib for b in bursts):.0f} MiB before, "
                 f"peak {max(b.rss_peak_mib for b in bursts):.0f} MiB during the burst"
@@ -321,6 +342,12 @@ def main() -> None:
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="burst sizes, comma separated")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--warm", action="store_true", help="also burst from a prefilled warm pool")
+    parser.add_argument(
+        "--no-sdk-floor",
+        dest="sdk_floor",
+        action="store_false",
+        help="skip the reference bare burst that imports the anthropic SDK",
+    )
     args = parser.parse_args()
     asyncio.run(main_async(args))
 
