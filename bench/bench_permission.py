@@ -15,7 +15,8 @@ with `runner_command=("python3", "/workspace/probe.py", ...)`), a probe times:
 
 The three are interleaved (rotating order) in one loop; the probe posts its
 timings as its result text (`/v1/result`). On the host side the bench then
-times `PolicyGate.decide` alone (engine + audit write) for the breakdown.
+times `PolicyGate.decide` alone (engine + audit write) and the engine's
+decision alone, for the breakdown.
 Targets: permission median < 2 ms and <= 1.5x the bare round trip.
 
     python3 bench/bench_permission.py [-n 1000] [--rounds 3]
@@ -117,8 +118,39 @@ async def host_gate_timing(run: Any, task_id: str, count: int) -> list[float]:
     return samples
 
 
+async def host_engine_timing(run: Any, task_id: str, count: int) -> list[float]:
+    """The permission engine's decision alone (no audit write), as PolicyGate calls it."""
+    from orchestrator.permissions import CallContext, ToolCall
+
+    ctx = run.manager.tasks[task_id]
+    gate = run.manager.gate
+    context = CallContext(
+        session_id=ctx.session_id,
+        agent_id=ctx.task_id,
+        agent_type=ctx.agent_type,
+        cwd=wire.WORKSPACE,
+        permission_mode=gate.policy.mode,
+    )
+    samples = []
+    for _ in range(count):
+        call = ToolCall(
+            tool_name="Bash", tool_input={"command": "echo hello"}, tool_use_id="toolu_host"
+        )
+        started = time.perf_counter()
+        decision = await gate.engine_for(ctx).decide(call, context)
+        samples.append(time.perf_counter() - started)
+        assert decision.behavior == "allow", decision
+    return samples
+
+
 async def main_async(args: argparse.Namespace) -> None:
-    samples: dict[str, list[float]] = {"permission": [], "bare": [], "typed": [], "gate": []}
+    samples: dict[str, list[float]] = {
+        "permission": [],
+        "bare": [],
+        "typed": [],
+        "gate": [],
+        "engine": [],
+    }
     behaviors: dict[str, int] = {}
     spec_bytes = 0
     started = time.monotonic()
@@ -152,6 +184,7 @@ async def main_async(args: argparse.Namespace) -> None:
                     behaviors[behavior] = behaviors.get(behavior, 0) + count
                 spec_bytes = out["spec_bytes"]
                 samples["gate"] += await host_gate_timing(run, result.task_id, args.requests)
+                samples["engine"] += await host_engine_timing(run, result.task_id, args.requests)
                 print(f"  round {r + 1}/{args.rounds} done", file=sys.stderr)
 
     print(
@@ -165,6 +198,7 @@ async def main_async(args: argparse.Namespace) -> None:
         ("GET /v1/spec, same socket and client (bare; no decision)", "bare"),
         ("BrokerClient.permission (the runner's typed client)", "typed"),
         ("host only: PolicyGate.decide (engine + audit write)", "gate"),
+        ("host only: permission engine decision (no audit)", "engine"),
     ]
     for label, key in rows:
         values = samples[key]
@@ -184,11 +218,12 @@ async def main_async(args: argparse.Namespace) -> None:
         f"  ratio permission / bare: median {ratio:.2f}x (target <= {RATIO_TARGET}x: "
         f"{verdict(ratio, RATIO_TARGET)}), p95 {p95_ratio:.2f}x"
     )
-    gate = median(samples["gate"])
+    gate, engine = median(samples["gate"]), median(samples["engine"])
     print(
         f"  permission costs {(perm - bare) * 1000:.2f} ms more than bare at the median; "
-        f"PolicyGate.decide alone is {gate * 1000:.2f} ms of it (the rest: parsing and "
-        "validating the request, the size check, the answer's JSON)"
+        f"PolicyGate.decide is {gate * 1000:.2f} ms of it ({engine * 1000:.2f} ms engine, the "
+        "rest mostly the audit write); the remainder is parsing and validating the request, "
+        "the size check and the answer's JSON"
     )
     typed = median(samples["typed"])
     print(f"  runner's typed client: median {typed * 1000:.2f} ms, {typed / bare:.2f}x bare")
