@@ -72,6 +72,7 @@ TARGET = 1.3
 MAX_CONCURRENT = 60
 RSS_SAMPLE_S = 0.02
 BARE_COMMAND = ["python3", "-c", "pass"]
+BARE_NUM_POOLS = 4096
 SDK_FLOOR_COMMAND = ["python3", "-c", "import anthropic"]
 """Reference only: a bare cycle that pays the SDK import every warden runner pays."""
 
@@ -82,6 +83,8 @@ class Burst:
     start_latency: list[float]
     first_request: list[float] = field(default_factory=list)
     tail: list[float] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    """Errors of tasks that did not complete (reported, not fatal)."""
     """Last model request received -> task_completed (result, runner exit, container removed)."""
     rss_before_mib: float = 0.0
     rss_peak_mib: float = 0.0
@@ -161,9 +164,13 @@ async def warden_burst(run: Any, server: Any, started_at: StartedAt, names: list
         ids = await asyncio.gather(*(start(n) for n in names))
         results = await asyncio.gather(*(run.manager.wait_for(tid, None) for _, tid in ids))
         wall = time.time() - t0
-    bad = [r for r in results if r is None or r.status is not TaskStatus.COMPLETED]
-    if bad:
-        raise SystemExit(f"{len(bad)} fan-out task(s) did not complete: {bad[0]}")
+    failed = [
+        "no result" if r is None else f"{r.status.value}: {r.error}"
+        for r in results
+        if r is None or r.status is not TaskStatus.COMPLETED
+    ]
+    ok = {r.task_id for r in results if r is not None and r.status is TaskStatus.COMPLETED}
+    ids = [(name, tid) for name, tid in ids if tid in ok]
     latency = [started_at.times[tid] - called[name] for name, tid in ids]
     first, tail = [], []
     for name, tid in ids:
@@ -172,13 +179,25 @@ async def warden_burst(run: Any, server: Any, started_at: StartedAt, names: list
         first.append(at - called[name])
         last = max(r.received_at for r in server.requests if r.conversation == name)
         tail.append(started_at.completed[tid] - last)
-    return Burst(wall, latency, first, tail, rss_before / 1024, sampler.peak_kib / 1024)
+    return Burst(wall, latency, first, tail, rss_before / 1024, sampler.peak_kib / 1024, failed)
+
+
+def bare_client() -> Any:
+    """A low-level client whose connection pools are not recycled mid-burst.
+
+    docker-py keys its Unix-socket pools by request URL (each container id makes
+    new ones) and keeps 25 by default, closing the oldest -- which another thread
+    may still be using ("'NoneType' object has no attribute 'qsize'") once a burst
+    touches more than 25 URLs. The baseline should not fail for that."""
+    import docker
+    from docker.utils import kwargs_from_env
+
+    return docker.APIClient(**kwargs_from_env(), num_pools=BARE_NUM_POOLS)
 
 
 def bare_burst(
-    client: Any, image: str, session: str, size: int, command: list[str] = BARE_COMMAND
+    api: Any, image: str, session: str, size: int, command: list[str] = BARE_COMMAND
 ) -> Burst:
-    api = client.api
     go = threading.Barrier(size + 1)
     started: list[float] = [0.0] * size
     errors: list[BaseException] = []
@@ -249,6 +268,7 @@ async def main_async(args: argparse.Namespace) -> None:
     results: dict[tuple[str, int], list[Burst]] = {}
     client = connect()
     backend = DockerBackend(client, Settings.from_env())
+    bare_api = bare_client()
     t_start = time.monotonic()
     try:
         with temp_env("bench-fanout") as (settings, workspace):
@@ -265,7 +285,7 @@ async def main_async(args: argparse.Namespace) -> None:
                             if variant in ("bare", "sdk"):
                                 command = BARE_COMMAND if variant == "bare" else SDK_FLOOR_COMMAND
                                 burst = await asyncio.to_thread(
-                                    bare_burst, client, image, session, size, command
+                                    bare_burst, bare_api, image, session, size, command
                                 )
                             else:
                                 burst = await warden_burst(run, server, started_at, names)
@@ -283,6 +303,7 @@ async def main_async(args: argparse.Namespace) -> None:
     finally:
         backend.cleanup({wl.SESSION: session})
         client.close()
+        bare_api.close()
 
     print(
         f"Fan-out, image {image}, {args.rounds} round(s) per size, "
@@ -325,6 +346,11 @@ async def main_async(args: argparse.Namespace) -> None:
                     [x for b in bursts for x in b.tail],
                 )
             )
+            failed = [f for b in bursts for f in b.failed]
+            if failed:
+                print(
+                    f"      {len(failed)} task(s) FAILED (left out of the latencies): {failed[0]}"
+                )
             if args.sdk_floor:
                 print(f"      ratio vs the SDK-import reference: {wall / sdk_wall:5.2f}x")
             print(
