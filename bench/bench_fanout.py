@@ -179,7 +179,15 @@ async def warden_burst(run: Any, server: Any, started_at: StartedAt, names: list
         first.append(at - called[name])
         last = max(r.received_at for r in server.requests if r.conversation == name)
         tail.append(started_at.completed[tid] - last)
-    return Burst(wall, latency, first, tail, rss_before / 1024, sampler.peak_kib / 1024, failed)
+    return Burst(
+        wall,
+        latency,
+        first_request=first,
+        tail=tail,
+        failed=failed,
+        rss_before_mib=rss_before / 1024,
+        rss_peak_mib=sampler.peak_kib / 1024,
+    )
 
 
 def bare_client() -> Any:
