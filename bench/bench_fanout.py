@@ -73,6 +73,7 @@ MAX_CONCURRENT = 60
 RSS_SAMPLE_S = 0.02
 BARE_COMMAND = ["python3", "-c", "pass"]
 BARE_NUM_POOLS = 4096
+PREFILL_TIMEOUT_S = 300.0
 SDK_FLOOR_COMMAND = ["python3", "-c", "import anthropic"]
 """Reference only: a bare cycle that pays the SDK import every warden runner pays."""
 
@@ -243,10 +244,10 @@ async def prefill(run: Any, size: int) -> None:
     """Fill the warm pool to `size`, wait until every runner is idle, stop refills."""
     run.manager.pool.size = size
     run.manager.prewarm("general-purpose")
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + PREFILL_TIMEOUT_S
     while run.manager.pool.ready_count() < size:
         if time.monotonic() > deadline:
-            raise SystemExit(f"the warm pool did not reach {size} within 300 s")
+            raise SystemExit(f"the warm pool did not reach {size} within {PREFILL_TIMEOUT_S:g} s")
         await asyncio.sleep(0.1)
     client = connect()
     try:
@@ -255,7 +256,10 @@ async def prefill(run: Any, size: int) -> None:
         )
     finally:
         client.close()
-    await wait_idle([c["Id"] for c in found], timeout_s=120)
+    if not await wait_idle([c["Id"] for c in found], timeout_s=PREFILL_TIMEOUT_S):
+        print(
+            f"  warning: warm sandboxes still busy after {PREFILL_TIMEOUT_S:g} s", file=sys.stderr
+        )
     run.manager.pool.size = 0  # the burst takes from the pool; no refills compete with it
 
 

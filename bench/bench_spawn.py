@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (
     agent_image,
     first_request_at,
+    idle_cpu_ms_per_s,
     median,
     memory_of,
     ms,
@@ -284,6 +285,7 @@ async def main_async(args: argparse.Namespace) -> None:
     }
     memory: dict[str, Any] = {}
     emit_samples: list[float] = []
+    idle_cpu = float("nan")
     client = connect()
     backend = DockerBackend(client, Settings.from_env())
     started = time.monotonic()
@@ -330,6 +332,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
                 warm_id = await settle_warm(warm)
                 memory["warm sandbox, idle (SDK imported, waiting for a task)"] = memory_of(warm_id)
+                idle_cpu = await idle_cpu_ms_per_s(warm_id, 2.0)
 
                 for r in range(args.rounds):
                     for key, cmd in COMMANDS.items():
@@ -402,6 +405,7 @@ async def main_async(args: argparse.Namespace) -> None:
     for label, values in memory.items():
         print(f"  {label:<58} usage {values['usage']:6.1f} MiB   rss {values['rss']:6.1f} MiB"
               f"   cache {values['cache']:6.1f} MiB")  # fmt: skip
+    print(f"  CPU of an idle warm sandbox (its runner polls for the socket): {idle_cpu:.1f} ms/s")
 
 
 def main() -> None:
