@@ -397,7 +397,7 @@ async def main_async(args: argparse.Namespace) -> None:
         same = median(s["cycle"]) / median(s["sandbox_sub"])
         print(f"  ratio full cycle / subprocess.run in the sandbox (same binaries): {same:5.2f}x")
         overhead = median(s["cycle"]) - median(s["host"])
-        print(f"  absolute overhead per call: {overhead * 1000:.1f} ms")
+        print(f"  full cycle minus host subprocess: {overhead * 1000:+.1f} ms per call")
     show("host EventLog.emit alone (2 per Bash call, on the broker's path)", emit_samples)
 
     print()
