@@ -91,7 +91,7 @@ async def open_run(
 
     from orchestrator.agents import AgentRegistry
     from orchestrator.backend.docker import DockerBackend
-    from orchestrator.engine import connect
+    from orchestrator.engine import connect_local
     from orchestrator.images import resolve_image
     from orchestrator.store import Store
 
@@ -108,7 +108,9 @@ async def open_run(
     base_url = settings.anthropic_base_url or "https://api.anthropic.com"
 
     async with AsyncExitStack() as stack:
-        client = await asyncio.to_thread(connect)
+        # The thin client opens one connection per request: safe across the wait
+        # threads of many subagents (the SDK's pooled client is not, past 25 pools).
+        client = await asyncio.to_thread(connect_local)
         stack.callback(client.close)
         if backend is None:
             backend = DockerBackend(client, settings)
