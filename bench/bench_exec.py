@@ -40,7 +40,9 @@ from orchestrator.config import Settings  # noqa: E402
 from orchestrator.engine import connect, connect_local  # noqa: E402
 
 DEFAULT_ITERATIONS = 30
-DEFAULT_IMAGE = os.environ.get("WARDEN_TEST_IMAGE", "warden-base:bookworm")
+DEFAULT_IMAGE = os.environ.get("WARDEN_TEST_IMAGE", "bash")
+"""`bash` is warden's restricted image (resolved to its current tag), the one
+`warden exec` uses by default."""
 IN_PROCESS_TARGET = 1.15
 CLI_TARGET = 1.0
 
@@ -54,7 +56,7 @@ def timed(action: Callable[[], object]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--iterations", type=int, default=DEFAULT_ITERATIONS)
-    parser.add_argument("--image", default=DEFAULT_IMAGE)
+    parser.add_argument("--image", default=DEFAULT_IMAGE, help="agent, bash or an image name")
     parser.add_argument("--warden", help="the warden executable (default: python -m orchestrator)")
     args = parser.parse_args()
 
@@ -67,6 +69,9 @@ def main() -> None:
     if type(thin).__name__ != "EngineClient":
         sys.exit("the thin client needs a local engine (DOCKER_HOST unset or unix://)")
     thin_backend = DockerBackend(thin, Settings.from_env())
+    from orchestrator.images import resolve_image
+
+    args.image = resolve_image(client, args.image)
     workspace = Path(tempfile.mkdtemp(prefix="warden-bench-"))
     if os.geteuid() == 0:
         os.chown(workspace, 1000, 1000)  # as a user's workspace would be

@@ -18,13 +18,25 @@ from orchestrator.engine import connect
 TEST_LABEL = "warden-test.run"
 RUN_ID = uuid.uuid4().hex[:12]
 """One value per pytest process: tags every container these tests create."""
-DEFAULT_TEST_IMAGE = "warden-base:bookworm"
 
 
 @pytest.fixture(scope="session")
 def sandbox_image() -> str:
-    """The image sandboxes run (env WARDEN_TEST_IMAGE; the restricted bash image in CI)."""
-    return os.environ.get("WARDEN_TEST_IMAGE", DEFAULT_TEST_IMAGE)
+    """The image sandboxes run: the restricted bash image that `warden exec` uses by
+    default (env WARDEN_TEST_IMAGE overrides it)."""
+    override = os.environ.get("WARDEN_TEST_IMAGE")
+    if override:
+        return override
+    from orchestrator.errors import ImageNotFoundError
+    from orchestrator.images import resolve_image
+
+    client = connect()
+    try:
+        return resolve_image(client, "bash")
+    except ImageNotFoundError as exc:
+        pytest.fail(str(exc))
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")
