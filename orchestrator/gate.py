@@ -76,13 +76,7 @@ class PolicyGate:
             tool_input=dict(request.tool_input),
             tool_use_id=request.tool_use_id,
         )
-        context = CallContext(
-            session_id=task.session_id,
-            agent_id=task.task_id,
-            agent_type=task.agent_type,
-            cwd=wire.WORKSPACE,
-            permission_mode=self.policy.mode,
-        )
+        context = self._context(task)
         decision = await self.engine_for(task).decide(call, context)
         tool_input = decision.updated_input or call.tool_input
         digest = input_hash(call.tool_name, tool_input)
@@ -110,13 +104,7 @@ class PolicyGate:
     ) -> None:
         """Run PostToolUse hooks for a finished call; their outcomes are recorded
         (the call already happened, so they can only report)."""
-        context = CallContext(
-            session_id=task.session_id,
-            agent_id=task.task_id,
-            agent_type=task.agent_type,
-            cwd=wire.WORKSPACE,
-            permission_mode=self.policy.mode,
-        )
+        context = self._context(task)
         for outcome in await self.engine_for(task).post_tool_use(call, response, context):
             await self._emit(
                 "post_tool_use_hook",
@@ -128,6 +116,16 @@ class PolicyGate:
                 reason=outcome.reason[:500],
                 error=outcome.error,
             )
+
+    def _context(self, task: TaskContext) -> CallContext:
+        """Who makes a call, as hooks see it (Claude Code's hook input fields)."""
+        return CallContext(
+            session_id=task.session_id,
+            agent_id=task.task_id,
+            agent_type=task.agent_type,
+            cwd=wire.WORKSPACE,
+            permission_mode=self.policy.mode,
+        )
 
     def chain(self, task: TaskContext) -> list[str]:
         """The asking task's ancestors, root side first, ending with the task itself."""
