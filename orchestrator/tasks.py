@@ -373,8 +373,7 @@ class TaskManager:
 
         if self.store is None:
             raise TaskNotFoundError(f"cannot resume {session_id}: this run has no store")
-        tasks = await asyncio.to_thread(self.store.list_tasks)
-        mine = [t for t in tasks if t.session_id == session_id]
+        mine = await asyncio.to_thread(self.store.list_tasks, session_id=session_id)
         if not mine:
             raise TaskNotFoundError(
                 f"no subagent session {session_id!r}; session ids are the task ids that Task "

@@ -59,28 +59,31 @@ async def _resume(
     replay: Path | None,
 ) -> int:
     from orchestrator.commands._common import open_store
-    from orchestrator.commands.run import model_endpoint
+    from orchestrator.commands.run import make_approver, model_endpoint
     from orchestrator.progress import Progress, printable
     from orchestrator.session import open_run
     from orchestrator.tasks import TaskInput
 
     with open_store(settings) as store:
-        tasks = [t for t in store.list_tasks() if t.session_id == session_id]
+        tasks = store.list_tasks(session_id=session_id)
         if not tasks:
             raise click.UsageError(f"no subagent session {session_id!r}; `warden ps` lists them")
-        last = max(tasks, key=lambda t: t.created_at)
+        last = tasks[-1]  # creation order: the session's latest task
         run = store.get_run(last.run_id)
     async with AsyncExitStack() as stack:
         settings = await model_endpoint(stack, settings, replay)
+        progress = Progress(json_mode=json_mode)
         the_run = await stack.enter_async_context(
             open_run(
                 settings,
                 workspace=workspace or Path(run.workspace),
                 prompt=instruction,
                 model=model or run.model,
+                # The same approver `warden run` would use: a human on a terminal.
+                approver=make_approver(settings, progress, None),
             )
         )
-        progress = stack.enter_context(Progress(json_mode=json_mode))
+        stack.enter_context(progress)
         the_run.events.listeners.append(progress)
         result = await the_run.manager.run_task(
             TaskInput(

@@ -183,11 +183,14 @@ class Store(StoreBase):
             return self._fetch_task(conn, task_id)
 
     def list_tasks(
-        self, run_id: str | None = None, status: TaskStatus | None = None
+        self,
+        run_id: str | None = None,
+        status: TaskStatus | None = None,
+        session_id: str | None = None,
     ) -> list[TaskRecord]:
-        """Tasks in creation order, optionally of one run and/or one status."""
+        """Tasks in creation order, optionally of one run, status and/or session."""
         with self._read() as conn:
-            where, params = sql_filter(run_id=run_id, status=status)
+            where, params = sql_filter(run_id=run_id, status=status, session_id=session_id)
             rows = conn.execute(
                 f"SELECT * FROM tasks WHERE {where} ORDER BY created_at, rowid", params
             ).fetchall()
