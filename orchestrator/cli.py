@@ -92,8 +92,11 @@ def main() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except WardenError as exc:
-        click.echo(f"warden: error: {exc}", err=True)
+        from orchestrator.untrusted_text import printable
+
+        # Messages may quote container or workspace text (agent names, paths).
+        click.echo(f"warden: error: {printable(exc, None, multiline=True)}", err=True)
         for note in getattr(exc, "__notes__", []):
-            click.echo(note, err=True)
+            click.echo(printable(note, None, multiline=True), err=True)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)

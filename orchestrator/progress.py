@@ -1,18 +1,31 @@
 """Live progress of a run: a table of subagents on a terminal, one line per
-event otherwise, JSON lines with --json."""
+event otherwise, JSON lines with --json.
+
+Every field of an event may carry container text (agent names come from
+workspace files, tool details from the sandbox), so each is shown through
+`orchestrator.untrusted_text`: never as markup, controls escaped. The display
+is also never allowed to take an approval down with it: a failure to draw is
+logged, the live table is switched off, and the run (and its questions) go on.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import sys
 import time
 from dataclasses import dataclass
 from typing import IO, Any
 
 from orchestrator.events import Event
-from orchestrator.permissions.approvers import as_data
+from orchestrator.untrusted_text import DETAIL_CHARS, plain, printable
 
-DETAIL_CHARS = 60
+log = logging.getLogger(__name__)
+
+__all__ = ["DETAIL_CHARS", "Progress", "printable"]
+
+_ENDED = ("task_completed", "task_failed", "task_timed_out", "task_stopped", "task_interrupted")
 
 
 @dataclass
@@ -26,16 +39,6 @@ class TaskRow:
     ended: float | None = None
 
 
-def printable(text: str, limit: int | None = DETAIL_CHARS, *, multiline: bool = False) -> str:
-    """Container-originated text, made safe to show: control characters (ANSI
-    escapes, carriage returns, bidi overrides) are escaped so they cannot redraw
-    the terminal or fake a prompt."""
-    out = as_data(text)
-    if not multiline:
-        out = out.replace("\n", "\\n")
-    return out if limit is None or len(out) <= limit else out[: limit - 1] + "…"
-
-
 class Progress:
     """An event listener that renders what subagents are doing."""
 
@@ -45,6 +48,7 @@ class Progress:
         self.rows: dict[str, TaskRow] = {}
         self.live: Any = None
         self.console: Any = None
+        self._table_failed = False
         if not json_mode and self.stream.isatty():
             from rich.console import Console
             from rich.live import Live
@@ -67,11 +71,24 @@ class Progress:
 
     def pause(self) -> None:
         if self.live is not None:
-            self.live.stop()
+            try:
+                self.live.stop()
+            except Exception:
+                self._drop_live()
 
     def resume(self) -> None:
         if self.live is not None:
-            self.live.start()
+            try:
+                self.live.start()
+            except Exception:
+                self._drop_live()
+
+    def _drop_live(self) -> None:
+        """The live table failed to draw: say so once and go on with plain lines."""
+        log.exception("the live display failed; falling back to one line per event")
+        live, self.live = self.live, None
+        with contextlib.suppress(Exception):
+            live.stop()
 
     def __call__(self, event: Event) -> None:
         self._track(event)
@@ -104,26 +121,41 @@ class Progress:
                 row.tool = f"{event.data.get('tool_name')}: {event.data.get('detail', '')}"
             elif event.data.get("event") == "tool_finished":
                 row.tool = ""
-        elif event.kind.startswith("task_") and event.kind not in ("task_started", "task_running"):
+        elif event.kind in _ENDED:
             row.status = str(event.data.get("status", event.kind.removeprefix("task_")))
             row.tool = ""
             row.ended = event.ts
 
     def _line(self, event: Event) -> str | None:
-        who = f"[{event.task_id} {event.agent_type}]"
+        data = event.data
+        who = f"[{printable(event.task_id, 40)} {printable(event.agent_type, 40)}]"
         if event.kind == "task_started":
-            return f"{who} started: {printable(str(event.data.get('description', '')))}"
-        if event.kind == "task_running" and event.data.get("event") == "tool_started":
-            detail = printable(str(event.data.get("detail", "")))
-            return f"{who} {event.data.get('tool_name')}: {detail}"
-        if event.kind in ("task_completed", "task_failed", "task_timed_out", "task_stopped"):
-            extra = event.data.get("error") or ""
-            return f"{who} {event.data.get('status')} in {event.data.get('duration_s')} s {printable(str(extra), 200)}".rstrip()
+            return f"{who} started: {printable(data.get('description', ''))}"
+        if event.kind == "task_running" and data.get("event") == "tool_started":
+            return (
+                f"{who} {printable(data.get('tool_name'), 40)}: {printable(data.get('detail', ''))}"
+            )
+        if event.kind in _ENDED:
+            status = printable(data.get("status", event.kind.removeprefix("task_")), 40)
+            extra = printable(data.get("error") or "", 200)
+            return f"{who} {status} in {printable(data.get('duration_s'), 20)} s {extra}".rstrip()
         if event.kind == "broker_rejected":
-            return f"{who} rejected a request to {event.data.get('endpoint')}: {printable(str(event.data.get('reason', '')), 200)}"
+            endpoint = printable(data.get("endpoint"), 60)
+            return (
+                f"{who} rejected a request to {endpoint}: {printable(data.get('reason', ''), 200)}"
+            )
         return None
 
     def _table(self) -> Any:
+        try:
+            return self._draw_table()
+        except Exception as exc:  # the refresh thread must never die on a bad row
+            if not self._table_failed:
+                log.warning("could not draw the subagent table: %r", exc)
+            self._table_failed = True
+            return plain(f"(subagent table unavailable: {type(exc).__name__})")
+
+    def _draw_table(self) -> Any:
         from rich.table import Table
 
         table = Table(title="subagents", expand=False)
@@ -133,10 +165,10 @@ class Progress:
         for row in self.rows.values():
             elapsed = (row.ended or now) - row.started
             table.add_row(
-                row.task_id,
-                row.agent_type,
-                row.status,
-                printable(row.tool),
+                plain(row.task_id, 40),
+                plain(row.agent_type, 40),
+                plain(row.status, 20),
+                plain(row.tool, DETAIL_CHARS),
                 f"{elapsed:5.1f}s",
             )
         return table

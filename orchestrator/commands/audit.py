@@ -14,12 +14,12 @@ def audit(run_id: str | None, json_mode: bool) -> None:
     """List the permission decisions of RUN_ID (default: the latest run): what was
     asked, what the policy decided, what was answered, by which rule, hook, mode or
     person. Tool inputs are shown escaped; each is bound to its hash."""
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     from orchestrator.commands._common import console, emit_json, open_store
     from orchestrator.config import Settings
-    from orchestrator.progress import printable
+    from orchestrator.untrusted_text import plain, printable
 
     with open_store(Settings.from_env()) as store:
         if run_id is None:
@@ -36,15 +36,17 @@ def audit(run_id: str | None, json_mode: bool) -> None:
     for column in ("time", "task", "agent", "tool", "input", "policy", "final", "decided by"):
         table.add_column(column, overflow="fold")
     for r in records:
+        # Every cell is Text: tool names, inputs, agent types and hook output are
+        # container or workspace text and must never be read as markup.
         table.add_row(
             time.strftime("%H:%M:%S", time.localtime(r.time)),
-            r.task_id or "-",
-            r.agent_type,
-            r.tool_name,
-            escape(printable(str(r.tool_input), 80)) + f"\n#{r.input_hash[:12]}",
-            r.decision,
-            r.final,
-            escape(printable(r.decided_by, 80)),
+            plain(r.task_id or "-", 40),
+            plain(r.agent_type, 40),
+            plain(r.tool_name, 40),
+            Text(f"{printable(r.tool_input, 80)}\n#{printable(r.input_hash, 12)}"),
+            plain(r.decision, 20),
+            plain(r.final, 20),
+            plain(r.decided_by, 80),
         )
     console().print(table)
     if not records:

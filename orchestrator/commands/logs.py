@@ -18,7 +18,7 @@ def logs(task_id: str, follow: bool, json_mode: bool) -> None:
     """Show TASK_ID's events and its transcript (container text is shown escaped)."""
     from orchestrator.commands._common import emit_json, open_store
     from orchestrator.config import Settings
-    from orchestrator.progress import printable
+    from orchestrator.untrusted_text import printable
 
     with open_store(Settings.from_env()) as store:
         task = store.get_task(task_id)
@@ -41,17 +41,20 @@ def logs(task_id: str, follow: bool, json_mode: bool) -> None:
                 else:
                     stamp = time.strftime("%H:%M:%S", time.localtime(event.time))
                     data = printable(json.dumps(event.data.get("data", event.data)), 300)
-                    click.echo(f"{stamp} {event.kind} {data}")
+                    click.echo(f"{stamp} {printable(event.kind, 40)} {data}")
             task = store.get_task(task_id)
             if not follow or task.status not in ("pending", "running"):
                 break
             time.sleep(FOLLOW_POLL_S)
             events = store.events(task_id=task_id, after_id=last)
         if not json_mode:
-            click.echo(f"--- transcript ({task.status}) ---")
+            click.echo(f"--- transcript ({printable(task.status, 20)}) ---")
             for message in store.get_transcript(task_id):
+                if not isinstance(message, dict):
+                    continue
+                role = printable(message.get("role"), 40)
                 for block in _blocks(message.get("content")):
-                    click.echo(f"[{message.get('role')}] {printable(block, None, multiline=True)}")
+                    click.echo(f"[{role}] {printable(block, None, multiline=True)}")
 
 
 def _blocks(content: object) -> list[str]:

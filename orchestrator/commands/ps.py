@@ -12,11 +12,12 @@ import click
 @click.option("--json", "json_mode", is_flag=True, help="Print runs and tasks as JSON.")
 def ps(show_all: bool, json_mode: bool) -> None:
     """Show runs and their tasks, as a tree, with status, agent type and age."""
-    from rich.markup import escape
+    from rich.text import Text
     from rich.tree import Tree
 
     from orchestrator.commands._common import age, console, emit_json, open_store
     from orchestrator.config import Settings
+    from orchestrator.untrusted_text import printable
 
     store = open_store(Settings.from_env())
     with store:
@@ -38,12 +39,22 @@ def ps(show_all: bool, json_mode: bool) -> None:
         out.print("no runs yet")
         return
     for run in runs:
+        # Text, never markup strings: agent types, descriptions and prompts may
+        # come from a container or a workspace file.
         tree = Tree(
-            f"[bold]{run.run_id}[/bold]  {run.status}  {age(run.created_at)} ago  {escape(run.prompt[:60])}"
+            Text.assemble(
+                (printable(run.run_id, 40), "bold"),
+                f"  {printable(run.status, 20)}  {age(run.created_at)} ago  ",
+                printable(run.prompt, 60),
+            )
         )
         nodes = {None: tree}
         for task in sorted(tasks_by_run[run.run_id], key=lambda t: (t.depth, t.created_at)):
             parent = nodes.get(task.parent_id, tree)
-            label = f"{task.task_id}  {task.agent_type}  {task.status}  {age(task.created_at)}  {escape(task.description[:50])}"
+            label = Text(
+                f"{printable(task.task_id, 40)}  {printable(task.agent_type, 40)}  "
+                f"{printable(task.status, 20)}  {age(task.created_at)}  "
+                f"{printable(task.description, 50)}"
+            )
             nodes[task.task_id] = parent.add(label)
         out.print(tree)

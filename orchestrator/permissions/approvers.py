@@ -12,11 +12,16 @@ import asyncio
 import hashlib
 import inspect
 import json
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any, Literal, Protocol, TextIO
 
 from pydantic import BaseModel, ConfigDict
+
+from orchestrator.untrusted_text import as_data
+
+log = logging.getLogger(__name__)
 
 MAX_SHOWN_INPUT_CHARS = 4000
 """Tool input shown in a prompt; longer input is cut and the cut announced."""
@@ -76,7 +81,8 @@ def input_hash(tool_name: str, tool_input: dict[str, Any]) -> str:
         separators=(",", ":"),
         ensure_ascii=False,
     )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    # surrogatepass: JSON may carry lone surrogates ("\ud800"), which plain UTF-8 refuses.
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class SessionApprovals:
@@ -91,25 +97,6 @@ class SessionApprovals:
 
     def allows(self, tool_name: str, tool_input: dict[str, Any]) -> bool:
         return (tool_name, input_hash(tool_name, tool_input)) in self._allowed
-
-
-def as_data(text: str) -> str:
-    """Make untrusted text inert on a terminal: every control character (C0, DEL, C1,
-    including ESC and CR) and bidi override becomes a visible escape."""
-    out: list[str] = []
-    for ch in text:
-        code = ord(ch)
-        if ch == "\n":
-            out.append("\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0:
-            out.append(f"\\x{code:02x}")
-        elif 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069 or code in (0x200E, 0x200F):
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def render_question(q: ApprovalQuestion) -> str:
@@ -148,16 +135,22 @@ class TerminalApprover:
             return await asyncio.to_thread(self._ask, q)
 
     def _ask(self, q: ApprovalQuestion) -> ApprovalAnswer:
-        from rich.console import Console
-        from rich.markup import escape
-        from rich.panel import Panel
-
-        console = Console(file=self._out, highlight=False, emoji=False, markup=True)
-        console.print(Panel(escape(render_question(q)), title="warden: approval needed"))
+        """Show the question, then read answers. A display failure never becomes a
+        silent deny: the prompt falls back to plain writes, and only when even those
+        fail is the call denied, with a reason that says so."""
+        try:
+            show_prompt = self._show_rich(q)
+        except Exception as exc:  # a rendering bug must not cost the user the question
+            log.warning("approval panel could not be drawn (%s); asking in plain text", exc)
+            try:
+                show_prompt = self._show_plain(q)
+            except Exception as plain_exc:
+                return _display_failed(plain_exc, self._user)
         while True:
-            console.print(
-                "[bold]\\[a][/]llow once  \\[s] allow for this session  \\[d]eny > ", end=""
-            )
+            try:
+                show_prompt()
+            except Exception as exc:
+                return _display_failed(exc, self._user)
             line = self._in.readline()
             if not line:
                 return ApprovalAnswer(
@@ -169,9 +162,43 @@ class TerminalApprover:
             if choice in ("s", "session"):
                 return ApprovalAnswer(behavior="allow", scope="session", decided_by=self._user)
             if choice in ("d", "deny"):
-                console.print("Reason (told to the agent): ", end="")
+                self._write("Reason (told to the agent): ")
                 reason = self._in.readline().strip() or "denied by the user"
                 return ApprovalAnswer(behavior="deny", reason=reason, decided_by=self._user)
+
+    def _show_rich(self, q: ApprovalQuestion) -> Callable[[], None]:
+        from rich.console import Console
+        from rich.panel import Panel
+        from rich.text import Text
+
+        console = Console(file=self._out, highlight=False, emoji=False, markup=False)
+        # Text, never a markup string: the question carries container text.
+        console.print(Panel(Text(render_question(q)), title="warden: approval needed"))
+        choices = Text.assemble(("[a]", "bold"), "llow once  [s] allow for this session  [d]eny > ")
+        return lambda: console.print(choices, end="")
+
+    def _show_plain(self, q: ApprovalQuestion) -> Callable[[], None]:
+        self._write(f"warden: approval needed\n{render_question(q)}\n")
+        return lambda: self._write(PLAIN_CHOICES)
+
+    def _write(self, text: str) -> None:
+        self._out.write(text)
+        self._out.flush()
+
+
+PLAIN_CHOICES = "[a]llow once  [s] allow for this session  [d]eny > "
+
+
+def _display_failed(exc: Exception, user: str) -> ApprovalAnswer:
+    log.error("the approval prompt could not be shown: %r", exc)
+    return ApprovalAnswer(
+        behavior="deny",
+        reason=(
+            f"the approval prompt could not be shown on the terminal (display failed: "
+            f"{type(exc).__name__}), so the call is denied; nobody saw it"
+        ),
+        decided_by=user,
+    )
 
 
 class NonInteractiveApprover:

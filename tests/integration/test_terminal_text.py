@@ -1,0 +1,150 @@
+"""A subagent's hostile terminal text (rich markup, OSC 8 hyperlinks, screen clears)
+is shown as literal text by `warden run` on a real terminal: the live table keeps
+drawing, another subagent's approval question is still shown and answered by the
+person, and `ps`, `logs` and `audit` print the same text literally."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import warden_argv, warden_env
+
+pytestmark = pytest.mark.integration
+
+MARKUP = "[/bold] [link=http://127.0.0.1/]x[/link]"
+ESCAPES = "\x1b]8;;http://127.0.0.1/\x07click\x1b]8;;\x07 \x1b[2J"
+NOISY_COMMAND = f"sleep 4; echo '{MARKUP} {ESCAPES}'"
+RUN_DEADLINE_S = 150
+
+
+def _script() -> dict[str, object]:
+    def tool_use(name: str, **tool_input: object) -> dict[str, object]:
+        return {"type": "tool_use", "name": name, "input": tool_input}
+
+    def turns(*contents: list[dict[str, object]]) -> list[dict[str, object]]:
+        return [{"content": c} for c in contents]
+
+    return {
+        "conversations": [
+            {
+                "name": "parent",
+                "match": {"system_contains": "lead agent of warden"},
+                "turns": turns(
+                    [
+                        tool_use(
+                            "Task",
+                            description=f"noisy {MARKUP}",
+                            subagent_type="bash",
+                            prompt="NOISY",
+                        ),
+                        tool_use("Task", description="asker", subagent_type="bash", prompt="ASKER"),
+                    ],
+                    [{"type": "text", "text": "parent saw: {tool_results}"}],
+                ),
+            },
+            {
+                "name": "noisy",
+                "match": {"prompt_contains": "NOISY"},
+                "turns": turns(
+                    [tool_use("Bash", command=NOISY_COMMAND)],
+                    [{"type": "text", "text": f"noisy done {MARKUP}"}],
+                ),
+            },
+            {
+                # Asks while the noisy command is on the live table.
+                "name": "asker",
+                "match": {"prompt_contains": "ASKER"},
+                "turns": turns(
+                    [tool_use("Bash", command="sleep 2")],
+                    [tool_use("Bash", command="touch asked.txt")],
+                    [{"type": "text", "text": "asker: {last_tool_result}"}],
+                ),
+            },
+        ]
+    }
+
+
+def _run_on_a_terminal(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, bytes, bool]:
+    """Run argv on a pseudo-terminal, answer `a` to the first approval prompt."""
+    fd, tty = pty.openpty()
+    child = subprocess.Popen(
+        argv, stdin=tty, stdout=tty, stderr=tty, env=env, cwd=cwd, start_new_session=True
+    )
+    os.close(tty)
+    out, answered, deadline = b"", False, time.monotonic() + RUN_DEADLINE_S
+    try:
+        while time.monotonic() < deadline and child.poll() is None:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            out += chunk
+            if not answered and b"llow once" in out:
+                os.write(fd, b"a\n")
+                answered = True
+        code = child.wait(timeout=max(1.0, deadline - time.monotonic()))
+        with contextlib.suppress(OSError):
+            while select.select([fd], [], [], 0.2)[0]:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                out += chunk
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGINT)
+            child.wait(timeout=30)
+        os.close(fd)
+    return code, out, answered
+
+
+def test_hostile_text_is_literal_and_the_approval_is_still_asked(
+    tmp_path: Path, workspace: Path
+) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(_script()))
+    env = warden_env(WARDEN_STATE_DIR=str(tmp_path / "state"), COLUMNS="200", LINES="60")
+    env.pop("CI", None)
+    argv = warden_argv(
+        "run", "--replay", str(script), "--workspace", str(workspace),
+        "--permission-mode", "default", "--allow", "Bash(sleep:*)", "--allow", "Bash(echo:*)",
+        "go",
+    )  # fmt: skip
+    code, out, answered = _run_on_a_terminal(argv, env, tmp_path)
+
+    assert answered, f"the approval question was never shown:\n{out[-3000:]!r}"
+    assert code == 0, out[-3000:]
+    assert (workspace / "asked.txt").exists()  # the person's "allow" reached the call
+    assert b"approval needed" in out and b"MarkupError" not in out
+    assert b"approver error" not in out
+    assert MARKUP[:20].encode() in out  # the live table shows the command literally
+    assert b"\x1b]8;" not in out and b"\x1b[2J" not in out  # no hyperlink, no clear
+
+    def warden(*args: str) -> str:
+        done = subprocess.run(
+            warden_argv(*args), env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    runs = json.loads(warden("ps", "--json"))
+    noisy = next(t for t in runs[0]["tasks"] if t["description"].startswith("noisy"))
+    assert MARKUP in warden("ps")
+    logs = warden("logs", noisy["task_id"])
+    assert MARKUP in logs and "\\x1b]8;;http://127.0.0.1/\\x07click" in logs
+    assert "\x1b" not in logs and "\x07" not in logs
+    audit = warden("audit")
+    assert "sleep 4; echo '[/bold] [link=" in audit and "\x1b" not in audit
+    assert "touch asked.txt" in audit
