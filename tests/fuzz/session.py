@@ -1,0 +1,200 @@
+"""One fuzz run: generate, ask the analyser, run allowed cases in the oracle, judge,
+minimise and record each bypass.
+
+Only cases the analyser allows go to the oracle: an ask or a deny can never be a
+bypass, and the oracle is the expensive step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from tests.fuzz.generate import generate, net_safe
+from tests.fuzz.judge import ALLOW_RULES, Violation, decide, violations
+from tests.fuzz.oracle import Observation
+
+REGRESSIONS = Path(__file__).resolve().parent / "regressions.jsonl"
+"""Every bypass the fuzzer ever found, minimised; replayed by the regression tests."""
+MINIMISE_BUDGET = 250
+"""Most oracle runs one minimisation may spend."""
+
+
+class Observer(Protocol):
+    def observe(self, command: str) -> Observation: ...
+
+
+@dataclass
+class Finding:
+    command: str
+    """The minimised case."""
+    original: str
+    saw: list[str]
+    reason: str
+    where: str
+    """`seed:index` of the generated case."""
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "command": self.command,
+            "saw": self.saw,
+            "reason": self.reason,
+            "original": self.original,
+            "found": self.where,
+            "rules": list(ALLOW_RULES),
+        }
+
+
+@dataclass
+class Report:
+    cases: int = 0
+    seconds: float = 0.0
+    decisions: Counter[str] = field(default_factory=Counter)
+    oracle_runs: int = 0
+    bypasses: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    """Minimised bypasses (new or already known)."""
+    crashes: list[str] = field(default_factory=list)
+    """Cases the analyser raised on (not bypasses: the engine would not allow them)."""
+
+    @property
+    def rate(self) -> float:
+        return self.cases / self.seconds if self.seconds else 0.0
+
+    def summary(self) -> str:
+        d = self.decisions
+        return (
+            f"{self.cases} cases in {self.seconds:.1f} s ({self.rate:.1f} cases/s); "
+            f"allow {d['allow']}, ask {d['ask']}, deny {d['deny']}, analyser errors "
+            f"{len(self.crashes)}; oracle runs {self.oracle_runs}; bypasses {self.bypasses} "
+            f"({len({f.command for f in self.findings})} distinct minimised)"
+        )
+
+
+def known_commands(path: Path = REGRESSIONS) -> list[str]:
+    if not path.exists():
+        return []
+    return [json.loads(line)["command"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def bypass_of(
+    command: str, oracle: Observer, kinds: frozenset[str] | None = None
+) -> list[Violation] | None:
+    """The violations when the analyser allows `command` and bash does something no rule
+    allows (of one of `kinds`, when given); None when it is no bypass."""
+    if not net_safe(command):
+        return None
+    try:
+        behavior, _reason = decide(command)
+    except Exception:
+        return None
+    if behavior != "allow":
+        return None
+    found = [v for v in violations(oracle.observe(command)) if kinds is None or v.kind in kinds]
+    return found or None
+
+
+def minimise(
+    command: str, oracle: Observer, kinds: frozenset[str], budget: int = MINIMISE_BUDGET
+) -> str:
+    """Delta debugging over characters: the shortest text found that still bypasses
+    with a violation of one of `kinds` (so it does not drift to another finding)."""
+    cache: dict[str, bool] = {}
+    spent = 0
+
+    def still(candidate: str) -> bool:
+        nonlocal spent
+        if candidate not in cache:
+            spent += 1
+            cache[candidate] = bypass_of(candidate, oracle, kinds) is not None
+        return cache[candidate]
+
+    text, n = command, 2
+    while len(text) >= 2 and spent < budget:
+        chunk = math.ceil(len(text) / n)
+        for start in range(0, len(text), chunk):
+            candidate = text[:start] + text[start + chunk :]
+            if spent >= budget:
+                break
+            if candidate.strip() and still(candidate):
+                text, n = candidate, max(n - 1, 2)
+                break
+        else:
+            if n >= len(text):
+                break
+            n = min(len(text), n * 2)
+    return text
+
+
+def signature(found: list[Violation], reason: str) -> tuple[object, ...]:
+    """What makes two bypasses look alike: the kinds and targets of their violations and
+    the rules that allowed them (digits dropped). Only the first of a look-alike group
+    is minimised in a run; every bypass is counted."""
+    parts = {(v.kind, re.sub(r"\d+", "N", v.detail.split(" (")[0])) for v in found}
+    return (frozenset(parts), reason)
+
+
+def run(
+    oracle: Observer,
+    *,
+    seed: int,
+    cases: int,
+    start: int = 0,
+    max_minimise: int = 40,
+    on_finding: Callable[[Finding, bool], None] = lambda _f, _new: None,
+    progress: Callable[[Report], None] = lambda _r: None,
+    deadline_s: float | None = None,
+) -> Report:
+    """Run `cases` generated cases (indexes start..start+cases-1) of `seed`.
+
+    `on_finding(finding, is_new)` is called for each minimised bypass; the run stops
+    by itself after `cases` cases or `deadline_s` seconds."""
+    report = Report()
+    known = known_commands()
+    seen = set(known)
+    shapes: set[tuple[object, ...]] = set()
+    began = time.monotonic()
+    for index in range(start, start + cases):
+        if deadline_s is not None and time.monotonic() - began > deadline_s:
+            break
+        command = generate(seed, index, known)
+        report.cases += 1
+        try:
+            behavior, reason = decide(command)
+        except Exception as exc:  # an analyser crash is reported, never a bypass
+            report.crashes.append(f"{type(exc).__name__}: {exc} for {command!r}")
+            continue
+        report.decisions[behavior] += 1
+        if behavior == "allow":
+            report.oracle_runs += 1
+            found = violations(oracle.observe(command))
+            if found:
+                report.bypasses += 1
+                shape = signature(found, reason)
+                if len(report.findings) < max_minimise and shape not in shapes:
+                    shapes.add(shape)
+                    small = minimise(command, oracle, frozenset(v.kind for v in found))
+                    saw = [str(v) for v in violations(oracle.observe(small))] or [
+                        str(v) for v in found
+                    ]
+                    finding = Finding(small, command, saw, decide(small)[1], f"{seed}:{index}")
+                    report.findings.append(finding)
+                    on_finding(finding, small not in seen)
+                    seen.add(small)
+        if report.cases % 500 == 0:
+            report.seconds = time.monotonic() - began
+            progress(report)
+    report.seconds = time.monotonic() - began
+    return report
+
+
+def append_jsonl(path: Path, record: dict[str, object]) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, ensure_ascii=False) + "\n")
