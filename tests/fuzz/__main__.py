@@ -1,6 +1,7 @@
 """`python -m tests.fuzz`: the long differential fuzz run (see policies/README.md).
 
     python -m tests.fuzz --cases 20000 --seed 7
+    python -m tests.fuzz --analyser ../other-checkout   # judge another checkout's analyser
 
 Prints cases/s, the allow/ask/deny counts and the bypasses; saves each new
 minimised bypass in tests/fuzz/regressions.jsonl (unless --no-save) and, with
@@ -12,12 +13,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
 
-from tests.fuzz.judge import decide
-from tests.fuzz.session import REGRESSIONS, Finding, Report, append_jsonl, run
+if "--analyser" in sys.argv:  # must win before `orchestrator` is first imported
+    sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--analyser") + 1]).resolve()))
+
+from tests.fuzz.judge import decide, violations
+from tests.fuzz.session import (
+    REGRESSIONS,
+    Finding,
+    Report,
+    append_jsonl,
+    run,
+)
 
 
 def refresh(path: Path = REGRESSIONS) -> tuple[int, int]:
@@ -27,6 +38,14 @@ def refresh(path: Path = REGRESSIONS) -> tuple[int, int]:
         record["open"] = decide(record["command"])[0] == "allow"
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     return sum(r["open"] for r in records), len(records)
+
+
+def prune(oracle: object, path: Path = REGRESSIONS) -> tuple[int, int]:
+    """Drop saved cases in which bash no longer does anything unallowed."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    kept = [r for r in records if violations(oracle.observe(r["command"]))]  # type: ignore[attr-defined]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
+    return len(kept), len(records) - len(kept)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,18 +60,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--findings", type=Path, default=None, help="also append findings here")
     parser.add_argument("--no-save", action="store_true", help="do not add to regressions.jsonl")
     parser.add_argument("--refresh", action="store_true", help="only refresh the `open` flags")
+    parser.add_argument(
+        "--prune", action="store_true", help="drop saved cases the oracle no longer flags"
+    )
+    parser.add_argument("--analyser", type=Path, help="a checkout whose analyser is judged")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the oracle is removed
     if args.refresh:
         still, total = refresh()
         print(f"{still} of {total} saved cases are still allowed by the analyser")
         return 0
 
+    import orchestrator
     from orchestrator.engine import connect
     from tests.fuzz.image import ensure_oracle_image
     from tests.fuzz.oracle import Oracle
 
+    print(f"analyser: {Path(orchestrator.__file__).parent}", file=sys.stderr)
     client = connect()
     image = ensure_oracle_image(client, log=lambda m: print(m, file=sys.stderr))
+    if args.prune:
+        with Oracle(client, image) as oracle:
+            kept, dropped = prune(oracle)
+        print(f"kept {kept} saved cases, dropped {dropped} the oracle no longer flags")
+        return 0
 
     def on_finding(finding: Finding, new: bool) -> None:
         print(

@@ -120,6 +120,13 @@ ENV_VARS = [
     "GLOBIGNORE",
     "TERM",
 ]
+HIJACK_PREFIXES = [
+    "GIT_CONFIG_GLOBAL=gitcfg", "GIT_CONFIG_SYSTEM=gitcfg", "HOME=.", "XDG_CONFIG_HOME=.",
+    "GIT_DIR=.git GIT_CONFIG_GLOBAL=gitcfg", "BASH_ENV=bashenv", "ENV=bashenv", "PATH=bin:$PATH",
+    "PATH=./bin", "PATH=bin", "GIT_EXEC_PATH=bin", "GIT_PAGER='touch pg'", "PAGER='touch pg'",
+]
+"""Prefixes that make an allowed program run something else (with the oracle's
+template files: gitcfg, .gitconfig, git/config, bashenv, bin/{echo,cat,ls,git})."""
 MUTATION_ALPHABET = " \t\n;&|<>()${}[]'\"`\\#*?!=~-_./:,%^@+0123456789abcdefghirstxyz"
 MAX_CASE_CHARS = 2000
 """Longest case kept; longer ones are regenerated (bounded work per case)."""
@@ -244,7 +251,8 @@ def simple(r: random.Random, depth: int) -> str:
 
 def env_prefix(r: random.Random) -> str:
     var = r.choice(ENV_VARS)
-    value = r.choice([".", "/tmp", "x", "/usr/bin/id", "touch p", "$(touch e)", "'a b'", ""])
+    value = r.choice([".", "/tmp", "x", "/usr/bin/id", "touch p", "$(touch e)", "'a b'", "",
+                      "gitcfg", "bashenv", "bin", "bin:$PATH"])
     if var == "BASH_CMDS":
         return r.choice(["BASH_CMDS[echo]=/usr/bin/id", "BASH_CMDS[cat]=/usr/bin/touch"])
     if var.startswith("GIT_CONFIG") and r.random() < 0.5:
@@ -405,7 +413,6 @@ def heredoc(r: random.Random) -> str:
 def tricky(r: random.Random, depth: int) -> str:
     bad = denied_action(r)
     q = word(r, bad)
-    choice = r.randint(0, 60)
     forms = [
         lambda: f"echo $({bad})",
         lambda: f"echo `{bad}`",
@@ -489,8 +496,22 @@ def tricky(r: random.Random, depth: int) -> str:
         lambda: f"git status; git {r.choice(['log', 'config a.b c', 'init q', 'stash'])}",
         lambda: f"git -c core.fsmonitor={word(r, 'touch z')} status",
         lambda: f"git {r.choice(['--git-dir=.', '-C .', '--exec-path=.', '-p'])} status",
+        lambda: f"{r.choice(HIJACK_PREFIXES)} {r.choice(['git status', 'echo hi', 'ls', 'cat x.txt', 'bash -c true', 'sh -c true', 'git st'])}",
+        lambda: f"export {r.choice(HIJACK_PREFIXES)}; {r.choice(['git status', 'echo hi', 'ls', 'cat x.txt'])}",
+        lambda: f"git -c include.path={word(r, 'gitcfg')} status",
+        lambda: "hash -p bin/echo echo; echo hi",
+        lambda: f"cd bin; PATH=. {r.choice(['echo', 'ls', 'cat'])} hi",
+        lambda: f"sh -c \"echo \\$'\\\\'; {bad}; #'\"",
+        lambda: f"dash -c 'echo $'\"'\"'\\'\"'\"'; {bad}; #'",
+        lambda: f"echo ${{x:-`{bad}`}}",
+        lambda: f"echo \"${{x:-$({bad})}}\"",
+        lambda: f"echo ${{x:->({bad})}}",
+        lambda: f"echo ${{x:-\\\n$({bad})}}",
+        lambda: f"echo $(cat <<'E'\n)\nE\n); {bad}",
+        lambda: f"echo $(cat <<E\n$({bad})\nE\n)",
+        lambda: f"cat <<E$(\n{bad}\n)\nx\nE",
     ]
-    return forms[choice % len(forms)]() if choice < len(forms) else r.choice(forms)()
+    return r.choice(forms)()
 
 
 def compound(r: random.Random, depth: int = 0) -> str:

@@ -76,6 +76,7 @@ HEREDOC_FILE = re.compile(r"^sh-thd\.[A-Za-z0-9]{6}$")
 BASH_IMAGES = frozenset({"/usr/bin/bash", "/bin/bash"})
 HARMLESS_OPEN_PATHS = frozenset({"/dev/null", "/dev/tty"})
 FD_PATH = re.compile(r"^(/dev/fd/\d+|/proc/self/fd/\d+|/dev/stdout|/dev/stderr|/dev/stdin)$")
+FD_DIR_ERRORS = frozenset({"ENOENT", "ENOTDIR", "EISDIR", "EBADF", "ENXIO"})
 NSCD = '"\\x2f\\x76\\x61\\x72\\x2f\\x72\\x75\\x6e\\x2f\\x6e\\x73\\x63\\x64\\x2f\\x73\\x6f\\x63\\x6b\\x65\\x74"'
 """`/var/run/nscd/socket` as strace -xx prints it: glibc's NSS probe on every user look-up."""
 _INET = re.compile(r'inet_addr\("([^"]*)"\)|inet_pton\(AF_INET6, "([^"]*)"')
@@ -169,6 +170,12 @@ def _write_violation(obs: Observation, event: Write) -> Violation | None:
         return None  # nothing was opened, and nothing could have been
     if not event.ok and event.error == "EISDIR" and path.startswith(("/dev/", "/proc/")):
         return None  # a directory of the kernel's: nothing can be written there anywhere
+    if (
+        not event.ok
+        and event.error in FD_DIR_ERRORS
+        and path.startswith(("/dev/fd/", "/proc/self/fd/"))
+    ):
+        return None  # no such descriptor (bash gets only 0-2): nothing is written anywhere
     if (
         HEREDOC_FILE.match(posixpath.basename(path))
         and _image_at(obs, event) in BASH_IMAGES

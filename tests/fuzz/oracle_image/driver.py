@@ -25,7 +25,7 @@ import time
 
 WORK = "/tmp/fuzz-work"
 TEMPLATE = "/tmp/.fuzz-template"
-"""An empty git repository copied to WORK before each case (so `git status` means something)."""
+"""Copied to WORK before each case: a git repository and a few hostile files."""
 TRACE_DIR = "/tmp/fuzz-trace"
 TRACE = TRACE_DIR + "/t"
 BASH = "/usr/bin/bash"
@@ -318,10 +318,40 @@ def run_case(command: str, timeout: float) -> dict[str, object]:
     return result
 
 
-def main() -> None:
+GIT_CONFIG = (
+    "[core]\n\tfsmonitor = touch fsmonitor-ran\n\tpager = touch pager-ran\n"
+    "[alias]\n\tst = !touch alias-ran\n"
+)
+HOSTILE_FILES = {
+    # What an untrusted checkout may hold: config that makes git or bash run code
+    # when a variable points at it, and programs that shadow allowed ones on PATH.
+    "x.txt": ("hi\ntouch\n", 0o644),
+    "gitcfg": (GIT_CONFIG, 0o644),
+    ".gitconfig": (GIT_CONFIG, 0o644),
+    "git/config": (GIT_CONFIG, 0o644),
+    "bashenv": ("touch bashenv-ran\n", 0o644),
+    "bin/echo": ("#!/bin/sh\ntouch path-ran\n", 0o755),
+    "bin/cat": ("#!/bin/sh\ntouch path-ran\n", 0o755),
+    "bin/ls": ("#!/bin/sh\ntouch path-ran\n", 0o755),
+    "bin/git": ("#!/bin/sh\ntouch path-ran\n", 0o755),
+}
+
+
+def make_template() -> None:
+    """An empty git repository plus HOSTILE_FILES, copied to WORK before each case."""
     subprocess.run(
         ["git", "init", "-q", TEMPLATE], check=True, env={"HOME": "/tmp", "PATH": "/usr/bin:/bin"}
     )
+    for name, (text, mode) in HOSTILE_FILES.items():
+        path = os.path.join(TEMPLATE, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(path, mode)
+
+
+def main() -> None:
+    make_template()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(sys.argv[1])
     stream = sock.makefile("rwb", buffering=0)
