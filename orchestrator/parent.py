@@ -12,6 +12,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.errors import WardenError
+from orchestrator.parent_tools import (
+    MAX_OUTPUT_TIMEOUT_MS,
+    TASK_ID_WARNING,
+    TaskOutputInput,
+    TaskStopInput,
+    tool_schemas,
+)
 from orchestrator.tasks import TaskInput, TaskManager, TaskResult
 
 log = logging.getLogger(__name__)
@@ -27,98 +34,6 @@ conversation that holds only the prompt you give it, and returns only its final 
 answer. So write each prompt as a complete, self-contained brief: what to do, where, \
 and what to report back. Independent tasks may be delegated in parallel by calling \
 Task several times in one turn. When the work is done, answer the user concisely."""
-
-
-TASK_ID_WARNING = (
-    "A task exists only if a Task call in this conversation returned its id; ids from "
-    "earlier runs or conversations belong to old tasks and find nothing."
-)
-
-
-def tool_schemas(agent_lines: list[str]) -> list[dict[str, Any]]:
-    """The parent's tools: Task, TaskOutput, TaskStop (Claude Code's input schemas)."""
-    return [
-        {
-            "name": "Task",
-            "description": (
-                "Launch a subagent in its own sandboxed container to carry out a task. It "
-                "sees only your prompt (not this conversation) and returns only its final "
-                "answer. With run_in_background it returns a task id at once and you are "
-                "notified when it finishes (no need to poll). Pass session_id (a task id "
-                "from an earlier Task result) to continue that subagent's conversation.\n\n"
-                "Available agent types:\n" + "\n".join(agent_lines)
-            ),
-            "input_schema": {
-                "type": "object",
-                "properties": {
-                    "description": {
-                        "type": "string",
-                        "description": "A short (3-5 word) description of the task",
-                    },
-                    "prompt": {
-                        "type": "string",
-                        "description": "The task for the agent to perform",
-                    },
-                    "subagent_type": {"type": "string", "description": "The type of agent to use"},
-                    "max_turns": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "description": "Optional lower cap on the subagent's model turns",
-                    },
-                    "run_in_background": {
-                        "type": "boolean",
-                        "description": "Return at once with a task id; the result arrives later",
-                    },
-                    "session_id": {
-                        "type": "string",
-                        "description": "Resume this subagent session (its task id)",
-                    },
-                },
-                "required": ["description", "prompt", "subagent_type"],
-                "additionalProperties": False,
-            },
-        },
-        {
-            "name": "TaskOutput",
-            "description": (
-                "Get the status and result of a background task, optionally waiting for it. "
-                + TASK_ID_WARNING
-            ),
-            "input_schema": {
-                "type": "object",
-                "properties": {
-                    "task_id": {"type": "string"},
-                    "block": {
-                        "type": "boolean",
-                        "description": "Wait for it to finish (default true)",
-                    },
-                    "timeout": {
-                        "type": "number",
-                        "description": "Longest wait in milliseconds (default 30000)",
-                    },
-                },
-                "required": ["task_id"],
-                "additionalProperties": False,
-            },
-        },
-        {
-            "name": "TaskStop",
-            "description": (
-                "Stop a running background task (and every subagent it started): its "
-                "container is killed; its partial transcript is kept. " + TASK_ID_WARNING
-            ),
-            "input_schema": {
-                "type": "object",
-                "properties": {"task_id": {"type": "string"}},
-                "required": ["task_id"],
-                "additionalProperties": False,
-            },
-        },
-    ]
-
-
-DEFAULT_OUTPUT_TIMEOUT_MS = 30_000
-MAX_OUTPUT_TIMEOUT_MS = 600_000
 
 
 @dataclass
@@ -223,7 +138,8 @@ class ParentAgent:
             if name == "TaskOutput":
                 return await self._task_output(tool_use_id, raw)
             if name == "TaskStop":
-                stopped = await self.manager.stop(str(raw.get("task_id", "")))
+                stop = TaskStopInput.model_validate(raw)
+                stopped = await self.manager.stop(stop.task_id)
                 text = (
                     f"Stopped {', '.join(stopped)}." if stopped else "That task had already ended."
                 )
@@ -253,15 +169,14 @@ class ParentAgent:
         return _tool_result(tool_use_id, result.render(), result.is_error)
 
     async def _task_output(self, tool_use_id: str, raw: dict[str, Any]) -> dict[str, Any]:
-        task_id = str(raw.get("task_id", ""))
+        request = TaskOutputInput.model_validate(raw)
+        task_id = request.task_id
         if task_id not in self.manager.tasks:
             return _tool_result(
                 tool_use_id, f"No task {task_id!r} in this run. {TASK_ID_WARNING}", True
             )
-        block = bool(raw.get("block", True))
-        timeout_ms = float(raw.get("timeout", DEFAULT_OUTPUT_TIMEOUT_MS))
-        timeout_s = min(max(timeout_ms, 0), MAX_OUTPUT_TIMEOUT_MS) / 1000
-        result = await self.manager.wait_for(task_id, timeout_s if block else 0)
+        timeout_s = min(request.timeout, MAX_OUTPUT_TIMEOUT_MS) / 1000
+        result = await self.manager.wait_for(task_id, timeout_s if request.block else 0)
         if result is None:
             ctx = self.manager.tasks[task_id]
             return _tool_result(

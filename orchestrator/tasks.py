@@ -70,20 +70,23 @@ class TaskStatus(enum.StrEnum):
 
 
 class TaskInput(BaseModel):
-    """The `Task` tool's input, as the model sends it (Claude Code's schema)."""
+    """The `Task` tool's input, as the model sends it (Claude Code's schema). The
+    field docstrings are the descriptions the model sees (`parent_tools`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     description: str = Field(min_length=1, max_length=200)
     """A short (3-5 word) description of the task."""
     prompt: str = Field(min_length=1, max_length=100_000)
     """The task for the subagent: all it will know."""
     subagent_type: str = Field(min_length=1, max_length=100)
+    """The type of agent to use."""
     max_turns: int | None = Field(default=None, ge=1, le=1000)
     """Lower the agent's turn cap for this task (never raise it)."""
     run_in_background: bool = False
+    """Return at once with a task id; the result arrives later."""
     session_id: str | None = Field(default=None, max_length=100)
-    """Resume that subagent session instead of starting a new one."""
+    """Resume that subagent session (its task id) instead of starting a new one."""
 
 
 class TaskResult(BaseModel):

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -236,12 +235,20 @@ def test_root_owned_workspace_runs_unprivileged_with_a_warning(
     assert "owned by root" in proc.stderr and "chown" in proc.stderr and "--user" in proc.stderr
 
 
-def test_uid_zero_is_refused(workspace: Path, sandbox_image: str) -> None:
+def test_uid_zero_is_refused(workspace: Path, sandbox_image: str, test_session: str) -> None:
+    marker = f"test.uid0={test_session}"
     for user in ("0", "0:0", "1000:0", "root"):
         proc = subprocess.run(
-            warden_argv("exec", "--user", user, "--image", sandbox_image, "--", "id"),
+            warden_argv(
+                "exec", "--user", user, "--label", marker, "--image", sandbox_image, "--", "id"
+            ),
             capture_output=True, text=True, env=warden_env(), check=False,
         )  # fmt: skip
         assert proc.returncode == 2, (user, proc.stderr)
         assert "--user" in proc.stderr and proc.stdout == ""
-    assert sys.executable  # the refusals happened before any container was made
+    # The refusals happened before any container was made.
+    made = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={marker}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert made.stdout.strip() == ""

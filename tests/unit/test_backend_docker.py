@@ -234,9 +234,11 @@ def test_transient_errors_are_retried_permanent_ones_not(
 def test_already_gone_is_fine(backend: DockerBackend, api: StubAPI) -> None:
     api.failures["remove_container"] = [api_error(404, "No such container")]
     api.failures["kill"] = [api_error(409, "is not running"), api_error(500, "No such container")]
-    backend.remove("c1")
-    backend.kill("c1")
-    backend.kill("c1")
+    backend.remove("c1")  # 404: already removed
+    backend.kill("c1")  # 409: already stopped
+    backend.kill("c1")  # 500 "No such container": removed meanwhile
+    assert api.names().count("remove_container") == 1
+    assert api.names().count("kill") == 2
 
 
 def test_dead_engine_is_one_clear_error(backend: DockerBackend, api: StubAPI) -> None:

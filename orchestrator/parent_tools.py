@@ -1,0 +1,97 @@
+"""The parent's tools (`Task`, `TaskOutput`, `TaskStop`): one pydantic model per
+tool input, and the JSON schemas the model sees, generated from those models so the
+two cannot drift."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.tasks import TaskInput
+
+TASK_ID_WARNING = (
+    "A task exists only if a Task call in this conversation returned its id; ids from "
+    "earlier runs or conversations belong to old tasks and find nothing."
+)
+DEFAULT_OUTPUT_TIMEOUT_MS = 30_000
+MAX_OUTPUT_TIMEOUT_MS = 600_000
+
+
+class TaskOutputInput(BaseModel):
+    """The `TaskOutput` tool's input."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    task_id: str = Field(max_length=100)
+    """The id a Task call returned."""
+    block: bool = True
+    """Wait for it to finish (default true)."""
+    timeout: float = Field(default=DEFAULT_OUTPUT_TIMEOUT_MS, ge=0)
+    """Longest wait in milliseconds (default 30000; at most 600000)."""
+
+
+class TaskStopInput(BaseModel):
+    """The `TaskStop` tool's input."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    task_id: str = Field(max_length=100)
+    """The id of the background task to stop."""
+
+
+def input_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s JSON schema as a tool `input_schema`: no titles or defaults, and an
+    optional field is just its type (the model may leave it out). The model's own
+    docstring is for developers and stays out."""
+    schema: dict[str, Any] = _clean(model.model_json_schema())
+    schema.pop("description", None)
+    return schema
+
+
+def _clean(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_clean(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    variants = node.get("anyOf")
+    if isinstance(variants, list):
+        concrete = [v for v in variants if v != {"type": "null"}]
+        if len(concrete) == 1 and len(concrete) < len(variants):
+            merged = {k: v for k, v in node.items() if k not in ("anyOf", "default")}
+            return _clean({**concrete[0], **merged})
+    return {k: _clean(v) for k, v in node.items() if k not in ("title", "default")}
+
+
+def tool_schemas(agent_lines: list[str]) -> list[dict[str, Any]]:
+    """The parent's tools, with Claude Code's names and input schemas."""
+    return [
+        {
+            "name": "Task",
+            "description": (
+                "Launch a subagent in its own sandboxed container to carry out a task. It "
+                "sees only your prompt (not this conversation) and returns only its final "
+                "answer. With run_in_background it returns a task id at once and you are "
+                "notified when it finishes (no need to poll). Pass session_id (a task id "
+                "from an earlier Task result) to continue that subagent's conversation.\n\n"
+                "Available agent types:\n" + "\n".join(agent_lines)
+            ),
+            "input_schema": input_schema(TaskInput),
+        },
+        {
+            "name": "TaskOutput",
+            "description": (
+                "Get the status and result of a background task, optionally waiting for it. "
+                + TASK_ID_WARNING
+            ),
+            "input_schema": input_schema(TaskOutputInput),
+        },
+        {
+            "name": "TaskStop",
+            "description": (
+                "Stop a running background task (and every subagent it started): its "
+                "container is killed; its partial transcript is kept. " + TASK_ID_WARNING
+            ),
+            "input_schema": input_schema(TaskStopInput),
+        },
+    ]

@@ -1,0 +1,56 @@
+"""Locks in that the parent's tool schemas are generated from the pydantic models that
+validate the same inputs: every field the model accepts is described to the model,
+required means required, and the schema carries no pydantic artefacts (titles,
+nulls, defaults) that the Messages API would show the model."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.parent_tools import TaskOutputInput, TaskStopInput, tool_schemas
+from orchestrator.tasks import TaskInput
+
+MODELS: dict[str, type[BaseModel]] = {
+    "Task": TaskInput,
+    "TaskOutput": TaskOutputInput,
+    "TaskStop": TaskStopInput,
+}
+
+
+def _schemas() -> dict[str, dict[str, Any]]:
+    return {tool["name"]: tool["input_schema"] for tool in tool_schemas(["- bash: runs"])}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_schema_and_model_agree(name: str) -> None:
+    schema = _schemas()[name]
+    model = MODELS[name]
+    assert schema["type"] == "object" and schema["additionalProperties"] is False
+    assert set(schema["properties"]) == set(model.model_fields)
+    required = {n for n, f in model.model_fields.items() if f.is_required()}
+    assert set(schema.get("required", [])) == required
+    for field_name, prop in schema["properties"].items():
+        assert prop.get("description"), f"{name}.{field_name} has no description"
+        assert "type" in prop, f"{name}.{field_name} has no plain type"
+
+
+def test_no_pydantic_artefacts_reach_the_model() -> None:
+    text = json.dumps(_schemas())
+    for artefact in ('"title"', '"null"', '"anyOf"', '"default"'):
+        assert artefact not in text
+
+
+def test_limits_in_the_schema_are_the_models_limits() -> None:
+    task = _schemas()["Task"]["properties"]
+    assert task["description"]["maxLength"] == 200
+    assert task["max_turns"]["minimum"] == 1
+    with pytest.raises(ValidationError):
+        TaskInput.model_validate({"description": "x" * 201, "prompt": "p", "subagent_type": "b"})
+    with pytest.raises(ValidationError):
+        TaskOutputInput.model_validate({"task_id": "sa_1", "timeout": -1})
+    with pytest.raises(ValidationError):
+        TaskStopInput.model_validate({"task_id": "sa_1", "force": True})
