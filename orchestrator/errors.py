@@ -49,3 +49,8 @@ class StoreError(WardenError, RuntimeError):
 
 class TaskNotFoundError(WardenError, LookupError):
     """A task or session id that the store does not know."""
+
+
+class UnsafeMountError(ConfigError):
+    """A mount source is a symbolic link, has one on its way, or lies outside the
+    workspace: mounting it could expose host files to a sandbox."""

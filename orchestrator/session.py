@@ -25,6 +25,8 @@ from orchestrator.permissions import load_hooks, load_policy
 from orchestrator.permissions.approvers import NonInteractiveApprover
 from orchestrator.recovery import recover
 from orchestrator.tasks import PermissionGate, TaskManager, TaskManagerConfig
+from orchestrator.workspace import WorkspaceGuard
+from orchestrator.workspace.settings import protected_paths
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,14 @@ def check_workspace(workspace: Path) -> Path:
             f"workspace {workspace} is not a directory; create it or pass --workspace"
         )
     return resolved
+
+
+def prepare_guard(settings: Settings, workspace: Path, protect: tuple[str, ...]) -> WorkspaceGuard:
+    """The run's workspace protections (`--protect` paths must exist; those from
+    settings files are skipped when missing)."""
+    return WorkspaceGuard.prepare(
+        workspace, protect=protect, optional=protected_paths(settings, workspace)
+    )
 
 
 @dataclass
@@ -79,6 +89,7 @@ async def open_run(
     backend: Any | None = None,
     registry: Any | None = None,
     runner_command: tuple[str, ...] | None = None,
+    protect: tuple[str, ...] = (),
 ) -> AsyncIterator[Run]:
     """Everything a run needs, started; on exit every container of this run is gone.
 
@@ -102,12 +113,14 @@ async def open_run(
             settings, workspace, policy=policy, allow=allow, deny=deny, mode=mode
         )
         gate_hooks = load_hooks(settings, workspace)
+    guard = prepare_guard(settings, workspace, protect)
     run_id = new_run_id()
     session = run_id
     api_key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
     base_url = settings.anthropic_base_url or "https://api.anthropic.com"
 
     async with AsyncExitStack() as stack:
+        stack.callback(guard.release)
         # The thin client opens one connection per request: safe across the wait
         # threads of many subagents (the SDK's pooled client is not, past 25 pools).
         client = await asyncio.to_thread(connect_local)
@@ -168,6 +181,7 @@ async def open_run(
             image_resolver=image_for,
             gate=gate,
             config=config,
+            guard=guard,
             **({"runner_command": runner_command} if runner_command else {}),
         )
         # Whatever happens, no container of this run outlives it: the reaper runs

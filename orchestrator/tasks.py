@@ -37,6 +37,7 @@ from orchestrator.broker import Broker, Budget, Upstream
 from orchestrator.errors import WardenError
 from orchestrator.events import EventLog
 from orchestrator.pool import WARM_WAIT_S, WarmPool
+from orchestrator.workspace import WorkspaceGuard
 from sandbox_tools import wire
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,6 @@ STDERR_TAIL_CHARS = 2_000
 """How much of a failed runner's stderr goes into the error message."""
 RESULT_PREVIEW_CHARS = 200
 SOCKET_ROOT_PREFIX = "warden-sock-"
-PROTECTED_PATHS = (".claude", ".git/hooks", ".git/config")
-"""Workspace paths mounted read-only in subagent sandboxes (when they exist)."""
 """Broker sockets live under the temp dir: Unix socket paths must stay short."""
 
 
@@ -215,8 +214,11 @@ class TaskManager:
         gate: PermissionGate | None = None,
         config: TaskManagerConfig | None = None,
         runner_command: tuple[str, ...] = RUNNER_COMMAND,
+        guard: WorkspaceGuard | None = None,
     ) -> None:
         self.backend = backend
+        self.guard = guard or WorkspaceGuard.prepare(workspace)
+        """What sandboxes may not write (made before the first sandbox starts)."""
         self.registry = registry
         self.upstream = upstream
         self.events = events
@@ -264,7 +266,7 @@ class TaskManager:
         """Start warm sandboxes for these agent types now, ahead of their first task."""
         for name in agent_types:
             agent = self.registry.get(name)
-            key = WarmPool.key(self._sandbox_spec(agent, Path("/nonexistent"), task_id=None))
+            key = self._pool_key(agent)
             self.pool.refill(key, self._warm_factory(agent))
 
     def _warm_factory(self, agent: Any) -> Any:
@@ -465,8 +467,7 @@ class TaskManager:
     # -- one subagent's life ------------------------------------------------
 
     async def _supervise(self, ctx: TaskContext, spec: wire.TaskSpec) -> TaskResult:
-        cold_spec = self._sandbox_spec(ctx.agent, Path("/nonexistent"), task_id=ctx.task_id)
-        key = WarmPool.key(cold_spec)
+        key = self._pool_key(ctx.agent)
         warm = self.pool.take(key)
         self.pool.refill(key, self._warm_factory(ctx.agent))
         socket_dir = warm.socket_dir if warm else _socket_dir()
@@ -540,13 +541,7 @@ class TaskManager:
     def _sandbox_spec(self, agent: Any, socket_dir: Path, *, task_id: str | None) -> SandboxSpec:
         """The container for one agent; task_id None makes a warm sandbox, whose
         runner imports first and then waits for its broker socket."""
-        limits = ResourceLimits()
-        if getattr(agent, "memory", None):
-            limits = limits.model_copy(update={"memory_bytes": int(agent.memory)})
-        if getattr(agent, "cpus", None):
-            limits = limits.model_copy(update={"cpus": float(agent.cpus)})
-        if getattr(agent, "pids", None):
-            limits = limits.model_copy(update={"pids": int(agent.pids)})
+        limits = _limits(agent)
         command = list(self.runner_command)
         extra = {"task": task_id} if task_id else {"warm": "1"}
         if task_id is None:
@@ -557,25 +552,17 @@ class TaskManager:
             workspace=self.workspace,
             mounts=[
                 Mount(source=socket_dir, target=wire.BROKER_SOCKET_DIR, read_only=True),
-                *self._protected_mounts(),
+                *self.guard.mounts(),
             ],
             env={"HOME": "/tmp", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
             limits=limits,
             warden_labels=labels.warden_labels(self.session, run=self.run_id, **extra),
         )
 
-    def _protected_mounts(self) -> list[Mount]:
-        """Workspace paths the host acts on later are read-only inside sandboxes:
-        settings and hooks (.claude/) run on the host, and git runs hooks and
-        config commands (.git/hooks, .git/config) when the user next uses git."""
-        mounts = []
-        for relative in PROTECTED_PATHS:
-            path = self.workspace / relative
-            if path.exists() and not path.is_symlink():
-                mounts.append(
-                    Mount(source=path, target=f"{wire.WORKSPACE}/{relative}", read_only=True)
-                )
-        return mounts
+    def _pool_key(self, agent: Any) -> Any:
+        """Warm sandboxes are interchangeable within (image, limits); mounts are not
+        part of the key because each sandbox computes its own when it starts."""
+        return (self.image_resolver(agent.image), _limits(agent).model_dump_json())
 
     def _result(
         self, ctx: TaskContext, sandbox: SandboxResult | None, budget: Budget, failure: str | None
@@ -770,6 +757,17 @@ class _Host:
         await self.manager._emit(
             "broker_rejected", self.ctx, endpoint=endpoint, status=status, reason=reason[:500]
         )
+
+
+def _limits(agent: Any) -> ResourceLimits:
+    limits = ResourceLimits()
+    if getattr(agent, "memory", None):
+        limits = limits.model_copy(update={"memory_bytes": int(agent.memory)})
+    if getattr(agent, "cpus", None):
+        limits = limits.model_copy(update={"cpus": float(agent.cpus)})
+    if getattr(agent, "pids", None):
+        limits = limits.model_copy(update={"pids": int(agent.pids)})
+    return limits
 
 
 def _socket_dir() -> Path:

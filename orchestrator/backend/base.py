@@ -37,6 +37,10 @@ class Mount(_Closed):
     target: str
     """Absolute path inside the container."""
     read_only: bool = True
+    confined_to: Path | None = None
+    """When set, `source` must lie inside this directory with no symbolic link on the
+    way; the backend re-checks it immediately before creating the container (a
+    sandbox may have swapped a workspace path for a link since it was chosen)."""
 
 
 class ResourceLimits(_Closed):

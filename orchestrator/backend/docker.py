@@ -30,6 +30,7 @@ from orchestrator.backend.base import (
 )
 from orchestrator.backend.capture import OutputCapture
 from orchestrator.backend.engine_http import iter_frames
+from orchestrator.backend.mounts import check_confined
 from orchestrator.config import Settings
 from orchestrator.engine import ENGINE_FIX
 from orchestrator.errors import (
@@ -81,6 +82,9 @@ class DockerBackend(ContainerBackend):
     def start(self, spec: SandboxSpec) -> str:
         container_labels = self._labels(spec)
         user = self._user(spec)
+        for mount in spec.mounts:
+            if mount.confined_to is not None:
+                check_confined(mount.confined_to, mount.source)
         binds = [_bind(m.source, m.target, m.read_only) for m in spec.mounts]
         if spec.workspace is not None:
             binds.insert(0, _bind(_workspace_dir(spec.workspace), WORKSPACE_TARGET, False))

@@ -1,0 +1,9 @@
+"""The workspace as the host sees it: container output, never trusted.
+
+`guard` decides what sandboxes may not write and builds the read-only mounts;
+`report` lists what a run changed under paths the host or developer tools
+execute; `settings` reads warden's own keys (`warden.protect`)."""
+
+from orchestrator.workspace.guard import ALWAYS_PROTECTED, ProtectedPathError, WorkspaceGuard
+
+__all__ = ["ALWAYS_PROTECTED", "ProtectedPathError", "WorkspaceGuard"]

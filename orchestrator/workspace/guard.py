@@ -1,0 +1,182 @@
+"""Which workspace paths sandboxes may not write, and the mounts that enforce it.
+
+The workspace is container output: whatever a subagent leaves there, the host
+may later run (git runs hooks, `core.fsmonitor` and friends from `.git`; warden
+and Claude Code read settings, hooks and agent files from `.claude/`). So:
+
+- `.claude/` is created (empty, owned like the workspace) before the first
+  sandbox of a run when it is missing, and is read-only in every sandbox.
+- `.git` is read-only **as a whole**. Anything short of that leaves a way for
+  git to run code or look elsewhere: a writable `.git` lets a sandbox create
+  `commondir`, `objects/info/alternates`, `worktrees/*/gitdir` or a second
+  `config` through them, and a mount on `.git/config` alone moves with `.git`
+  when `.git` is renamed. A mount point cannot be renamed or removed from
+  inside, so `mv .git x` fails too. Committing needs a writable `.git` root
+  (`index.lock` is renamed onto `index`, which fails on a bind-mounted file), so
+  sandboxes read history (`status`, `diff`, `log`) and you commit after review.
+- A workspace with no `.git` gets an empty, read-only placeholder directory
+  for the run (git skips an empty `.git` and keeps looking upward), so a
+  sandbox cannot plant a repository at the root; warden removes the
+  placeholder when the run ends. `.git` below the root cannot be protected that
+  way; the end-of-run report lists every one a run creates or changes.
+- `--protect PATH` and the `warden.protect` settings key add paths.
+
+Every mount source is checked here when the guard is made and again by the
+backend immediately before the container is created (`Mount.confined_to`):
+a source that is a symbolic link, has one on its way, or leaves the workspace
+is refused with `UnsafeMountError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.backend.base import Mount
+from orchestrator.backend.mounts import check_confined
+from orchestrator.errors import ConfigError, UnsafeMountError
+from sandbox_tools.wire import WORKSPACE
+
+log = logging.getLogger(__name__)
+
+CLAUDE_DIR = ".claude"
+GIT_DIR = ".git"
+ALWAYS_PROTECTED = (CLAUDE_DIR, GIT_DIR)
+"""Workspace paths read-only in every subagent sandbox, whatever the settings say."""
+MAX_PROTECTED_PATHS = 64
+"""Most extra protected paths (each is one bind mount per sandbox)."""
+
+
+class ProtectedPathError(ConfigError):
+    """A path given to `--protect` (or `warden.protect`) is unusable."""
+
+
+def normalise_protected(path: str, workspace: Path) -> str:
+    """A protected path as a relative, `..`-free path inside the workspace.
+
+    Accepts relative paths, `/workspace/...` and absolute host paths inside the
+    workspace. Raises ProtectedPathError otherwise.
+    """
+    text = path.strip()
+    if not text:
+        raise ProtectedPathError("an empty path cannot be protected")
+    if text == WORKSPACE or text.startswith(WORKSPACE + "/"):
+        text = text[len(WORKSPACE) :].lstrip("/")
+    elif text.startswith("/"):
+        try:
+            text = str(Path(text).relative_to(workspace))
+        except ValueError:
+            raise ProtectedPathError(
+                f"cannot protect {path}: it is outside the workspace {workspace}; "
+                "give a path inside it (relative paths are relative to the workspace)"
+            ) from None
+    cleaned = posixpath.normpath(text)
+    if cleaned in (".", "") or cleaned.startswith(".."):
+        raise ProtectedPathError(
+            f"cannot protect {path!r}: it must name a file or directory inside the workspace "
+            "(not the workspace itself, nothing above it)"
+        )
+    return cleaned
+
+
+@dataclass
+class WorkspaceGuard:
+    """The protections of one run's workspace. Make it with `prepare` before the
+    first sandbox starts; `mounts()` is called for every sandbox as it starts."""
+
+    workspace: Path
+    protected: tuple[str, ...]
+    """Relative paths mounted read-only, in mount order."""
+    placeholders: list[str] = field(default_factory=list)
+    """Directories warden created only for this run (removed by `release` if empty)."""
+
+    @classmethod
+    def prepare(
+        cls,
+        workspace: Path,
+        *,
+        protect: Sequence[str] = (),
+        optional: Sequence[str] = (),
+    ) -> WorkspaceGuard:
+        """Create what must exist, check every source, and return the guard.
+
+        `protect` paths (from `--protect`) must exist; `optional` ones (from a
+        settings file shared across workspaces) are skipped when missing.
+        Raises UnsafeMountError, ProtectedPathError.
+        """
+        workspace = Path(os.path.realpath(workspace))
+        extra = [normalise_protected(p, workspace) for p in protect]
+        for rel in extra:
+            if not os.path.lexists(workspace / rel):
+                raise ProtectedPathError(
+                    f"--protect {rel}: no such file or directory in {workspace}; create it "
+                    "first (an empty directory is enough) or drop the flag"
+                )
+        for raw in optional:
+            rel = normalise_protected(raw, workspace)
+            if os.path.lexists(workspace / rel):
+                extra.append(rel)
+            else:
+                log.info("protected path %s does not exist in %s; not mounted", rel, workspace)
+        paths = list(dict.fromkeys([*ALWAYS_PROTECTED, *extra]))
+        if len(paths) - len(ALWAYS_PROTECTED) > MAX_PROTECTED_PATHS:
+            raise ProtectedPathError(
+                f"more than {MAX_PROTECTED_PATHS} protected paths; protect their common "
+                "parent directory instead"
+            )
+        guard = cls(workspace, tuple(paths))
+        guard._ensure_dir(CLAUDE_DIR, placeholder=False)
+        guard._ensure_dir(GIT_DIR, placeholder=True)
+        guard.mounts()  # refuse a bad source now, before anything starts
+        return guard
+
+    def _ensure_dir(self, relative: str, *, placeholder: bool) -> None:
+        path = self.workspace / relative
+        if os.path.lexists(path):
+            return
+        owner = os.stat(self.workspace)
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            return
+        with contextlib.suppress(PermissionError):
+            os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+        if placeholder:
+            self.placeholders.append(relative)
+
+    def mounts(self) -> list[Mount]:
+        """Read-only mounts for one sandbox, computed and checked now (never cached:
+        a sandbox that starts later gets the protections as they are then).
+
+        Raises UnsafeMountError when a source became a link or left the workspace.
+        """
+        mounts = []
+        for relative in self.protected:
+            source = self.workspace / relative
+            if not os.path.lexists(source) and relative not in ALWAYS_PROTECTED:
+                continue  # an optional path that is gone: the report lists it
+            check_confined(self.workspace, source)
+            mounts.append(
+                Mount(
+                    source=source,
+                    target=f"{WORKSPACE}/{relative}",
+                    read_only=True,
+                    confined_to=self.workspace,
+                )
+            )
+        return mounts
+
+    def release(self) -> None:
+        """Remove the placeholders this run created, if they are still empty."""
+        for relative in self.placeholders:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.workspace / relative)
+        self.placeholders.clear()
+
+
+__all__ = ["ALWAYS_PROTECTED", "ProtectedPathError", "UnsafeMountError", "WorkspaceGuard"]
