@@ -26,6 +26,7 @@ from orchestrator.permissions.approvers import NonInteractiveApprover
 from orchestrator.recovery import recover
 from orchestrator.tasks import PermissionGate, TaskManager, TaskManagerConfig
 from orchestrator.workspace import WorkspaceGuard
+from orchestrator.workspace.report import ExecutedPathsWatch
 from orchestrator.workspace.settings import protected_paths
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ class Run:
     events: EventLog
     manager: TaskManager
     parent: ParentAgent
+    watch: ExecutedPathsWatch | None = None
+    """Snapshot of executed paths taken before the first sandbox (the end-of-run report)."""
 
     @property
     def events_path(self) -> Path:
@@ -121,6 +124,7 @@ async def open_run(
 
     async with AsyncExitStack() as stack:
         stack.callback(guard.release)
+        watch = await asyncio.to_thread(ExecutedPathsWatch, workspace, guard.protected)
         # The thin client opens one connection per request: safe across the wait
         # threads of many subagents (the SDK's pooled client is not, past 25 pools).
         client = await asyncio.to_thread(connect_local)
@@ -191,7 +195,9 @@ async def open_run(
         anthropic_client = anthropic.AsyncAnthropic(api_key=api_key or "unset", base_url=base_url)
         stack.push_async_callback(anthropic_client.close)
         parent = ParentAgent(client=anthropic_client, model=model, manager=manager)
-        yield Run(run_id, session, workspace, model, settings, store, events, manager, parent)
+        yield Run(
+            run_id, session, workspace, model, settings, store, events, manager, parent, watch
+        )
 
 
 async def _reap(backend: Any, session: str) -> None:

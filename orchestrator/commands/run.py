@@ -67,6 +67,13 @@ import click
     help="How deep subagents may nest (1: they may not delegate).",
 )
 @click.option(
+    "--protect",
+    multiple=True,
+    metavar="PATH",
+    help="Workspace path mounted read-only in every sandbox, besides .claude/ and .git "
+    "(repeatable; also `warden.protect` in settings.json).",
+)
+@click.option(
     "--background",
     is_flag=True,
     help="Run Task calls in the background unless the model asks otherwise.",
@@ -83,6 +90,7 @@ def run(
     permission_mode: str | None,
     approval_timeout: float | None,
     max_depth: int,
+    protect: tuple[str, ...],
     background: bool,
 ) -> None:
     """Run PROMPT with a parent agent whose only tools delegate to subagents.
@@ -101,6 +109,7 @@ def run(
         approval_timeout=approval_timeout,
         max_depth=max_depth,
         background=background,
+        protect=protect,
     )
     try:
         code = asyncio.run(_run(settings, prompt, workspace, model, json_mode, replay, options))
@@ -120,6 +129,7 @@ class RunOptions:
     approval_timeout: float | None = None
     max_depth: int = 1
     background: bool = False
+    protect: tuple[str, ...] = ()
 
 
 def make_approver(settings: Any, progress: Any, timeout_s: float | None) -> Any:
@@ -180,6 +190,7 @@ async def _run(
     from orchestrator.progress import Progress, printable
     from orchestrator.session import open_run
     from orchestrator.tasks import TaskManagerConfig
+    from orchestrator.workspace.report import end_of_run_report
 
     async with AsyncExitStack() as stack:
         settings = await model_endpoint(stack, settings, replay)
@@ -196,6 +207,7 @@ async def _run(
                 deny=options.deny,
                 mode=options.mode,
                 config=TaskManagerConfig(max_depth=options.max_depth),
+                protect=options.protect,
             )
         )
         the_run.parent.background_default = options.background
@@ -220,6 +232,10 @@ async def _run(
             raise
         finally:
             await asyncio.to_thread(the_run.store.finish_run, the_run.run_id, status, text or None)
+            sensitive = await end_of_run_report(the_run.watch, the_run.store, the_run.run_id)
+            if sensitive is not None and not json_mode:
+                for line in sensitive.render():
+                    click.echo(line, err=True)
         if json_mode:
             print(
                 json.dumps(
@@ -229,6 +245,9 @@ async def _run(
                         "status": status,
                         "result": text,
                         "tasks": [r.model_dump(mode="json") for r in result.tasks],
+                        "sensitive_changes": sensitive.model_dump(mode="json")
+                        if sensitive is not None
+                        else None,
                     }
                 )
             )

@@ -165,6 +165,12 @@ def matches(pattern: str, path: str) -> bool:
         probe = parent
 
 
+def pattern_regex(pattern: str) -> str:
+    """The regular expression (source) a glob pattern compiles to: it matches the
+    path itself; append `(?:/.*)?` for the directories above it too."""
+    return _compile(pattern).pattern
+
+
 @lru_cache(maxsize=1024)
 def _compile(pattern: str) -> re.Pattern[str]:
     out: list[str] = []

@@ -1,0 +1,120 @@
+"""What sandboxes may not write: `.claude/` and `.git` always, `--protect` and
+`warden.protect` paths besides; every mount source is refused when it is a link,
+has one on its way, or leaves the workspace."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.backend.mounts import check_confined
+from orchestrator.config import Settings
+from orchestrator.errors import ConfigError, UnsafeMountError
+from orchestrator.workspace import ProtectedPathError, WorkspaceGuard
+from orchestrator.workspace.guard import normalise_protected
+from orchestrator.workspace.settings import protected_paths
+
+
+def targets(guard: WorkspaceGuard) -> list[str]:
+    return [m.target for m in guard.mounts()]
+
+
+def test_claude_and_git_are_created_and_mounted_read_only(tmp_path: Path) -> None:
+    guard = WorkspaceGuard.prepare(tmp_path)
+    assert (tmp_path / ".claude").is_dir() and (tmp_path / ".git").is_dir()
+    mounts = guard.mounts()
+    assert [m.target for m in mounts] == ["/workspace/.claude", "/workspace/.git"]
+    assert all(m.read_only and m.confined_to == tmp_path for m in mounts)
+    guard.release()
+    assert (tmp_path / ".claude").is_dir(), ".claude stays: it is the workspace's own"
+    assert not (tmp_path / ".git").exists(), "the .git placeholder goes with the run"
+
+
+def test_an_existing_git_is_never_removed_and_a_filled_placeholder_stays(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    WorkspaceGuard.prepare(tmp_path).release()
+    assert (tmp_path / ".git" / "HEAD").exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    guard = WorkspaceGuard.prepare(other)
+    (other / ".git" / "x").write_text("")
+    guard.release()
+    assert (other / ".git" / "x").exists()
+
+
+def test_git_as_a_file_is_mounted_as_it_is(tmp_path: Path) -> None:
+    (tmp_path / ".git").write_text("gitdir: /elsewhere\n")
+    assert "/workspace/.git" in targets(WorkspaceGuard.prepare(tmp_path))
+
+
+@pytest.mark.parametrize("name", [".git", ".claude"])
+def test_a_link_is_refused_with_the_path_and_the_fix(tmp_path: Path, name: str) -> None:
+    outside = tmp_path / "host"
+    outside.mkdir()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / name).symlink_to(outside)
+    with pytest.raises(UnsafeMountError, match=rf"{name} is a symbolic link .*replace it"):
+        WorkspaceGuard.prepare(ws)
+
+
+def test_a_link_anywhere_on_the_way_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "real" / "ci").mkdir(parents=True)
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "cfg").symlink_to(tmp_path / "real")
+    with pytest.raises(UnsafeMountError, match="cfg is a symbolic link"):
+        check_confined(tmp_path / "ws", tmp_path / "ws" / "cfg" / "ci")
+
+
+def test_outside_and_dotdot_sources_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(UnsafeMountError, match="outside"):
+        check_confined(tmp_path / "ws", tmp_path / "other")
+    with pytest.raises(UnsafeMountError, match=r"'\.\.'"):
+        check_confined(tmp_path, tmp_path / "a" / ".." / "b")
+
+
+def test_a_mount_that_turned_into_a_link_after_prepare_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "ci").mkdir()
+    guard = WorkspaceGuard.prepare(tmp_path, protect=["ci"])
+    os.rmdir(tmp_path / "ci")
+    os.symlink("/etc", tmp_path / "ci")
+    with pytest.raises(UnsafeMountError, match="ci is a symbolic link"):
+        guard.mounts()
+
+
+def test_protect_paths_are_normalised_and_confined(tmp_path: Path) -> None:
+    assert normalise_protected("./a/b/", tmp_path) == "a/b"
+    assert normalise_protected("/workspace/a", tmp_path) == "a"
+    assert normalise_protected(str(tmp_path / "a"), tmp_path) == "a"
+    for bad in ("", ".", "..", "../x", "/etc", "/workspace"):
+        with pytest.raises(ProtectedPathError):
+            normalise_protected(bad, tmp_path)
+
+
+def test_a_missing_protect_flag_path_is_an_error_but_a_settings_one_is_skipped(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ProtectedPathError, match="create it first"):
+        WorkspaceGuard.prepare(tmp_path, protect=["scripts"])
+    guard = WorkspaceGuard.prepare(tmp_path, optional=["scripts"])
+    assert "/workspace/scripts" not in targets(guard)
+    (tmp_path / "scripts").mkdir()
+    guard = WorkspaceGuard.prepare(tmp_path, optional=["scripts"])
+    assert "/workspace/scripts" in targets(guard)
+
+
+def test_the_settings_key_adds_up_across_files(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path / "state", config_dir=tmp_path / "config")
+    ws = tmp_path / "ws"
+    (ws / ".claude").mkdir(parents=True)
+    settings.config_dir.mkdir()
+    (settings.config_dir / "settings.json").write_text(json.dumps({"warden": {"protect": ["a"]}}))
+    (ws / ".claude" / "settings.json").write_text(json.dumps({"warden": {"protect": ["b"]}}))
+    assert sorted(protected_paths(settings, ws)) == ["a", "b"]
+    (ws / ".claude" / "settings.json").write_text(json.dumps({"warden": {"protect": "b"}}))
+    with pytest.raises(ConfigError, match="must be a list"):
+        protected_paths(settings, ws)

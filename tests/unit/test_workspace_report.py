@@ -1,0 +1,109 @@
+"""The end-of-run report lists every file a run created, changed or removed under
+paths that git, CI, editors or build tools execute, and nothing else; its scan
+is bounded and says when it stopped; each change becomes one audit record."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from orchestrator.workspace.report import (
+    EXECUTED_PATHS,
+    ExecutedPathsWatch,
+    SensitiveReport,
+    audit_records,
+    compare,
+    take_snapshot,
+)
+
+
+def write(path: Path, text: str = "x") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def changes(report: SensitiveReport) -> list[tuple[str, str]]:
+    return [(c.change, c.path) for c in report.changes]
+
+
+def test_created_modified_and_deleted_executed_paths_are_listed(tmp_path: Path) -> None:
+    write(tmp_path / "Makefile", "all:\n\ttrue\n")
+    write(tmp_path / "package.json", "{}")
+    write(tmp_path / "src" / "app.py")
+    watch = ExecutedPathsWatch(tmp_path)
+    write(tmp_path / "Makefile", "all:\n\tevil\n")
+    (tmp_path / "package.json").unlink()
+    write(tmp_path / ".github" / "workflows" / "ci.yml")
+    write(tmp_path / "node_modules" / ".bin" / "prettier")
+    write(tmp_path / "sub" / ".git" / "config", "[core]\n\tfsmonitor = evil\n")
+    write(tmp_path / "deep" / "er" / ".envrc")
+    write(tmp_path / "src" / "app.py", "changed but not executed by tools")
+    write(tmp_path / "notes.txt")
+    assert changes(watch.report()) == [
+        ("created", ".github/workflows"),
+        ("created", ".github/workflows/ci.yml"),
+        ("modified", "Makefile"),
+        ("created", "deep/er/.envrc"),
+        ("created", "node_modules/.bin"),
+        ("created", "node_modules/.bin/prettier"),
+        ("deleted", "package.json"),
+        ("created", "sub/.git"),
+        ("created", "sub/.git/config"),
+    ]
+
+
+def test_a_rewrite_that_restores_size_and_mtime_is_still_seen(tmp_path: Path) -> None:
+    target = tmp_path / "setup.py"
+    write(target, "print('a')")
+    before = take_snapshot(tmp_path, EXECUTED_PATHS)
+    info = target.stat()
+    write(target, "print('b')")
+    os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert changes(compare(before, take_snapshot(tmp_path, EXECUTED_PATHS))) == [
+        ("modified", "setup.py")
+    ]
+
+
+def test_a_swap_for_a_link_is_seen(tmp_path: Path) -> None:
+    write(tmp_path / "conftest.py")
+    before = take_snapshot(tmp_path, EXECUTED_PATHS)
+    (tmp_path / "conftest.py").unlink()
+    (tmp_path / "conftest.py").symlink_to("/etc/passwd")
+    report = compare(before, take_snapshot(tmp_path, EXECUTED_PATHS))
+    assert [(c.change, c.kind) for c in report.changes] == [("modified", "link")]
+
+
+def test_node_modules_is_only_searched_for_bin(tmp_path: Path) -> None:
+    for i in range(50):
+        write(tmp_path / "node_modules" / f"pkg{i}" / "index.js")
+    snap = take_snapshot(tmp_path, EXECUTED_PATHS)
+    assert snap.visited < 60
+
+
+def test_extra_protected_paths_are_reported_too(tmp_path: Path) -> None:
+    watch = ExecutedPathsWatch(tmp_path, extra=("deploy/prod",))
+    write(tmp_path / "deploy" / "prod" / "run")
+    assert ("created", "deploy/prod/run") in changes(watch.report())
+
+
+def test_the_scan_stops_at_its_limit_and_says_so(tmp_path: Path) -> None:
+    for i in range(30):
+        write(tmp_path / f"f{i:02d}")
+    snap = take_snapshot(tmp_path, EXECUTED_PATHS, limit=10)
+    assert snap.truncated and snap.visited == 10
+    report = compare(snap, snap)
+    assert report.scan_truncated
+    assert any("stopped at" in line for line in report.render())
+
+
+def test_rendering_is_plain_text_and_the_audit_gets_one_record_per_file(tmp_path: Path) -> None:
+    watch = ExecutedPathsWatch(tmp_path)
+    write(tmp_path / ".vscode" / "tasks\x1b[31m.json")
+    report = watch.report()
+    lines = report.render()
+    assert "review before trusting" in lines[0]
+    assert all("\x1b" not in line for line in lines)
+    records = audit_records("run_x", report)
+    assert [r.tool_input["path"] for r in records] == [".vscode", ".vscode/tasks\x1b[31m.json"]
+    assert {r.decision for r in records} == {"ask"}
+    assert ExecutedPathsWatch(tmp_path).report().render() == []
