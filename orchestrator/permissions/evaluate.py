@@ -22,7 +22,7 @@ from orchestrator.permissions.models import (
 )
 from orchestrator.permissions.policy import AGENT_DEFINITION_SOURCE, EffectivePolicy
 from orchestrator.permissions.rules import PATH_TOOLS, Rule, bash_matches, could_reach, path_matches
-from orchestrator.permissions.shell import SAFE_WRITE_TARGETS, analyse
+from orchestrator.permissions.shell import analyse
 from sandbox_tools.wire import WORKSPACE
 
 MODE_SOURCE = "mode"
@@ -229,8 +229,6 @@ class _Evaluator:
         problems = list(analysis.problems)
         writes: list[tuple[str, list[str]]] = []
         for target in analysis.writes:
-            if target in SAFE_WRITE_TARGETS or target.startswith("/dev/fd/"):
-                continue
             if analysis.changes_dir and not target.startswith("/"):
                 problems.append(f"'{target}' is written after a cd, so its path is unknown")
             writes.append((target, paths.spellings(target, self.host, self.cwd)))

@@ -1,39 +1,57 @@
-"""A conservative analyser for Bash commands, so a rule for one command cannot be
-stretched over a whole shell script.
+"""The Bash analyser: what a command line runs, proven or asked.
 
-`analyse(command)` splits a command line into the simple commands bash would run
-(through `;`, `&&`, `||`, `|`, `&`, newlines, subshells, groups, `$( )`, backticks,
-`<( )`, `eval`, `sh -c`, `exec`, `env`, `xargs`, `find -exec`, ...) and the files
-its redirections write. It does not try to understand everything: what it does not
-understand becomes a *problem*, and a command with problems is never allowed by a
-rule (it falls to ask, or deny in `dontAsk`).
+`analyse(command)` returns the simple commands bash would run (through lists,
+pipelines, compound commands, substitutions, `eval`, `sh -c` and the wrappers in
+`wrappers.py`) and the files its redirections write and read. It proves this with
+two independent parsers: the strict whitelist parser in `bash_parser.py` and
+tree-sitter-bash (`bash_tree.py`); they must agree. Then the semantic checks below
+refuse what would make a later command differ from what was parsed: builtins that
+change the shell's state, environment prefixes outside the allowlist
+(`shell_env.py`), dynamic command names, device redirections. Whatever is not
+proven becomes a *problem* naming the construct; a command with problems is never
+allowed by a rule (it asks, or is denied in `dontAsk`).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-from orchestrator.permissions.wrappers import (
-    _ASSIGNMENT,
-    CLOSERS,
-    DANGEROUS_ENV,
-    DIR_CHANGERS,
+from orchestrator.permissions.bash_parser import (
+    BASH,
     DYNAMIC,
-    OPENERS,
-    UNSUPPORTED_KEYWORDS,
-    Unparsable,
-    unwrap,
+    MAX_COMMAND_CHARS,
+    MAX_NESTING,
+    Command,
+    Dialect,
+    Redirect,
+    Unprovable,
+    Word,
+    is_safe_device,
+    parse,
 )
+from orchestrator.permissions.bash_tree import disagreement, loose_commands
+from orchestrator.permissions.shell_env import check_prefix, check_variable
+from orchestrator.permissions.wrappers import unwrap, wrapper_name
 
-MAX_COMMAND_CHARS = 64 * 1024
-"""Longest command the analyser reads; a longer one is not understood (asks)."""
-MAX_NESTING = 8
-"""Deepest nesting of substitutions / `sh -c` / `eval` the analyser follows."""
-SAFE_WRITE_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+__all__ = [
+    "DYNAMIC",
+    "MAX_COMMAND_CHARS",
+    "MAX_NESTING",
+    "ShellAnalysis",
+    "SimpleCommand",
+    "analyse",
+    "is_safe_device",
+]
 
-_REDIRECT = re.compile(r"(\d*)(&>>|&>|>>|>\||>&|<<<|<<-|<<|<>|<&|>|<)")
-_METACHARS = frozenset(" \t\n;&|<>()")
+DIR_CHANGERS = frozenset({"cd", "pushd", "popd"})
+STATE_BUILTINS = frozenset(
+    {"declare", "typeset", "local", "export", "readonly", "unset", "set", "shopt", "alias",
+     "unalias", "trap", "source", ".", "enable", "hash", "let", "mapfile", "readarray",
+     "getopts", "bind", "complete", "compgen", "compopt", "fc", "history", "ulimit", "umask",
+     "function", "coproc", "select"}
+)
+"""Builtins that change what later commands do (or evaluate text as code): never proven."""
+_WRITE_OPS = frozenset({">", ">>", ">|", "&>", "&>>"})
 
 
 @dataclass(frozen=True)
@@ -63,7 +81,7 @@ class ShellAnalysis:
     reads: list[str] = field(default_factory=list)
     """Files that input redirections read."""
     problems: list[str] = field(default_factory=list)
-    """Why the analyser does not fully understand the command; empty when it does."""
+    """What the analyser could not prove; empty when it proved everything."""
     changes_dir: bool = False
     """A `cd`/`pushd`/`popd` makes later relative paths unknowable."""
 
@@ -72,367 +90,160 @@ class ShellAnalysis:
         return not self.problems
 
 
-@dataclass
-class _Word:
-    value: str = ""
-    dynamic: bool = False
-    quoted: bool = False
-    glob: bool = False
-    brace: bool = False
-
-
 def analyse(command: str) -> ShellAnalysis:
     """Split `command` into simple commands, redirect targets and problems."""
     result = ShellAnalysis()
-    _analyse_into(command, result, depth=0)
+    try:
+        _Analyser(result).unit(command, BASH, 0)
+    except Unprovable as exc:
+        result.problems.append(str(exc))
+        _loose(command, result)
     return result
 
 
-def _analyse_into(source: str, result: ShellAnalysis, depth: int) -> None:
-    if len(source) > MAX_COMMAND_CHARS:
-        result.problems.append(f"command longer than {MAX_COMMAND_CHARS} characters")
-        return
-    if DYNAMIC in source:
-        result.problems.append("command contains a NUL character")
-        return
-    if depth > MAX_NESTING:
-        result.problems.append(f"nested deeper than {MAX_NESTING} levels")
-        return
-    parser = _Parser(source, result, depth)
+def _loose(command: str, result: ShellAnalysis) -> None:
+    """For a command that is not proven, the commands tree-sitter sees, so deny and ask
+    rules still match them (the command cannot be allowed by a rule anyway)."""
     try:
-        parser.parse_list(closer=None)
-    except Unparsable as exc:
-        result.problems.append(str(exc))
-
-
-class _Parser:
-    def __init__(self, src: str, result: ShellAnalysis, depth: int) -> None:
-        self.src = src
-        self.pos = 0
-        self.result = result
-        self.depth = depth
-        self.heredocs: list[tuple[str, bool, bool]] = []
-
-    # -- lexing helpers -------------------------------------------------------------
-    def _peek(self, n: int = 1) -> str:
-        return self.src[self.pos : self.pos + n]
-
-    def _eof(self) -> bool:
-        return self.pos >= len(self.src)
-
-    def _skip_blanks(self) -> None:
-        while not self._eof():
-            c = self.src[self.pos]
-            if c in " \t":
-                self.pos += 1
-            elif self._peek(2) == "\\\n":
-                self.pos += 2
-            elif c == "#":
-                while not self._eof() and self.src[self.pos] != "\n":
-                    self.pos += 1
-            else:
-                return
-
-    # -- grammar --------------------------------------------------------------------
-    def parse_list(self, closer: str | None) -> None:
-        while True:
-            self._skip_blanks()
-            if self._eof():
-                if closer is not None:
-                    raise Unparsable(f"unclosed '{closer}'")
-                return
-            c = self.src[self.pos]
-            if closer is not None and c == closer:
-                self.pos += 1
-                return
-            if c == "\n":
-                self.pos += 1
-                self._read_heredocs()
-            elif self._peek(2) == ";;":
-                raise Unparsable("';;' outside a case statement")
-            elif c in ";&|" and self._peek(2) not in ("&>",):
-                self.pos += 2 if self._peek(2) in ("&&", "||", "|&") else 1
-            elif c == "(":
-                if self._peek(2) == "((":
-                    raise Unparsable("arithmetic command '((' is not analysed")
-                self.pos += 1
-                self.parse_list(")")
-                self._trailing_redirects()
-            elif c == ")":
-                raise Unparsable("unexpected ')'")
-            else:
-                self._simple_command()
-
-    def _trailing_redirects(self) -> None:
-        while True:
-            self._skip_blanks()
-            if not self._redirect():
-                return
-
-    def _simple_command(self) -> None:
-        words: list[_Word] = []
-        while True:
-            self._skip_blanks()
-            if self._eof():
-                break
-            c = self.src[self.pos]
-            if c in "\n;|)" or (c == "&" and self._peek(2) not in ("&>",)):
-                break
-            if self._redirect():
-                continue
-            if c == "(":
-                raise Unparsable("'(' inside a command (function definition?) is not analysed")
-            word = self._word()
-            if not words and not word.quoted and word.value in OPENERS | CLOSERS:
-                continue
-            if not words and not word.quoted and word.value in UNSUPPORTED_KEYWORDS:
-                raise Unparsable(f"'{word.value}' blocks are not analysed")
-            words.append(word)
-        self._finish(words)
-
-    def _redirect(self) -> bool:
-        m = _REDIRECT.match(self.src, self.pos)
-        if not m:
-            return False
-        fd, op = m.group(1), m.group(2)
-        if op in (">", "<") and not fd and self.src[m.end() : m.end() + 1] == "(":
-            return False  # process substitution, a word
-        self.pos = m.end()
-        self._skip_blanks()
-        if self._eof() or self.src[self.pos] in "\n;&|()<>":
-            raise Unparsable(f"redirection '{op}' without a target")
-        target = self._word()
-        if op in ("<<", "<<-"):
-            self.heredocs.append((target.value, target.quoted, op == "<<-"))
-            return True
-        if op == "<<<":
-            return True
-        if op in (">&", "<&") and (target.value.isdigit() or target.value == "-"):
-            return True
-        if target.dynamic or target.glob or target.brace:
-            raise Unparsable(f"redirection target '{_show(target.value)}' is not a literal path")
-        if op in ("<", "<&"):
-            self.result.reads.append(target.value)
-        else:
-            self.result.writes.append(target.value)
-        return True
-
-    def _read_heredocs(self) -> None:
-        for delimiter, quoted, strip_tabs in self.heredocs:
-            body: list[str] = []
-            while not self._eof():
-                end = self.src.find("\n", self.pos)
-                end = len(self.src) if end < 0 else end
-                line = self.src[self.pos : end]
-                self.pos = min(end + 1, len(self.src))
-                if (line.lstrip("\t") if strip_tabs else line) == delimiter:
-                    break
-                body.append(line)
-            text = "\n".join(body)
-            if not quoted and ("$(" in text or "`" in text):
-                raise Unparsable("here-document with command substitution is not analysed")
-        self.heredocs.clear()
-
-    # -- words ----------------------------------------------------------------------
-    def _word(self) -> _Word:
-        w = _Word()
-        start = self.pos
-        if self._peek(2) in ("<(", ">("):
-            self.pos += 2
-            self._nested_list()
-            w.value, w.dynamic = DYNAMIC, True
-            return w
-        while not self._eof():
-            c = self.src[self.pos]
-            if c in _METACHARS:
-                break
-            if c == "\\":
-                nxt = self.src[self.pos + 1 : self.pos + 2]
-                self.pos += 2
-                if nxt != "\n":
-                    w.value += nxt
-                    w.quoted = True
-            elif c == "'":
-                end = self.src.find("'", self.pos + 1)
-                if end < 0:
-                    raise Unparsable("unclosed single quote")
-                w.value += self.src[self.pos + 1 : end]
-                w.quoted = True
-                self.pos = end + 1
-            elif c == '"':
-                self.pos += 1
-                self._double_quoted(w)
-                w.quoted = True
-            elif c == "$":
-                self._dollar(w, in_quotes=False)
-            elif c == "`":
-                self._backtick(w)
-            else:
-                if c in "*?[":
-                    w.glob = True
-                w.value += c
-                self.pos += 1
-        raw = self.src[start : self.pos]
-        if "{" in raw and "}" in raw and ("," in raw or ".." in raw):
-            unquoted = re.sub(r"'[^']*'|\"[^\"]*\"", "", raw)
-            w.brace = "{" in unquoted and ("," in unquoted or ".." in unquoted)
-        return w
-
-    def _double_quoted(self, w: _Word) -> None:
-        while True:
-            if self._eof():
-                raise Unparsable("unclosed double quote")
-            c = self.src[self.pos]
-            if c == '"':
-                self.pos += 1
-                return
-            if c == "\\":
-                nxt = self.src[self.pos + 1 : self.pos + 2]
-                if nxt in ('"', "\\", "$", "`"):
-                    w.value += nxt
-                elif nxt != "\n":
-                    w.value += "\\" + nxt
-                self.pos += 2
-            elif c == "$":
-                self._dollar(w, in_quotes=True)
-            elif c == "`":
-                self._backtick(w)
-            else:
-                w.value += c
-                self.pos += 1
-
-    def _dollar(self, w: _Word, in_quotes: bool) -> None:
-        nxt = self.src[self.pos + 1 : self.pos + 2]
-        if self._peek(3) == "$((":
-            raise Unparsable("arithmetic expansion '$((' is not analysed")
-        if nxt == "(":
-            self.pos += 2
-            self._nested_list()
-        elif nxt == "{":
-            end = self._matching_brace(self.pos + 1)
-            inner = self.src[self.pos + 2 : end]
-            if "$(" in inner or "`" in inner or "<(" in inner:
-                raise Unparsable("command substitution inside '${...}' is not analysed")
-            self.pos = end + 1
-        elif nxt == "'" and not in_quotes:
-            end = self.src.find("'", self.pos + 2)
-            while end > 0 and self.src[end - 1] == "\\":
-                end = self.src.find("'", end + 1)
-            if end < 0:
-                raise Unparsable("unclosed $'...' quote")
-            literal = self.src[self.pos + 2 : end]
-            self.pos = end + 1
-            w.quoted = True
-            if "\\" not in literal:
-                w.value += literal
-                return
-        elif nxt == '"' and not in_quotes:
-            self.pos += 2
-            self._double_quoted(w)
-            w.quoted = True
-            return
-        elif nxt and (nxt.isalnum() or nxt == "_"):
-            self.pos += 1
-            while not self._eof() and (self.src[self.pos].isalnum() or self.src[self.pos] == "_"):
-                self.pos += 1
-                if nxt.isdigit():
-                    break
-        elif nxt and nxt in "@*#?-$!":
-            self.pos += 2
-        else:
-            w.value += "$"
-            self.pos += 1
-            return
-        w.value += DYNAMIC
-        w.dynamic = True
-
-    def _matching_brace(self, start: int) -> int:
-        depth = 0
-        for i in range(start, len(self.src)):
-            if self.src[i] == "{":
-                depth += 1
-            elif self.src[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    return i
-        raise Unparsable("unclosed '${'")
-
-    def _nested_list(self) -> None:
-        if self.depth + 1 > MAX_NESTING:
-            raise Unparsable(f"nested deeper than {MAX_NESTING} levels")
-        self.depth += 1
+        found = loose_commands(command)
+    except (ValueError, RecursionError):
+        return
+    seen = {c.words for c in result.commands}
+    for words in found:
+        loose = ShellAnalysis()
         try:
-            self.parse_list(")")
-        finally:
-            self.depth -= 1
+            _Analyser(loose)._run(
+                [Word(w, w, dynamic=DYNAMIC in w) for w in words], BASH, 0, open_ended=False
+            )
+        except Unprovable:
+            loose.commands.append(SimpleCommand(tuple(words)))
+        for cmd in loose.commands:
+            if cmd.words not in seen:
+                seen.add(cmd.words)
+                result.commands.append(cmd)
 
-    def _backtick(self, w: _Word) -> None:
-        i = self.pos + 1
-        inner: list[str] = []
-        while i < len(self.src) and self.src[i] != "`":
-            if self.src[i] == "\\" and i + 1 < len(self.src) and self.src[i + 1] in "`\\$":
-                inner.append(self.src[i + 1])
-                i += 2
-                continue
-            inner.append(self.src[i])
-            i += 1
-        if i >= len(self.src):
-            raise Unparsable("unclosed backtick")
-        self.pos = i + 1
-        _analyse_into("".join(inner), self.result, self.depth + 1)
-        w.value += DYNAMIC
-        w.dynamic = True
 
-    # -- simple commands ------------------------------------------------------------
-    def _finish(self, words: list[_Word]) -> None:
-        while words and not words[0].quoted and _ASSIGNMENT.match(words[0].value):
-            name = _ASSIGNMENT.match(words[0].value).group(1)  # type: ignore[union-attr]
-            if DANGEROUS_ENV.match(name):
-                raise Unparsable(f"'{name}=' changes what commands run")
-            words = words[1:]
-        if not words:
+class _Analyser:
+    def __init__(self, result: ShellAnalysis) -> None:
+        self.result = result
+
+    def unit(self, src: str, dialect: Dialect, depth: int) -> None:
+        parsed = parse(src, dialect, depth)
+        why = disagreement(src, parsed)
+        if why:
+            raise Unprovable(why)
+        for name in parsed.loop_names:
+            check_variable(name)
+        for red in parsed.redirects:
+            self._redirect(red)
+        for cmd in parsed.commands:
+            self._command(cmd, dialect, depth)
+
+    def _command(self, cmd: Command, dialect: Dialect, depth: int) -> None:
+        if not cmd.words:
+            for name, value in cmd.assignments:
+                check_variable(name, value)
             return
+        for name, value in cmd.assignments:
+            check_prefix(name, value)
+        self._run(cmd.words, dialect, depth, open_ended=False)
+
+    def _run(
+        self,
+        words: list[Word],
+        dialect: Dialect,
+        depth: int,
+        *,
+        open_ended: bool,
+        replace: str | None = None,
+    ) -> None:
+        if depth > MAX_NESTING:
+            raise Unprovable(f"nested deeper than {MAX_NESTING} levels")
         head = words[0]
-        if head.dynamic or head.glob or head.brace:
-            raise Unparsable(f"command name '{_show(head.value)}' is not a literal")
-        for word in words[1:]:
-            if word.brace:
-                raise Unparsable(f"brace expansion '{word.value}' is not analysed")
-        self._record([w.value for w in words], open_ended=False)
-
-    def _record(self, argv: list[str], open_ended: bool) -> None:
-        if not argv:
-            return
-        name = argv[0].rsplit("/", 1)[-1]
+        if head.dynamic or head.glob or head.tilde or (replace and replace in head.value):
+            raise Unprovable(f"command name {head.raw!r} is only known at run time")
+        if not head.value:
+            raise Unprovable("an empty command name")
+        name = wrapper_name(head)
         if name in DIR_CHANGERS:
             self.result.changes_dir = True
-        unwrapped = unwrap(name, argv)
-        if isinstance(unwrapped, str):
-            _analyse_into(unwrapped, self.result, self.depth + 1)
+        elif self.result.changes_dir and "/" in head.value and not head.value.startswith("/"):
+            raise Unprovable(f"'{head.value}' is run after a cd, so which file it is is unknown")
+        if name is not None:
+            _check_builtin(name, words)
+        unwrapped = unwrap(name, words) if name is not None else None
+        record = SimpleCommand(tuple(w.value for w in words), open_ended)
+        if unwrapped is None:
+            self.result.commands.append(record)
             return
-        if unwrapped is not None:
-            inner, extra_open = unwrapped
-            if inner and DYNAMIC in inner[0]:
-                raise Unparsable(f"'{name}' runs a command that is not a literal")
-            self._record(inner, open_ended or extra_open)
-            return
+        for w in unwrapped.writes:
+            self._target(w, write=True)
+        for w in unwrapped.reads:
+            self._target(w, write=False)
         if name == "find":
-            self._find_exec(argv)
-        self.result.commands.append(SimpleCommand(tuple(argv), open_ended))
+            self.result.commands.append(record)
+            for inner in unwrapped.extra:
+                if "{}" in inner[0].value:
+                    raise Unprovable("'find -exec {}' runs a command only known at run time")
+                self._run(inner, dialect, depth + 1, open_ended=True)
+            return
+        if unwrapped.script is not None:
+            self.unit(unwrapped.script, unwrapped.dialect, depth + 1)
+        elif unwrapped.argv:
+            self._run(
+                unwrapped.argv,
+                dialect,
+                depth + 1,
+                open_ended=open_ended or unwrapped.open_ended,
+                replace=unwrapped.replace or replace,
+            )
 
-    def _find_exec(self, argv: list[str]) -> None:
-        i = 0
-        while i < len(argv):
-            if argv[i] in ("-exec", "-execdir", "-ok", "-okdir"):
-                j = i + 1
-                while j < len(argv) and argv[j] not in (";", "+"):
-                    j += 1
-                if j >= len(argv):
-                    raise Unparsable(f"find {argv[i]} without ';' or '+'")
-                self._record(argv[i + 1 : j], open_ended=True)
-                i = j
-            i += 1
+    def _redirect(self, red: Redirect) -> None:
+        op, target = red.op, red.target
+        if op in ("<<", "<<-", "<<<"):
+            return
+        if op in (">&", "<&") and (target.value.isdigit() or target.value == "-"):
+            if target.dynamic:
+                raise Unprovable(f"redirection '{op}{target.raw}' is only known at run time")
+            return
+        if op == "<&" or (op == ">&" and red.fd):
+            raise Unprovable(f"redirection '{red.fd}{op}{target.raw}'")
+        if op == "<" and target.raw.startswith("<(") and target.dynamic:
+            return
+        self._target(target, write=op in _WRITE_OPS or op == ">&")
+
+    def _target(self, target: Word, *, write: bool) -> None:
+        if target.dynamic or target.glob or target.tilde or not target.value:
+            raise Unprovable(f"redirection target {target.raw!r} is not a literal path")
+        path = target.value
+        if path.startswith("/dev/"):
+            if is_safe_device(path):
+                return
+            raise Unprovable(f"redirection to the device {path!r}")
+        (self.result.writes if write else self.result.reads).append(path)
 
 
-def _show(value: str) -> str:
-    return value.replace(DYNAMIC, "$…")
+def _check_builtin(name: str, words: list[Word]) -> None:
+    """Builtins whose arguments bash may evaluate as code or names."""
+    if name in STATE_BUILTINS:
+        raise Unprovable(f"'{name}' changes the shell's state or evaluates text as code")
+    args = words[1:]
+    if name == "printf" and args and (args[0].dynamic or args[0].value.startswith("-v")):
+        raise Unprovable("'printf -v' assigns a variable")
+    if name == "wait" and any(a.value.startswith("-") and "p" in a.value for a in args):
+        raise Unprovable("'wait -p' assigns a variable")
+    if name == "read":
+        names = [a for a in args if a.value != "-r" or a.dynamic]
+        if any(a.value.startswith("-") for a in names):
+            raise Unprovable("'read' with options other than -r")
+        for a in names:
+            if a.dynamic or a.glob:
+                raise Unprovable("'read' into a variable only known at run time")
+            check_variable(a.value)
+    if name in ("test", "["):
+        inner = args[:-1] if name == "[" else args
+        if any(a.value in ("-v", "-R") for a in inner):
+            raise Unprovable(f"'{name} -v' evaluates a variable name")
+        dynamic = sum(2 if not a.quoted else 1 for a in inner if a.dynamic)
+        if dynamic >= 2 or (dynamic and any("[" in a.value for a in inner)):
+            raise Unprovable(f"'{name}' with run-time operands that could form a '-v' test")

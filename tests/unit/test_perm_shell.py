@@ -51,7 +51,8 @@ def bash(command: str, pol: EffectivePolicy = GIT) -> Behavior:
         ("git diff ';'", "allow"),  # quoted operator is an argument
         ('git diff "a && b"', "allow"),
         ("git diff \\; rm", "allow"),  # escaped ; is an argument too
-        ("FOO=1 git diff", "allow"),
+        ("LANG=C git diff", "allow"),  # an allowlisted environment prefix
+        ("FOO=1 git diff", "ask"),  # was allowed: an unknown variable may change what git does
         ("git diff 2>/dev/null", "allow"),
         ("git diff 2>&1", "allow"),
         ("git diff && git status", "allow"),
@@ -88,7 +89,8 @@ def bash(command: str, pol: EffectivePolicy = GIT) -> Behavior:
         ("git diff | xargs rm", "ask"),
         ("find . -exec rm {} \\;", "ask"),
         ("if git diff; then rm x; fi", "ask"),
-        ("for f in *; do git diff; done", "ask"),
+        ("for f in *; do git diff; done", "allow"),  # loop bodies are analysed now
+        ("for f in *; do rm $f; done", "ask"),
         ("cat <<EOF\n$(rm -rf /)\nEOF", "ask"),  # unquoted heredoc expands
         ("cat <<'EOF'\n$(rm -rf /)\nEOF", "allow"),  # quoted heredoc is data
         ("cat <<EOF\nhello\nEOF\nrm x", "ask"),
@@ -106,7 +108,8 @@ def bash(command: str, pol: EffectivePolicy = GIT) -> Behavior:
         ("git diff>x", "ask"),
         ("PATH=/tmp/evil; git diff", "ask"),  # an assignment alone still changes `git`
         ("IFS=/ ; git diff", "ask"),
-        ("X=1; git diff", "allow"),
+        ("x=1; git diff", "allow"),
+        ("X=1; git diff", "ask"),  # was allowed: an upper-case name may be exported or special
         ("git diff > >(sh)", "ask"),
         ("git diff <<< $(rm x)", "ask"),
         ("cat <<EOF; rm x\nbody\nEOF", "ask"),
@@ -135,7 +138,7 @@ def test_bash_composition(command: str, expected: Behavior) -> None:
 def test_not_understood_is_denied_in_dont_ask_and_allowed_only_in_bypass() -> None:
     dont = policy(["Bash(git diff:*)"], mode="dontAsk")
     assert bash("git diff $(evil)", dont) == "deny"
-    assert bash("for x in a; do git diff; done", dont) == "deny"
+    assert bash("git diff ${x:-y}", dont) == "deny"
     bypass = policy([], deny=["Bash(rm:*)"], mode="bypassPermissions")
     assert bash("for x in a; do ls; done", bypass) == "allow"
     assert bash("ls && rm -rf /", bypass) == "deny"
@@ -190,7 +193,7 @@ def test_redirect_writes_need_an_edit_allow() -> None:
 
 
 def test_analyser_splits_what_bash_runs() -> None:
-    found = analyse("A=1 git diff ';' && (ls | wc -l) > n.txt; echo `id` $(whoami)")
+    found = analyse("LANG=C git diff ';' && (ls | wc -l) > n.txt; echo `id` $(whoami)")
     assert [c.text for c in found.commands] == [
         "git diff ;",
         "ls",

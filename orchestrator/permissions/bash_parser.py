@@ -1,0 +1,733 @@
+"""A strict parser for the subset of bash that agents write; anything else is refused.
+
+Why home-made: no maintained, permissively licensed Python library parses bash
+*and* says which constructs it did not fully understand (bashlex is GPL and
+lenient; tree-sitter-bash recovers from errors and is used as a second opinion in
+`bash_tree.py`). Here the grammar is a whitelist: the parser accepts a construct
+only when it can say exactly which simple commands bash runs, with which words
+and redirections; everything else raises `Unprovable` naming the construct.
+
+The supported subset (documented in `policies/README.md`):
+
+* simple commands with prefix assignments, words and redirections;
+* `'…'`, `"…"`, backslash escapes, `$'…'` without backslashes;
+* `$NAME`, `${NAME}`, `$1`, `$@`, `$?`… as run-time data; `$(…)`, backticks
+  without backslashes and whole-word `<(…)`/`>(…)`, parsed recursively;
+* pipelines (`|`, `|&`, `!`, `time [-p]`), lists (`&&`, `||`, `;`, `&`, newlines);
+* `( … )`, `{ …; }`, `if`, `while`, `until`, `for NAME in …`, `case`;
+* redirections with literal targets or fd numbers; here-strings; here-documents
+  with a plain delimiter whose bodies are checked;
+* backslash-newline only between words (after a blank) and inside `"…"`.
+
+Bash joins backslash-newline before it tokenises; rather than re-implement that
+pass (which depends on quoting context), a continuation is only accepted where
+joining cannot change a token.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+DYNAMIC = "\x00"
+"""Stands for text only known at run time ($VAR, $(…)); matches only a `*` in rules."""
+
+MAX_COMMAND_CHARS = 64 * 1024
+"""Longest command the analyser reads; a longer one is not proven (asks)."""
+MAX_NESTING = 8
+"""Deepest nesting of substitutions, compound commands, `sh -c` and `eval`."""
+
+Dialect = str
+BASH: Dialect = "bash"
+DASH: Dialect = "dash"
+"""`/bin/sh` in the images: POSIX syntax; bash-only syntax asks."""
+
+
+class Unprovable(Exception):
+    """The parser cannot prove what bash runs; the message names the construct."""
+
+
+@dataclass(frozen=True)
+class Word:
+    """One word after quote removal; run-time parts are DYNAMIC."""
+
+    value: str
+    raw: str
+    dynamic: bool = False
+    glob: bool = False
+    """Has unquoted `*`, `?` or `[…]`: bash expands it to file names."""
+    tilde: bool = False
+    """Starts with an unquoted `~`: bash expands it to a home directory."""
+    quoted: bool = False
+
+
+@dataclass(frozen=True)
+class Redirect:
+    fd: str
+    op: str
+    target: Word
+
+
+@dataclass
+class Command:
+    """One simple command as written: prefix assignments, words, redirections."""
+
+    assignments: list[tuple[str, Word]] = field(default_factory=list)
+    words: list[Word] = field(default_factory=list)
+    redirects: list[Redirect] = field(default_factory=list)
+
+
+@dataclass
+class Unit:
+    """Everything parsed from one source text (substitutions included)."""
+
+    commands: list[Command] = field(default_factory=list)
+    redirects: list[Redirect] = field(default_factory=list)
+    """Every redirection, also those on compound commands."""
+    loop_names: list[str] = field(default_factory=list)
+    """Variables assigned by `for NAME in`."""
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SPECIAL_PARAMS = frozenset("@*#?-$!0123456789")
+_DELIMS = frozenset(" \t\n;&|<>()")
+_RESERVED = frozenset(
+    {"if", "then", "elif", "else", "fi", "for", "while", "until", "do", "done", "case",
+     "esac", "in", "{", "}", "!", "[[", "]]", "function", "select", "coproc", "time"}
+)
+_CLOSERS = frozenset({"then", "elif", "else", "fi", "do", "done", "esac", "}", "in"})
+_REDIRECT = re.compile(r"(\d*)(&>>|&>|>>|>\||>&|<<<|<<-|<<|<>|<&|>|<)")
+_HEREDOC_DELIM = re.compile(
+    r"(?P<plain>[A-Za-z0-9_.+-]+)|'(?P<sq>[A-Za-z0-9_.+ -]+)'|\"(?P<dq>[A-Za-z0-9_.+ -]+)\""
+    r"|\\(?P<bs>[A-Za-z0-9_.+-]+)"
+)
+_SAFE_DEV = re.compile(r"/dev/(null|stdin|stdout|stderr|tty|fd/\d+)")
+
+
+def parse(src: str, dialect: Dialect = BASH, depth: int = 0) -> Unit:
+    """Parse `src`; raise `Unprovable` for anything outside the subset."""
+    if len(src) > MAX_COMMAND_CHARS:
+        raise Unprovable(f"command longer than {MAX_COMMAND_CHARS} characters")
+    bad = next((c for c in src if (ord(c) < 32 and c not in "\n\t") or ord(c) == 127), None)
+    if bad is not None:
+        raise Unprovable(f"control character {bad!r} in the command")
+    if depth > MAX_NESTING:
+        raise Unprovable(f"nested deeper than {MAX_NESTING} levels")
+    p = _Parser(src, dialect, Unit(), depth)
+    p.parse_all()
+    return p.unit
+
+
+class _Parser:
+    def __init__(self, src: str, dialect: Dialect, unit: Unit, depth: int) -> None:
+        self.src = src
+        self.dialect = dialect
+        self.unit = unit
+        self.pos = 0
+        self.depth = depth
+        self.frame = 0
+        self.frames = 0
+        self.heredocs: list[tuple[str, bool, bool, int]] = []
+
+    # -- characters -----------------------------------------------------------------
+    def _c(self, off: int = 0) -> str:
+        i = self.pos + off
+        return self.src[i] if i < len(self.src) else ""
+
+    def _at(self, s: str) -> bool:
+        return self.src.startswith(s, self.pos)
+
+    def _bash_only(self, what: str) -> None:
+        if self.dialect == DASH:
+            raise Unprovable(f"{what} is bash-only syntax in an sh/dash script")
+
+    def _skip_blanks(self) -> None:
+        while self.pos < len(self.src):
+            c = self.src[self.pos]
+            if c in " \t":
+                self.pos += 1
+            elif self._at("\\\n"):
+                if (self.pos == 0 or self.src[self.pos - 1] not in " \t") and self._c(2) not in (
+                    " ",
+                    "\t",
+                ):
+                    raise Unprovable("a line continuation (backslash-newline) that joins tokens")
+                self.pos += 2
+            elif c == "#":
+                if self.pos > 0 and self.src[self.pos - 1] not in " \t\n":
+                    raise Unprovable(f"'#' right after {self.src[self.pos - 1]!r}")
+                while self.pos < len(self.src) and self.src[self.pos] != "\n":
+                    self.pos += 1
+            else:
+                return
+
+    def _skip_newlines(self) -> None:
+        while True:
+            self._skip_blanks()
+            if self._c() != "\n":
+                return
+            self.pos += 1
+            self._read_heredocs()
+
+    def _enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise Unprovable(f"nested deeper than {MAX_NESTING} levels")
+
+    # -- lists and compound commands ------------------------------------------------
+    def parse_all(self) -> None:
+        end = self._list(frozenset())
+        if end is not None:
+            raise Unprovable(f"unexpected {end!r}")
+        if self.heredocs:
+            raise Unprovable("here-document without its body")
+
+    def _peek_word(self) -> str | None:
+        """The unquoted reserved word (or `(`/`)`) at the cursor, if any."""
+        m = re.compile(r"[A-Za-z{}!\[\]]+").match(self.src, self.pos)
+        if m and m.group() in _RESERVED:
+            nxt = self.src[m.end() : m.end() + 1]
+            if nxt == "" or nxt in _DELIMS:
+                return m.group()
+        return None
+
+    def _closer(self, closers: frozenset[str]) -> str | None:
+        for term in (";;&", ";;", ";&"):
+            if self._at(term):
+                return term if term in closers else None
+        if self._c() == ")":
+            return ")" if ")" in closers else None
+        word = self._peek_word()
+        return word if word in closers else None
+
+    def _list(self, closers: frozenset[str]) -> str | None:
+        """Parse commands until a closer (reserved word, `)`, `;;`) or the end."""
+        seen = False
+        while True:
+            self._skip_newlines()
+            if self.pos >= len(self.src):
+                return None
+            end = self._closer(closers)
+            if end is not None:
+                if not seen:
+                    raise Unprovable(f"empty command list before {end!r}")
+                return end
+            self._and_or()
+            seen = True
+            self._skip_blanks()
+            c = self._c()
+            if c in ("", "\n") or self._closer(closers) is not None:
+                continue
+            if (c == "&" and not self._at("&&")) or (c == ";" and not self._at(";;") and not self._at(";&")):
+                self.pos += 1
+            else:
+                raise Unprovable(f"unexpected {self.src[self.pos : self.pos + 2]!r}")
+
+    def _and_or(self) -> None:
+        self._pipeline()
+        while True:
+            self._skip_blanks()
+            if self._at("&&") or self._at("||"):
+                self.pos += 2
+                self._skip_newlines()
+                self._pipeline()
+            else:
+                return
+
+    def _pipeline(self) -> None:
+        self._skip_blanks()
+        if self._peek_word() == "time":
+            self._bash_only("'time'")
+            self.pos += 4
+            self._skip_blanks()
+            if self._at("-p") and (self._c(2) == "" or self._c(2) in _DELIMS):
+                self.pos += 2
+                self._skip_blanks()
+        if self._peek_word() == "!":
+            self.pos += 1
+            self._skip_blanks()
+        while True:
+            self._command()
+            self._skip_blanks()
+            if self._at("||"):
+                return
+            if self._at("|&"):
+                self._bash_only("'|&'")
+                self.pos += 2
+            elif self._c() == "|":
+                self.pos += 1
+            else:
+                return
+            self._skip_newlines()
+
+    def _command(self) -> None:
+        self._skip_blanks()
+        word = self._peek_word()
+        if self._c() == "(":
+            if self._at("(("):
+                raise Unprovable("arithmetic command '((…))'")
+            self.pos += 1
+            self._compound(lambda: self._expect_list(frozenset({")"}), ")"))
+            return
+        if word is None or word in ("!", "]]"):
+            if word == "]]" or word == "!":
+                raise Unprovable(f"unexpected {word!r}")
+            self._simple()
+            return
+        if word in _CLOSERS:
+            raise Unprovable(f"unexpected {word!r}")
+        if word in ("function", "select", "coproc", "time"):
+            raise Unprovable(f"'{word}'")
+        if word == "[[":
+            raise Unprovable("'[[ … ]]' conditional")
+        self.pos += len(word)
+        if word == "{":
+            self._compound(lambda: self._expect_list(frozenset({"}"}), "}"))
+        elif word == "if":
+            self._compound(self._if)
+        elif word in ("while", "until"):
+            self._compound(self._while)
+        elif word == "for":
+            self._compound(self._for)
+        elif word == "case":
+            self._compound(self._case)
+
+    def _compound(self, body: Callable[[], object]) -> None:
+        self._enter()
+        try:
+            body()
+        finally:
+            self.depth -= 1
+        self._trailing_redirects()
+
+    def _expect_list(self, closers: frozenset[str], want: str) -> str:
+        end = self._list(closers)
+        if end is None:
+            raise Unprovable(f"missing {want!r}")
+        if end in (")",):
+            self.pos += 1
+        else:
+            self.pos += len(end)
+        return end
+
+    def _if(self) -> None:
+        self._expect_list(frozenset({"then"}), "then")
+        while True:
+            end = self._expect_list(frozenset({"elif", "else", "fi"}), "fi")
+            if end == "fi":
+                return
+            if end == "else":
+                self._expect_list(frozenset({"fi"}), "fi")
+                return
+            self._expect_list(frozenset({"then"}), "then")
+
+    def _while(self) -> None:
+        self._expect_list(frozenset({"do"}), "do")
+        self._expect_list(frozenset({"done"}), "done")
+
+    def _for(self) -> None:
+        self._skip_blanks()
+        if self._at("(("):
+            raise Unprovable("arithmetic 'for ((…))' loop")
+        m = _NAME.match(self.src, self.pos)
+        if not m or (self.src[m.end() : m.end() + 1] not in ("", *_DELIMS)):
+            raise Unprovable("'for' without a plain variable name")
+        self.unit.loop_names.append(m.group())
+        self.pos = m.end()
+        self._skip_newlines()
+        if self._peek_word() == "in":
+            self.pos += 2
+            while True:
+                self._skip_blanks()
+                c = self._c()
+                if c in (";", "\n"):
+                    self.pos += 1
+                    if c == "\n":
+                        self._read_heredocs()
+                    break
+                if c == "" or c in _DELIMS:
+                    raise Unprovable("unexpected text in a 'for … in' word list")
+                self._word()
+        elif self._c() == ";":
+            self.pos += 1
+        self._skip_newlines()
+        if self._peek_word() != "do":
+            raise Unprovable("'for' without 'do'")
+        self.pos += 2
+        self._expect_list(frozenset({"done"}), "done")
+
+    def _case(self) -> None:
+        self._skip_blanks()
+        self._word()
+        self._skip_newlines()
+        if self._peek_word() != "in":
+            raise Unprovable("'case' without 'in'")
+        self.pos += 2
+        while True:
+            self._skip_newlines()
+            if self._peek_word() == "esac":
+                self.pos += 4
+                return
+            if self._c() == "(":
+                self.pos += 1
+            while True:
+                self._skip_blanks()
+                if self._c() == "" or self._c() in _DELIMS:
+                    raise Unprovable("a 'case' pattern that is not a plain word")
+                self._word()
+                self._skip_blanks()
+                if self._c() == "|":
+                    self.pos += 1
+                    continue
+                if self._c() != ")":
+                    raise Unprovable("a 'case' pattern without ')'")
+                self.pos += 1
+                break
+            self._skip_newlines()
+            if self._peek_word() == "esac":
+                self.pos += 4
+                return
+            for term in (";;&", ";;", ";&"):
+                if self._at(term):
+                    break
+            else:
+                end = self._list(frozenset({";;", ";&", ";;&", "esac"}))
+                if end is None:
+                    raise Unprovable("'case' without 'esac'")
+                if end == "esac":
+                    self.pos += 4
+                    return
+            for term in (";;&", ";;", ";&"):
+                if self._at(term):
+                    if term != ";;":
+                        self._bash_only(f"{term!r}")
+                    self.pos += len(term)
+                    break
+
+    def _trailing_redirects(self) -> None:
+        while True:
+            self._skip_blanks()
+            red = self._redirect()
+            if red is None:
+                c = self._c()
+                if c and c not in _DELIMS:
+                    raise Unprovable(f"text right after a compound command: {c!r}")
+                return
+            self.unit.redirects.append(red)
+
+    # -- simple commands --------------------------------------------------------------
+    def _simple(self) -> None:
+        cmd = Command()
+        while True:
+            self._skip_blanks()
+            c = self._c()
+            if c == "" or c in "\n;|)" or (c == "&" and not self._at("&>")):
+                break
+            red = self._redirect()
+            if red is not None:
+                cmd.redirects.append(red)
+                self.unit.redirects.append(red)
+                continue
+            if c == "(":
+                raise Unprovable("'(' inside a command (a function definition?)")
+            start = self.pos
+            word = self._word()
+            if not cmd.words:
+                m = _NAME.match(self.src, start)
+                if m and self.src[m.end() : m.end() + 1] == "[":
+                    raise Unprovable(f"array assignment '{self.src[start : m.end()]}[…]'")
+                if m and self.src.startswith(("=", "+="), m.end()):
+                    if self.src.startswith("=(", m.end()) or self.src.startswith("+=(", m.end()):
+                        raise Unprovable("array assignment")
+                    skip = len(m.group()) + (2 if self.src[m.end()] == "+" else 1)
+                    value = Word(word.value[skip:], word.raw[skip:], word.dynamic, word.glob,
+                                 word.raw[skip:].startswith("~"), word.quoted)
+                    cmd.assignments.append((m.group(), value))
+                    continue
+            cmd.words.append(word)
+        if not cmd.words and not cmd.assignments and not cmd.redirects:
+            raise Unprovable(f"empty command before {self._c()!r}")
+        self.unit.commands.append(cmd)
+
+    def _redirect(self) -> Redirect | None:
+        if self._at("<(") or self._at(">("):
+            return None
+        m = _REDIRECT.match(self.src, self.pos)
+        if not m:
+            if self._c() == "{" and re.match(r"\{[A-Za-z_]\w*\}[<>]", self.src[self.pos :]):
+                raise Unprovable("a '{name}' file-descriptor redirection")
+            return None
+        fd, op = m.group(1), m.group(2)
+        if op in ("&>", "&>>", "<<<", "<>") or (op == ">&" and fd == ""):
+            self._bash_only(f"'{op}'")
+        if op == "<>":
+            raise Unprovable("a '<>' read-write redirection")
+        self.pos = m.end()
+        self._skip_blanks()
+        c = self._c()
+        if c == "" or (c in "\n;&|()<>" and not (self._at("<(") or self._at(">("))):
+            raise Unprovable(f"redirection '{op}' without a target")
+        start = self.pos
+        target = self._word()
+        raw = self.src[start : self.pos]
+        if op in ("<<", "<<-"):
+            dm = _HEREDOC_DELIM.fullmatch(raw)
+            if not dm:
+                raise Unprovable(f"here-document delimiter {raw!r} is not a plain word")
+            delim = next(g for g in dm.groups() if g is not None)
+            self.heredocs.append((delim, dm.group("plain") is None, op == "<<-", self.frame))
+            return Redirect(fd, op, Word(delim, raw))
+        return Redirect(fd, op, target)
+
+    def _read_heredocs(self) -> None:
+        if not self.heredocs:
+            return
+        if any(h[3] != self.frame for h in self.heredocs):
+            raise Unprovable("a here-document body inside a substitution it was not opened in")
+        for delim, quoted, strip_tabs, _ in self.heredocs:
+            while True:
+                if self.pos >= len(self.src):
+                    raise Unprovable(f"here-document without its '{delim}' line")
+                end = self.src.find("\n", self.pos)
+                end = len(self.src) if end < 0 else end
+                line = self.src[self.pos : end]
+                self.pos = min(end + 1, len(self.src))
+                if (line.lstrip("\t") if strip_tabs else line) == delim:
+                    break
+                if not quoted:
+                    _check_heredoc_line(line)
+        self.heredocs.clear()
+
+    # -- words ----------------------------------------------------------------------
+    def _word(self) -> Word:
+        start = self.pos
+        if self._at("<(") or self._at(">("):
+            self._bash_only("process substitution")
+            self.pos += 2
+            self._nested(")")
+            c = self._c()
+            if c and c not in " \t\n;&|)":
+                raise Unprovable(f"text right after a process substitution: {c!r}")
+            return Word(DYNAMIC, self.src[start : self.pos], dynamic=True)
+        parts: list[str] = []
+        dynamic = glob = quoted = False
+        tilde = self._c() == "~"
+        brace = False
+        while self.pos < len(self.src):
+            c = self.src[self.pos]
+            if c in _DELIMS:
+                break
+            if c == "\\":
+                nxt = self._c(1)
+                if nxt == "\n":
+                    if self._c(2) not in (" ", "\t"):
+                        raise Unprovable("a line continuation (backslash-newline) inside a word")
+                    self.pos += 2
+                    break
+                if nxt == "":
+                    raise Unprovable("a backslash at the end of the command")
+                parts.append(nxt)
+                quoted = True
+                self.pos += 2
+            elif c == "'":
+                end = self.src.find("'", self.pos + 1)
+                if end < 0:
+                    raise Unprovable("unclosed single quote")
+                text = self.src[self.pos + 1 : end]
+                if "\n" in text and self.heredocs:
+                    raise Unprovable("a newline inside quotes while a here-document is pending")
+                parts.append(text)
+                quoted = True
+                self.pos = end + 1
+            elif c == '"':
+                self.pos += 1
+                d = self._double_quoted(parts)
+                dynamic = dynamic or d
+                quoted = True
+            elif c == "$":
+                kind = self._dollar(parts, in_quotes=False)
+                dynamic = dynamic or kind == "dynamic"
+                quoted = quoted or kind == "quoted"
+            elif c == "`":
+                self._backtick()
+                parts.append(DYNAMIC)
+                dynamic = True
+            else:
+                if c in "*?" or (c == "[" and "]" in self.src[self.pos : self._word_end()]):
+                    glob = True
+                elif c == "{":
+                    brace = True
+                parts.append(c)
+                self.pos += 1
+        raw = self.src[start : self.pos]
+        if not raw:
+            raise Unprovable(f"unexpected {self._c()!r}")
+        value = "".join(parts)
+        if brace and raw not in ("{}", "{", "}") and _brace_expands(raw):
+            self._bash_only("brace expansion")
+            raise Unprovable(f"brace expansion in {raw!r}")
+        return Word(value, raw, dynamic, glob, tilde, quoted)
+
+    def _word_end(self) -> int:
+        i = self.pos
+        while i < len(self.src) and self.src[i] not in _DELIMS:
+            i += 1
+        return i
+
+    def _double_quoted(self, parts: list[str]) -> bool:
+        dynamic = False
+        after_name = False
+        while True:
+            if self.pos >= len(self.src):
+                raise Unprovable("unclosed double quote")
+            c = self.src[self.pos]
+            if c == '"':
+                self.pos += 1
+                return dynamic
+            if c == "\\":
+                nxt = self._c(1)
+                if nxt == "\n":
+                    if after_name or self.heredocs:
+                        raise Unprovable("a line continuation right after '$NAME' in quotes")
+                    self.pos += 2
+                    continue
+                if nxt in ('"', "\\", "$", "`"):
+                    parts.append(nxt)
+                    self.pos += 2
+                else:
+                    parts.append("\\")
+                    self.pos += 1
+                after_name = False
+            elif c == "$":
+                kind = self._dollar(parts, in_quotes=True)
+                dynamic = dynamic or kind == "dynamic"
+                after_name = kind == "dynamic"
+            elif c == "`":
+                self._backtick()
+                parts.append(DYNAMIC)
+                dynamic = True
+                after_name = False
+            else:
+                if c == "\n" and self.heredocs:
+                    raise Unprovable("a newline inside quotes while a here-document is pending")
+                parts.append(c)
+                self.pos += 1
+                after_name = False
+
+    def _dollar(self, parts: list[str], in_quotes: bool) -> str:
+        """Read a `$` construct; 'dynamic', 'quoted' ($'…') or 'literal'."""
+        nxt = self._c(1)
+        if self._at("$(("):
+            raise Unprovable("arithmetic expansion '$((…))'")
+        if nxt == "(":
+            self.pos += 2
+            self._nested(")")
+        elif nxt == "{":
+            m = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)\}").match(self.src, self.pos)
+            if not m:
+                end = self.src.find("}", self.pos)
+                shown = self.src[self.pos : end + 1 if end >= 0 else self.pos + 12]
+                raise Unprovable(f"parameter expansion {shown!r} (only '${{NAME}}' is proven)")
+            self.pos = m.end()
+        elif nxt == "'" and not in_quotes:
+            self._bash_only("ANSI-C quoting $'…'")
+            end = self.src.find("'", self.pos + 2)
+            if end < 0:
+                raise Unprovable("unclosed $'…' quote")
+            text = self.src[self.pos + 2 : end]
+            if "\\" in text:
+                raise Unprovable("ANSI-C quote $'…' with backslash escapes")
+            parts.append(text)
+            self.pos = end + 1
+            return "quoted"
+        elif nxt == '"' and not in_quotes:
+            raise Unprovable("locale quoting $\"…\"")
+        elif nxt and (nxt.isascii() and (nxt.isalpha() or nxt == "_")):
+            m = _NAME.match(self.src, self.pos + 1)
+            assert m is not None
+            self.pos = m.end()
+        elif nxt and nxt in _SPECIAL_PARAMS:
+            self.pos += 2
+        elif nxt == "" or nxt in " \t\n" or (in_quotes and nxt == '"') or (
+            not in_quotes and nxt in _DELIMS
+        ):
+            parts.append("$")
+            self.pos += 1
+            return "literal"
+        else:
+            raise Unprovable(f"'${nxt}' (a '$' that is not a plain variable)")
+        parts.append(DYNAMIC)
+        return "dynamic"
+
+    def _nested(self, closer: str) -> None:
+        """Parse a `$(…)`/`<(…)` body up to its `)` as its own here-document frame."""
+        outer = self.frame
+        self.frames += 1
+        self.frame = self.frames
+        self._enter()
+        try:
+            end = self._list(frozenset({closer}))
+            if end != closer:
+                raise Unprovable(f"unclosed substitution (missing {closer!r})")
+            if any(h[3] == self.frame for h in self.heredocs):
+                raise Unprovable("a here-document left open at the end of a substitution")
+            self.pos += 1
+            c = self._c()
+            if c == "#":
+                raise Unprovable("'#' right after ')'")
+        finally:
+            self.depth -= 1
+            self.frame = outer
+
+    def _backtick(self) -> None:
+        end = self.src.find("`", self.pos + 1)
+        if end < 0:
+            raise Unprovable("unclosed backtick")
+        body = self.src[self.pos + 1 : end]
+        if "\\" in body:
+            raise Unprovable("a backslash inside backticks")
+        if "\n" in body and self.heredocs:
+            raise Unprovable("a newline inside backticks while a here-document is pending")
+        self.pos = end + 1
+        inner = _Parser(body, self.dialect, self.unit, self.depth + 1)
+        if inner.depth > MAX_NESTING:
+            raise Unprovable(f"nested deeper than {MAX_NESTING} levels")
+        inner.parse_all()
+
+
+def _brace_expands(raw: str) -> bool:
+    """Whether an unquoted `{` in the word may start a brace expansion (`,` or `..`)."""
+    unquoted = re.sub(r"'[^']*'|\"(?:\\.|[^\"\\])*\"|\\.", "", raw)
+    i = unquoted.find("{")
+    return i >= 0 and ("," in unquoted[i:] or ".." in unquoted[i:])
+
+
+def _check_heredoc_line(line: str) -> None:
+    """An unquoted here-document body is expanded: only `$NAME`/`${NAME}` data passes."""
+    if line.endswith("\\") and (len(line) - len(line.rstrip("\\"))) % 2 == 1:
+        raise Unprovable("a line continuation inside an unquoted here-document")
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "`":
+            raise Unprovable("a backtick in an unquoted here-document")
+        if c == "$":
+            nxt = line[i + 1 : i + 2]
+            if nxt == "{":
+                m = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)\}").match(line, i + 1)
+                if not m:
+                    raise Unprovable("a '${…}' expansion in an unquoted here-document")
+                i = m.end()
+                continue
+            if nxt in ("(", "["):
+                raise Unprovable(f"'${nxt}' in an unquoted here-document")
+        i += 1
+
+
+def is_safe_device(path: str) -> bool:
+    """`/dev/null`, `/dev/stdout`, `/dev/fd/N`, …: redirecting there writes no file."""
+    return _SAFE_DEV.fullmatch(path) is not None
