@@ -99,5 +99,5 @@ def explain_command(
             by = f" by {part.rule} ({part.source})" if part.rule else ""
             click.echo(f"  {part.kind:7} {part.text!r}: {verdict}{by}")
     for problem in result.problems:
-        click.echo(f"not understood: {problem}")
+        click.echo(f"not proven: {problem}")
     click.echo("sources:  " + (", ".join(effective.sources) or "(none)"))

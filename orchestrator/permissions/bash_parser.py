@@ -514,6 +514,7 @@ class _Parser:
         dynamic = glob = quoted = False
         tilde = self._c() == "~"
         brace = False
+        unquoted: list[str] = []
         while self.pos < len(self.src):
             c = self.src[self.pos]
             if c in _DELIMS:
@@ -559,12 +560,17 @@ class _Parser:
                 elif c == "{":
                     brace = True
                 parts.append(c)
+                unquoted.append(c)
                 self.pos += 1
+                continue
+            unquoted.append("\x01")
         raw = self.src[start : self.pos]
         if not raw:
             raise Unprovable(f"unexpected {self._c()!r}")
+        if self._at("<(") or self._at(">("):
+            raise Unprovable(f"a process substitution joined to the word {raw!r}")
         value = "".join(parts)
-        if brace and raw not in ("{}", "{", "}") and _brace_expands(raw):
+        if brace and raw not in ("{}", "{", "}") and _brace_expands("".join(unquoted)):
             self._bash_only("brace expansion")
             raise Unprovable(f"brace expansion in {raw!r}")
         return Word(value, raw, dynamic, glob, tilde, quoted)
@@ -696,9 +702,9 @@ class _Parser:
         inner.parse_all()
 
 
-def _brace_expands(raw: str) -> bool:
-    """Whether an unquoted `{` in the word may start a brace expansion (`,` or `..`)."""
-    unquoted = re.sub(r"'[^']*'|\"(?:\\.|[^\"\\])*\"|\\.", "", raw)
+def _brace_expands(unquoted: str) -> bool:
+    """Whether an unquoted `{` may start a brace expansion: an unquoted `,` or `..`
+    follows it (quoted text is masked out of `unquoted`)."""
     i = unquoted.find("{")
     return i >= 0 and ("," in unquoted[i:] or ".." in unquoted[i:])
 

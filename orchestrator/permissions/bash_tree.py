@@ -28,6 +28,8 @@ _STRUCTURE = frozenset(
         "while_statement", "for_statement", "case_statement", "case_item", "do_group",
         "negated_command", "comment", "heredoc_body", "heredoc_content", "heredoc_start",
         "heredoc_end", "variable_name", "command_name", "file_descriptor",
+        "special_variable_name", "unary_expression", "binary_expression",
+        "parenthesized_expression", "test_operator",
     }
 )
 """Named node types the walker accepts; any other named type is a disagreement."""
@@ -178,7 +180,7 @@ def _is_word(t: str) -> bool:
 
 
 def _raw(node: Node) -> str:
-    return (node.text or b"").decode("utf-8", "surrogateescape")
+    return _decode(node.text or b"")
 
 
 def _assignment(node: Node) -> tuple[str, str]:
@@ -222,16 +224,19 @@ def _cook(node: Node) -> str:
         return raw[1:-1]
     if t == "ansi_c_string" and "\\" not in raw:
         return raw[2:-1]
+    size = node.end_byte - node.start_byte
     if t == "string":
-        return _join(node, raw, 1, len(raw) - 1, quoted=True)
+        return _join(node, 1, size - 1, quoted=True)
     if t == "concatenation":
-        return _join(node, raw, 0, len(raw), quoted=False)
+        return _join(node, 0, size, quoted=False)
     raise Disagreement(f"tree-sitter sees a {t.replace('_', ' ')} in a word")
 
 
-def _join(node: Node, raw: str, lo: int, hi: int, *, quoted: bool) -> str:
+def _join(node: Node, lo: int, hi: int, *, quoted: bool) -> str:
+    """Cook the children of a string or concatenation, with the text between them
+    (byte offsets `lo`..`hi` of the node)."""
     base = node.start_byte
-    data = raw.encode("utf-8", "surrogateescape")
+    data = node.text or b""
     out: list[str] = []
     cursor = lo
     for child in node.children:
@@ -239,7 +244,7 @@ def _join(node: Node, raw: str, lo: int, hi: int, *, quoted: bool) -> str:
         if start < lo or end > hi:
             continue
         if start > cursor:
-            out.append(_unescape(data[cursor:start].decode("utf-8", "surrogateescape"), quoted))
+            out.append(_unescape(_decode(data[cursor:start]), quoted))
         if child.type == "string_content":
             out.append(_unescape(_raw(child), quoted=True))
         elif child.is_named:
@@ -248,8 +253,12 @@ def _join(node: Node, raw: str, lo: int, hi: int, *, quoted: bool) -> str:
             out.append(_raw(child))
         cursor = end
     if cursor < hi:
-        out.append(_unescape(data[cursor:hi].decode("utf-8", "surrogateescape"), quoted))
+        out.append(_unescape(_decode(data[cursor:hi]), quoted))
     return "".join(out)
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
 
 
 def _unescape(text: str, quoted: bool) -> str:

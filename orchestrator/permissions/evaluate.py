@@ -342,7 +342,7 @@ class _Evaluator:
                 used.append(rule)
         extra["subcommands"] = tuple(verdicts)
         if problems:
-            why = "the command is not fully understood (" + "; ".join(problems) + ")"
+            why = "the analyser cannot prove what this command runs (" + "; ".join(problems) + ")"
             if self.mode == "bypassPermissions":
                 return self._done(
                     "allow",

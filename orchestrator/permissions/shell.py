@@ -129,15 +129,15 @@ class _Analyser:
 
     def unit(self, src: str, dialect: Dialect, depth: int) -> None:
         parsed = parse(src, dialect, depth)
-        why = disagreement(src, parsed)
-        if why:
-            raise Unprovable(why)
         for name in parsed.loop_names:
             check_variable(name)
         for red in parsed.redirects:
             self._redirect(red)
         for cmd in parsed.commands:
             self._command(cmd, dialect, depth)
+        why = disagreement(src, parsed)
+        if why:
+            raise Unprovable(why)
 
     def _command(self, cmd: Command, dialect: Dialect, depth: int) -> None:
         if not cmd.words:
@@ -188,6 +188,8 @@ class _Analyser:
                 self._run(inner, dialect, depth + 1, open_ended=True)
             return
         if unwrapped.script is not None:
+            if replace and replace in unwrapped.script:
+                raise Unprovable(f"a script with {replace!r}, replaced at run time")
             self.unit(unwrapped.script, unwrapped.dialect, depth + 1)
         elif unwrapped.argv:
             self._run(

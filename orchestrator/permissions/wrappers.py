@@ -197,6 +197,8 @@ def unwrap(name: str, argv: list[Word]) -> Unwrapped | None:
     grammar = GRAMMARS.get(name)
     if grammar is None:
         return None
+    if name == "nice" and args and re.fullmatch(r"-[+-]?\d+", args[0].value):
+        args = [Word("-n", "-n"), Word(args[0].value[1:], args[0].raw), *args[1:]]
     opts, k = parse_options(name, grammar, args)
     keys = {o for o, _ in opts}
     rest = args[k:]
