@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--prune", action="store_true", help="drop saved cases the oracle no longer flags"
     )
+    parser.add_argument(
+        "--splice-saved", action="store_true", help="mutate with saved bypasses as fragments"
+    )
     parser.add_argument("--analyser", type=Path, help="a checkout whose analyser is judged")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the oracle is removed
@@ -111,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             on_finding=on_finding,
             progress=progress,
             deadline_s=args.minutes * 60 if args.minutes else None,
+            splice_saved=args.splice_saved,
         )
     client.close()
     print(report.summary())

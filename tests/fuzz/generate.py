@@ -121,9 +121,19 @@ ENV_VARS = [
     "TERM",
 ]
 HIJACK_PREFIXES = [
-    "GIT_CONFIG_GLOBAL=gitcfg", "GIT_CONFIG_SYSTEM=gitcfg", "HOME=.", "XDG_CONFIG_HOME=.",
-    "GIT_DIR=.git GIT_CONFIG_GLOBAL=gitcfg", "BASH_ENV=bashenv", "ENV=bashenv", "PATH=bin:$PATH",
-    "PATH=./bin", "PATH=bin", "GIT_EXEC_PATH=bin", "GIT_PAGER='touch pg'", "PAGER='touch pg'",
+    "GIT_CONFIG_GLOBAL=gitcfg",
+    "GIT_CONFIG_SYSTEM=gitcfg",
+    "HOME=.",
+    "XDG_CONFIG_HOME=.",
+    "GIT_DIR=.git GIT_CONFIG_GLOBAL=gitcfg",
+    "BASH_ENV=bashenv",
+    "ENV=bashenv",
+    "PATH=bin:$PATH",
+    "PATH=./bin",
+    "PATH=bin",
+    "GIT_EXEC_PATH=bin",
+    "GIT_PAGER='touch pg'",
+    "PAGER='touch pg'",
 ]
 """Prefixes that make an allowed program run something else (with the oracle's
 template files: gitcfg, .gitconfig, git/config, bashenv, bin/{echo,cat,ls,git})."""
@@ -251,8 +261,22 @@ def simple(r: random.Random, depth: int) -> str:
 
 def env_prefix(r: random.Random) -> str:
     var = r.choice(ENV_VARS)
-    value = r.choice([".", "/tmp", "x", "/usr/bin/id", "touch p", "$(touch e)", "'a b'", "",
-                      "gitcfg", "bashenv", "bin", "bin:$PATH"])
+    value = r.choice(
+        [
+            ".",
+            "/tmp",
+            "x",
+            "/usr/bin/id",
+            "touch p",
+            "$(touch e)",
+            "'a b'",
+            "",
+            "gitcfg",
+            "bashenv",
+            "bin",
+            "bin:$PATH",
+        ]
+    )
     if var == "BASH_CMDS":
         return r.choice(["BASH_CMDS[echo]=/usr/bin/id", "BASH_CMDS[cat]=/usr/bin/touch"])
     if var.startswith("GIT_CONFIG") and r.random() < 0.5:
@@ -496,20 +520,28 @@ def tricky(r: random.Random, depth: int) -> str:
         lambda: f"git status; git {r.choice(['log', 'config a.b c', 'init q', 'stash'])}",
         lambda: f"git -c core.fsmonitor={word(r, 'touch z')} status",
         lambda: f"git {r.choice(['--git-dir=.', '-C .', '--exec-path=.', '-p'])} status",
-        lambda: f"{r.choice(HIJACK_PREFIXES)} {r.choice(['git status', 'echo hi', 'ls', 'cat x.txt', 'bash -c true', 'sh -c true', 'git st'])}",
-        lambda: f"export {r.choice(HIJACK_PREFIXES)}; {r.choice(['git status', 'echo hi', 'ls', 'cat x.txt'])}",
+        lambda: (
+            f"{r.choice(HIJACK_PREFIXES)} {r.choice(['git status', 'echo hi', 'ls', 'cat x.txt', 'bash -c true', 'sh -c true', 'git st'])}"
+        ),
+        lambda: (
+            f"export {r.choice(HIJACK_PREFIXES)}; {r.choice(['git status', 'echo hi', 'ls', 'cat x.txt'])}"
+        ),
         lambda: f"git -c include.path={word(r, 'gitcfg')} status",
         lambda: "hash -p bin/echo echo; echo hi",
         lambda: f"cd bin; PATH=. {r.choice(['echo', 'ls', 'cat'])} hi",
         lambda: f"sh -c \"echo \\$'\\\\'; {bad}; #'\"",
         lambda: f"dash -c 'echo $'\"'\"'\\'\"'\"'; {bad}; #'",
         lambda: f"echo ${{x:-`{bad}`}}",
-        lambda: f"echo \"${{x:-$({bad})}}\"",
+        lambda: f'echo "${{x:-$({bad})}}"',
         lambda: f"echo ${{x:->({bad})}}",
         lambda: f"echo ${{x:-\\\n$({bad})}}",
         lambda: f"echo $(cat <<'E'\n)\nE\n); {bad}",
         lambda: f"echo $(cat <<E\n$({bad})\nE\n)",
         lambda: f"cat <<E$(\n{bad}\n)\nx\nE",
+        lambda: (
+            f"echo hi 3<{r.choice(['.', 'bin', '/tmp'])} >/dev/fd/3/{r.choice(['../pwn', 'pwn', '../../tmp/pwn', './x'])}"
+        ),
+        lambda: f"exec 4<.; cat x.txt >>/dev/fd/4/{r.choice(['pwn', 'bin/../y'])}",
     ]
     return r.choice(forms)()
 

@@ -78,21 +78,31 @@ class Report:
         )
 
 
-def known_commands(path: Path = REGRESSIONS) -> list[str]:
+def known_records(path: Path = REGRESSIONS) -> list[dict[str, object]]:
     if not path.exists():
         return []
-    return [json.loads(line)["command"] for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def known_commands(path: Path = REGRESSIONS) -> list[str]:
+    return [str(r["command"]) for r in known_records(path)]
+
+
+Decider = Callable[[str], tuple[str, str]]
 
 
 def bypass_of(
-    command: str, oracle: Observer, kinds: frozenset[str] | None = None
+    command: str,
+    oracle: Observer,
+    kinds: frozenset[str] | None = None,
+    decider: Decider = decide,
 ) -> list[Violation] | None:
     """The violations when the analyser allows `command` and bash does something no rule
     allows (of one of `kinds`, when given); None when it is no bypass."""
     if not net_safe(command):
         return None
     try:
-        behavior, _reason = decide(command)
+        behavior, _reason = decider(command)
     except Exception:
         return None
     if behavior != "allow":
@@ -102,7 +112,11 @@ def bypass_of(
 
 
 def minimise(
-    command: str, oracle: Observer, kinds: frozenset[str], budget: int = MINIMISE_BUDGET
+    command: str,
+    oracle: Observer,
+    kinds: frozenset[str],
+    budget: int = MINIMISE_BUDGET,
+    decider: Decider = decide,
 ) -> str:
     """Delta debugging over characters: the shortest text found that still bypasses
     with a violation of one of `kinds` (so it does not drift to another finding)."""
@@ -113,7 +127,7 @@ def minimise(
         nonlocal spent
         if candidate not in cache:
             spent += 1
-            cache[candidate] = bypass_of(candidate, oracle, kinds) is not None
+            cache[candidate] = bypass_of(candidate, oracle, kinds, decider) is not None
         return cache[candidate]
 
     text, n = command, 2
@@ -141,6 +155,19 @@ def signature(found: list[Violation], reason: str) -> tuple[object, ...]:
     return (frozenset(parts), reason)
 
 
+_PROGRAM = re.compile(r"^exec: \S*?([^/\s]+) ")
+
+
+def skeleton(command: str, saw: list[str]) -> str:
+    """A minimised case with the programs it ran replaced by PROG, so `$(sed)` and
+    `$(git)` through the same hole count as one finding."""
+    for line in saw:
+        m = _PROGRAM.match(line)
+        if m and m.group(1) not in ("PROG",):
+            command = re.sub(rf"(?<![\w/.-]){re.escape(m.group(1))}(?![\w.-])", "PROG", command)
+    return command
+
+
 def run(
     oracle: Observer,
     *,
@@ -151,20 +178,23 @@ def run(
     on_finding: Callable[[Finding, bool], None] = lambda _f, _new: None,
     progress: Callable[[Report], None] = lambda _r: None,
     deadline_s: float | None = None,
+    splice_saved: bool = False,
 ) -> Report:
     """Run `cases` generated cases (indexes start..start+cases-1) of `seed`.
 
     `on_finding(finding, is_new)` is called for each minimised bypass; the run stops
-    by itself after `cases` cases or `deadline_s` seconds."""
+    by itself after `cases` cases or `deadline_s` seconds. `splice_saved` lets the
+    mutation stage splice saved bypasses into cases (then the cases of a seed also
+    depend on regressions.jsonl)."""
     report = Report()
-    known = known_commands()
-    seen = set(known)
+    fragments = known_commands() if splice_saved else []
+    seen = {skeleton(r["command"], r["saw"]) for r in known_records()}
     shapes: set[tuple[object, ...]] = set()
     began = time.monotonic()
     for index in range(start, start + cases):
         if deadline_s is not None and time.monotonic() - began > deadline_s:
             break
-        command = generate(seed, index, known)
+        command = generate(seed, index, fragments)
         report.cases += 1
         try:
             behavior, reason = decide(command)
@@ -186,8 +216,9 @@ def run(
                     ]
                     finding = Finding(small, command, saw, decide(small)[1], f"{seed}:{index}")
                     report.findings.append(finding)
-                    on_finding(finding, small not in seen)
-                    seen.add(small)
+                    shape_text = skeleton(small, saw)
+                    on_finding(finding, shape_text not in seen)
+                    seen.add(shape_text)
         if report.cases % 500 == 0:
             report.seconds = time.monotonic() - began
             progress(report)

@@ -9,6 +9,7 @@ from tests.fuzz.generate import generate, mutate, net_safe
 from tests.fuzz.judge import NetworkRuleError, covered, violations
 from tests.fuzz.oracle import Observation
 from tests.fuzz.oracle_image import driver
+from tests.fuzz.session import MINIMISE_BUDGET, minimise, skeleton
 
 
 def test_same_seed_gives_the_same_cases_and_another_seed_others() -> None:
@@ -216,3 +217,48 @@ def test_connects_count_except_the_nscd_probe_and_other_addresses_stop_the_run()
     far = '{sa_family=AF_INET, sin_port=htons(1), sin_addr=inet_addr("10.1.2.3")}'
     with pytest.raises(NetworkRuleError):
         violations(_obs(connects=[{"pid": 1, "image": None, "address": far, "ok": False}]))
+
+
+class _FakeOracle:
+    """Stands in for bash: a case 'runs touch' when its text contains `touch`."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def observe(self, command: str) -> Observation:
+        self.calls += 1
+        execs = []
+        if "touch" in command:
+            execs = [
+                {
+                    "pid": 2,
+                    "image": None,
+                    "filename": "/usr/bin/touch",
+                    "argv": ["touch"],
+                    "ok": True,
+                }
+            ]
+        return _obs(execs=execs)
+
+
+def test_minimise_keeps_the_bypass_and_drops_the_rest_within_its_budget() -> None:
+    oracle = _FakeOracle()
+    small = minimise(
+        "echo hi; printf -v 'a[$(touch q)]' %s 1",
+        oracle,
+        frozenset({"exec"}),
+        decider=lambda _c: ("allow", "test"),
+    )
+    assert small == "touch"
+    assert oracle.calls <= MINIMISE_BUDGET
+    never = minimise(
+        "echo touch", _FakeOracle(), frozenset({"exec"}), decider=lambda _c: ("ask", "test")
+    )
+    assert never == "echo touch"
+
+
+def test_a_skeleton_names_one_hole_whatever_program_goes_through_it() -> None:
+    saw_sed = ["exec: /usr/bin/sed argv=sed (ran)"]
+    saw_git = ["exec: /usr/bin/git argv=git (ran)"]
+    assert skeleton('echo "$\\\n(sed)"', saw_sed) == skeleton('echo "$\\\n(git)"', saw_git)
+    assert skeleton("printf -v 'a[$(sed)]' x", saw_sed) != skeleton('echo "$\\\n(git)"', saw_git)
