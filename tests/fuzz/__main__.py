@@ -28,6 +28,7 @@ from tests.fuzz.session import (
     Report,
     append_jsonl,
     run,
+    skeleton,
 )
 
 
@@ -41,9 +42,15 @@ def refresh(path: Path = REGRESSIONS) -> tuple[int, int]:
 
 
 def prune(oracle: object, path: Path = REGRESSIONS) -> tuple[int, int]:
-    """Drop saved cases in which bash no longer does anything unallowed."""
+    """Drop saved cases in which bash no longer does anything unallowed, and all but
+    the shortest of cases with the same skeleton."""
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    kept = [r for r in records if violations(oracle.observe(r["command"]))]  # type: ignore[attr-defined]
+    kept, shapes = [], set()
+    for record in sorted(records, key=lambda r: len(r["command"])):
+        shape = skeleton(record["command"], record["saw"])
+        if shape not in shapes and violations(oracle.observe(record["command"])):  # type: ignore[attr-defined]
+            shapes.add(shape)
+            kept.append(record)
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
     return len(kept), len(records) - len(kept)
 

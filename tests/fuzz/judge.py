@@ -166,8 +166,8 @@ def _write_violation(obs: Observation, event: Write) -> Violation | None:
         and (event.opened in HARMLESS_OPEN_PATHS or event.opened.startswith(("pipe:[", "socket:[")))
     ):
         return None
-    if not event.ok and (path in HARMLESS_OPEN_PATHS or FD_PATH.match(path)):
-        return None  # nothing was opened, and nothing could have been
+    if not event.ok and (not path or path in HARMLESS_OPEN_PATHS or FD_PATH.match(path)):
+        return None  # nothing was opened, and nothing could have been ("" never opens)
     if not event.ok and event.error == "EISDIR" and path.startswith(("/dev/", "/proc/")):
         return None  # a directory of the kernel's: nothing can be written there anywhere
     if (

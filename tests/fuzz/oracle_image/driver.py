@@ -118,7 +118,7 @@ def _path_arg(arg: str) -> str | None:
 
 def _resolve(args: list[str], dir_index: int | None, path_index: int) -> str | None:
     path = _path_arg(args[path_index]) if path_index < len(args) else None
-    if path is None or path.startswith("/") or dir_index is None:
+    if not path or path.startswith("/") or dir_index is None:
         return path
     m = re.search(r"<((?:\\x[0-9a-f]{2})*)>", args[dir_index])
     base = _unhex(m.group(1)) if m else "?"
