@@ -14,8 +14,14 @@
     ---
     The system prompt.
 
-Other keys (`color`, `permissionMode`, `skills`, `hooks`, …) are kept in
-`AgentDefinition.extra`. `disallowedTools` is honoured (removed from `tools`).
+Other keys (`color`, `skills`, …) are kept in `AgentDefinition.extra`.
+`disallowedTools` is honoured (removed from `tools`); `permissionMode` narrows the
+parent's mode (it never widens it); `hooks` (Claude Code's settings format) apply to
+that agent's tool calls, on top of the settings files' hooks, with the same rules
+for running them on the host. Nothing security-relevant is ignored silently.
+
+A file without frontmatter is not an agent definition (a README, notes) and is
+skipped. Tools warden does not run are dropped with one warning each.
 
 Many real files (including ones Claude Code's `/agents` command writes) have an
 unquoted `description:` holding `user: "…"` examples, which is not valid YAML.
@@ -26,14 +32,18 @@ Such frontmatter is read key by key instead, as Claude Code does, and a literal
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from orchestrator.agents import AgentDefinition, check_tool_names
-from orchestrator.errors import AgentDefinitionError
+from orchestrator.agents import AgentDefinition, split_tool_names
+from orchestrator.config import DEFAULT_MODEL_ALIASES as MODEL_ALIASES
+from orchestrator.errors import AgentDefinitionError, PolicyError
+from orchestrator.permissions.hooks import parse_hooks
+from orchestrator.permissions.models import MODES
 from sandbox_tools.wire import TOOL_NAMES
 
 MAX_AGENT_FILE_BYTES = 256 * 1024
@@ -53,6 +63,8 @@ KNOWN_KEYS = {
     "memory": "memory",
     "cpus": "cpus",
     "pids": "pids",
+    "permissionMode": "permission_mode",
+    "hooks": "hooks",
 }
 """Frontmatter key → `AgentDefinition` field."""
 
@@ -71,11 +83,30 @@ FRONTMATTER_HELP = (
 )
 
 
+class NotAnAgentFile(AgentDefinitionError):
+    """A Markdown file with no frontmatter: not an agent definition (skipped in a directory)."""
+
+
+@dataclass
+class LoadedAgents:
+    """What one directory of agent files gave."""
+
+    agents: list[AgentDefinition] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What was dropped or worked around; the agents still load."""
+    problems: list[str] = field(default_factory=list)
+    """Files that did not load, each with why."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Agent name → why its file did not load, where the name could be read."""
+    skipped: list[Path] = field(default_factory=list)
+    """Markdown files that are not agent definitions."""
+
+
 def split_frontmatter(text: str, file: Path) -> tuple[dict[str, Any], str, list[str]]:
     """(frontmatter values, body, warnings) of an agent file's text."""
     lines = text.lstrip("\ufeff").splitlines()
     if not lines or lines[0].strip() != "---":
-        raise AgentDefinitionError(f"{file}: no YAML frontmatter. {FRONTMATTER_HELP}")
+        raise NotAnAgentFile(f"{file}: no YAML frontmatter. {FRONTMATTER_HELP}")
     end = next((i for i in range(1, len(lines)) if lines[i].strip() in ("---", "...")), None)
     if end is None:
         raise AgentDefinitionError(
@@ -216,26 +247,40 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
     }
     listed = parse_tool_list(values.get("tools"), "tools", path)
     denied = parse_tool_list(values.get("disallowedTools"), "disallowedTools", path) or []
-    dropped: list[str] = []
     if listed is not None or denied:
-        kept, dropped = check_tool_names(list(TOOL_NAMES) if listed is None else listed, path)
-        check_tool_names(denied, path)
+        kept, dropped = split_tool_names(list(TOOL_NAMES) if listed is None else listed)
         kept = [tool for tool in kept if tool not in denied]
+        for tool, why in dropped:
+            warnings.append(f"{path}: agent {name!r}: dropped tool {tool!r}: {why}")
         if not kept:
-            raise AgentDefinitionError(
-                f"{path}: no tool warden runs is left in `tools` "
-                f"({', '.join(listed or []) or 'empty'}, minus `disallowedTools`); list at "
-                "least one of Bash, Read, Write, Edit, Glob, Grep, or leave `tools` out for all"
+            warnings.append(
+                f"{path}: agent {name!r} has no tool warden runs "
+                f"({', '.join(listed or []) or 'empty list'}, minus `disallowedTools`); it "
+                "can only answer from its prompt"
             )
         fields["tools"] = tuple(kept)
-        fields["dropped_tools"] = tuple(dropped)
-    if dropped:
-        warnings.append(
-            f"{path}: agent {name!r}: dropped {', '.join(dropped)}; warden runs only "
-            "Bash, Read, Write, Edit, Glob, Grep (and Task) in its sandboxes"
-        )
+        fields["dropped_tools"] = tuple(tool for tool, _ in dropped)
+    if values.get("hooks") is not None:
+        try:
+            hooks, hook_warnings = parse_hooks(values["hooks"], f"agent {name}:{path}")
+        except PolicyError as exc:
+            raise AgentDefinitionError(str(exc)) from exc
+        fields["hooks"] = tuple(hooks)
+        warnings.extend(hook_warnings)
+    mode = values.get("permissionMode")
+    if mode is not None:
+        if mode not in MODES:
+            raise AgentDefinitionError(
+                f"{path}: `permissionMode: {mode}` is not a mode; use one of {', '.join(MODES)}"
+            )
+        fields["permission_mode"] = mode
     model = _text(values, "model", path)
     fields["model"] = None if model in (None, "", "inherit") else model
+    if model and model != "inherit" and "-" not in model and model not in MODEL_ALIASES:
+        warnings.append(
+            f"{path}: agent {name!r}: `model: {model}` is not an alias warden knows "
+            f"({', '.join(MODEL_ALIASES)}, inherit); it is sent as a model id"
+        )
     for key in ("maxTurns", "pids"):
         if values.get(key) is not None:
             if not isinstance(values[key], int) or isinstance(values[key], bool):
@@ -274,43 +319,72 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
         raise AgentDefinitionError(f"{path}: {problems}") from exc
 
 
-def load_agent_dir(
-    directory: Path, *, confine_to: Path | None = None
-) -> tuple[list[AgentDefinition], list[str]]:
-    """Every `*.md` under `directory` (sorted); `confine_to` refuses paths leaving it."""
+def load_agent_dir(directory: Path, *, confine_to: Path | None = None) -> LoadedAgents:
+    """Every agent in `*.md` under `directory` (sorted), and every problem in one pass;
+    `confine_to` refuses paths leaving it (a project directory, which subagents can
+    write to)."""
+    loaded = LoadedAgents()
     if not directory.is_dir():
-        return [], []
+        return loaded
     real_dir = directory.resolve()
     if confine_to is not None and not real_dir.is_relative_to(confine_to.resolve()):
-        raise AgentDefinitionError(
+        loaded.problems.append(
             f"{directory} resolves to {real_dir}, outside the workspace {confine_to}; "
             "project agent files must live in the workspace (put shared agents in the "
             "user's config dir instead)"
         )
+        return loaded
     files = sorted(directory.rglob("*.md"))
     if len(files) > MAX_AGENT_FILES:
-        raise AgentDefinitionError(
-            f"{directory}: {len(files)} agent files, over the limit of {MAX_AGENT_FILES}"
+        loaded.problems.append(
+            f"{directory}: {len(files)} agent files, over the limit of {MAX_AGENT_FILES}; "
+            f"read the first {MAX_AGENT_FILES} in name order"
         )
-    agents: list[AgentDefinition] = []
-    warnings: list[str] = []
+        files = files[:MAX_AGENT_FILES]
     seen: dict[str, Path] = {}
     for file in files:
-        real = file.resolve()
-        if confine_to is not None and not real.is_relative_to(real_dir):
-            raise AgentDefinitionError(
-                f"{file} is a link to {real}, outside {directory}; refusing to read it "
-                "(subagents can write to the workspace). Replace the link with the file."
-            )
-        if not real.is_file():
-            raise AgentDefinitionError(f"{file}: not a regular file (a broken link?); remove it")
-        agent, file_warnings = load_agent_file(file)
+        try:
+            agent, file_warnings = _load_confined(file, real_dir, confined=confine_to is not None)
+        except NotAnAgentFile:
+            loaded.skipped.append(file)
+            continue
+        except AgentDefinitionError as exc:
+            loaded.problems.append(str(exc))
+            name = _name_of(file)
+            if name:
+                loaded.failed.setdefault(name, str(exc))
+            continue
         if agent.name in seen:
-            raise AgentDefinitionError(
-                f"{file} and {seen[agent.name]} both define agent {agent.name!r}; "
-                "rename one (`name:` in its frontmatter)"
+            loaded.problems.append(
+                f"{file} and {seen[agent.name]} both define agent {agent.name!r}; the first "
+                "(in name order) is used. Rename one (`name:` in its frontmatter)"
             )
+            continue
         seen[agent.name] = file
-        agents.append(agent)
-        warnings.extend(file_warnings)
-    return agents, warnings
+        loaded.agents.append(agent)
+        loaded.warnings.extend(file_warnings)
+    return loaded
+
+
+def _load_confined(
+    file: Path, real_dir: Path, *, confined: bool
+) -> tuple[AgentDefinition, list[str]]:
+    real = file.resolve()
+    if confined and not real.is_relative_to(real_dir):
+        raise AgentDefinitionError(
+            f"{file} is a link to {real}, outside {real_dir}; refusing to read it "
+            "(subagents can write to the workspace). Replace the link with the file."
+        )
+    if not real.is_file():
+        raise AgentDefinitionError(f"{file}: not a regular file (a broken link?); remove it")
+    return load_agent_file(file)
+
+
+def _name_of(file: Path) -> str | None:
+    """The `name:` of a file that failed to load, best effort, for error messages."""
+    try:
+        text = file.read_text(encoding="utf-8")[:MAX_AGENT_FILE_BYTES]
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = re.search(r"^name:\s*['\"]?([A-Za-z0-9][\w.-]{0,63})['\"]?\s*$", text, re.MULTILINE)
+    return found.group(1) if found else None

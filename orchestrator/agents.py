@@ -13,10 +13,14 @@ when the registry loads; a subagent that later writes into `.claude/agents/`
 does not change the running registry. Project files must stay inside the
 workspace (a symlink out of it is refused), since subagents can write there.
 
-Tools: Claude Code names. Tools that Claude Code has but warden does not run in a
-container (`CLAUDE_CODE_ONLY_TOOLS`, and `mcp__*` tools) are dropped with a
-warning, so files shared with Claude Code load unchanged; any other unknown name
-is an `AgentDefinitionError`. File parsing lives in `orchestrator.agent_files`.
+Loading is lenient where Claude Code is, and loud about it: a file that is not an
+agent definition (no frontmatter, e.g. a README) is skipped; a listed tool warden
+does not run (Claude Code-only tools, `mcp__*`, names it does not know) is dropped
+with one warning each; a file that cannot be read as an agent is reported and
+skipped, and every problem of a directory is reported in one pass
+(`AgentRegistry.problems`). Asking for an agent that failed to load says why.
+`model:` aliases (`sonnet`, `opus`, `haiku`, `inherit`) are resolved through
+`Settings.model_aliases`. File parsing lives in `orchestrator.agent_files`.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.config import Settings
-from orchestrator.errors import AgentDefinitionError, UnknownAgentError
+from orchestrator.errors import UnknownAgentError
+from orchestrator.permissions.hooks import HookCommand
+from orchestrator.permissions.models import Mode
 from sandbox_tools.wire import DELEGATION_TOOL_NAMES, TOOL_NAMES
 
 log = logging.getLogger(__name__)
@@ -94,9 +100,16 @@ class AgentDefinition(BaseModel):
     system_prompt: str = Field(min_length=1)
     """The subagent's system prompt (the file's body)."""
     tools: tuple[str, ...] | None = None
-    """Tool names (from `VALID_TOOLS`); None means every tool the runner has."""
+    """Tool names (from `VALID_TOOLS`); None means every tool the runner has; empty
+    means none (the agent can only answer from its prompt)."""
     model: str | None = None
-    """Model name or alias; None (`inherit` in a file) means the parent's model."""
+    """Model id; None (`inherit` in a file) means the parent's model."""
+    model_alias: str | None = None
+    """The alias the file named (`sonnet`, …) when `model` was resolved from one."""
+    permission_mode: Mode | None = None
+    """`permissionMode` from the file: it can only narrow the parent's mode."""
+    hooks: tuple[HookCommand, ...] = ()
+    """`hooks` from the file: PreToolUse/PostToolUse hooks for this agent's calls only."""
     max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
     """Most model calls the subagent may make."""
     image: str = Field(default=IMAGE_AGENT, min_length=1, pattern=r"^\S+$")
@@ -124,8 +137,6 @@ class AgentDefinition(BaseModel):
         unknown = [tool for tool in tools if tool not in VALID_TOOLS]
         if unknown:
             raise ValueError(f"unknown tools {unknown}; valid tools: {', '.join(VALID_TOOLS)}")
-        if not tools:
-            raise ValueError("an agent needs at least one tool; leave `tools` out for all")
         return tuple(dict.fromkeys(tools))
 
 
@@ -222,6 +233,10 @@ class AgentRegistry:
         self._agents: dict[str, AgentDefinition] = {}
         self.warnings: list[str] = list(warnings or [])
         """What loading dropped or worked around (also logged)."""
+        self.problems: list[str] = []
+        """Files that could not be loaded as agents, each with why (also logged)."""
+        self.failed: dict[str, str] = {}
+        """Agent name → why its file did not load (when the name could be read)."""
         self.overridden: dict[str, list[str]] = {}
         """Name → sources replaced by a higher-precedence definition."""
         for agent in agents if agents is not None else BUILTIN_AGENTS:
@@ -234,6 +249,7 @@ class AgentRegistry:
             self.overridden.setdefault(agent.name, []).append(previous.source)
             log.info("agent %r from %s replaces %s", agent.name, agent.source, previous.source)
         self._agents[agent.name] = agent
+        self.failed.pop(agent.name, None)
 
     @classmethod
     def load(cls, settings: Settings, workspace: Path | None) -> AgentRegistry:
@@ -245,12 +261,18 @@ class AgentRegistry:
         if workspace is not None:
             sources.append((workspace / PROJECT_AGENTS_DIR, workspace))
         for directory, confine_to in sources:
-            agents, warnings = load_agent_dir(directory, confine_to=confine_to)
-            for warning in warnings:
+            loaded = load_agent_dir(directory, confine_to=confine_to)
+            for warning in loaded.warnings:
                 log.warning("%s", warning)
-            registry.warnings.extend(warnings)
-            for agent in agents:
-                registry.add(agent)
+            for problem in loaded.problems:
+                log.warning("agent file skipped: %s", problem)
+            registry.warnings.extend(loaded.warnings)
+            registry.problems.extend(loaded.problems)
+            for name, why in loaded.failed.items():
+                if name not in registry:
+                    registry.failed[name] = why
+            for agent in loaded.agents:
+                registry.add(resolve_model(agent, settings))
         return registry
 
     def get(self, name: str) -> AgentDefinition:
@@ -258,6 +280,11 @@ class AgentRegistry:
         agent = self._agents.get(name)
         if agent is not None:
             return agent
+        if name in self.failed:
+            raise UnknownAgentError(
+                f"subagent type {name!r} did not load: {self.failed[name]}. Fix the file "
+                "(`warden agents validate DIR` lists every problem)"
+            )
         close = difflib.get_close_matches(name, self._agents, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise UnknownAgentError(
@@ -278,27 +305,42 @@ class AgentRegistry:
         return len(self._agents)
 
 
-def check_tool_names(tools: list[str], file: Path) -> tuple[list[str], list[str]]:
-    """Split listed tools into (kept, dropped); an unknown name is an error."""
+def resolve_model(agent: AgentDefinition, settings: Settings) -> AgentDefinition:
+    """`agent` with an alias in `model` replaced by its model id (kept in `model_alias`)."""
+    if agent.model is None:
+        return agent
+    resolved = settings.resolve_model(agent.model)
+    if resolved == agent.model:
+        return agent
+    return agent.model_copy(update={"model": resolved, "model_alias": agent.model})
+
+
+TOOL_ALIASES = {"Agent": "Task"}
+"""Claude Code's newer names for tools warden has under another name."""
+
+
+def split_tool_names(tools: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Split listed tools into the ones warden runs and (dropped tool, why) pairs."""
     kept: list[str] = []
-    dropped: list[str] = []
-    for tool in tools:
+    dropped: list[tuple[str, str]] = []
+    for listed in tools:
+        tool = TOOL_ALIASES.get(listed, listed)
         if tool in VALID_TOOLS:
             kept.append(tool)
         elif tool in CLAUDE_CODE_ONLY_TOOLS or tool.startswith("mcp__"):
-            dropped.append(tool)
+            dropped.append((tool, "a Claude Code tool warden does not run in a sandbox"))
         elif "(" in tool:
-            raise AgentDefinitionError(
-                f"{file}: `tools` entry {tool!r} is a permission rule, not a tool name. "
-                f"List the bare tool ({tool.split('(')[0]!r}) in `tools` and put the rule "
-                "in a permission policy (.claude/settings.json `permissions`)."
+            dropped.append(
+                (
+                    tool,
+                    "a permission rule, not a tool name; list the bare tool and put the "
+                    "rule in .claude/settings.json `permissions`",
+                )
             )
         else:
             close = difflib.get_close_matches(tool, [*VALID_TOOLS, *CLAUDE_CODE_ONLY_TOOLS], n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise AgentDefinitionError(
-                f"{file}: unknown tool {tool!r} in `tools`.{hint} Valid tools: "
-                f"{', '.join(VALID_TOOLS)} (Claude Code tools warden does not run, such as "
-                "WebFetch, are dropped with a warning)."
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            dropped.append(
+                (tool, f"an unknown tool{hint}; warden runs {', '.join(VALID_TOOLS)}")
             )
     return kept, dropped

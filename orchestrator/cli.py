@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "logs": "orchestrator.commands.logs:logs",
     "stop": "orchestrator.commands.stop:stop",
     "resume": "orchestrator.commands.resume:resume",
+    "agents": "orchestrator.commands.agents:agents",
 }
 
 HELP: dict[str, str] = {
@@ -38,6 +39,7 @@ HELP: dict[str, str] = {
     "logs": "Show a task's events and transcript.",
     "stop": "Stop a running task and its descendants.",
     "resume": "Continue a subagent session with a new instruction.",
+    "agents": "List, show and validate subagent types (agent files).",
 }
 
 

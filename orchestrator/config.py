@@ -12,6 +12,24 @@ from orchestrator.errors import ConfigError
 
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
 DEFAULT_FALLBACK_UID = 1000
+DEFAULT_MODEL = "claude-sonnet-5"
+"""The parent's model (and its subagents') unless `--model` or an agent file says otherwise."""
+DEFAULT_MODEL_ALIASES: dict[str, str] = {
+    "sonnet": DEFAULT_MODEL,
+    "opus": "claude-opus-4-5",
+    "haiku": "claude-haiku-4-5",
+    "opusplan": DEFAULT_MODEL,
+}
+"""Claude Code's model aliases, as agent files use them (`model: sonnet`), mapped to
+model ids. `opusplan` means Opus while planning and Sonnet otherwise; subagents
+execute, so it is Sonnet. Override one with Claude Code's variables
+`ANTHROPIC_DEFAULT_SONNET_MODEL`, `ANTHROPIC_DEFAULT_OPUS_MODEL`,
+`ANTHROPIC_DEFAULT_HAIKU_MODEL`."""
+_ALIAS_VARIABLES = {
+    "sonnet": "ANTHROPIC_DEFAULT_SONNET_MODEL",
+    "opus": "ANTHROPIC_DEFAULT_OPUS_MODEL",
+    "haiku": "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+}
 
 
 class Settings(BaseModel):
@@ -37,6 +55,16 @@ class Settings(BaseModel):
     managed_policy: Path | None = None
     """An administrator's policy file (WARDEN_MANAGED_POLICY); its deny and ask rules
     and its mode hold whatever any other source says."""
+    model_aliases: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODEL_ALIASES))
+    """Model alias → model id, for `model:` in agent files and `--model`
+    (see `DEFAULT_MODEL_ALIASES`)."""
+
+    def resolve_model(self, name: str) -> str:
+        """The model id for `name`: an alias's id, or `name` itself (a model id)."""
+        alias = name.strip().lower()
+        if alias.endswith("[1m]"):
+            alias = alias[: -len("[1m]")]
+        return self.model_aliases.get(alias, name.strip())
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -62,6 +90,13 @@ class Settings(BaseModel):
         if env.get("ANTHROPIC_API_KEY"):
             values["anthropic_api_key"] = env["ANTHROPIC_API_KEY"]
         values["non_interactive"] = env.get("CI", "").lower() in {"1", "true", "yes"}
+        aliases = dict(DEFAULT_MODEL_ALIASES)
+        for alias, variable in _ALIAS_VARIABLES.items():
+            if env.get(variable, "").strip():
+                aliases[alias] = env[variable].strip()
+        if env.get("ANTHROPIC_DEFAULT_SONNET_MODEL", "").strip():
+            aliases["opusplan"] = aliases["sonnet"]
+        values["model_aliases"] = aliases
         try:
             return cls.model_validate(values)
         except ValidationError as exc:

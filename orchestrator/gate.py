@@ -18,6 +18,7 @@ from orchestrator.permissions import (
     PermissionEngine,
     ToolCall,
     effective_tools,
+    narrow_mode,
 )
 from orchestrator.permissions.approvers import (
     ApprovalQuestion,
@@ -62,8 +63,15 @@ class PolicyGate:
         if engine is None:
             parent = self._engines.get(task.parent_id) if task.parent_id else None
             base = parent.policy if parent is not None else self.policy
-            narrowed = effective_tools(task.agent.tools, base)
-            engine = PermissionEngine(narrowed, self.hooks, workspace_host=self.workspace_host)
+            narrowed = narrow_mode(
+                effective_tools(task.agent.tools, base),
+                task.agent.permission_mode,
+                f"agent {task.agent.name} ({task.agent.source})",
+            )
+            hooks = self.hooks
+            if task.agent.hooks:  # the agent file's own hooks, for its calls only
+                hooks = HookSet(hooks.hooks + task.agent.hooks, hooks.warnings)
+            engine = PermissionEngine(narrowed, hooks, workspace_host=self.workspace_host)
             self._engines[task.task_id] = engine
         return engine
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator import labels
 from orchestrator.broker import Upstream
-from orchestrator.config import Settings
+from orchestrator.config import DEFAULT_MODEL, Settings
 from orchestrator.errors import ConfigError
 from orchestrator.events import EventLog
 from orchestrator.gate import PolicyGate
@@ -31,7 +31,6 @@ from orchestrator.workspace.settings import protected_paths
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "claude-sonnet-5"
 UPSTREAM_CONNECTIONS = 64
 
 
@@ -110,7 +109,7 @@ async def open_run(
     from orchestrator.store import Store
 
     workspace = check_workspace(workspace)
-    model = model or DEFAULT_MODEL
+    model = settings.resolve_model(model or DEFAULT_MODEL)
     if gate is None:
         gate_policy = load_policy(
             settings, workspace, policy=policy, allow=allow, deny=deny, mode=mode

@@ -352,7 +352,8 @@ class TaskManager:
         )
         self.tasks[task_id] = ctx
         self.children_started[ctx.parent_id] = self.children_started.get(ctx.parent_id, 0) + 1
-        tools = [t for t in (agent.tools or wire.TOOL_NAMES) if t != "Task"]
+        listed = wire.TOOL_NAMES if agent.tools is None else agent.tools
+        tools = [t for t in listed if t != "Task"]
         if depth < self.config.max_depth and (agent.tools is None or "Task" in agent.tools):
             tools.append("Task")
         spec = wire.TaskSpec(

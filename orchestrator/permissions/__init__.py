@@ -12,7 +12,7 @@ from orchestrator.permissions.models import (
     Mode,
     ToolCall,
 )
-from orchestrator.permissions.policy import EffectivePolicy, effective_tools
+from orchestrator.permissions.policy import EffectivePolicy, effective_tools, narrow_mode
 from orchestrator.permissions.rules import Rule, parse_rule
 from orchestrator.permissions.sources import load_policy
 
@@ -36,5 +36,6 @@ __all__ = [
     "explain",
     "load_hooks",
     "load_policy",
+    "narrow_mode",
     "parse_rule",
 ]

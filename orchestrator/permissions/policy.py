@@ -49,3 +49,22 @@ def effective_tools(
     names = frozenset(t.split("(", 1)[0].strip() for t in agent_tools if t.strip())
     allowed = names if parent_policy.allowed_tools is None else names & parent_policy.allowed_tools
     return parent_policy.model_copy(update={"allowed_tools": allowed})
+
+
+MODE_STRICTNESS: dict[Mode, int] = {
+    "bypassPermissions": 0,
+    "acceptEdits": 1,
+    "default": 2,
+    "dontAsk": 3,
+    "plan": 4,
+}
+"""How much a mode holds back, least first: `dontAsk` turns every ask into a deny,
+and `plan` allows only reading."""
+
+
+def narrow_mode(policy: EffectivePolicy, mode: Mode | None, source: str) -> EffectivePolicy:
+    """`policy` under an agent's `permissionMode`: applied when it is stricter than the
+    mode in force, ignored when it would widen it (a child never gets more)."""
+    if mode is None or MODE_STRICTNESS[mode] <= MODE_STRICTNESS[policy.mode]:
+        return policy
+    return policy.with_mode(mode, source)

@@ -1,0 +1,165 @@
+"""`warden agents`: which subagent types a run would have, from where, with what
+(`list`, `show NAME`), and a check of agent files that fails on problems
+(`validate [DIR]...`), for CI jobs that keep a library of agent files."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from orchestrator.commands._common import emit_json
+from orchestrator.untrusted_text import printable
+
+if TYPE_CHECKING:
+    from orchestrator.agents import AgentDefinition, AgentRegistry
+
+_WORKSPACE = click.option(
+    "--workspace",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="Workspace whose .claude/agents/ are read.",
+)
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+@click.group()
+def agents() -> None:
+    """List, show and validate subagent types (Claude Code agent files)."""
+
+
+def _registry(workspace: Path) -> AgentRegistry:
+    from orchestrator.agents import AgentRegistry
+    from orchestrator.config import Settings
+
+    return AgentRegistry.load(Settings.from_env(), workspace.resolve())
+
+
+def _summary(agent: AgentDefinition) -> dict[str, Any]:
+    return {
+        "name": agent.name,
+        "source": agent.source,
+        "description": agent.description,
+        "model": agent.model,
+        "model_alias": agent.model_alias,
+        "tools": None if agent.tools is None else list(agent.tools),
+        "dropped_tools": list(agent.dropped_tools),
+        "image": agent.image,
+        "max_turns": agent.max_turns,
+        "timeout_s": agent.timeout_s,
+        "memory": agent.memory,
+        "cpus": agent.cpus,
+        "pids": agent.pids,
+        "permission_mode": agent.permission_mode,
+        "hooks": [f"{h.event} {h.matcher or '*'}: {h.command}" for h in agent.hooks],
+    }
+
+
+def _model(agent: AgentDefinition) -> str:
+    if agent.model is None:
+        return "inherit"
+    return f"{agent.model} ({agent.model_alias})" if agent.model_alias else agent.model
+
+
+def _report(warnings: Sequence[str], problems: Sequence[str]) -> None:
+    for warning in warnings:
+        click.echo(f"warning: {printable(warning, None)}", err=True)
+    for problem in problems:
+        click.echo(f"problem: {printable(problem, None)}", err=True)
+
+
+@agents.command("list")
+@_WORKSPACE
+@_JSON
+def list_command(workspace: Path, as_json: bool) -> None:
+    """Every subagent type a run in WORKSPACE would have, and where it comes from."""
+    registry = _registry(workspace)
+    if as_json:
+        emit_json(
+            {
+                "agents": [_summary(agent) for agent in registry],
+                "warnings": registry.warnings,
+                "problems": registry.problems,
+            }
+        )
+        return
+    for agent in registry:
+        tools = "all" if agent.tools is None else (", ".join(agent.tools) or "none")
+        click.echo(
+            f"{printable(agent.name, 40)}\t{printable(_model(agent), 60)}\t{tools}\t"
+            f"{printable(agent.image, 40)}\t{printable(agent.source, None)}"
+        )
+    _report(registry.warnings, registry.problems)
+
+
+@agents.command("show")
+@click.argument("name")
+@_WORKSPACE
+@_JSON
+def show_command(name: str, workspace: Path, as_json: bool) -> None:
+    """One subagent type in full: source, model, tools, limits, image, system prompt."""
+    agent = _registry(workspace).get(name)
+    if as_json:
+        emit_json({**_summary(agent), "system_prompt": agent.system_prompt})
+        return
+    summary = _summary(agent)
+    summary["model"] = _model(agent)
+    del summary["model_alias"]
+    for key, value in summary.items():
+        if key in ("description",):
+            continue
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+        click.echo(f"{key + ':':16}{printable('-' if shown in (None, '') else shown, None)}")
+    click.echo("description:")
+    click.echo(printable(agent.description, None, multiline=True))
+    click.echo("system prompt:")
+    click.echo(printable(agent.system_prompt, None, multiline=True))
+
+
+@agents.command("validate")
+@click.argument(
+    "directories", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
+@_WORKSPACE
+@_JSON
+def validate_command(directories: tuple[Path, ...], workspace: Path, as_json: bool) -> None:
+    """Check agent files: each DIR (default: WORKSPACE/.claude/agents and the user's
+    agents). Exits 1 when a file cannot be loaded; warnings do not fail."""
+    from orchestrator.agent_files import load_agent_dir
+    from orchestrator.agents import PROJECT_AGENTS_DIR, USER_AGENTS_DIR
+    from orchestrator.config import Settings
+
+    if not directories:
+        directories = (
+            workspace.resolve() / PROJECT_AGENTS_DIR,
+            Settings.from_env().config_dir / USER_AGENTS_DIR,
+        )
+    results = []
+    failed = False
+    for directory in directories:
+        loaded = load_agent_dir(directory)
+        failed = failed or bool(loaded.problems)
+        results.append(
+            {
+                "directory": str(directory),
+                "agents": [agent.name for agent in loaded.agents],
+                "skipped": [str(path) for path in loaded.skipped],
+                "warnings": loaded.warnings,
+                "problems": loaded.problems,
+            }
+        )
+    if as_json:
+        emit_json({"ok": not failed, "directories": results})
+    else:
+        for result in results:
+            click.echo(
+                f"{printable(result['directory'], None)}: {len(result['agents'])} agent(s), "
+                f"{len(result['skipped'])} other file(s) skipped, "
+                f"{len(result['problems'])} problem(s)"
+            )
+            _report(result["warnings"], result["problems"])
+    sys.exit(1 if failed else 0)

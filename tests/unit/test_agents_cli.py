@@ -1,0 +1,85 @@
+"""Locks in `warden agents list|show|validate` as a CI job uses them: what a run would
+load and from where, aliases shown with their model ids, one pass over every problem,
+a non-zero exit only when a file cannot be loaded, and agent-file text printed inert."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.conftest import warden_argv, warden_env
+
+GOOD = "---\nname: reviewer\ndescription: Reviews code\nmodel: opus\ntools: Read, Grep, WebFetch\n---\nReview.\n"
+BROKEN = "---\nname: broken\ndescription: d\nmaxTurns: lots\n---\nx\n"
+HOSTILE = '---\nname: shady\ndescription: "[link=http://127.0.0.1/]x[/link] \\x1b]8;;"\n---\nx\n'
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        warden_argv("agents", *args),
+        capture_output=True,
+        text=True,
+        env=warden_env(WARDEN_CONFIG_DIR=str(tmp_path / "config")),
+        check=False,
+    )
+
+
+def _workspace(tmp_path: Path, **files: str) -> Path:
+    agents = tmp_path / "ws" / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    for name, text in files.items():
+        (agents / f"{name}.md").write_text(text)
+    return tmp_path / "ws"
+
+
+def test_list_shows_sources_models_and_dropped_tools(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path, reviewer=GOOD, README="# notes\n")
+    proc = _cli(tmp_path, "list", "--workspace", str(ws), "--json")
+    assert proc.returncode == 0, proc.stderr
+    listed = json.loads(proc.stdout)
+    by_name = {a["name"]: a for a in listed["agents"]}
+    assert set(by_name) == {"bash", "general-purpose", "reviewer"}
+    reviewer = by_name["reviewer"]
+    assert (reviewer["model"], reviewer["model_alias"]) == ("claude-opus-4-5", "opus")
+    assert reviewer["tools"] == ["Read", "Grep"] and reviewer["dropped_tools"] == ["WebFetch"]
+    assert reviewer["source"].endswith("reviewer.md")
+    assert by_name["bash"]["source"] == "built-in"
+    assert listed["problems"] == []
+    assert any("dropped tool 'WebFetch'" in w for w in listed["warnings"])
+
+
+def test_show_prints_one_agent_and_unknown_names_fail_clearly(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path, reviewer=GOOD)
+    proc = _cli(tmp_path, "show", "reviewer", "--workspace", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    assert "claude-opus-4-5 (opus)" in proc.stdout and "Review." in proc.stdout
+    missing = _cli(tmp_path, "show", "reviwer", "--workspace", str(ws))
+    assert missing.returncode == 2
+    assert "Did you mean 'reviewer'?" in missing.stderr
+
+
+def test_validate_reports_every_problem_and_fails(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path, reviewer=GOOD, broken=BROKEN, README="# notes\n")
+    directory = ws / ".claude" / "agents"
+    proc = _cli(tmp_path, "validate", str(directory), "--json")
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)
+    [result] = report["directories"]
+    assert report["ok"] is False
+    assert result["agents"] == ["reviewer"]
+    assert [Path(p).name for p in result["skipped"]] == ["README.md"]
+    assert (
+        len(result["problems"]) == 1
+        and "`maxTurns` must be a whole number" in result["problems"][0]
+    )
+    (directory / "broken.md").unlink()
+    assert _cli(tmp_path, "validate", str(directory)).returncode == 0
+
+
+def test_agent_file_text_is_printed_inert(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path, shady=HOSTILE)
+    proc = _cli(tmp_path, "show", "shady", "--workspace", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout
+    assert "\\x1b]8;;" in proc.stdout and "[link=http://127.0.0.1/]x[/link]" in proc.stdout
