@@ -95,11 +95,6 @@ def test_the_oracle_stops_a_case_at_its_timeout_and_runs_the_next(oracle: Oracle
     assert not after.timed_out and violations(after) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the analyser on main still allows bypasses (issue 8); remove this mark when "
-    "the slice is clean",
-)
 def test_a_fixed_seed_slice_finds_no_bypass(oracle: Oracle) -> None:
     report = run(
         oracle, seed=SLICE_SEED, cases=SLICE_CASES, max_minimise=3, deadline_s=SLICE_DEADLINE_S
