@@ -11,6 +11,7 @@
     memory: 1g                        # warden: bytes, or 512m / 1g / 2GiB
     cpus: 1.5                         # warden
     pids: 256                         # warden
+    tokenBudget: 200000               # warden: tokens per subagent (all usage fields)
     ---
     The system prompt.
 
@@ -65,6 +66,7 @@ KNOWN_KEYS = {
     "pids": "pids",
     "permissionMode": "permission_mode",
     "hooks": "hooks",
+    "tokenBudget": "token_budget",
 }
 """Frontmatter key → `AgentDefinition` field."""
 
@@ -281,7 +283,7 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
             f"{path}: agent {name!r}: `model: {model}` is not an alias warden knows "
             f"({', '.join(MODEL_ALIASES)}, inherit); it is sent as a model id"
         )
-    for key in ("maxTurns", "pids"):
+    for key in ("maxTurns", "pids", "tokenBudget"):
         if values.get(key) is not None:
             if not isinstance(values[key], int) or isinstance(values[key], bool):
                 raise AgentDefinitionError(

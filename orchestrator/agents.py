@@ -122,6 +122,9 @@ class AgentDefinition(BaseModel):
     """CPU limit; None keeps the backend's default."""
     pids: int | None = Field(default=None, ge=1)
     """Process limit; None keeps the backend's default."""
+    token_budget: int | None = Field(default=None, ge=1)
+    """Tokens (every usage field) one subagent of this type may spend; checked by
+    the broker before each model call. The run's `--token-budget` caps it."""
     source: str = BUILTIN_SOURCE
     """The file it came from, or `built-in`."""
     extra: dict[str, Any] = Field(default_factory=dict)

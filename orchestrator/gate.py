@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from orchestrator.broker import ForwardingPolicy
 from orchestrator.permissions import (
     CallContext,
     Decision,
@@ -107,11 +108,18 @@ class PolicyGate:
             )
         return wire.PermissionResponse(behavior="deny", reason=_denial(reason, decided_by))
 
+    def forwarding_policy(self, task: TaskContext) -> ForwardingPolicy:
+        """What this task's broker may forward upstream: its effective policy's
+        rules (server tools, MCP servers, betas; see `orchestrator.broker.forwarding`)."""
+        return ForwardingPolicy.from_rules(self.engine_for(task).policy.rules)
+
     async def tool_finished(
         self, task: TaskContext, call: ToolCall, response: dict[str, Any]
     ) -> None:
         """Run PostToolUse hooks for a finished call; their outcomes are recorded
-        (the call already happened, so they can only report)."""
+        (the call already happened, so they can only report). The broker calls
+        this only for calls this gate allowed, with the input it approved; the
+        response is the container's text, passed to hooks as data."""
         context = self._context(task)
         for outcome in await self.engine_for(task).post_tool_use(call, response, context):
             await self._emit(

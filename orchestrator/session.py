@@ -110,6 +110,8 @@ async def open_run(
 
     workspace = check_workspace(workspace)
     model = settings.resolve_model(model or DEFAULT_MODEL)
+    if config is None:
+        config = TaskManagerConfig(fallback_uid=settings.fallback_uid)
     if gate is None:
         gate_policy = load_policy(
             settings, workspace, policy=policy, allow=allow, deny=deny, mode=mode

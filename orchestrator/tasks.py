@@ -15,7 +15,6 @@ import enum
 import logging
 import secrets
 import shutil
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,10 +32,12 @@ from orchestrator.backend.base import (
     SandboxSpec,
     SandboxStatus,
 )
-from orchestrator.broker import Broker, Budget, Upstream
+from orchestrator.broker import Broker, Budget, SandboxIdentity, Upstream, make_socket_dir
+from orchestrator.broker.limits import raise_open_file_limit
 from orchestrator.errors import WardenError
 from orchestrator.events import EventLog
 from orchestrator.pool import WARM_WAIT_S, WarmPool
+from orchestrator.task_host import TaskHost
 from orchestrator.workspace import WorkspaceGuard
 from sandbox_tools import wire
 
@@ -49,8 +50,6 @@ TASK_ID_BYTES = 12
 STDERR_TAIL_CHARS = 2_000
 """How much of a failed runner's stderr goes into the error message."""
 RESULT_PREVIEW_CHARS = 200
-SOCKET_ROOT_PREFIX = "warden-sock-"
-"""Broker sockets live under the temp dir: Unix socket paths must stay short."""
 
 
 def new_task_id() -> str:
@@ -166,6 +165,8 @@ class TaskContext:
     result: wire.ResultRequest | None = None
     broker: Broker | None = None
     stop_requested: bool = False
+    tokens: int = 0
+    """Tokens its model calls used so far (every usage field)."""
 
     @property
     def agent_type(self) -> str:
@@ -177,7 +178,10 @@ class TaskManagerConfig:
     """Caps the host enforces, whatever a subagent asks."""
 
     max_total_tokens: int | None = None
-    """Token budget per subagent (input + output over all its model calls)."""
+    """Token budget of each subagent (every usage field over all its model calls,
+    checked before each call); an agent's `tokenBudget` may lower it, never raise it."""
+    fallback_uid: int = 1000
+    """uid:gid sandboxes run as when the workspace is owned by root."""
     max_depth: int = 1
     """How deep tasks may nest: 1 = subagents may not delegate; 2 = they may, once."""
     max_children_per_task: int = 10
@@ -232,6 +236,9 @@ class TaskManager:
         self.gate: PermissionGate = gate or AllowAgentTools()
         self.config = config or TaskManagerConfig()
         self.runner_command = runner_command
+        raise_open_file_limit()
+        self.identity = sandbox_identity(workspace, self.config.fallback_uid)
+        """The uid:gid every sandbox of this run runs as; its broker admits only it."""
         self.tasks: dict[str, TaskContext] = {}
         self.results: dict[str, TaskResult] = {}
         self.children_started: dict[str | None, int] = {}
@@ -250,7 +257,7 @@ class TaskManager:
             backend=backend,
             size=self.config.warm_pool_size if runner_command == RUNNER_COMMAND else 0,
             blocking=self._blocking,
-            new_socket_dir=_socket_dir,
+            new_socket_dir=lambda: make_socket_dir(self.identity),
         )
 
     async def close(self) -> None:
@@ -471,16 +478,19 @@ class TaskManager:
         key = self._pool_key(ctx.agent)
         warm = self.pool.take(key)
         self.pool.refill(key, self._warm_factory(ctx.agent))
-        socket_dir = warm.socket_dir if warm else _socket_dir()
+        socket_dir = warm.socket_dir if warm else make_socket_dir(self.identity)
         if warm:
             ctx.container_id = warm.container_id
-        budget = Budget(max_turns=spec.max_turns, max_total_tokens=self.config.max_total_tokens)
+        budget = Budget(max_turns=spec.max_turns, max_total_tokens=self._token_budget(ctx.agent))
+        forwarding = getattr(self.gate, "forwarding_policy", None)
         broker = Broker(
             socket_dir=socket_dir,
             spec=spec,
             upstream=self.upstream,
-            host=_Host(self, ctx),
+            host=TaskHost(self, ctx),
             budget=budget,
+            identity=self.identity,
+            **({"forwarding": forwarding(ctx)} if forwarding is not None else {}),
         )
         ctx.broker = broker
         sandbox: SandboxResult | None = None
@@ -539,6 +549,12 @@ class TaskManager:
         async with self._finished:
             self._finished.notify_all()
 
+    def _token_budget(self, agent: Any) -> int | None:
+        budgets = [
+            b for b in (self.config.max_total_tokens, getattr(agent, "token_budget", None)) if b
+        ]
+        return min(budgets) if budgets else None
+
     def _sandbox_spec(self, agent: Any, socket_dir: Path, *, task_id: str | None) -> SandboxSpec:
         """The container for one agent; task_id None makes a warm sandbox, whose
         runner imports first and then waits for its broker socket."""
@@ -556,6 +572,7 @@ class TaskManager:
                 *self.guard.mounts(),
             ],
             env={"HOME": "/tmp", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+            user=f"{self.identity.uid}:{self.identity.gid}",
             limits=limits,
             warden_labels=labels.warden_labels(self.session, run=self.run_id, **extra),
         )
@@ -590,6 +607,8 @@ class TaskManager:
             if not posted.text.strip():
                 return TaskResult(status=TaskStatus.NO_OUTPUT, **common)
             return TaskResult(status=TaskStatus.COMPLETED, text=posted.text, **common)
+        if budget.exhausted is not None:  # the host's word, not the runner's
+            return TaskResult(status=TaskStatus.FAILED, error=budget.exhausted, **common)
         if posted is not None:
             return TaskResult(
                 status=TaskStatus.FAILED, error=posted.error or "subagent failed", **common
@@ -640,6 +659,7 @@ class TaskManager:
             ended_at=time.time(),
             result_text=result.text or None,
             error=result.error,
+            tokens=result.tokens,
         )
         kind = {
             TaskStatus.COMPLETED: "task_completed",
@@ -662,104 +682,6 @@ class TaskManager:
 _ACTIVE = (TaskStatus.PENDING, TaskStatus.RUNNING)
 
 
-class _Host:
-    """The broker's view of the host for one task."""
-
-    def __init__(self, manager: TaskManager, ctx: TaskContext) -> None:
-        self.manager = manager
-        self.ctx = ctx
-        self.reported: set[str] = set()
-        """tool_use ids whose results went through PostToolUse already."""
-
-    async def decide_permission(self, request: wire.PermissionRequest) -> wire.PermissionResponse:
-        return await self.manager.gate.decide(self.ctx, request)
-
-    async def delegate(self, request: wire.DelegateRequest) -> wire.DelegateResponse:
-        """A nested Task call: same checks and caps as the root's, run in the foreground."""
-        try:
-            task_input = TaskInput.model_validate(request.input)
-        except ValueError as exc:
-            return wire.DelegateResponse(text=f"Invalid Task input: {exc}", is_error=True)
-        try:
-            result = await self.manager.run_task(
-                task_input.model_copy(update={"run_in_background": False}), parent=self.ctx
-            )
-        except WardenError as exc:
-            return wire.DelegateResponse(text=f"Task failed. Error: {exc}", is_error=True)
-        return wire.DelegateResponse(text=result.render(), is_error=result.is_error)
-
-    async def on_event(self, event: wire.EventRequest) -> None:
-        if event.kind == "tool_started":
-            self.ctx.current_tool = (
-                f"{event.tool_name}: {event.detail}" if event.detail else event.tool_name
-            )
-        elif event.kind == "tool_finished":
-            self.ctx.current_tool = None
-        await self.manager._emit(
-            "task_running",
-            self.ctx,
-            event=event.kind,
-            tool_name=event.tool_name,
-            tool_use_id=event.tool_use_id,
-            detail=event.detail,
-            is_error=event.is_error,
-        )
-
-    async def on_transcript(self, messages: list[dict[str, Any]], turn: int) -> None:
-        store = self.manager.store
-        if store is not None:
-            await asyncio.to_thread(store.checkpoint_transcript, self.ctx.task_id, messages, turn)
-        finished = getattr(self.manager.gate, "tool_finished", None)
-        if finished is not None:
-            for call, response in self._new_tool_results(messages):
-                await finished(self.ctx, call, response)
-
-    def _new_tool_results(self, messages: list[dict[str, Any]]) -> list[tuple[Any, dict[str, Any]]]:
-        """(call, response) for each tool result not seen before, paired with its tool_use."""
-        from orchestrator.permissions import ToolCall
-
-        uses: dict[str, dict[str, Any]] = {}
-        found = []
-        for message in messages:
-            content = message.get("content") if isinstance(message, dict) else None
-            for block in content if isinstance(content, list) else []:
-                if not isinstance(block, dict):
-                    continue
-                if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
-                    uses[block["id"]] = block
-                elif block.get("type") == "tool_result":
-                    use_id = str(block.get("tool_use_id"))
-                    use = uses.get(use_id)
-                    if (
-                        use is None
-                        or use_id in self.reported
-                        or not isinstance(use.get("input"), dict)
-                    ):
-                        continue
-                    self.reported.add(use_id)
-                    call = ToolCall(
-                        tool_name=str(use.get("name")), tool_input=use["input"], tool_use_id=use_id
-                    )
-                    found.append(
-                        (
-                            call,
-                            {
-                                "content": block.get("content"),
-                                "is_error": bool(block.get("is_error")),
-                            },
-                        )
-                    )
-        return found
-
-    async def on_result(self, result: wire.ResultRequest) -> None:
-        self.ctx.result = result
-
-    async def on_rejected(self, endpoint: str, status: int, reason: str) -> None:
-        await self.manager._emit(
-            "broker_rejected", self.ctx, endpoint=endpoint, status=status, reason=reason[:500]
-        )
-
-
 def _limits(agent: Any) -> ResourceLimits:
     limits = ResourceLimits()
     if getattr(agent, "memory", None):
@@ -771,11 +693,16 @@ def _limits(agent: Any) -> ResourceLimits:
     return limits
 
 
-def _socket_dir() -> Path:
-    root = Path(tempfile.gettempdir())
-    path = Path(tempfile.mkdtemp(prefix=SOCKET_ROOT_PREFIX, dir=root))
-    path.chmod(0o755)
-    return path
+def sandbox_identity(workspace: Path, fallback_uid: int) -> SandboxIdentity:
+    """The workspace owner's uid:gid (so files it writes stay the user's), or the
+    fallback when root owns the workspace: a sandbox never runs as root."""
+    try:
+        owner = workspace.stat()
+    except OSError:
+        return SandboxIdentity(fallback_uid, fallback_uid)
+    if owner.st_uid == 0:
+        return SandboxIdentity(fallback_uid, fallback_uid)
+    return SandboxIdentity(owner.st_uid, owner.st_gid or fallback_uid)
 
 
 def _exit_error(sandbox: SandboxResult | None) -> str:

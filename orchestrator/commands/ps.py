@@ -53,7 +53,7 @@ def ps(show_all: bool, json_mode: bool) -> None:
             parent = nodes.get(task.parent_id, tree)
             label = Text(
                 f"{printable(task.task_id, 40)}  {printable(task.agent_type, 40)}  "
-                f"{printable(task.status, 20)}  {age(task.created_at)}  "
+                f"{printable(task.status, 20)}  {age(task.created_at)}  {task.tokens} tok  "
                 f"{printable(task.description, 50)}"
             )
             nodes[task.task_id] = parent.add(label)

@@ -74,6 +74,14 @@ import click
     "(repeatable; also `warden.protect` in settings.json).",
 )
 @click.option(
+    "--token-budget",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="TOKENS",
+    help="Tokens each subagent may spend (all usage fields, checked before each model call); "
+    "an agent file's tokenBudget may lower it.",
+)
+@click.option(
     "--background",
     is_flag=True,
     help="Run Task calls in the background unless the model asks otherwise.",
@@ -91,6 +99,7 @@ def run(
     approval_timeout: float | None,
     max_depth: int,
     protect: tuple[str, ...],
+    token_budget: int | None,
     background: bool,
 ) -> None:
     """Run PROMPT with a parent agent whose only tools delegate to subagents.
@@ -110,6 +119,7 @@ def run(
         max_depth=max_depth,
         background=background,
         protect=protect,
+        token_budget=token_budget,
     )
     try:
         code = asyncio.run(_run(settings, prompt, workspace, model, json_mode, replay, options))
@@ -130,6 +140,7 @@ class RunOptions:
     max_depth: int = 1
     background: bool = False
     protect: tuple[str, ...] = ()
+    token_budget: int | None = None
 
 
 def make_approver(settings: Any, progress: Any, timeout_s: float | None) -> Any:
@@ -206,7 +217,11 @@ async def _run(
                 allow=options.allow,
                 deny=options.deny,
                 mode=options.mode,
-                config=TaskManagerConfig(max_depth=options.max_depth),
+                config=TaskManagerConfig(
+                    max_depth=options.max_depth,
+                    max_total_tokens=options.token_budget,
+                    fallback_uid=settings.fallback_uid,
+                ),
                 protect=options.protect,
             )
         )
@@ -253,5 +268,11 @@ async def _run(
             )
         else:
             print(printable(text, limit=None, multiline=True))
+            for task in result.tasks:
+                click.echo(
+                    f"  {task.task_id}  {task.agent_type}  {task.status.value}  "
+                    f"{task.turns} turns  {task.tokens} tokens",
+                    err=True,
+                )
             click.echo(f"run {the_run.run_id}; events: {the_run.events_path}", err=True)
         return 0

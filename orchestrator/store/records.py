@@ -170,6 +170,8 @@ class TaskRecord(_Record):
     """Nesting depth: a child's depth is its parent's depth + 1 (checked on create)."""
     trace_id: str = ""
     """Shared by every task of one run; empty when not traced."""
+    tokens: int = Field(default=0, ge=0)
+    """Tokens its model calls used (every usage field the API reports)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -27,7 +27,7 @@ from typing import Literal
 
 from orchestrator.errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """`PRAGMA user_version` of the schema this code writes."""
 APPLICATION_ID = 0x5744524E  # "WDRN"
 """`PRAGMA application_id` that marks a file as a warden store."""
@@ -116,6 +116,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX audit_run ON audit (run_id, audit_id)",
     ),
+    ("ALTER TABLE tasks ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0",),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

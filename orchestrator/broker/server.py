@@ -9,6 +9,11 @@ result to the host through `BrokerHost`.
 Everything that arrives here is untrusted: bodies are size-capped before they
 are parsed, validated with the wire models, and a bad request gets a 4xx in
 Anthropic's error shape and is recorded, never an exception on the host.
+What is forwarded upstream is decided by `forwarding`, what it may cost by
+`budget`, how much the container may make the host write by `limits`, and who
+may connect, how often and for how long by `listener`. Transcripts are stored
+as data; what acts on finished calls is driven by the gate's approvals
+(`calls`), never by transcript content.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -24,6 +28,16 @@ from typing import Any, Protocol, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.broker.budget import Admission, Budget, BudgetRefused
+from orchestrator.broker.calls import ApprovedCall, ApprovedCalls
+from orchestrator.broker.forwarding import (
+    ForwardDecision,
+    ForwardingPolicy,
+    ForwardingRefused,
+    check_request,
+)
+from orchestrator.broker.limits import Allowance, flood_allowances
+from orchestrator.broker.listener import BODY_TIMEOUT_S, Listener, SandboxIdentity
 from sandbox_tools import wire
 
 log = logging.getLogger(__name__)
@@ -34,8 +48,9 @@ SOCKET_NAME = "broker.sock"
 UPSTREAM_TIMEOUT_S = 600.0
 """Longest a single upstream model call may take."""
 DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
-FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
-"""Request headers passed upstream; everything else (incl. any key) is dropped."""
+MAX_VERSION_HEADER_CHARS = 40
+"""`anthropic-version` is passed upstream (bounded); `anthropic-beta` only as policy
+allows (see `forwarding`); every other header, any key included, is dropped."""
 RETURNED_HEADERS = (
     "retry-after",
     "request-id",
@@ -60,12 +75,30 @@ class BrokerHost(Protocol):
 
     async def on_event(self, event: wire.EventRequest) -> None: ...
 
-    async def on_transcript(self, messages: list[dict[str, Any]], turn: int) -> None: ...
+    async def on_transcript(self, messages: list[dict[str, Any]], turn: int) -> None:
+        """Store a checkpoint; it is data, nothing on the host acts on its content."""
+        ...
+
+    async def on_tool_finished(self, call: ApprovedCall, response: dict[str, Any]) -> None:
+        """A call the gate approved has a result (PostToolUse)."""
+        ...
 
     async def on_result(self, result: wire.ResultRequest) -> None: ...
 
     async def on_rejected(self, endpoint: str, status: int, reason: str) -> None:
         """A request from the container was refused (recorded for the audit)."""
+        ...
+
+    async def on_forwarding(self, decisions: list[ForwardDecision]) -> None:
+        """Forwarding decisions on server tools, MCP servers, betas, fields (audited)."""
+        ...
+
+    async def on_usage(self, budget: Budget) -> None:
+        """A model call was counted against the budget."""
+        ...
+
+    async def on_notice(self, kind: str, message: str) -> None:
+        """A limit was hit (flood, connections, peers); called once per kind."""
         ...
 
 
@@ -76,29 +109,6 @@ class Upstream:
     base_url: str
     api_key: str | None
     client: Any  # httpx2.AsyncClient; Any keeps the import lazy
-
-
-@dataclass
-class Budget:
-    """Model-call budget of one subagent, enforced here on the trusted side."""
-
-    max_turns: int
-    max_total_tokens: int | None = None
-    turns_used: int = 0
-    tokens_used: int = 0
-
-    def refusal(self) -> str | None:
-        if self.turns_used >= self.max_turns:
-            return (
-                f"max_turns ({self.max_turns}) reached: the broker refuses further model "
-                "calls for this subagent; finish with what you have"
-            )
-        if self.max_total_tokens is not None and self.tokens_used >= self.max_total_tokens:
-            return (
-                f"token budget ({self.max_total_tokens}) used up ({self.tokens_used} tokens): "
-                "the broker refuses further model calls for this subagent"
-            )
-        return None
 
 
 class RequestRejected(Exception):
@@ -120,10 +130,17 @@ class Broker:
     upstream: Upstream
     host: BrokerHost
     budget: Budget
+    forwarding: ForwardingPolicy = field(default_factory=ForwardingPolicy)
+    identity: SandboxIdentity | None = None
+    """Who may connect (None: only the orchestrator's uid; tests, no sandbox)."""
     result: wire.ResultRequest | None = None
     rejections: int = 0
+    calls: ApprovedCalls = field(default_factory=ApprovedCalls, repr=False)
+    allowances: dict[str, Allowance] = field(default_factory=flood_allowances, repr=False)
     _runner: web.AppRunner | None = field(default=None, repr=False)
+    _listener: Listener | None = field(default=None, repr=False)
     _model_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    _noticed: set[str] = field(default_factory=set, repr=False)
 
     @property
     def socket_path(self) -> Path:
@@ -149,21 +166,54 @@ class Broker:
         app.router.add_post("/v1/task", self._task)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.UnixSite(self._runner, str(self.socket_path))
-        await site.start()
-        # The container runs as an arbitrary unprivileged uid; the directory is
-        # mounted into this one container only, so the socket can be open to all.
-        os.chmod(self.socket_path, 0o666)
+        server = self._runner.server
+        assert server is not None
+        self._listener = Listener(
+            path=self.socket_path,
+            protocol_factory=server,
+            identity=self.identity,
+            notice=self.notice,
+        )
+        await self._listener.start()
 
     async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    @property
+    def listener(self) -> Listener | None:
+        return self._listener
+
+    async def notice(self, kind: str, message: str) -> None:
+        """Report a limit once per kind (peer refusals are counted by the listener)."""
+        if kind != "peer_refused":
+            if kind in self._noticed:
+                return
+            self._noticed.add(kind)
+        log.warning("broker of %s: %s", self.spec.task_id, message)
+        try:
+            await self.host.on_notice(kind, message)
+        except Exception:
+            log.exception("recording a broker notice failed")
 
     # -- plumbing ---------------------------------------------------------
 
     @web.middleware
     async def _errors_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        listener, transport = self._listener, request.transport
+        if listener is not None:
+            listener.request_started(transport)
+        try:
+            return await self._handle(request, handler)
+        finally:
+            if listener is not None:
+                listener.request_finished(transport)
+
+    async def _handle(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
             response: web.StreamResponse = await handler(request)
             return response
@@ -198,13 +248,22 @@ class Broker:
         return web.json_response(wire.error_body(kind, message), status=status)
 
     async def _read_json(self, request: web.Request) -> Any:
+        return (await self._read_sized_json(request))[0]
+
+    async def _read_sized_json(self, request: web.Request) -> tuple[Any, int]:
+        """(parsed body, its size in bytes); the size is capped and timed."""
         if request.content_length is not None and request.content_length > wire.MAX_BODY_BYTES:
             raise web.HTTPRequestEntityTooLarge(
                 max_size=wire.MAX_BODY_BYTES, actual_size=request.content_length
             )
-        raw = await request.read()
         try:
-            return json.loads(raw)
+            raw = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
+        except TimeoutError:
+            raise RequestRejected(
+                408, "timeout_error", f"the request body did not arrive within {BODY_TIMEOUT_S:g} s"
+            ) from None
+        try:
+            return json.loads(raw), len(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise RequestRejected(
                 400, "invalid_request_error", f"body is not JSON: {exc}"
@@ -229,7 +288,7 @@ class Broker:
         return web.json_response(self.spec.model_dump(mode="json"))
 
     async def _messages(self, request: web.Request) -> web.Response:
-        body = await self._read_json(request)
+        body, size = await self._read_sized_json(request)
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             raise RequestRejected(
                 400, "invalid_request_error", "a Messages API request needs a 'messages' list"
@@ -238,39 +297,55 @@ class Broker:
             raise RequestRejected(
                 400, "invalid_request_error", "streaming is not supported through the broker"
             )
-        # The host decides the model and the response size, not the container.
+        # The host decides the model and bounds the response size, not the container.
         body["model"] = self.spec.model
         max_tokens = body.get("max_tokens")
         if not isinstance(max_tokens, int) or not 0 < max_tokens <= self.spec.max_tokens:
             body["max_tokens"] = self.spec.max_tokens
+        try:
+            forwarded = check_request(self.forwarding, body, request.headers.get("anthropic-beta"))
+        except ForwardingRefused as exc:
+            await self.host.on_forwarding(exc.decisions)
+            raise RequestRejected(400, "invalid_request_error", str(exc)) from None
+        if forwarded.decisions:
+            await self.host.on_forwarding(forwarded.decisions)
+        body = forwarded.body
         # One model call at a time per subagent, so parallel requests cannot race
         # past the budget.
         async with self._model_lock:
-            refusal = self.budget.refusal()
-            if refusal is not None:
-                raise RequestRejected(403, "permission_error", refusal)
-            status, payload, headers = await self._forward(request, body)
+            try:
+                admission = self.budget.admit(size, body["max_tokens"])
+            except BudgetRefused as exc:
+                raise RequestRejected(403, "permission_error", str(exc)) from None
+            body["max_tokens"] = admission.max_tokens
+            status, payload, headers = await self._forward(request, body, forwarded.betas)
             if status == 200 and isinstance(payload, dict):
-                self.budget.turns_used += 1
-                usage = payload.get("usage") or {}
-                self.budget.tokens_used += int(usage.get("input_tokens") or 0) + int(
-                    usage.get("output_tokens") or 0
-                )
+                await self._count(payload, admission)
                 history = [
                     *body["messages"],
                     {"role": "assistant", "content": payload.get("content", [])},
                 ]
-                await self.host.on_transcript(history, _assistant_turns(history))
+                await self._store_transcript(history, _assistant_turns(history))
         return web.json_response(payload, status=status, headers=headers)
 
+    async def _count(self, payload: dict[str, Any], admission: Admission) -> None:
+        self.budget.record(payload.get("usage"), admission)
+        try:
+            await self.host.on_usage(self.budget)
+        except Exception:
+            log.exception("recording token usage failed")
+
     async def _forward(
-        self, request: web.Request, body: dict[str, Any]
+        self, request: web.Request, body: dict[str, Any], betas: list[str]
     ) -> tuple[int, Any, dict[str, str]]:
-        headers = {"content-type": "application/json"}
-        for name in FORWARDED_HEADERS:
-            if name in request.headers:
-                headers[name] = request.headers[name][:200]
-        headers.setdefault("anthropic-version", DEFAULT_ANTHROPIC_VERSION)
+        headers = {
+            "content-type": "application/json",
+            "anthropic-version": request.headers.get(
+                "anthropic-version", DEFAULT_ANTHROPIC_VERSION
+            )[:MAX_VERSION_HEADER_CHARS],
+        }
+        if betas:
+            headers["anthropic-beta"] = ",".join(betas)
         if self.upstream.api_key:
             headers["x-api-key"] = self.upstream.api_key
         url = self.upstream.base_url.rstrip("/") + "/v1/messages"
@@ -296,6 +371,16 @@ class Broker:
             )
         return response.status_code, payload, returned
 
+    def _over_limit(self, endpoint: str, nbytes: int) -> str | None:
+        return self.allowances[endpoint].take(nbytes)
+
+    async def _flooded(self, endpoint: str, reason: str) -> web.Response:
+        """A request over its flood limit: dropped, one notice per endpoint."""
+        await self.notice(f"flood{endpoint}", reason)
+        return web.json_response(
+            wire.error_body("rate_limit_error", f"dropped: {reason}"), status=429
+        )
+
     async def _permission(self, request: web.Request) -> web.Response:
         req = await self._parse(request, wire.PermissionRequest)
         size = len(json.dumps(req.tool_input))
@@ -305,6 +390,11 @@ class Broker:
                 "request_too_large",
                 f"tool input is {size} bytes; the limit is {wire.MAX_TOOL_INPUT_BYTES}",
             )
+        over = self._over_limit("/v1/permission", size)
+        if over is not None:
+            await self.notice("flood/v1/permission", over)
+            answer = wire.PermissionResponse(behavior="deny", reason=f"not decided: {over}")
+            return web.json_response(answer.model_dump(mode="json"))
         if req.tool_name not in self.spec.tools:
             answer = wire.PermissionResponse(
                 behavior="deny",
@@ -315,16 +405,41 @@ class Broker:
             )
         else:
             answer = await self.host.decide_permission(req)
+        if answer.behavior == "allow":
+            approved = answer.updated_input if answer.updated_input is not None else req.tool_input
+            self.calls.approve(ApprovedCall(req.tool_use_id, req.tool_name, dict(approved)))
         return web.json_response(answer.model_dump(mode="json"))
 
     async def _events(self, request: web.Request) -> web.Response:
-        await self.host.on_event(await self._parse(request, wire.EventRequest))
+        event = await self._parse(request, wire.EventRequest)
+        over = self._over_limit("/v1/events", len(event.model_dump_json()))
+        if over is not None:
+            return await self._flooded("/v1/events", over)
+        await self.host.on_event(event)
         return web.json_response(wire.Ack().model_dump())
 
     async def _transcript(self, request: web.Request) -> web.Response:
-        checkpoint = await self._parse(request, wire.TranscriptCheckpoint)
-        await self.host.on_transcript(list(checkpoint.messages), checkpoint.turn)
+        body, size = await self._read_sized_json(request)
+        over = self._over_limit("/v1/transcript", size)
+        if over is not None:
+            return await self._flooded("/v1/transcript", over)
+        try:
+            checkpoint = wire.TranscriptCheckpoint.model_validate(body)
+        except ValidationError as exc:
+            raise RequestRejected(
+                400,
+                "invalid_request_error",
+                f"invalid TranscriptCheckpoint: {exc.error_count()} errors",
+            ) from None
+        await self._store_transcript(list(checkpoint.messages), checkpoint.turn)
         return web.json_response(wire.Ack().model_dump())
+
+    async def _store_transcript(self, messages: list[dict[str, Any]], turn: int) -> None:
+        """Store the transcript as data; only calls the gate approved, matched by id,
+        go on to what acts on finished calls."""
+        await self.host.on_transcript(messages, turn)
+        for call, response in list(self.calls.finished_in(messages)):
+            await self.host.on_tool_finished(call, response)
 
     async def _result(self, request: web.Request) -> web.Response:
         result = await self._parse(request, wire.ResultRequest)

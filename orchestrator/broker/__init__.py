@@ -1,0 +1,33 @@
+"""The broker: the one channel between a subagent container and the host.
+
+`server` serves one subagent's socket; `forwarding` decides what reaches the
+model API, `budget` what it may cost, `limits` how much a container may make
+the host write, `listener` who may connect and for how long, and `calls` which
+finished calls the host may act on.
+"""
+
+from orchestrator.broker.budget import Budget
+from orchestrator.broker.calls import ApprovedCall
+from orchestrator.broker.forwarding import ForwardDecision, ForwardingPolicy
+from orchestrator.broker.listener import SandboxIdentity, make_socket_dir
+from orchestrator.broker.server import (
+    SOCKET_NAME,
+    Broker,
+    BrokerHost,
+    RequestRejected,
+    Upstream,
+)
+
+__all__ = [
+    "SOCKET_NAME",
+    "ApprovedCall",
+    "Broker",
+    "BrokerHost",
+    "Budget",
+    "ForwardDecision",
+    "ForwardingPolicy",
+    "RequestRejected",
+    "SandboxIdentity",
+    "Upstream",
+    "make_socket_dir",
+]

@@ -1,0 +1,267 @@
+"""The broker's Unix socket: who may connect, how many at once, and for how long.
+
+- Access: the socket directory is owned by the orchestrator with group = the
+  sandbox's gid and mode 0750 (it is bind-mounted read-only into one container,
+  whose process runs with that gid); the socket is 0660. On every accept the
+  peer's credentials (SO_PEERCRED) are checked: only the sandbox's uid and the
+  orchestrator's own uid are served; anyone else is closed and reported once.
+- Connections: at most `MAX_CONNECTIONS_PER_SOCKET` at once. When a new one
+  arrives at the cap, the oldest connection with no request in progress is
+  closed to make room (a half-open flood cannot lock out real requests); only
+  when every connection is busy is the new one closed. Either way it is
+  counted and reported once.
+- Time: a connection with no request in progress is closed after
+  `HEADER_TIMEOUT_S` (a request's headers must arrive within it); a body must
+  arrive within `BODY_TIMEOUT_S` (enforced where it is read, in the server).
+- Accept errors (EMFILE and friends) back off instead of spinning, and are
+  reported once per socket instead of as a traceback per attempt.
+
+Own accept loop (not aiohttp's `UnixSite`) because the peer check, the cap and
+the eviction must happen between `accept()` and the HTTP protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import socket
+import struct
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SOCKET_ROOT_PREFIX = "warden-sock-"
+"""Broker socket directories live under the temp dir: Unix socket paths must stay short."""
+DIR_MODE = 0o750
+SOCKET_MODE = 0o660
+MAX_CONNECTIONS_PER_SOCKET = 32
+"""Open connections one sandbox may hold to its broker (its runner needs two or three)."""
+HEADER_TIMEOUT_S = 10.0
+"""An idle connection (no request in progress) is closed after this long."""
+BODY_TIMEOUT_S = 30.0
+"""A request body must have arrived this long after its headers."""
+REAP_INTERVAL_S = 1.0
+ACCEPT_BACKOFF_S = 0.05
+"""Pause after a failed accept (descriptors exhausted) before trying again."""
+LISTEN_BACKLOG = 128
+MAX_REFUSED_PEERS_RECORDED = 20
+"""Refused peers reported per socket; later ones are only counted."""
+
+_PEERCRED = struct.Struct("3i")
+
+Notice = Callable[[str, str], Awaitable[None]]
+"""(kind, message): report something once; the callee records it."""
+
+
+@dataclass(frozen=True)
+class SandboxIdentity:
+    """Who may connect: the sandbox's uid/gid, and the orchestrator's own uid."""
+
+    uid: int
+    gid: int
+
+    @property
+    def allowed_uids(self) -> frozenset[int]:
+        return frozenset({self.uid, os.getuid()})
+
+
+def make_socket_dir(identity: SandboxIdentity) -> Path:
+    """A fresh socket directory only the sandbox's group (and its owner) can enter."""
+    path = Path(tempfile.mkdtemp(prefix=SOCKET_ROOT_PREFIX, dir=tempfile.gettempdir()))
+    try:
+        os.chown(path, -1, identity.gid)
+        path.chmod(DIR_MODE)
+    except PermissionError:
+        # Not root and not in the sandbox's group: only the peer check guards it.
+        path.chmod(0o711 if identity.uid != os.getuid() else 0o700)
+        log.warning(
+            "cannot give the broker socket directory to gid %d; access is checked by "
+            "peer credentials only",
+            identity.gid,
+        )
+    return path
+
+
+def peer_uid(conn: socket.socket) -> int | None:
+    try:
+        _pid, uid, _gid = _PEERCRED.unpack(
+            conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+        )
+    except OSError:
+        return None
+    return int(uid)
+
+
+@dataclass
+class _Conn:
+    transport: asyncio.Transport
+    accepted: float
+    last_active: float
+    active: int = 0
+
+
+@dataclass
+class Listener:
+    """Accepts connections on `path` for an aiohttp server (`protocol_factory`)."""
+
+    path: Path
+    protocol_factory: Callable[[], asyncio.Protocol]
+    identity: SandboxIdentity | None
+    notice: Notice
+    max_connections: int = MAX_CONNECTIONS_PER_SOCKET
+    refused_peers: int = 0
+    evicted: int = 0
+    over_cap: int = 0
+    accept_errors: int = 0
+    _sock: socket.socket | None = field(default=None, repr=False)
+    _conns: dict[Any, _Conn] = field(default_factory=dict, repr=False)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
+    _noticed: set[str] = field(default_factory=set, repr=False)
+
+    async def start(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(self.path))
+            if self.identity is not None:
+                with contextlib.suppress(PermissionError):
+                    os.chown(self.path, -1, self.identity.gid)
+                self.path.chmod(SOCKET_MODE)
+            else:
+                self.path.chmod(0o600)
+            sock.listen(LISTEN_BACKLOG)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock = sock
+        self._tasks = [
+            asyncio.create_task(self._accept_loop(), name=f"broker-accept {self.path}"),
+            asyncio.create_task(self._reap_loop(), name=f"broker-reap {self.path}"),
+        ]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        for conn in self._conns.values():
+            conn.transport.close()
+        self._conns.clear()
+
+    # -- request tracking (called by the server's middleware) -----------------
+
+    def request_started(self, transport: Any) -> None:
+        conn = self._conns.get(transport)
+        if conn is not None:
+            conn.active += 1
+            conn.last_active = time.monotonic()
+
+    def request_finished(self, transport: Any) -> None:
+        conn = self._conns.get(transport)
+        if conn is not None:
+            conn.active = max(0, conn.active - 1)
+            conn.last_active = time.monotonic()
+
+    @property
+    def open_connections(self) -> int:
+        return sum(1 for c in self._conns.values() if not c.transport.is_closing())
+
+    # -- loops ---------------------------------------------------------------
+
+    async def _accept_loop(self) -> None:
+        assert self._sock is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(self._sock)
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    raise
+                self.accept_errors += 1
+                await self._notice_once(
+                    "accept_failed",
+                    f"accepting a connection failed ({errno.errorcode.get(exc.errno or 0, exc)}): "
+                    "the orchestrator is out of descriptors; backing off",
+                )
+                await asyncio.sleep(ACCEPT_BACKOFF_S)
+                continue
+            try:
+                await self._admit(loop, conn)
+            except Exception:
+                conn.close()
+                log.exception("broker socket %s: could not serve a connection", self.path)
+
+    async def _admit(self, loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
+        if self.identity is not None:
+            uid = peer_uid(conn)
+            if uid is None or uid not in self.identity.allowed_uids:
+                conn.close()
+                self.refused_peers += 1
+                if self.refused_peers <= MAX_REFUSED_PEERS_RECORDED:
+                    await self.notice(
+                        "peer_refused",
+                        f"refused a connection from uid {uid}: only the sandbox (uid "
+                        f"{self.identity.uid}) and the orchestrator (uid {os.getuid()}) may "
+                        "use this broker",
+                    )
+                return
+        self._prune()
+        if len(self._conns) >= self.max_connections:
+            victim = self._oldest_idle()
+            if victim is None:
+                conn.close()
+                self.over_cap += 1
+                await self._notice_once(
+                    "connection_cap",
+                    f"more than {self.max_connections} connections at once, all busy: "
+                    "new connections are closed",
+                )
+                return
+            victim.transport.close()
+            self._conns.pop(victim.transport, None)
+            self.evicted += 1
+            await self._notice_once(
+                "connection_cap",
+                f"more than {self.max_connections} connections at once: the oldest idle "
+                "ones are closed to make room",
+            )
+        conn.setblocking(False)
+        transport, _ = await loop.connect_accepted_socket(self.protocol_factory, conn)
+        now = time.monotonic()
+        self._conns[transport] = _Conn(transport, now, now)
+
+    def _prune(self) -> None:
+        for key in [k for k, c in self._conns.items() if c.transport.is_closing()]:
+            del self._conns[key]
+
+    def _oldest_idle(self) -> _Conn | None:
+        idle = [c for c in self._conns.values() if c.active == 0]
+        return min(idle, key=lambda c: c.last_active) if idle else None
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(REAP_INTERVAL_S)
+            now = time.monotonic()
+            for conn in list(self._conns.values()):
+                if conn.active == 0 and now - conn.last_active > HEADER_TIMEOUT_S:
+                    conn.transport.close()
+            self._prune()
+
+    async def _notice_once(self, kind: str, message: str) -> None:
+        if kind in self._noticed:
+            return
+        self._noticed.add(kind)
+        await self.notice(kind, message)

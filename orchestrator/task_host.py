@@ -1,0 +1,129 @@
+"""The broker's view of the host for one task (implements `BrokerHost`).
+
+It turns what a subagent's broker reports into host actions: permission
+decisions and nested tasks go to the TaskManager and its gate; events,
+transcripts, usage, limits and forwarding decisions are recorded. Transcripts
+are stored as data only: PostToolUse hooks run on `on_tool_finished`, which the
+broker calls only for calls the gate approved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Literal
+
+from orchestrator.broker import ApprovedCall, Budget, ForwardDecision
+from orchestrator.errors import WardenError
+from sandbox_tools import wire
+
+if TYPE_CHECKING:
+    from orchestrator.tasks import TaskContext, TaskManager
+
+log = logging.getLogger(__name__)
+
+FORWARDING_AUDIT_SOURCE = "broker forwarding"
+"""`source` of audit records about what the broker forwarded upstream."""
+
+
+class TaskHost:
+    """Host side of one task's broker."""
+
+    def __init__(self, manager: TaskManager, ctx: TaskContext) -> None:
+        self.manager = manager
+        self.ctx = ctx
+
+    async def decide_permission(self, request: wire.PermissionRequest) -> wire.PermissionResponse:
+        return await self.manager.gate.decide(self.ctx, request)
+
+    async def delegate(self, request: wire.DelegateRequest) -> wire.DelegateResponse:
+        """A nested Task call: same checks and caps as the root's, run in the foreground."""
+        from orchestrator.tasks import TaskInput
+
+        try:
+            task_input = TaskInput.model_validate(request.input)
+        except ValueError as exc:
+            return wire.DelegateResponse(text=f"Invalid Task input: {exc}", is_error=True)
+        try:
+            result = await self.manager.run_task(
+                task_input.model_copy(update={"run_in_background": False}), parent=self.ctx
+            )
+        except WardenError as exc:
+            return wire.DelegateResponse(text=f"Task failed. Error: {exc}", is_error=True)
+        return wire.DelegateResponse(text=result.render(), is_error=result.is_error)
+
+    async def on_event(self, event: wire.EventRequest) -> None:
+        if event.kind == "tool_started":
+            self.ctx.current_tool = (
+                f"{event.tool_name}: {event.detail}" if event.detail else event.tool_name
+            )
+        elif event.kind == "tool_finished":
+            self.ctx.current_tool = None
+        await self.manager._emit(
+            "task_running",
+            self.ctx,
+            event=event.kind,
+            tool_name=event.tool_name,
+            tool_use_id=event.tool_use_id,
+            detail=event.detail,
+            is_error=event.is_error,
+        )
+
+    async def on_transcript(self, messages: list[dict[str, Any]], turn: int) -> None:
+        store = self.manager.store
+        if store is not None:
+            await asyncio.to_thread(store.checkpoint_transcript, self.ctx.task_id, messages, turn)
+
+    async def on_tool_finished(self, call: ApprovedCall, response: dict[str, Any]) -> None:
+        finished = getattr(self.manager.gate, "tool_finished", None)
+        if finished is None:
+            return
+        from orchestrator.permissions import ToolCall
+
+        await finished(
+            self.ctx,
+            ToolCall(
+                tool_name=call.tool_name, tool_input=call.tool_input, tool_use_id=call.tool_use_id
+            ),
+            response,
+        )
+
+    async def on_result(self, result: wire.ResultRequest) -> None:
+        self.ctx.result = result
+
+    async def on_rejected(self, endpoint: str, status: int, reason: str) -> None:
+        await self.manager._emit(
+            "broker_rejected", self.ctx, endpoint=endpoint, status=status, reason=reason[:500]
+        )
+
+    async def on_notice(self, kind: str, message: str) -> None:
+        await self.manager._emit("broker_notice", self.ctx, notice=kind, message=message[:500])
+
+    async def on_usage(self, budget: Budget) -> None:
+        self.ctx.tokens = budget.tokens_used
+        await self.manager._update(self.ctx.task_id, tokens=budget.tokens_used)
+
+    async def on_forwarding(self, decisions: list[ForwardDecision]) -> None:
+        store = self.manager.store
+        if store is None:
+            return
+        from orchestrator.permissions.approvers import input_hash
+        from orchestrator.store import AuditRecord
+
+        for decision in decisions:
+            behavior: Literal["allow", "deny"] = "allow" if decision.allowed else "deny"
+            record = AuditRecord(
+                run_id=self.ctx.run_id,
+                task_id=self.ctx.task_id,
+                agent_type=self.ctx.agent_type,
+                tool_name=decision.subject[:100],
+                tool_use_id=None,
+                input_hash=input_hash(decision.subject, decision.detail),
+                tool_input=decision.detail,
+                decision=behavior,
+                final=behavior,
+                decided_by=decision.decided_by,
+                source=FORWARDING_AUDIT_SOURCE,
+                reason=decision.reason,
+            )
+            await asyncio.to_thread(store.record_audit, record)

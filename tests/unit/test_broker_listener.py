@@ -1,0 +1,132 @@
+"""The broker socket serves only the sandbox's uid and the orchestrator (file modes
+and a peer-credential check on accept), caps connections per socket without
+letting idle ones lock out real requests, and closes connections that send no
+request within the header timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from orchestrator.broker import Broker, Budget, SandboxIdentity, Upstream, make_socket_dir
+from orchestrator.broker import listener as listener_module
+from sandbox_tools import wire
+from tests.unit.test_broker import FakeModel, RecordingHost, make_spec
+
+SANDBOX = SandboxIdentity(uid=1000, gid=1000)
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching uids needs root")
+
+
+def _connect_in_child(path: Path, uid: int, gid: int, out: int) -> None:
+    """In a forked child: become uid:gid, ask for the spec, report what happened."""
+    try:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(str(path))
+        except OSError as exc:
+            verdict = f"refused {exc.errno}"
+        else:
+            try:
+                s.sendall(b"GET /v1/spec HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                data = s.recv(65536)
+            except OSError:  # EPIPE / ECONNRESET: the broker closed it at once
+                data = b""
+            verdict = "served" if data.startswith(b"HTTP/1.1 200") else "closed"
+        os.write(out, verdict.encode())
+    finally:
+        os._exit(0)
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[Broker, RecordingHost]]:
+    socket_dir = make_socket_dir(SANDBOX)
+    model = FakeModel()
+    upstream_client = httpx2.AsyncClient(transport=httpx2.MockTransport(model.handler))
+    host = RecordingHost()
+    broker = Broker(
+        socket_dir=socket_dir,
+        spec=make_spec(),
+        upstream=Upstream(base_url="http://model.test", api_key=None, client=upstream_client),
+        host=host,
+        budget=Budget(max_turns=2),
+        identity=SANDBOX,
+    )
+    try:
+        async with broker:
+            yield broker, host
+    finally:
+        await upstream_client.aclose()
+        for child in socket_dir.iterdir():
+            child.unlink()
+        socket_dir.rmdir()
+
+
+async def connect_as(path: Path, uid: int, gid: int) -> str:
+    """Connect to the broker as another user (a forked child that drops to uid:gid)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        _connect_in_child(path, uid, gid, write_end)
+    os.close(write_end)
+    await asyncio.to_thread(os.waitpid, pid, 0)
+    with os.fdopen(read_end, "rb") as fh:
+        return fh.read().decode()
+
+
+@needs_root
+async def test_socket_dir_and_socket_are_closed_to_other_users(served: Any) -> None:
+    broker, host = served
+    dir_stat = broker.socket_dir.stat()
+    sock_stat = broker.socket_path.stat()
+    assert stat.S_IMODE(dir_stat.st_mode) == 0o750 and dir_stat.st_gid == SANDBOX.gid
+    assert stat.S_IMODE(sock_stat.st_mode) == 0o660
+    assert await connect_as(broker.socket_path, 1000, 1000) == "served"
+    # Another user cannot even reach the socket ...
+    assert (await connect_as(broker.socket_path, 65534, 65534)).startswith("refused")
+    # ... and one that shares the sandbox's group is closed by the peer check.
+    assert await connect_as(broker.socket_path, 4242, 1000) == "closed"
+    assert [k for k, _ in host.notices] == ["peer_refused"]
+    assert "uid 4242" in host.notices[0][1]
+
+
+async def test_idle_connections_are_evicted_at_the_cap_and_reaped_after_the_timeout(
+    served: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(listener_module, "HEADER_TIMEOUT_S", 1.5)
+    broker, host = served
+    cap = listener_module.MAX_CONNECTIONS_PER_SOCKET
+    idle = []
+    for _ in range(cap + 20):
+        s = socket.socket(socket.AF_UNIX)
+        s.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(s, str(broker.socket_path))
+        idle.append(s)
+    client = httpx2.AsyncClient(
+        transport=httpx2.AsyncHTTPTransport(uds=str(broker.socket_path)),
+        base_url=wire.BROKER_BASE_URL,
+    )
+    try:
+        # A real request still gets through while the half-open ones hold the cap.
+        assert (await client.get("/v1/spec")).status_code == 200
+        assert broker.listener.open_connections <= cap
+        assert broker.listener.evicted >= 20
+        assert [k for k, _ in host.notices] == ["connection_cap"]
+        await asyncio.sleep(1.5 + 2 * listener_module.REAP_INTERVAL_S)
+        assert broker.listener.open_connections == 0
+    finally:
+        await client.aclose()
+        for s in idle:
+            s.close()
