@@ -468,6 +468,8 @@ class _Parser:
         c = self._c()
         if c == "" or (c in "\n;&|()<>" and not (self._at("<(") or self._at(">("))):
             raise Unprovable(f"redirection '{op}' without a target")
+        if c.isdigit() and _REDIRECT.match(self.src, self.pos):
+            raise Unprovable(f"redirection '{op}' followed by another redirection")
         start = self.pos
         target = self._word()
         raw = self.src[start : self.pos]

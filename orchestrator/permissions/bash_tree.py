@@ -10,6 +10,7 @@ commands (assignments + words) or redirections makes the command ask.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from functools import lru_cache
 
@@ -41,6 +42,9 @@ _TEST_PARTS = frozenset(
 )
 
 
+_BLANK = re.compile(rb"(?:[ \t\n]|\\\n)*")
+
+
 class Disagreement(Exception):
     """tree-sitter reads the command differently (or cannot read it)."""
 
@@ -55,7 +59,7 @@ def disagreement(src: str, unit: Unit) -> str | None:
     tree = _parser().parse(src.encode("utf-8", "surrogateescape"))
     if tree.root_node.has_error:
         return "tree-sitter-bash cannot parse it (syntax error)"
-    walker = _Walker()
+    walker = _Walker(src.encode("utf-8", "surrogateescape"))
     try:
         walker.visit(tree.root_node)
     except Disagreement as exc:
@@ -112,14 +116,40 @@ def _show_cmds(cmds: list[_CommandKey]) -> str:
 
 
 class _Walker:
-    def __init__(self) -> None:
+    def __init__(self, src: bytes) -> None:
+        self.src = src
         self.commands: Counter[_CommandKey] = Counter()
         self.redirects: Counter[_RedirectKey] = Counter()
+        self.extra: dict[int, list[str]] = {}
+        """Words tree-sitter left out of a command, by the command node's id."""
+
+    def _check_gaps(self, node: Node) -> None:
+        """Text between a structural node's children must be blanks: tree-sitter must
+        not silently skip anything (it drops a lone `-` before `<<`, a known quirk
+        that is put back as a word)."""
+        cursor = node.start_byte
+        previous: Node | None = None
+        for child in node.children:
+            gap = self.src[cursor : child.start_byte]
+            if not _BLANK.fullmatch(gap):
+                if (
+                    gap.strip() == b"-"
+                    and previous is not None
+                    and previous.type == "command"
+                    and child.type == "heredoc_redirect"
+                ):
+                    self.extra.setdefault(previous.id, []).append("-")
+                else:
+                    raise Disagreement(f"tree-sitter skips the text {_decode(gap.strip())!r}")
+            cursor = max(cursor, child.end_byte)
+            previous = child
 
     def visit(self, node: Node) -> None:
         t = node.type
         if node.is_missing or t == "ERROR":
             raise Disagreement("tree-sitter found a syntax error")
+        if (t in _STRUCTURE or t == "command") and t not in ("heredoc_body", "heredoc_content"):
+            self._check_gaps(node)
         if t == "command":
             self._command(node)
         elif t == "variable_assignment":
@@ -149,6 +179,7 @@ class _Walker:
                     words.append(word)
             elif name == "argument":
                 words.append(_cook(child))
+        words.extend(self.extra.get(node.id, []))
         first = node.child_by_field_name("name")
         if first is not None and _raw(first) == "time":
             words = words[2:] if words[1:2] == ["-p"] else words[1:]
@@ -196,6 +227,8 @@ def _redirect(node: Node) -> _RedirectKey:
     op = ""
     target = ""
     for child in node.children:
+        if child.type.endswith("_redirect"):
+            continue
         if child.type == "file_descriptor":
             fd = _raw(child)
         elif not child.is_named:
