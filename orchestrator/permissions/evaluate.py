@@ -233,6 +233,9 @@ class _Evaluator:
                 problems.append(f"'{target}' is written after a cd, so its path is unknown")
             writes.append((target, paths.spellings(target, self.host, self.cwd)))
         reads = [(t, paths.spellings(t, self.host, self.cwd)) for t in analysis.reads]
+        for target in analysis.reads:
+            if analysis.changes_dir and not target.startswith("/"):
+                problems.append(f"'{target}' is read after a cd, so its path is unknown")
         verdicts: list[SubcommandVerdict] = []
 
         def scan(behavior: str, strict: bool) -> SubcommandVerdict | None:

@@ -31,7 +31,7 @@ from orchestrator.permissions.bash_parser import (
 )
 from orchestrator.permissions.bash_tree import disagreement, loose_commands
 from orchestrator.permissions.shell_env import check_prefix, check_variable
-from orchestrator.permissions.wrappers import unwrap, wrapper_name
+from orchestrator.permissions.wrappers import RUNS_ITS_ARGUMENTS, Unwrapped, unwrap, wrapper_name
 
 __all__ = [
     "DYNAMIC",
@@ -172,6 +172,8 @@ class _Analyser:
         if name is not None:
             _check_builtin(name, words)
         unwrapped = unwrap(name, words) if name is not None else None
+        if open_ended and name in RUNS_ITS_ARGUMENTS:
+            _check_open_wrapper(name, unwrapped)
         record = SimpleCommand(tuple(w.value for w in words), open_ended)
         if unwrapped is None:
             self.result.commands.append(record)
@@ -185,7 +187,7 @@ class _Analyser:
             for inner in unwrapped.extra:
                 if "{}" in inner[0].value:
                     raise Unprovable("'find -exec {}' runs a command only known at run time")
-                self._run(inner, dialect, depth + 1, open_ended=True)
+                self._run(inner, dialect, depth + 1, open_ended=True, replace="{}")
             return
         if unwrapped.script is not None:
             if replace and replace in unwrapped.script:
@@ -215,7 +217,7 @@ class _Analyser:
         self._target(target, write=op in _WRITE_OPS or op == ">&")
 
     def _target(self, target: Word, *, write: bool) -> None:
-        if target.dynamic or target.glob or target.tilde or not target.value:
+        if target.dynamic or target.glob or target.tilde or "~" in target.value or not target.value:
             raise Unprovable(f"redirection target {target.raw!r} is not a literal path")
         path = target.value
         if path.startswith("/dev/"):
@@ -223,6 +225,20 @@ class _Analyser:
                 return
             raise Unprovable(f"redirection to the device {path!r}")
         (self.result.writes if write else self.result.reads).append(path)
+
+
+def _check_open_wrapper(name: str, unwrapped: Unwrapped | None) -> None:
+    """A wrapper that gets more arguments at run time (`xargs xargs`, `find -exec env`)
+    is proven only when its command is already a literal word: otherwise the added
+    arguments choose what runs."""
+    if (
+        unwrapped is None
+        or name == "find"
+        or unwrapped.default_command
+        or (unwrapped.script is not None and unwrapped.joins_arguments)
+        or (unwrapped.argv is None and unwrapped.script is None)
+    ):
+        raise Unprovable(f"'{name}' gets arguments at run time that may choose what it runs")
 
 
 def _check_builtin(name: str, words: list[Word]) -> None:

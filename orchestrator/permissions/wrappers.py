@@ -83,6 +83,10 @@ GRAMMARS: dict[str, Grammar] = {
     "exec": _g("cl", "a"),
 }
 """Each wrapper's options, from its manual page."""
+RUNS_ITS_ARGUMENTS = frozenset(
+    {*GRAMMARS, "eval", "builtin", "find", "sh", "bash", "dash", *OTHER_SHELLS, *NOT_PROVEN}
+)
+"""Commands whose arguments can name a command to run."""
 
 
 @dataclass
@@ -98,6 +102,10 @@ class Unwrapped:
     reads: list[Word] = field(default_factory=list)
     replace: str | None = None
     """xargs -I: this string in the command's words is replaced at run time."""
+    default_command: bool = False
+    """No command was given; the wrapper runs a default (`xargs` runs `echo`)."""
+    joins_arguments: bool = False
+    """The script is the wrapper's arguments joined (`eval`, `watch`)."""
     extra: list[list[Word]] = field(default_factory=list)
     """Further commands run beside the wrapper itself (`find -exec`)."""
 
@@ -189,7 +197,7 @@ def unwrap(name: str, argv: list[Word]) -> Unwrapped | None:
     if name == "eval":
         if any(a.dynamic for a in args):
             raise Unprovable("'eval' of text only known at run time")
-        return Unwrapped(script=" ".join(a.value for a in args))
+        return Unwrapped(script=" ".join(a.value for a in args), joins_arguments=True)
     if name == "builtin":
         return Unwrapped(argv=args) if args else None
     if name == "find":
@@ -252,7 +260,9 @@ def _ionice(name: str, opts: list[tuple[str, str | None]], rest: list[Word]) -> 
 
 
 def _xargs(name: str, opts: list[tuple[str, str | None]], rest: list[Word]) -> Unwrapped:
-    result = Unwrapped(argv=rest or [Word("echo", "echo")], open_ended=True)
+    result = Unwrapped(
+        argv=rest or [Word("echo", "echo")], open_ended=True, default_command=not rest
+    )
     for key, value in opts:
         if key == "process-slot-var":
             raise Unprovable("'xargs --process-slot-var' sets a variable in the command's environment")
@@ -290,7 +300,7 @@ def _watch(name: str, opts: list[tuple[str, str | None]], rest: list[Word]) -> U
         return Unwrapped(argv=rest)
     if any(w.dynamic for w in rest):
         raise Unprovable("'watch' of text only known at run time")
-    return Unwrapped(script=" ".join(w.value for w in rest), dialect=DASH)
+    return Unwrapped(script=" ".join(w.value for w in rest), dialect=DASH, joins_arguments=True)
 
 
 def _command(name: str, opts: list[tuple[str, str | None]], rest: list[Word]) -> Unwrapped | None:

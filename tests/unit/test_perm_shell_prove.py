@@ -129,6 +129,9 @@ def test_proven_commands_are_listed_exactly(command: str, expected: list[str]) -
         ("sh -c \"$x\"", "only known at run time"),
         ("ls | xargs -I{} {} x", "command name"),
         ("find . -exec {} \\;", "find -exec {}"),
+        ("find . -exec sh -c 'echo {}' \\;", "replaced at run time"),
+        ("find . -exec bash -c 'rm {}' \\;", "replaced at run time"),
+        ("ls | xargs -I% sh -c 'echo %'", "replaced at run time"),
         # heredocs
         ('cat <<"E$"\nx\nE$', "delimiter"),
         ("cat <<E'F'\nx\nEF", "delimiter"),

@@ -225,3 +225,28 @@ def test_harmless_environment_prefixes_pass(command: str) -> None:
 )
 def test_other_environment_prefixes_ask(command: str) -> None:
     asks(command)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "xargs xargs",  # the inner xargs runs a command named by its input (fuzz finding)
+        "xargs --a=x.txt xargs",
+        "xargs env",
+        "xargs nice",
+        "xargs find .",  # input could add '-exec rm {} ;'
+        "xargs watch ls",  # watch joins its arguments into a script
+        "xargs sh",
+        "xargs command",
+        "find . -exec xargs \\;",
+        "find . -exec env \\;",
+    ],
+)
+def test_a_wrapper_given_arguments_at_run_time_needs_a_literal_command(command: str) -> None:
+    assert "at run time" in asks(command)
+
+
+def test_a_literal_command_inside_an_open_wrapper_is_still_proven() -> None:
+    assert runs("xargs timeout 5 grep x") == ["grep x …"]
+    assert runs("xargs xargs echo") == ["echo …"]
+    assert runs("xargs sh -c 'grep x \"$@\"' _") == ["grep x $…"]
