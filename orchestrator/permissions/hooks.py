@@ -5,8 +5,19 @@ Configured in a settings file as Claude Code does it:
     {"hooks": {"PreToolUse": [{"matcher": "Bash",
                                "hooks": [{"type": "command", "command": "...", "timeout": 60}]}]}}
 
-Each matching command runs with `sh -c` in its own process group, in the host
-workspace (`CLAUDE_PROJECT_DIR` is set to it), with the event as JSON on stdin.
+Each matching command runs with `sh -c` in its own process group, with the
+event as JSON on stdin, an environment built from an allowlist and a fixed PATH,
+in an empty temporary directory (`CLAUDE_PROJECT_DIR` names the workspace); see
+`hook_trust` for why, and for the commands refused because they would run
+workspace content. warden's own keys on a hook entry:
+
+    {"type": "command", "command": "...",
+     "cwd": "workspace",   # run in the workspace instead of an empty directory
+     "trusted": true,      # run it even if it runs files a subagent can write
+     "sandbox": true}      # run it in a hardened sandbox, not on the host
+
+and in a settings file, `{"warden": {"hookEnv": ["MY_TOKEN"]}}` passes those
+host variables to every hook.
 Exit 2 blocks (stderr is the reason the model sees); exit 0 may print JSON with
 `hookSpecificOutput.permissionDecision`; any other exit, a timeout (the whole
 process group is killed), or malformed JSON is a non-blocking error that is
@@ -21,14 +32,16 @@ import json
 import os
 import re
 import signal
+import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
+from orchestrator.permissions.hook_trust import hook_environment, workspace_code
 from orchestrator.permissions.models import (
     REQUIRED_INPUT_KEYS,
     CallContext,
@@ -44,6 +57,8 @@ MAX_HOOK_TIMEOUT_S = 600.0
 """Longest timeout a hook may ask for."""
 MAX_HOOK_OUTPUT_BYTES = 64 * 1024
 """Bytes of stdout and of stderr kept per hook; the rest is dropped and announced."""
+NEUTRAL_CWD_PREFIX = "warden-hook-"
+"""Host hooks run in a fresh empty directory with this prefix, unless they ask for the workspace."""
 MAX_REASON_CHARS = 4000
 """Longest hook reason passed on to the model."""
 
@@ -61,6 +76,14 @@ class HookCommand:
     command: str
     timeout_s: float
     source: str
+    cwd: Literal["neutral", "workspace"] = "neutral"
+    """Where it runs: an empty temporary directory, or the host workspace."""
+    trusted: bool = False
+    """Run it even when its command runs files a subagent can write."""
+    sandbox: bool = False
+    """Run it in a hardened sandbox (the workspace mounted as for a subagent)."""
+    env_names: tuple[str, ...] = ()
+    """Host environment variables passed to it (`warden.hookEnv`)."""
 
     def matches(self, tool_name: str) -> bool:
         if self.matcher in ("", "*"):
@@ -95,6 +118,7 @@ def load_hooks(settings: Settings, workspace: Path) -> HookSet:
     files.append((settings.config_dir / "settings.json", "user"))
     hooks: list[HookCommand] = []
     warnings: list[str] = []
+    env_names: list[str] = []
     for path, kind in files:
         if path.is_file():
             doc = read_document(path)
@@ -102,7 +126,19 @@ def load_hooks(settings: Settings, workspace: Path) -> HookSet:
                 found, warned = parse_hooks(doc.get("hooks"), f"{kind}:{path}")
                 hooks.extend(found)
                 warnings.extend(warned)
-    return HookSet(tuple(hooks), tuple(warnings))
+                env_names += _hook_env(doc, path)
+    names = tuple(dict.fromkeys(env_names))
+    return HookSet(tuple(replace(h, env_names=names) for h in hooks), tuple(warnings))
+
+
+def _hook_env(doc: dict[str, Any], path: Path) -> list[str]:
+    block = doc.get("warden")
+    value = block.get("hookEnv", []) if isinstance(block, dict) else []
+    if not isinstance(value, list) or not all(
+        isinstance(v, str) and v.isidentifier() for v in value
+    ):
+        raise PolicyError(f"{path}: warden.hookEnv must be a list of environment variable names")
+    return value
 
 
 def parse_hooks(block: Any, source: str) -> tuple[list[HookCommand], list[str]]:
@@ -154,8 +190,26 @@ def parse_hooks(block: Any, source: str) -> tuple[list[HookCommand], list[str]]:
                     raise PolicyError(
                         f"{hw}.timeout must be seconds in (0, {MAX_HOOK_TIMEOUT_S:g}]"
                     )
-                hooks.append(HookCommand(event, matcher, command, float(timeout), source))
+                hooks.append(
+                    HookCommand(
+                        event, matcher, command, float(timeout), source, **_options(spec, hw)
+                    )
+                )
     return hooks, warnings
+
+
+def _options(spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """warden's own keys on a hook entry."""
+    cwd = spec.get("cwd", "neutral")
+    if cwd not in ("neutral", "workspace"):
+        raise PolicyError(f'{where}.cwd must be "workspace" (or absent for an empty directory)')
+    options: dict[str, Any] = {"cwd": cwd}
+    for key in ("trusted", "sandbox"):
+        value = spec.get(key, False)
+        if not isinstance(value, bool):
+            raise PolicyError(f"{where}.{key} must be true or false")
+        options[key] = value
+    return options
 
 
 def hook_input(
@@ -210,12 +264,41 @@ async def run_hook(
     hook: HookCommand, stdin: bytes, tool_name: str, workspace_host: Path | None
 ) -> HookOutcome:
     """Run one hook and interpret what it said; never raises for a misbehaving hook."""
-    env = dict(os.environ)
-    cwd = str(workspace_host) if workspace_host is not None else None
-    if cwd:
-        env["CLAUDE_PROJECT_DIR"] = cwd
-    started = time.monotonic()
     base: dict[str, Any] = {"hook": hook.command, "event": hook.event, "source": hook.source}
+    if hook.sandbox:
+        from orchestrator.permissions.hook_sandbox import run_in_sandbox
+
+        ran = await run_in_sandbox(
+            hook.command, stdin, hook.timeout_s, workspace_host, MAX_HOOK_OUTPUT_BYTES
+        )
+        if ran.error is not None:
+            return HookOutcome(**base, error=ran.error, duration_s=ran.duration_s)
+        return _conclude(base, ran.exit_code, ran.stdout, ran.stderr, tool_name, ran.duration_s)
+    with tempfile.TemporaryDirectory(prefix=NEUTRAL_CWD_PREFIX) as neutral:
+        cwd = Path(neutral)
+        if hook.cwd == "workspace" and workspace_host is not None:
+            cwd = workspace_host
+        if workspace_host is not None and not hook.trusted:
+            why = workspace_code(hook.command, workspace_host, cwd)
+            if why is not None:
+                return HookOutcome(
+                    **base,
+                    error=f'refused: {why}. Mark the hook "trusted": true if you vouch for '
+                    'that file, or run it in a sandbox with "sandbox": true',
+                )
+        env = hook_environment(workspace_host, hook.env_names)
+        return await _run_on_host(hook, base, stdin, tool_name, str(cwd), env)
+
+
+async def _run_on_host(
+    hook: HookCommand,
+    base: dict[str, Any],
+    stdin: bytes,
+    tool_name: str,
+    cwd: str,
+    env: dict[str, str],
+) -> HookOutcome:
+    started = time.monotonic()
     try:
         proc = await asyncio.create_subprocess_exec(
             "sh",
@@ -257,8 +340,20 @@ async def run_hook(
     finally:
         _kill_group(proc.pid)  # stragglers the hook left behind
     took = time.monotonic() - started
-    code = proc.returncode
-    stderr = _text(err, err_cut)
+    return _conclude(base, proc.returncode, (out, out_cut), (err, err_cut), tool_name, took)
+
+
+def _conclude(
+    base: dict[str, Any],
+    code: int | None,
+    stdout: tuple[bytes, bool],
+    stderr_bytes: tuple[bytes, bool],
+    tool_name: str,
+    took: float,
+) -> HookOutcome:
+    """An outcome from how a hook ended and what it printed."""
+    out, out_cut = stdout
+    stderr = _text(*stderr_bytes)
     if code == 2:
         reason = stderr.strip() or "blocked by a hook (exit 2, no message)"
         return HookOutcome(

@@ -358,3 +358,107 @@ def test_the_cli_refuses_a_git_link_with_a_clear_error_and_starts_nothing(
     assert f"{workspace / '.git'} is a symbolic link" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (settings.state_dir / "warden.db").exists() or "run_" not in proc.stderr
+
+
+def write_settings(workspace: Path, doc: dict[str, Any]) -> None:
+    claude = workspace / ".claude"
+    claude.mkdir(exist_ok=True)
+    (claude / "settings.json").write_text(json.dumps(doc))
+    chown_tree(claude)
+
+
+def post_hooks(*entries: dict[str, Any]) -> dict[str, Any]:
+    return {"PostToolUse": [{"matcher": "Bash", "hooks": list(entries)}]}
+
+
+async def test_host_hooks_never_run_planted_binaries_and_see_no_secrets(
+    settings: Settings, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-HOST-SECRET")
+    monkeypatch.setenv("PATH", f"{workspace}/node_modules/.bin:{os.environ['PATH']}")
+    marker = tmp_path / "PLANTED-PRETTIER-RAN"
+    env_log = tmp_path / "hook-env.txt"
+    # The user's ordinary format-on-write hook (offline: npx must not reach a registry).
+    fmt = "npx --offline --no-install prettier --write \"$(jq -r '.tool_input.command')\""
+    write_settings(
+        workspace,
+        {
+            "hooks": post_hooks(
+                {"type": "command", "command": fmt},
+                {"type": "command", "command": fmt + " # in the workspace", "cwd": "workspace"},
+                {"type": "command", "command": f"env > {env_log}; echo cwd=$(pwd) >> {env_log}"},
+            )
+        },
+    )
+    plant = (
+        "mkdir -p node_modules/.bin && "
+        f"printf '#!/bin/sh\\ntouch {marker}\\n' > node_modules/.bin/prettier && "
+        "chmod +x node_modules/.bin/prettier && echo planted"
+    )
+    script = [
+        convo(
+            "planter",
+            {"prompt_contains": "PLANT-BIN"},
+            [tool("Bash", command=plant)],
+            [tool("Bash", command="echo second call")],
+            [text("done")],
+        )
+    ]
+    async with scripted_run(settings, workspace, script) as (run, _):
+        result = await run.manager.run_task(bash_task("PLANT-BIN"))
+        events = run.store.events(run.run_id)
+
+    assert result.status is TaskStatus.COMPLETED
+    assert (workspace / "node_modules" / ".bin" / "prettier").exists()
+    assert not marker.exists(), "a host hook ran the binary a subagent planted"
+    hook_events = [e.data["data"] for e in events if e.kind == "post_tool_use_hook"]
+    in_workspace = [e for e in hook_events if "# in the workspace" in e["hook"]]
+    assert in_workspace and all(e["error"].startswith("refused:") for e in in_workspace)
+    seen = env_log.read_text()
+    assert "sk-ant-HOST-SECRET" not in seen and "ANTHROPIC_API_KEY" not in seen
+    assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n" in seen
+    assert f"CLAUDE_PROJECT_DIR={workspace}\n" in seen
+    assert f"cwd={workspace}" not in seen
+
+
+async def test_a_sandboxed_hook_decides_from_inside_a_hardened_container(
+    settings: Settings, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-HOST-SECRET")
+    check = (
+        'if grep -q forbidden; then echo "sandboxed-deny key=$(env | grep -c ANTHROPIC) '
+        "ifaces=$(tail -n +3 /proc/net/dev | wc -l) uid=$(id -u) "
+        'claude=$(touch /workspace/.claude/x 2>/dev/null && echo rw || echo ro)" >&2; exit 2; fi'
+    )
+    write_settings(
+        workspace,
+        {
+            "hooks": {
+                "PreToolUse": [
+                    {
+                        "matcher": "Bash",
+                        "hooks": [{"type": "command", "command": check, "sandbox": True}],
+                    }
+                ]
+            }
+        },
+    )
+    script = [
+        convo(
+            "asker",
+            {"prompt_contains": "SANDBOX-HOOK"},
+            [tool("Bash", command="echo forbidden > f.txt")],
+            [tool("Bash", command="echo fine > g.txt")],
+            [text("{tool_results}")],
+        )
+    ]
+    async with scripted_run(settings, workspace, script) as (run, server):
+        result = await run.manager.run_task(bash_task("SANDBOX-HOOK"))
+        session = run.session
+
+    assert result.status is TaskStatus.COMPLETED
+    denied = json.dumps(tool_results(requests_of(server, "asker")[1].body))
+    assert f"sandboxed-deny key=0 ifaces=1 uid={UNPRIVILEGED} claude=ro" in denied
+    assert not (workspace / "f.txt").exists()
+    assert (workspace / "g.txt").read_text() == "fine\n"
+    assert containers_of(session) == []
