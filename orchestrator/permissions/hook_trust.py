@@ -32,8 +32,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from orchestrator.permissions.shell import analyse
-from orchestrator.permissions.wrappers import DYNAMIC
+from orchestrator.permissions.shell import DYNAMIC, analyse
 
 HOOK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """The PATH every host hook gets (never a workspace directory)."""
