@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -69,7 +70,8 @@ INTERPRETERS = frozenset(
 """Commands whose first non-option argument is a script they run; without one
 (`python -m`, `-c`, `node -e`) they import code from their working directory."""
 INLINE_CODE_FLAGS = frozenset({"-m", "-c", "-e", "--eval", "-p", "--print", "-r", "--require"})
-PROJECT_DIR_VARS = ("${CLAUDE_PROJECT_DIR}", "$CLAUDE_PROJECT_DIR")
+_WORD_SPLIT = re.compile(r"[\s;|&()<>`]+")
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def hook_environment(
@@ -85,15 +87,17 @@ def hook_environment(
     return out
 
 
-def workspace_code(command: str, workspace: Path, cwd: Path) -> str | None:
-    """Why `command`, run with `sh -c` in `cwd`, would run workspace content; None if not."""
+def workspace_code(
+    command: str, workspace: Path, cwd: Path, env: Mapping[str, str] | None = None
+) -> str | None:
+    """Why `command`, run with `sh -c` in `cwd` and `env`, would run workspace content;
+    None if not. Variables of `env` are expanded first (`$CLAUDE_PROJECT_DIR`, `$HOME`)."""
     workspace = Path(os.path.realpath(workspace))
-    text = command
-    for var in PROJECT_DIR_VARS:
-        text = text.replace(var, str(workspace))
+    known = {**(env or {}), "CLAUDE_PROJECT_DIR": str(workspace)}
+    text = _VARIABLE.sub(lambda m: known.get(m.group(1) or m.group(2), m.group(0)), command)
     analysis = analyse(text)
     if analysis.problems:
-        return f"warden cannot tell what it runs ({analysis.problems[0]})"
+        return _word_check(text, workspace, Path(os.path.realpath(cwd)))
     cwds = [Path(os.path.realpath(cwd))]
     for simple in analysis.commands:
         if simple.words and simple.words[0] in ("cd", "pushd") and len(simple.words) > 1:
@@ -123,6 +127,27 @@ def workspace_code(command: str, workspace: Path, cwd: Path) -> str | None:
             found = _locate(path, cwds)
             if found is not None and _inside(found, workspace) and not _safe(found, workspace):
                 return f"{path!r} is {found}, a file in the workspace that a subagent can write"
+    return None
+
+
+def _word_check(text: str, workspace: Path, cwd: Path) -> str | None:
+    """For a command the analyser cannot prove: every word is treated as something
+    that may run. A word naming a workspace file, or a runner in the workspace, refuses."""
+    words = [w.strip("'\"") for w in _WORD_SPLIT.split(text) if w.strip("'\"")]
+    cwds = [cwd]
+    if any(w in ("cd", "pushd") for w in words):
+        cwds.append(workspace)
+    in_workspace = any(_inside(c, workspace) for c in cwds)
+    for word in words:
+        base = posixpath.basename(word)
+        if in_workspace and (base in PROJECT_RUNNERS or base in INTERPRETERS):
+            return f"{base!r} may run with the workspace as its working directory"
+        if "/" in word and "$" in word:
+            return f"{word!r} is only known at run time"
+        if "/" in word:
+            found = _locate(word, cwds)
+            if found is not None and _inside(found, workspace) and not _safe(found, workspace):
+                return f"{word!r} is {found}, a file in the workspace that a subagent can write"
     return None
 
 

@@ -278,15 +278,15 @@ async def run_hook(
         cwd = Path(neutral)
         if hook.cwd == "workspace" and workspace_host is not None:
             cwd = workspace_host
+        env = hook_environment(workspace_host, hook.env_names)
         if workspace_host is not None and not hook.trusted:
-            why = workspace_code(hook.command, workspace_host, cwd)
+            why = workspace_code(hook.command, workspace_host, cwd, env)
             if why is not None:
                 return HookOutcome(
                     **base,
                     error=f'refused: {why}. Mark the hook "trusted": true if you vouch for '
                     'that file, or run it in a sandbox with "sandbox": true',
                 )
-        env = hook_environment(workspace_host, hook.env_names)
         return await _run_on_host(hook, base, stdin, tool_name, str(cwd), env)
 
 
