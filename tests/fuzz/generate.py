@@ -16,6 +16,8 @@ from __future__ import annotations
 import random
 import re
 
+from tests.fuzz.deep import deep
+
 ALLOWED = [
     "echo",
     "printf",
@@ -137,7 +139,7 @@ HIJACK_PREFIXES = [
 ]
 """Prefixes that make an allowed program run something else (with the oracle's
 template files: gitcfg, .gitconfig, git/config, bashenv, bin/{echo,cat,ls,git})."""
-MUTATION_ALPHABET = " \t\n;&|<>()${}[]'\"`\\#*?!=~-_./:,%^@+0123456789abcdefghirstxyz"
+MUTATION_ALPHABET = " \t\n\r\x0b\xa0;&|<>()${}[]'\"`\\#*?!=~-_./:,%^@+0123456789abcdefghirstxyz"
 MAX_CASE_CHARS = 2000
 """Longest case kept; longer ones are regenerated (bounded work per case)."""
 
@@ -244,12 +246,14 @@ def word(r: random.Random, text: str) -> str:
 def simple(r: random.Random, depth: int) -> str:
     """A simple command, maybe with prefixes, redirections and wrappers."""
     k = r.random()
-    if k < 0.45:
+    if k < 0.4:
         base = allowed_cmd(r)
-    elif k < 0.65:
+    elif k < 0.55:
         base = denied_action(r)
-    else:
+    elif k < 0.8:
         base = tricky(r, depth)
+    else:
+        base = deep(r)
     if r.random() < 0.25:
         base = wrapper(r, base)
     if r.random() < 0.15:
