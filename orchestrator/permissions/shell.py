@@ -31,7 +31,14 @@ from orchestrator.permissions.bash_parser import (
 )
 from orchestrator.permissions.bash_tree import disagreement, loose_commands
 from orchestrator.permissions.shell_env import check_prefix, check_variable
-from orchestrator.permissions.wrappers import RUNS_ITS_ARGUMENTS, Unwrapped, unwrap, wrapper_name
+from orchestrator.permissions.wrappers import (
+    EXECS_ITS_COMMAND,
+    RUNS_ITS_ARGUMENTS,
+    SHELL_ONLY,
+    Unwrapped,
+    unwrap,
+    wrapper_name,
+)
 
 __all__ = [
     "DYNAMIC",
@@ -156,7 +163,9 @@ class _Analyser:
         *,
         open_ended: bool,
         replace: str | None = None,
+        execvp: bool = False,
     ) -> None:
+        """Record what `words` runs; `execvp`: a program run by a wrapper, never a builtin."""
         if depth > MAX_NESTING:
             raise Unprovable(f"nested deeper than {MAX_NESTING} levels")
         head = words[0]
@@ -165,6 +174,8 @@ class _Analyser:
         if not head.value:
             raise Unprovable("an empty command name")
         name = wrapper_name(head)
+        if execvp and name in SHELL_ONLY:
+            name = None  # `xargs command x` looks for a program called `command`
         if name in DIR_CHANGERS:
             self.result.changes_dir = True
         elif self.result.changes_dir and "/" in head.value and not head.value.startswith("/"):
@@ -187,7 +198,9 @@ class _Analyser:
             for inner in unwrapped.extra:
                 if "{}" in inner[0].value:
                     raise Unprovable("'find -exec {}' runs a command only known at run time")
-                self._run(inner, dialect, depth + 1, open_ended=True, replace="{}")
+                self._run(
+                    inner, dialect, depth + 1, open_ended=True, replace="{}", execvp=True
+                )
             return
         if unwrapped.script is not None:
             if replace and replace in unwrapped.script:
@@ -200,6 +213,7 @@ class _Analyser:
                 depth + 1,
                 open_ended=open_ended or unwrapped.open_ended,
                 replace=unwrapped.replace or replace,
+                execvp=execvp or name in EXECS_ITS_COMMAND,
             )
 
     def _redirect(self, red: Redirect) -> None:

@@ -83,6 +83,21 @@ GRAMMARS: dict[str, Grammar] = {
     "exec": _g("cl", "a"),
 }
 """Each wrapper's options, from its manual page."""
+SHELL_ONLY = frozenset(
+    {"command", "builtin", "eval", "exec", "cd", "pushd", "popd", "dirs", "read", "source", ".",
+     "export", "declare", "typeset", "local", "readonly", "unset", "set", "shopt", "alias",
+     "unalias", "trap", "enable", "hash", "let", "mapfile", "readarray", "getopts", "bind",
+     "complete", "compgen", "compopt", "fc", "history", "ulimit", "umask", "wait", "jobs", "fg",
+     "bg", "disown", "suspend", "logout", "exit", "return", "break", "continue", "shift", "times",
+     "caller", "help", "type", ":", "function", "coproc", "select"}
+)
+"""bash builtins with no program of the same name (Debian bookworm): run by `env`,
+`xargs`, `find -exec`, `exec`, … they are looked up in PATH, not run as builtins."""
+EXECS_ITS_COMMAND = frozenset(
+    {"env", "timeout", "nice", "ionice", "stdbuf", "setsid", "nohup", "xargs", "flock", "watch",
+     "unbuffer", "exec", "find"}
+)
+"""Wrappers that run their command with execvp, so the command is never a builtin."""
 RUNS_ITS_ARGUMENTS = frozenset(
     {*GRAMMARS, "eval", "builtin", "find", "sh", "bash", "dash", *OTHER_SHELLS, *NOT_PROVEN}
 )

@@ -237,7 +237,6 @@ def test_other_environment_prefixes_ask(command: str) -> None:
         "xargs find .",  # input could add '-exec rm {} ;'
         "xargs watch ls",  # watch joins its arguments into a script
         "xargs sh",
-        "xargs command",
         "find . -exec xargs \\;",
         "find . -exec env \\;",
     ],
@@ -250,3 +249,26 @@ def test_a_literal_command_inside_an_open_wrapper_is_still_proven() -> None:
     assert runs("xargs timeout 5 grep x") == ["grep x …"]
     assert runs("xargs xargs echo") == ["echo …"]
     assert runs("xargs sh -c 'grep x \"$@\"' _") == ["grep x $…"]
+
+
+@pytest.mark.parametrize(
+    ("command", "recorded"),
+    [
+        # a wrapper that execs its command looks the name up in PATH: a shell builtin
+        # name there is a program of that name (none exists), never the builtin
+        ("echo x | xargs -s100 command wc", "command wc …"),  # fuzz finding
+        ("xargs eval rm", "eval rm …"),
+        ("env command rm x", "command rm x"),
+        ("timeout 5 builtin rm", "builtin rm"),
+        ("exec command rm", "command rm"),
+        ("find . -exec command rm {} +", "command rm {} …"),
+        ("nice export X=1", "export X=1"),
+    ],
+)
+def test_builtin_names_after_an_exec_wrapper_are_programs(command: str, recorded: str) -> None:
+    assert runs(command)[-1] == recorded
+
+
+def test_builtin_wrappers_in_the_shell_still_unwrap() -> None:
+    assert runs("command exec rm x") == ["rm x"]
+    assert runs("builtin command rm x") == ["rm x"]
