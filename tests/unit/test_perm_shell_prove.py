@@ -4,9 +4,13 @@ run-time value) is reported as a problem naming the construct, so it asks."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from orchestrator.permissions.shell import DYNAMIC, analyse
+from tests.conftest import warden_argv, warden_env
 
 
 def commands(command: str) -> list[str]:
@@ -237,3 +241,26 @@ def test_bash_c_and_sh_c_bodies_are_analysed() -> None:
     assert "not analysed" in problem("bash --rcfile x -c 'ls'")
     assert "not analysed" in problem("bash -O extglob -c 'ls'")
     assert commands("eval 'a; b'") == ["a", "b"]
+
+
+def test_policy_explain_names_the_construct_it_could_not_prove(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = warden_env(WARDEN_CONFIG_DIR=str(tmp_path / "cfg"), WARDEN_STATE_DIR=str(tmp_path / "st"))
+    out = subprocess.run(
+        warden_argv(
+            "policy", "explain", "Bash", "echo ${x:-$(rm -rf /)}", "--allow", "Bash(echo:*)",
+            "--workspace", str(ws),
+        ),
+        capture_output=True, text=True, env=env, check=True,
+    ).stdout
+    assert "decision: ASK" in out
+    assert "not proven: parameter expansion '${x:-$(rm -rf /)}'" in out
+    dont = subprocess.run(
+        warden_argv(
+            "policy", "explain", "Bash", "env PATH=/tmp echo x", "--allow", "Bash(echo:*)",
+            "--mode", "dontAsk", "--workspace", str(ws),
+        ),
+        capture_output=True, text=True, env=env, check=True,
+    ).stdout
+    assert "decision: DENY" in dont and "not proven: environment prefix 'PATH='" in dont
