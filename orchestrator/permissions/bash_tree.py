@@ -88,8 +88,10 @@ def loose_commands(src: str) -> list[list[str]]:
     """Best-effort words of every simple command tree-sitter finds, for deny and ask
     rules when the command is not proven (never used to allow anything)."""
     out: list[list[str]] = []
-
-    def visit(node: Node) -> None:
+    stack = [_parser().parse(src.encode("utf-8", "surrogateescape")).root_node]
+    while stack:
+        node = stack.pop()
+        stack.extend(reversed(node.children))
         if node.type == "command":
             words: list[str] = []
             for i, child in enumerate(node.children):
@@ -102,10 +104,6 @@ def loose_commands(src: str) -> list[list[str]]:
                         words.append(DYNAMIC)
             if words and words[0]:
                 out.append(words)
-        for child in node.children:
-            visit(child)
-
-    visit(_parser().parse(src.encode("utf-8", "surrogateescape")).root_node)
     return out
 
 
@@ -144,7 +142,15 @@ class _Walker:
             cursor = max(cursor, child.end_byte)
             previous = child
 
-    def visit(self, node: Node) -> None:
+    def visit(self, root: Node) -> None:
+        """Every node, parents before children, without recursion (lists nest deeply)."""
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            self._visit_one(node)
+            stack.extend(reversed(node.children))
+
+    def _visit_one(self, node: Node) -> None:
         t = node.type
         if node.is_missing or t == "ERROR":
             raise Disagreement("tree-sitter found a syntax error")
@@ -163,8 +169,6 @@ class _Walker:
             self._test(node)
         elif node.is_named and t not in _STRUCTURE and t not in _EXPANSIONS and not _is_word(t):
             raise Disagreement(f"tree-sitter sees a {t.replace('_', ' ')}")
-        for child in node.children:
-            self.visit(child)
 
     def _command(self, node: Node) -> None:
         assigns: list[tuple[str, str]] = []

@@ -264,3 +264,10 @@ def test_policy_explain_names_the_construct_it_could_not_prove(tmp_path: Path) -
         capture_output=True, text=True, env=env, check=True,
     ).stdout
     assert "decision: DENY" in dont and "not proven: environment prefix 'PATH='" in dont
+
+
+def test_long_lists_are_decided_without_recursion_limits() -> None:
+    # tree-sitter nests `a && b && …` one level per operator
+    assert len(analyse("a && " * 5000 + "a").commands) == 5001
+    assert "arithmetic" in problem("a && " * 5000 + "$((1))")
+    assert "longer than" in problem("a;" * 40000)
