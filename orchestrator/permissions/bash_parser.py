@@ -67,6 +67,7 @@ _RESERVED = frozenset(
     {"if", "then", "elif", "else", "fi", "for", "while", "until", "do", "done", "case",
      "esac", "in", "{", "}", "!", "[[", "]]", "function", "select", "coproc", "time"}
 )
+_COND_ARITHMETIC = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-v", "-R"})
 _CLOSERS = frozenset({"then", "elif", "else", "fi", "do", "done", "esac", "}", "in"})
 _REDIRECT = re.compile(r"(\d*)(&>>|&>|>>|>\||>&|<<<|<<-|<<|<>|<&|>|<)")
 _HEREDOC_DELIM = re.compile(
@@ -238,9 +239,11 @@ class _Parser(WordLexer):
             raise Unprovable(f"unexpected {word!r}")
         if word in ("function", "select", "coproc", "time"):
             raise Unprovable(f"'{word}'")
-        if word == "[[":
-            raise Unprovable("'[[ … ]]' conditional")
         self.pos += len(word)
+        if word == "[[":
+            self._bash_only("'[[ … ]]'")
+            self._compound(self._cond)
+            return
         if word == "{":
             self._compound(lambda: self._expect_list(frozenset({"}"}), "}"))
         elif word == "if":
@@ -363,6 +366,44 @@ class _Parser(WordLexer):
                         self._bash_only(f"{term!r}")
                     self.pos += len(term)
                     break
+
+    def _cond(self) -> None:
+        """`[[ … ]]`: words are not split or globbed; arithmetic comparisons (operands
+        evaluated as arithmetic, so as code) and `-v`/`-R` (names evaluated) ask."""
+        tokens: list[str] = []
+        while True:
+            self._skip_blanks()
+            c = self._c()
+            if c in ("", "\n"):
+                raise Unprovable("'[[' without ']]' on the same line")
+            if self._peek_word() == "]]":
+                self.pos += 2
+                break
+            if self._at("&&") or self._at("||"):
+                tokens.append(self.src[self.pos : self.pos + 2])
+                self.pos += 2
+                continue
+            if (c in "()<>" and not (self._at("<(") or self._at(">("))) or (
+                self._peek_word() == "!"
+            ):
+                tokens.append(c)
+                self.pos += 1
+                continue
+            if c in ";&|":
+                raise Unprovable(f"{c!r} inside '[[ … ]]'")
+            word = self._word()
+            if word.value in _COND_ARITHMETIC:
+                what = "a variable name" if word.value in ("-v", "-R") else "arithmetic"
+                raise Unprovable(f"'{word.value}' in '[[ … ]]' evaluates its operands as {what}")
+            tokens.append(word.value)
+            if word.value == "=~" and not word.quoted:
+                self._skip_blanks()
+                tokens.append(self._word().value)
+                if self._c() not in (" ", "\t"):
+                    raise Unprovable("a '[[ … =~ ]]' regular expression with operators in it")
+        if not tokens:
+            raise Unprovable("an empty '[[ ]]'")
+        self.unit.conditions.append(tuple(tokens))
 
     def _trailing_redirects(self) -> None:
         while True:

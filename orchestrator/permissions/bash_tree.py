@@ -30,7 +30,7 @@ _STRUCTURE = frozenset(
         "negated_command", "comment", "heredoc_body", "heredoc_content", "heredoc_start",
         "heredoc_end", "variable_name", "command_name", "file_descriptor",
         "special_variable_name", "unary_expression", "binary_expression",
-        "parenthesized_expression", "test_operator",
+        "parenthesized_expression", "test_operator", "regex",
     }
 )
 """Named node types the walker accepts; any other named type is a disagreement."""
@@ -81,6 +81,8 @@ def disagreement(src: str, unit: Unit) -> str | None:
         )
     if walker.redirects != mine_reds:
         return "the two parsers disagree on the redirections"
+    if walker.conditions != Counter(unit.conditions):
+        return "the two parsers disagree on a '[[ … ]]' condition"
     return None
 
 
@@ -118,6 +120,7 @@ class _Walker:
         self.src = src
         self.commands: Counter[_CommandKey] = Counter()
         self.redirects: Counter[_RedirectKey] = Counter()
+        self.conditions: Counter[tuple[str, ...]] = Counter()
         self.extra: dict[int, list[str]] = {}
         """Words tree-sitter left out of a command, by the command node's id."""
 
@@ -191,11 +194,12 @@ class _Walker:
 
     def _test(self, node: Node) -> None:
         words = [_raw(node.children[0])]
-        if words[0] != "[":
-            raise Disagreement("tree-sitter sees a '[[ … ]]' conditional")
         for child in node.children[1:]:
             words.extend(_flatten_test(child))
-        self.commands[((), tuple(words))] += 1
+        if words[0] == "[[":
+            self.conditions[tuple(words[1:-1])] += 1
+        else:
+            self.commands[((), tuple(words))] += 1
 
 
 def _flatten_test(node: Node) -> list[str]:
@@ -204,7 +208,7 @@ def _flatten_test(node: Node) -> list[str]:
         for child in node.children:
             out.extend(_flatten_test(child))
         return out
-    if node.type == "test_operator" or not node.is_named:
+    if node.type in ("test_operator", "regex") or not node.is_named:
         return [_raw(node)]
     return [_cook(node)]
 

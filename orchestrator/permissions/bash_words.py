@@ -65,6 +65,8 @@ class Unit:
     """Every redirection, also those on compound commands."""
     loop_names: list[str] = field(default_factory=list)
     """Variables assigned by `for NAME in`."""
+    conditions: list[tuple[str, ...]] = field(default_factory=list)
+    """The words and operators of each `[[ … ]]` (they run nothing themselves)."""
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

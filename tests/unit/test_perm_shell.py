@@ -165,6 +165,7 @@ def test_not_understood_is_denied_in_dont_ask_and_allowed_only_in_bypass() -> No
         "time rm x",
         "! rm x",
         "[[ $(rm x) ]]",
+        "[[ $(rm x) -eq 1 ]]",
         "xargs sh -c 'rm x'",
     ],
 )

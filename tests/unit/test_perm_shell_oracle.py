@@ -35,6 +35,7 @@ PIECES = [
     '"`aa`"', "$(aa #)\n)", "$(case a in a) aa;; esac)", "x${x}y", "\\$(aa)", "'$(aa)'",
     "\"'$(aa)'\"", "${x}$(aa)", "$'\\''", "<<<$(aa)", "<&0", ">&2", "3>&-", "a=(1)",
     "f() { aa; }", "{aa,bb}", "!(aa)", "[[ -n $(aa) ]]", "while aa; do", "until bb; do",
+    "[[ -f x ]]", "[[ $(aa) == b* ]]", "[[ a < b && ! -z c ]]", "[[ x =~ ^a.*$ ]]", "]]",
 ]
 """Fragments that agents write and fragments that broke earlier analysers."""
 _WRAPPERS = {"env", "xargs", "timeout", "sh", "bash"}

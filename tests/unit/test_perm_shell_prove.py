@@ -59,6 +59,9 @@ def problem(command: str) -> str:
         ("LANG=C sort x", ["sort x"]),
         ("x=1; echo $x", ["echo $…"]),
         ("[ -f x ] && echo y", ["[ -f x ]", "echo y"]),
+        ("[[ -f x && $(a) == b* ]] || echo n", ["a", "echo n"]),  # [[ runs nothing itself
+        ('if [[ ! -z "$x" || ( a < b ) ]]; then c; fi', ["c"]),
+        ("[[ $x =~ ^a.*$ ]] && d", ["d"]),
         ('test -n "$x"', ["test -n $…"]),
         ("find . -name '*.py' -exec grep -l x {} +", ["find . -name *.py -exec grep -l x {} +", "grep -l x {} …"]),
         ("echo {} HEAD@{1}", ["echo {} HEAD@{1}"]),
@@ -112,7 +115,13 @@ def test_proven_commands_are_listed_exactly(command: str, expected: list[str]) -
         ("read -a arr", "read"),
         ('[ "$a" "$b" ]', "'-v'"),
         ("[ -v 'a[$(rm x)]' ]", "-v"),
-        ("[[ -n x ]]", "[["),
+        ("[[ $x -eq 1 ]]", "arithmetic"),
+        ("[[ a[$(rm x)] -lt 1 ]]", "arithmetic"),
+        ("[[ -v 'a[$(rm x)]' ]]", "variable name"),
+        ("[[ -R x ]]", "variable name"),
+        ("[[ $x =~ ^(a|b)$ ]]", "regular expression"),
+        ("[[ -f x ]\n]", "'[['"),
+        ("[[ a; ]]", "inside '[[ … ]]'"),
         ("f() { rm x; }; f", "function definition"),
         ("function f { rm x; }", "'function'"),
         ("coproc rm x", "'coproc'"),
@@ -195,7 +204,7 @@ def test_unprovable_constructs_ask_and_are_named(command: str, reason: str) -> N
 
 
 def test_deny_rules_still_see_commands_of_an_unproven_command() -> None:
-    found = analyse("[[ -n $(rm -rf /) ]] && ls")
+    found = analyse("[[ $(rm -rf /) -eq 1 ]] && ls")
     assert found.problems
     assert ("rm", "-rf", "/") in [c.words for c in found.commands]
 
