@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "stop": "orchestrator.commands.stop:stop",
     "resume": "orchestrator.commands.resume:resume",
     "agents": "orchestrator.commands.agents:agents",
+    "schema": "orchestrator.commands.schema:schema",
 }
 
 HELP: dict[str, str] = {
@@ -40,6 +41,7 @@ HELP: dict[str, str] = {
     "stop": "Stop a running task and its descendants.",
     "resume": "Continue a subagent session with a new instruction.",
     "agents": "List, show and validate subagent types (agent files).",
+    "schema": "Print the JSON Schema of the events or the run result.",
 }
 
 

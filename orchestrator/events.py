@@ -6,14 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from orchestrator.results.models import Event
 
 log = logging.getLogger(__name__)
+
+__all__ = ["TASK_EVENT_KINDS", "Event", "EventLog", "Listener"]
 
 TASK_EVENT_KINDS = (
     "task_started",
@@ -24,22 +25,6 @@ TASK_EVENT_KINDS = (
     "task_stopped",
     "task_interrupted",
 )
-
-
-class Event(BaseModel):
-    """One event of a run, as written to `events.jsonl`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    ts: float = Field(default_factory=time.time)
-    """Unix time."""
-    kind: str
-    run_id: str
-    task_id: str | None = None
-    parent_id: str | None = None
-    agent_type: str | None = None
-    trace_id: str | None = None
-    data: dict[str, Any] = Field(default_factory=dict)
 
 
 Listener = Callable[[Event], None]

@@ -102,6 +102,16 @@ class PolicyGate:
                     task, call, tool_input, digest, decision
                 )
         await self._audit(task, call, tool_input, digest, decision, final, decided_by, reason)
+        if final != "allow":
+            await self._emit(
+                "permission_denied",
+                task,
+                tool_name=call.tool_name,
+                tool_use_id=call.tool_use_id,
+                input_hash=digest,
+                decided_by=decided_by,
+                reason=reason[:500],
+            )
         if final == "allow":
             return wire.PermissionResponse(
                 behavior="allow", reason=reason, updated_input=decision.updated_input

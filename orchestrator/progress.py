@@ -139,6 +139,11 @@ class Progress:
             status = printable(data.get("status", event.kind.removeprefix("task_")), 40)
             extra = printable(data.get("error") or "", 200)
             return f"{who} {status} in {printable(data.get('duration_s'), 20)} s {extra}".rstrip()
+        if event.kind == "permission_denied":
+            return (
+                f"{who} denied {printable(data.get('tool_name'), 40)} "
+                f"({printable(data.get('decided_by'), 80)}): {printable(data.get('reason', ''), 200)}"
+            )
         if event.kind == "broker_rejected":
             endpoint = printable(data.get("endpoint"), 60)
             return (

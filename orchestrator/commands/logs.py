@@ -18,6 +18,7 @@ def logs(task_id: str, follow: bool, json_mode: bool) -> None:
     """Show TASK_ID's events and its transcript (container text is shown escaped)."""
     from orchestrator.commands._common import emit_json, open_store
     from orchestrator.config import Settings
+    from orchestrator.results.build import stored_event
     from orchestrator.untrusted_text import printable
 
     with open_store(Settings.from_env()) as store:
@@ -27,7 +28,7 @@ def logs(task_id: str, follow: bool, json_mode: bool) -> None:
             emit_json(
                 {
                     "task": task.model_dump(mode="json"),
-                    "events": [e.model_dump(mode="json") for e in events],
+                    "events": [stored_event(e).model_dump(mode="json") for e in events],
                     "transcript": store.get_transcript(task_id),
                 }
             )
@@ -37,7 +38,7 @@ def logs(task_id: str, follow: bool, json_mode: bool) -> None:
             for event in events:
                 last = event.event_id
                 if json_mode:
-                    click.echo(event.model_dump_json())
+                    click.echo(stored_event(event).model_dump_json())
                 else:
                     stamp = time.strftime("%H:%M:%S", time.localtime(event.time))
                     data = printable(json.dumps(event.data.get("data", event.data)), 300)

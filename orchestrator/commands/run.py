@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -11,6 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from orchestrator.errors import WardenError
+from orchestrator.exit_codes import ExitCode, exit_code_for
+from orchestrator.results.models import Outcome
+from orchestrator.results.report import (
+    RunOutputs,
+    RunState,
+    finish_run,
+    one_line,
+    parse_fail_on,
+)
+from orchestrator.untrusted_text import printable
 
 
 @click.command("run")
@@ -86,6 +97,29 @@ import click
     is_flag=True,
     help="Run Task calls in the background unless the model asks otherwise.",
 )
+@click.option(
+    "--fail-on",
+    callback=lambda _ctx, _param, value: parse_fail_on(value),
+    default=None,
+    metavar="OUTCOMES",
+    help="Exit 3 when one of these happened (comma list): failed, timed_out, denied, asked.",
+)
+@click.option(
+    "--junit",
+    "junit_path",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Write a JUnit XML report: one test case per task, failures for failed, "
+    "timed-out and denied.",
+)
+@click.option(
+    "--audit-out",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Write the run's permission decisions as JSON (as `warden audit --json`).",
+)
 def run(
     prompt: str,
     workspace: Path,
@@ -101,6 +135,9 @@ def run(
     protect: tuple[str, ...],
     token_budget: int | None,
     background: bool,
+    fail_on: tuple[Outcome, ...],
+    junit_path: Path | None,
+    audit_out: Path | None,
 ) -> None:
     """Run PROMPT with a parent agent whose only tools delegate to subagents.
 
@@ -121,11 +158,20 @@ def run(
         protect=protect,
         token_budget=token_budget,
     )
+    state = RunState()
     try:
-        code = asyncio.run(_run(settings, prompt, workspace, model, json_mode, replay, options))
+        code = asyncio.run(
+            _run(settings, prompt, workspace, model, json_mode, replay, options, state)
+        )
     except KeyboardInterrupt:
-        sys.exit(130)
-    sys.exit(code)
+        code = ExitCode.INTERRUPTED
+    except (WardenError, click.UsageError) as exc:
+        # Raised before the parent ran (settings, policy, workspace, engine, images).
+        code = exit_code_for(exc)
+        state.error = one_line(exc)
+        click.echo(f"warden: error: {printable(exc, None, multiline=True)}", err=True)
+    outputs = RunOutputs(json_mode=json_mode, fail_on=fail_on, junit=junit_path, audit=audit_out)
+    sys.exit(finish_run(settings, state, code, outputs))
 
 
 @dataclass(frozen=True)
@@ -197,8 +243,10 @@ async def _run(
     json_mode: bool,
     replay: Path | None,
     options: RunOptions,
+    state: RunState,
 ) -> int:
-    from orchestrator.progress import Progress, printable
+    """The run; what it leaves in `state` becomes the result document (`finish_run`)."""
+    from orchestrator.progress import Progress
     from orchestrator.session import open_run
     from orchestrator.tasks import TaskManagerConfig
     from orchestrator.workspace.report import end_of_run_report
@@ -225,18 +273,22 @@ async def _run(
                 protect=options.protect,
             )
         )
+        state.run_id, state.events_path = the_run.run_id, the_run.events_path
         the_run.parent.background_default = options.background
         # Warm the built-in agents' sandboxes while the parent's first model call runs.
         the_run.manager.prewarm("general-purpose", "bash")
         stack.enter_context(progress)
         the_run.events.listeners.append(progress)
-        status, text = "failed", ""
+        code = ExitCode.RUN_ERROR
         try:
             result = await the_run.parent.run(prompt)
-            status, text = "completed", result.text
+            state.status, state.text, code = "completed", result.text, ExitCode.OK
+        except WardenError as exc:  # e.g. the model API refused for good: one line
+            state.error = one_line(exc)
+            click.echo(f"warden: error: {printable(exc, None, multiline=True)}", err=True)
         except asyncio.CancelledError:
             # Ctrl-C: stop everything this run started, say so, keep what was written.
-            status = "stopped"
+            state.status = "stopped"
             await asyncio.shield(the_run.manager.close())
             stopped = [c.task_id for c in the_run.manager.tasks.values() if c.status == "stopped"]
             click.echo(
@@ -245,34 +297,22 @@ async def _run(
                 err=True,
             )
             raise
+        except Exception as exc:  # a bug: keep its traceback, still end with a result
+            state.error = f"internal error: {one_line(exc)}"
+            import traceback
+
+            traceback.print_exc()
         finally:
-            await asyncio.to_thread(the_run.store.finish_run, the_run.run_id, status, text or None)
-            sensitive = await end_of_run_report(the_run.watch, the_run.store, the_run.run_id)
-            if sensitive is not None and not json_mode:
-                for line in sensitive.render():
-                    click.echo(line, err=True)
-        if json_mode:
-            print(
-                json.dumps(
-                    {
-                        "type": "result",
-                        "run_id": the_run.run_id,
-                        "status": status,
-                        "result": text,
-                        "tasks": [r.model_dump(mode="json") for r in result.tasks],
-                        "sensitive_changes": sensitive.model_dump(mode="json")
-                        if sensitive is not None
-                        else None,
-                    }
-                )
+            await asyncio.to_thread(
+                the_run.store.finish_run,
+                the_run.run_id,
+                state.status,
+                state.text or state.error or None,
             )
-        else:
-            print(printable(text, limit=None, multiline=True))
-            for task in result.tasks:
-                click.echo(
-                    f"  {task.task_id}  {task.agent_type}  {task.status.value}  "
-                    f"{task.turns} turns  {task.tokens} tokens",
-                    err=True,
-                )
-            click.echo(f"run {the_run.run_id}; events: {the_run.events_path}", err=True)
-        return 0
+            sensitive = await end_of_run_report(the_run.watch, the_run.store, the_run.run_id)
+            if sensitive is not None:
+                state.sensitive = sensitive.model_dump(mode="json")
+                if not json_mode:
+                    for line in sensitive.render():
+                        click.echo(line, err=True)
+        return int(code)

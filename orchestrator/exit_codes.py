@@ -1,0 +1,51 @@
+"""The exit codes of `warden run` and `warden resume`: one definition, documented in
+the README's exit-code table, so a pipeline can gate on them.
+
+Precedence when several apply: interrupted > run error > `--fail-on` outcome > success.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    """The parent agent finished (subagent outcomes do not count unless `--fail-on`)."""
+    RUN_ERROR = 1
+    """The run itself failed: the parent's model endpoint refused for good, the engine
+    failed mid-run, or warden hit an internal error. A result document is still written."""
+    USAGE = 2
+    """Bad flags, settings, policy, agent files or workspace: nothing was started."""
+    OUTCOME = 3
+    """A subagent outcome named in `--fail-on` happened (failed, timed_out, denied, asked)."""
+    INTERRUPTED = 130
+    """SIGINT (Ctrl-C): 128 + 2. Other stop signals give 128 + their number
+    (SIGTERM 143, SIGHUP 129)."""
+    TERMINATED = 143
+    """SIGTERM: 128 + 15."""
+    HANGUP = 129
+    """SIGHUP: 128 + 1."""
+
+
+FAIL_ON_OUTCOMES = ("failed", "timed_out", "denied", "asked")
+"""What `--fail-on` accepts: a task failed, a task ran past its deadline, a tool call
+was denied, a tool call needed a person's answer (whatever the answer)."""
+
+
+def is_interrupted(code: int) -> bool:
+    """True for the 128 + signal codes of a stopped run."""
+    return code in (ExitCode.INTERRUPTED, ExitCode.TERMINATED, ExitCode.HANGUP)
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit code of an error raised before or instead of a run: a mistake in what
+    the user gave (flags, settings, policy, agent files, workspace) is a usage error;
+    anything else (engine, images, model endpoint) is a run error."""
+    import click
+
+    from orchestrator.errors import AgentDefinitionError, ConfigError, PolicyError
+
+    if isinstance(exc, click.UsageError | ConfigError | PolicyError | AgentDefinitionError):
+        return int(ExitCode.USAGE)
+    return int(ExitCode.RUN_ERROR)

@@ -1,0 +1,3 @@
+"""What a run publishes: its events and its result document (`models`), built from
+the store (`build`), and rendered as JUnit XML (`junit`) and a terminal summary
+(`summary`). The JSON Schemas of `models` are what `warden schema` prints."""

@@ -1,0 +1,172 @@
+"""The result document of a run, built from what the store recorded (tasks, events,
+audit), so it is the same whether the run completed, failed or was stopped."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from orchestrator.exit_codes import ExitCode, is_interrupted
+from orchestrator.results.models import Denial, Event, Outcome, RunResult, RunStatus, TaskSummary
+
+if TYPE_CHECKING:
+    from orchestrator.store import AuditRecord, EventRecord, Store, TaskRecord
+
+WRITE_TOOLS = {"Write": "file_path", "Edit": "file_path", "NotebookEdit": "notebook_path"}
+"""Tools whose allowed calls count as files written, and the input naming the file."""
+_END_KINDS = ("task_completed", "task_failed", "task_timed_out", "task_stopped", "task_interrupted")
+
+
+def stored_event(record: EventRecord) -> Event:
+    """A stored event in the published shape (the store keeps the event as written;
+    one the store had to clip keeps its kind and ids, with the clipped payload)."""
+    try:
+        return Event.model_validate(record.data)
+    except ValidationError:
+        return Event(
+            ts=record.time,
+            kind=record.kind,
+            run_id=record.run_id,
+            task_id=record.task_id,
+            data=record.data,
+        )
+
+
+def task_summaries(
+    tasks: Sequence[TaskRecord], events: Iterable[Event], audit: Iterable[AuditRecord]
+) -> tuple[list[TaskSummary], list[Denial]]:
+    """One summary per task (creation order) and every denial of the run."""
+    tool_calls: Counter[str] = Counter()
+    ended: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if event.task_id is None:
+            continue
+        if event.kind == "task_running" and event.data.get("event") == "tool_started":
+            tool_calls[event.task_id] += 1
+        elif event.kind in _END_KINDS:
+            ended[event.task_id] = event.data
+    denials: list[Denial] = []
+    denied: Counter[str | None] = Counter()
+    asked: Counter[str | None] = Counter()
+    written: dict[str | None, list[str]] = {}
+    for record in audit:
+        if record.decision == "ask":
+            asked[record.task_id] += 1
+        if record.final == "deny":
+            denied[record.task_id] += 1
+            denials.append(
+                Denial(
+                    task_id=record.task_id,
+                    tool_name=record.tool_name,
+                    input_hash=record.input_hash,
+                    decided_by=record.decided_by,
+                    reason=record.reason,
+                )
+            )
+        elif record.tool_name in WRITE_TOOLS:
+            path = record.tool_input.get(WRITE_TOOLS[record.tool_name])
+            files = written.setdefault(record.task_id, [])
+            if isinstance(path, str) and path not in files:
+                files.append(path)
+    summaries = []
+    for task in tasks:
+        end = ended.get(task.task_id, {})
+        summaries.append(
+            TaskSummary(
+                task_id=task.task_id,
+                parent_id=task.parent_id,
+                depth=task.depth,
+                agent_type=task.agent_type,
+                description=task.description,
+                status=task.status,
+                duration_s=_duration(task, end),
+                tokens=_int(end.get("tokens")),
+                turns=_int(end.get("turns")),
+                tool_calls=tool_calls[task.task_id],
+                denials=denied[task.task_id],
+                asks=asked[task.task_id],
+                files_written=written.get(task.task_id, []),
+                error=task.error,
+            )
+        )
+    return summaries, denials
+
+
+def outcomes(tasks: Sequence[TaskSummary]) -> set[Outcome]:
+    """Which `--fail-on` outcomes happened."""
+    found: set[Outcome] = set()
+    for task in tasks:
+        if task.status == "failed":
+            found.add("failed")
+        if task.status == "timed_out":
+            found.add("timed_out")
+        if task.denials:
+            found.add("denied")
+        if task.asks:
+            found.add("asked")
+    return found
+
+
+def final_exit_code(base: int, failed_on: Sequence[Outcome]) -> int:
+    """`base` (the run's own code) unless it was a success and `--fail-on` matched."""
+    if base == ExitCode.OK and failed_on:
+        return int(ExitCode.OUTCOME)
+    return base
+
+
+def build_result(
+    store: Store | None,
+    run_id: str | None,
+    *,
+    base_code: int,
+    status: RunStatus,
+    text: str,
+    error: str | None,
+    started: float,
+    fail_on: Sequence[Outcome] = (),
+    sensitive: dict[str, Any] | None = None,
+) -> RunResult:
+    """The run's result document; `base_code` is the exit code before `--fail-on`."""
+    tasks: list[TaskSummary] = []
+    denials: list[Denial] = []
+    if store is not None and run_id is not None:
+        tasks, denials = task_summaries(
+            store.list_tasks(run_id=run_id),
+            (stored_event(e) for e in store.events(run_id=run_id)),
+            store.audit(run_id),
+        )
+    happened = outcomes(tasks)
+    failed_on = [o for o in fail_on if o in happened]
+    if is_interrupted(base_code) and status == "completed":
+        status = "stopped"
+    return RunResult(
+        run_id=run_id,
+        status=status,
+        exit_code=final_exit_code(base_code, failed_on),
+        result=text if status == "completed" else "",
+        error=error,
+        duration_s=round(time.time() - started, 3),
+        tokens=sum(t.tokens for t in tasks),
+        tasks=tasks,
+        denials=denials,
+        fail_on=list(fail_on),
+        failed_on=failed_on,
+        sensitive_changes=sensitive,
+    )
+
+
+def _duration(task: TaskRecord, end: dict[str, Any]) -> float | None:
+    reported = end.get("duration_s")
+    if isinstance(reported, int | float) and not isinstance(reported, bool):
+        return float(reported)
+    if task.ended_at is None:
+        return None
+    return round(task.ended_at - (task.started_at or task.created_at), 3)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -1,0 +1,99 @@
+"""The run as a JUnit XML report (`warden run --junit FILE`): one test case per
+subagent task plus one for the parent agent, a failure for failed, timed-out and
+denied, so CI systems show the run natively.
+
+The XML is built with the standard library's ElementTree, which escapes markup;
+container text also passes through `untrusted_text.as_data` and loses the few
+characters XML 1.0 cannot carry at all, so a hostile result cannot break the file.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from orchestrator.results.models import RunResult, TaskSummary
+from orchestrator.untrusted_text import as_data
+
+FAILING_STATUSES = {"failed": "failed", "timed_out": "timed out"}
+"""Task statuses reported as a JUnit failure (denials are one too)."""
+SKIPPED_STATUSES = ("stopped", "interrupted", "pending", "running")
+"""Task statuses reported as skipped: they never ran to an end."""
+MAX_MESSAGE_CHARS = 2_000
+"""Longest failure message attribute; the body carries the rest."""
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def text(value: object) -> str:
+    """Container text made inert and valid for XML 1.0."""
+    return _NOT_XML.sub("\ufffd", as_data(value))
+
+
+def junit_xml(result: RunResult) -> bytes:
+    """The report as UTF-8 XML bytes."""
+    suite = ET.Element("testsuite", name=f"warden {result.run_id or 'run'}")
+    failures = skipped = 0
+    parent = ET.SubElement(
+        suite,
+        "testcase",
+        classname="warden.parent",
+        name="parent agent",
+        time=f"{result.duration_s:.3f}",
+    )
+    if result.status != "completed":
+        failures += 1
+        failure = ET.SubElement(parent, "failure", type=result.status)
+        failure.set("message", text(result.error or f"the run {result.status}")[:MAX_MESSAGE_CHARS])
+    for task in result.tasks:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"warden.{text(task.agent_type)}",
+            name=f"{task.task_id} {text(task.description)}",
+            time=f"{task.duration_s or 0:.3f}",
+        )
+        problems = _problems(task, result)
+        if problems:
+            failures += 1
+            kind = task.status if task.status in FAILING_STATUSES else "denied"
+            failure = ET.SubElement(case, "failure", type=kind)
+            failure.set("message", problems[0][:MAX_MESSAGE_CHARS])
+            failure.text = "\n".join(problems)
+        elif task.status in SKIPPED_STATUSES:
+            skipped += 1
+            ET.SubElement(case, "skipped", message=f"task {task.status}")
+        out = ET.SubElement(case, "system-out")
+        out.text = (
+            f"status: {task.status}\ntokens: {task.tokens}\nturns: {task.turns}\n"
+            f"tool calls: {task.tool_calls}\ndenials: {task.denials}\n"
+            + "".join(f"wrote: {text(p)}\n" for p in task.files_written)
+        )
+    suite.set("tests", str(len(result.tasks) + 1))
+    suite.set("failures", str(failures))
+    suite.set("errors", "0")
+    suite.set("skipped", str(skipped))
+    suite.set("time", f"{result.duration_s:.3f}")
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    data: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return data
+
+
+def write_junit(result: RunResult, path: Path) -> None:
+    path.write_bytes(junit_xml(result))
+
+
+def _problems(task: TaskSummary, result: RunResult) -> list[str]:
+    problems = []
+    if task.status in FAILING_STATUSES:
+        problems.append(f"task {FAILING_STATUSES[task.status]}: {text(task.error or '')}".rstrip())
+    for denial in result.denials:
+        if denial.task_id == task.task_id:
+            problems.append(
+                f"denied {text(denial.tool_name)} ({text(denial.decided_by)}): "
+                f"{text(denial.reason)}"
+            )
+    return problems

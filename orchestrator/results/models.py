@@ -1,0 +1,161 @@
+"""The documents warden publishes, as closed pydantic models: one event shape (in
+`events.jsonl`, `warden run --json`, `warden logs --json` and `logs --follow --json`)
+and one result document (the last line of `warden run --json`).
+
+Their JSON Schemas are generated from these models (`warden schema events|result`);
+`docs/schema/` holds a copy that a test keeps equal to the generated one. A change
+that breaks readers bumps SCHEMA_VERSION.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+"""Version of the event and result documents; bumped on a change that breaks readers."""
+
+EVENT_KINDS = (
+    "task_started",
+    "task_running",
+    "task_completed",
+    "task_failed",
+    "task_timed_out",
+    "task_stopped",
+    "task_interrupted",
+    "permission_denied",
+    "approval_requested",
+    "approval_answered",
+    "hook_error",
+    "post_tool_use_hook",
+    "broker_rejected",
+)
+"""The kinds warden emits today. Readers should ignore kinds they do not know."""
+
+
+class Event(BaseModel):
+    """One event of a run. Every string field may hold text that came from a
+    container: treat it as data, never as markup or commands."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    ts: float = Field(default_factory=time.time)
+    """When it happened (Unix time, seconds)."""
+    kind: str
+    """What happened; see EVENT_KINDS (`task_running` carries the subagent's own
+    `tool_started`/`tool_finished` in `data.event`)."""
+    run_id: str
+    """The run it belongs to."""
+    task_id: str | None = None
+    """The subagent task it concerns; null for the parent agent or the run."""
+    parent_id: str | None = None
+    """The task that started that task; null when the parent agent did."""
+    agent_type: str | None = None
+    """The subagent type."""
+    trace_id: str | None = None
+    """Shared by every event of one run (W3C trace id when tracing is on)."""
+    data: dict[str, Any] = Field(default_factory=dict)
+    """Kind-specific payload (e.g. tool_name, status, duration_s, tokens, reason)."""
+
+
+RunStatus = Literal["completed", "failed", "stopped", "interrupted"]
+Outcome = Literal["failed", "timed_out", "denied", "asked"]
+
+
+class Denial(BaseModel):
+    """A tool call that was not allowed to run."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    task_id: str | None
+    """The asking task."""
+    tool_name: str
+    """The tool, e.g. `Bash`."""
+    input_hash: str
+    """Hash of the exact tool input (see `warden audit`)."""
+    decided_by: str
+    """The rule, hook, mode, person or approver that denied it."""
+    reason: str
+    """Why, in words."""
+
+
+class TaskSummary(BaseModel):
+    """One subagent task of the run; `parent_id` makes the list a tree."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    task_id: str
+    """`sa_` + random."""
+    parent_id: str | None
+    """The task that started it; null when the parent agent did."""
+    depth: int
+    """1 for a task the parent agent started, 2 for its children, and so on."""
+    agent_type: str
+    """The subagent type."""
+    description: str
+    """The parent's short description of the task."""
+    status: str
+    """completed, no_output, failed, timed_out, stopped, interrupted (or still pending /
+    running when the run was cut short)."""
+    duration_s: float | None
+    """Wall time from creation to end; null when it never ended."""
+    tokens: int
+    """Input + output tokens over its model calls."""
+    turns: int
+    """Model calls it made."""
+    tool_calls: int
+    """Tool calls it started."""
+    denials: int
+    """Tool calls that were denied."""
+    asks: int
+    """Tool calls that needed a person's (or the non-interactive approver's) answer."""
+    files_written: list[str]
+    """Paths of allowed Write/Edit/NotebookEdit calls (Bash writes are not listed)."""
+    error: str | None
+    """Why it failed, timed out or was stopped."""
+
+
+class RunResult(BaseModel):
+    """The last line of `warden run --json`, written exactly once, also when the run
+    fails or is stopped."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    type: Literal["result"] = "result"
+    """Always `result`: tells the result apart from the event lines before it."""
+    schema_version: int = SCHEMA_VERSION
+    """Version of this document's shape."""
+    run_id: str | None
+    """The run; null when it failed before it was recorded."""
+    status: RunStatus
+    """How the parent agent's run ended."""
+    exit_code: int
+    """The process's exit code (see the README's exit-code table)."""
+    result: str
+    """The parent agent's final answer (empty unless completed)."""
+    error: str | None = None
+    """Why the run failed, in one line."""
+    duration_s: float
+    """Wall time of the run."""
+    tokens: int
+    """Subagent tokens in total (input + output)."""
+    tasks: list[TaskSummary]
+    """Every subagent task, in creation order."""
+    denials: list[Denial]
+    """Every denied tool call."""
+    fail_on: list[Outcome]
+    """The outcomes `--fail-on` named."""
+    failed_on: list[Outcome]
+    """Which of those happened (non-empty: exit code 3 unless a stronger one applies)."""
+    sensitive_changes: dict[str, Any] | None = None
+    """Executed paths the run created, changed or removed (the end-of-run report)."""
+
+
+def json_schema(name: Literal["events", "result"]) -> dict[str, Any]:
+    """The JSON Schema of one published document."""
+    model: type[BaseModel] = Event if name == "events" else RunResult
+    schema = model.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema

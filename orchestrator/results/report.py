@@ -1,0 +1,117 @@
+"""The end of `warden run`: the result document (exactly once, on success, error or
+stop), the exit code, and the files CI asks for (`--junit`, `--audit-out`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from orchestrator.exit_codes import FAIL_ON_OUTCOMES
+from orchestrator.results.build import build_result
+from orchestrator.results.models import Outcome, RunResult, RunStatus
+from orchestrator.untrusted_text import printable
+
+MAX_ERROR_CHARS = 2_000
+"""Longest error line kept in the result document."""
+
+
+@dataclass
+class RunState:
+    """What the run left behind for its report; filled in as the run goes."""
+
+    run_id: str | None = None
+    status: RunStatus = "failed"
+    text: str = ""
+    error: str | None = None
+    sensitive: dict[str, Any] | None = None
+    events_path: Path | None = None
+    started: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class RunOutputs:
+    """Where the result goes: `--json`, `--fail-on`, `--junit`, `--audit-out`."""
+
+    json_mode: bool = False
+    fail_on: tuple[Outcome, ...] = ()
+    junit: Path | None = None
+    audit: Path | None = None
+
+
+def parse_fail_on(value: str | None) -> tuple[Outcome, ...]:
+    """`--fail-on failed,denied` → ("failed", "denied"); unknown names are a usage error."""
+    if not value:
+        return ()
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [n for n in names if n not in FAIL_ON_OUTCOMES]
+    if unknown:
+        raise click.BadParameter(
+            f"unknown outcome(s) {', '.join(unknown)}; choose from {', '.join(FAIL_ON_OUTCOMES)}",
+            param_hint="--fail-on",
+        )
+    return tuple(dict.fromkeys(names))  # type: ignore[arg-type]
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line of at most MAX_ERROR_CHARS."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:MAX_ERROR_CHARS]
+
+
+def finish_run(settings: Any, state: RunState, code: int, outputs: RunOutputs) -> int:
+    """Build the result, write it where asked, and return the process's exit code."""
+    from orchestrator.commands._common import open_store
+
+    store_cm = open_store(settings) if state.run_id is not None else None
+    if store_cm is not None:
+        with store_cm as store:
+            result = _result(store, state, code, outputs)
+            audit = [r.model_dump(mode="json") for r in store.audit(state.run_id)]
+    else:
+        result, audit = _result(None, state, code, outputs), []
+    if outputs.audit is not None:
+        outputs.audit.write_text(json.dumps(audit, indent=2) + "\n", encoding="utf-8")
+    if outputs.junit is not None:
+        from orchestrator.results.junit import write_junit
+
+        write_junit(result, outputs.junit)
+    if outputs.json_mode:
+        print(result.model_dump_json(), flush=True)
+    else:
+        _print_human(result, state)
+    return result.exit_code
+
+
+def _result(store: Any, state: RunState, code: int, outputs: RunOutputs) -> RunResult:
+    return build_result(
+        store,
+        state.run_id,
+        base_code=code,
+        status=state.status,
+        text=state.text,
+        error=state.error,
+        started=state.started,
+        fail_on=outputs.fail_on,
+        sensitive=state.sensitive,
+    )
+
+
+def _print_human(result: RunResult, state: RunState) -> None:
+    from orchestrator.results.summary import print_summary
+
+    if result.status == "completed":
+        print(printable(result.result, limit=None, multiline=True), flush=True)
+    if state.run_id is None:
+        return
+    print_summary(result)
+    if result.failed_on:
+        click.echo(
+            f"warden: --fail-on matched: {', '.join(result.failed_on)} (exit {result.exit_code})",
+            err=True,
+        )
+    click.echo(f"run {state.run_id}; events: {state.events_path}", err=True)

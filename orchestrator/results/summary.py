@@ -1,0 +1,71 @@
+"""The end-of-run summary table: tasks as a tree with status, duration, tokens, tool
+calls, denials and files written. Every container-originated cell is plain text
+(`untrusted_text.plain`), never markup."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import IO, Any
+
+from orchestrator.results.models import RunResult, TaskSummary
+from orchestrator.untrusted_text import plain
+
+INDENT = "  "
+WIDE_CONSOLE = 200
+"""Width used when stderr is not a terminal, so piped output is not wrapped at 80."""
+
+
+def tree_order(tasks: list[TaskSummary]) -> Iterator[tuple[int, TaskSummary]]:
+    """(level, task) depth first, children under their parent in creation order; a
+    task whose parent is not in the list is shown at the top level."""
+    known = {t.task_id for t in tasks}
+    children: dict[str | None, list[TaskSummary]] = {}
+    for task in tasks:
+        key = task.parent_id if task.parent_id in known else None
+        children.setdefault(key, []).append(task)
+
+    def walk(parent: str | None, level: int) -> Iterator[tuple[int, TaskSummary]]:
+        for task in children.get(parent, []):
+            yield level, task
+            yield from walk(task.task_id, level + 1)
+
+    yield from walk(None, 0)
+
+
+def summary_table(result: RunResult) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"run {result.run_id or '-'}: {result.status}", title_justify="left")
+    for column in ("task", "agent", "status", "time", "tokens", "tools", "denied", "files"):
+        table.add_column(column, no_wrap=column != "task")
+    table.add_row(
+        "run (parent agent, totals)", "-", plain(result.status, 20), f"{result.duration_s:.1f}s",
+        str(result.tokens), "-", str(len(result.denials)), "-",
+    )  # fmt: skip
+    for level, task in tree_order(result.tasks):
+        label = plain(f"{INDENT * (level + 1)}{task.task_id} ", 60)
+        label.append_text(plain(task.description, 40, style="dim"))
+        table.add_row(
+            label,
+            plain(task.agent_type, 30),
+            plain(task.status, 20),
+            "-" if task.duration_s is None else f"{task.duration_s:.1f}s",
+            str(task.tokens),
+            str(task.tool_calls),
+            str(task.denials),
+            str(len(task.files_written)),
+        )
+    return table
+
+
+def print_summary(result: RunResult, stream: IO[str] | None = None) -> None:
+    """The table on `stream` (stderr): coloured on a terminal, unwrapped when piped."""
+    from rich.console import Console
+
+    stream = stream or sys.stderr
+    tty = stream.isatty()
+    console = Console(
+        file=stream, highlight=False, no_color=not tty, width=None if tty else WIDE_CONSOLE
+    )
+    console.print(summary_table(result))

@@ -1,0 +1,138 @@
+"""Locks in what a CI job relies on from `warden run` (CI=true, stdin closed, a
+--replay script, only documented flags): the exit code gates on --fail-on, --json
+ends with exactly one result document valid against the published schema, every
+event line (stdout, events.jsonl, `logs --json`, `logs --follow --json`) has the
+one published event shape, a denial is an event, and --junit / --audit-out write
+files a CI system can publish."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from orchestrator.config import Settings
+from orchestrator.exit_codes import ExitCode
+from tests.conftest import REPO_ROOT, warden_argv, warden_env
+from tests.integration.harness import PARENT_MATCH, convo, task, text, tool
+
+pytestmark = pytest.mark.integration
+
+SCHEMAS = REPO_ROOT / "docs" / "schema"
+
+
+def _schema(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+    return loaded
+
+
+def _warden(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    env = warden_env(
+        WARDEN_STATE_DIR=str(settings.state_dir),
+        WARDEN_CONFIG_DIR=str(settings.config_dir),
+        CI="true",
+    )
+    return subprocess.run(
+        warden_argv(*args),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_ci_job_gates_on_a_denial_and_publishes_json_junit_and_audit(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "keep.txt").write_text("precious\n")
+    script = [
+        convo("parent", PARENT_MATCH, [task("CLEANER go", "general-purpose")], [text("all done")]),
+        convo(
+            "cleaner",
+            {"prompt_contains": "CLEANER"},
+            [tool("Write", file_path="/workspace/out.txt", content="<b>&amp;\x1b[31m</b>\n")],
+            [tool("Bash", command="rm -rf /workspace/keep.txt")],
+            [text("tried to clean up\x07 </failure>]]>")],
+        ),
+    ]
+    script_path = tmp_path / "script.yaml"
+    script_path.write_text(yaml.safe_dump({"conversations": script}))
+    junit, audit_out = tmp_path / "junit.xml", tmp_path / "audit.json"
+    proc = _warden(
+        settings,
+        "run", "go", "--replay", str(script_path), "--workspace", str(workspace),
+        "--permission-mode", "acceptEdits", "--deny", "Bash(rm:*)",
+        "--json", "--fail-on", "failed,denied", "--junit", str(junit), "--audit-out", str(audit_out),
+    )  # fmt: skip
+
+    # The denial is what the job gates on: exit 3, not 0, and nothing was deleted.
+    assert proc.returncode == ExitCode.OUTCOME, proc.stderr[-2000:]
+    assert (workspace / "keep.txt").read_text() == "precious\n"
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    results = [doc for doc in lines if doc.get("type") == "result"]
+    assert len(results) == 1 and results[0] is lines[-1]
+    result = lines[-1]
+    jsonschema.validate(result, _schema("result"))
+    assert result["status"] == "completed" and result["result"] == "all done"
+    assert result["exit_code"] == 3 and result["failed_on"] == ["denied"]
+    (summary,) = result["tasks"]
+    assert summary["status"] == "completed" and summary["parent_id"] is None
+    assert summary["denials"] == 1 and summary["tool_calls"] >= 1
+    assert summary["files_written"] == ["/workspace/out.txt"]
+    assert summary["tokens"] > 0 and summary["duration_s"] > 0
+    assert [d["tool_name"] for d in result["denials"]] == ["Bash"]
+
+    # Every event line has the one published shape, and the denial is among them.
+    events_schema = _schema("events")
+    for event in lines[:-1]:
+        jsonschema.validate(event, events_schema)
+    denied = [e for e in lines if e.get("kind") == "permission_denied"]
+    assert [e["data"]["tool_name"] for e in denied] == ["Bash"]
+    assert denied[0]["task_id"] == summary["task_id"]
+    jsonl = settings.state_dir / "runs" / result["run_id"] / "events.jsonl"
+    stored = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert stored == lines[:-1]
+
+    # `logs --json` and `logs --follow --json` print the same event documents.
+    task_id = summary["task_id"]
+    logs = _warden(settings, "logs", task_id, "--json")
+    assert logs.returncode == 0, logs.stderr
+    task_events = [e for e in stored if e["task_id"] == task_id]
+    assert json.loads(logs.stdout)["events"] == task_events
+    follow = _warden(settings, "logs", task_id, "--follow", "--json")
+    assert follow.returncode == 0, follow.stderr
+    assert [json.loads(line) for line in follow.stdout.splitlines()] == task_events
+
+    # JUnit: the parent and one case per task; the denial is a failure; the
+    # container's text arrives escaped and the file stays well-formed XML.
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
+    failure = suite.find(f"testcase[@name='{task_id} test task']/failure")
+    assert failure is not None and failure.get("type") == "denied"
+    assert "Bash" in (failure.text or "")
+
+    # The audit artifact holds every decision, the denied one included.
+    audit = json.loads(audit_out.read_text())
+    assert [(a["tool_name"], a["final"]) for a in audit] == [("Write", "allow"), ("Bash", "deny")]
+
+    # Without --fail-on the same outcome is a success for the pipeline, and the
+    # terminal summary lists the task with its denial.
+    plain = _warden(
+        settings,
+        "run", "go", "--replay", str(script_path), "--workspace", str(workspace),
+        "--permission-mode", "acceptEdits", "--deny", "Bash(rm:*)",
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert plain.stdout.strip() == "all done"
+    rows = [line for line in plain.stderr.splitlines() if "sa_" in line and "test task" in line]
+    assert re.search(r"test task\W+general-purpose\W+completed\W.*\W1\W+1\W*$", rows[-1]), rows

@@ -1,0 +1,226 @@
+"""Locks in the run's published outputs without Docker: the result document built
+from stored tasks, events and audit (tree, tokens, tool calls, denials, files),
+--fail-on and the exit-code precedence, JUnit XML that hostile text cannot break,
+the summary tree, and the JSON Schemas in docs/ equal to the generated ones."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import xml.etree.ElementTree as ET
+from io import StringIO
+from pathlib import Path
+
+import click
+import pytest
+
+from orchestrator.errors import ConfigError, EngineUnavailableError, PolicyError
+from orchestrator.exit_codes import ExitCode, exit_code_for
+from orchestrator.results.build import build_result, final_exit_code, stored_event
+from orchestrator.results.junit import junit_xml
+from orchestrator.results.models import Event, json_schema
+from orchestrator.results.report import parse_fail_on
+from orchestrator.results.summary import print_summary, tree_order
+from orchestrator.store import AuditRecord, Store, TaskRecord
+from tests.conftest import REPO_ROOT, warden_argv, warden_env
+
+HOSTILE = "evil\x1b[31m</failure>]]><![CDATA[\x00\ufffe [bold]x[/bold]"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(tmp_path / "warden.db")
+    s.create_run("run_1", prompt="p", workspace="/w", model="m", pid=1)
+    return s
+
+
+def _task(store: Store, task_id: str, parent: str | None, status: str, **extra: object) -> None:
+    store.create_task(
+        TaskRecord(
+            task_id=task_id,
+            run_id="run_1",
+            parent_id=parent,
+            agent_type="bash",
+            description=HOSTILE if task_id == "sa_b" else "describe",
+            prompt="p",
+            depth=2 if parent else 1,
+        )
+    )
+    store.update_task(task_id, status=status, ended_at=store.get_task(task_id).created_at + 2)
+
+
+def _event(store: Store, task_id: str, kind: str, **data: object) -> None:
+    event = Event(kind=kind, run_id="run_1", task_id=task_id, data=data)
+    store.append_event("run_1", task_id, kind, json.loads(event.model_dump_json()))
+
+
+def _audit(store: Store, task_id: str, tool: str, final: str, **tool_input: object) -> None:
+    store.record_audit(
+        AuditRecord(
+            run_id="run_1",
+            task_id=task_id,
+            agent_type="bash",
+            tool_name=tool,
+            input_hash="h",
+            tool_input=dict(tool_input),
+            decision="ask" if final == "deny" else "allow",
+            final=final,  # type: ignore[arg-type]
+            decided_by="rule: Bash(rm:*)" if final == "deny" else "mode",
+            source="cli",
+            reason=HOSTILE if final == "deny" else "",
+        )
+    )
+
+
+@pytest.fixture
+def populated(store: Store) -> Store:
+    _task(store, "sa_a", None, "completed")
+    _task(store, "sa_b", "sa_a", "failed")
+    _task(store, "sa_c", None, "timed_out")
+    _event(store, "sa_a", "task_running", event="tool_started", tool_name="Write")
+    _event(store, "sa_a", "task_running", event="tool_finished", tool_name="Write")
+    _event(store, "sa_a", "task_running", event="tool_started", tool_name="Bash")
+    _event(store, "sa_a", "task_completed", status="completed", tokens=120, turns=3, duration_s=1.5)
+    _event(store, "sa_b", "task_failed", status="failed", tokens=30, turns=1, duration_s=0.5)
+    _audit(store, "sa_a", "Write", "allow", file_path="/workspace/a.txt")
+    _audit(store, "sa_a", "Edit", "allow", file_path="/workspace/a.txt")
+    _audit(store, "sa_b", "Bash", "deny", command="rm -rf /")
+    return store
+
+
+def _result(store: Store, code: int = 0, fail_on: tuple[str, ...] = ()) -> object:
+    return build_result(
+        store,
+        "run_1",
+        base_code=code,
+        status="completed",
+        text="answer",
+        error=None,
+        started=0.0,
+        fail_on=fail_on,  # type: ignore[arg-type]
+    )
+
+
+def test_the_result_holds_the_task_tree_tokens_tool_calls_denials_and_files(
+    populated: Store,
+) -> None:
+    result = build_result(
+        populated, "run_1", base_code=0, status="completed", text="answer", error=None, started=0
+    )
+    by_id = {t.task_id: t for t in result.tasks}
+    assert [t.task_id for t in result.tasks] == ["sa_a", "sa_b", "sa_c"]
+    assert by_id["sa_b"].parent_id == "sa_a" and by_id["sa_b"].depth == 2
+    assert (by_id["sa_a"].tokens, by_id["sa_a"].turns, by_id["sa_a"].tool_calls) == (120, 3, 2)
+    assert by_id["sa_a"].files_written == ["/workspace/a.txt"]
+    assert by_id["sa_a"].duration_s == 1.5 and by_id["sa_c"].duration_s == 2
+    assert (by_id["sa_b"].denials, by_id["sa_b"].asks) == (1, 1)
+    assert result.tokens == 150 and result.exit_code == 0 and result.failed_on == []
+    assert [(d.task_id, d.tool_name) for d in result.denials] == [("sa_b", "Bash")]
+
+
+@pytest.mark.parametrize(
+    ("fail_on", "base", "failed_on", "code"),
+    [
+        (("denied",), 0, ["denied"], 3),
+        (("failed", "timed_out", "asked"), 0, ["failed", "timed_out", "asked"], 3),
+        (("denied",), 1, ["denied"], 1),  # a run error outranks an outcome
+        (("denied",), 143, ["denied"], 143),  # so does a stop signal
+        ((), 0, [], 0),  # outcomes alone never fail a run
+    ],
+)
+def test_fail_on_turns_outcomes_into_exit_3_below_errors_and_signals(
+    populated: Store, fail_on: tuple[str, ...], base: int, failed_on: list[str], code: int
+) -> None:
+    result = _result(populated, base, fail_on)
+    assert (result.failed_on, result.exit_code) == (failed_on, code)  # type: ignore[attr-defined]
+
+
+def test_fail_on_parses_a_comma_list_and_rejects_unknown_outcomes() -> None:
+    assert parse_fail_on("failed, denied,failed") == ("failed", "denied")
+    assert parse_fail_on(None) == ()
+    with pytest.raises(click.BadParameter, match=r"unknown outcome.*errored"):
+        parse_fail_on("failed,errored")
+    assert final_exit_code(0, ["asked"]) == ExitCode.OUTCOME
+
+
+def test_errors_map_to_usage_or_run_error() -> None:
+    assert exit_code_for(ConfigError("x")) == exit_code_for(PolicyError("x")) == 2
+    assert exit_code_for(click.UsageError("x")) == 2
+    assert exit_code_for(EngineUnavailableError("x")) == 1
+
+
+def test_junit_has_a_case_per_task_failures_for_failed_timed_out_denied_and_escapes_text(
+    populated: Store,
+) -> None:
+    raw = junit_xml(_result(populated))  # type: ignore[arg-type]
+    suite = ET.fromstring(raw).find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "2", "0")
+    cases = {c.get("name", "").split()[0]: c for c in suite.iter("testcase")}
+    assert cases["sa_a"].find("failure") is None
+    failure_b, failure_c = cases["sa_b"].find("failure"), cases["sa_c"].find("failure")
+    assert failure_b is not None and failure_c is not None
+    assert failure_c.get("type") == "timed_out"
+    # The hostile reason is data: markup stays text, controls are visible escapes.
+    assert "</failure>]]>" in (failure_b.text or "") and "\x1b" not in raw.decode()
+    assert "\\x1b" in (failure_b.text or "")
+
+
+def test_the_summary_is_a_tree_in_plain_text(populated: Store) -> None:
+    result = _result(populated)
+    assert [(lvl, t.task_id) for lvl, t in tree_order(result.tasks)] == [  # type: ignore[attr-defined]
+        (0, "sa_a"), (1, "sa_b"), (0, "sa_c"),
+    ]  # fmt: skip
+    out = StringIO()
+    print_summary(result, out)  # type: ignore[arg-type]
+    text = out.getvalue()
+    assert "\x1b" not in text and "evil\\x1b[31m</failure>" in text
+    assert max(len(line) for line in text.splitlines()) > 80  # not wrapped when piped
+    lines = text.splitlines()
+    assert lines.index(next(x for x in lines if "sa_b" in x)) == 1 + lines.index(
+        next(x for x in lines if "sa_a" in x)
+    )
+
+
+def test_a_clipped_stored_event_keeps_the_published_shape(store: Store) -> None:
+    store.append_event("run_1", None, "huge", {"kind": "huge", "data": "x" * 100_000})
+    (record,) = store.events(run_id="run_1")
+    event = stored_event(record)
+    assert event.kind == "huge" and event.run_id == "run_1"
+
+
+@pytest.mark.parametrize("name", ["events", "result"])
+def test_the_published_schemas_match_the_models(name: str) -> None:
+    published = json.loads((REPO_ROOT / "docs" / "schema" / f"{name}.schema.json").read_text())
+    assert published == json_schema(name)  # type: ignore[arg-type]
+    proc = subprocess.run(
+        warden_argv("schema", name), env=warden_env(), capture_output=True, text=True, check=True
+    )
+    assert json.loads(proc.stdout) == published
+
+
+def test_an_error_before_the_run_still_ends_json_with_one_result(tmp_path: Path) -> None:
+    script = tmp_path / "s.yaml"
+    script.write_text(
+        "conversations:\n  - {name: p, match: {}, turns: [{content: [{type: text, text: hi}]}]}\n"
+    )
+    argv = warden_argv(
+        "run", "go", "--json", "--replay", str(script),
+        "--workspace", str(tmp_path / "missing"), "--junit", str(tmp_path / "j.xml"),
+    )  # fmt: skip
+    proc = subprocess.run(
+        argv,
+        env=warden_env(WARDEN_STATE_DIR=str(tmp_path / "state"), CI="true"),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == ExitCode.USAGE
+    assert proc.stderr.count("warden: error:") == 1 and "Traceback" not in proc.stderr
+    (line,) = proc.stdout.splitlines()
+    result = json.loads(line)
+    assert (result["type"], result["status"], result["run_id"]) == ("result", "failed", None)
+    assert "is not a directory" in result["error"] and result["exit_code"] == 2
+    assert ET.parse(tmp_path / "j.xml").getroot().find("testsuite/testcase/failure") is not None
