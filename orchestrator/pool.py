@@ -7,6 +7,10 @@ socket directory mounted, whose runner has already done its imports and waits
 for the broker socket to appear. A task takes one, puts its broker on that
 socket, and the runner starts at once. A warm sandbox serves exactly one task
 and is never reused; idle ones are removed with the run.
+
+A warm sandbox's spec (and so its read-only workspace mounts) is built by the
+factory when that sandbox starts, never ahead of time, so it gets the run's
+protections as they are then (see `orchestrator.workspace.guard`).
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ class WarmSandbox:
 
 
 PoolKey = tuple[str, str]
-"""(image, resource limits as JSON): sandboxes are interchangeable only within a key."""
+"""(image, resource limits as JSON): sandboxes are interchangeable only within a key
+(mounts are not part of it: every sandbox of a run gets the same protections)."""
 
 SpecFactory = Callable[[Path], SandboxSpec]
 
@@ -63,10 +68,6 @@ class WarmPool:
         self._filling: dict[PoolKey, int] = {}
         self._fills: set[asyncio.Task[None]] = set()
         self._closed = False
-
-    @staticmethod
-    def key(spec: SandboxSpec) -> PoolKey:
-        return spec.image, spec.limits.model_dump_json()
 
     def take(self, key: PoolKey) -> WarmSandbox | None:
         """A ready sandbox for this key, or None (the caller starts one cold)."""

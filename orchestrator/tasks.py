@@ -36,7 +36,7 @@ from orchestrator.broker import Broker, Budget, SandboxIdentity, Upstream, make_
 from orchestrator.broker.limits import raise_open_file_limit
 from orchestrator.errors import WardenError
 from orchestrator.events import EventLog
-from orchestrator.pool import WARM_WAIT_S, WarmPool
+from orchestrator.pool import WARM_WAIT_S, PoolKey, WarmPool
 from orchestrator.task_host import TaskHost
 from orchestrator.workspace import WorkspaceGuard
 from sandbox_tools import wire
@@ -577,7 +577,7 @@ class TaskManager:
             warden_labels=labels.warden_labels(self.session, run=self.run_id, **extra),
         )
 
-    def _pool_key(self, agent: Any) -> Any:
+    def _pool_key(self, agent: Any) -> PoolKey:
         """Warm sandboxes are interchangeable within (image, limits); mounts are not
         part of the key because each sandbox computes its own when it starts."""
         return (self.image_resolver(agent.image), _limits(agent).model_dump_json())

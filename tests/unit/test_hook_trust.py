@@ -78,6 +78,13 @@ def test_ordinary_hooks_and_read_only_workspace_files_are_fine(
     assert refused(command, ws, cwd) is None
 
 
+def test_hook_variables_are_expanded_before_the_check(ws: Path, tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path)}
+    assert workspace_code("$HOME/bin/tool --x", ws, tmp_path, env) is None
+    assert workspace_code("${HOME}/x", ws, tmp_path, {"HOME": str(ws)}) is not None
+    assert workspace_code("$UNSET_THING/x", ws, tmp_path, env) is not None
+
+
 def test_a_link_out_of_the_read_only_dirs_is_followed(ws: Path, tmp_path: Path) -> None:
     (ws / ".claude" / "hooks" / "sneaky.sh").symlink_to(ws / "bin" / "lint")
     assert refused("$CLAUDE_PROJECT_DIR/.claude/hooks/sneaky.sh", ws, tmp_path) is not None
