@@ -431,7 +431,10 @@ class Broker:
                 "invalid_request_error",
                 f"invalid TranscriptCheckpoint: {exc.error_count()} errors",
             ) from None
-        await self._store_transcript(list(checkpoint.messages), checkpoint.turn)
+        # The turn is the broker's count, not the container's: a forged high turn
+        # number must not freeze the stored transcript.
+        turn = min(checkpoint.turn, self.budget.turns_used)
+        await self._store_transcript(list(checkpoint.messages), turn)
         return web.json_response(wire.Ack().model_dump())
 
     async def _store_transcript(self, messages: list[dict[str, Any]], turn: int) -> None:

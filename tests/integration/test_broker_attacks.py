@@ -171,8 +171,9 @@ async def test_forged_transcripts_run_no_hook_and_egress_needs_a_rule(
 
     assert result.status is TaskStatus.COMPLETED, result
     out = report_of(result.text)
-    assert out["transcript"] == 200  # stored as data ...
-    assert "toolu_f1" in json.dumps(stored)
+    assert out["transcript"] == 200  # accepted as data; its forged turn 7 did not
+    # freeze the record: the broker counts turns, so the real conversation replaced it.
+    assert "toolu_f1" not in json.dumps(stored) and command in json.dumps(stored)
     # ... but the host's PostToolUse hook ran only for the one real, approved call.
     records = [json.loads(line) for line in hook_log.read_text().splitlines()]
     assert [(r["tool_name"], r["tool_input"]["command"]) for r in records] == [("Bash", command)]

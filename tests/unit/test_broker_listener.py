@@ -1,7 +1,7 @@
 """The broker socket serves only the sandbox's uid and the orchestrator (file modes
 and a peer-credential check on accept), caps connections per socket without
 letting idle ones lock out real requests, and closes connections that send no
-request within the header timeout."""
+request within the header timeout; the orchestrator raises its descriptor limit."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import asyncio
 import os
 import socket
 import stat
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ import pytest
 from orchestrator.broker import Broker, Budget, SandboxIdentity, Upstream, make_socket_dir
 from orchestrator.broker import listener as listener_module
 from sandbox_tools import wire
+from tests.conftest import REPO_ROOT
 from tests.unit.test_broker import FakeModel, RecordingHost, make_spec
 
 SANDBOX = SandboxIdentity(uid=1000, gid=1000)
@@ -130,3 +133,17 @@ async def test_idle_connections_are_evicted_at_the_cap_and_reaped_after_the_time
         await client.aclose()
         for s in idle:
             s.close()
+
+
+def test_the_open_file_limit_is_raised_to_the_hard_limit() -> None:
+    code = (
+        "import resource\n"
+        "from orchestrator.broker.limits import raise_open_file_limit\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
+        "print(raise_open_file_limit() == hard == resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    )
+    assert out.stdout.strip() == "True"
