@@ -174,14 +174,19 @@ class Oracle:
             raise OracleError(f"the oracle driver sent {hello!r} instead of a greeting")
 
     def observe(self, command: str) -> Observation:
-        """Run one case; restart the container once if it died under the case."""
+        """Run one case; restart the container once if it died under the case.
+
+        Raises OracleError when the case fails again in a fresh container."""
         try:
             return self._observe(command)
         except (OSError, ValueError, OracleError):
             self.restarts += 1
             self.close()
             self.start()
+        try:
             return self._observe(command)
+        except (OSError, ValueError) as exc:
+            raise OracleError(f"the oracle failed twice on this case ({exc})") from exc
 
     def _observe(self, command: str) -> Observation:
         if self._stream is None:

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from tests.fuzz.generate import generate, net_safe
 from tests.fuzz.judge import ALLOW_RULES, Violation, decide, violations
-from tests.fuzz.oracle import Observation
+from tests.fuzz.oracle import Observation, OracleError
 
 REGRESSIONS = Path(__file__).resolve().parent / "regressions.jsonl"
 """Every bypass the fuzzer ever found, minimised; replayed by the regression tests."""
@@ -61,6 +61,8 @@ class Report:
     bypasses: int = 0
     findings: list[Finding] = field(default_factory=list)
     """Minimised bypasses (new or already known)."""
+    oracle_errors: list[str] = field(default_factory=list)
+    """Cases the oracle could not run (its container was restarted; not findings)."""
     crashes: list[str] = field(default_factory=list)
     """Cases the analyser raised on (not bypasses: the engine would not allow them)."""
 
@@ -73,7 +75,8 @@ class Report:
         return (
             f"{self.cases} cases in {self.seconds:.1f} s ({self.rate:.1f} cases/s); "
             f"allow {d['allow']}, ask {d['ask']}, deny {d['deny']}, analyser errors "
-            f"{len(self.crashes)}; oracle runs {self.oracle_runs}; bypasses {self.bypasses} "
+            f"{len(self.crashes)}; oracle runs {self.oracle_runs} ({len(self.oracle_errors)} "
+            f"failed); bypasses {self.bypasses} "
             f"({len({f.command for f in self.findings})} distinct minimised)"
         )
 
@@ -107,8 +110,19 @@ def bypass_of(
         return None
     if behavior != "allow":
         return None
-    found = [v for v in violations(oracle.observe(command)) if kinds is None or v.kind in kinds]
+    try:
+        seen = oracle.observe(command)
+    except OracleError:
+        return None
+    found = [v for v in violations(seen) if kinds is None or v.kind in kinds]
     return found or None
+
+
+def _observe_or_empty(oracle: Observer, command: str) -> Observation:
+    try:
+        return oracle.observe(command)
+    except OracleError:
+        return Observation(root=None)
 
 
 def minimise(
@@ -204,14 +218,18 @@ def run(
         report.decisions[behavior] += 1
         if behavior == "allow":
             report.oracle_runs += 1
-            found = violations(oracle.observe(command))
+            try:
+                found = violations(oracle.observe(command))
+            except OracleError as exc:
+                report.oracle_errors.append(f"{exc} for {command!r}")
+                continue
             if found:
                 report.bypasses += 1
                 shape = signature(found, reason)
                 if len(report.findings) < max_minimise and shape not in shapes:
                     shapes.add(shape)
                     small = minimise(command, oracle, frozenset(v.kind for v in found))
-                    saw = [str(v) for v in violations(oracle.observe(small))] or [
+                    saw = [str(v) for v in violations(_observe_or_empty(oracle, small))] or [
                         str(v) for v in found
                     ]
                     finding = Finding(small, command, saw, decide(small)[1], f"{seed}:{index}")

@@ -16,7 +16,7 @@ from orchestrator import labels as wl
 from orchestrator.engine import connect
 from tests.fuzz.image import ensure_oracle_image
 from tests.fuzz.judge import decide, violations
-from tests.fuzz.oracle import Oracle
+from tests.fuzz.oracle import Oracle, OracleError
 from tests.fuzz.session import REGRESSIONS, run
 
 pytestmark = pytest.mark.integration
@@ -119,3 +119,11 @@ def test_every_saved_bypass_still_does_what_the_oracle_saw(oracle: Oracle) -> No
         r["command"] for r in records if not r.get("open") and decide(r["command"])[0] == "allow"
     ]
     assert not allowed, f"fixed bypasses the analyser allows again: {allowed}"
+
+
+def test_a_case_that_kills_the_driver_fails_alone_and_the_oracle_recovers(oracle: Oracle) -> None:
+    with pytest.raises(OracleError):
+        oracle.observe("kill -9 -1")
+    assert oracle.restarts >= 1
+    after = oracle.observe("echo hi > made")
+    assert [v.kind for v in violations(after)] == ["write"]
