@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--splice-saved", action="store_true", help="mutate with saved bypasses as fragments"
     )
+    parser.add_argument(
+        "--evolve", action="store_true", help="half the cases edit earlier allowed cases"
+    )
     parser.add_argument("--analyser", type=Path, help="a checkout whose analyser is judged")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the oracle is removed
@@ -122,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=progress,
             deadline_s=args.minutes * 60 if args.minutes else None,
             splice_saved=args.splice_saved,
+            evolving=args.evolve,
         )
     client.close()
     print(report.summary())

@@ -670,3 +670,67 @@ def generate(seed: int, index: int, fragments: list[str]) -> str:
             case = compound(r)
         if len(case) <= MAX_CASE_CHARS and net_safe(case):
             return case
+
+
+DANGER_FRAGMENTS = [
+    "$(touch p)",
+    "`id`",
+    "; rm -f x.txt",
+    ">out",
+    "$'\\''",
+    "\\\n",
+    "#",
+    "<(id)",
+    ">(id)",
+    "${x:-",
+    "}",
+    "'",
+    '"',
+    "a[$(id)]",
+    "\r\n",
+    "&>",
+    "<>",
+    "{fd}>",
+    "sh -c ",
+    "xargs ",
+    "env -S ",
+    "eval ",
+    "<<E\n",
+    "\nE\n",
+    "$((",
+    "))",
+    "${!",
+    "@P}",
+    "\n",
+    ";",
+    "&",
+    "|",
+    "touch p",
+    " -exec ",
+    "$0",
+    "$1",
+    "\\",
+    "$",
+    "(",
+    ")",
+    "{",
+    "2>",
+    "3<.",
+    "/dev/fd/3/x",
+    "PATH=bin ",
+    "HOME=. ",
+    "BASH_ENV=bashenv ",
+    "x=touch; $x",
+    "exec ",
+    "source ",
+]
+
+
+def evolve(seed: int, index: int, pool: list[str]) -> str:
+    """Case `index` of an evolving run: a case the analyser allowed earlier, with 1-4
+    edits that splice in dangerous fragments (loopback-only)."""
+    r = random.Random(f"evolve:{seed}:{index}")
+    while True:
+        case = mutate(r, r.choice(pool), DANGER_FRAGMENTS)
+        if case.strip() and len(case) <= MAX_CASE_CHARS and net_safe(case):
+            return case

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import time
 from collections import Counter
@@ -17,12 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tests.fuzz.generate import generate, net_safe
+from tests.fuzz.generate import evolve, generate, net_safe
 from tests.fuzz.judge import ALLOW_RULES, Violation, decide, violations
 from tests.fuzz.oracle import Observation, OracleError
 
 REGRESSIONS = Path(__file__).resolve().parent / "regressions.jsonl"
 """Every bypass the fuzzer ever found, minimised; replayed by the regression tests."""
+EVOLVE_SHARE = 0.5
+"""With `evolving`, the share of cases that edit an earlier allowed case."""
+POOL_SIZE = 500
+"""Allowed cases kept for evolving (a fixed-size ring)."""
 MINIMISE_BUDGET = 250
 """Most oracle runs one minimisation may spend."""
 
@@ -193,22 +198,29 @@ def run(
     progress: Callable[[Report], None] = lambda _r: None,
     deadline_s: float | None = None,
     splice_saved: bool = False,
+    evolving: bool = False,
 ) -> Report:
     """Run `cases` generated cases (indexes start..start+cases-1) of `seed`.
 
     `on_finding(finding, is_new)` is called for each minimised bypass; the run stops
     by itself after `cases` cases or `deadline_s` seconds. `splice_saved` lets the
     mutation stage splice saved bypasses into cases (then the cases of a seed also
-    depend on regressions.jsonl)."""
+    depend on regressions.jsonl). `evolving` makes half the cases edits of cases the
+    analyser allowed earlier in the run (then the cases of a seed also depend on the
+    analyser; they are the same for the same analyser)."""
     report = Report()
     fragments = known_commands() if splice_saved else []
+    pool: list[str] = []
     seen = {skeleton(r["command"], r["saw"]) for r in known_records()}
     shapes: set[tuple[object, ...]] = set()
     began = time.monotonic()
     for index in range(start, start + cases):
         if deadline_s is not None and time.monotonic() - began > deadline_s:
             break
-        command = generate(seed, index, fragments)
+        if evolving and pool and random.Random(f"pick:{seed}:{index}").random() < EVOLVE_SHARE:
+            command = evolve(seed, index, pool)
+        else:
+            command = generate(seed, index, fragments)
         report.cases += 1
         try:
             behavior, reason = decide(command)
@@ -216,6 +228,11 @@ def run(
             report.crashes.append(f"{type(exc).__name__}: {exc} for {command!r}")
             continue
         report.decisions[behavior] += 1
+        if behavior == "allow" and evolving:
+            if len(pool) < POOL_SIZE:
+                pool.append(command)
+            else:
+                pool[index % POOL_SIZE] = command
         if behavior == "allow":
             report.oracle_runs += 1
             try:

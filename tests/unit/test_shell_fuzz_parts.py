@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fuzz.generate import generate, mutate, net_safe
+from tests.fuzz.generate import evolve, generate, mutate, net_safe
 from tests.fuzz.judge import NetworkRuleError, covered, violations
 from tests.fuzz.oracle import Observation
 from tests.fuzz.oracle_image import driver
@@ -262,3 +262,11 @@ def test_a_skeleton_names_one_hole_whatever_program_goes_through_it() -> None:
     saw_git = ["exec: /usr/bin/git argv=git (ran)"]
     assert skeleton('echo "$\\\n(sed)"', saw_sed) == skeleton('echo "$\\\n(git)"', saw_git)
     assert skeleton("printf -v 'a[$(sed)]' x", saw_sed) != skeleton('echo "$\\\n(git)"', saw_git)
+
+
+def test_evolved_cases_are_edits_of_the_pool_and_repeatable() -> None:
+    pool = ["echo hi", "cat x.txt | wc -l", "ls -la"]
+    cases = [evolve(3, i, pool) for i in range(300)]
+    assert cases == [evolve(3, i, pool) for i in range(300)]
+    assert all(net_safe(c) for c in cases)
+    assert sum(c not in pool for c in cases) > 250
