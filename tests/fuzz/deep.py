@@ -11,7 +11,9 @@ wrong about what bash runs.
 - redirections in every position and spelling (`>&word`, `{fd}>`, `0>`, `<>`,
   a process substitution as the target);
 - functions named like allowed programs, `source` of workspace files, `eval` of
-  escaped substitutions, `case` patterns and `[[ ]]` operands that expand.
+  escaped substitutions, `case` patterns and `[[ ]]` operands that expand;
+- `[[ … ]]` arithmetic comparisons in every spelling, and text words next to them;
+- `echo OPENER SEP BAD CLOSER`: quote and comment look-alikes.
 """
 
 from __future__ import annotations
@@ -359,8 +361,10 @@ def deep(r: random.Random) -> str:
         return quote_confusion(r, bad)
     if pick < 0.4:
         return wrapper_arity(r)
-    if pick < 0.5:
+    if pick < 0.45:
         return arith_recursion(r, bad)
+    if pick < 0.5:
+        return cond_forms(r, bad)
     if pick < 0.6:
         return heredoc_terminators(r, bad)
     if pick < 0.7:
@@ -420,3 +424,40 @@ def quote_confusion(r: random.Random, bad: str) -> str:
     """`echo OPENER SEP BAD CLOSER`: bash runs BAD unless OPENER really opens a quote
     or comment; a reader that misjudges OPENER thinks BAD is inert text."""
     return f"echo {r.choice(OPENERS)}{r.choice(SEPARATORS)}{bad}{r.choice(CLOSERS)}"
+
+
+ARITH_OPS = ["-eq", "-ne", "-lt", "-le", "-gt", "-ge"]
+
+
+def _spell(r: random.Random, op: str) -> str:
+    """An operator as written: plain, quoted, escaped or split by a line continuation."""
+    return r.choice([op, f'"{op}"', f"'{op}'", f"\\{op}", f"{op[:2]}\\\n{op[2:]}", f"$'{op}'", op])
+
+
+def cond_forms(r: random.Random, bad: str) -> str:
+    """`[[ … ]]` whose operands bash evaluates as arithmetic (so their subscripts run)."""
+    operand = r.choice([f"'a[$({bad})]'", f'"a[\\$({bad})]"', "i", "$i", '"$i"', "a[i]", "x[$i]"])
+    setup = r.choice(["", f"i='a[$({bad})]'; ", f"i=a[\\$\\({bad.split()[0]}\\)]; "])
+    op = _spell(r, r.choice(ARITH_OPS))
+    other = r.choice(["1", "0", operand])
+    core = r.choice(
+        [
+            f"{other} {op} {operand}",
+            f"{operand} {op} {other}",
+            f"( 1 {op} {operand} )",
+            f"1 == 1 && 1 {op} {operand}",
+            f"! 1 {op} {operand}",
+            f"-n x || 0 {op} {operand}",
+            f"-z $({bad})",
+            f"x == $({bad})",
+            f"x == @(a|$({bad}))",
+            f"-f `{bad}`",
+            f"x < $({bad})",
+            f"-o {operand}",
+            f"-t {operand}",
+            f"-v {operand}",
+            f"-R {operand}",
+            f"x =~ $({bad})",
+        ]
+    )
+    return f"{setup}[[ {core} ]]" + r.choice(["", " && echo y", "; echo"])
