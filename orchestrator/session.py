@@ -24,6 +24,7 @@ from orchestrator.parent import ParentAgent
 from orchestrator.permissions import load_hooks, load_policy
 from orchestrator.permissions.approvers import NonInteractiveApprover
 from orchestrator.recovery import recover
+from orchestrator.results.parent_transcript import ObservedClient, ParentTranscript, transcript_path
 from orchestrator.tasks import PermissionGate, TaskManager, TaskManagerConfig
 from orchestrator.workspace import WorkspaceGuard
 from orchestrator.workspace.report import ExecutedPathsWatch
@@ -195,7 +196,11 @@ async def open_run(
         stack.push_async_callback(manager.close)
         anthropic_client = anthropic.AsyncAnthropic(api_key=api_key or "unset", base_url=base_url)
         stack.push_async_callback(anthropic_client.close)
-        parent = ParentAgent(client=anthropic_client, model=model, manager=manager)
+        # The parent's conversation is kept for `warden logs RUN` (and traced).
+        observed = ObservedClient(
+            anthropic_client, [ParentTranscript(transcript_path(settings.state_dir, run_id))]
+        )
+        parent = ParentAgent(client=observed, model=model, manager=manager)
         yield Run(
             run_id, session, workspace, model, settings, store, events, manager, parent, watch
         )

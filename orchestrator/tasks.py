@@ -37,6 +37,7 @@ from orchestrator.broker.limits import raise_open_file_limit
 from orchestrator.errors import WardenError
 from orchestrator.events import EventLog
 from orchestrator.pool import WARM_WAIT_S, PoolKey, WarmPool
+from orchestrator.results.task_setup import task_setup
 from orchestrator.task_host import TaskHost
 from orchestrator.workspace import WorkspaceGuard
 from sandbox_tools import wire
@@ -508,7 +509,18 @@ class TaskManager:
                 started_at=time.time(),
             )
             await self._emit(
-                "task_started", ctx, description=ctx.description, container_id=ctx.container_id[:12]
+                "task_started",
+                ctx,
+                description=ctx.description,
+                container_id=ctx.container_id[:12],
+                setup=task_setup(
+                    spec,
+                    timeout_s=ctx.timeout_s,
+                    limits=_limits(ctx.agent),
+                    token_budget=budget.max_total_tokens,
+                    image=getattr(ctx.agent, "image", None),
+                    source=getattr(ctx.agent, "source", None),
+                ),
             )
             if ctx.stop_requested:  # stopped while it was starting
                 await self._kill(ctx)

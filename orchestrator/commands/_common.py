@@ -30,8 +30,14 @@ def age(ts: float | None) -> str:
     return f"{int(seconds)}s"
 
 
+PIPED_WIDTH = 1_000
+"""Console width when stdout is not a terminal: piped tables and trees are not
+wrapped at 80 columns (each line is as wide as its content)."""
+
+
 def console() -> Any:
-    """A rich console that colours only on a terminal."""
+    """A rich console that colours only on a terminal and wraps only to a terminal."""
     from rich.console import Console
 
-    return Console(highlight=False, no_color=not sys.stdout.isatty())
+    tty = sys.stdout.isatty()
+    return Console(highlight=False, no_color=not tty, width=None if tty else PIPED_WIDTH)

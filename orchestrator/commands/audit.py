@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import click
@@ -10,7 +11,21 @@ import click
 @click.command("audit")
 @click.argument("run_id", required=False)
 @click.option("--json", "json_mode", is_flag=True, help="Print the records as JSON.")
-def audit(run_id: str | None, json_mode: bool) -> None:
+@click.option("--task", "task_id", default=None, metavar="TASK", help="Only this task's calls.")
+@click.option(
+    "--decision",
+    type=click.Choice(["allow", "deny", "ask"]),
+    default=None,
+    help="Only calls with this outcome (allow/deny: the final answer; ask: the policy asked).",
+)
+@click.option("--tool", default=None, metavar="NAME", help="Only calls of this tool, e.g. Bash.")
+def audit(
+    run_id: str | None,
+    json_mode: bool,
+    task_id: str | None,
+    decision: str | None,
+    tool: str | None,
+) -> None:
     """List the permission decisions of RUN_ID (default: the latest run): what was
     asked, what the policy decided, what was answered, by which rule, hook, mode or
     person. Tool inputs are shown escaped; each is bound to its hash."""
@@ -28,7 +43,16 @@ def audit(run_id: str | None, json_mode: bool) -> None:
                 raise click.UsageError("no runs yet; `warden run` records decisions here")
             run_id = runs[0].run_id
         store.get_run(run_id)  # a clear error for an unknown run
-        records = store.audit(run_id)
+        records = [
+            r
+            for r in store.audit(run_id)
+            if (task_id is None or r.task_id == task_id)
+            and (tool is None or r.tool_name == tool)
+            and (
+                decision is None
+                or (r.decision == "ask" if decision == "ask" else r.final == decision)
+            )
+        ]
     if json_mode:
         emit_json([r.model_dump(mode="json") for r in records])
         return
@@ -43,11 +67,18 @@ def audit(run_id: str | None, json_mode: bool) -> None:
             plain(r.task_id or "-", 40),
             plain(r.agent_type, 40),
             plain(r.tool_name, 40),
-            Text(f"{printable(r.tool_input, 80)}\n#{printable(r.input_hash, 12)}"),
+            Text(
+                f"{printable(json.dumps(r.tool_input, ensure_ascii=False), 200)}\n"
+                f"#{printable(r.input_hash, 12)}"
+            ),
             plain(r.decision, 20),
             plain(r.final, 20),
             plain(r.decided_by, 80),
         )
     console().print(table)
     if not records:
-        click.echo("no tool calls were decided in this run")
+        click.echo(
+            "no tool calls matched"
+            if task_id or tool or decision
+            else "no tool calls were decided in this run"
+        )

@@ -1,61 +1,176 @@
-"""`warden logs TASK`: a task's events and transcript."""
+"""`warden logs RUN|TASK`: a run's parent conversation, or a task's setup, events and
+transcript. Container text is shown as plain text, never as markup."""
 
 from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import click
 
 FOLLOW_POLL_S = 0.5
+RUN_PREFIX = "run_"
 
 
 @click.command("logs")
-@click.argument("task_id")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing new events until the task ends.")
+@click.argument("target_id", metavar="RUN_OR_TASK")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events until it ends.")
 @click.option("--json", "json_mode", is_flag=True, help="Print events and the transcript as JSON.")
-def logs(task_id: str, follow: bool, json_mode: bool) -> None:
-    """Show TASK_ID's events and its transcript (container text is shown escaped)."""
-    from orchestrator.commands._common import emit_json, open_store
+def logs(target_id: str, follow: bool, json_mode: bool) -> None:
+    """Show a run's parent conversation and events (RUN_ID), or a task's setup (system
+    prompt, tools, model, limits), events and transcript (TASK_ID). Events have the
+    shape of `warden schema events`."""
+    from orchestrator.commands._common import open_store
     from orchestrator.config import Settings
+
+    settings = Settings.from_env()
+    with open_store(settings) as store:
+        if target_id.startswith(RUN_PREFIX):
+            _run_logs(settings, store, target_id, follow, json_mode)
+        else:
+            _task_logs(store, target_id, follow, json_mode)
+
+
+def _run_logs(settings: Any, store: Any, run_id: str, follow: bool, json_mode: bool) -> None:
+    from orchestrator.commands._common import emit_json
+    from orchestrator.results.build import stored_event
+    from orchestrator.results.parent_transcript import load_parent_transcript
+    from orchestrator.untrusted_text import printable
+
+    run = store.get_run(run_id)
+    transcript = load_parent_transcript(settings.state_dir, run_id)
+    if json_mode and not follow:
+        emit_json(
+            {
+                "run": run.model_dump(mode="json"),
+                "parent_transcript": transcript,
+                "tasks": [t.model_dump(mode="json") for t in store.list_tasks(run_id=run_id)],
+                "events": [
+                    stored_event(e).model_dump(mode="json") for e in store.events(run_id=run_id)
+                ],
+            }
+        )
+        return
+    if not json_mode:
+        click.echo(f"run {run_id} ({printable(run.status, 20)}), model {printable(run.model, 80)}")
+        click.echo(f"prompt: {printable(run.prompt, None, multiline=True)}")
+        if transcript is None:
+            click.echo("--- no parent transcript was stored for this run ---")
+        else:
+            click.echo(
+                f"--- parent transcript ({len(transcript.get('messages', []))} messages) ---"
+            )
+            if transcript.get("truncated"):
+                click.echo("(the transcript grew past its size limit; later turns are not kept)")
+            _print_messages(transcript.get("messages", []))
+        click.echo("--- events ---")
+    _print_events(store, follow, json_mode, lambda: store.get_run(run_id).status == "running",
+                  run_id=run_id)  # fmt: skip
+
+
+def _task_logs(store: Any, task_id: str, follow: bool, json_mode: bool) -> None:
+    from orchestrator.commands._common import emit_json
     from orchestrator.results.build import stored_event
     from orchestrator.untrusted_text import printable
 
-    with open_store(Settings.from_env()) as store:
-        task = store.get_task(task_id)
-        events = store.events(task_id=task_id)
-        if json_mode and not follow:
-            emit_json(
-                {
-                    "task": task.model_dump(mode="json"),
-                    "events": [stored_event(e).model_dump(mode="json") for e in events],
-                    "transcript": store.get_transcript(task_id),
-                }
-            )
-            return
-        last = 0
-        while True:
-            for event in events:
-                last = event.event_id
-                if json_mode:
-                    click.echo(stored_event(event).model_dump_json())
-                else:
-                    stamp = time.strftime("%H:%M:%S", time.localtime(event.time))
-                    data = printable(json.dumps(event.data.get("data", event.data)), 300)
-                    click.echo(f"{stamp} {printable(event.kind, 40)} {data}")
-            task = store.get_task(task_id)
-            if not follow or task.status not in ("pending", "running"):
-                break
-            time.sleep(FOLLOW_POLL_S)
-            events = store.events(task_id=task_id, after_id=last)
-        if not json_mode:
-            click.echo(f"--- transcript ({printable(task.status, 20)}) ---")
-            for message in store.get_transcript(task_id):
-                if not isinstance(message, dict):
-                    continue
-                role = printable(message.get("role"), 40)
-                for block in _blocks(message.get("content")):
-                    click.echo(f"[{role}] {printable(block, None, multiline=True)}")
+    task = store.get_task(task_id)
+    events = [stored_event(e) for e in store.events(task_id=task_id)]
+    setup = next(
+        (e.data.get("setup") for e in events if e.kind == "task_started" and e.data.get("setup")),
+        None,
+    )
+    if json_mode and not follow:
+        emit_json(
+            {
+                "task": task.model_dump(mode="json"),
+                "setup": setup,
+                "events": [e.model_dump(mode="json") for e in events],
+                "transcript": store.get_transcript(task_id),
+            }
+        )
+        return
+    if not json_mode:
+        click.echo(
+            f"task {task_id} ({printable(task.status, 20)}), agent {printable(task.agent_type, 80)}"
+            f", run {printable(task.run_id, 80)}, parent {printable(task.parent_id or '-', 80)}"
+        )
+        click.echo(f"description: {printable(task.description, 200)}")
+        if isinstance(setup, dict):
+            _print_setup(setup)
+        click.echo("--- events ---")
+    _print_events(
+        store,
+        follow,
+        json_mode,
+        lambda: store.get_task(task_id).status in ("pending", "running"),
+        task_id=task_id,
+    )
+    if not json_mode:
+        click.echo(f"--- transcript ({printable(store.get_task(task_id).status, 20)}) ---")
+        _print_messages(store.get_transcript(task_id))
+
+
+def _print_setup(setup: dict[str, Any]) -> None:
+    from orchestrator.untrusted_text import printable
+
+    tools = setup.get("tools")
+    click.echo(f"model: {printable(setup.get('model'), 100)}")
+    click.echo(
+        "tools: " + (printable(", ".join(map(str, tools)), 300) if isinstance(tools, list) else "-")
+    )
+    limits = setup.get("limits")
+    if not isinstance(limits, dict):
+        limits = {}
+    parts = [
+        f"max_turns {setup.get('max_turns')}",
+        f"timeout {setup.get('timeout_s')} s",
+        f"token budget {setup.get('token_budget') or 'none'}",
+        *(f"{k} {v}" for k, v in limits.items()),
+    ]
+    click.echo(f"limits: {printable(', '.join(parts), 300)}")
+    click.echo(
+        f"image: {printable(setup.get('image'), 100)}; from {printable(setup.get('source'))}"
+    )
+    click.echo("--- system prompt ---")
+    click.echo(printable(setup.get("system_prompt", ""), None, multiline=True))
+
+
+def _print_events(store: Any, follow: bool, json_mode: bool, active: Any, **where: str) -> None:
+    from orchestrator.results.build import stored_event
+    from orchestrator.untrusted_text import printable
+
+    last = 0
+    while True:
+        for record in store.events(after_id=last, **where):
+            last = record.event_id
+            event = stored_event(record)
+            if json_mode:
+                click.echo(event.model_dump_json())
+            else:
+                stamp = time.strftime("%H:%M:%S", time.localtime(event.ts))
+                who = (
+                    f" {printable(event.task_id, 40)}"
+                    if "run_id" in where and event.task_id
+                    else ""
+                )
+                click.echo(
+                    f"{stamp}{who} {printable(event.kind, 40)} {printable(json.dumps(event.data), 300)}"
+                )
+        if not follow or not active():
+            break
+        time.sleep(FOLLOW_POLL_S)
+
+
+def _print_messages(messages: Any) -> None:
+    from orchestrator.untrusted_text import printable
+
+    for message in messages if isinstance(messages, list) else []:
+        if not isinstance(message, dict):
+            continue
+        role = printable(message.get("role"), 40)
+        for block in _blocks(message.get("content")):
+            click.echo(f"[{role}] {printable(block, None, multiline=True)}")
 
 
 def _blocks(content: object) -> list[str]:

@@ -125,6 +125,26 @@ def test_a_ci_job_gates_on_a_denial_and_publishes_json_junit_and_audit(
     audit = json.loads(audit_out.read_text())
     assert [(a["tool_name"], a["final"]) for a in audit] == [("Write", "allow"), ("Bash", "deny")]
 
+    # See into the run: the parent's own conversation, the subagent's setup, and
+    # `audit` filtered and readable when piped (JSON inputs, one line per row).
+    run_logs = _warden(settings, "logs", result["run_id"])
+    assert run_logs.returncode == 0, run_logs.stderr
+    assert "--- parent transcript (4 messages) ---" in run_logs.stdout
+    assert "CLEANER go" in run_logs.stdout and "[assistant] all done" in run_logs.stdout
+    run_json = json.loads(_warden(settings, "logs", result["run_id"], "--json").stdout)
+    assert run_json["parent_transcript"]["tools"] == ["Task", "TaskOutput", "TaskStop"]
+    task_logs = _warden(settings, "logs", task_id).stdout
+    assert "model: " in task_logs and "--- system prompt ---" in task_logs
+    assert re.search(r"^tools: .*\bWrite\b", task_logs, re.M), task_logs
+    assert re.search(r"^limits: max_turns \d+, timeout [\d.]+ s, .*memory_bytes", task_logs, re.M)
+    denied_rows = _warden(
+        settings, "audit", result["run_id"], "--tool", "Bash", "--decision", "deny"
+    )
+    assert '{"command": "rm -rf /workspace/keep.txt"}' in denied_rows.stdout, denied_rows.stdout
+    assert "Write" not in denied_rows.stdout
+    allowed = _warden(settings, "audit", "--task", task_id, "--decision", "allow", "--json")
+    assert [a["tool_name"] for a in json.loads(allowed.stdout)] == ["Write"]
+
     # Without --fail-on the same outcome is a success for the pipeline, and the
     # terminal summary lists the task with its denial.
     plain = _warden(

@@ -1,0 +1,37 @@
+"""What a subagent was set up with (model, tools, limits, system prompt), recorded in
+its `task_started` event so `warden logs TASK` can show how it was configured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.backend.base import ResourceLimits
+from orchestrator.store.records import clip_text
+from sandbox_tools import wire
+
+SYSTEM_PROMPT_EVENT_CHARS = 16_000
+"""Longest system prompt kept in the event (cut with an announced marker beyond)."""
+
+
+def task_setup(
+    spec: wire.TaskSpec,
+    *,
+    timeout_s: float,
+    limits: ResourceLimits,
+    token_budget: int | None,
+    image: str | None,
+    source: str | None,
+) -> dict[str, Any]:
+    """The `setup` payload of a `task_started` event."""
+    return {
+        "model": spec.model,
+        "tools": list(spec.tools),
+        "max_turns": spec.max_turns,
+        "max_tokens": spec.max_tokens,
+        "token_budget": token_budget,
+        "timeout_s": timeout_s,
+        "limits": limits.model_dump(mode="json"),
+        "image": image,
+        "source": source,
+        "system_prompt": clip_text(spec.system_prompt, SYSTEM_PROMPT_EVENT_CHARS),
+    }
