@@ -157,7 +157,7 @@ class WordLexer:
                 parts.append(DYNAMIC)
                 dynamic = True
             else:
-                if c in "*?" or (c == "[" and "]" in self.src[self.pos : self._word_end()]):
+                if c in "*?":
                     glob = True
                 elif c == "{":
                     brace = True
@@ -172,16 +172,13 @@ class WordLexer:
         if self._at("<(") or self._at(">("):
             raise Unprovable(f"a process substitution joined to the word {raw!r}")
         value = "".join(parts)
+        bracket = "".join(unquoted).find("[")
+        if bracket >= 0 and "]" in raw[raw.find("[") + 1 :]:
+            glob = True  # a bracket expression; its `]` may even be quoted
         if brace and raw not in ("{}", "{", "}") and _brace_expands("".join(unquoted)):
             self._bash_only("brace expansion")
             raise Unprovable(f"brace expansion in {raw!r}")
         return Word(value, raw, dynamic, glob, tilde, quoted)
-
-    def _word_end(self) -> int:
-        i = self.pos
-        while i < len(self.src) and self.src[i] not in _DELIMS:
-            i += 1
-        return i
 
     def _double_quoted(self, parts: list[str]) -> bool:
         dynamic = False

@@ -138,6 +138,8 @@ def test_proven_commands_are_listed_exactly(command: str, expected: list[str]) -
         ('"$(which rm)" x', "command name"),
         ("~/bin/tool", "command name"),
         ("g?t status", "command name"),
+        ("[a\" \"b] x", "command name"),  # a bracket expression with a quoted blank
+        ("[ab] x", "command name"),
         ("eval \"$x\"", "eval"),
         ("sh -c \"$x\"", "only known at run time"),
         ("ls | xargs -I{} {} x", "command name"),
