@@ -1,6 +1,6 @@
 """The broker: the one channel between a subagent container and the host.
 
-`server` serves one subagent's socket; `forwarding` decides what reaches the
+`server` serves one subagent's socket and `upstream` talks to the model API; `forwarding` decides what reaches the
 model API, `budget` what it may cost, `limits` how much a container may make
 the host write, `listener` who may connect and for how long, and `calls` which
 finished calls the host may act on.
@@ -15,8 +15,8 @@ from orchestrator.broker.server import (
     Broker,
     BrokerHost,
     RequestRejected,
-    Upstream,
 )
+from orchestrator.broker.upstream import Upstream
 
 __all__ = [
     "SOCKET_NAME",

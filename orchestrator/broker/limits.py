@@ -33,6 +33,11 @@ PERMISSIONS_PER_S = 20.0
 PERMISSIONS_BURST = 200
 PERMISSION_BYTES_PER_TASK = 64 * 1024 * 1024
 """Tool-input bytes one task may put to the gate (and the audit) over its life."""
+FORWARDING_AUDITS_PER_S = 5.0
+"""Model requests per second whose forwarding decisions are audited (refused ones
+cost no turn, so this is what bounds them)."""
+FORWARDING_AUDITS_BURST = 50
+FORWARDING_AUDIT_BYTES_PER_TASK = 8 * 1024 * 1024
 
 
 @dataclass
@@ -82,6 +87,12 @@ def flood_allowances() -> dict[str, Allowance]:
         ),
         "/v1/permission": Allowance(
             "/v1/permission", PERMISSIONS_PER_S, PERMISSIONS_BURST, PERMISSION_BYTES_PER_TASK
+        ),
+        "forwarding audit": Allowance(
+            "forwarding audit",
+            FORWARDING_AUDITS_PER_S,
+            FORWARDING_AUDITS_BURST,
+            FORWARDING_AUDIT_BYTES_PER_TASK,
         ),
     }
 

@@ -9,7 +9,7 @@ result to the host through `BrokerHost`.
 Everything that arrives here is untrusted: bodies are size-capped before they
 are parsed, validated with the wire models, and a bad request gets a 4xx in
 Anthropic's error shape and is recorded, never an exception on the host.
-What is forwarded upstream is decided by `forwarding`, what it may cost by
+What is forwarded upstream (by `upstream`) is decided by `forwarding`, what it may cost by
 `budget`, how much the container may make the host write by `limits`, and who
 may connect, how often and for how long by `listener`. Transcripts are stored
 as data; what acts on finished calls is driven by the gate's approvals
@@ -38,6 +38,7 @@ from orchestrator.broker.forwarding import (
 )
 from orchestrator.broker.limits import Allowance, flood_allowances
 from orchestrator.broker.listener import BODY_TIMEOUT_S, Listener, SandboxIdentity
+from orchestrator.broker.upstream import Upstream, forward_messages
 from sandbox_tools import wire
 
 log = logging.getLogger(__name__)
@@ -45,21 +46,10 @@ log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
 SOCKET_NAME = "broker.sock"
-UPSTREAM_TIMEOUT_S = 600.0
-"""Longest a single upstream model call may take."""
-DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
-MAX_VERSION_HEADER_CHARS = 40
-"""`anthropic-version` is passed upstream (bounded); `anthropic-beta` only as policy
-allows (see `forwarding`); every other header, any key included, is dropped."""
-RETURNED_HEADERS = (
-    "retry-after",
-    "request-id",
-    "x-should-retry",
-    "anthropic-ratelimit-requests-reset",
-)
-"""Upstream response headers passed back, so the in-container SDK retries correctly."""
 MAX_REJECTIONS_RECORDED = 100
 """After this many rejected requests from one container, stop recording each one."""
+MAX_DECISIONS_AUDITED_PER_REQUEST = 20
+"""Forwarding decisions audited for one model request (the refusal names them all)."""
 
 
 class BrokerHost(Protocol):
@@ -100,15 +90,6 @@ class BrokerHost(Protocol):
     async def on_notice(self, kind: str, message: str) -> None:
         """A limit was hit (flood, connections, peers); called once per kind."""
         ...
-
-
-@dataclass(frozen=True)
-class Upstream:
-    """Where model calls go. Shared by every broker of one orchestrator."""
-
-    base_url: str
-    api_key: str | None
-    client: Any  # httpx2.AsyncClient; Any keeps the import lazy
 
 
 class RequestRejected(Exception):
@@ -189,12 +170,14 @@ class Broker:
         return self._listener
 
     async def notice(self, kind: str, message: str) -> None:
-        """Report a limit once per kind (peer refusals are counted by the listener)."""
-        if kind != "peer_refused":
-            if kind in self._noticed:
-                return
-            self._noticed.add(kind)
-        log.warning("broker of %s: %s", self.spec.task_id, message)
+        """Report a limit: one log line per kind, one event per kind (peer refusals:
+        one event each, up to the listener's cap, since each is a different peer)."""
+        first = kind not in self._noticed
+        self._noticed.add(kind)
+        if first:
+            log.warning("broker of %s: %s", self.spec.task_id, message)
+        elif kind != "peer_refused":
+            return
         try:
             await self.host.on_notice(kind, message)
         except Exception:
@@ -305,10 +288,9 @@ class Broker:
         try:
             forwarded = check_request(self.forwarding, body, request.headers.get("anthropic-beta"))
         except ForwardingRefused as exc:
-            await self.host.on_forwarding(exc.decisions)
+            await self._audit_forwarding(exc.decisions)
             raise RequestRejected(400, "invalid_request_error", str(exc)) from None
-        if forwarded.decisions:
-            await self.host.on_forwarding(forwarded.decisions)
+        await self._audit_forwarding(forwarded.decisions)
         body = forwarded.body
         # One model call at a time per subagent, so parallel requests cannot race
         # past the budget.
@@ -318,7 +300,9 @@ class Broker:
             except BudgetRefused as exc:
                 raise RequestRejected(403, "permission_error", str(exc)) from None
             body["max_tokens"] = admission.max_tokens
-            status, payload, headers = await self._forward(request, body, forwarded.betas)
+            status, payload, headers = await forward_messages(
+                self.upstream, body, forwarded.betas, request.headers.get("anthropic-version")
+            )
             if status == 200 and isinstance(payload, dict):
                 await self._count(payload, admission)
                 history = [
@@ -328,48 +312,24 @@ class Broker:
                 await self._store_transcript(history, _assistant_turns(history))
         return web.json_response(payload, status=status, headers=headers)
 
+    async def _audit_forwarding(self, decisions: list[ForwardDecision]) -> None:
+        """Audit forwarding decisions, within the audit's flood allowance (a refused
+        request costs no turn, so only this bounds how much it makes the host write)."""
+        if not decisions:
+            return
+        decisions = decisions[:MAX_DECISIONS_AUDITED_PER_REQUEST]
+        over = self._over_limit("forwarding audit", sum(len(repr(d)) for d in decisions))
+        if over is not None:
+            await self.notice("flood/forwarding-audit", over)
+            return
+        await self.host.on_forwarding(decisions)
+
     async def _count(self, payload: dict[str, Any], admission: Admission) -> None:
         self.budget.record(payload.get("usage"), admission)
         try:
             await self.host.on_usage(self.budget)
         except Exception:
             log.exception("recording token usage failed")
-
-    async def _forward(
-        self, request: web.Request, body: dict[str, Any], betas: list[str]
-    ) -> tuple[int, Any, dict[str, str]]:
-        headers = {
-            "content-type": "application/json",
-            "anthropic-version": request.headers.get(
-                "anthropic-version", DEFAULT_ANTHROPIC_VERSION
-            )[:MAX_VERSION_HEADER_CHARS],
-        }
-        if betas:
-            headers["anthropic-beta"] = ",".join(betas)
-        if self.upstream.api_key:
-            headers["x-api-key"] = self.upstream.api_key
-        url = self.upstream.base_url.rstrip("/") + "/v1/messages"
-        try:
-            response = await self.upstream.client.post(
-                url, json=body, headers=headers, timeout=UPSTREAM_TIMEOUT_S
-            )
-        except Exception as exc:  # httpx2 transport errors: the model endpoint is unreachable
-            log.warning("model endpoint %s unreachable: %s", url, exc)
-            return (
-                502,
-                wire.error_body(
-                    "api_error", f"the model endpoint did not answer: {type(exc).__name__}"
-                ),
-                {},
-            )
-        returned = {k: response.headers[k] for k in RETURNED_HEADERS if k in response.headers}
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = wire.error_body(
-                "api_error", f"upstream answered {response.status_code} without JSON"
-            )
-        return response.status_code, payload, returned
 
     def _over_limit(self, endpoint: str, nbytes: int) -> str | None:
         return self.allowances[endpoint].take(nbytes)

@@ -22,7 +22,7 @@ from orchestrator.broker import (
     ForwardingPolicy,
     Upstream,
 )
-from orchestrator.broker.limits import EVENTS_BURST, EVENTS_PER_S
+from orchestrator.broker.limits import EVENTS_BURST, EVENTS_PER_S, FORWARDING_AUDITS_BURST
 from orchestrator.permissions import parse_rule
 from sandbox_tools import wire
 
@@ -501,3 +501,16 @@ async def test_delegation_refused_when_task_tool_not_granted(broker_env: Any) ->
     _, _, _, client = broker_env
     response = await client.post("/v1/task", json={"tool_use_id": "t", "input": {}})
     assert response.json()["is_error"] is True
+
+
+async def test_refused_requests_cannot_flood_the_audit(broker_env: Any) -> None:
+    _, host, model, client = broker_env
+    tools = [{"type": "web_fetch_20250910", "name": f"f{i}"} for i in range(100)]
+    statuses = [
+        (await client.post("/v1/messages", json=messages_body(tools=tools))).status_code
+        for _ in range(120)
+    ]
+    assert set(statuses) == {400} and model.requests == []
+    # At most 20 decisions per request, and requests past the allowance are not audited.
+    assert len(host.forwarding) <= 20 * (FORWARDING_AUDITS_BURST + 10)
+    assert [k for k, _ in host.notices] == ["flood/forwarding-audit"]

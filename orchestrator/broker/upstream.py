@@ -1,0 +1,77 @@
+"""The model endpoint: where a checked, budgeted request finally goes, with the
+real API key (which exists only here, on the host).
+
+This is the one place that talks to the model API; moving the anthropic SDK
+from the runner to the broker (typed requests, the SDK's retries) replaces
+`forward_messages` and nothing around it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox_tools import wire
+
+log = logging.getLogger(__name__)
+
+UPSTREAM_TIMEOUT_S = 600.0
+"""Longest a single upstream model call may take."""
+DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
+MAX_VERSION_HEADER_CHARS = 40
+"""`anthropic-version` is passed upstream (bounded); `anthropic-beta` only as policy
+allows (see `forwarding`); every other header, any key included, is dropped."""
+RETURNED_HEADERS = (
+    "retry-after",
+    "request-id",
+    "x-should-retry",
+    "anthropic-ratelimit-requests-reset",
+)
+"""Upstream response headers passed back, so the in-container SDK retries correctly."""
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where model calls go. Shared by every broker of one orchestrator."""
+
+    base_url: str
+    api_key: str | None
+    client: Any  # httpx2.AsyncClient; Any keeps the import lazy
+
+
+async def forward_messages(
+    upstream: Upstream, body: dict[str, Any], betas: list[str], version: str | None
+) -> tuple[int, Any, dict[str, str]]:
+    """POST one Messages API request upstream: (status, JSON payload, headers to return).
+    An unreachable endpoint is a 502 in Anthropic's error shape, never an exception."""
+    headers = {
+        "content-type": "application/json",
+        "anthropic-version": (version or DEFAULT_ANTHROPIC_VERSION)[:MAX_VERSION_HEADER_CHARS],
+    }
+    if betas:
+        headers["anthropic-beta"] = ",".join(betas)
+    if upstream.api_key:
+        headers["x-api-key"] = upstream.api_key
+    url = upstream.base_url.rstrip("/") + "/v1/messages"
+    try:
+        response = await upstream.client.post(
+            url, json=body, headers=headers, timeout=UPSTREAM_TIMEOUT_S
+        )
+    except Exception as exc:  # httpx2 transport errors: the model endpoint is unreachable
+        log.warning("model endpoint %s unreachable: %s", url, exc)
+        return (
+            502,
+            wire.error_body(
+                "api_error", f"the model endpoint did not answer: {type(exc).__name__}"
+            ),
+            {},
+        )
+    returned = {k: response.headers[k] for k in RETURNED_HEADERS if k in response.headers}
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = wire.error_body(
+            "api_error", f"upstream answered {response.status_code} without JSON"
+        )
+    return response.status_code, payload, returned
