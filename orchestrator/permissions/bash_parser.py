@@ -310,7 +310,7 @@ class _Parser(WordLexer):
                     break
                 if c == "" or c in _DELIMS:
                     raise Unprovable("unexpected text in a 'for … in' word list")
-                self._word()
+                self._word(brace_ok=True)
         elif self._c() == ";":
             self.pos += 1
         self._skip_newlines()
@@ -432,7 +432,7 @@ class _Parser(WordLexer):
             if c == "(":
                 raise Unprovable("'(' inside a command (a function definition?)")
             start = self.pos
-            word = self._word()
+            word = self._word(brace_ok=bool(cmd.words))
             if not cmd.words:
                 m = _NAME.match(self.src, start)
                 if m and self.src[m.end() : m.end() + 1] == "[":

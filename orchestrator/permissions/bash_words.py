@@ -38,6 +38,8 @@ class Word:
     tilde: bool = False
     """Starts with an unquoted `~`: bash expands it to a home directory."""
     quoted: bool = False
+    brace: bool = False
+    """A plain `pre{a,b}post` brace expansion (see `expand_braces`)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,8 @@ class WordLexer:
         if self.dialect == DASH:
             raise Unprovable(f"{what} is bash-only syntax in an sh/dash script")
 
-    def _word(self) -> Word:
+    def _word(self, brace_ok: bool = False) -> Word:
+        """One word; `brace_ok`: an argument, where a plain brace expansion is proven."""
         start = self.pos
         if self._at("<(") or self._at(">("):
             self._bash_only("process substitution")
@@ -177,6 +180,8 @@ class WordLexer:
             glob = True  # a bracket expression; its `]` may even be quoted
         if brace and raw not in ("{}", "{", "}") and _brace_expands("".join(unquoted)):
             self._bash_only("brace expansion")
+            if brace_ok and _PLAIN_BRACE.fullmatch(raw) and all(w for w in expand_braces(raw)):
+                return Word(value, raw, brace=True)
             raise Unprovable(f"brace expansion in {raw!r}")
         return Word(value, raw, dynamic, glob, tilde, quoted)
 
@@ -264,6 +269,22 @@ class WordLexer:
             raise Unprovable(f"'${nxt}' (a '$' that is not a plain variable)")
         parts.append(DYNAMIC)
         return "dynamic"
+
+
+_BRACE_TEXT = r"[A-Za-z0-9_./:=@%+-]"
+_PLAIN_BRACE = re.compile(
+    rf"(?P<pre>{_BRACE_TEXT}*)\{{(?P<items>{_BRACE_TEXT}*(?:,{_BRACE_TEXT}*)+)\}}"
+    rf"(?P<post>{_BRACE_TEXT}*)"
+)
+"""The one brace expansion that is proven: literal text, one `{a,b,…}` list, no quotes,
+nesting, sequences or expansions."""
+
+
+def expand_braces(raw: str) -> list[str]:
+    """`pre{a,b}post` -> [`preapost`, `prebpost`], as bash expands it."""
+    m = _PLAIN_BRACE.fullmatch(raw)
+    assert m is not None
+    return [m["pre"] + item + m["post"] for item in m["items"].split(",")]
 
 
 def _brace_expands(unquoted: str) -> bool:

@@ -30,6 +30,7 @@ from orchestrator.permissions.bash_parser import (
     parse,
 )
 from orchestrator.permissions.bash_tree import disagreement, loose_commands
+from orchestrator.permissions.bash_words import expand_braces
 from orchestrator.permissions.shell_env import check_prefix, check_variable
 from orchestrator.permissions.wrappers import (
     EXECS_ITS_COMMAND,
@@ -153,7 +154,14 @@ class _Analyser:
             return
         for name, value in cmd.assignments:
             check_prefix(name, value)
-        self._run(cmd.words, dialect, depth, open_ended=False)
+        words = [
+            expanded
+            for word in cmd.words
+            for expanded in (
+                [Word(w, w) for w in expand_braces(word.raw)] if word.brace else [word]
+            )
+        ]
+        self._run(words, dialect, depth, open_ended=False)
 
     def _run(
         self,

@@ -127,6 +127,7 @@ def test_every_command_bash_runs_was_listed(tmp_path: Path) -> None:
         '"a  b" "" \'\'',
         "\"$\" 'x$' a$ \"a$\"",
         "\"a\\b\" \"\\'\"",
+        "src/{components,utils} file{,.bak} x={a,b} a-{1,2}.txt %{a,b}@",
     ],
 )
 def test_literal_words_match_bash_word_splitting(words: str) -> None:

@@ -65,6 +65,8 @@ def problem(command: str) -> str:
         ('test -n "$x"', ["test -n $…"]),
         ("find . -name '*.py' -exec grep -l x {} +", ["find . -name *.py -exec grep -l x {} +", "grep -l x {} …"]),
         ("echo {} HEAD@{1}", ["echo {} HEAD@{1}"]),
+        ("mkdir -p src/{components,utils}", ["mkdir -p src/components src/utils"]),
+        ("cp setup.cfg{,.bak}", ["cp setup.cfg setup.cfg.bak"]),
         ("python -c 'print(1)'", ["python -c print(1)"]),
     ],
 )
@@ -181,8 +183,15 @@ def test_proven_commands_are_listed_exactly(command: str, expected: list[str]) -
         ("echo x >& $fd", ""),
         ("echo x {fd}> f", "'{name}'"),
         # expansions
-        ("echo {a,b}", "brace expansion"),
-        ("echo {1..3}", "brace expansion"),
+        ("{rm,-rf,x}", "brace expansion"),  # in the command name
+        ("echo {1..3}", "brace expansion"),  # sequences
+        ("echo {a,{b,c}}", "brace expansion"),  # nesting
+        ("echo a{b,c}d{e,f}", "brace expansion"),  # more than one list
+        ("echo {a,,b}", "brace expansion"),  # empty words vanish
+        ("echo $x{a,b}", "brace expansion"),
+        ("echo {a,b}*", "brace expansion"),
+        ("echo > {a,b}", "brace expansion"),  # redirection target
+        ("x={a,b} ls", "brace expansion"),
         ("echo a<(ls)", ""),
         ("echo $\"x\"", "locale"),
         ("echo `a \\`b\\``", "backslash inside backticks"),
