@@ -12,6 +12,7 @@
     cpus: 1.5                         # warden
     pids: 256                         # warden
     tokenBudget: 200000               # warden: tokens per subagent (all usage fields)
+    diskWriteLimit: 500m              # warden: lowers the run's disk write cap
     ---
     The system prompt.
 
@@ -67,6 +68,7 @@ KNOWN_KEYS = {
     "permissionMode": "permission_mode",
     "hooks": "hooks",
     "tokenBudget": "token_budget",
+    "diskWriteLimit": "disk_write_limit",
 }
 """Frontmatter key → `AgentDefinition` field."""
 
@@ -296,6 +298,8 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
         fields["timeout_s"] = parse_duration(values["timeout"], "timeout", path)
     if values.get("memory") is not None:
         fields["memory"] = parse_size(values["memory"], "memory", path)
+    if values.get("diskWriteLimit") is not None:
+        fields["disk_write_limit"] = parse_size(values["diskWriteLimit"], "diskWriteLimit", path)
     if values.get("cpus") is not None:
         try:
             fields["cpus"] = float(values["cpus"])

@@ -125,6 +125,8 @@ class AgentDefinition(BaseModel):
     token_budget: int | None = Field(default=None, ge=1)
     """Tokens (every usage field) one subagent of this type may spend; checked by
     the broker before each model call. The run's `--token-budget` caps it."""
+    disk_write_limit: int | None = Field(default=None, ge=1)
+    """Most bytes its sandbox may write; lowers the run's cap (never raises it)."""
     source: str = BUILTIN_SOURCE
     """The file it came from, or `built-in`."""
     extra: dict[str, Any] = Field(default_factory=dict)

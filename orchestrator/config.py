@@ -8,6 +8,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
+from orchestrator.backend.base import (
+    DEFAULT_DISK_FREE_FLOOR_BYTES,
+    DEFAULT_DISK_WRITE_BYTES,
+    DiskLimits,
+)
 from orchestrator.errors import ConfigError
 
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
@@ -30,6 +35,7 @@ _ALIAS_VARIABLES = {
     "opus": "ANTHROPIC_DEFAULT_OPUS_MODEL",
     "haiku": "ANTHROPIC_DEFAULT_HAIKU_MODEL",
 }
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 
 class Settings(BaseModel):
@@ -52,6 +58,12 @@ class Settings(BaseModel):
     """The model API key (ANTHROPIC_API_KEY). Stays on the host, always."""
     non_interactive: bool = False
     """True under CI=true: nothing waits for a human."""
+    disk_write_limit: int = Field(default=DEFAULT_DISK_WRITE_BYTES, ge=0)
+    """Most bytes one sandbox may write (WARDEN_DISK_WRITE_LIMIT, e.g. `2g`; 0: no cap).
+    Crossing it kills the sandbox with status `disk_limit`."""
+    disk_free_floor: int = Field(default=DEFAULT_DISK_FREE_FLOOR_BYTES, ge=0)
+    """Free space the workspace's file system must keep while sandboxes run
+    (WARDEN_DISK_FREE_FLOOR, e.g. `1g`; 0: no floor)."""
     managed_policy: Path | None = None
     """An administrator's policy file (WARDEN_MANAGED_POLICY); its deny and ask rules
     and its mode hold whatever any other source says."""
@@ -65,6 +77,15 @@ class Settings(BaseModel):
         if alias.endswith("[1m]"):
             alias = alias[: -len("[1m]")]
         return self.model_aliases.get(alias, name.strip())
+
+    def disk_limits(
+        self, write_limit: int | None = None, free_floor: int | None = None
+    ) -> DiskLimits:
+        """The sandboxes' disk limits: these settings, overridden by CLI values given."""
+        return DiskLimits(
+            write_limit_bytes=self.disk_write_limit if write_limit is None else write_limit,
+            free_floor_bytes=self.disk_free_floor if free_floor is None else free_floor,
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -83,6 +104,12 @@ class Settings(BaseModel):
             values["base_image"] = env["WARDEN_BASE_IMAGE"]
         if "WARDEN_FALLBACK_UID" in env:
             values["fallback_uid"] = env["WARDEN_FALLBACK_UID"]
+        for key, name in (
+            ("disk_write_limit", "WARDEN_DISK_WRITE_LIMIT"),
+            ("disk_free_floor", "WARDEN_DISK_FREE_FLOOR"),
+        ):
+            if env.get(name):
+                values[key] = parse_size(env[name], name)
         if env.get("WARDEN_MANAGED_POLICY"):
             values["managed_policy"] = Path(env["WARDEN_MANAGED_POLICY"])
         if env.get("ANTHROPIC_BASE_URL"):
@@ -101,3 +128,16 @@ class Settings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             raise ConfigError(f"invalid warden environment: {exc}") from exc
+
+
+def parse_size(text: str, what: str) -> int:
+    """Bytes from `1073741824`, `512m`, `1g`, `2GiB` (1024-based, like Docker); 0 allowed."""
+    value = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = value[-1:] if value[-1:] in _SIZE_UNITS else ""
+    try:
+        number = float(value[: len(value) - len(unit)])
+    except ValueError:
+        number = -1.0
+    if not 0 <= number < float("inf"):
+        raise ConfigError(f"{what}={text!r} is not a size; use bytes or 512m, 1g, 2GiB (0: off)")
+    return int(number * _SIZE_UNITS[unit])

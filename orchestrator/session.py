@@ -186,7 +186,7 @@ async def open_run(
             default_model=model,
             image_resolver=image_for,
             gate=gate,
-            config=config,
+            config=config or TaskManagerConfig(disk=settings.disk_limits()),
             guard=guard,
             **({"runner_command": runner_command} if runner_command else {}),
         )

@@ -26,12 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator import labels
 from orchestrator.backend.base import (
     ContainerBackend,
+    DiskLimits,
     Mount,
     ResourceLimits,
     SandboxResult,
     SandboxSpec,
     SandboxStatus,
 )
+from orchestrator.backend.disk import DiskGuardedBackend
 from orchestrator.broker import Broker, Budget, SandboxIdentity, Upstream, make_socket_dir
 from orchestrator.broker.limits import raise_open_file_limit
 from orchestrator.errors import WardenError
@@ -66,6 +68,8 @@ class TaskStatus(enum.StrEnum):
     STOPPED = "stopped"
     INTERRUPTED = "interrupted"
     NO_OUTPUT = "no_output"
+    DISK_LIMIT = "disk_limit"
+    """Killed for crossing a disk limit (bytes written, or the free-space floor)."""
 
 
 class TaskInput(BaseModel):
@@ -193,6 +197,8 @@ class TaskManagerConfig:
     work itself, so nothing waits silently behind a cap."""
     warm_pool_size: int = 1
     """Warm sandboxes kept ready per image and limits (0: every task starts cold)."""
+    disk: DiskLimits = field(default_factory=DiskLimits)
+    """Disk limits of every sandbox (an agent's `diskWriteLimit` may only lower the cap)."""
 
 
 class CapError(WardenError):
@@ -221,7 +227,8 @@ class TaskManager:
         runner_command: tuple[str, ...] = RUNNER_COMMAND,
         guard: WorkspaceGuard | None = None,
     ) -> None:
-        self.backend = backend
+        # Every sandbox of the run is watched for its disk limits (backend/disk.py).
+        self.backend: ContainerBackend = DiskGuardedBackend(backend)
         self.guard = guard or WorkspaceGuard.prepare(workspace)
         """What sandboxes may not write (made before the first sandbox starts)."""
         self.registry = registry
@@ -255,7 +262,7 @@ class TaskManager:
         )
         # Warm starts only make sense for the real runner, which knows --wait.
         self.pool = WarmPool(
-            backend=backend,
+            backend=self.backend,
             size=self.config.warm_pool_size if runner_command == RUNNER_COMMAND else 0,
             blocking=self._blocking,
             new_socket_dir=lambda: make_socket_dir(self.identity),
@@ -571,6 +578,7 @@ class TaskManager:
         """The container for one agent; task_id None makes a warm sandbox, whose
         runner imports first and then waits for its broker socket."""
         limits = _limits(agent)
+        limits = limits.model_copy(update={"disk": _disk_limits(self.config.disk, agent)})
         command = list(self.runner_command)
         extra = {"task": task_id} if task_id else {"warm": "1"}
         if task_id is None:
@@ -608,6 +616,8 @@ class TaskManager:
             tokens=budget.tokens_used,
         )
         posted = ctx.result
+        if sandbox is not None and sandbox.status is SandboxStatus.DISK_LIMIT:
+            return TaskResult(status=TaskStatus.DISK_LIMIT, error=sandbox.reason, **common)
         # Killed by TaskStop, Ctrl-C, or `warden stop` from another process.
         if ctx.stop_requested or (sandbox is not None and sandbox.status is SandboxStatus.KILLED):
             return TaskResult(status=TaskStatus.STOPPED, **common)
@@ -715,6 +725,15 @@ def sandbox_identity(workspace: Path, fallback_uid: int) -> SandboxIdentity:
     if owner.st_uid == 0:
         return SandboxIdentity(fallback_uid, fallback_uid)
     return SandboxIdentity(owner.st_uid, owner.st_gid or fallback_uid)
+
+
+def _disk_limits(run: DiskLimits, agent: Any) -> DiskLimits:
+    """The run's limits; an agent file may lower the write cap, never raise it (agent
+    files can come from the workspace, and the cap protects the host)."""
+    own = getattr(agent, "disk_write_limit", None)
+    if not own or (run.write_limit_bytes and own >= run.write_limit_bytes):
+        return run
+    return run.model_copy(update={"write_limit_bytes": int(own)})
 
 
 def _exit_error(sandbox: SandboxResult | None) -> str:

@@ -21,6 +21,10 @@ DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024
 DEFAULT_CPUS = 1.0
 DEFAULT_PIDS = 256
 DEFAULT_TMP_BYTES = 64 * 1024 * 1024
+DEFAULT_DISK_WRITE_BYTES = 2 * 1024**3
+"""Most bytes one sandbox may write (and the largest file it may make); see disk.py."""
+DEFAULT_DISK_FREE_FLOOR_BYTES = 1024**3
+"""Least free space the workspace's file system must keep while a sandbox runs."""
 DEFAULT_OUTPUT_LIMIT_BYTES = 1024 * 1024
 """stdout and stderr are each capped at this; head and tail are kept."""
 
@@ -43,6 +47,18 @@ class Mount(_Closed):
     sandbox may have swapped a workspace path for a link since it was chosen)."""
 
 
+class DiskLimits(_Closed):
+    """Disk limits of one sandbox, enforced by `disk.DiskGuardedBackend` (and the
+    per-file part by the backend as RLIMIT_FSIZE). Crossing either kills it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    write_limit_bytes: int = Field(default=DEFAULT_DISK_WRITE_BYTES, ge=0)
+    """Most bytes the sandbox may write; also the largest file it may make. 0: no cap."""
+    free_floor_bytes: int = Field(default=DEFAULT_DISK_FREE_FLOOR_BYTES, ge=0)
+    """Free bytes the workspace's file system must keep. 0: no floor."""
+
+
 class ResourceLimits(_Closed):
     memory_bytes: int = Field(default=DEFAULT_MEMORY_BYTES, gt=6 * 1024 * 1024)
     """Memory limit; swap is set to the same value, so there is no swap."""
@@ -52,6 +68,8 @@ class ResourceLimits(_Closed):
     """Most processes/threads the container may have at once."""
     tmp_bytes: int = Field(default=DEFAULT_TMP_BYTES, gt=0)
     """Size of the writable tmpfs at /tmp (the root file system is read-only)."""
+    disk: DiskLimits = Field(default_factory=DiskLimits)
+    """Bytes written and free-space floor; see `DiskLimits`."""
 
 
 class SandboxSpec(_Closed):
@@ -125,6 +143,8 @@ class SandboxStatus(enum.StrEnum):
     TIMED_OUT = "timed_out"
     OOM_KILLED = "oom_killed"
     KILLED = "killed"
+    DISK_LIMIT = "disk_limit"
+    """Killed by warden for crossing a disk limit (`SandboxResult.reason` says which)."""
 
 
 class SandboxResult(_Closed):
@@ -136,6 +156,8 @@ class SandboxResult(_Closed):
     truncated: bool
     """True when stdout or stderr lost its middle to the output cap."""
     duration_s: float
+    reason: str = ""
+    """Why warden ended it, when it did (e.g. the disk limit crossed); else empty."""
 
 
 class ContainerInfo(_Closed):
@@ -178,6 +200,11 @@ class ContainerBackend(ABC):
 
         A value of None matches any value of that label. Raises EngineUnavailableError.
         """
+
+    def host_pid(self, container_id: str) -> int | None:
+        """The host PID of the container's init, for watching it from the host (disk
+        use); None when this backend cannot tell (remote engine, fake)."""
+        return None
 
     def run(self, spec: SandboxSpec) -> SandboxResult:
         """Start, wait until `spec.timeout_s`, and always remove."""

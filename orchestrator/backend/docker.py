@@ -107,6 +107,7 @@ class DockerBackend(ContainerBackend):
                     "config": {"max-size": LOG_MAX_SIZE, "max-file": LOG_MAX_FILES},
                 },
                 runtime=spec.runtime,
+                ulimits=_ulimits(limits.disk.write_limit_bytes),
             )
             try:
                 created = self._api.create_container(
@@ -245,6 +246,21 @@ class DockerBackend(ContainerBackend):
             return SandboxStatus.KILLED
         return SandboxStatus.ERROR
 
+    def host_pid(self, container_id: str) -> int | None:
+        """The init's host PID, if the engine runs on this host: checked by finding
+        the container id in that process's cgroups (a remote engine's PID would name
+        some unrelated local process)."""
+        with classify.engine_errors():
+            state = self._idempotent(self._api.inspect_container, container_id)["State"]
+        pid = state.get("Pid")
+        if not isinstance(pid, int) or pid <= 0:
+            return None
+        try:
+            cgroups = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            return None
+        return pid if container_id in cgroups else None
+
     # -- kill, remove, list ------------------------------------------------------
 
     def kill(self, container_id: str) -> None:
@@ -355,6 +371,13 @@ def _wait_exit_code(api: Any, container_id: str, timeout_s: float | None) -> int
         raise
     code = answer.get("StatusCode")
     return int(code) if code is not None else -1
+
+
+def _ulimits(file_size_bytes: int) -> list[dict[str, Any]] | None:
+    """RLIMIT_FSIZE (bytes) as the engine's `Ulimits`; None for no limit."""
+    if not file_size_bytes:
+        return None
+    return [{"Name": "fsize", "Soft": file_size_bytes, "Hard": file_size_bytes}]
 
 
 def _bind(source: Path, target: str, read_only: bool) -> str:

@@ -121,6 +121,7 @@ class EngineClient:
         pids_limit: int | None = None,
         log_config: Mapping[str, Any] | None = None,
         runtime: str | None = None,
+        ulimits: list[Mapping[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """The engine's HostConfig for these settings, as the SDK builds it."""
         config: dict[str, Any] = {"NetworkMode": "default"}
@@ -132,6 +133,10 @@ class EngineClient:
             "Runtime": runtime,
         }  # fmt: skip
         config.update({key: value for key, value in pairs.items() if value is not None})
+        if ulimits:
+            config["Ulimits"] = [
+                {"Name": u["Name"], "Soft": u["Soft"], "Hard": u["Hard"]} for u in ulimits
+            ]
         if log_config is not None:
             config["LogConfig"] = {
                 "Type": log_config.get("type", ""),

@@ -29,6 +29,8 @@ EXIT_OOM_KILLED = 137
 EXIT_INTERRUPTED = 130
 EXIT_WARDEN_FAILED = 125
 """Like `docker run`: warden (not the command) failed."""
+EXIT_DISK_LIMIT = 122
+"""The command crossed a disk limit (bytes written or the free-space floor) and was killed."""
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
@@ -37,6 +39,9 @@ class SizeType(click.ParamType[int]):
     """`512m`, `1g`, `65536`, `64k` (binary units) → bytes."""
 
     name = "size"
+
+    def __init__(self, *, allow_zero: bool = False) -> None:
+        self.allow_zero = allow_zero
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
@@ -49,7 +54,7 @@ class SizeType(click.ParamType[int]):
             size = int(float(number) * _SIZE_UNITS[unit])
         except ValueError:
             self.fail(f"{value!r} is not a size like 512m or 1g", param, ctx)
-        if size <= 0:
+        if size < 0 or (size == 0 and not self.allow_zero):
             self.fail(f"{value!r} must be positive", param, ctx)
         return size
 
@@ -79,7 +84,8 @@ class _Terminated(Exception):
     help="Run COMMAND in a fresh hardened container (no network, no capabilities, "
     "read-only root, non-root, resource limits) with the workspace at /workspace, "
     "then remove it. Exit status: the command's own; 124 on timeout; 137 when "
-    "OOM-killed; 130 when interrupted; 125 when warden itself failed.",
+    "OOM-killed; 122 when killed for crossing a disk limit; 130 when interrupted; "
+    "125 when warden itself failed.",
 )
 @click.option(
     "--workspace",
@@ -107,6 +113,22 @@ class _Terminated(Exception):
 @click.option(
     "--pids", type=click.IntRange(min=8), default=None, help="Process limit [default: 256]."
 )
+@click.option(
+    "--disk-write-limit",
+    type=SizeType(allow_zero=True),
+    default=None,
+    metavar="SIZE",
+    help="Most bytes the command may write (and largest file); 0: no cap "
+    "[default: WARDEN_DISK_WRITE_LIMIT, else 2g].",
+)
+@click.option(
+    "--disk-free-floor",
+    type=SizeType(allow_zero=True),
+    default=None,
+    metavar="SIZE",
+    help="Free space the workspace's file system must keep; 0: no floor "
+    "[default: WARDEN_DISK_FREE_FLOOR, else 1g].",
+)
 @click.option("--user", type=UserType(), default=None, help="uid:gid (default: the owner).")
 @click.option(
     "--label",
@@ -124,6 +146,8 @@ def exec_command(
     memory: int | None,
     cpus: float | None,
     pids: int | None,
+    disk_write_limit: int | None,
+    disk_free_floor: int | None,
     user: str | None,
     user_labels: tuple[str, ...],
     as_json: bool,
@@ -133,8 +157,11 @@ def exec_command(
 
     _log_warnings_to_stderr()
     labels = _parse_labels(user_labels)
+    disk = (disk_write_limit, disk_free_floor)
     try:
-        code = _run(workspace, image, timeout, memory, cpus, pids, user, labels, as_json, command)
+        code = _run(
+            workspace, image, timeout, memory, cpus, pids, disk, user, labels, as_json, command
+        )
     except WardenError as exc:
         click.echo(f"warden: error: {exc}", err=True)
         for note in getattr(exc, "__notes__", []):
@@ -151,6 +178,7 @@ def _run(
     memory: int | None,
     cpus: float | None,
     pids: int | None,
+    disk: tuple[int | None, int | None],
     user: str | None,
     user_labels: dict[str, str],
     as_json: bool,
@@ -158,13 +186,14 @@ def _run(
 ) -> int:
     from orchestrator import labels
     from orchestrator.backend.base import ResourceLimits, SandboxSpec
+    from orchestrator.backend.disk import DiskGuardedBackend
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.config import Settings
     from orchestrator.engine import connect_local
 
     settings = Settings.from_env()
     client = connect_local()
-    limits: dict[str, Any] = {}
+    limits: dict[str, Any] = {"disk": settings.disk_limits(*disk)}
     if memory is not None:
         limits["memory_bytes"] = memory
     if cpus is not None:
@@ -191,7 +220,7 @@ def _run(
             for error in exc.errors()
         )
         raise click.UsageError(f"invalid sandbox settings: {problems}") from exc
-    result = run_interruptible(DockerBackend(client, settings), spec)
+    result = run_interruptible(DiskGuardedBackend(DockerBackend(client, settings)), spec)
     if result is None:
         click.echo("warden: interrupted; container killed and removed", err=True)
         return EXIT_INTERRUPTED
@@ -204,6 +233,7 @@ def _run(
             "stderr": result.stderr,
             "truncated": result.truncated,
             "duration_s": round(result.duration_s, 4),
+            **({"reason": result.reason} if result.reason else {}),
         }
         sys.stdout.write(json.dumps(payload) + "\n")
         return code
@@ -248,6 +278,8 @@ def exit_status(result: SandboxResult) -> int:
         return EXIT_TIMED_OUT
     if status == "oom_killed":
         return EXIT_OOM_KILLED
+    if status == "disk_limit":
+        return EXIT_DISK_LIMIT
     return result.exit_code
 
 
@@ -259,6 +291,8 @@ def _describe(result: SandboxResult, timeout: float) -> str:
         return "out of memory: the kernel killed the command (raise --memory)"
     if status == "killed":
         return "the container was killed from outside"
+    if result.reason:
+        return result.reason
     return f"command exited with status {result.exit_code}"
 
 

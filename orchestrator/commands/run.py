@@ -7,10 +7,11 @@ import sys
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from orchestrator.commands.exec import SizeType
 from orchestrator.errors import WardenError
 from orchestrator.exit_codes import ExitCode, exit_code_for
 from orchestrator.results.models import Outcome
@@ -22,6 +23,9 @@ from orchestrator.results.report import (
     parse_fail_on,
 )
 from orchestrator.untrusted_text import printable
+
+if TYPE_CHECKING:
+    from orchestrator.backend.base import DiskLimits
 
 
 @click.command("run")
@@ -120,6 +124,22 @@ from orchestrator.untrusted_text import printable
     metavar="FILE",
     help="Write the run's permission decisions as JSON (as `warden audit --json`).",
 )
+@click.option(
+    "--disk-write-limit",
+    type=SizeType(allow_zero=True),
+    default=None,
+    metavar="SIZE",
+    help="Most bytes one subagent may write, e.g. 500m, 4g; 0: no cap "
+    "[default: WARDEN_DISK_WRITE_LIMIT, else 2g]. Crossing it kills the subagent (disk_limit).",
+)
+@click.option(
+    "--disk-free-floor",
+    type=SizeType(allow_zero=True),
+    default=None,
+    metavar="SIZE",
+    help="Free space the workspace's file system must keep; 0: no floor "
+    "[default: WARDEN_DISK_FREE_FLOOR, else 1g]. Falling below kills the subagent.",
+)
 def run(
     prompt: str,
     workspace: Path,
@@ -138,6 +158,8 @@ def run(
     fail_on: tuple[Outcome, ...],
     junit_path: Path | None,
     audit_out: Path | None,
+    disk_write_limit: int | None,
+    disk_free_floor: int | None,
 ) -> None:
     """Run PROMPT with a parent agent whose only tools delegate to subagents.
 
@@ -157,6 +179,7 @@ def run(
         background=background,
         protect=protect,
         token_budget=token_budget,
+        disk=settings.disk_limits(disk_write_limit, disk_free_floor),
     )
     state = RunState()
     try:
@@ -187,6 +210,8 @@ class RunOptions:
     background: bool = False
     protect: tuple[str, ...] = ()
     token_budget: int | None = None
+    disk: DiskLimits | None = None
+    """Sandbox disk limits (None: the settings' defaults)."""
 
 
 def make_approver(settings: Any, progress: Any, timeout_s: float | None) -> Any:
@@ -269,6 +294,7 @@ async def _run(
                     max_depth=options.max_depth,
                     max_total_tokens=options.token_budget,
                     fallback_uid=settings.fallback_uid,
+                    disk=options.disk or settings.disk_limits(),
                 ),
                 protect=options.protect,
             )

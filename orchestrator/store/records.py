@@ -22,6 +22,7 @@ TaskStatus = Literal[
     "stopped",
     "interrupted",
     "no_output",
+    "disk_limit",
 ]
 Decision = Literal["allow", "deny", "ask"]
 FinalDecision = Literal["allow", "deny"]
@@ -42,6 +43,7 @@ TASK_STATUSES: tuple[TaskStatus, ...] = (
     "stopped",
     "interrupted",
     "no_output",
+    "disk_limit",
 )
 ACTIVE_TASK_STATUSES: frozenset[TaskStatus] = frozenset({"pending", "running"})
 """A task in one of these has not ended; after a crash it is what needs recovering."""

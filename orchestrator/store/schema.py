@@ -27,7 +27,7 @@ from typing import Literal
 
 from orchestrator.errors import StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """`PRAGMA user_version` of the schema this code writes."""
 APPLICATION_ID = 0x5744524E  # "WDRN"
 """`PRAGMA application_id` that marks a file as a warden store."""
@@ -117,6 +117,18 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX audit_run ON audit (run_id, audit_id)",
     ),
     ("ALTER TABLE tasks ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0",),
+    # v3: a task may end `disk_limit`. SQLite cannot ALTER a CHECK constraint; it is
+    # widened in place (SQLite's documented writable_schema procedure, safe because
+    # every existing row satisfies the wider check). CREATE/DROP bumps the schema
+    # cookie so other connections reload the schema; RESET reloads this one's.
+    (
+        "PRAGMA writable_schema=ON",
+        "UPDATE sqlite_master SET sql = replace(sql, '''no_output'')', "
+        "'''no_output'',''disk_limit'')') WHERE type = 'table' AND name = 'tasks'",
+        "CREATE TABLE _warden_schema_bump (x)",
+        "DROP TABLE _warden_schema_bump",
+        "PRAGMA writable_schema=RESET",
+    ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 MARKUP = "[/bold] [link=http://127.0.0.1/]x[/link]"
 ESCAPES = "\x1b]8;;http://127.0.0.1/\x07click\x1b]8;;\x07 \x1b[2J"
 NOISY_COMMAND = f"sleep 4; echo '{MARKUP} {ESCAPES}'"
-RUN_DEADLINE_S = 150
+RUN_DEADLINE_S = 240
 
 
 def _script() -> dict[str, object]:
@@ -74,14 +74,15 @@ def _script() -> dict[str, object]:
     }
 
 
-def _run_on_a_terminal(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, bytes, bool]:
-    """Run argv on a pseudo-terminal, answer `a` to the first approval prompt."""
+def _run_on_a_terminal(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, bytes, int]:
+    """Run argv on a pseudo-terminal, answer `a` to each approval prompt; return the
+    exit status, everything printed, and how many questions were answered."""
     fd, tty = pty.openpty()
     child = subprocess.Popen(
         argv, stdin=tty, stdout=tty, stderr=tty, env=env, cwd=cwd, start_new_session=True
     )
     os.close(tty)
-    out, answered, deadline = b"", False, time.monotonic() + RUN_DEADLINE_S
+    out, answered, deadline = b"", 0, time.monotonic() + RUN_DEADLINE_S
     try:
         while time.monotonic() < deadline and child.poll() is None:
             ready, _, _ = select.select([fd], [], [], 0.5)
@@ -92,9 +93,10 @@ def _run_on_a_terminal(argv: list[str], env: dict[str, str], cwd: Path) -> tuple
             except OSError:  # EIO: the child closed the terminal
                 break
             out += chunk
-            if not answered and b"llow once" in out:
+            # Answer every question (the hostile command itself may ask too).
+            while out.count(b"llow once") > answered:
                 os.write(fd, b"a\n")
-                answered = True
+                answered += 1
         code = child.wait(timeout=max(1.0, deadline - time.monotonic()))
         with contextlib.suppress(OSError):
             while select.select([fd], [], [], 0.2)[0]:

@@ -178,6 +178,7 @@ def test_container_and_host_config_match_the_sdk(engine: FakeEngine, client: Eng
         "read_only": True, "tmpfs": {"/tmp": "rw,size=1"}, "shm_size": 16, "init": True,
         "mem_limit": 1 << 29, "memswap_limit": 1 << 29, "nano_cpus": 10**9, "pids_limit": 256,
         "log_config": {"type": "json-file", "config": {"max-size": "1m"}}, "runtime": None,
+        "ulimits": [{"Name": "fsize", "Soft": 1 << 30, "Hard": 1 << 30}],
     }  # fmt: skip
     sdk = docker.APIClient(base_url=f"unix://{engine.path}", version="1.41")
     host = client.create_host_config(**settings)

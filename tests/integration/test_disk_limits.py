@@ -1,0 +1,142 @@
+"""A sandbox cannot fill the host's disk: a subagent (or `warden exec`) that writes past
+its write limit, in one file or many, or drives the workspace's free space below the
+floor, is killed with status `disk_limit` and a message naming the limit and how to
+change it; the run goes on, and the other workspace files are intact."""
+
+# ruff: noqa: F811 - pytest fixtures are imported, then named as parameters
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.backend.base import DiskLimits
+from orchestrator.config import Settings
+from orchestrator.tasks import TaskInput, TaskManagerConfig, TaskStatus
+from tests.conftest import UNPRIVILEGED, warden_argv, warden_env
+from tests.integration.harness import PARENT_MATCH, convo, scripted_run, task, text, tool
+from tests.integration.sandbox_fixtures import (  # noqa: F401
+    docker_client,
+    label_args,
+    no_leftovers,
+    sandbox_image,
+)
+
+pytestmark = pytest.mark.integration
+
+MIB = 1024 * 1024
+CAP = 20 * MIB
+MANY_FILES = (
+    'python3 -c "import time\n'
+    "for i in range(12):\n"
+    "    open(f'part{i}', 'wb').write(b'x' * (4 << 20)); time.sleep(0.05)\n"
+    'time.sleep(30)"; touch finished.txt'
+)
+"""48 MiB in 4 MiB files: no single file reaches the 20 MiB cap, the sum does."""
+
+
+async def test_many_small_files_past_the_cap_kill_the_subagent_and_the_run_goes_on(
+    settings: Settings, workspace: Path
+) -> None:
+    (workspace / "keep.txt").write_text("precious\n")
+    script = [
+        convo(
+            "parent",
+            PARENT_MATCH,
+            [task("WRITER fill the disk", "bash")],
+            [text("parent saw: {last_tool_result}")],
+        ),
+        convo(
+            "writer",
+            {"prompt_contains": "WRITER"},
+            [tool("Bash", command="echo mine > mine.txt; " + MANY_FILES)],
+            [text("writer finished")],
+        ),
+    ]
+    config = TaskManagerConfig(disk=DiskLimits(write_limit_bytes=CAP, free_floor_bytes=0))
+    async with scripted_run(settings, workspace, script, config=config) as (run, _):
+        result = await run.parent.run("go")
+        [child] = run.manager.results.values()
+        record = run.store.get_task(child.task_id)
+
+    assert child.status is TaskStatus.DISK_LIMIT
+    assert child.error is not None
+    assert "write limit of 20.0 MiB" in child.error and "--disk-write-limit" in child.error
+    assert record.status == "disk_limit" and record.error == child.error
+    assert "parent saw: Task failed. Error: disk limit" in result.text  # the run went on
+    assert (workspace / "keep.txt").read_text() == "precious\n"
+    assert (workspace / "mine.txt").read_text() == "mine\n"
+    written = sum(p.stat().st_size for p in workspace.glob("part*"))
+    assert CAP <= written < 48 * MIB  # stopped well before it was done
+    assert not (workspace / "finished.txt").exists()
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs of the test's own, as a workspace whose free space the test controls."""
+    mount_point = tmp_path / "smallfs"
+    mount_point.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size=64m,uid={UNPRIVILEGED},gid={UNPRIVILEGED}",
+         "warden-test-smallfs", str(mount_point)],
+        check=True,
+    )  # fmt: skip
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+async def test_falling_below_the_free_space_floor_kills_the_subagent(
+    settings: Settings, small_fs: Path
+) -> None:
+    (small_fs / "keep.txt").write_text("precious\n")
+    os.chown(small_fs / "keep.txt", UNPRIVILEGED, UNPRIVILEGED)
+    script = [
+        convo(
+            "filler",
+            {"prompt_contains": "FILLER"},
+            [tool("Bash", command="head -c 40m /dev/zero > fill; sleep 30; touch finished.txt")],
+            [text("filler finished")],
+        )
+    ]
+    config = TaskManagerConfig(disk=DiskLimits(write_limit_bytes=0, free_floor_bytes=32 * MIB))
+    async with scripted_run(settings, small_fs, script, config=config) as (run, _):
+        result = await run.manager.run_task(
+            TaskInput(description="fill", prompt="FILLER", subagent_type="bash")
+        )
+    assert result.status is TaskStatus.DISK_LIMIT
+    assert result.error is not None
+    assert f"free space on the workspace's file system ({small_fs})" in result.error
+    assert "below the floor of 32.0 MiB" in result.error and "--disk-free-floor" in result.error
+    assert not (small_fs / "finished.txt").exists()  # killed, not left to sleep
+    assert (small_fs / "keep.txt").read_text() == "precious\n"
+
+
+def test_exec_one_huge_file_stops_at_the_cap_and_exits_122(
+    workspace: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    (workspace / "keep.txt").write_text("precious\n")
+    proc = subprocess.run(
+        warden_argv(
+            "exec", "--workspace", str(workspace), "--image", sandbox_image,
+            *label_args(no_leftovers), "--disk-write-limit", "20m", "--disk-free-floor", "0",
+            "--json", "--", "bash", "-c",
+            "dd if=/dev/zero of=big bs=1M count=200 status=none; sleep 30; touch finished.txt",
+        ),
+        capture_output=True, text=True, env=warden_env(), timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 122, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["status"] == "disk_limit" and out["exit_code"] == 122
+    assert "write limit of 20.0 MiB" in out["reason"]
+    assert not (workspace / "finished.txt").exists()
+    # RLIMIT_FSIZE stopped the file exactly at the cap, whatever the watcher's timing.
+    assert (workspace / "big").stat().st_size == CAP
+    assert (workspace / "keep.txt").read_text() == "precious\n"
