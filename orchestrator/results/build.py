@@ -100,7 +100,7 @@ def outcomes(tasks: Sequence[TaskSummary]) -> set[Outcome]:
     """Which `--fail-on` outcomes happened."""
     found: set[Outcome] = set()
     for task in tasks:
-        if task.status == "failed":
+        if task.status in ("failed", "disk_limit"):  # disk_limit: killed, so it failed
             found.add("failed")
         if task.status == "timed_out":
             found.add("timed_out")

@@ -16,7 +16,11 @@ from pathlib import Path
 from orchestrator.results.models import RunResult, TaskSummary
 from orchestrator.untrusted_text import as_data
 
-FAILING_STATUSES = {"failed": "failed", "timed_out": "timed out"}
+FAILING_STATUSES = {
+    "failed": "failed",
+    "timed_out": "timed out",
+    "disk_limit": "killed at a disk limit",
+}
 """Task statuses reported as a JUnit failure (denials are one too)."""
 SKIPPED_STATUSES = ("stopped", "interrupted", "pending", "running")
 """Task statuses reported as skipped: they never ran to an end."""
