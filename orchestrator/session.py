@@ -26,6 +26,7 @@ from orchestrator.permissions.approvers import NonInteractiveApprover
 from orchestrator.recovery import recover
 from orchestrator.results.parent_transcript import ObservedClient, ParentTranscript, transcript_path
 from orchestrator.tasks import PermissionGate, TaskManager, TaskManagerConfig
+from orchestrator.tracing import run_tracer
 from orchestrator.workspace import WorkspaceGuard
 from orchestrator.workspace.report import ExecutedPathsWatch
 from orchestrator.workspace.settings import protected_paths
@@ -69,6 +70,8 @@ class Run:
     parent: ParentAgent
     watch: ExecutedPathsWatch | None = None
     """Snapshot of executed paths taken before the first sandbox (the end-of-run report)."""
+    tracer: Any | None = None  # orchestrator.tracing.spans.RunTracer
+    """The run's OpenTelemetry spans, when tracing is on."""
 
     @property
     def events_path(self) -> Path:
@@ -93,6 +96,7 @@ async def open_run(
     registry: Any | None = None,
     runner_command: tuple[str, ...] | None = None,
     protect: tuple[str, ...] = (),
+    tracer_provider: Any | None = None,
 ) -> AsyncIterator[Run]:
     """Everything a run needs, started; on exit every container of this run is gone.
 
@@ -154,6 +158,12 @@ async def open_run(
             model=model,
             pid=os.getpid(),
         )
+        # A W3C trace id: the run's span and every event of the run carry it.
+        trace_id = secrets.token_hex(16)
+        tracer = run_tracer(run_id, trace_id, tracer_provider)
+        if tracer is not None:
+            trace_id = tracer.trace_id  # the same id also under a caller's own provider
+            stack.callback(tracer.finish)  # after the manager has ended every task
         events = EventLog(run_id, settings.state_dir / "runs" / run_id / "events.jsonl", store)
         if gate is None:
             gate = PolicyGate(
@@ -182,7 +192,7 @@ async def open_run(
             workspace=workspace,
             session=session,
             run_id=run_id,
-            trace_id=secrets.token_hex(8),
+            trace_id=trace_id,
             default_model=model,
             image_resolver=image_for,
             gate=gate,
@@ -200,10 +210,15 @@ async def open_run(
         observed = ObservedClient(
             anthropic_client, [ParentTranscript(transcript_path(settings.state_dir, run_id))]
         )
+        if tracer is not None:
+            events.listeners.append(tracer)
+            observed.hooks.append(tracer.parent_model_call)
+            manager.upstream_for = tracer.upstream_for
         parent = ParentAgent(client=observed, model=model, manager=manager)
         yield Run(
-            run_id, session, workspace, model, settings, store, events, manager, parent, watch
-        )
+            run_id, session, workspace, model, settings, store, events, manager, parent, watch,
+            tracer,
+        )  # fmt: skip
 
 
 async def _reap(backend: Any, session: str) -> None:

@@ -16,6 +16,7 @@ import logging
 import secrets
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -233,6 +234,8 @@ class TaskManager:
         """What sandboxes may not write (made before the first sandbox starts)."""
         self.registry = registry
         self.upstream = upstream
+        self.upstream_for: Callable[[Upstream, str, str | None], Upstream] | None = None
+        """Wraps the upstream a task's broker forwards model calls with (tracing)."""
         self.events = events
         self.store = store
         self.workspace = workspace
@@ -494,7 +497,9 @@ class TaskManager:
         broker = Broker(
             socket_dir=socket_dir,
             spec=spec,
-            upstream=self.upstream,
+            upstream=self.upstream
+            if self.upstream_for is None
+            else self.upstream_for(self.upstream, ctx.task_id, ctx.parent_id),
             host=TaskHost(self, ctx),
             budget=budget,
             identity=self.identity,

@@ -329,6 +329,8 @@ async def _run(
 
             traceback.print_exc()
         finally:
+            if the_run.tracer is not None:
+                the_run.tracer.set_outcome(state.status)
             await asyncio.to_thread(
                 the_run.store.finish_run,
                 the_run.run_id,

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,9 @@ MAX_PARENT_TRANSCRIPT_CHARS = 32_000_000
 """Largest parent transcript kept; beyond it the file keeps the last version that fit
 and says so (the run goes on)."""
 
-ModelCallHook = Callable[[dict[str, Any], Any], Awaitable[None]]
-"""Called after each model call with the request's keyword arguments and the response."""
+ModelCallHook = Callable[[dict[str, Any], Any, float, float], Awaitable[None]]
+"""Called after each model call with the request's keyword arguments, the response,
+and when the call started and ended (Unix time)."""
 
 
 def transcript_path(state_dir: Path, run_id: str) -> Path:
@@ -35,9 +37,11 @@ class _Messages:
         self._hooks = hooks
 
     async def create(self, **kwargs: Any) -> Any:
+        started = time.time()
         response = await self._inner.create(**kwargs)
+        ended = time.time()
         for hook in self._hooks:
-            await hook(kwargs, response)
+            await hook(kwargs, response, started, ended)
         return response
 
     def __getattr__(self, name: str) -> Any:
@@ -64,7 +68,9 @@ class ParentTranscript:
         self.path = path
         self.truncated = False
 
-    async def __call__(self, request: dict[str, Any], response: Any) -> None:
+    async def __call__(
+        self, request: dict[str, Any], response: Any, started: float, ended: float
+    ) -> None:
         content = [block.model_dump(mode="json", exclude_none=True) for block in response.content]
         document = {
             "model": request.get("model"),

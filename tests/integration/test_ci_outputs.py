@@ -156,3 +156,52 @@ def test_a_ci_job_gates_on_a_denial_and_publishes_json_junit_and_audit(
     assert plain.stdout.strip() == "all done"
     rows = [line for line in plain.stderr.splitlines() if "sa_" in line and "test task" in line]
     assert re.search(r"test task\W+general-purpose\W+completed\W.*\W1\W+1\W*$", rows[-1]), rows
+
+
+async def test_a_run_is_traced_with_spans_for_run_task_model_and_tool_calls(
+    settings: Settings, workspace: Path
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tests.integration.harness import scripted_run
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    script = [
+        convo("parent", PARENT_MATCH, [task("TRACED go", "bash")], [text("traced")]),
+        convo(
+            "traced",
+            {"prompt_contains": "TRACED"},
+            [tool("Bash", command="echo hi")],
+            [text("said hi")],
+        ),
+    ]
+    async with scripted_run(settings, workspace, script, tracer_provider=provider) as (run, _):
+        outcome = await run.parent.run("go")
+        run_id = run.run_id
+        events = run.store.events(run_id=run_id)
+    assert outcome.text == "traced"
+
+    spans = exporter.get_finished_spans()
+    names = [s.name for s in spans]
+    (run_span,) = [s for s in spans if s.name == "warden.run"]
+    (task_span,) = [s for s in spans if s.name == "warden.task"]
+    (tool_span,) = [s for s in spans if s.name == "tool Bash"]
+    model_spans = [s for s in spans if s.name == "model call"]
+    assert names.count("model call") == 4, names  # two parent turns, two subagent turns
+    # One W3C trace: the same id on every span and every event of the run.
+    trace_ids = {f"{s.context.trace_id:032x}" for s in spans}
+    assert trace_ids == {e.data["trace_id"] for e in events if e.data.get("trace_id")}
+    assert len(next(iter(trace_ids))) == 32
+    assert task_span.parent is not None and task_span.parent.span_id == run_span.context.span_id
+    assert tool_span.parent is not None and tool_span.parent.span_id == task_span.context.span_id
+    under_task = [
+        s for s in model_spans if s.parent and s.parent.span_id == task_span.context.span_id
+    ]
+    assert len(under_task) == 2
+    assert all(s.attributes and s.attributes["gen_ai.usage.output_tokens"] > 0 for s in under_task)
+    assert task_span.attributes and task_span.attributes["warden.tokens"] > 0
+    assert task_span.attributes["warden.status"] == "completed"
