@@ -271,13 +271,13 @@ class WordLexer:
         return "dynamic"
 
 
-_BRACE_TEXT = r"[A-Za-z0-9_./:=@%+-]"
+_BRACE_TEXT = r"[A-Za-z0-9_./:=@%+*?-]"
 _PLAIN_BRACE = re.compile(
     rf"(?P<pre>{_BRACE_TEXT}*)\{{(?P<items>{_BRACE_TEXT}*(?:,{_BRACE_TEXT}*)+)\}}"
     rf"(?P<post>{_BRACE_TEXT}*)"
 )
-"""The one brace expansion that is proven: literal text, one `{a,b,…}` list, no quotes,
-nesting, sequences or expansions."""
+"""The one brace expansion that is proven: literal text (and `*`, `?` globs), one
+`{a,b,…}` list, no quotes, nesting, sequences or expansions."""
 
 
 def expand_braces(raw: str) -> list[str]:

@@ -158,7 +158,9 @@ class _Analyser:
             expanded
             for word in cmd.words
             for expanded in (
-                [Word(w, w) for w in expand_braces(word.raw)] if word.brace else [word]
+                [Word(w, w, glob="*" in w or "?" in w) for w in expand_braces(word.raw)]
+                if word.brace
+                else [word]
             )
         ]
         self._run(words, dialect, depth, open_ended=False)

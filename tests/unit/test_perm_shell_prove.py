@@ -67,6 +67,7 @@ def problem(command: str) -> str:
         ("echo {} HEAD@{1}", ["echo {} HEAD@{1}"]),
         ("mkdir -p src/{components,utils}", ["mkdir -p src/components src/utils"]),
         ("cp setup.cfg{,.bak}", ["cp setup.cfg setup.cfg.bak"]),
+        ("wc -l src/*.{py,pyi}", ["wc -l src/*.py src/*.pyi"]),
         ("python -c 'print(1)'", ["python -c print(1)"]),
     ],
 )
@@ -189,7 +190,8 @@ def test_proven_commands_are_listed_exactly(command: str, expected: list[str]) -
         ("echo a{b,c}d{e,f}", "brace expansion"),  # more than one list
         ("echo {a,,b}", "brace expansion"),  # empty words vanish
         ("echo $x{a,b}", "brace expansion"),
-        ("echo {a,b}*", "brace expansion"),
+        ("echo {a,b}[0-9]", "brace expansion"),
+        ("{a,b}* x", "brace expansion"),
         ("echo > {a,b}", "brace expansion"),  # redirection target
         ("x={a,b} ls", "brace expansion"),
         ("echo a<(ls)", ""),
