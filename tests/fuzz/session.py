@@ -86,6 +86,20 @@ class Report:
         )
 
 
+BENIGN_CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "bash_benign.yaml"
+"""Realistic agent commands (the benign corpus); the allowed ones seed `--evolve`."""
+
+
+def benign_commands(path: Path = BENIGN_CORPUS) -> list[str]:
+    """The benign corpus's commands, or none when it is not there."""
+    if not path.exists():
+        return []
+    import yaml
+
+    entries = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("commands") or []
+    return [e if isinstance(e, str) else str(e.get("cmd", "")) for e in entries if e]
+
+
 def known_records(path: Path = REGRESSIONS) -> list[dict[str, object]]:
     if not path.exists():
         return []
@@ -206,11 +220,11 @@ def run(
     by itself after `cases` cases or `deadline_s` seconds. `splice_saved` lets the
     mutation stage splice saved bypasses into cases (then the cases of a seed also
     depend on regressions.jsonl). `evolving` makes half the cases edits of cases the
-    analyser allowed earlier in the run (then the cases of a seed also depend on the
-    analyser; they are the same for the same analyser)."""
+    analyser allowed (the benign corpus's, then the run's own), so the cases of a seed
+    also depend on the analyser and that corpus; they repeat when both are the same."""
     report = Report()
     fragments = known_commands() if splice_saved else []
-    pool: list[str] = []
+    pool: list[str] = [c for c in benign_commands() if decide(c)[0] == "allow"] if evolving else []
     seen = {skeleton(r["command"], r["saw"]) for r in known_records()}
     shapes: set[tuple[object, ...]] = set()
     began = time.monotonic()
