@@ -1,4 +1,5 @@
-"""Case generation: a grammar of bash commands, then a mutation stage.
+"""Case generation: a grammar of bash commands (this module and `deep.py`), then a
+mutation stage (`mutate.py`) over a share of the cases.
 
 Hand-written rather than a grammar-fuzzing library: what matters here is which
 corners of bash's grammar are hit (quoting of every kind, expansions that bash
@@ -8,7 +9,8 @@ comes from `random.Random(f"{s}:{i}")`, so the same seed gives the same cases
 and any slice of a run can be replayed alone.
 
 Network rule: the only addresses the grammar writes are 127.0.0.1 and
-localhost; `net_safe` rejects any case (after mutation) that could name another.
+localhost; `netrule.net_safe` rejects any case (after mutation) that could name
+another.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import random
 import re
 
 from tests.fuzz.deep import deep
+from tests.fuzz.mutate import MAX_CASE_CHARS, SEED_CORPUS, mutate
+from tests.fuzz.netrule import net_safe
 
 ALLOWED = [
     "echo",
@@ -139,9 +143,6 @@ HIJACK_PREFIXES = [
 ]
 """Prefixes that make an allowed program run something else (with the oracle's
 template files: gitcfg, .gitconfig, git/config, bashenv, bin/{echo,cat,ls,git})."""
-MUTATION_ALPHABET = " \t\n\r\x0b\xa0;&|<>()${}[]'\"`\\#*?!=~-_./:,%^@+0123456789abcdefghirstxyz"
-MAX_CASE_CHARS = 2000
-"""Longest case kept; longer ones are regenerated (bounded work per case)."""
 
 
 def denied_action(r: random.Random) -> str:
@@ -560,103 +561,6 @@ def compound(r: random.Random, depth: int = 0) -> str:
     return out
 
 
-# -- mutation -------------------------------------------------------------------------
-
-SEED_CORPUS = (
-    "echo hi",
-    "ls -la | grep x",
-    "cat x.txt | wc -l",
-    "echo $'\\x41' > /dev/null",
-    "printf '%s\\n' a b",
-    "git status && echo ok",
-    'echo "$HOME"',
-    "head -n 1 x.txt",
-    "echo ${x:-default}",
-    "tail -n 5 x.txt 2>&1",
-    "echo `date`",
-    "seq 3 | tr 1 2",
-    "cat <<'EOF'\nhi\nEOF",
-    "echo hi; true",
-    "echo $(( 1 + 2 ))",
-    "ls ./*",
-    "cat < /dev/null",
-    "echo a\\\nb",
-    "echo 'it''s'",
-    "basename a/b",
-    "echo {a,b}",
-)
-
-
-def mutate(r: random.Random, text: str, fragments: list[str]) -> str:
-    """1-4 edits: insert/delete/duplicate characters, splice fragments, flip quotes,
-    insert backslash-newline."""
-    for _ in range(r.randint(1, 4)):
-        if not text:
-            text = r.choice(SEED_CORPUS)
-        i = r.randrange(len(text) + 1)
-        op = r.randint(0, 7)
-        if op == 0:
-            text = text[:i] + r.choice(MUTATION_ALPHABET) + text[i:]
-        elif op == 1 and text:
-            j = min(len(text), i + r.randint(1, 3))
-            text = text[:i] + text[j:]
-        elif op == 2:
-            j = min(len(text), i + r.randint(1, 8))
-            text = text[:j] + text[i:j] + text[j:]
-        elif op == 3:
-            frag = r.choice(fragments)
-            a = r.randrange(len(frag) + 1)
-            b = min(len(frag), a + r.randint(1, 24))
-            text = text[:i] + frag[a:b] + text[i:]
-        elif op == 4:
-            quotes = [m.start() for m in re.finditer("['\"]", text)]
-            if quotes:
-                q = r.choice(quotes)
-                text = text[:q] + r.choice(["'", '"', "$'", '$"', "\\'", "`"]) + text[q + 1 :]
-        elif op == 5:
-            text = text[:i] + "\\\n" + text[i:]
-        elif op == 6:
-            text = (
-                text[:i]
-                + r.choice(["$(", ")", "${", "}", "<(", ">(", "<<", "#", "`", "$'"])
-                + text[i:]
-            )
-        else:
-            text = text[:i] + " " + denied_action(r) + " " + text[i:]
-    return text
-
-
-# -- the network rule -----------------------------------------------------------------
-
-_APPROVED = re.compile(r"/dev/(?:tcp|udp)/(?:127\.0\.0\.1|localhost)/\d{1,5}(?![\w.])")
-_SUSPECT = re.compile(r"tcp|udp|cp/|dp/|\d+\.\d+\.\d+\.\d+|::|0x[0-9a-f]{4}", re.IGNORECASE)
-_ESCAPES = re.compile(
-    r"\\(?:x([0-9a-fA-F]{1,2})|u([0-9a-fA-F]{1,4})|U([0-9a-fA-F]{1,8})|([0-7]{1,3}))"
-)
-
-
-def _unescape(text: str) -> str:
-    def one(m: re.Match[str]) -> str:
-        hexa, u4, u8, octal = m.groups()
-        code = int(hexa or u4 or u8, 16) if (hexa or u4 or u8) else int(octal, 8)
-        return chr(code) if code < 0x110000 else ""
-
-    return _ESCAPES.sub(one, text)
-
-
-def net_safe(command: str) -> bool:
-    """True when the only network addresses `command` can name are loopback ones.
-
-    Conservative: in the text as written, with ANSI-C escapes decoded, and with quote
-    characters and backslash-newlines dropped, once the approved
-    `/dev/{tcp,udp}/{127.0.0.1,localhost}/PORT` paths are removed, no other spelling
-    of a network path or an IP address may remain."""
-    joined = command.replace("\\\n", "")
-    variants = [command, joined, _unescape(joined)]
-    variants += [re.sub(r"[\"'\\$`]", "", v) for v in variants]
-    return not any(_SUSPECT.search(_APPROVED.sub("", v)) for v in variants)
-
-
 def generate(seed: int, index: int, fragments: list[str]) -> str:
     """Case `index` of run `seed`: a grammar case, sometimes mutated (loopback-only)."""
     r = random.Random(f"{seed}:{index}")
@@ -669,68 +573,4 @@ def generate(seed: int, index: int, fragments: list[str]) -> str:
         else:
             case = compound(r)
         if len(case) <= MAX_CASE_CHARS and net_safe(case):
-            return case
-
-
-DANGER_FRAGMENTS = [
-    "$(touch p)",
-    "`id`",
-    "; rm -f x.txt",
-    ">out",
-    "$'\\''",
-    "\\\n",
-    "#",
-    "<(id)",
-    ">(id)",
-    "${x:-",
-    "}",
-    "'",
-    '"',
-    "a[$(id)]",
-    "\r\n",
-    "&>",
-    "<>",
-    "{fd}>",
-    "sh -c ",
-    "xargs ",
-    "env -S ",
-    "eval ",
-    "<<E\n",
-    "\nE\n",
-    "$((",
-    "))",
-    "${!",
-    "@P}",
-    "\n",
-    ";",
-    "&",
-    "|",
-    "touch p",
-    " -exec ",
-    "$0",
-    "$1",
-    "\\",
-    "$",
-    "(",
-    ")",
-    "{",
-    "2>",
-    "3<.",
-    "/dev/fd/3/x",
-    "PATH=bin ",
-    "HOME=. ",
-    "BASH_ENV=bashenv ",
-    "x=touch; $x",
-    "exec ",
-    "source ",
-]
-
-
-def evolve(seed: int, index: int, pool: list[str]) -> str:
-    """Case `index` of an evolving run: a case the analyser allowed earlier, with 1-4
-    edits that splice in dangerous fragments (loopback-only)."""
-    r = random.Random(f"evolve:{seed}:{index}")
-    while True:
-        case = mutate(r, r.choice(pool), DANGER_FRAGMENTS)
-        if case.strip() and len(case) <= MAX_CASE_CHARS and net_safe(case):
             return case

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tests.fuzz.generate import evolve, generate, net_safe
+from tests.fuzz.generate import generate
 from tests.fuzz.judge import ALLOW_RULES, Violation, decide, violations
+from tests.fuzz.mutate import evolve
+from tests.fuzz.netrule import net_safe
 from tests.fuzz.oracle import Observation, OracleError
 
 REGRESSIONS = Path(__file__).resolve().parent / "regressions.jsonl"

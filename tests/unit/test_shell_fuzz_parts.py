@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fuzz.generate import evolve, generate, mutate, net_safe
+from tests.fuzz.generate import generate
 from tests.fuzz.judge import NetworkRuleError, covered, violations
+from tests.fuzz.mutate import evolve, mutate
+from tests.fuzz.netrule import net_safe
 from tests.fuzz.oracle import Observation
 from tests.fuzz.oracle_image import driver
 from tests.fuzz.session import MINIMISE_BUDGET, minimise, skeleton
