@@ -335,10 +335,10 @@ _HANDLERS = {
     "flock": _flock, "watch": _watch, "command": _command, "exec": _exec,
 }
 
-_SHELL_FLAGS = "euxvfCabhnBH"
-_SAFE_SET_O = frozenset(
-    {"errexit", "nounset", "pipefail", "xtrace", "verbose", "noglob", "noclobber", "allexport"}
-)
+_SHELL_FLAGS = "euxvfCbhn"
+"""Shell options that do not change what runs (`-a` would export every assignment,
+`+B` would turn brace expansion off, `-i`/`-l` read start-up files: those ask)."""
+_SAFE_SET_O = frozenset({"errexit", "nounset", "pipefail", "xtrace", "verbose", "noglob", "noclobber"})
 
 
 def _shell(name: str, args: list[Word]) -> Unwrapped | None:

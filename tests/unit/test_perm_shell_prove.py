@@ -262,6 +262,9 @@ def test_bash_c_and_sh_c_bodies_are_analysed() -> None:
     assert "not analysed" in problem("bash -i -c 'ls'")  # interactive shells read rc files
     assert "not analysed" in problem("bash --rcfile x -c 'ls'")
     assert "not analysed" in problem("bash -O extglob -c 'ls'")
+    assert "not analysed" in problem("bash -a -c 'x=1; ls'")  # exports every assignment
+    assert "not analysed" in problem("bash +B -c 'echo {a,b}'")  # no brace expansion
+    assert "not analysed" in problem("bash -o allexport -c 'ls'")
     assert commands("eval 'a; b'") == ["a", "b"]
 
 
