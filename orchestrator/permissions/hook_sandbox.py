@@ -1,8 +1,9 @@
 """Run a hook in a hardened sandbox instead of on the host (`"sandbox": true`).
 
 The hook gets what a subagent's sandbox gets: no network, no capabilities, a
-read-only root, resource limits, the workspace at `/workspace` with `.claude/`
-and `.git` read-only, and nothing else from the host (no key, no home). Its
+read-only root, resource limits, the workspace at `/workspace` with `.claude/`,
+`.git` and the settings' `warden.protect` paths read-only (not `--protect`
+ones: hooks do not see the command line), and nothing else from the host (no key, no home). Its
 input JSON is mounted read-only and fed to its stdin; its stdout, stderr and
 exit code are read back as for a host hook, and its timeout kills the
 container. It goes through the same backend as `warden exec`, in the `agent`
@@ -53,6 +54,7 @@ def _run(
     from orchestrator.engine import connect_local
     from orchestrator.images import resolve_image
     from orchestrator.workspace import WorkspaceGuard
+    from orchestrator.workspace.settings import protected_paths
 
     started = time.monotonic()
     hook_id = secrets.token_hex(6)
@@ -67,7 +69,9 @@ def _run(
         try:
             mounts = [Mount(source=Path(tmp), target=HOOK_INPUT_DIR, read_only=True)]
             if workspace is not None:
-                mounts += WorkspaceGuard.prepare(workspace).mounts()
+                settings = Settings.from_env()
+                protect = protected_paths(settings, workspace)
+                mounts += WorkspaceGuard.prepare(workspace, optional=protect).mounts()
             spec = SandboxSpec(
                 image=resolve_image(client, HOOK_IMAGE),
                 command=["sh", "-c", HOOK_SHELL, "warden-hook", command],
