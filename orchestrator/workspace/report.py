@@ -194,9 +194,7 @@ def take_snapshot(
     workspace: Path, patterns: Sequence[str], *, limit: int = MAX_SCAN_ENTRIES
 ) -> Snapshot:
     """Walk the workspace (breadth-first, no links followed) and record what matches."""
-    matcher = re.compile(
-        "(?:" + "|".join(pattern_regex(p) for p in patterns) + ")(?:/.*)?", re.DOTALL
-    )
+    matcher = _Matcher(patterns)
     entries: dict[str, _Entry] = {}
     queue: deque[tuple[str, str]] = deque([(str(workspace), "")])
     visited = 0
@@ -213,13 +211,16 @@ def take_snapshot(
                 return Snapshot(entries, visited, truncated=True)
             visited += 1
             rel = f"{rel_dir}/{child.name}"
-            try:
-                info = child.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if matcher.fullmatch(rel):
+            if matcher.matches(rel, child.name):
+                try:
+                    info = child.stat(follow_symlinks=False)
+                except OSError:
+                    continue
                 entries[rel.lstrip("/")] = _describe(child.path, info)
-            if not stat.S_ISDIR(info.st_mode):
+            try:
+                if not child.is_dir(follow_symlinks=False):
+                    continue
+            except OSError:
                 continue
             if in_node_modules and child.name != ".bin":
                 continue
@@ -228,6 +229,30 @@ def take_snapshot(
                 continue
             queue.append((child.path, rel))
     return Snapshot(entries, visited, truncated=False)
+
+
+class _Matcher:
+    """`patterns` as one test: `/**/NAME` patterns (the common case) by a set lookup on
+    the path's components, the rest by one anchored regex (gitignore semantics: a
+    pattern also covers everything under what it names)."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.names: set[str] = set()
+        rest = []
+        for pattern in patterns:
+            name = pattern.removeprefix("/**/")
+            if name != pattern and not any(c in name for c in "*?[/"):
+                self.names.add(name)
+            else:
+                rest.append(pattern)
+        self.regex = re.compile(
+            "(?:" + "|".join(pattern_regex(p) for p in rest) + ")(?:/.*)?", re.DOTALL
+        )
+
+    def matches(self, rel: str, name: str) -> bool:
+        if name in self.names or (self.names and not self.names.isdisjoint(rel.split("/"))):
+            return True
+        return self.regex.fullmatch(rel) is not None
 
 
 def _describe(path: str, info: os.stat_result) -> _Entry:
