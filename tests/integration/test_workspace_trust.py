@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.agents import AgentRegistry
 from orchestrator.config import Settings
 from orchestrator.errors import UnknownAgentError, UnsafeMountError
+from orchestrator.permissions import load_policy
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, CallbackApprover
 from orchestrator.tasks import TaskInput, TaskManagerConfig, TaskStatus
 from tests.conftest import UNPRIVILEGED, warden_argv, warden_env
@@ -142,10 +144,10 @@ async def test_claude_dir_is_created_and_read_only_even_in_a_warm_sandbox_with_a
     assert "Read-only file system" in result.text or "Device or resource busy" in result.text
     assert sorted(os.listdir(claude)) == []
     assert not (workspace / ".claude-moved").exists()
-    # The next run honours none of it.
-    async with scripted_run(settings, workspace, IDLE) as (run2, _):
-        with pytest.raises(UnknownAgentError):
-            run2.manager.registry.get("evil")
+    # The next run honours none of it: the same loaders it uses see no agent, no mode.
+    with pytest.raises(UnknownAgentError):
+        AgentRegistry.load(settings, workspace).get("evil")
+    assert load_policy(settings, workspace).mode == "default"
 
 
 async def test_git_metadata_cannot_be_redirected_replaced_or_moved(
