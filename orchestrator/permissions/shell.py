@@ -199,6 +199,9 @@ class _Analyser:
         if unwrapped is None:
             self.result.commands.append(record)
             return
+        for w in [*unwrapped.writes, *unwrapped.reads]:
+            if replace and replace in w.value:
+                raise Unprovable(f"'{name}' file {w.raw!r} is replaced at run time")
         for w in unwrapped.writes:
             self._target(w, write=True)
         for w in unwrapped.reads:

@@ -133,6 +133,9 @@ def test_wrappers_are_looked_through_in_every_option_form(command: str, inner: s
         ("xargs --process-slot-var=PATH rm", "process-slot-var"),
         ("xargs -I{} {} x", "command name"),
         ("xargs -I X sh -c 'X'", "replaced at run time"),
+        ("xargs -I{} flock {} ls", "replaced at run time"),  # the lock file is written
+        ("find . -exec flock {} ls \\;", "replaced at run time"),
+        ("xargs -I@ xargs -a @ ls", "replaced at run time"),
         ("xargs $opt rm", "only known at run time"),
         ("timeout $t rm", "only known at run time"),  # $t could be options
         ("command -x rm", "not an option"),
