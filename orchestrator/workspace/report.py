@@ -187,7 +187,10 @@ class SensitiveReport(BaseModel):
 
 
 def _printable(text: str) -> str:
-    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
+    # The one helper for container text on a terminal (paths are written by sandboxes).
+    from orchestrator.untrusted_text import printable
+
+    return printable(text, None)
 
 
 def take_snapshot(
