@@ -286,10 +286,12 @@ class DiskGuardedBackend(ContainerBackend):
         return container_id
 
     def _meter(self, container_id: str) -> ProcessTreeMeter | None:
-        pid = self.inner.host_pid(container_id)
+        # Never raises: the container is running, and its id must reach the caller
+        # (who removes it) whatever happens here.
         try:
+            pid = self.inner.host_pid(container_id)
             return ProcessTreeMeter(pid) if pid else None
-        except OSError as exc:
+        except Exception as exc:
             if not self._warned:
                 self._warned = True
                 log.warning(

@@ -207,3 +207,16 @@ def test_a_v1_store_learns_the_disk_limit_status(tmp_path: Path) -> None:
         assert store.get_task("sa_1").status == "disk_limit"
     with pytest.raises(sqlite3.IntegrityError):  # the check still holds for the rest
         sqlite3.connect(path).execute("UPDATE tasks SET status = 'bogus'")
+
+
+def test_a_failing_pid_lookup_still_returns_the_container(tmp_path: Path) -> None:
+    class NoPid(FakeBackend):
+        def host_pid(self, container_id: str) -> int | None:
+            raise OSError("engine went away")
+
+    backend = DiskGuardedBackend(NoPid(), poll_s=0.01)
+    container = backend.start(spec(tmp_path, DiskLimits(free_floor_bytes=0)))
+    assert backend._watches[container].meter is None  # per-file limit and floor only
+    backend.kill(container)
+    backend.wait(container, timeout_s=10)
+    backend.remove(container)
