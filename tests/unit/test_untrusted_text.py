@@ -275,3 +275,24 @@ def test_audit_shows_literal_text(state: Path) -> None:
     assert "[/bold]" in shown
     for raw in RAW_CONTROLS:
         assert raw not in shown
+
+
+def test_run_summary_table_shows_literal_text() -> None:
+    from orchestrator.results.models import RunResult, TaskSummary
+    from orchestrator.results.summary import print_summary
+
+    task = TaskSummary(
+        task_id="sa_1", parent_id=None, depth=1, agent_type=f"evil{CLOSE_TAG}",
+        description=f"{LINK} {OSC8}", status="disk_limit", duration_s=1.0, tokens=1, turns=1,
+        tool_calls=1, denials=0, asks=0, files_written=[], error=HOSTILE,
+    )  # fmt: skip
+    result = RunResult(
+        run_id="run_1", status="completed", exit_code=0, result=HOSTILE, duration_s=1.0,
+        tokens=1, tasks=[task], denials=[], fail_on=[], failed_on=[],
+    )  # fmt: skip
+    out = io.StringIO()
+    print_summary(result, out)
+    shown = out.getvalue()
+    assert "evil[/bold]" in shown and "[link=http://127.0.0.1/]x[/link]" in shown
+    for raw in RAW_CONTROLS:
+        assert raw not in shown
