@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,8 @@ class PolicyGate:
         self.events = events
         self.approvals = approvals or SessionApprovals()
         self._tasks: dict[str, TaskContext] = {}
+        self.known_tasks: Mapping[str, TaskContext] = {}
+        """Every task of the run (the manager's), so a question names all its ancestors."""
         self._engines: dict[str, PermissionEngine] = {}
 
     def engine_for(self, task: TaskContext) -> PermissionEngine:
@@ -159,9 +162,13 @@ class PolicyGate:
         parent = task.parent_id
         while parent is not None:
             chain.insert(0, parent)
-            ancestor = self._tasks.get(parent)
+            ancestor = self.known_tasks.get(parent) or self._tasks.get(parent)
             parent = ancestor.parent_id if ancestor else None
         return chain
+
+    def _agent_of(self, task_id: str) -> str:
+        task = self.known_tasks.get(task_id) or self._tasks.get(task_id)
+        return task.agent_type if task is not None else "?"
 
     async def _ask(
         self,
@@ -176,6 +183,8 @@ class PolicyGate:
             agent_type=task.agent_type,
             description=task.description,
             chain=tuple(self.chain(task)),
+            chain_agents=tuple(self._agent_of(t) for t in self.chain(task)),
+            run_id=task.run_id,
             tool_name=call.tool_name,
             tool_input=tool_input,
             input_hash=digest,

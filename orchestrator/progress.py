@@ -180,15 +180,39 @@ class Progress:
 
 
 class _PausingApprover:
+    """One question at a time with the live table stopped; says how many more wait
+    and echoes each answer, so a person answering several knows where they are."""
+
     def __init__(self, inner: Any, progress: Progress) -> None:
         self.inner = inner
         self.progress = progress
         self._lock = asyncio.Lock()
+        self.waiting = 0
 
     async def approve(self, question: Any) -> Any:
-        async with self._lock:
-            self.progress.pause()
-            try:
-                return await self.inner.approve(question)
-            finally:
-                self.progress.resume()
+        from orchestrator.permissions.approvers import describe_answer
+
+        self.waiting += 1
+        asking = False
+        try:
+            async with self._lock:
+                self.waiting, asking = self.waiting - 1, True
+                self.progress.pause()
+                try:
+                    if self.waiting:
+                        self._note(
+                            f"warden: {self.waiting} more question(s) waiting after this one"
+                        )
+                    answer = await self.inner.approve(question)
+                    self._note(describe_answer(question, answer))
+                    return answer
+                finally:
+                    self.progress.resume()
+        finally:
+            if not asking:  # cancelled while waiting its turn
+                self.waiting -= 1
+
+    def _note(self, text: str) -> None:
+        note = getattr(self.inner, "note", None)
+        if note is not None:
+            note(text)

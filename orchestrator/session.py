@@ -200,6 +200,8 @@ async def open_run(
             guard=guard,
             **({"runner_command": runner_command} if runner_command else {}),
         )
+        if isinstance(gate, PolicyGate):
+            gate.known_tasks = manager.tasks  # questions name every ancestor
         # Whatever happens, no container of this run outlives it: the reaper runs
         # last, after the manager has stopped its tasks and emptied its warm pool.
         stack.push_async_callback(_reap, backend, session)

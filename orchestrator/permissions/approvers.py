@@ -39,7 +39,11 @@ class ApprovalQuestion(BaseModel):
     description: str = ""
     """The task's description (written by its parent's model: untrusted)."""
     chain: tuple[str, ...] = ()
-    """Ancestor task ids, root first."""
+    """The asking task's ancestors' ids, root first, ending with the task itself."""
+    chain_agents: tuple[str, ...] = ()
+    """The agent type of each task in `chain` (may be shorter when not known)."""
+    run_id: str = ""
+    """The run the task belongs to."""
     tool_name: str
     """The tool."""
     tool_input: dict[str, Any]
@@ -99,6 +103,16 @@ class SessionApprovals:
         return (tool_name, input_hash(tool_name, tool_input)) in self._allowed
 
 
+def chain_text(q: ApprovalQuestion) -> str:
+    """`run R → parent agent → sa_A (general-purpose) → sa_B (bash)`: who asks, through whom."""
+    ids = list(q.chain) if q.chain and q.chain[-1] == q.task_id else [*q.chain, q.task_id]
+    agents = [*q.chain_agents, *["?"] * len(ids)][: len(ids)]
+    agents[-1] = q.agent_type
+    hops = [f"{task_id} ({agent})" for task_id, agent in zip(ids, agents, strict=True)]
+    head = [f"run {q.run_id}"] if q.run_id else []
+    return " → ".join([*head, "parent agent", *hops])
+
+
 def render_question(q: ApprovalQuestion) -> str:
     """The question as plain text, container-originated parts quoted as data."""
     shown = json.dumps(q.tool_input, indent=2, ensure_ascii=False)
@@ -108,10 +122,9 @@ def render_question(q: ApprovalQuestion) -> str:
         shown = shown[:MAX_SHOWN_INPUT_CHARS]
     body = "\n".join("  │ " + line for line in as_data(shown).split("\n"))
     desc = "\n".join("  │ " + line for line in as_data(q.description).split("\n"))
-    chain = " → ".join([*q.chain, q.task_id])
     return (
         f"Permission request from task {as_data(q.task_id)} ({as_data(q.agent_type)})\n"
-        f"  chain: {as_data(chain)}\n"
+        f"  chain: {as_data(chain_text(q))}\n"
         f"  task description (from the agent, shown as data):\n{desc}\n"
         f"  tool: {as_data(q.tool_name)}   input sha256: {q.input_hash[:16]}\n"
         f"  input (from the agent, shown as data):\n{body}{cut}\n"
@@ -174,7 +187,7 @@ class TerminalApprover:
         console = Console(file=self._out, highlight=False, emoji=False, markup=False)
         # Text, never a markup string: the question carries container text.
         console.print(Panel(Text(render_question(q)), title="warden: approval needed"))
-        choices = Text.assemble(("[a]", "bold"), "llow once  [s] allow for this session  [d]eny > ")
+        choices = Text.assemble(("[a]", "bold"), PLAIN_CHOICES.removeprefix("[a]"))
         return lambda: console.print(choices, end="")
 
     def _show_plain(self, q: ApprovalQuestion) -> Callable[[], None]:
@@ -185,8 +198,25 @@ class TerminalApprover:
         self._out.write(text)
         self._out.flush()
 
+    def note(self, text: str) -> None:
+        """A line around the prompt (queue length, the answer given); never fails."""
+        try:
+            self._write(text + "\n")
+        except Exception:
+            log.warning("could not write to the terminal: %s", text)
 
-PLAIN_CHOICES = "[a]llow once  [s] allow for this session  [d]eny > "
+
+def describe_answer(q: ApprovalQuestion, answer: ApprovalAnswer) -> str:
+    """The answer echoed back in one line, e.g. `denied Bash for sa_… (bash): reason`."""
+    if answer.behavior == "allow":
+        what = "allowed for the rest of this run" if answer.scope == "session" else "allowed once"
+    else:
+        what = "denied"
+    reason = f": {as_data(answer.reason)}" if answer.behavior == "deny" and answer.reason else ""
+    return f"warden: {what}: {as_data(q.tool_name)} for {as_data(q.task_id)} ({as_data(q.agent_type)}){reason}"
+
+
+PLAIN_CHOICES = "[a]llow once  [s] allow this exact input again for the rest of this run  [d]eny > "
 
 
 def _display_failed(exc: Exception, user: str) -> ApprovalAnswer:

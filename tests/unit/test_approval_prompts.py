@@ -1,0 +1,92 @@
+"""Locks in what a person answering questions sees: the chain names the run, the
+parent agent and every ancestor once (not `sa_X → sa_X`) with agent types; the
+session choice says what it covers; with several questions waiting each prompt
+says how many more wait, and every answer is echoed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from orchestrator.permissions.approvers import (
+    PLAIN_CHOICES,
+    ApprovalAnswer,
+    ApprovalQuestion,
+    chain_text,
+    describe_answer,
+    render_question,
+)
+from orchestrator.progress import Progress
+
+
+def _question(task_id: str = "sa_child", **extra: Any) -> ApprovalQuestion:
+    fields: dict[str, Any] = {
+        "task_id": task_id,
+        "agent_type": "bash",
+        "description": "count lines",
+        "chain": ("sa_root", task_id),
+        "chain_agents": ("general-purpose", "bash"),
+        "run_id": "run_1",
+        "tool_name": "Bash",
+        "tool_input": {"command": "wc -l *.py"},
+        "input_hash": "0" * 64,
+        "asked_by": "mode: default",
+    }
+    return ApprovalQuestion(**(fields | extra))
+
+
+def test_the_chain_names_run_parent_and_each_ancestor_once() -> None:
+    assert chain_text(_question()) == (
+        "run run_1 → parent agent → sa_root (general-purpose) → sa_child (bash)"
+    )
+    # A root-level task's chain is itself only; an older caller's chain without the
+    # task itself still ends with it exactly once.
+    assert chain_text(_question(chain=("sa_child",), chain_agents=("bash",))).endswith(
+        "parent agent → sa_child (bash)"
+    )
+    assert chain_text(_question(chain=("sa_root",), chain_agents=())).endswith(
+        "sa_root (?) → sa_child (bash)"
+    )
+    shown = render_question(_question())
+    assert "sa_child (bash) → sa_child" not in shown and "count lines" in shown
+
+
+def test_the_session_choice_says_what_it_covers() -> None:
+    assert "allow this exact input again for the rest of this run" in PLAIN_CHOICES
+
+
+class _Inner:
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.release = asyncio.Event()
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
+        await self.release.wait()
+        if q.task_id == "sa_b":
+            return ApprovalAnswer(behavior="deny", reason="no", decided_by="terminal")
+        return ApprovalAnswer(behavior="allow", scope="session", decided_by="terminal")
+
+
+async def test_queued_questions_are_counted_and_each_answer_echoed() -> None:
+    inner = _Inner()
+    approver = Progress(json_mode=False).pausing(inner)
+    asks = [asyncio.create_task(approver.approve(_question(t))) for t in ("sa_a", "sa_b", "sa_c")]
+    await asyncio.sleep(0.05)
+    inner.release.set()
+    answers = await asyncio.gather(*asks)
+    assert [a.behavior for a in answers] == ["allow", "deny", "allow"]
+    # The first was asked before the others arrived; each later prompt counts the
+    # questions still behind it.
+    assert inner.notes == [
+        "warden: allowed for the rest of this run: Bash for sa_a (bash)",
+        "warden: 1 more question(s) waiting after this one",
+        "warden: denied: Bash for sa_b (bash): no",
+        "warden: allowed for the rest of this run: Bash for sa_c (bash)",
+    ]
+    assert approver.waiting == 0
+    assert describe_answer(
+        _question(), ApprovalAnswer(behavior="allow", decided_by="x")
+    ).startswith("warden: allowed once: Bash")
