@@ -188,6 +188,9 @@ class TaskManagerConfig:
     checked before each call); an agent's `tokenBudget` may lower it, never raise it."""
     fallback_uid: int = 1000
     """uid:gid sandboxes run as when the workspace is owned by root."""
+    user: str | None = None
+    """`uid:gid` every sandbox runs as (`warden run --user`; never root); default:
+    the workspace owner."""
     max_depth: int = 1
     """How deep tasks may nest: 1 = subagents may not delegate; 2 = they may, once."""
     max_children_per_task: int = 10
@@ -248,7 +251,7 @@ class TaskManager:
         self.config = config or TaskManagerConfig()
         self.runner_command = runner_command
         raise_open_file_limit()
-        self.identity = sandbox_identity(workspace, self.config.fallback_uid)
+        self.identity = sandbox_identity(workspace, self.config.fallback_uid, self.config.user)
         """The uid:gid every sandbox of this run runs as; its broker admits only it."""
         self.tasks: dict[str, TaskContext] = {}
         self.results: dict[str, TaskResult] = {}
@@ -720,9 +723,16 @@ def _limits(agent: Any) -> ResourceLimits:
     return limits
 
 
-def sandbox_identity(workspace: Path, fallback_uid: int) -> SandboxIdentity:
-    """The workspace owner's uid:gid (so files it writes stay the user's), or the
-    fallback when root owns the workspace: a sandbox never runs as root."""
+def sandbox_identity(
+    workspace: Path, fallback_uid: int, user: str | None = None
+) -> SandboxIdentity:
+    """`user` when given, else the workspace owner's uid:gid (so files it writes stay
+    the user's), or the fallback when root owns the workspace: a sandbox never runs
+    as root (`parse_user` refuses uid or gid 0)."""
+    if user is not None:
+        from orchestrator.backend.base import parse_user
+
+        return SandboxIdentity(*parse_user(user))
     try:
         owner = workspace.stat()
     except OSError:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.commands.exec import SizeType
+from orchestrator.commands.exec import SizeType, UserType
 from orchestrator.errors import WardenError
 from orchestrator.exit_codes import ExitCode, exit_code_for
 from orchestrator.results.models import Outcome
@@ -102,6 +102,12 @@ if TYPE_CHECKING:
     help="Run Task calls in the background unless the model asks otherwise.",
 )
 @click.option(
+    "--user",
+    type=UserType(),
+    default=None,
+    help="uid:gid every sandbox runs as (default: the workspace owner; never root).",
+)
+@click.option(
     "--fail-on",
     callback=lambda _ctx, _param, value: parse_fail_on(value),
     default=None,
@@ -155,6 +161,7 @@ def run(
     protect: tuple[str, ...],
     token_budget: int | None,
     background: bool,
+    user: str | None,
     fail_on: tuple[Outcome, ...],
     junit_path: Path | None,
     audit_out: Path | None,
@@ -180,6 +187,7 @@ def run(
         protect=protect,
         token_budget=token_budget,
         disk=settings.disk_limits(disk_write_limit, disk_free_floor),
+        user=user,
     )
     state = RunState()
     try:
@@ -212,6 +220,8 @@ class RunOptions:
     token_budget: int | None = None
     disk: DiskLimits | None = None
     """Sandbox disk limits (None: the settings' defaults)."""
+    user: str | None = None
+    """uid:gid of every sandbox (None: the workspace owner)."""
 
 
 def make_approver(settings: Any, progress: Any, timeout_s: float | None) -> Any:
@@ -295,6 +305,7 @@ async def _run(
                     max_total_tokens=options.token_budget,
                     fallback_uid=settings.fallback_uid,
                     disk=options.disk or settings.disk_limits(),
+                    user=options.user,
                 ),
                 protect=options.protect,
             )

@@ -54,6 +54,7 @@ def test_a_ci_job_gates_on_a_denial_and_publishes_json_junit_and_audit(
     settings: Settings, workspace: Path, tmp_path: Path
 ) -> None:
     (workspace / "keep.txt").write_text("precious\n")
+    workspace.chmod(0o777)  # the sandboxes run as another unprivileged user (--user)
     script = [
         convo("parent", PARENT_MATCH, [task("CLEANER go", "general-purpose")], [text("all done")]),
         convo(
@@ -71,12 +72,13 @@ def test_a_ci_job_gates_on_a_denial_and_publishes_json_junit_and_audit(
         settings,
         "run", "go", "--replay", str(script_path), "--workspace", str(workspace),
         "--permission-mode", "acceptEdits", "--deny", "Bash(rm:*)",
-        "--json", "--fail-on", "failed,denied", "--junit", str(junit), "--audit-out", str(audit_out),
+        "--json", "--fail-on", "failed,denied", "--user", "1234:1234", "--junit", str(junit), "--audit-out", str(audit_out),
     )  # fmt: skip
 
     # The denial is what the job gates on: exit 3, not 0, and nothing was deleted.
     assert proc.returncode == ExitCode.OUTCOME, proc.stderr[-2000:]
     assert (workspace / "keep.txt").read_text() == "precious\n"
+    assert (workspace / "out.txt").stat().st_uid == 1234  # --user: the sandbox's identity
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     results = [doc for doc in lines if doc.get("type") == "result"]
     assert len(results) == 1 and results[0] is lines[-1]

@@ -224,3 +224,26 @@ def test_an_error_before_the_run_still_ends_json_with_one_result(tmp_path: Path)
     assert (result["type"], result["status"], result["run_id"]) == ("result", "failed", None)
     assert "is not a directory" in result["error"] and result["exit_code"] == 2
     assert ET.parse(tmp_path / "j.xml").getroot().find("testsuite/testcase/failure") is not None
+
+
+def test_run_user_is_validated_like_exec_and_never_root(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        warden_argv("run", "go", "--user", "0:1000", "--workspace", str(tmp_path)),
+        env=warden_env(WARDEN_STATE_DIR=str(tmp_path / "state"), CI="true"),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == ExitCode.USAGE
+    assert "never run as root" in proc.stderr
+
+
+def test_a_run_user_overrides_the_workspace_owner(tmp_path: Path) -> None:
+    from orchestrator.tasks import sandbox_identity
+
+    identity = sandbox_identity(tmp_path, 1000, "4321:99")
+    assert (identity.uid, identity.gid) == (4321, 99)
+    with pytest.raises(ValueError, match="root"):
+        sandbox_identity(tmp_path, 1000, "0")
