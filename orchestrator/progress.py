@@ -37,6 +37,9 @@ class TaskRow:
     started: float
     tool: str = ""
     ended: float | None = None
+    parent_id: str | None = None
+    background: bool = False
+    denials: int = 0
 
 
 class Progress:
@@ -54,7 +57,14 @@ class Progress:
             from rich.live import Live
 
             self.console = Console(file=self.stream)
-            self.live = Live(console=self.console, refresh_per_second=4, get_renderable=self._table)
+            # Transient: the table is erased when it stops (for a question or at the
+            # end), so no stale copies are left above the prompt or the summary.
+            self.live = Live(
+                console=self.console,
+                refresh_per_second=4,
+                get_renderable=self._table,
+                transient=True,
+            )
 
     def __enter__(self) -> Progress:
         if self.live is not None:
@@ -116,6 +126,11 @@ class Progress:
                     event.ts,
                 ),
             )
+        if event.kind == "task_started":
+            row.parent_id = event.parent_id
+            row.background = bool(event.data.get("background"))
+        elif event.kind == "permission_denied":
+            row.denials += 1
         if event.kind == "task_running":
             if event.data.get("event") == "tool_started":
                 row.tool = f"{event.data.get('tool_name')}: {event.data.get('detail', '')}"
@@ -130,7 +145,12 @@ class Progress:
         data = event.data
         who = f"[{printable(event.task_id, 40)} {printable(event.agent_type, 40)}]"
         if event.kind == "task_started":
-            return f"{who} started: {printable(data.get('description', ''))}"
+            how = [
+                *(["background"] if data.get("background") else []),
+                *([f"under {printable(event.parent_id, 40)}"] if event.parent_id else []),
+            ]
+            extra = f" ({', '.join(how)})" if how else ""
+            return f"{who} started{extra}: {printable(data.get('description', ''))}"
         if event.kind == "task_running" and data.get("event") == "tool_started":
             return (
                 f"{who} {printable(data.get('tool_name'), 40)}: {printable(data.get('detail', ''))}"
@@ -163,16 +183,25 @@ class Progress:
     def _draw_table(self) -> Any:
         from rich.table import Table
 
+        from orchestrator.results.summary import INDENT, tree_order
+
         table = Table(title="subagents", expand=False)
-        for column in ("task", "agent", "status", "current tool", "elapsed"):
-            table.add_column(column)
+        for column in ("task", "agent", "status", "denied", "current tool", "elapsed"):
+            table.add_column(column, no_wrap=True)
         now = time.time()
-        for row in self.rows.values():
+        rows = {r.task_id: r for r in self.rows.values()}
+        for level, node in tree_order(list(rows.values())):
+            row = rows[node.task_id]
             elapsed = (row.ended or now) - row.started
+            label = plain(
+                f"{INDENT * level}{row.task_id}{' (background)' if row.background else ''} "
+            )
+            label.append_text(plain(row.description, 40, style="dim"))
             table.add_row(
-                plain(row.task_id, 40),
-                plain(row.agent_type, 40),
+                label,
+                plain(row.agent_type, 30),
                 plain(row.status, 20),
+                str(row.denials) if row.denials else "",
                 plain(row.tool, DETAIL_CHARS),
                 f"{elapsed:5.1f}s",
             )

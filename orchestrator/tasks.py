@@ -528,6 +528,7 @@ class TaskManager:
                 ctx,
                 description=ctx.description,
                 container_id=ctx.container_id[:12],
+                background=ctx.task_id in self._running,
                 setup=task_setup(
                     spec,
                     timeout_s=ctx.timeout_s,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, Any, Protocol, TypeVar
 
-from orchestrator.results.models import RunResult, TaskSummary
+from orchestrator.results.models import RunResult
 from orchestrator.untrusted_text import plain
 
 INDENT = "  "
@@ -16,16 +16,24 @@ WIDE_CONSOLE = 200
 """Width used when stderr is not a terminal, so piped output is not wrapped at 80."""
 
 
-def tree_order(tasks: list[TaskSummary]) -> Iterator[tuple[int, TaskSummary]]:
+class _Node(Protocol):
+    task_id: str
+    parent_id: str | None
+
+
+N = TypeVar("N", bound=_Node)
+
+
+def tree_order(tasks: list[N]) -> Iterator[tuple[int, N]]:
     """(level, task) depth first, children under their parent in creation order; a
     task whose parent is not in the list is shown at the top level."""
     known = {t.task_id for t in tasks}
-    children: dict[str | None, list[TaskSummary]] = {}
+    children: dict[str | None, list[N]] = {}
     for task in tasks:
         key = task.parent_id if task.parent_id in known else None
         children.setdefault(key, []).append(task)
 
-    def walk(parent: str | None, level: int) -> Iterator[tuple[int, TaskSummary]]:
+    def walk(parent: str | None, level: int) -> Iterator[tuple[int, N]]:
         for task in children.get(parent, []):
             yield level, task
             yield from walk(task.task_id, level + 1)

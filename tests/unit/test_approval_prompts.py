@@ -90,3 +90,34 @@ async def test_queued_questions_are_counted_and_each_answer_echoed() -> None:
     assert describe_answer(
         _question(), ApprovalAnswer(behavior="allow", decided_by="x")
     ).startswith("warden: allowed once: Bash")
+
+
+def test_the_live_display_is_a_tree_with_background_marker_and_denials() -> None:
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.results.models import Event
+
+    progress = Progress(json_mode=False, stream=io.StringIO())
+    for event in (
+        Event(kind="task_started", run_id="r", task_id="sa_p", agent_type="general-purpose",
+              data={"description": "outer", "background": True}),
+        Event(kind="task_started", run_id="r", task_id="sa_c", parent_id="sa_p",
+              agent_type="bash", data={"description": "inner\x1b[2J"}),
+        Event(kind="permission_denied", run_id="r", task_id="sa_c", parent_id="sa_p",
+              data={"tool_name": "Bash", "decided_by": "rule: Bash(rm:*)", "reason": "no"}),
+    ):  # fmt: skip
+        progress(event)
+    out = io.StringIO()
+    Console(file=out, width=200).print(progress._draw_table())
+    lines = out.getvalue().splitlines()
+    parent = next(i for i, line in enumerate(lines) if "sa_p" in line)
+    child = lines[parent + 1]
+    assert "(background) outer" in lines[parent]
+    assert "  sa_c inner\\x1b[2J" in child and "\x1b" not in out.getvalue()
+    assert child.split("│")[4].strip() == "1"  # the denial, on the asking task's row
+    lines_mode = Progress(json_mode=False, stream=io.StringIO())
+    started = Event(kind="task_started", run_id="r", task_id="sa_c", parent_id="sa_p",
+                    agent_type="bash", data={"description": "inner", "background": True})  # fmt: skip
+    assert "started (background, under sa_p): inner" in (lines_mode._line(started) or "")
