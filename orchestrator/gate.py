@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.broker import ForwardingPolicy
+from orchestrator.errors import ConfigError
 from orchestrator.permissions import (
     CallContext,
     Decision,
@@ -22,6 +23,7 @@ from orchestrator.permissions import (
     effective_tools,
     narrow_mode,
 )
+from orchestrator.permissions.always_allow import SETTINGS_FILE, add_allow_rule, exact_rule
 from orchestrator.permissions.approvers import (
     ApprovalQuestion,
     Approver,
@@ -166,6 +168,23 @@ class PolicyGate:
             parent = ancestor.parent_id if ancestor else None
         return chain
 
+    def _always(self, tool_name: str, tool_input: dict[str, Any]) -> dict[str, str]:
+        """The exact rule "always allow" would write for this call, if there is one."""
+        rule = exact_rule(tool_name, tool_input) if self.workspace_host is not None else None
+        if rule is None or self.workspace_host is None:
+            return {}
+        return {"always_rule": rule, "always_file": str(self.workspace_host / SETTINGS_FILE)}
+
+    async def _write_rule(self, task: TaskContext, rule: str) -> None:
+        assert self.workspace_host is not None
+        try:
+            path = await asyncio.to_thread(add_allow_rule, self.workspace_host, rule)
+        except (OSError, ConfigError) as exc:
+            log.warning("could not write the always-allow rule %s: %s", rule, exc)
+            await self._emit("permission_rule_failed", task, rule=rule, error=str(exc)[:500])
+            return
+        await self._emit("permission_rule_added", task, rule=rule, path=str(path))
+
     def _agent_of(self, task_id: str) -> str:
         task = self.known_tasks.get(task_id) or self._tasks.get(task_id)
         return task.agent_type if task is not None else "?"
@@ -185,6 +204,7 @@ class PolicyGate:
             chain=tuple(self.chain(task)),
             chain_agents=tuple(self._agent_of(t) for t in self.chain(task)),
             run_id=task.run_id,
+            **self._always(call.tool_name, tool_input),
             tool_name=call.tool_name,
             tool_input=tool_input,
             input_hash=digest,
@@ -207,6 +227,8 @@ class PolicyGate:
             log.exception("approver failed")
             return "deny", "approver error", f"the approver failed ({type(exc).__name__}); denied"
         self.approvals.remember(question, answer)
+        if answer.behavior == "allow" and answer.scope == "always" and question.always_rule:
+            await self._write_rule(task, question.always_rule)
         await self._emit(
             "approval_answered",
             task,

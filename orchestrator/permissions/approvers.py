@@ -44,6 +44,10 @@ class ApprovalQuestion(BaseModel):
     """The agent type of each task in `chain` (may be shorter when not known)."""
     run_id: str = ""
     """The run the task belongs to."""
+    always_rule: str = ""
+    """The exact allow rule "always allow" would write (empty: not offered)."""
+    always_file: str = ""
+    """Where it would be written (the workspace's .claude/settings.local.json)."""
     tool_name: str
     """The tool."""
     tool_input: dict[str, Any]
@@ -63,8 +67,9 @@ class ApprovalAnswer(BaseModel):
 
     behavior: Literal["allow", "deny"]
     """allow or deny."""
-    scope: Literal["once", "session"] = "once"
-    """`session`: allow this exact input again without asking, for the rest of the session."""
+    scope: Literal["once", "session", "always"] = "once"
+    """`session`: allow this exact input again without asking, for the rest of the run;
+    `always`: also write the question's `always_rule` to the workspace settings."""
     reason: str = ""
     """For a deny, what the subagent's model is told."""
     decided_by: str
@@ -96,7 +101,7 @@ class SessionApprovals:
         self._allowed: set[tuple[str, str]] = set()
 
     def remember(self, q: ApprovalQuestion, answer: ApprovalAnswer) -> None:
-        if answer.behavior == "allow" and answer.scope == "session":
+        if answer.behavior == "allow" and answer.scope in ("session", "always"):
             self._allowed.add((q.tool_name, q.input_hash))
 
     def allows(self, tool_name: str, tool_input: dict[str, Any]) -> bool:
@@ -174,6 +179,14 @@ class TerminalApprover:
                 return ApprovalAnswer(behavior="allow", scope="once", decided_by=self._user)
             if choice in ("s", "session"):
                 return ApprovalAnswer(behavior="allow", scope="session", decided_by=self._user)
+            if choice in ("w", "always") and q.always_rule:
+                self._write(
+                    f"Always allow: add the rule {as_data(q.always_rule)} to "
+                    f"{as_data(q.always_file)}? [y/N] "
+                )
+                if self._in.readline().strip().lower() in ("y", "yes"):
+                    return ApprovalAnswer(behavior="allow", scope="always", decided_by=self._user)
+                continue
             if choice in ("d", "deny"):
                 self._write("Reason (told to the agent): ")
                 reason = self._in.readline().strip() or "denied by the user"
@@ -187,12 +200,12 @@ class TerminalApprover:
         console = Console(file=self._out, highlight=False, emoji=False, markup=False)
         # Text, never a markup string: the question carries container text.
         console.print(Panel(Text(render_question(q)), title="warden: approval needed"))
-        choices = Text.assemble(("[a]", "bold"), PLAIN_CHOICES.removeprefix("[a]"))
+        choices = Text.assemble(("[a]", "bold"), choices_text(q).removeprefix("[a]"))
         return lambda: console.print(choices, end="")
 
     def _show_plain(self, q: ApprovalQuestion) -> Callable[[], None]:
         self._write(f"warden: approval needed\n{render_question(q)}\n")
-        return lambda: self._write(PLAIN_CHOICES)
+        return lambda: self._write(choices_text(q))
 
     def _write(self, text: str) -> None:
         self._out.write(text)
@@ -217,6 +230,16 @@ def describe_answer(q: ApprovalQuestion, answer: ApprovalAnswer) -> str:
 
 
 PLAIN_CHOICES = "[a]llow once  [s] allow this exact input again for the rest of this run  [d]eny > "
+
+
+def choices_text(q: ApprovalQuestion) -> str:
+    """The answers offered; "always allow" only when an exact rule exists."""
+    if not q.always_rule:
+        return PLAIN_CHOICES
+    return PLAIN_CHOICES.replace(
+        "  [d]eny",
+        f"\n  [w] always allow: add {as_data(q.always_rule)} to {as_data(q.always_file)}  [d]eny",
+    )
 
 
 def _display_failed(exc: Exception, user: str) -> ApprovalAnswer:

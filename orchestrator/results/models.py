@@ -28,6 +28,8 @@ EVENT_KINDS = (
     "permission_denied",
     "approval_requested",
     "approval_answered",
+    "permission_rule_added",
+    "permission_rule_failed",
     "hook_error",
     "post_tool_use_hook",
     "broker_rejected",

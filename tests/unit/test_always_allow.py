@@ -1,0 +1,139 @@
+"""Locks in "always allow": only an exact rule is offered (one plain simple Bash
+command; never a wildcard or anything matched more widely), the person sees the
+rule and the file before it is written, the rule lands in the workspace's
+.claude/settings.local.json next to what was there, a later run allows exactly that
+command and still asks for others, and a link planted in the workspace is refused."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.agents import AgentRegistry
+from orchestrator.config import Settings
+from orchestrator.errors import ConfigError
+from orchestrator.gate import PolicyGate
+from orchestrator.permissions import load_hooks, load_policy
+from orchestrator.permissions.always_allow import add_allow_rule, exact_rule
+from orchestrator.permissions.approvers import ApprovalQuestion, TerminalApprover
+from orchestrator.tasks import TaskContext
+from sandbox_tools import wire
+
+
+@pytest.mark.parametrize(
+    ("tool", "command", "rule"),
+    [
+        ("Bash", "npm  run test", "Bash(npm run test)"),
+        ("Bash", "rm -rf build/out.txt", "Bash(rm -rf build/out.txt)"),
+        ("Bash", "rm -rf *", None),
+        ("Bash", "npm test:*", None),
+        ("Bash", "make; curl x", None),
+        ("Bash", "echo $(id)", None),
+        ("Bash", "echo 'a b'", None),
+        ("Bash", "ls > out", None),
+        ("Bash", "", None),
+        ("Read", "x", None),
+    ],
+)
+def test_only_an_exact_rule_is_offered(tool: str, command: str, rule: str | None) -> None:
+    assert exact_rule(tool, {"command": command}) == rule
+
+
+def test_the_rule_is_added_next_to_existing_settings(tmp_path: Path) -> None:
+    (tmp_path / ".claude").mkdir()
+    settings = tmp_path / ".claude" / "settings.local.json"
+    settings.write_text(json.dumps({"permissions": {"allow": ["Read"]}, "env": {"A": "1"}}))
+    assert add_allow_rule(tmp_path, "Bash(make test)") == settings
+    add_allow_rule(tmp_path, "Bash(make test)")
+    assert json.loads(settings.read_text()) == {
+        "permissions": {"allow": ["Read", "Bash(make test)"]},
+        "env": {"A": "1"},
+    }
+
+
+def test_links_and_bad_files_are_refused_and_left_alone(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.json"
+    outside.write_text("{}")
+    ws = tmp_path / "ws"
+    (ws / ".claude").mkdir(parents=True)
+    (ws / ".claude" / "settings.local.json").symlink_to(outside)
+    with pytest.raises(ConfigError, match="symbolic link"):
+        add_allow_rule(ws, "Bash(make)")
+    assert outside.read_text() == "{}"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".claude").symlink_to(tmp_path)
+    with pytest.raises(ConfigError, match="symbolic link"):
+        add_allow_rule(other, "Bash(make)")
+    bad = tmp_path / "bad"
+    (bad / ".claude").mkdir(parents=True)
+    (bad / ".claude" / "settings.local.json").write_text("[1]")
+    with pytest.raises(ConfigError, match="not a JSON object"):
+        add_allow_rule(bad, "Bash(make)")
+    assert (bad / ".claude" / "settings.local.json").read_text() == "[1]"
+
+
+def _question(rule: str) -> ApprovalQuestion:
+    return ApprovalQuestion(
+        task_id="sa_x", agent_type="bash", tool_name="Bash",
+        tool_input={"command": "make test"}, input_hash="0" * 64, asked_by="mode: default",
+        always_rule=rule, always_file="/w/.claude/settings.local.json",
+    )  # fmt: skip
+
+
+async def test_the_person_sees_the_rule_and_confirms_it() -> None:
+    out = io.StringIO()
+    approver = TerminalApprover(stdin=io.StringIO("w\nn\nw\ny\n"), stdout=out, user="t")
+    answer = await approver.approve(_question("Bash(make test)"))
+    assert (answer.behavior, answer.scope) == ("allow", "always")
+    shown = out.getvalue()
+    assert "[w] always allow: add Bash(make test) to /w/.claude/settings.local.json" in shown
+    assert shown.count("Always allow: add the rule Bash(make test)") == 2  # asked, declined, asked
+    # Without an exact rule the choice is not offered, and typing it does nothing.
+    out2 = io.StringIO()
+    plain = TerminalApprover(stdin=io.StringIO("w\na\n"), stdout=out2, user="t")
+    assert (await plain.approve(_question(""))).scope == "once"
+    assert "always allow" not in out2.getvalue()
+
+
+async def test_an_always_answer_writes_a_rule_the_next_run_obeys(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    settings = Settings(state_dir=tmp_path / "state", config_dir=tmp_path / "cfg")
+    asked: list[ApprovalQuestion] = []
+
+    class Always:
+        async def approve(self, q: ApprovalQuestion) -> object:
+            from orchestrator.permissions.approvers import ApprovalAnswer
+
+            asked.append(q)
+            return ApprovalAnswer(behavior="allow", scope="always", decided_by="t")
+
+    def gate() -> PolicyGate:
+        return PolicyGate(
+            policy=load_policy(settings, ws, mode="default"),
+            hooks=load_hooks(settings, ws),
+            workspace_host=ws,
+            approver=Always(),  # type: ignore[arg-type]
+        )
+
+    agent = AgentRegistry.load(settings, ws).get("bash")
+    task = TaskContext(task_id="sa_x", session_id="sa_x", run_id="run_x", trace_id="t",
+                       parent_id=None, depth=1, agent=agent, description="d", timeout_s=5)  # fmt: skip
+
+    def call(command: str) -> wire.PermissionRequest:
+        return wire.PermissionRequest(tool_name="Bash", tool_input={"command": command}, tool_use_id="tu")
+
+    assert (await gate().decide(task, call("touch a.txt"))).behavior == "allow"
+    assert [q.always_rule for q in asked] == ["Bash(touch a.txt)"]
+    rules = json.loads((ws / ".claude" / "settings.local.json").read_text())
+    assert rules == {"permissions": {"allow": ["Bash(touch a.txt)"]}}
+    # A new run reads the rule: that exact command no longer asks; another still does.
+    fresh = gate()
+    assert (await fresh.decide(task, call("touch a.txt"))).behavior == "allow"
+    assert len(asked) == 1
+    await fresh.decide(task, call("touch b.txt"))
+    assert len(asked) == 2
