@@ -43,7 +43,7 @@ from orchestrator.pool import WARM_WAIT_S, PoolKey, WarmPool
 from orchestrator.results.task_setup import task_setup
 from orchestrator.task_host import TaskHost
 from orchestrator.workspace import WorkspaceGuard
-from sandbox_tools import wire
+from sandbox_tools import conversation, wire
 
 log = logging.getLogger(__name__)
 
@@ -414,7 +414,8 @@ class TaskManager:
         if any(t.task_id in self._running and not self._running[t.task_id].done() for t in mine):
             raise CapError(f"session {session_id} is still running; wait for it or stop it first")
         history = await asyncio.to_thread(self.store.get_session_transcript, session_id)
-        return session_id, list(history)
+        # A crash can leave unanswered tool calls or broken alternation behind.
+        return session_id, conversation.repair(history)
 
     # -- background results, stop ------------------------------------------
 

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from sandbox_tools import wire
 from sandbox_tools.broker import MODEL_CALL_TIMEOUT_S, BrokerClient, model_client
+from sandbox_tools.conversation import append_user_text
 from sandbox_tools.errors import BrokerRequestError, BrokerUnavailableError, ToolError
 from sandbox_tools.tools import ToolContext, ToolOutput, describe, parse_input, run_tool
 from sandbox_tools.tools.inputs import tool_params
@@ -70,10 +71,9 @@ class AgentLoop:
         self.broker = broker
         self.client = client
         self.ctx = ctx
-        self.messages: list[dict[str, Any]] = [
-            *spec.history,
-            {"role": "user", "content": spec.prompt},
-        ]
+        # The host repaired the history; a resume may end with tool results, so
+        # the prompt joins that user message rather than following it.
+        self.messages = append_user_text(list(spec.history), spec.prompt)
         self.turn = 0
         unknown = [t for t in spec.tools if t not in wire.TOOL_NAMES + wire.DELEGATION_TOOL_NAMES]
         if unknown:

@@ -34,6 +34,7 @@ from orchestrator.scripted.script import (
     TextBlock,
     Turn,
 )
+from orchestrator.scripted.validate import InvalidRequest, check_messages_request
 
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
 """Largest request body read; a bigger one gets 413 `request_too_large`."""
@@ -273,10 +274,10 @@ class ScriptedModelServer:
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         async def answer(body: dict[str, Any], record: RecordedRequest) -> web.StreamResponse:
-            for field, kind in (("model", str), ("max_tokens", int), ("messages", list)):
-                if not isinstance(body.get(field), kind):
-                    message = f"{field}: Field required (a {kind.__name__})"
-                    return _error(400, "invalid_request_error", message, record.request_id)
+            try:
+                check_messages_request(body)
+            except InvalidRequest as exc:
+                return _error(400, "invalid_request_error", str(exc), record.request_id)
             view = RequestView(body)
             conversation = self.script.find(view)
             if conversation is None:
