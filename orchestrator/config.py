@@ -14,6 +14,7 @@ from orchestrator.backend.base import (
     DiskLimits,
 )
 from orchestrator.errors import ConfigError
+from sandbox_tools import wire
 
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
 DEFAULT_FALLBACK_UID = 1000
@@ -36,6 +37,19 @@ _ALIAS_VARIABLES = {
     "haiku": "ANTHROPIC_DEFAULT_HAIKU_MODEL",
 }
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+DEFAULT_MAX_CONCURRENT = 32
+DEFAULT_QUEUE_LIMIT = 256
+DEFAULT_MAX_CHILDREN = 10
+
+_NUMBERS = {
+    "WARDEN_MODEL_MAX_RETRIES": "model_max_retries",
+    "WARDEN_MODEL_RETRY_TOTAL_S": "model_retry_total_s",
+    "WARDEN_MAX_CONCURRENT": "max_concurrent",
+    "WARDEN_QUEUE_LIMIT": "queue_limit",
+    "WARDEN_MAX_DEPTH": "max_depth",
+    "WARDEN_MAX_CHILDREN": "max_children",
+}
+"""Numeric settings read from the environment: variable -> field."""
 
 
 class Settings(BaseModel):
@@ -86,6 +100,19 @@ class Settings(BaseModel):
             write_limit_bytes=self.disk_write_limit if write_limit is None else write_limit,
             free_floor_bytes=self.disk_free_floor if free_floor is None else free_floor,
         )
+    model_max_retries: int = Field(default=wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
+    """Retries of one model call on 429/5xx/529, parent and subagents
+    (WARDEN_MODEL_MAX_RETRIES); 400/401/402/403 and spend limits are never retried."""
+    model_retry_total_s: float = Field(default=wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)
+    """Longest one model call keeps retrying (WARDEN_MODEL_RETRY_TOTAL_S)."""
+    max_concurrent: int = Field(default=DEFAULT_MAX_CONCURRENT, ge=1)
+    """Subagents running at once per run; more wait in a queue (WARDEN_MAX_CONCURRENT)."""
+    queue_limit: int = Field(default=DEFAULT_QUEUE_LIMIT, ge=0)
+    """Tasks that may wait for a free slot; past it a task is refused (WARDEN_QUEUE_LIMIT)."""
+    max_depth: int = Field(default=1, ge=1)
+    """How deep subagents may nest; 1: they may not delegate (WARDEN_MAX_DEPTH)."""
+    max_children: int = Field(default=DEFAULT_MAX_CHILDREN, ge=1)
+    """Subagents one subagent may start over its life (WARDEN_MAX_CHILDREN)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -116,6 +143,9 @@ class Settings(BaseModel):
             values["anthropic_base_url"] = env["ANTHROPIC_BASE_URL"]
         if env.get("ANTHROPIC_API_KEY"):
             values["anthropic_api_key"] = env["ANTHROPIC_API_KEY"]
+        for name, field in _NUMBERS.items():
+            if env.get(name):
+                values[field] = env[name]
         values["non_interactive"] = env.get("CI", "").lower() in {"1", "true", "yes"}
         aliases = dict(DEFAULT_MODEL_ALIASES)
         for alias, variable in _ALIAS_VARIABLES.items():

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.errors import WardenError
+from orchestrator.model_errors import from_sdk_error
 from orchestrator.parent_tools import (
     MAX_OUTPUT_TIMEOUT_MS,
     TASK_ID_WARNING,
@@ -79,13 +80,7 @@ class ParentAgent:
         turns = 0
         stop_reason: str | None = None
         while turns < self.max_turns:
-            response = await self.client.messages.create(
-                model=self.model,
-                max_tokens=PARENT_MAX_TOKENS,
-                system=self.system_prompt,
-                messages=self.messages,
-                tools=tools,
-            )
+            response = await self._model_call(tools)
             turns += 1
             stop_reason = response.stop_reason
             content = [
@@ -111,6 +106,21 @@ class ParentAgent:
             stop_reason,
             self.results,
         )
+
+    async def _model_call(self, tools: list[dict[str, Any]]) -> Any:
+        """One model turn; an API error (after the SDK's retries) is a ModelError."""
+        import anthropic
+
+        try:
+            return await self.client.messages.create(
+                model=self.model,
+                max_tokens=PARENT_MAX_TOKENS,
+                system=self.system_prompt,
+                messages=self.messages,
+                tools=tools,
+            )
+        except anthropic.APIError as exc:
+            raise from_sdk_error(exc, max_retries=self.client.max_retries) from exc
 
     def _notifications(self) -> list[dict[str, Any]]:
         blocks = []

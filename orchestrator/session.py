@@ -112,6 +112,7 @@ async def open_run(
     from orchestrator.engine import connect_local
     from orchestrator.images import resolve_image
     from orchestrator.store import Store
+    from sandbox_tools.model_retry import RetryBudget
 
     workspace = check_workspace(workspace)
     model = settings.resolve_model(model or DEFAULT_MODEL)
@@ -196,7 +197,7 @@ async def open_run(
             default_model=model,
             image_resolver=image_for,
             gate=gate,
-            config=config or TaskManagerConfig(disk=settings.disk_limits()),
+            config=config or TaskManagerConfig.from_settings(settings),
             guard=guard,
             **({"runner_command": runner_command} if runner_command else {}),
         )
@@ -206,7 +207,13 @@ async def open_run(
         # last, after the manager has stopped its tasks and emptied its warm pool.
         stack.push_async_callback(_reap, backend, session)
         stack.push_async_callback(manager.close)
-        anthropic_client = anthropic.AsyncAnthropic(api_key=api_key or "unset", base_url=base_url)
+        # The SDK is the one retry layer; RetryBudget bounds its total wait.
+        anthropic_client = anthropic.AsyncAnthropic(
+            api_key=api_key or "unset",
+            base_url=base_url,
+            max_retries=settings.model_max_retries,
+            middleware=[RetryBudget(settings.model_retry_total_s)],
+        )
         stack.push_async_callback(anthropic_client.close)
         # The parent's conversation is kept for `warden logs RUN` (and traced).
         observed = ObservedClient(

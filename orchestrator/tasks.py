@@ -39,6 +39,7 @@ from orchestrator.broker import Broker, Budget, SandboxIdentity, Upstream, make_
 from orchestrator.broker.limits import raise_open_file_limit
 from orchestrator.errors import WardenError
 from orchestrator.events import EventLog
+from orchestrator.model_errors import from_upstream
 from orchestrator.pool import WARM_WAIT_S, PoolKey, WarmPool
 from orchestrator.results.task_setup import task_setup
 from orchestrator.task_host import TaskHost
@@ -196,13 +197,33 @@ class TaskManagerConfig:
     max_children_per_task: int = 10
     """Most subagents one subagent may start over its life."""
     max_concurrent_total: int = 32
-    """Most subagents running at once in this run. Excess work is refused, not
-    queued: the caller is told which cap it hit and can retry later or do the
-    work itself, so nothing waits silently behind a cap."""
+    """Most subagents running at once in this run. More wait in a FIFO queue (their
+    tool result says they were queued and for how long)."""
+    queue_limit: int = 256
+    """Most tasks waiting for a slot; past it a task is refused, saying so."""
     warm_pool_size: int = 1
     """Warm sandboxes kept ready per image and limits (0: every task starts cold)."""
     disk: DiskLimits = field(default_factory=DiskLimits)
     """Disk limits of every sandbox (an agent's `diskWriteLimit` may only lower the cap)."""
+    model_max_retries: int = wire.DEFAULT_MODEL_MAX_RETRIES
+    """Retries of one subagent model call on 429/5xx/529."""
+    model_retry_total_s: float = wire.DEFAULT_MODEL_RETRY_TOTAL_S
+    """Longest one subagent model call keeps retrying."""
+
+    @classmethod
+    def from_settings(cls, settings: Any, **overrides: Any) -> TaskManagerConfig:
+        """The caps and retry budget of `Settings` (flags passed as overrides)."""
+        values: dict[str, Any] = dict(
+            max_depth=settings.max_depth,
+            max_children_per_task=settings.max_children,
+            max_concurrent_total=settings.max_concurrent,
+            queue_limit=settings.queue_limit,
+            model_max_retries=settings.model_max_retries,
+            model_retry_total_s=settings.model_retry_total_s,
+            disk=settings.disk_limits(),
+        )
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
 
 
 class CapError(WardenError):
@@ -389,6 +410,8 @@ class TaskManager:
             history=history,
             tools=tools,
             max_turns=max_turns,
+            model_max_retries=self.config.model_max_retries,
+            model_retry_total_s=self.config.model_retry_total_s,
         )
         await self._record_created(ctx, task_input)
         return ctx, spec
@@ -642,9 +665,10 @@ class TaskManager:
         if budget.exhausted is not None:  # the host's word, not the runner's
             return TaskResult(status=TaskStatus.FAILED, error=budget.exhausted, **common)
         if posted is not None:
-            return TaskResult(
-                status=TaskStatus.FAILED, error=posted.error or "subagent failed", **common
-            )
+            # A failed model call is told from what the host saw upstream.
+            upstream = from_upstream(ctx.broker.model_failures if ctx.broker else None)
+            error = upstream or posted.error or "subagent failed"
+            return TaskResult(status=TaskStatus.FAILED, error=error, **common)
         return TaskResult(status=TaskStatus.FAILED, error=_exit_error(sandbox), **common)
 
     # -- records ----------------------------------------------------------

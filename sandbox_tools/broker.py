@@ -27,8 +27,6 @@ BROKER_REQUEST_TIMEOUT_S = 60.0
 MODEL_CALL_TIMEOUT_S = 600.0
 """Timeout of one model call through the broker."""
 
-MODEL_CALL_MAX_RETRIES = 2
-"""Retries the anthropic SDK makes on 408/409/429/5xx (the only retry layer)."""
 
 
 T = TypeVar("T", bound=BaseModel)
@@ -114,14 +112,22 @@ class BrokerClient:
         self._call("/v1/result", wire.Ack, request)
 
 
-def model_client(socket_path: str = wire.BROKER_SOCKET) -> anthropic.Anthropic:
-    """The real anthropic SDK, talking to the broker's `/v1/messages` over the socket."""
+def model_client(
+    socket_path: str = wire.BROKER_SOCKET,
+    max_retries: int = wire.DEFAULT_MODEL_MAX_RETRIES,
+    retry_total_s: float = wire.DEFAULT_MODEL_RETRY_TOTAL_S,
+) -> anthropic.Anthropic:
+    """The real anthropic SDK, talking to the broker's `/v1/messages` over the socket.
+    It is the only retry layer of a subagent's model calls (see `model_retry`)."""
     import anthropic  # heavy (most of the runner's start-up); only the loop needs it
+
+    from sandbox_tools.model_retry import RetryBudget
 
     return anthropic.Anthropic(
         base_url=wire.BROKER_BASE_URL,
         api_key=wire.PLACEHOLDER_API_KEY,
         http_client=httpx2.Client(transport=httpx2.HTTPTransport(uds=socket_path)),
-        max_retries=MODEL_CALL_MAX_RETRIES,
+        max_retries=max_retries,
         timeout=MODEL_CALL_TIMEOUT_S,
+        middleware=[RetryBudget(retry_total_s)],
     )

@@ -288,7 +288,7 @@ def run(socket_path: str = wire.BROKER_SOCKET, workspace: str | Path = wire.WORK
     try:
         spec = broker.spec()
         ctx = ToolContext(root=Path(workspace).resolve(), bash_timeout_s=spec.bash_timeout_s)
-        client = model_client(socket_path)
+        client = model_client(socket_path, spec.model_max_retries, spec.model_retry_total_s)
         try:
             result = AgentLoop(spec, broker, client, ctx).run()
         finally:

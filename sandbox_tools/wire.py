@@ -57,6 +57,12 @@ MAX_EVENT_DETAIL_CHARS = 2_000
 MAX_RESULT_CHARS = 200_000
 """Longest final answer a subagent may return."""
 
+DEFAULT_MODEL_MAX_RETRIES = 8
+"""Retries of one model call on 429/5xx/529 (9 attempts in all); the SDK's retry layer."""
+
+DEFAULT_MODEL_RETRY_TOTAL_S = 300.0
+"""Longest one model call keeps retrying, counted from its first attempt."""
+
 TOOL_NAMES = ("Bash", "Read", "Write", "Edit", "Glob", "Grep")
 """Tools that run inside the container, with Claude Code's names."""
 
@@ -97,6 +103,10 @@ class TaskSpec(_Wire):
     """`max_tokens` for each model call."""
     bash_timeout_s: float = Field(default=120.0, gt=0)
     """Default timeout of one Bash tool call."""
+    model_max_retries: int = Field(default=DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
+    """Retries of one model call on 429/5xx/529 (the SDK's retry layer)."""
+    model_retry_total_s: float = Field(default=DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)
+    """Longest one model call keeps retrying, from its first attempt."""
 
 
 class PermissionRequest(_Wire):

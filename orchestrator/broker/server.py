@@ -38,7 +38,7 @@ from orchestrator.broker.forwarding import (
 )
 from orchestrator.broker.limits import Allowance, flood_allowances
 from orchestrator.broker.listener import BODY_TIMEOUT_S, Listener, SandboxIdentity
-from orchestrator.broker.upstream import Upstream, forward_messages
+from orchestrator.broker.upstream import Upstream, UpstreamFailures, forward_messages
 from sandbox_tools import wire
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,8 @@ class Broker:
     rejections: int = 0
     calls: ApprovedCalls = field(default_factory=ApprovedCalls, repr=False)
     allowances: dict[str, Allowance] = field(default_factory=flood_allowances, repr=False)
+    model_failures: UpstreamFailures = field(default_factory=lambda: UpstreamFailures())
+    """The upstream model errors since the last success, as the host saw them."""
     _runner: web.AppRunner | None = field(default=None, repr=False)
     _listener: Listener | None = field(default=None, repr=False)
     _model_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
@@ -301,7 +303,11 @@ class Broker:
                 raise RequestRejected(403, "permission_error", str(exc)) from None
             body["max_tokens"] = admission.max_tokens
             status, payload, headers = await forward_messages(
-                self.upstream, body, forwarded.betas, request.headers.get("anthropic-version")
+                self.upstream,
+                body,
+                forwarded.betas,
+                request.headers.get("anthropic-version"),
+                self.model_failures,
             )
             if status == 200 and isinstance(payload, dict):
                 await self._count(payload, admission)

@@ -40,11 +40,38 @@ class Upstream:
     client: Any  # httpx2.AsyncClient; Any keeps the import lazy
 
 
+@dataclass
+class UpstreamFailures:
+    """Consecutive failed upstream model calls of one subagent (reset by a success).
+
+    Recorded on the host, so how a subagent's model call failed is told from what
+    the API answered, not from what the sandbox reports."""
+
+    count: int = 0
+    status: int | None = None
+    """The last failure's HTTP status; None when the endpoint did not answer."""
+    payload: Any = None
+
+    def observe(self, status: int | None, payload: Any) -> None:
+        if status is not None and status < 400:
+            self.count, self.status, self.payload = 0, None, None
+            return
+        self.count += 1
+        self.status = status
+        self.payload = payload
+
+
 async def forward_messages(
-    upstream: Upstream, body: dict[str, Any], betas: list[str], version: str | None
+    upstream: Upstream,
+    body: dict[str, Any],
+    betas: list[str],
+    version: str | None,
+    failures: UpstreamFailures | None = None,
 ) -> tuple[int, Any, dict[str, str]]:
     """POST one Messages API request upstream: (status, JSON payload, headers to return).
-    An unreachable endpoint is a 502 in Anthropic's error shape, never an exception."""
+    An unreachable endpoint is a 502 in Anthropic's error shape, never an exception.
+    Failed answers are counted in `failures`."""
+    failures = failures if failures is not None else UpstreamFailures()
     headers = {
         "content-type": "application/json",
         "anthropic-version": (version or DEFAULT_ANTHROPIC_VERSION)[:MAX_VERSION_HEADER_CHARS],
@@ -60,6 +87,7 @@ async def forward_messages(
         )
     except Exception as exc:  # httpx2 transport errors: the model endpoint is unreachable
         log.warning("model endpoint %s unreachable: %s", url, exc)
+        failures.observe(None, f"{type(exc).__name__}: {exc}")
         return (
             502,
             wire.error_body(
@@ -74,4 +102,5 @@ async def forward_messages(
         payload = wire.error_body(
             "api_error", f"upstream answered {response.status_code} without JSON"
         )
+    failures.observe(response.status_code, payload)
     return response.status_code, payload, returned

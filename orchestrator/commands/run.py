@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -77,9 +77,27 @@ if TYPE_CHECKING:
 @click.option(
     "--max-depth",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="How deep subagents may nest (1: they may not delegate).",
+    default=None,
+    help="How deep subagents may nest (default 1: they may not delegate; WARDEN_MAX_DEPTH).",
+)
+@click.option(
+    "--max-concurrent",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Subagents running at once; more wait in a queue (default 32; WARDEN_MAX_CONCURRENT).",
+)
+@click.option(
+    "--max-children",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Subagents one subagent may start (default 10; WARDEN_MAX_CHILDREN).",
+)
+@click.option(
+    "--queue-limit",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Tasks that may wait for a free slot before more are refused (default 256; "
+    "WARDEN_QUEUE_LIMIT).",
 )
 @click.option(
     "--protect",
@@ -157,7 +175,10 @@ def run(
     deny: tuple[str, ...],
     permission_mode: str | None,
     approval_timeout: float | None,
-    max_depth: int,
+    max_depth: int | None,
+    max_concurrent: int | None,
+    max_children: int | None,
+    queue_limit: int | None,
     protect: tuple[str, ...],
     token_budget: int | None,
     background: bool,
@@ -182,7 +203,12 @@ def run(
         deny=deny,
         mode=permission_mode,
         approval_timeout=approval_timeout,
-        max_depth=max_depth,
+        caps={
+            "max_depth": max_depth,
+            "max_concurrent_total": max_concurrent,
+            "max_children_per_task": max_children,
+            "queue_limit": queue_limit,
+        },
         background=background,
         protect=protect,
         token_budget=token_budget,
@@ -214,7 +240,8 @@ class RunOptions:
     deny: tuple[str, ...] = ()
     mode: str | None = None
     approval_timeout: float | None = None
-    max_depth: int = 1
+    caps: dict[str, int | None] = field(default_factory=dict)
+    """TaskManagerConfig fields given as flags (None: from the settings)."""
     background: bool = False
     protect: tuple[str, ...] = ()
     token_budget: int | None = None
@@ -300,12 +327,13 @@ async def _run(
                 allow=options.allow,
                 deny=options.deny,
                 mode=options.mode,
-                config=TaskManagerConfig(
-                    max_depth=options.max_depth,
+                config=TaskManagerConfig.from_settings(
+                    settings,
                     max_total_tokens=options.token_budget,
                     fallback_uid=settings.fallback_uid,
                     disk=options.disk or settings.disk_limits(),
                     user=options.user,
+                    **options.caps,
                 ),
                 protect=options.protect,
             )

@@ -37,11 +37,13 @@ PLACEHOLDERS = {
 DEFAULT_ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    402: "billing_error",
     403: "permission_error",
     404: "not_found_error",
     413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
+    504: "timeout_error",
     529: "overloaded_error",
 }
 """Anthropic's error type for each status, used when a scripted error names none."""
@@ -85,6 +87,8 @@ class ScriptedError(_Closed):
     """Anthropic error type; None picks the usual one for `status`."""
     message: str = "scripted error"
     """The error message the client sees."""
+    body: dict[str, Any] | None = None
+    """Send this JSON body instead of the API's error shape built from type and message."""
     retry_after_s: float | None = Field(default=None, ge=0)
     """Sent as `retry-after` / `retry-after-ms`; the SDK waits that long before retrying."""
     times: int | None = Field(default=None, ge=1)

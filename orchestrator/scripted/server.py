@@ -369,7 +369,12 @@ class ScriptedModelServer:
 
     @staticmethod
     def _scripted_error(error: ScriptedError, request_id: str) -> web.Response:
-        response = _error(error.status, error.error_type, error.message, request_id)
+        if error.body is not None:
+            response = web.json_response(
+                error.body, status=error.status, headers={"request-id": request_id}
+            )
+        else:
+            response = _error(error.status, error.error_type, error.message, request_id)
         if error.retry_after_s is not None:
             response.headers["retry-after"] = str(max(1, round(error.retry_after_s)))
             response.headers["retry-after-ms"] = str(round(error.retry_after_s * 1000))

@@ -54,9 +54,9 @@ def test_resume_after_a_kill_between_tool_use_and_result(
     )
     proc = subprocess.Popen(
         warden_argv(
-            "run", "go", "--replay", str(run_script), "--workspace", str(workspace),
-            "--permission-mode", "bypassPermissions",
-        ),  # fmt: skip
+            *("run", "go", "--replay", str(run_script), "--workspace", str(workspace)),
+            *("--permission-mode", "bypassPermissions"),
+        ),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -88,8 +88,9 @@ def test_resume_after_a_kill_between_tool_use_and_result(
         tmp_path / "resume.yaml", [convo("crashy", {"prompt_contains": "CRASHY"}, *CRASHY_TURNS)]
     )
     done = subprocess.run(
-        warden_argv("resume", crashed.session_id, "continue", "--replay", str(resume_script),
-                    "--json"),  # fmt: skip
+        warden_argv(
+            *("resume", crashed.session_id, "continue"), "--replay", str(resume_script), "--json"
+        ),
         env=env,
         capture_output=True,
         text=True,

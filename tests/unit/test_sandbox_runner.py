@@ -469,8 +469,7 @@ async def test_a_model_call_that_times_out_ends_in_a_failed_result(
     from sandbox_tools import broker as broker_module
 
     monkeypatch.setattr(broker_module, "MODEL_CALL_TIMEOUT_S", 0.3)
-    monkeypatch.setattr(broker_module, "MODEL_CALL_MAX_RETRIES", 0)
-    fake = FakeBroker(make_spec(), [text_turn("too late")])
+    fake = FakeBroker(make_spec(model_max_retries=0), [text_turn("too late")])
 
     async def stuck(request: web.Request) -> web.Response:
         await asyncio.sleep(2)
