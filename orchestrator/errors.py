@@ -15,6 +15,10 @@ class EngineUnavailableError(WardenError, ConnectionError):
     """The Docker engine does not answer."""
 
 
+class EngineSlowError(EngineUnavailableError, TimeoutError):
+    """The Docker engine is up but answered too late, even after retries."""
+
+
 class ImageNotFoundError(WardenError, LookupError):
     """A warden image is not built (or a named image does not exist)."""
 

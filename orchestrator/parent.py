@@ -168,10 +168,18 @@ class ParentAgent:
         task_input = TaskInput.model_validate(raw)
         if task_input.run_in_background:
             ctx = await self.manager.start_background(task_input)
+            queued = ""
+            if ctx.ticket is not None and ctx.ticket.queued:
+                queued = (
+                    f" It is queued ({ctx.ticket.position} ahead of it): the "
+                    "max_concurrent_total cap of subagents running at once is reached, so it "
+                    "starts when one finishes."
+                )
             return _tool_result(
                 tool_use_id,
-                f"Task started in the background with id {ctx.task_id} ({ctx.agent_type}). "
-                "You will be notified when it finishes; TaskOutput and TaskStop take this id.",
+                f"Task started in the background with id {ctx.task_id} ({ctx.agent_type})."
+                f"{queued} You will be notified when it finishes; TaskOutput and TaskStop take "
+                "this id.",
                 False,
             )
         result = await self.manager.run_task(task_input)

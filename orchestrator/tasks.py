@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator import labels
+from orchestrator.admission import AdmissionQueue, Ticket
 from orchestrator.backend.base import (
     ContainerBackend,
     DiskLimits,
@@ -110,9 +111,19 @@ class TaskResult(BaseModel):
     timeout_s: float | None = None
     turns: int = 0
     tokens: int = 0
+    queued_s: float | None = None
+    """How long it waited for a slot behind max_concurrent_total; None: not queued."""
 
     def render(self) -> str:
         """The tool-result text the parent's model receives. Stable wording."""
+        if self.queued_s is None:
+            return self._outcome()
+        return (
+            f"{self._outcome()}\n(It was queued for {self.queued_s:.1f} s: the "
+            "max_concurrent_total cap of subagents running at once was reached.)"
+        )
+
+    def _outcome(self) -> str:
         match self.status:
             case TaskStatus.COMPLETED:
                 return f"Task Succeeded. Result: {self.text}"
@@ -174,6 +185,8 @@ class TaskContext:
     stop_requested: bool = False
     tokens: int = 0
     """Tokens its model calls used so far (every usage field)."""
+    ticket: Ticket | None = None
+    """Its place in the admission queue (see `orchestrator.admission`)."""
 
     @property
     def agent_type(self) -> str:
@@ -283,8 +296,12 @@ class TaskManager:
         self._finished = asyncio.Condition()
         # Container waits block a thread each for as long as the subagent runs;
         # they get their own pool so they never starve other blocking calls.
+        # A nested task runs on its waiting parent's slot: up to max_depth containers each.
+        self.admission = AdmissionQueue(self.config.max_concurrent_total, self.config.queue_limit)
         self._waits = ThreadPoolExecutor(
-            max_workers=self.config.max_concurrent_total + self.config.warm_pool_size * 4 + 4,
+            max_workers=self.config.max_concurrent_total * self.config.max_depth
+            + self.config.warm_pool_size * 4
+            + 4,
             thread_name_prefix="warden-wait",
         )
         # Warm starts only make sense for the real runner, which knows --wait.
@@ -360,12 +377,6 @@ class TaskManager:
                 f"{parent_id}: it may not start more subagents. Do the rest yourself or report "
                 "back what is left."
             )
-        if self.running_count() >= self.config.max_concurrent_total:
-            raise CapError(
-                f"max_concurrent_total cap ({self.config.max_concurrent_total}) reached: that "
-                "many subagents are running now. The task was not started (warden refuses "
-                "rather than queues); retry after some finish, or do it yourself."
-            )
 
     async def _prepare(
         self, task_input: TaskInput, parent: TaskContext | None
@@ -376,6 +387,8 @@ class TaskManager:
         session_id: str | None = None
         if task_input.session_id is not None:
             session_id, history = await self._load_session(task_input.session_id, agent.name)
+        # Past max_concurrent_total the task queues (QueueFullError when the queue is full).
+        ticket = self.admission.take(parent.ticket if parent else None)
         max_turns = agent.max_turns
         if task_input.max_turns is not None:
             max_turns = min(max_turns, task_input.max_turns)
@@ -391,6 +404,7 @@ class TaskManager:
             agent=agent,
             description=task_input.description,
             timeout_s=float(agent.timeout_s),
+            ticket=ticket,
         )
         self.tasks[task_id] = ctx
         self.children_started[ctx.parent_id] = self.children_started.get(ctx.parent_id, 0) + 1
@@ -413,7 +427,11 @@ class TaskManager:
             model_max_retries=self.config.model_max_retries,
             model_retry_total_s=self.config.model_retry_total_s,
         )
-        await self._record_created(ctx, task_input)
+        try:
+            await self._record_created(ctx, task_input)
+        except BaseException:
+            self.admission.release(ticket)
+            raise
         return ctx, spec
 
     async def _load_session(
@@ -504,6 +522,8 @@ class TaskManager:
         return [c.task_id for c in active]
 
     async def _kill(self, ctx: TaskContext) -> None:
+        if ctx.ticket is not None:
+            self.admission.withdraw(ctx.ticket)  # stopped while queued: never starts
         if ctx.container_id is not None:
             try:
                 await asyncio.to_thread(self.backend.kill, ctx.container_id)
@@ -513,6 +533,23 @@ class TaskManager:
     # -- one subagent's life ------------------------------------------------
 
     async def _supervise(self, ctx: TaskContext, spec: wire.TaskSpec) -> TaskResult:
+        """Wait for a slot, run the subagent, give the slot back."""
+        assert ctx.ticket is not None
+        try:
+            try:
+                admitted = await self.admission.wait(ctx.ticket)
+            except asyncio.CancelledError:
+                ctx.stop_requested = True
+                await asyncio.shield(self._conclude(ctx, self._result(ctx, None, None, None)))
+                raise
+            if admitted and not ctx.stop_requested:
+                return await self._run_sandbox(ctx, spec)
+            await self._conclude(ctx, self._result(ctx, None, None, None))
+            return self.results[ctx.task_id]
+        finally:
+            self.admission.release(ctx.ticket)
+
+    async def _run_sandbox(self, ctx: TaskContext, spec: wire.TaskSpec) -> TaskResult:
         key = self._pool_key(ctx.agent)
         warm = self.pool.take(key)
         self.pool.refill(key, self._warm_factory(ctx.agent))
@@ -593,7 +630,9 @@ class TaskManager:
         finally:
             await broker.close()
             shutil.rmtree(socket_dir, ignore_errors=True)
-        result = self._result(ctx, sandbox, budget, failure)
+        await self._conclude(ctx, self._result(ctx, sandbox, budget, failure))
+
+    async def _conclude(self, ctx: TaskContext, result: TaskResult) -> None:
         self.results[ctx.task_id] = result
         await self._record_finished(ctx, result)
         if ctx.task_id in self._running:
@@ -636,7 +675,11 @@ class TaskManager:
         return (self.image_resolver(agent.image), _limits(agent).model_dump_json())
 
     def _result(
-        self, ctx: TaskContext, sandbox: SandboxResult | None, budget: Budget, failure: str | None
+        self,
+        ctx: TaskContext,
+        sandbox: SandboxResult | None,
+        budget: Budget | None,
+        failure: str | None,
     ) -> TaskResult:
         duration = time.monotonic() - ctx.started
         common: dict[str, Any] = dict(
@@ -645,8 +688,9 @@ class TaskManager:
             agent_type=ctx.agent_type,
             duration_s=round(duration, 3),
             timeout_s=ctx.timeout_s,
-            turns=budget.turns_used,
-            tokens=budget.tokens_used,
+            turns=budget.turns_used if budget else 0,
+            tokens=budget.tokens_used if budget else 0,
+            queued_s=round(ctx.ticket.waited_s, 3) if ctx.ticket and ctx.ticket.queued else None,
         )
         posted = ctx.result
         if sandbox is not None and sandbox.status is SandboxStatus.DISK_LIMIT:

@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator.backend import engine_http
 from orchestrator.engine import ENGINE_FIX
-from orchestrator.errors import EngineUnavailableError
+from orchestrator.errors import EngineSlowError, EngineUnavailableError
 
 PERMANENT_5XX = ("no such", "not running", "already in progress", "is dead")
 """Words in a 5xx message that make it final, not worth a retry."""
@@ -74,21 +74,34 @@ def is_transient(exc: BaseException) -> bool:
     return not any(marker in explain(exc).lower() for marker in PERMANENT_5XX)
 
 
+def unavailable(exc: BaseException, operation: str | None = None) -> EngineUnavailableError | None:
+    """The error to raise when `exc` means the engine is dead (cannot connect) or slow
+    (connected, no answer in time); None for any other error. `operation` names the
+    call and its timeout, e.g. "create (CREATE_TIMEOUT_S = 60 s)"."""
+    what = f"{operation}: " if operation else ""
+    if is_connection_error(exc):
+        return EngineUnavailableError(
+            f"the Docker engine is not answering ({what}{explain(exc)}); {ENGINE_FIX}"
+        )
+    if is_read_timeout(exc):
+        return EngineSlowError(
+            f"the Docker engine is up but too slow: {what or 'a call '}got no answer in time, "
+            f"even after retries ({explain(exc)}). It is overloaded: run fewer subagents at "
+            "once (--max-concurrent), or retry later; `warden doctor` checks the engine"
+        )
+    return None
+
+
 @contextlib.contextmanager
-def engine_errors() -> Iterator[None]:
-    """A dead engine becomes one EngineUnavailableError that names the fix."""
+def engine_errors(operation: str | None = None) -> Iterator[None]:
+    """A dead engine becomes one EngineUnavailableError that names the fix; a slow one
+    an EngineSlowError that names the operation and its timeout."""
     try:
         yield
     except Exception as exc:
-        if is_connection_error(exc):
-            raise EngineUnavailableError(
-                f"the Docker engine does not answer ({explain(exc)}); {ENGINE_FIX}"
-            ) from exc
-        if is_read_timeout(exc):
-            raise EngineUnavailableError(
-                f"the Docker engine is too slow to answer ({explain(exc)}); it may be "
-                "overloaded: retry later, or check it with `warden doctor`"
-            ) from exc
+        error = unavailable(exc, operation)
+        if error is not None:
+            raise error from exc
         raise
 
 

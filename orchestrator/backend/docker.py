@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from orchestrator import labels as wl
 from orchestrator.backend import classify
@@ -32,11 +33,9 @@ from orchestrator.backend.capture import OutputCapture
 from orchestrator.backend.engine_http import iter_frames
 from orchestrator.backend.mounts import check_confined
 from orchestrator.config import Settings
-from orchestrator.engine import ENGINE_FIX
 from orchestrator.errors import (
     ConfigError,
     ContainerStartError,
-    EngineUnavailableError,
     ImageNotFoundError,
 )
 
@@ -51,9 +50,34 @@ LOG_MAX_SIZE = "1m"
 LOG_MAX_FILES = "1"
 SHM_BYTES = 16 * 1024 * 1024
 """Size of /dev/shm (the other writable tmpfs besides /tmp)."""
-RETRY_ATTEMPTS = 4
+RETRY_ATTEMPTS = 5
 """Tries of an idempotent docker call before a transient error is final."""
-RETRY_MAX_WAIT_S = 2.0
+RETRY_MAX_WAIT_S = 4.0
+"""Longest jittered pause between two tries."""
+
+
+class EngineOp(NamedTuple):
+    """One kind of engine call, with the per-request timeout sized to it."""
+
+    name: str
+    timeout_s: float
+    constant: str
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.constant} = {self.timeout_s:g} s)"
+
+
+CREATE = EngineOp("create", 60.0, "CREATE_TIMEOUT_S")
+"""Create a container (and open its attach stream); a busy engine takes seconds."""
+START = EngineOp("start", 60.0, "START_TIMEOUT_S")
+"""Start a container: mounts, namespaces, cgroups, the init process."""
+INSPECT = EngineOp("inspect", 30.0, "INSPECT_TIMEOUT_S")
+"""Inspect or list containers: reads only."""
+KILL = EngineOp("kill", 30.0, "KILL_TIMEOUT_S")
+REMOVE = EngineOp("remove", 60.0, "REMOVE_TIMEOUT_S")
+"""Remove a container and its anonymous volumes."""
+NAME_PREFIX = "warden-"
+"""Containers get a random name, so a create retried after a lost answer finds the first."""
 KILL_GRACE_S = 15.0
 """After a kill, how long to wait for the engine to report the container exited."""
 READER_JOIN_S = 5.0
@@ -76,6 +100,18 @@ class DockerBackend(ContainerBackend):
         self._killed: set[str] = set()
         self._warned_root_owned: set[Path] = set()
         self._lock = threading.Lock()
+        self._timed_apis: dict[float, Any] = {}
+
+    def _timed(self, op: EngineOp) -> Any:
+        """The API client with `op`'s timeout. The thin client copies itself cheaply;
+        the docker SDK's has one timeout per client, so it keeps its own."""
+        with_timeout = getattr(self._api, "with_timeout", None)
+        if with_timeout is None:
+            return self._api
+        with self._lock:
+            if op.timeout_s not in self._timed_apis:
+                self._timed_apis[op.timeout_s] = with_timeout(op.timeout_s)
+            return self._timed_apis[op.timeout_s]
 
     # -- start -------------------------------------------------------------------
 
@@ -89,7 +125,7 @@ class DockerBackend(ContainerBackend):
         if spec.workspace is not None:
             binds.insert(0, _bind(_workspace_dir(spec.workspace), WORKSPACE_TARGET, False))
         limits = spec.limits
-        with classify.engine_errors():
+        with classify.engine_errors(CREATE.describe()):
             host_config = self._api.create_host_config(
                 binds=binds,
                 cap_drop=["ALL"],
@@ -110,7 +146,7 @@ class DockerBackend(ContainerBackend):
                 ulimits=_ulimits(limits.disk.write_limit_bytes),
             )
             try:
-                created = self._api.create_container(
+                container_id = self._create(
                     spec.image,
                     command=spec.command,
                     user=user,
@@ -119,6 +155,7 @@ class DockerBackend(ContainerBackend):
                     working_dir=spec.workdir,
                     network_disabled=True,
                     host_config=host_config,
+                    name=NAME_PREFIX + secrets.token_hex(10),
                 )
             except Exception as exc:
                 if classify.status_code(exc) == 404:
@@ -127,24 +164,53 @@ class DockerBackend(ContainerBackend):
                         "with `warden images build` (no registry is used)"
                     ) from exc
                 raise
-        container_id: str = created["Id"]
         try:
-            reader = _Reader(self._api, container_id, spec.output_limit_bytes)
+            reader = _Reader(self._timed(CREATE), container_id, spec.output_limit_bytes)
             with self._lock:
                 self._readers[container_id] = reader
             self._started_at[container_id] = time.monotonic()
-            self._api.start(container_id)
+            # Starting a started container is a no-op (304): start may be retried.
+            self._retrying(lambda: self._timed(START).start(container_id))
         except Exception as exc:
             self._fail_start(container_id, spec, exc)
         return container_id
 
+    def _create(self, image: str, *, name: str, labels: dict[str, str], **options: Any) -> str:
+        """Create, retried on transient errors; a try whose answer was lost is found
+        by its name (and session label) instead of creating a second container."""
+        api = self._timed(CREATE)
+
+        def attempt() -> str:
+            try:
+                created = api.create_container(image, name=name, labels=labels, **options)
+            except Exception as exc:
+                if classify.is_transient(exc) or classify.status_code(exc) == 409:
+                    found = self._created_earlier(name, labels)
+                    if found is not None:
+                        return found
+                raise
+            return str(created["Id"])
+
+        return self._retrying(attempt)
+
+    def _created_earlier(self, name: str, labels: Mapping[str, str]) -> str | None:
+        try:
+            found = self._timed(INSPECT).inspect_container(name)
+        except Exception as exc:
+            if classify.status_code(exc) == 404:
+                return None
+            raise
+        mine = (found.get("Config") or {}).get("Labels") or {}
+        if mine.get(wl.SESSION) != labels.get(wl.SESSION):
+            return None
+        return str(found["Id"])
+
     def _fail_start(self, container_id: str, spec: SandboxSpec, exc: Exception) -> None:
-        if classify.is_connection_error(exc) or classify.is_read_timeout(exc):
+        unavailable = classify.unavailable(exc, START.describe())
+        if unavailable is not None:
             with contextlib.suppress(Exception):
                 self.remove(container_id)
-            raise EngineUnavailableError(
-                f"the Docker engine stopped answering; {ENGINE_FIX}"
-            ) from exc
+            raise unavailable from exc
         error = ContainerStartError(
             f"container for {spec.command[0]!r} in image {spec.image!r} failed to start: "
             f"{classify.explain(exc)}; fix what the engine names (e.g. a mount source, the runtime, "
@@ -235,7 +301,7 @@ class DockerBackend(ContainerBackend):
             return SandboxStatus.OK
         # Only a failure needs the extra round trip to tell OOM from the rest.
         try:
-            state = self._idempotent(self._api.inspect_container, container_id)["State"]
+            state = self._idempotent(INSPECT, "inspect_container", container_id)["State"]
         except Exception as exc:
             if classify.status_code(exc) == 404:
                 return SandboxStatus.KILLED  # removed from outside while it ran
@@ -265,23 +331,23 @@ class DockerBackend(ContainerBackend):
 
     def kill(self, container_id: str) -> None:
         self._killed.add(container_id)
-        with classify.engine_errors(), classify.tolerate_gone():
-            self._idempotent(self._api.kill, container_id)
+        with classify.engine_errors(KILL.describe()), classify.tolerate_gone():
+            self._idempotent(KILL, "kill", container_id)
 
     def remove(self, container_id: str) -> None:
         with self._lock:
             reader = self._readers.pop(container_id, None)
         self._started_at.pop(container_id, None)
         self._killed.discard(container_id)
-        with classify.engine_errors(), classify.tolerate_gone():
-            self._idempotent(self._api.remove_container, container_id, force=True, v=True)
+        with classify.engine_errors(REMOVE.describe()), classify.tolerate_gone():
+            self._idempotent(REMOVE, "remove_container", container_id, force=True, v=True)
         if reader is not None:
             reader.close()
 
     def list(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
         selectors = [key if value is None else f"{key}={value}" for key, value in labels.items()]
-        with classify.engine_errors():
-            rows = self._idempotent(self._api.containers, all=True, filters={"label": selectors})
+        with classify.engine_errors(INSPECT.describe()):
+            rows = self._idempotent(INSPECT, "containers", all=True, filters={"label": selectors})
         return [
             ContainerInfo(
                 id=row["Id"],
@@ -292,10 +358,15 @@ class DockerBackend(ContainerBackend):
             for row in rows
         ]
 
-    def _idempotent(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run an idempotent call; retry it, with jittered backoff, on transient errors."""
+    def _idempotent(self, op: EngineOp, method: str, *args: Any, **kwargs: Any) -> Any:
+        """An idempotent API call with `op`'s timeout, retried on transient errors."""
+        call = getattr(self._timed(op), method)
+        return self._retrying(lambda: call(*args, **kwargs))
+
+    def _retrying(self, call: Callable[[], T]) -> T:
+        """Run `call`; retry it, with jittered backoff, on transient errors."""
         try:
-            return call(*args, **kwargs)
+            return call()
         except Exception as exc:
             if not classify.is_transient(exc):
                 raise
@@ -314,7 +385,7 @@ class DockerBackend(ContainerBackend):
             before=lambda _state: time.sleep(0.05),
             reraise=True,
         )
-        return retrying(call, *args, **kwargs)
+        return retrying(call)
 
 
 class _Reader:

@@ -87,6 +87,12 @@ class EngineClient:
     def api(self) -> EngineClient:
         return self
 
+    def with_timeout(self, timeout_s: float) -> EngineClient:
+        """The same client with another per-request timeout (a cheap copy)."""
+        other = EngineClient(self.socket_path, timeout_s)
+        other.api_version = self.api_version
+        return other
+
     def close(self) -> None:
         """Nothing to release: no connection outlives its request."""
 
@@ -155,8 +161,9 @@ class EngineClient:
         working_dir: str | None = None,
         network_disabled: bool = False,
         host_config: Mapping[str, Any] | None = None,
+        name: str | None = None,
     ) -> dict[str, Any]:
-        """POST /containers/create; returns {"Id": …, "Warnings": […]}."""
+        """POST /containers/create[?name=…]; returns {"Id": …, "Warnings": […]}."""
         if isinstance(environment, Mapping):
             environment = [f"{key}={value}" for key, value in environment.items()]
         body: dict[str, Any] = {
@@ -168,7 +175,8 @@ class EngineClient:
             "AttachStdin": False, "AttachStdout": True, "AttachStderr": True,
         }  # fmt: skip
         payload = {key: value for key, value in body.items() if value is not None}
-        result: dict[str, Any] = self._json("POST", "/containers/create", body=payload)
+        query = {"name": name} if name is not None else None
+        result: dict[str, Any] = self._json("POST", "/containers/create", query=query, body=payload)
         return result
 
     def attach_socket(

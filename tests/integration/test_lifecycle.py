@@ -1,6 +1,6 @@
 """Lifecycle of subagents: background tasks notify the parent's next turn,
 TaskOutput and TaskStop work on them (stop kills the container and its
-descendants at once), caps refuse with their own message, sessions resume with
+descendants at once), caps (and a full queue) refuse with their own message, sessions resume with
 their full history in a new container, and an orchestrator killed mid-run is
 recovered by the next one with nothing lost and nothing left behind."""
 
@@ -186,10 +186,10 @@ async def test_caps_refuse_with_their_own_message(settings: Settings, workspace:
         ),
         convo("kid", {"prompt_contains": "KID-"}, [text("kid done")]),
     ]
-    total_cap = TaskManagerConfig(max_concurrent_total=1)
+    total_cap = TaskManagerConfig(max_concurrent_total=1, queue_limit=0)
     async with scripted_run(settings, workspace, script, config=total_cap) as (run, _):
         result = await run.parent.run("fan out")
-    assert "max_concurrent_total cap (1)" in result.text
+    assert "max_concurrent_total cap (1) reached and the queue is full" in result.text
     assert result.text.count("Task Succeeded") == 1
 
     children_cap = TaskManagerConfig(max_depth=2, max_children_per_task=1)

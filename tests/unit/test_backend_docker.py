@@ -24,6 +24,7 @@ from orchestrator.config import Settings
 from orchestrator.errors import (
     ConfigError,
     ContainerStartError,
+    EngineSlowError,
     EngineUnavailableError,
     ImageNotFoundError,
 )
@@ -50,9 +51,9 @@ class StubAPI:
         self.failures: dict[str, list[BaseException]] = {}
         self._sockets: list[socket.socket] = []
 
-    def _record(self, name: str, *args: Any, **kwargs: Any) -> None:
-        self.calls.append((name, args, kwargs))
-        pending = self.failures.get(name)
+    def _record(self, method: str, /, *args: Any, **kwargs: Any) -> None:
+        self.calls.append((method, args, kwargs))
+        pending = self.failures.get(method)
         if pending:
             raise pending.pop(0)
 
@@ -243,13 +244,48 @@ def test_already_gone_is_fine(backend: DockerBackend, api: StubAPI) -> None:
 
 def test_dead_engine_is_one_clear_error(backend: DockerBackend, api: StubAPI) -> None:
     refused = requests.exceptions.ConnectionError("Connection refused")
-    api.failures["create_container"] = [refused]
-    with pytest.raises(EngineUnavailableError, match="warden doctor --fix"):
+    api.failures["create_container"] = [refused] * 10
+    api.failures["inspect_container"] = [refused] * 10
+    with pytest.raises(EngineUnavailableError, match="warden doctor --fix") as caught:
         backend.start(spec())
+    assert "not answering (create (CREATE_TIMEOUT_S = 60 s)" in str(caught.value)
+    assert not isinstance(caught.value, EngineSlowError)
     api.failures["containers"] = [refused] * 10
     with pytest.raises(EngineUnavailableError, match="DOCKER_HOST"):
         backend.list({wl.SESSION: None})
-    assert api.names().count("containers") == 4  # RETRY_ATTEMPTS, then give up
+    assert api.names().count("containers") == 5  # RETRY_ATTEMPTS, then give up
+
+
+def test_a_slow_engine_is_reported_as_slow_naming_the_timeout(
+    backend: DockerBackend, api: StubAPI
+) -> None:
+    late = requests.exceptions.ReadTimeout("Read timed out. (read timeout=60)")
+    api.failures["start"] = [late] * 10
+    with pytest.raises(EngineSlowError, match=r"start \(START_TIMEOUT_S = 60 s\)") as caught:
+        backend.start(spec())
+    assert "too slow" in str(caught.value) and "--max-concurrent" in str(caught.value)
+    assert api.names().count("start") == 5
+    assert api.names()[-1] == "remove_container"
+
+
+def test_a_create_whose_answer_was_lost_is_found_by_name(
+    backend: DockerBackend, api: StubAPI
+) -> None:
+    late = requests.exceptions.ReadTimeout("Read timed out.")
+    api.failures["create_container"] = [late]
+    created: list[dict[str, Any]] = []
+
+    def inspect(name: str) -> dict[str, Any]:
+        api._record("inspect_container", name)
+        (_, _, kwargs) = next(c for c in api.calls if c[0] == "create_container")
+        created.append(kwargs)
+        return {"Id": "c-first", "Config": {"Labels": kwargs["labels"]}}
+
+    api.inspect_container = inspect  # type: ignore[method-assign]
+    assert backend.start(spec()) == "c-first"
+    assert api.names().count("create_container") == 1
+    assert created[0]["name"].startswith("warden-")
+    assert ("inspect_container", (created[0]["name"],), {}) in api.calls
 
 
 def test_missing_image(backend: DockerBackend, api: StubAPI) -> None:

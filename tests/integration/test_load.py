@@ -1,0 +1,85 @@
+"""Load is queued, not refused: a burst larger than max_concurrent_total (set with
+`warden run --max-concurrent`) completes with every task succeeding, the queued
+ones saying how long they waited, never more running at once than the cap; and
+30 subagents started at once through the scripted model all succeed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.config import Settings
+from orchestrator.store import Store
+from orchestrator.tasks import TaskStatus
+from tests.conftest import warden_argv, warden_env
+from tests.integration.harness import containers_of, fan_out, scripted_run, text
+
+pytestmark = pytest.mark.integration
+
+BURST = 6
+CAP = 2
+MODERATE_LOAD = 30
+MODERATE_LOAD_LIMIT_S = 90
+
+
+def test_a_burst_past_the_cap_is_queued_and_all_succeed(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "burst.yaml"
+    conversations = fan_out(BURST, "burst", [[text("{tool_results}")]])
+    script.write_text(yaml.safe_dump({"conversations": conversations}))
+    done = subprocess.run(
+        warden_argv(
+            *("run", "go", "--replay", str(script), "--workspace", str(workspace), "--json"),
+            *("--permission-mode", "bypassPermissions", "--max-concurrent", str(CAP)),
+        ),
+        env=warden_env(
+            WARDEN_STATE_DIR=str(settings.state_dir),
+            WARDEN_CONFIG_DIR=str(settings.config_dir),
+            CI="true",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr
+    final = json.loads(done.stdout.strip().splitlines()[-1])
+    assert final["status"] == "completed"
+    tasks = final["tasks"]
+    assert [t["status"] for t in tasks] == ["completed"] * BURST
+    queued = [t for t in tasks if t["queued_s"] is not None]
+    assert len(queued) >= BURST - CAP
+    assert final["result"].count("Task Succeeded") == BURST
+    assert final["result"].count("It was queued for") == len(queued)
+    assert (
+        "the max_concurrent_total cap of subagents running at once was reached" in (final["result"])
+    )
+    for i in range(BURST):
+        assert (workspace / f"burst{i}.txt").read_text() == f"{i}\n"
+    with Store.open(settings.state_dir / "warden.db") as store:
+        records = store.list_tasks(run_id=final["run_id"])
+        assert sorted(r.status for r in records) == ["completed"] * BURST
+    # Never more than CAP sandboxes of tasks ran at once: intervals overlap at most CAP deep.
+    spans = sorted((r.started_at, r.ended_at) for r in records)
+    for start, _ in spans:
+        assert sum(1 for s, e in spans if s <= start < e) <= CAP
+    assert containers_of(final["run_id"]) == []
+
+
+async def test_thirty_subagents_at_once_all_succeed(settings: Settings, workspace: Path) -> None:
+    conversations = fan_out(MODERATE_LOAD, "load", [[text("{tool_results}")]])
+    started = time.monotonic()
+    async with scripted_run(settings, workspace, conversations) as (run, _):
+        result = await run.parent.run("load")
+        statuses = [r.status for r in result.tasks]
+    elapsed = time.monotonic() - started
+    failures = [r for r in result.tasks if r.status is not TaskStatus.COMPLETED]
+    assert failures == [], [r.error for r in failures]
+    assert len(statuses) == MODERATE_LOAD
+    assert elapsed < MODERATE_LOAD_LIMIT_S
+    assert containers_of(run.session) == []
