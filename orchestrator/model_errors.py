@@ -56,6 +56,7 @@ def describe(
     what += f": {quoted}" if quoted else ""
     tried = f" after {attempts} attempts" if attempts > 1 else " (not retried)"
     if spend_limited(status, body or message.encode()):
+        stopped = None  # the advice says it all
         advice = (
             "a spend limit or billing problem: add credits or raise the limit in the "
             "Anthropic console, then run again"
