@@ -293,7 +293,9 @@ def test_orchestrator_killed_mid_task_is_recovered_and_resumable(
         while True:
             assert proc.poll() is None, proc.communicate()
             tasks = store.list_tasks()
-            if tasks and len(store.get_transcript(tasks[0].task_id)) >= 3:
+            # 4 messages: the model has asked for `sleep 300` (a resume then goes on
+            # with the next turn instead of sleeping again).
+            if tasks and len(store.get_transcript(tasks[0].task_id)) >= 4:
                 break
             assert time.monotonic() < deadline, "the task never reached its second turn"
             time.sleep(0.1)
