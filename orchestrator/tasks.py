@@ -706,7 +706,7 @@ class TaskManager:
             if not posted.text.strip():
                 return TaskResult(status=TaskStatus.NO_OUTPUT, **common)
             return TaskResult(status=TaskStatus.COMPLETED, text=posted.text, **common)
-        if budget.exhausted is not None:  # the host's word, not the runner's
+        if budget is not None and budget.exhausted is not None:  # the host's word
             return TaskResult(status=TaskStatus.FAILED, error=budget.exhausted, **common)
         if posted is not None:
             # A failed model call is told from what the host saw upstream.
