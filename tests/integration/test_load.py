@@ -48,12 +48,10 @@ def test_a_burst_past_the_cap_is_queued_and_all_succeed(
     assert done.returncode == 0, done.stderr
     final = json.loads(done.stdout.strip().splitlines()[-1])
     assert final["status"] == "completed"
-    tasks = final["tasks"]
-    assert [t["status"] for t in tasks] == ["completed"] * BURST
-    queued = [t for t in tasks if t["queued_s"] is not None]
-    assert len(queued) >= BURST - CAP
+    assert [t["status"] for t in final["tasks"]] == ["completed"] * BURST
+    # The parent's last turn quotes every tool result: the queued ones say so.
     assert final["result"].count("Task Succeeded") == BURST
-    assert final["result"].count("It was queued for") == len(queued)
+    assert final["result"].count("It was queued for") >= BURST - CAP
     assert (
         "the max_concurrent_total cap of subagents running at once was reached" in (final["result"])
     )
