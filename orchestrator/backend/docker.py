@@ -316,8 +316,8 @@ class DockerBackend(ContainerBackend):
         """The init's host PID, if the engine runs on this host: checked by finding
         the container id in that process's cgroups (a remote engine's PID would name
         some unrelated local process)."""
-        with classify.engine_errors():
-            state = self._idempotent(self._api.inspect_container, container_id)["State"]
+        with classify.engine_errors(INSPECT.describe()):
+            state = self._idempotent(INSPECT, "inspect_container", container_id)["State"]
         pid = state.get("Pid")
         if not isinstance(pid, int) or pid <= 0:
             return None
