@@ -365,8 +365,10 @@ def deep(r: random.Random) -> str:
         return arith_recursion(r, bad)
     if pick < 0.5:
         return cond_forms(r, bad)
-    if pick < 0.6:
+    if pick < 0.55:
         return heredoc_terminators(r, bad)
+    if pick < 0.6:
+        return brace_forms(r, bad)
     if pick < 0.7:
         return odd_whitespace(r, bad)
     if pick < 0.85:
@@ -461,3 +463,35 @@ def cond_forms(r: random.Random, bad: str) -> str:
         ]
     )
     return f"{setup}[[ {core} ]]" + r.choice(["", " && echo y", "; echo"])
+
+
+def brace_forms(r: random.Random, bad: str) -> str:
+    """Brace expansion that moves words between roles: into the command name, a
+    wrapper's options or command, a redirection target; empty and quoted members."""
+    name, arg = ([*bad.split(), "x"])[:2]
+    wrapper = r.choice(["timeout 5", "nice", "env", "xargs", "stdbuf -o0", "setsid", "command"])
+    return r.choice(
+        [
+            f"{{,{name}}} {arg}",
+            f"{{{name},}} {arg}",
+            f"echo {{a,b}} && {{{name},{arg}}}",
+            f"{wrapper} {{,{name}}} {arg}",
+            f"{wrapper} {{{name},}} {arg}",
+            f"{wrapper} {{echo,{name}}}",
+            f"{wrapper} {{-n,5}} {{{name},x}}",
+            f"env {{-S,{name}\\ {arg}}}",
+            "echo {a,b} >{out,/dev/null}",
+            "echo hi{,\\ >out}",
+            f"echo {{a,'}}'}}; {bad} #'}}",
+            f'echo {{a,"}}"}}; {bad}',
+            f"{{{name[0]}..{name[0]}}}{name[1:]} {arg}",
+            f"echo {{a,$({bad})}}",
+            f"echo {{$({bad}),b}}",
+            f"ls src/*.{{js,ts}}; {bad}",
+            f"echo {{a,b}}\\\n; {bad}",
+            f"cat {{x.txt,`{bad}`}}",
+            "echo {a,b}{c,d}",
+            f"nice {{-n,5}} {{echo,{name}}} {arg}",
+            f"timeout {{5,{name}}} {arg}",
+        ]
+    )
