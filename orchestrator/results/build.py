@@ -129,6 +129,7 @@ def build_result(
     started: float,
     fail_on: Sequence[Outcome] = (),
     sensitive: dict[str, Any] | None = None,
+    parent_tokens: int = 0,
 ) -> RunResult:
     """The run's result document; `base_code` is the exit code before `--fail-on`."""
     tasks: list[TaskSummary] = []
@@ -151,6 +152,7 @@ def build_result(
         error=error,
         duration_s=round(time.time() - started, 3),
         tokens=sum(t.tokens for t in tasks),
+        parent_tokens=parent_tokens,
         tasks=tasks,
         denials=denials,
         fail_on=list(fail_on),

@@ -143,6 +143,8 @@ class RunResult(BaseModel):
     """Wall time of the run."""
     tokens: int
     """Subagent tokens in total (input + output)."""
+    parent_tokens: int = 0
+    """The parent agent's own tokens (input + output over its model calls)."""
     tasks: list[TaskSummary]
     """Every subagent task, in creation order."""
     denials: list[Denial]

@@ -67,10 +67,17 @@ class ParentTranscript:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.truncated = False
+        self.tokens = 0
+        """The parent's input + output tokens over its model calls so far."""
 
     async def __call__(
         self, request: dict[str, Any], response: Any, started: float, ended: float
     ) -> None:
+        usage = getattr(response, "usage", None)
+        for field in ("input_tokens", "output_tokens"):
+            value = getattr(usage, field, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                self.tokens += value
         content = [block.model_dump(mode="json", exclude_none=True) for block in response.content]
         document = {
             "model": request.get("model"),
@@ -78,6 +85,7 @@ class ParentTranscript:
             "tools": [t.get("name") for t in request.get("tools") or []],
             "messages": [*request.get("messages", []), {"role": "assistant", "content": content}],
             "truncated": False,
+            "tokens": self.tokens,
         }
         await asyncio.to_thread(self._write, document)
 

@@ -70,7 +70,7 @@ def finish_run(settings: Any, state: RunState, code: int, outputs: RunOutputs) -
     store_cm = open_store(settings) if state.run_id is not None else None
     if store_cm is not None:
         with store_cm as store:
-            result = _result(store, state, code, outputs)
+            result = _result(store, state, code, outputs, settings.state_dir)
             audit = [r.model_dump(mode="json") for r in store.audit(state.run_id)]
     else:
         result, audit = _result(None, state, code, outputs), []
@@ -87,7 +87,19 @@ def finish_run(settings: Any, state: RunState, code: int, outputs: RunOutputs) -
     return result.exit_code
 
 
-def _result(store: Any, state: RunState, code: int, outputs: RunOutputs) -> RunResult:
+def _result(
+    store: Any, state: RunState, code: int, outputs: RunOutputs, state_dir: Path | None = None
+) -> RunResult:
+    parent_tokens = 0
+    if state_dir is not None and state.run_id is not None:
+        from orchestrator.results.parent_transcript import load_parent_transcript
+
+        try:
+            transcript = load_parent_transcript(state_dir, state.run_id)
+        except (OSError, ValueError):
+            transcript = None
+        value = (transcript or {}).get("tokens")
+        parent_tokens = value if isinstance(value, int) and value >= 0 else 0
     return build_result(
         store,
         state.run_id,
@@ -98,6 +110,7 @@ def _result(store: Any, state: RunState, code: int, outputs: RunOutputs) -> RunR
         started=state.started,
         fail_on=outputs.fail_on,
         sensitive=state.sensitive,
+        parent_tokens=parent_tokens,
     )
 
 

@@ -49,7 +49,7 @@ def summary_table(result: RunResult) -> Any:
         table.add_column(column, no_wrap=column != "task")
     table.add_row(
         "run (parent agent, totals)", "-", plain(result.status, 20), f"{result.duration_s:.1f}s",
-        str(result.tokens), "-", str(len(result.denials)), "-",
+        str(result.tokens + result.parent_tokens), "-", str(len(result.denials)), "-",
     )  # fmt: skip
     for level, task in tree_order(result.tasks):
         label = plain(f"{INDENT * (level + 1)}{task.task_id} ", 60)

@@ -86,6 +86,7 @@ def test_a_ci_job_gates_on_a_denial_and_publishes_json_junit_and_audit(
     jsonschema.validate(result, _schema("result"))
     assert result["status"] == "completed" and result["result"] == "all done"
     assert result["exit_code"] == 3 and result["failed_on"] == ["denied"]
+    assert result["parent_tokens"] > 0 and result["tokens"] > 0
     (summary,) = result["tasks"]
     assert summary["status"] == "completed" and summary["parent_id"] is None
     assert summary["denials"] == 1 and summary["tool_calls"] >= 1
