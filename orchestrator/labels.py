@@ -17,6 +17,15 @@ EXEC = "warden.exec"
 VERSION = "warden.version"
 RUN = "warden.run"
 """The run (one `warden run` invocation) a task belongs to."""
+OWNER_HOST = "warden.owner.host"
+"""Machine id and pid namespace of the orchestrator that owns the container."""
+OWNER_BOOT = "warden.owner.boot"
+"""Kernel boot id when the owner started."""
+OWNER_PID = "warden.owner.pid"
+OWNER_START = "warden.owner.start"
+"""The owner's process start time (clock ticks since boot), so a reused pid is not it."""
+OWNER_STATE = "warden.owner.state"
+"""Identity of the owner's state dir (`owner.state_id`)."""
 
 
 def check_user_labels(labels: Mapping[str, str]) -> None:

@@ -1,12 +1,26 @@
-"""After a crash: find what a dead orchestrator left running, mark it
-interrupted (resumable) and remove its containers by label."""
+"""After a crash: find what a dead orchestrator left behind, mark it interrupted
+(resumable) and remove its containers.
+
+`reap_dead` is the one function every command that opens the store calls
+(`commands._common.open_store`, `session.open_run`): runs whose owner is provably
+dead (`orchestrator.owner.is_dead`) become `interrupted`, and so do their tasks
+that never ended, including tasks left `running` under a run that did end (the
+orchestrator died, or could not write, between the two). `recover` adds the
+engine: it also removes those runs' containers.
+"""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator import labels
+from orchestrator.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+RUN_INTERRUPTED = "the orchestrator of this run died before it ended (crash, kill -9, reboot)"
 
 
 @dataclass
@@ -19,17 +33,38 @@ class Recovery:
     """Containers of those runs that were still on the engine and are now removed."""
 
 
-def recover(store: Any, backend: Any) -> Recovery:
-    """Blocking. Safe to call from any process at any time: a run whose
-    orchestrator is alive is left alone."""
+def reap_dead(store: Any) -> Recovery:
+    """Blocking, store only. Safe to call from any process at any time: a run whose
+    orchestrator is alive (or cannot be checked from here) is left alone."""
     found = Recovery()
     for run in store.stale_runs():
         tasks = [t.task_id for t in store.list_tasks(run_id=run.run_id) if t.status in _LIVE]
         store.mark_interrupted(tasks)
-        found.containers += backend.cleanup({labels.RUN: run.run_id})
-        store.finish_run(run.run_id, "interrupted", None)
+        store.finish_run(run.run_id, "interrupted", run.result or RUN_INTERRUPTED)
         found.runs.append(run.run_id)
         found.tasks.extend(tasks)
+    for run in store.ended_runs_with_live_tasks():
+        tasks = [t.task_id for t in store.list_tasks(run_id=run.run_id) if t.status in _LIVE]
+        store.mark_interrupted(tasks)
+        found.tasks.extend(tasks)
+    return found
+
+
+def reap_dead_quietly(store: Any) -> Recovery:
+    """`reap_dead` for read-only commands: a store that cannot be written (disk
+    full, read-only) still shows what it holds; the failure is one warning."""
+    try:
+        return reap_dead(store)
+    except StoreError as exc:
+        log.warning("could not mark the runs of dead orchestrators interrupted: %s", exc)
+        return Recovery()
+
+
+def recover(store: Any, backend: Any) -> Recovery:
+    """`reap_dead`, then remove the containers of the runs it found. Blocking."""
+    found = reap_dead(store)
+    for run_id in found.runs:
+        found.containers += backend.cleanup({labels.RUN: run_id})
     return found
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import labels
+from orchestrator import labels, owner
 from orchestrator.broker import Upstream
 from orchestrator.config import DEFAULT_MODEL, Settings
 from orchestrator.errors import ConfigError
@@ -151,6 +151,7 @@ async def open_run(
                 ", ".join(recovered.runs),
                 recovered.containers,
             )
+        me = await asyncio.to_thread(owner.current, settings.state_dir)
         await asyncio.to_thread(
             store.create_run,
             run_id,
@@ -158,6 +159,7 @@ async def open_run(
             workspace=str(workspace),
             model=model,
             pid=os.getpid(),
+            owner=me.to_json(),
         )
         # A W3C trace id: the run's span and every event of the run carry it.
         trace_id = secrets.token_hex(16)

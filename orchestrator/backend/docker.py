@@ -99,6 +99,7 @@ class DockerBackend(ContainerBackend):
         self._started_at: dict[str, float] = {}
         self._killed: set[str] = set()
         self._warned_root_owned: set[Path] = set()
+        self._owner: dict[str, str] | None = None
         self._lock = threading.Lock()
         self._timed_apis: dict[float, Any] = {}
 
@@ -233,7 +234,17 @@ class DockerBackend(ContainerBackend):
             )
         own = dict(spec.warden_labels)
         own.setdefault(wl.VERSION, wl.warden_labels("-")[wl.VERSION])
+        # Who owns it: cleanup and recovery remove it only once this process is dead.
+        for key, value in self._owner_labels().items():
+            own.setdefault(key, value)
         return {**spec.labels, **own}
+
+    def _owner_labels(self) -> dict[str, str]:
+        if self._owner is None:
+            from orchestrator import owner
+
+            self._owner = owner.current(self._settings.state_dir).labels()
+        return self._owner
 
     def _user(self, spec: SandboxSpec) -> str:
         fallback = self._settings.fallback_uid

@@ -1,36 +1,80 @@
-"""`warden cleanup`: remove containers warden left behind (e.g. after a crash)."""
+"""`warden cleanup`: remove containers warden left behind (e.g. after a crash).
+
+Engines are shared (several users, CI jobs, state dirs), so a container is removed
+only when its owner, named by its `warden.owner.*` labels, is provably dead
+(`orchestrator.owner.is_dead`). Containers of live owners, of owners this machine
+cannot check (another host or pid namespace) and of older wardens (no owner labels)
+are kept unless `--all` is given; `--all` first lists what it will remove, then asks
+on a terminal, and needs `--yes` when nobody can answer.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import click
 
 if TYPE_CHECKING:
-    from orchestrator.backend.base import ContainerBackend
+    from orchestrator.backend.base import ContainerBackend, ContainerInfo
 
 
-def remove_orphans(
-    backend: ContainerBackend, session: str | None = None, keep_runs: frozenset[str] = frozenset()
-) -> list[str]:
-    """Remove every container labelled `warden.session` or `warden.exec`
-    (only that session's when `session` is given), except those of the runs in
-    `keep_runs`; return their ids."""
-    from orchestrator import labels
+@dataclass
+class CleanupPlan:
+    """Which containers go and which stay, and why (a decision is a value)."""
+
+    remove: list[ContainerInfo] = field(default_factory=list)
+    keep_live: list[ContainerInfo] = field(default_factory=list)
+    """Their owner is alive."""
+    keep_unknown: list[ContainerInfo] = field(default_factory=list)
+    """Their owner cannot be checked from here (another host, pid namespace, old warden)."""
+
+
+def plan_cleanup(
+    backend: ContainerBackend, session: str | None = None, include_live: bool = False
+) -> CleanupPlan:
+    """Every container labelled `warden.session` or `warden.exec` (only that session's
+    when `session` is given), sorted by what may be removed."""
+    from orchestrator import labels, owner
 
     if session is not None:
         selectors: list[dict[str, str | None]] = [{labels.SESSION: session}]
     else:
         selectors = [{labels.SESSION: None}, {labels.EXEC: None}]
-    found: dict[str, None] = {}
+    found: dict[str, ContainerInfo] = {}
     for selector in selectors:
         for info in backend.list(selector):
-            if info.labels.get(labels.RUN) not in keep_runs:
-                found.setdefault(info.id)
-    for container_id in found:
-        backend.remove(container_id)
-    return list(found)
+            found.setdefault(info.id, info)
+    plan = CleanupPlan()
+    for info in found.values():
+        identity = owner.Owner.from_labels(info.labels)
+        if include_live or (identity is not None and owner.is_dead(identity)):
+            plan.remove.append(info)
+        elif identity is None or owner.host_id() != identity.host:
+            plan.keep_unknown.append(info)
+        else:
+            plan.keep_live.append(info)
+    return plan
+
+
+def remove_orphans(
+    backend: ContainerBackend, session: str | None = None, include_live: bool = False
+) -> list[str]:
+    """Remove the containers `plan_cleanup` allows; return their ids."""
+    plan = plan_cleanup(backend, session, include_live)
+    for info in plan.remove:
+        backend.remove(info.id)
+    return [info.id for info in plan.remove]
+
+
+def _describe(info: ContainerInfo) -> str:
+    from orchestrator import labels
+
+    owner_pid = info.labels.get(labels.OWNER_PID, "?")
+    session = info.labels.get(labels.SESSION) or info.labels.get(labels.EXEC) or "-"
+    return f"  {info.id[:12]}  {info.status:<8} session {session}  owner pid {owner_pid}"
 
 
 @click.command("cleanup")
@@ -40,14 +84,20 @@ def remove_orphans(
     help="Only containers of this warden.session (default: every warden container).",
 )
 @click.option(
-    "--all", "include_live", is_flag=True, help="Also remove containers of runs still in progress."
+    "--all",
+    "include_live",
+    is_flag=True,
+    help="Also remove containers whose owner is alive or cannot be checked (lists them "
+    "and asks first).",
 )
+@click.option("--yes", is_flag=True, help="With --all: do not ask (needed without a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def cleanup(session: str | None, include_live: bool, as_json: bool) -> None:
+def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -> None:
     """Remove the containers warden left behind (labelled warden.session or
-    warden.exec, running or not) and say how many. Runs whose orchestrator died
-    are marked interrupted (resumable). Containers of runs whose orchestrator is
-    still alive are kept unless --all is given."""
+    warden.exec, running or not) whose owning warden process is provably dead, and
+    say how many. Runs of this state dir whose orchestrator died are marked
+    interrupted (resumable). Containers of live owners, including other users' and
+    other state dirs' runs on a shared engine, are kept unless --all is given."""
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.config import Settings
     from orchestrator.engine import connect
@@ -56,27 +106,51 @@ def cleanup(session: str | None, include_live: bool, as_json: bool) -> None:
 
     settings = Settings.from_env()
     backend = DockerBackend(connect(), settings)
-    live: frozenset[str] = frozenset()
     interrupted: list[str] = []
     db = settings.state_dir / "warden.db"
     if db.exists():
         with Store.open(db) as store:
             interrupted = recover(store, backend).tasks
-            if not include_live:
-                live = frozenset(
-                    r.run_id for r in store.list_runs(limit=1000) if r.status == "running"
-                )
-    removed = remove_orphans(backend, session, keep_runs=live)
+    plan = plan_cleanup(backend, session, include_live)
+    if include_live and plan.remove:
+        _confirm(plan.remove, yes, as_json)
+    for info in plan.remove:
+        backend.remove(info.id)
+    removed = [info.id for info in plan.remove]
+    kept = len(plan.keep_live) + len(plan.keep_unknown)
     if as_json:
         click.echo(
-            json.dumps({"removed": len(removed), "ids": removed, "interrupted_tasks": interrupted})
-        )
-    else:
-        noun = "container" if len(removed) == 1 else "containers"
-        click.echo(f"removed {len(removed)} warden {noun}")
-        if interrupted:
-            click.echo(f"marked {len(interrupted)} task(s) of crashed runs interrupted (resumable)")
-        if live:
-            click.echo(
-                f"kept the containers of {len(live)} run(s) in progress (--all removes them)"
+            json.dumps(
+                {
+                    "removed": len(removed),
+                    "ids": removed,
+                    "kept_live": len(plan.keep_live),
+                    "kept_unknown_owner": len(plan.keep_unknown),
+                    "interrupted_tasks": interrupted,
+                }
             )
+        )
+        return
+    noun = "container" if len(removed) == 1 else "containers"
+    click.echo(f"removed {len(removed)} warden {noun}")
+    if interrupted:
+        click.echo(f"marked {len(interrupted)} task(s) of crashed runs interrupted (resumable)")
+    if kept:
+        click.echo(
+            f"kept {kept} container(s) whose owner is alive ({len(plan.keep_live)}) or cannot "
+            f"be checked from here ({len(plan.keep_unknown)}); --all removes them"
+        )
+
+
+def _confirm(doomed: list[ContainerInfo], yes: bool, as_json: bool) -> None:
+    lines = [f"--all will remove {len(doomed)} container(s), live runs included:"]
+    lines += [_describe(info) for info in doomed]
+    click.echo("\n".join(lines), err=True)
+    if yes:
+        return
+    if as_json or not sys.stdin.isatty():
+        raise click.UsageError(
+            "--all removes containers that may belong to live runs (listed above); "
+            "pass --yes to confirm without a terminal"
+        )
+    click.confirm("remove them?", abort=True, err=True)

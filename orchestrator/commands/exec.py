@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ DEFAULT_TIMEOUT_S = 300.0
 EXIT_TIMED_OUT = 124
 EXIT_OOM_KILLED = 137
 EXIT_INTERRUPTED = 130
+"""Ctrl-C; SIGTERM gives 143 and SIGHUP 129 (128 + the signal number)."""
 EXIT_WARDEN_FAILED = 125
 """Like `docker run`: warden (not the command) failed."""
 EXIT_DISK_LIMIT = 122
@@ -77,6 +79,10 @@ class UserType(click.ParamType[str]):
 class _Terminated(Exception):
     """SIGTERM/SIGHUP arrived: treated like Ctrl-C."""
 
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
 
 @click.command(
     "exec",
@@ -84,8 +90,8 @@ class _Terminated(Exception):
     help="Run COMMAND in a fresh hardened container (no network, no capabilities, "
     "read-only root, non-root, resource limits) with the workspace at /workspace, "
     "then remove it. Exit status: the command's own; 124 on timeout; 137 when "
-    "OOM-killed; 122 when killed for crossing a disk limit; 130 when interrupted; "
-    "125 when warden itself failed.",
+    "OOM-killed; 122 when killed for crossing a disk limit; 130/143/129 when stopped by "
+    "SIGINT/SIGTERM/SIGHUP; 125 when warden itself failed.",
 )
 @click.option(
     "--workspace",
@@ -221,9 +227,13 @@ def _run(
         )
         raise click.UsageError(f"invalid sandbox settings: {problems}") from exc
     result = run_interruptible(DiskGuardedBackend(DockerBackend(client, settings)), spec)
-    if result is None:
-        click.echo("warden: interrupted; container killed and removed", err=True)
-        return EXIT_INTERRUPTED
+    if isinstance(result, Interrupted):
+        click.echo(
+            f"warden: interrupted ({signal.Signals(result.signum).name}); "
+            "container killed and removed",
+            err=True,
+        )
+        return 128 + result.signum
     code = exit_status(result)
     if as_json:
         payload = {
@@ -245,15 +255,24 @@ def _run(
     return code
 
 
-def run_interruptible(backend: ContainerBackend, spec: SandboxSpec) -> SandboxResult | None:
+@dataclass(frozen=True)
+class Interrupted:
+    """A stop signal ended the run; the exit status is 128 + signum (130, 143, 129)."""
+
+    signum: int
+
+
+def run_interruptible(
+    backend: ContainerBackend, spec: SandboxSpec
+) -> SandboxResult | Interrupted:
     """`backend.run(spec)`, but SIGINT/SIGTERM/SIGHUP kill and remove the container.
 
-    Returns None when interrupted. The container is found by its unique labels, so
-    one created just before the signal is removed too.
+    Returns `Interrupted` when a signal arrived. The container is found by its unique
+    labels, so one created just before the signal is removed too.
     """
 
     def terminate(signum: int, frame: FrameType | None) -> None:
-        raise _Terminated
+        raise _Terminated(signum)
 
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.getsignal(sig) for sig in handled}
@@ -261,11 +280,11 @@ def run_interruptible(backend: ContainerBackend, spec: SandboxSpec) -> SandboxRe
     signal.signal(signal.SIGHUP, terminate)
     try:
         return backend.run(spec)
-    except (KeyboardInterrupt, _Terminated):
+    except (KeyboardInterrupt, _Terminated) as exc:
         for sig in handled:
             signal.signal(sig, signal.SIG_IGN)  # finish the cleanup whatever comes next
         backend.cleanup(spec.warden_labels)
-        return None
+        return Interrupted(exc.signum if isinstance(exc, _Terminated) else signal.SIGINT)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -137,6 +137,8 @@ def _print_setup(setup: dict[str, Any]) -> None:
 
 
 def _print_events(store: Any, follow: bool, json_mode: bool, active: Any, **where: str) -> None:
+    from orchestrator.recovery import reap_dead_quietly
+
     from orchestrator.results.build import stored_event
     from orchestrator.untrusted_text import printable
 
@@ -160,6 +162,7 @@ def _print_events(store: Any, follow: bool, json_mode: bool, active: Any, **wher
         if not follow or not active():
             break
         time.sleep(FOLLOW_POLL_S)
+        reap_dead_quietly(store)  # its orchestrator may die while we follow
 
 
 def _print_messages(messages: Any) -> None:

@@ -42,11 +42,16 @@ def resume(
     """Send INSTRUCTION to subagent session SESSION_ID, which continues with its full
     history in a new container (also after an orchestrator crash)."""
     from orchestrator.config import Settings
+    from orchestrator.interrupts import run_stoppable
 
-    code = asyncio.run(
-        _resume(Settings.from_env(), session_id, instruction, workspace, model, json_mode, replay)
+    # SIGINT, SIGTERM and SIGHUP stop it cleanly, as for `warden run`.
+    sys.exit(
+        run_stoppable(
+            _resume(
+                Settings.from_env(), session_id, instruction, workspace, model, json_mode, replay
+            )
+        )
     )
-    sys.exit(code)
 
 
 async def _resume(
@@ -85,20 +90,25 @@ async def _resume(
         )
         stack.enter_context(progress)
         the_run.events.listeners.append(progress)
-        result = await the_run.manager.run_task(
-            TaskInput(
-                description=f"resume {session_id}"[:200],
-                prompt=instruction,
-                subagent_type=last.agent_type,
-                session_id=session_id,
+        status, text = "failed", None
+        try:
+            result = await the_run.manager.run_task(
+                TaskInput(
+                    description=f"resume {session_id}"[:200],
+                    prompt=instruction,
+                    subagent_type=last.agent_type,
+                    session_id=session_id,
+                )
             )
-        )
-        await asyncio.to_thread(
-            the_run.store.finish_run,
-            the_run.run_id,
-            "completed" if not result.is_error else "failed",
-            result.render(),
-        )
+            status = "completed" if not result.is_error else "failed"
+            text = result.render()
+        except asyncio.CancelledError:
+            status = "stopped"  # a stop signal: the task's own end is recorded as stopped
+            await asyncio.shield(the_run.manager.close())
+            click.echo("interrupted: the resumed subagent was stopped", err=True)
+            raise
+        finally:
+            await asyncio.to_thread(the_run.store.finish_run, the_run.run_id, status, text)
         if json_mode:
             print(json.dumps({"type": "result", **result.model_dump(mode="json")}))
         else:

@@ -193,7 +193,8 @@ def run(
 
     Every tool call a subagent makes is decided on the host by the policy; a call
     the policy marks "ask" waits for you on a terminal, and is denied when no one
-    can answer (CI=true, no TTY). Ctrl-C stops every subagent the run started."""
+    can answer (CI=true, no TTY). Ctrl-C, SIGTERM and SIGHUP stop every subagent the
+    run started and record the run as stopped (exit 130, 143, 129)."""
     from orchestrator.config import Settings
 
     settings = Settings.from_env()
@@ -215,9 +216,12 @@ def run(
         disk=settings.disk_limits(disk_write_limit, disk_free_floor),
         user=user,
     )
+    from orchestrator.interrupts import run_stoppable
+
     state = RunState()
     try:
-        code = asyncio.run(
+        # SIGINT, SIGTERM and SIGHUP all stop the run cleanly: exit 130, 143, 129.
+        code = run_stoppable(
             _run(settings, prompt, workspace, model, json_mode, replay, options, state)
         )
     except KeyboardInterrupt:

@@ -47,13 +47,35 @@ _ACTIVE = tuple(sorted(ACTIVE_TASK_STATUSES))
 _INTERRUPTED_ERROR = "the orchestrator stopped before this task ended"
 
 
+def _owner_dead(run: RunRecord, is_alive: Callable[[int], bool]) -> bool:
+    from orchestrator import owner
+
+    if run.pid == os.getpid():
+        return False
+    identity = owner.Owner.from_json(run.owner)
+    if identity is None:
+        return not is_alive(run.pid)
+    return owner.is_dead(identity)
+
+
 class Store(StoreBase):
     """The state store. Open with `Store.open(path)`; close with `close()` or `with`."""
 
     # ---- runs -------------------------------------------------------------------------
 
-    def create_run(self, run_id: str, *, prompt: str, workspace: str, model: str, pid: int) -> None:
-        run = RunRecord(run_id=run_id, prompt=prompt, workspace=workspace, model=model, pid=pid)
+    def create_run(
+        self,
+        run_id: str,
+        *,
+        prompt: str,
+        workspace: str,
+        model: str,
+        pid: int,
+        owner: str | None = None,
+    ) -> None:
+        run = RunRecord(
+            run_id=run_id, prompt=prompt, workspace=workspace, model=model, pid=pid, owner=owner
+        )
         values = run.model_dump()
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
@@ -93,11 +115,26 @@ class Store(StoreBase):
         return [RunRecord.model_validate(dict(r)) for r in rows]
 
     def stale_runs(self, is_alive: Callable[[int], bool] = pid_alive) -> list[RunRecord]:
-        """Runs still marked `running` whose orchestrator process is gone (crash recovery)."""
+        """Runs still marked `running` whose orchestrator process is gone (crash recovery).
+        Runs without a recorded owner identity are judged by `is_alive(pid)`."""
         with self._read() as conn:
             rows = conn.execute("SELECT * FROM runs WHERE status = 'running'").fetchall()
         runs = [RunRecord.model_validate(dict(r)) for r in rows]
-        return [r for r in runs if r.pid != os.getpid() and not is_alive(r.pid)]
+        return [r for r in runs if _owner_dead(r, is_alive)]
+
+    def ended_runs_with_live_tasks(
+        self, is_alive: Callable[[int], bool] = pid_alive
+    ) -> list[RunRecord]:
+        """Runs that have ended, whose orchestrator is gone, but that still have tasks
+        `pending` or `running` (it died, or could not write, between the two)."""
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT * FROM runs WHERE status != 'running' AND run_id IN"
+                " (SELECT run_id FROM tasks WHERE status IN (?, ?))",
+                _ACTIVE,
+            ).fetchall()
+        runs = [RunRecord.model_validate(dict(r)) for r in rows]
+        return [r for r in runs if _owner_dead(r, is_alive)]
 
     # ---- tasks ------------------------------------------------------------------------
 

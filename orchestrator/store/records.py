@@ -126,6 +126,9 @@ class RunRecord(_Record):
     """The root agent's model."""
     pid: int
     """Process id of the orchestrator that owns the run (for crash recovery)."""
+    owner: str | None = None
+    """The owning orchestrator's full identity (`orchestrator.owner.Owner` as JSON):
+    host, boot id, pid and its start time, state dir; None for runs of older wardens."""
     status: RunStatus = "running"
     """running until `finish_run`."""
     result: StoredText | None = None

@@ -27,13 +27,18 @@ from typing import Literal
 
 from orchestrator.errors import StoreError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """`PRAGMA user_version` of the schema this code writes."""
 APPLICATION_ID = 0x5744524E  # "WDRN"
 """`PRAGMA application_id` that marks a file as a warden store."""
 Synchronous = Literal["NORMAL", "FULL"]
 DEFAULT_SYNCHRONOUS: Synchronous = "NORMAL"
 """`PRAGMA synchronous` unless the caller asks for FULL (see the module docstring)."""
+QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
+"""Stores up to this size get SQLite's `PRAGMA quick_check` on every open (~1 ms per
+MiB with a warm page cache); larger ones only the header check, so opening a big
+store stays cheap. `warden doctor`-style full checks are `Store.check()`."""
+SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_S = 10.0
 """How long a write waits for another process's write to finish before giving up."""
 DIR_MODE = 0o700
@@ -129,6 +134,8 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "DROP TABLE _warden_schema_bump",
         "PRAGMA writable_schema=RESET",
     ),
+    # v4: the owning orchestrator's identity (`orchestrator.owner.Owner` as JSON).
+    ("ALTER TABLE runs ADD COLUMN owner TEXT",),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -210,12 +217,45 @@ def connect(path: Path, synchronous: Synchronous = DEFAULT_SYNCHRONOUS) -> sqlit
     except sqlite3.Error as exc:
         raise translate(path, exc) from exc
     try:
+        _check_header(path)
         _configure(conn, path, synchronous)
         _migrate(conn, path)
+        _quick_check(conn, path)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _check_header(path: Path) -> None:
+    """A non-empty store must start with SQLite's header and a valid page size."""
+    try:
+        with path.open("rb") as fh:
+            header = fh.read(100)
+    except OSError as exc:
+        raise StoreError(f"cannot read the state store {path} ({exc.strerror})") from exc
+    if not header:
+        return  # new store
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        raise corrupt_error(path, "the file does not start with a SQLite header")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        raise corrupt_error(path, f"the header names an invalid page size {page_size}")
+
+
+def _quick_check(conn: sqlite3.Connection, path: Path) -> None:
+    """Run `PRAGMA quick_check` when the store is small enough (QUICK_CHECK_MAX_BYTES)."""
+    try:
+        if path.stat().st_size > QUICK_CHECK_MAX_BYTES:
+            return
+        rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check(5)")]
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower():
+            raise translate(path, exc) from exc
+        raise corrupt_error(path, exc) from exc
+    if rows != ["ok"]:
+        raise corrupt_error(path, "; ".join(rows))
 
 
 def _configure(conn: sqlite3.Connection, path: Path, synchronous: Synchronous) -> None:

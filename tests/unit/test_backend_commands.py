@@ -1,6 +1,7 @@
 """Locks in the logic of `warden exec` and `warden cleanup` against the fake backend:
 exit-status mapping, size parsing, SIGTERM/Ctrl-C removing the container, and
-cleanup finding orphans by label (all of warden's, or one session's)."""
+cleanup finding orphans by label (all of warden's, or one session's) and removing only
+those whose owner is provably dead unless told --all."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from orchestrator import labels as wl
 from orchestrator.backend.base import SandboxResult, SandboxSpec, SandboxStatus
 from orchestrator.backend.fake import FakeBackend, FakeOutcome
 from orchestrator.commands.cleanup import remove_orphans
-from orchestrator.commands.exec import SizeType, exit_status, run_interruptible
+from orchestrator.commands.exec import Interrupted, SizeType, exit_status, run_interruptible
 
 
 def spec(session: str = "s1", *command: str, **extra: str) -> SandboxSpec:
@@ -60,7 +61,7 @@ def test_signal_kills_and_removes(sig: int) -> None:
     backend = FakeBackend(lambda _spec: FakeOutcome(run_s=float("inf")))
     before = signal.getsignal(signal.SIGTERM)
     threading.Timer(0.3, os.kill, args=(os.getpid(), sig)).start()
-    assert run_interruptible(backend, spec()) is None
+    assert run_interruptible(backend, spec()) == Interrupted(sig)
     assert backend.list({wl.SESSION: None}) == []
     assert signal.getsignal(signal.SIGTERM) is before  # handlers restored
 
@@ -70,12 +71,49 @@ def test_run_interruptible_returns_the_result() -> None:
     assert result is not None and result.stdout == "hi\n"
 
 
+def _dead_owner() -> dict[str, str]:
+    """Owner labels of a process that has exited (its pid is gone)."""
+    import subprocess
+
+    from orchestrator import owner
+
+    child = subprocess.Popen(["sleep", "0"])
+    start = owner.process_start(child.pid) or 1
+    child.wait()
+    return owner.Owner(owner.host_id(), owner.boot_id(), child.pid, start, "st_x").labels()
+
+
+def owned(session: str, owner_labels: dict[str, str], **extra: str) -> SandboxSpec:
+    return SandboxSpec(
+        image="img",
+        command=["sleep", "30"],
+        warden_labels={**wl.warden_labels(session, **extra), **owner_labels},
+    )
+
+
 def test_cleanup_all_or_one_session(workspace: Path) -> None:
     backend = FakeBackend()
+    dead = _dead_owner()
     for session in ("a", "a", "b"):
-        backend.start(spec(session))
+        backend.start(owned(session, dead))
     assert len(remove_orphans(backend, session="a")) == 2
     assert [i.labels[wl.SESSION] for i in backend.list({wl.SESSION: None})] == ["b"]
-    backend.start(spec("c", exec="e1"))
+    backend.start(owned("c", dead, exec="e1"))
     assert len(remove_orphans(backend)) == 2
     assert backend.list({}) == []
+
+
+def test_cleanup_keeps_live_and_uncheckable_owners_unless_all(tmp_path: Path) -> None:
+    from orchestrator import owner
+
+    backend = FakeBackend()
+    me = owner.current(tmp_path).labels()
+    elsewhere = {**me, wl.OWNER_HOST: "another-machine/1"}
+    rebooted = {**me, wl.OWNER_BOOT: "an-earlier-boot"}
+    reused_pid = {**me, wl.OWNER_START: str(int(me[wl.OWNER_START]) + 1)}
+    for labels_ in (me, elsewhere, {}, rebooted, reused_pid):
+        backend.start(owned("s", labels_))
+    assert len(remove_orphans(backend)) == 2  # the rebooted and the reused-pid owner
+    left = {i.labels.get(wl.OWNER_HOST) for i in backend.list({})}
+    assert left == {me[wl.OWNER_HOST], "another-machine/1", None}
+    assert len(remove_orphans(backend, include_live=True)) == 3
