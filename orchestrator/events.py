@@ -4,6 +4,7 @@ and any live listeners (the progress display, `--json` output)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 from collections.abc import Callable
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.results.models import Event
+
+from orchestrator.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +34,29 @@ Listener = Callable[[Event], None]
 
 
 class EventLog:
-    """Fans events out. Listeners run on the event loop and must not block."""
+    """Fans events out. Listeners run on the event loop and must not block.
+
+    Recording is not optional: a run whose events cannot be written (disk full, an
+    unwritable state dir) must end rather than go on unrecorded. The first failure
+    becomes `failure` (a StoreError that says what to do), is handed to the
+    `on_failure` callbacks (the run stops itself there) and is raised to the caller;
+    later ones are raised without further noise.
+
+    Raises StoreError at construction when the events file cannot be created."""
 
     def __init__(self, run_id: str, jsonl_path: Path, store: Any | None = None) -> None:
         self.run_id = run_id
         self.jsonl_path = jsonl_path
         self.store = store
         self.listeners: list[Listener] = []
-        jsonl_path.parent.mkdir(parents=True, exist_ok=True)
+        self.failure: StoreError | None = None
+        self.on_failure: list[Callable[[StoreError], None]] = []
+        try:
+            jsonl_path.parent.mkdir(parents=True, exist_ok=True)
+            with jsonl_path.open("a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise _unwritable(jsonl_path, exc) from exc
         self._lock = asyncio.Lock()
 
     async def emit(
@@ -62,7 +80,11 @@ class EventLog:
         )
         line = event.model_dump_json() + "\n"
         async with self._lock:
-            await asyncio.to_thread(self._write, event, line)
+            try:
+                await asyncio.to_thread(self._write, event, line)
+            except StoreError as exc:
+                self._failed(exc)
+                raise
         for listener in list(self.listeners):
             try:
                 listener(event)
@@ -70,10 +92,32 @@ class EventLog:
                 log.exception("event listener failed on %s", kind)
         return event
 
+    def _failed(self, exc: StoreError) -> None:
+        if self.failure is not None:
+            return
+        self.failure = exc
+        for callback in self.on_failure:
+            try:
+                callback(exc)
+            except Exception:
+                log.exception("an on_failure callback failed")
+
     def _write(self, event: Event, line: str) -> None:
-        with self.jsonl_path.open("a", encoding="utf-8") as fh:
-            fh.write(line)
+        try:
+            with self.jsonl_path.open("a", encoding="utf-8") as fh:
+                fh.write(line)
+        except OSError as exc:
+            raise _unwritable(self.jsonl_path, exc) from exc
         if self.store is not None:
             self.store.append_event(
                 self.run_id, event.task_id, event.kind, json.loads(event.model_dump_json())
             )
+
+
+def _unwritable(path: Path, exc: OSError) -> StoreError:
+    reason = exc.strerror or type(exc).__name__
+    if exc.errno == errno.ENOSPC:
+        fix = "free space on that disk, then `warden ps` shows what was recorded"
+    else:
+        fix = "make it a writable file in a writable directory, or set WARDEN_STATE_DIR"
+    return StoreError(f"cannot write the run's event log {path} ({reason}); {fix}")

@@ -4,9 +4,11 @@ Importing the anthropic SDK costs the in-container runner over a second of
 CPU, which would dominate every subagent's start. A warm sandbox is a fully
 hardened container, started with the workspace and its own (still empty)
 socket directory mounted, whose runner has already done its imports and waits
-for the broker socket to appear. A task takes one, puts its broker on that
-socket, and the runner starts at once. A warm sandbox serves exactly one task
-and is never reused; idle ones are removed with the run.
+on a hold socket (`Hold`) in that directory. A task takes one, puts its broker
+on the directory, releases the hold, and the runner starts at once. If the
+orchestrator dies, the kernel drops the hold connection and the runner exits by
+itself instead of waiting out WARM_WAIT_S. A warm sandbox serves exactly one
+task and is never reused; idle ones are removed with the run.
 
 A warm sandbox's spec (and so its read-only workspace mounts) is built by the
 factory when that sandbox starts, never ahead of time, so it gets the run's
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -26,6 +29,7 @@ from typing import Any
 
 from orchestrator.backend.base import SandboxSpec
 from orchestrator.errors import WardenError
+from sandbox_tools import wire
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +39,56 @@ WARM_MAX_AGE_S = WARM_WAIT_S - 60.0
 """Older warm sandboxes are not handed out (their runner may be about to give up)."""
 
 
+class Hold:
+    """The socket a warm runner waits on (`wire.WARM_HOLD_SOCKET`): `release()` tells
+    it to start (the broker socket is ready), `dismiss()` to exit; if this process
+    dies, the kernel drops the connection and the runner exits too. Nothing polls."""
+
+    def __init__(self, socket_dir: Path) -> None:
+        self.path = socket_dir / Path(wire.WARM_HOLD_SOCKET).name
+        self._answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._server: asyncio.Server | None = None
+
+    async def open(self) -> None:
+        self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+        # Like the broker socket: the directory's group is the sandbox's, and only it
+        # (and we) may connect.
+        os.chown(self.path, -1, self.path.parent.stat().st_gid)
+        os.chmod(self.path, 0o660)
+
+    async def _serve(self, _reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            writer.write(await asyncio.shield(self._answer))
+            await writer.drain()
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    def _answer_with(self, message: bytes) -> None:
+        if not self._answer.done():
+            self._answer.set_result(message)
+        if self._server is not None:
+            self._server.close()  # no new connections; the waiting one gets its answer
+            self._server = None
+
+    def release(self) -> None:
+        self._answer_with(wire.WARM_GO)
+
+    def dismiss(self) -> None:
+        self._answer_with(wire.WARM_BYE)
+
+
 @dataclass
 class WarmSandbox:
     container_id: str
     socket_dir: Path
+    hold: Hold
     started: float = field(default_factory=time.monotonic)
+
+    def release(self) -> None:
+        """Start the runner: call once the task's broker listens in `socket_dir`."""
+        self.hold.release()
 
 
 PoolKey = tuple[str, str]
@@ -92,21 +141,28 @@ class WarmPool:
 
     async def _fill(self, key: PoolKey, factory: SpecFactory) -> None:
         socket_dir = self._new_socket_dir()
+        hold = Hold(socket_dir)
         try:
+            await hold.open()  # before the container starts, so its runner finds it
             container_id = await self._blocking(self.backend.start, factory(socket_dir))
-        except WardenError as exc:
+        except (WardenError, OSError) as exc:
             log.warning("could not start a warm sandbox (tasks will start cold): %s", exc)
+            hold.dismiss()
             shutil.rmtree(socket_dir, ignore_errors=True)
             return
         finally:
             self._filling[key] -= 1
-        warm = WarmSandbox(container_id, socket_dir)
+        warm = WarmSandbox(container_id, socket_dir, hold)
         if self._closed:
             self._discard(warm)
             return
         self._ready.setdefault(key, []).append(warm)
 
     def _discard(self, warm: WarmSandbox) -> None:
+        warm.hold.dismiss()
+        self._remove(warm)
+
+    def _remove(self, warm: WarmSandbox) -> None:
         try:
             self.backend.remove(warm.container_id)
         except WardenError:
@@ -120,8 +176,10 @@ class WarmPool:
             await asyncio.gather(*self._fills, return_exceptions=True)
         idle = [w for ready in self._ready.values() for w in ready]
         self._ready.clear()
+        for warm in idle:
+            warm.hold.dismiss()  # on the loop; the removal below runs in threads
         await asyncio.gather(
-            *(asyncio.to_thread(self._discard, w) for w in idle), return_exceptions=True
+            *(asyncio.to_thread(self._remove, w) for w in idle), return_exceptions=True
         )
 
     def ready_count(self) -> int:

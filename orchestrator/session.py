@@ -151,6 +151,8 @@ async def open_run(
                 ", ".join(recovered.runs),
                 recovered.containers,
             )
+        # Before the run is recorded: an unwritable events file is one clear error.
+        events = EventLog(run_id, settings.state_dir / "runs" / run_id / "events.jsonl", store)
         me = await asyncio.to_thread(owner.current, settings.state_dir)
         await asyncio.to_thread(
             store.create_run,
@@ -167,7 +169,8 @@ async def open_run(
         if tracer is not None:
             trace_id = tracer.trace_id  # the same id also under a caller's own provider
             stack.callback(tracer.finish)  # after the manager has ended every task
-        events = EventLog(run_id, settings.state_dir / "runs" / run_id / "events.jsonl", store)
+        # A run that can no longer record what it does stops (`EventLog.failure`).
+        events.on_failure.append(_cancel_on_failure(asyncio.current_task()))
         if gate is None:
             gate = PolicyGate(
                 policy=gate_policy,
@@ -230,6 +233,15 @@ async def open_run(
             run_id, session, workspace, model, settings, store, events, manager, parent, watch,
             tracer,
         )  # fmt: skip
+
+
+def _cancel_on_failure(main: asyncio.Task[Any] | None) -> Any:
+    def cancel(exc: Exception) -> None:
+        log.debug("stopping the run: %s", exc)
+        if main is not None and not main.done():
+            main.cancel()
+
+    return cancel
 
 
 async def _reap(backend: Any, session: str) -> None:

@@ -38,7 +38,7 @@ from orchestrator.backend.base import (
 from orchestrator.backend.disk import DiskGuardedBackend
 from orchestrator.broker import Broker, Budget, SandboxIdentity, Upstream, make_socket_dir
 from orchestrator.broker.limits import raise_open_file_limit
-from orchestrator.errors import WardenError
+from orchestrator.errors import StoreError, WardenError
 from orchestrator.events import EventLog
 from orchestrator.model_errors import from_upstream
 from orchestrator.pool import WARM_WAIT_S, PoolKey, WarmPool
@@ -56,6 +56,10 @@ TASK_ID_BYTES = 12
 STDERR_TAIL_CHARS = 2_000
 """How much of a failed runner's stderr goes into the error message."""
 RESULT_PREVIEW_CHARS = 200
+REMOVED_ERROR = (
+    "the subagent's container was removed from outside warden (e.g. `docker rm -f`) "
+    "while it ran; its transcript so far is kept: resume the session to continue"
+)
 
 
 def new_task_id() -> str:
@@ -575,6 +579,8 @@ class TaskManager:
         ctx.status = TaskStatus.RUNNING
         try:
             await broker.start()
+            if warm:
+                warm.release()  # its runner was waiting for this broker
             if ctx.container_id is None:
                 sandbox_spec = self._sandbox_spec(ctx.agent, socket_dir, task_id=ctx.task_id)
                 ctx.container_id = await self._blocking(self.backend.start, sandbox_spec)
@@ -634,7 +640,11 @@ class TaskManager:
 
     async def _conclude(self, ctx: TaskContext, result: TaskResult) -> None:
         self.results[ctx.task_id] = result
-        await self._record_finished(ctx, result)
+        try:
+            await self._record_finished(ctx, result)
+        except StoreError as exc:  # state disk full or unwritable: the run reports it
+            if self.events.failure is None:
+                log.warning("could not record the end of %s: %s", ctx.task_id, exc)
         if ctx.task_id in self._running:
             self.notifications.setdefault(ctx.parent_id, []).append(result)
         async with self._finished:
@@ -828,6 +838,8 @@ def _exit_error(sandbox: SandboxResult | None) -> str:
         return "the subagent's container ran out of memory and was killed"
     if sandbox.status is SandboxStatus.KILLED:
         return "the subagent's container was killed"
+    if sandbox.status is SandboxStatus.REMOVED:
+        return REMOVED_ERROR
     tail = sandbox.stderr[-STDERR_TAIL_CHARS:].strip()
     return f"the subagent exited with code {sandbox.exit_code} without a result" + (
         f"; its last output: {tail}" if tail else ""

@@ -32,8 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="warm start: import everything first, then wait up to SECONDS for the broker "
-        "socket to appear (the host keeps such containers ready for the next task)",
+        help="warm start: import everything first, then wait up to SECONDS for the host to "
+        "hand this sandbox a task (it keeps such containers ready); exit at once if the "
+        "host goes away",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -44,27 +45,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.wait > 0:
         import anthropic  # noqa: F401  # the expensive part, done before there is a task
 
-        if not _wait_for_socket(args.socket, args.wait):
+        hold = os.path.join(os.path.dirname(args.socket), os.path.basename(wire.WARM_HOLD_SOCKET))
+        if not _wait_for_task(hold, args.wait):
             return 0  # never given a task: nothing to report
-    return run(socket_path=args.socket, workspace=args.workspace)
+    return run(socket_path=args.socket, workspace=args.workspace, watch_broker=True)
 
 
-WAIT_POLL_S = 0.01
-"""How often a warm runner looks for its broker socket."""
+def _wait_for_task(hold_path: str, timeout_s: float) -> bool:
+    """Block on the host's hold socket until it says go (True), says bye, drops the
+    connection because the orchestrator died, or `timeout_s` passes (False).
+    No polling: one blocking read."""
+    import socket
 
-
-def _wait_for_socket(path: str, timeout_s: float) -> bool:
-    """True once the socket exists and we may connect to it (the host makes it
-    connectable for our uid only after it is fully set up)."""
-    import os
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if os.path.exists(path) and os.access(path, os.W_OK):
-            return True
-        time.sleep(WAIT_POLL_S)
-    return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(hold_path)
+            answer = sock.recv(16)
+    except OSError as exc:  # refused or missing: the host is gone; timeout: never used
+        print(f"warden runner: warm sandbox not used ({exc.strerror or exc})", file=sys.stderr)
+        return False
+    return answer == wire.WARM_GO
 
 
 if __name__ == "__main__":

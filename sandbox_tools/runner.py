@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from sandbox_tools import wire
+from sandbox_tools import watchdog, wire
 from sandbox_tools.broker import MODEL_CALL_TIMEOUT_S, BrokerClient, model_client
 from sandbox_tools.conversation import append_user_text
 from sandbox_tools.errors import BrokerRequestError, BrokerUnavailableError, ToolError
 from sandbox_tools.tools import ToolContext, ToolOutput, describe, parse_input, run_tool
+from sandbox_tools.tools.bash import kill_running
 from sandbox_tools.tools.inputs import tool_params
 
 if TYPE_CHECKING:
@@ -270,8 +271,15 @@ def _api_error_message(e: anthropic.APIError) -> str:
     return e.message
 
 
-def run(socket_path: str = wire.BROKER_SOCKET, workspace: str | Path = wire.WORKSPACE) -> int:
+def run(
+    socket_path: str = wire.BROKER_SOCKET,
+    workspace: str | Path = wire.WORKSPACE,
+    watch_broker: bool = False,
+) -> int:
     """Fetch the spec, run the loop, post the result; the process exit code.
+
+    `watch_broker` (the container entry point sets it) ends the whole process, tools
+    included, as soon as the broker goes away (`watchdog`).
 
     0 whenever a result was posted (even a failed one); 2 when the broker is
     unreachable; 1 on a bug (after trying to post a failed result).
@@ -287,6 +295,8 @@ def run(socket_path: str = wire.BROKER_SOCKET, workspace: str | Path = wire.WORK
     broker = BrokerClient(socket_path)
     try:
         spec = broker.spec()
+        if watch_broker:  # from here on, the runner dies with its broker
+            watchdog.start(socket_path, kill_running)
         ctx = ToolContext(root=Path(workspace).resolve(), bash_timeout_s=spec.bash_timeout_s)
         client = model_client(socket_path, spec.model_max_retries, spec.model_retry_total_s)
         try:

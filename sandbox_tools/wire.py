@@ -15,6 +15,7 @@ Endpoints (all paths relative to the socket):
 | POST /v1/transcript     | `TranscriptCheckpoint` | `Ack`                           |
 | POST /v1/result         | `ResultRequest`        | `Ack`                           |
 | POST /v1/task           | `DelegateRequest`      | `DelegateResponse`              |
+| GET  /v1/alive          | -                      | `Ack`, only when the broker closes |
 
 Errors use the Anthropic error shape (`ErrorBody`), so the anthropic SDK in
 the container parses a refused model call like any other API error.
@@ -35,6 +36,16 @@ BROKER_SOCKET_DIR = "/run/warden"
 
 BROKER_SOCKET = f"{BROKER_SOCKET_DIR}/broker.sock"
 """The broker socket inside the container."""
+
+WARM_HOLD_SOCKET = f"{BROKER_SOCKET_DIR}/warm.sock"
+"""A warm sandbox's runner waits on this socket: the host writes `WARM_GO` once the
+broker socket is ready, `WARM_BYE` to dismiss it; the connection dropping means the
+orchestrator died."""
+WARM_GO = b"go\n"
+WARM_BYE = b"bye\n"
+
+ALIVE_PATH = "/v1/alive"
+"""Held open by the runner's watchdog; answered (or dropped) when the host side goes."""
 
 BROKER_BASE_URL = "http://warden-broker"
 """Base URL the in-container clients use; the host name is never resolved."""

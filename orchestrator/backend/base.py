@@ -145,6 +145,8 @@ class SandboxStatus(enum.StrEnum):
     KILLED = "killed"
     DISK_LIMIT = "disk_limit"
     """Killed by warden for crossing a disk limit (`SandboxResult.reason` says which)."""
+    REMOVED = "removed"
+    """Removed from outside warden (e.g. `docker rm -f`) while it ran."""
 
 
 class SandboxResult(_Closed):

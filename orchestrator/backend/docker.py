@@ -276,12 +276,14 @@ class DockerBackend(ContainerBackend):
         with classify.engine_errors():
             try:
                 exit_code = _wait_exit_code(self._api, container_id, timeout_s)
+            except _Gone:
+                return self._removed(container_id)
             except _WaitTimeout:
                 timed_out = True
                 self.kill(container_id)
                 try:
                     exit_code = _wait_exit_code(self._api, container_id, KILL_GRACE_S)
-                except _WaitTimeout:
+                except (_WaitTimeout, _Gone):
                     exit_code = 128 + 9  # killed, but the engine is slow to say so
         ended = time.monotonic()
         status = self._status(container_id, exit_code, timed_out)
@@ -315,8 +317,10 @@ class DockerBackend(ContainerBackend):
             state = self._idempotent(INSPECT, "inspect_container", container_id)["State"]
         except Exception as exc:
             if classify.status_code(exc) == 404:
-                return SandboxStatus.KILLED  # removed from outside while it ran
+                return SandboxStatus.REMOVED  # removed from outside while it ran
             raise
+        if state.get("Status") in ("removing", "dead"):
+            return SandboxStatus.REMOVED  # `docker rm -f` from outside
         if state.get("OOMKilled"):
             return SandboxStatus.OOM_KILLED
         if exit_code in KILL_SIGNAL_EXITS:
@@ -337,6 +341,22 @@ class DockerBackend(ContainerBackend):
         except OSError:
             return None
         return pid if container_id in cgroups else None
+
+    def _removed(self, container_id: str) -> SandboxResult:
+        """The result for a container that vanished before `wait` saw it exit."""
+        started = self._started_at.pop(container_id, time.monotonic())
+        with self._lock:
+            reader = self._readers.pop(container_id, None)
+        if reader is not None:
+            reader.close()
+        return SandboxResult(
+            status=SandboxStatus.REMOVED,
+            exit_code=128 + 9,
+            stdout="",
+            stderr="",
+            truncated=False,
+            duration_s=time.monotonic() - started,
+        )
 
     # -- kill, remove, list ------------------------------------------------------
 
@@ -444,12 +464,18 @@ class _WaitTimeout(Exception):
     pass
 
 
+class _Gone(Exception):
+    """The container no longer exists (removed from outside)."""
+
+
 def _wait_exit_code(api: Any, container_id: str, timeout_s: float | None) -> int:
     try:
         answer = api.wait(container_id, timeout=timeout_s)
     except Exception as exc:
         if classify.is_read_timeout(exc):
             raise _WaitTimeout from exc
+        if classify.status_code(exc) == 404:
+            raise _Gone from exc
         raise
     code = answer.get("StatusCode")
     return int(code) if code is not None else -1

@@ -39,6 +39,7 @@ from orchestrator.broker.forwarding import (
 from orchestrator.broker.limits import Allowance, flood_allowances
 from orchestrator.broker.listener import BODY_TIMEOUT_S, Listener, SandboxIdentity
 from orchestrator.broker.upstream import Upstream, UpstreamFailures, forward_messages
+from orchestrator.errors import WardenError
 from sandbox_tools import wire
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,8 @@ class Broker:
     _listener: Listener | None = field(default=None, repr=False)
     _model_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     _noticed: set[str] = field(default_factory=set, repr=False)
+    _closing: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _host_failed: bool = field(default=False, repr=False)
 
     @property
     def socket_path(self) -> Path:
@@ -147,6 +150,7 @@ class Broker:
         app.router.add_post("/v1/transcript", self._transcript)
         app.router.add_post("/v1/result", self._result)
         app.router.add_post("/v1/task", self._task)
+        app.router.add_get(wire.ALIVE_PATH, self._alive)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         server = self._runner.server
@@ -160,6 +164,7 @@ class Broker:
         await self._listener.start()
 
     async def close(self) -> None:
+        self._closing.set()  # answers the runner's liveness request: the host is done
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
@@ -215,6 +220,15 @@ class Broker:
             return await self._reject(request.path, exc.status, "invalid_request_error", exc.reason)
         except asyncio.CancelledError:
             raise
+        except WardenError as exc:  # the host cannot serve it (e.g. the state disk is full)
+            if not self._host_failed:
+                self._host_failed = True
+                log.info("task %s: %s", self.spec.task_id, exc)
+            return web.json_response(
+                wire.error_body("api_error", f"the host could not handle this request: {exc}"),
+                status=503,
+                headers={"x-should-retry": "false"},
+            )
         except Exception:
             log.exception(
                 "broker bug while serving %s for task %s", request.path, self.spec.task_id
@@ -268,6 +282,13 @@ class Broker:
             ) from None
 
     # -- endpoints --------------------------------------------------------
+
+    async def _alive(self, request: web.Request) -> web.Response:
+        """Answered only when the broker closes. The runner holds this request open:
+        an answer, or the connection dropping because this process died, tells it
+        the host side is gone and it must stop its tools and exit."""
+        await self._closing.wait()
+        return web.json_response(wire.Ack().model_dump())
 
     async def _spec(self, request: web.Request) -> web.Response:
         return web.json_response(self.spec.model_dump(mode="json"))
@@ -336,6 +357,46 @@ class Broker:
             await self.host.on_usage(self.budget)
         except Exception:
             log.exception("recording token usage failed")
+
+    async def _forward(
+        self, request: web.Request, body: dict[str, Any], betas: list[str]
+    ) -> tuple[int, Any, dict[str, str]]:
+        headers = {
+            "content-type": "application/json",
+            "anthropic-version": request.headers.get(
+                "anthropic-version", DEFAULT_ANTHROPIC_VERSION
+            )[:MAX_VERSION_HEADER_CHARS],
+        }
+        if betas:
+            headers["anthropic-beta"] = ",".join(betas)
+        if self.upstream.api_key:
+            headers["x-api-key"] = self.upstream.api_key
+        url = self.upstream.base_url.rstrip("/") + "/v1/messages"
+        try:
+            response = await self.upstream.client.post(
+                url, json=body, headers=headers, timeout=UPSTREAM_TIMEOUT_S
+            )
+        except Exception as exc:  # httpx2 transport errors: the model endpoint is unreachable
+            log.warning("model endpoint %s unreachable: %s", url, exc)
+            return (
+                502,
+                wire.error_body(
+                    "api_error", f"the model endpoint did not answer: {type(exc).__name__}"
+                ),
+                {},
+            )
+        returned = {k: response.headers[k] for k in RETURNED_HEADERS if k in response.headers}
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        if response.status_code == 200 and not _is_message(payload):
+            return _not_a_message(url, response)
+        if payload is None:
+            payload = wire.error_body(
+                "api_error", f"upstream answered {response.status_code} without JSON"
+            )
+        return response.status_code, payload, returned
 
     def _over_limit(self, endpoint: str, nbytes: int) -> str | None:
         return self.allowances[endpoint].take(nbytes)
@@ -428,6 +489,22 @@ class Broker:
         else:
             answer = await self.host.delegate(req)
         return web.json_response(answer.model_dump(mode="json"))
+
+
+def _is_message(payload: Any) -> bool:
+    return isinstance(payload, dict) and isinstance(payload.get("content"), list)
+
+
+def _not_a_message(url: str, response: Any) -> tuple[int, Any, dict[str, str]]:
+    """A 200 that is not a Messages API answer (an HTML page, a proxy's login form):
+    a 502 the in-container SDK reports as an error and does not retry."""
+    kind = response.headers.get("content-type", "no content type")[:100]
+    message = (
+        f"the model endpoint {url} answered 200 with {kind} that is not a Messages API "
+        "response; check that ANTHROPIC_BASE_URL points at an Anthropic-compatible API"
+    )
+    log.warning("%s", message)
+    return 502, wire.error_body("api_error", message), {"x-should-retry": "false"}
 
 
 def _assistant_turns(messages: list[dict[str, Any]]) -> int:

@@ -312,6 +312,8 @@ def _describe(result: SandboxResult, timeout: float) -> str:
         return "the container was killed from outside"
     if result.reason:
         return result.reason
+    if status == "removed":
+        return "the container was removed from outside warden (docker rm -f)"
     return f"command exited with status {result.exit_code}"
 
 

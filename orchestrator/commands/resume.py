@@ -103,8 +103,12 @@ async def _resume(
             status = "completed" if not result.is_error else "failed"
             text = result.render()
         except asyncio.CancelledError:
-            status = "stopped"  # a stop signal: the task's own end is recorded as stopped
+            # A stop signal (the task's own end is recorded as stopped), or the run
+            # could no longer record what it does (`events.failure`).
+            status = "failed" if the_run.events.failure else "stopped"
             await asyncio.shield(the_run.manager.close())
+            if the_run.events.failure is not None:
+                raise the_run.events.failure from None
             click.echo("interrupted: the resumed subagent was stopped", err=True)
             raise
         finally:

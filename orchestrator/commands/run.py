@@ -356,9 +356,13 @@ async def _run(
             state.error = one_line(exc)
             click.echo(f"warden: error: {printable(exc, None, multiline=True)}", err=True)
         except asyncio.CancelledError:
-            # Ctrl-C: stop everything this run started, say so, keep what was written.
-            state.status = "stopped"
+            # Ctrl-C or a stop signal: stop everything this run started, say so, keep
+            # what was written. A run that cannot record any more (`events.failure`)
+            # ends the same way, with that error.
+            state.status = "failed" if the_run.events.failure else "stopped"
             await asyncio.shield(the_run.manager.close())
+            if the_run.events.failure is not None:
+                raise the_run.events.failure from None
             stopped = [c.task_id for c in the_run.manager.tasks.values() if c.status == "stopped"]
             click.echo(
                 f"interrupted: stopped {len(stopped)} subagent(s) {' '.join(stopped)}; "

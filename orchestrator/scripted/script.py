@@ -193,6 +193,11 @@ class Script(_Closed):
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ScriptError(f"cannot read script {path}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ScriptError(
+                f"script {path} is not UTF-8 text (byte {exc.start} is 0x{exc.object[exc.start]:02x}); "
+                "a replay script is YAML or JSON: pass the right file"
+            ) from exc
         try:
             data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
         except (json.JSONDecodeError, yaml.YAMLError) as exc:

@@ -20,6 +20,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from sandbox_tools import oom
 from sandbox_tools.errors import ToolError
 from sandbox_tools.tools.base import ToolContext, ToolOutput
 from sandbox_tools.tools.inputs import BashInput
@@ -74,6 +75,16 @@ class _CappedCapture:
             "Grep it for more]\n"
         )
         return head + note + self.tail.decode("utf-8", errors="replace")
+
+
+_running_groups: set[int] = set()
+"""Process groups of Bash calls in progress (one per call), for `kill_running`."""
+
+
+def kill_running() -> None:
+    """SIGKILL every Bash call in progress and all it started (the host is gone)."""
+    for pgid in list(_running_groups):
+        _kill_group(pgid)
 
 
 def _kill_group(pgid: int) -> bool:
@@ -174,6 +185,7 @@ def describe(command: str) -> str:
 
 def bash(inp: BashInput, ctx: ToolContext) -> ToolOutput:
     timeout_s = inp.timeout / 1000 if inp.timeout is not None else ctx.bash_timeout_s
+    ooms_before = oom.oom_kills()
     try:
         proc = subprocess.Popen(
             ["bash", "-c", inp.command],
@@ -186,8 +198,12 @@ def bash(inp: BashInput, ctx: ToolContext) -> ToolOutput:
     except OSError as e:
         raise ToolError(f"cannot start bash: {e.strerror or e}") from e
     capture = _CappedCapture(BASH_OUTPUT_LIMIT)
-    with proc:  # closes the pipe
-        outcome = _pump(proc, capture, timeout_s)
+    _running_groups.add(proc.pid)
+    try:
+        with proc:  # closes the pipe
+            outcome = _pump(proc, capture, timeout_s)
+    finally:
+        _running_groups.discard(proc.pid)
 
     text = capture.text().rstrip("\n") or "(no output)"
     notes: list[str] = []
@@ -203,5 +219,14 @@ def bash(inp: BashInput, ctx: ToolContext) -> ToolOutput:
         return ToolOutput("\n".join([text, *notes]), is_error=True, summary="timed out")
     code = proc.returncode
     status = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    ooms_after = oom.oom_kills()
+    if ooms_before is not None and ooms_after is not None and ooms_after > ooms_before:
+        limit = oom.describe_limit(oom.memory_limit())
+        status = f"killed: out of memory (limit {limit})"
+        notes.append(
+            f"[{status}: the kernel ended a process of this command that outgrew the "
+            "sandbox's memory; use less memory, or ask for a larger limit]"
+        )
+        return ToolOutput("\n".join([text, *notes]), is_error=True, summary=status)
     notes.append(f"[{status}]")
     return ToolOutput("\n".join([text, *notes]), is_error=code != 0, summary=status)

@@ -321,10 +321,15 @@ def test_list_filters_by_label(backend: DockerBackend, api: StubAPI) -> None:
                                      "labels": {"a": "b"}}  # fmt: skip
 
 
-def test_removed_from_outside_while_running_is_killed(backend: DockerBackend, api: StubAPI) -> None:
+def test_removed_from_outside_while_running_is_removed(backend: DockerBackend, api: StubAPI) -> None:
     api.exit_code = 137
     api.failures["inspect_container"] = [api_error(404, "No such container")]
-    assert backend.run(spec()).status is SandboxStatus.KILLED
+    assert backend.run(spec()).status is SandboxStatus.REMOVED
+
+
+def test_removed_before_the_wait_is_removed(backend: DockerBackend, api: StubAPI) -> None:
+    api.failures["wait"] = [api_error(404, "No such container")]
+    assert backend.run(spec()).status is SandboxStatus.REMOVED
 
 
 def test_mount_paths_are_checked(backend: DockerBackend, tmp_path: Path) -> None:
