@@ -64,19 +64,23 @@ class Hold:
             pass
         finally:
             writer.close()
-
-    def _answer_with(self, message: bytes) -> None:
-        if not self._answer.done():
-            self._answer.set_result(message)
-        if self._server is not None:
-            self._server.close()  # no new connections; the waiting one gets its answer
-            self._server = None
+            self.close()  # one runner, one answer
 
     def release(self) -> None:
-        self._answer_with(wire.WARM_GO)
+        """Tell the runner to start; it may connect before or after this."""
+        if not self._answer.done():
+            self._answer.set_result(wire.WARM_GO)
 
     def dismiss(self) -> None:
-        self._answer_with(wire.WARM_BYE)
+        """Tell the runner to exit (a later connection is refused: it exits too)."""
+        if not self._answer.done():
+            self._answer.set_result(wire.WARM_BYE)
+        self.close()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
 
 @dataclass
@@ -116,6 +120,7 @@ class WarmPool:
         self._ready: dict[PoolKey, list[WarmSandbox]] = {}
         self._filling: dict[PoolKey, int] = {}
         self._fills: set[asyncio.Task[None]] = set()
+        self._holds: list[Hold] = []
         self._closed = False
 
     def take(self, key: PoolKey) -> WarmSandbox | None:
@@ -142,6 +147,7 @@ class WarmPool:
     async def _fill(self, key: PoolKey, factory: SpecFactory) -> None:
         socket_dir = self._new_socket_dir()
         hold = Hold(socket_dir)
+        self._holds.append(hold)
         try:
             await hold.open()  # before the container starts, so its runner finds it
             container_id = await self._blocking(self.backend.start, factory(socket_dir))
@@ -178,6 +184,8 @@ class WarmPool:
         self._ready.clear()
         for warm in idle:
             warm.hold.dismiss()  # on the loop; the removal below runs in threads
+        for hold in self._holds:
+            hold.close()  # released ones whose runner never came for its answer
         await asyncio.gather(
             *(asyncio.to_thread(self._remove, w) for w in idle), return_exceptions=True
         )
