@@ -32,9 +32,7 @@ def wait_for_close(socket_path: str) -> str | None:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.connect(socket_path)
-            sock.sendall(
-                f"GET {wire.ALIVE_PATH} HTTP/1.1\r\nHost: warden-broker\r\n\r\n".encode()
-            )
+            sock.sendall(f"GET {wire.ALIVE_PATH} HTTP/1.1\r\nHost: warden-broker\r\n\r\n".encode())
             data = sock.recv(4096)
     except OSError as exc:
         return f"the broker connection failed ({exc.strerror or exc})"

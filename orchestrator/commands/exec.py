@@ -262,9 +262,7 @@ class Interrupted:
     signum: int
 
 
-def run_interruptible(
-    backend: ContainerBackend, spec: SandboxSpec
-) -> SandboxResult | Interrupted:
+def run_interruptible(backend: ContainerBackend, spec: SandboxSpec) -> SandboxResult | Interrupted:
     """`backend.run(spec)`, but SIGINT/SIGTERM/SIGHUP kill and remove the container.
 
     Returns `Interrupted` when a signal arrived. The container is found by its unique

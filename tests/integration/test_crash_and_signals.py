@@ -41,7 +41,11 @@ def napper_script(path: Path, marker: str) -> Path:
                 "name": "napper",
                 "match": {"prompt_contains": "NAPPER"},
                 "turns": [
-                    {"content": [tool("Bash", command=f"touch {marker}; sleep 300", timeout=600000)]}
+                    {
+                        "content": [
+                            tool("Bash", command=f"touch {marker}; sleep 300", timeout=600000)
+                        ]
+                    }
                 ],
             },
         ]
