@@ -11,9 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.results.models import Event
-
 from orchestrator.errors import StoreError
+from orchestrator.results.models import Event
 
 log = logging.getLogger(__name__)
 

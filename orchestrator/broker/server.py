@@ -358,46 +358,6 @@ class Broker:
         except Exception:
             log.exception("recording token usage failed")
 
-    async def _forward(
-        self, request: web.Request, body: dict[str, Any], betas: list[str]
-    ) -> tuple[int, Any, dict[str, str]]:
-        headers = {
-            "content-type": "application/json",
-            "anthropic-version": request.headers.get(
-                "anthropic-version", DEFAULT_ANTHROPIC_VERSION
-            )[:MAX_VERSION_HEADER_CHARS],
-        }
-        if betas:
-            headers["anthropic-beta"] = ",".join(betas)
-        if self.upstream.api_key:
-            headers["x-api-key"] = self.upstream.api_key
-        url = self.upstream.base_url.rstrip("/") + "/v1/messages"
-        try:
-            response = await self.upstream.client.post(
-                url, json=body, headers=headers, timeout=UPSTREAM_TIMEOUT_S
-            )
-        except Exception as exc:  # httpx2 transport errors: the model endpoint is unreachable
-            log.warning("model endpoint %s unreachable: %s", url, exc)
-            return (
-                502,
-                wire.error_body(
-                    "api_error", f"the model endpoint did not answer: {type(exc).__name__}"
-                ),
-                {},
-            )
-        returned = {k: response.headers[k] for k in RETURNED_HEADERS if k in response.headers}
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = None
-        if response.status_code == 200 and not _is_message(payload):
-            return _not_a_message(url, response)
-        if payload is None:
-            payload = wire.error_body(
-                "api_error", f"upstream answered {response.status_code} without JSON"
-            )
-        return response.status_code, payload, returned
-
     def _over_limit(self, endpoint: str, nbytes: int) -> str | None:
         return self.allowances[endpoint].take(nbytes)
 
@@ -489,22 +449,6 @@ class Broker:
         else:
             answer = await self.host.delegate(req)
         return web.json_response(answer.model_dump(mode="json"))
-
-
-def _is_message(payload: Any) -> bool:
-    return isinstance(payload, dict) and isinstance(payload.get("content"), list)
-
-
-def _not_a_message(url: str, response: Any) -> tuple[int, Any, dict[str, str]]:
-    """A 200 that is not a Messages API answer (an HTML page, a proxy's login form):
-    a 502 the in-container SDK reports as an error and does not retry."""
-    kind = response.headers.get("content-type", "no content type")[:100]
-    message = (
-        f"the model endpoint {url} answered 200 with {kind} that is not a Messages API "
-        "response; check that ANTHROPIC_BASE_URL points at an Anthropic-compatible API"
-    )
-    log.warning("%s", message)
-    return 502, wire.error_body("api_error", message), {"x-should-retry": "false"}
 
 
 def _assistant_turns(messages: list[dict[str, Any]]) -> int:

@@ -99,8 +99,28 @@ async def forward_messages(
     try:
         payload = response.json()
     except ValueError:
+        payload = None
+    if response.status_code == 200 and not _is_message(payload):
+        return _not_a_message(url, response)
+    if payload is None:
         payload = wire.error_body(
             "api_error", f"upstream answered {response.status_code} without JSON"
         )
     failures.observe(response.status_code, payload)
     return response.status_code, payload, returned
+
+
+def _is_message(payload: Any) -> bool:
+    return isinstance(payload, dict) and isinstance(payload.get("content"), list)
+
+
+def _not_a_message(url: str, response: Any) -> tuple[int, Any, dict[str, str]]:
+    """A 200 that is not a Messages API answer (an HTML page, a proxy's login form):
+    a 502 the in-container SDK reports as an error and does not retry."""
+    kind = response.headers.get("content-type", "no content type")[:100]
+    message = (
+        f"the model endpoint {url} answered 200 with {kind} that is not a Messages API "
+        "response; check that ANTHROPIC_BASE_URL points at an Anthropic-compatible API"
+    )
+    log.warning("%s", message)
+    return 502, wire.error_body("api_error", message), {"x-should-retry": "false"}

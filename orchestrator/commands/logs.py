@@ -138,7 +138,6 @@ def _print_setup(setup: dict[str, Any]) -> None:
 
 def _print_events(store: Any, follow: bool, json_mode: bool, active: Any, **where: str) -> None:
     from orchestrator.recovery import reap_dead_quietly
-
     from orchestrator.results.build import stored_event
     from orchestrator.untrusted_text import printable
 
