@@ -229,6 +229,10 @@ class Broker:
                 status=503,
                 headers={"x-should-retry": "false"},
             )
+        except ConnectionError:  # the container went away mid-request (killed, stopped)
+            return web.json_response(
+                wire.error_body("api_error", "the connection was lost"), status=400
+            )
         except Exception:
             log.exception(
                 "broker bug while serving %s for task %s", request.path, self.spec.task_id

@@ -19,6 +19,7 @@ import docker
 import pytest
 import yaml
 
+from orchestrator.exit_codes import ExitCode
 from tests.conftest import UNPRIVILEGED, warden_argv, warden_env
 from tests.integration.harness import PARENT_MATCH, task, text, tool
 
@@ -241,7 +242,7 @@ def test_full_state_disk_is_one_clear_error_and_every_task_ends(
     wait_for(ws / "started", proc)
     filler = fill(small_disk)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 2, err
+    assert proc.returncode == ExitCode.RUN_ERROR, err
     assert "Traceback" not in err and "broker bug" not in err, err
     errors = [line for line in err.splitlines() if line.startswith("warden: error:")]
     assert len(errors) == 1, err
@@ -262,7 +263,8 @@ def test_unwritable_event_log_is_one_clear_error_before_anything_starts(
     (state / "runs").write_text("not a directory")  # root ignores chmod; this it cannot write
     proc = start_run(state, ws, napper_script(tmp_path / "s.yaml", "nap"))
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 2, err
-    assert err.startswith("warden: error: cannot write the run's event log"), err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert proc.returncode == ExitCode.RUN_ERROR, err
+    errors = [line for line in err.splitlines() if line.startswith("warden: error:")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    assert errors[0].startswith("warden: error: cannot write the run's event log"), err
     assert ps(state) == []  # no run was recorded, so none is left `running`

@@ -62,13 +62,13 @@ async def test_oom_kill_inside_a_surviving_sandbox_is_named(
     write_agent(
         workspace,
         "hog",
-        "---\nname: hog\ndescription: eats memory\ntools: Bash\nmemory: 128m\n---\nYou eat.\n",
+        "---\nname: hog\ndescription: eats memory\ntools: Bash\nmemory: 256m\n---\nYou eat.\n",
     )
     script = [
         convo(
             "hog",
             {"prompt_contains": "HOG"},
-            [tool("Bash", command="python3 -c 'x = bytearray(400 * 1024 * 1024)'; echo after")],
+            [tool("Bash", command="python3 -c 'x = bytearray(1024 * 1024 * 1024)'; echo after")],
             [text("survived: {tool_results}")],
         )
     ]
@@ -79,7 +79,7 @@ async def test_oom_kill_inside_a_surviving_sandbox_is_named(
     assert result.status is TaskStatus.COMPLETED, result.error  # the sandbox survived
     (tool_result,) = requests_of(server, "hog")[1].body["messages"][-1]["content"]
     assert tool_result["is_error"] is True
-    assert "killed: out of memory (limit 128 MiB)" in tool_result["content"]
+    assert "killed: out of memory (limit 256 MiB)" in tool_result["content"]
 
 
 async def test_model_endpoint_answering_html_is_a_clear_task_error(
