@@ -101,7 +101,9 @@ async def forward_messages(
     except ValueError:
         payload = None
     if response.status_code == 200 and not _is_message(payload):
-        return _not_a_message(url, response)
+        status, payload, extra = _not_a_message(url, response)
+        failures.observe(status, payload)
+        return status, payload, extra
     if payload is None:
         payload = wire.error_body(
             "api_error", f"upstream answered {response.status_code} without JSON"
