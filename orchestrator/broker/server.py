@@ -187,6 +187,8 @@ class Broker:
             return
         try:
             await self.host.on_notice(kind, message)
+        except WardenError as exc:  # the state disk is full, say: the run reports it
+            log.info("recording a broker notice failed: %s", exc)
         except Exception:
             log.exception("recording a broker notice failed")
 
@@ -246,6 +248,8 @@ class Broker:
         if self.rejections <= MAX_REJECTIONS_RECORDED:
             try:
                 await self.host.on_rejected(endpoint, status, message)
+            except WardenError as exc:
+                log.info("recording a rejected request failed: %s", exc)
             except Exception:
                 log.exception("recording a rejected request failed")
         return web.json_response(wire.error_body(kind, message), status=status)
@@ -359,6 +363,8 @@ class Broker:
         self.budget.record(payload.get("usage"), admission)
         try:
             await self.host.on_usage(self.budget)
+        except WardenError as exc:  # e.g. the state disk is full: the run reports it
+            log.info("recording token usage failed: %s", exc)
         except Exception:
             log.exception("recording token usage failed")
 
