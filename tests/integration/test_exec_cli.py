@@ -108,18 +108,26 @@ def test_cleanup_removes_orphans_of_a_session(
     settings: Settings, sandbox_image: str, no_leftovers: Any, docker_client: Any,
     test_session: str,
 ) -> None:  # fmt: skip
+    from orchestrator import owner
+
     backend = DockerBackend(docker_client, settings)
+    child = subprocess.Popen(["sleep", "0"])  # their owner: a process that has exited
+    start = owner.process_start(child.pid) or 1
+    child.wait()
+    dead = owner.Owner(owner.host_id(), owner.boot_id(), child.pid, start, "st_gone")
     spec = SandboxSpec(
         image=sandbox_image, command=["sleep", "600"], labels=no_leftovers,
-        warden_labels=wl.warden_labels(test_session, task="orphan"),
+        warden_labels={**wl.warden_labels(test_session, task="orphan"), **dead.labels()},
     )  # fmt: skip
     ids = [backend.start(spec) for _ in range(2)]  # never waited on: orphans, as after a crash
+    live = backend.start(spec.model_copy(update={"warden_labels": wl.warden_labels(test_session)}))
     proc = cli("cleanup", "--session", test_session, "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["removed"] == 2
-    assert backend.list({wl.SESSION: test_session}) == []
+    assert [c.id for c in backend.list({wl.SESSION: test_session})] == [live]  # owner alive
     again = cli("cleanup", "--session", test_session)
-    assert again.stdout == "removed 0 warden containers\n"
+    assert again.stdout.startswith("removed 0 warden containers\nkept 1 container(s)")
+    backend.remove(live)
     for container_id in ids:
         backend.remove(container_id)  # already gone: fine; closes our output readers
     assert TEST_LABEL in no_leftovers
