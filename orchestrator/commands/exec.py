@@ -13,12 +13,15 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
     from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec
@@ -59,6 +62,31 @@ class SizeType(click.ParamType[int]):
         if size < 0 or (size == 0 and not self.allow_zero):
             self.fail(f"{value!r} must be positive", param, ctx)
         return size
+
+
+def disk_limit_options(who: str, crossing: str) -> Callable[[F], F]:
+    """`--disk-write-limit` and `--disk-free-floor`, worded for `who` (shared by
+    `warden exec` and `warden run`)."""
+
+    def decorate(command: F) -> F:
+        command = click.option(
+            "--disk-free-floor",
+            type=SizeType(allow_zero=True),
+            default=None,
+            metavar="SIZE",
+            help="Free space the workspace's file system must keep; 0: no floor "
+            f"[default: WARDEN_DISK_FREE_FLOOR, else 1g]. Falling below: {crossing}.",
+        )(command)
+        return click.option(
+            "--disk-write-limit",
+            type=SizeType(allow_zero=True),
+            default=None,
+            metavar="SIZE",
+            help=f"Most bytes {who} may write (and its largest file), e.g. 500m, 4g; 0: no "
+            f"cap [default: WARDEN_DISK_WRITE_LIMIT, else 2g]. Crossing it: {crossing}.",
+        )(command)
+
+    return decorate
 
 
 class UserType(click.ParamType[str]):
@@ -119,22 +147,7 @@ class _Terminated(Exception):
 @click.option(
     "--pids", type=click.IntRange(min=8), default=None, help="Process limit [default: 256]."
 )
-@click.option(
-    "--disk-write-limit",
-    type=SizeType(allow_zero=True),
-    default=None,
-    metavar="SIZE",
-    help="Most bytes the command may write (and largest file); 0: no cap "
-    "[default: WARDEN_DISK_WRITE_LIMIT, else 2g].",
-)
-@click.option(
-    "--disk-free-floor",
-    type=SizeType(allow_zero=True),
-    default=None,
-    metavar="SIZE",
-    help="Free space the workspace's file system must keep; 0: no floor "
-    "[default: WARDEN_DISK_FREE_FLOOR, else 1g].",
-)
+@disk_limit_options("the command", "warden exec exits 122")
 @click.option("--user", type=UserType(), default=None, help="uid:gid (default: the owner).")
 @click.option(
     "--label",

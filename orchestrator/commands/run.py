@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.commands.exec import SizeType, UserType
+from orchestrator.commands.exec import UserType, disk_limit_options
 from orchestrator.errors import WardenError
 from orchestrator.exit_codes import ExitCode, exit_code_for
 from orchestrator.results.models import Outcome
@@ -148,22 +148,7 @@ if TYPE_CHECKING:
     metavar="FILE",
     help="Write the run's permission decisions as JSON (as `warden audit --json`).",
 )
-@click.option(
-    "--disk-write-limit",
-    type=SizeType(allow_zero=True),
-    default=None,
-    metavar="SIZE",
-    help="Most bytes one subagent may write, e.g. 500m, 4g; 0: no cap "
-    "[default: WARDEN_DISK_WRITE_LIMIT, else 2g]. Crossing it kills the subagent (disk_limit).",
-)
-@click.option(
-    "--disk-free-floor",
-    type=SizeType(allow_zero=True),
-    default=None,
-    metavar="SIZE",
-    help="Free space the workspace's file system must keep; 0: no floor "
-    "[default: WARDEN_DISK_FREE_FLOOR, else 1g]. Falling below kills the subagent.",
-)
+@disk_limit_options("one subagent", "the subagent is killed (disk_limit)")
 def run(
     prompt: str,
     workspace: Path,
