@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator import labels
+from orchestrator import labels, owner
 from orchestrator.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -61,10 +61,18 @@ def reap_dead_quietly(store: Any) -> Recovery:
 
 
 def recover(store: Any, backend: Any) -> Recovery:
-    """`reap_dead`, then remove the containers of the runs it found. Blocking."""
+    """`reap_dead`, then remove the containers of the runs it found, and every other
+    warden container whose owner is provably dead: a read-only command (`ps`,
+    `logs`) may already have marked a dead run interrupted, and its containers must
+    not outlive that. Blocking."""
     found = reap_dead(store)
     for run_id in found.runs:
         found.containers += backend.cleanup({labels.RUN: run_id})
+    for info in backend.list({labels.SESSION: None}):
+        identity = owner.Owner.from_labels(info.labels)
+        if identity is not None and owner.is_dead(identity):
+            backend.remove(info.id)
+            found.containers += 1
     return found
 
 

@@ -43,8 +43,10 @@ def request(method, path, body=None, headers=None):
     for k, v in (headers or {}).items():
         head += f"{k}: {v}\r\n"
     s = socket.socket(socket.AF_UNIX)
-    s.settimeout(120)
+    # Blocking connect: with a full listen backlog it waits for the host to accept
+    # (a socket with a timeout would fail at once with EAGAIN instead).
     s.connect(SOCK)
+    s.settimeout(120)
     s.sendall(head.encode() + b"\r\n" + data)
     raw = b""
     while chunk := s.recv(65536):

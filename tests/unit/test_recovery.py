@@ -17,11 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import labels as wl
 from orchestrator import owner
+from orchestrator.backend.base import SandboxSpec
+from orchestrator.backend.fake import FakeBackend
 from orchestrator.errors import StoreError
 from orchestrator.events import EventLog
 from orchestrator.pool import Hold
-from orchestrator.recovery import reap_dead
+from orchestrator.recovery import reap_dead, recover
 from orchestrator.store import Store, TaskRecord
 from sandbox_tools import watchdog, wire
 
@@ -75,6 +78,34 @@ def test_dead_owners_runs_and_tasks_under_ended_runs_are_interrupted(store: Stor
     assert store.get_run("live").status == "running"
     assert store.get_task("sa_live").status == "running"
     assert reap_dead(store).tasks == []  # idempotent
+
+
+def test_recovery_removes_dead_owners_containers_even_after_a_read_only_reap(
+    store: Store,
+) -> None:
+    # `warden ps` (store only) notices the dead run first; the next run's recovery
+    # must still remove its containers, and only those of dead owners.
+    backend = FakeBackend()
+    me = owner.current(store.path.parent)
+
+    def sandbox(run_id: str, who: owner.Owner) -> str:
+        spec = SandboxSpec(
+            image="img",
+            command=["true"],
+            warden_labels={**wl.warden_labels(f"s-{run_id}", run=run_id), **who.labels()},
+        )
+        return backend.start(spec)
+
+    store.create_run(
+        "crashed", prompt="p", workspace="/w", model="m", pid=1, owner=dead_owner().to_json()
+    )
+    dead_box = sandbox("crashed", dead_owner())
+    live_box = sandbox("live", me)
+    assert reap_dead(store).runs == ["crashed"]  # e.g. by `warden ps`
+    found = recover(store, backend)
+    assert found.runs == [] and found.containers == 1
+    remaining = [info.id for info in backend.list({wl.SESSION: None})]
+    assert remaining == [live_box] and dead_box not in remaining
 
 
 def test_a_damaged_index_page_is_refused_at_open(tmp_path: Path) -> None:
