@@ -60,14 +60,17 @@ def reap_dead_quietly(store: Any) -> Recovery:
         return Recovery()
 
 
-def recover(store: Any, backend: Any) -> Recovery:
-    """`reap_dead`, then remove the containers of the runs it found, and every other
-    warden container whose owner is provably dead: a read-only command (`ps`,
-    `logs`) may already have marked a dead run interrupted, and its containers must
-    not outlive that. Blocking."""
+def recover(store: Any, backend: Any, *, sweep: bool = True) -> Recovery:
+    """`reap_dead`, then remove the containers of the runs it found and, with
+    `sweep`, every other warden container whose owner is provably dead: a read-only
+    command (`ps`, `logs`) may already have marked a dead run interrupted, and its
+    containers must not outlive that. (`warden cleanup` sweeps itself, within its
+    `--session`, and says what it removed.) Blocking."""
     found = reap_dead(store)
     for run_id in found.runs:
         found.containers += backend.cleanup({labels.RUN: run_id})
+    if not sweep:
+        return found
     for info in backend.list({labels.SESSION: None}):
         identity = owner.Owner.from_labels(info.labels)
         if identity is not None and owner.is_dead(identity):

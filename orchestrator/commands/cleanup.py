@@ -110,7 +110,7 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
     db = settings.state_dir / "warden.db"
     if db.exists():
         with Store.open(db) as store:
-            interrupted = recover(store, backend).tasks
+            interrupted = recover(store, backend, sweep=False).tasks
     plan = plan_cleanup(backend, session, include_live)
     if include_live and plan.remove:
         _confirm(plan.remove, yes, as_json)
