@@ -183,11 +183,12 @@ def is_dead(owner: Owner) -> bool:
         return True  # the machine rebooted since
     start = process_start(owner.pid)
     if start is None:
-        return not _pid_exists(owner.pid)  # /proc may hide other users' processes
+        return not pid_alive(owner.pid)  # /proc may hide other users' processes
     return owner.start != 0 and start != owner.start
 
 
-def _pid_exists(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True when a process with this id exists (it may belong to someone else)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -10,7 +10,6 @@ code calls the store through `asyncio.to_thread`.
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -32,17 +31,6 @@ class RunNotFoundError(WardenError, LookupError):
 
 class TranscriptTooLargeError(WardenError, ValueError):
     """A transcript checkpoint larger than MAX_TRANSCRIPT_CHARS."""
-
-
-def pid_alive(pid: int) -> bool:
-    """True when a process with this id exists (it may belong to someone else)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def sql_filter(**filters: str | None) -> tuple[str, list[str]]:

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from orchestrator.errors import StoreError, TaskNotFoundError
+from orchestrator.owner import pid_alive
 from orchestrator.store.base import (
     StoreBase,
     TranscriptTooLargeError,
-    pid_alive,
     run_not_found,
     sql_filter,
     task_not_found,
