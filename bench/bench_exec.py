@@ -35,9 +35,10 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from orchestrator import labels as wl  # noqa: E402
 from orchestrator.backend.base import SandboxSpec  # noqa: E402
+from orchestrator.backend.connect import connect, connect_local  # noqa: E402
 from orchestrator.backend.docker import DockerBackend  # noqa: E402
 from orchestrator.config import Settings  # noqa: E402
-from orchestrator.engine import connect, connect_local  # noqa: E402
+
 
 DEFAULT_ITERATIONS = 30
 DEFAULT_IMAGE = os.environ.get("WARDEN_TEST_IMAGE", "bash")
@@ -101,7 +102,7 @@ def main() -> None:
 
     # What `warden exec` imports before its first API call (no docker SDK any more).
     import_floor = [sys.executable, "-c", "import orchestrator.cli, orchestrator.commands.exec, "
-                    "orchestrator.backend.docker, orchestrator.config, orchestrator.engine"]  # fmt: skip
+                    "orchestrator.backend.docker, orchestrator.config, orchestrator.provision.engine"]  # fmt: skip
 
     variants: dict[str, Callable[[], object]] = {
         "python + CLI imports only": lambda: run_cli(import_floor),

@@ -60,11 +60,11 @@ from benchlib import (
 )
 
 from orchestrator import labels as wl
+from orchestrator.backend.connect import connect
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import Settings
-from orchestrator.engine import connect
-from orchestrator.events import Event
-from orchestrator.tasks import TaskInput, TaskManagerConfig, TaskStatus
+from orchestrator.runtime.events import Event
+from orchestrator.runtime.tasks import TaskInput, TaskManagerConfig, TaskStatus
 from tests.integration.harness import text, tool
 
 DEFAULT_SIZES = "20,50"

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import chown_tree, median, ms, pct, temp_env, verdict
 
-from orchestrator.session import open_run
-from orchestrator.tasks import TaskInput, TaskStatus
+from orchestrator.runtime.session import open_run
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from sandbox_tools import wire
 
 DEFAULT_REQUESTS = 1000

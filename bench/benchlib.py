@@ -136,7 +136,7 @@ async def wait_idle(container_ids: Sequence[str], timeout_s: float = IDLE_TIMEOU
 
 
 def agent_image() -> str:
-    from orchestrator.engine import connect
+    from orchestrator.backend.connect import connect
     from orchestrator.images import resolve_image
 
     client = connect()

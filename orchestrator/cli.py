@@ -96,7 +96,7 @@ def main() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except WardenError as exc:
-        from orchestrator.untrusted_text import printable
+        from orchestrator.ui.untrusted_text import printable
 
         # Messages may quote container or workspace text (agent names, paths).
         click.echo(f"warden: error: {printable(exc, None, multiline=True)}", err=True)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from orchestrator.backend import engine_http
-from orchestrator.engine import ENGINE_FIX
+from orchestrator.backend.connect import ENGINE_FIX
 from orchestrator.errors import EngineSlowError, EngineUnavailableError
 
 PERMANENT_5XX = ("no such", "not running", "already in progress", "is dead")

@@ -89,8 +89,8 @@ KILL_SIGNAL_EXITS = frozenset({128 + 9, 128 + 15})
 
 class DockerBackend(ContainerBackend):
     """`ContainerBackend` on an engine client: a docker SDK `DockerClient`
-    (`orchestrator.engine.connect()`) or the thin `EngineClient`
-    (`orchestrator.engine.connect_local()`); only its `.api` is used."""
+    (`orchestrator.backend.connect.connect()`) or the thin `EngineClient`
+    (`orchestrator.backend.connect.connect_local()`); only its `.api` is used."""
 
     def __init__(self, client: Any, settings: Settings) -> None:
         self._api = client.api
@@ -241,7 +241,7 @@ class DockerBackend(ContainerBackend):
 
     def _owner_labels(self) -> dict[str, str]:
         if self._owner is None:
-            from orchestrator import owner
+            from orchestrator.lifecycle import owner
 
             self._owner = owner.current(self._settings.state_dir).labels()
         return self._owner

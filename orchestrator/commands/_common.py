@@ -13,7 +13,7 @@ import click
 def open_store(settings: Any) -> Any:
     """The state store, with the runs of dead orchestrators marked interrupted first
     (`recovery.reap_dead`), so no command shows a dead run as `running`."""
-    from orchestrator.recovery import reap_dead_quietly
+    from orchestrator.lifecycle.recovery import reap_dead_quietly
     from orchestrator.store import Store
 
     store = Store.open(settings.state_dir / "warden.db")

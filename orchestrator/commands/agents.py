@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from orchestrator.commands._common import emit_json
-from orchestrator.untrusted_text import printable
+from orchestrator.ui.untrusted_text import printable
 
 if TYPE_CHECKING:
-    from orchestrator.agents import AgentDefinition, AgentRegistry
+    from orchestrator.agents.registry import AgentDefinition, AgentRegistry
 
 _WORKSPACE = click.option(
     "--workspace",
@@ -33,7 +33,7 @@ def agents() -> None:
 
 
 def _registry(workspace: Path) -> AgentRegistry:
-    from orchestrator.agents import AgentRegistry
+    from orchestrator.agents.registry import AgentRegistry
     from orchestrator.config import Settings
 
     return AgentRegistry.load(Settings.from_env(), workspace.resolve())
@@ -129,8 +129,8 @@ def show_command(name: str, workspace: Path, as_json: bool) -> None:
 def validate_command(directories: tuple[Path, ...], workspace: Path, as_json: bool) -> None:
     """Check agent files: each DIR (default: WORKSPACE/.claude/agents and the user's
     agents). Exits 1 when a file cannot be loaded; warnings do not fail."""
-    from orchestrator.agent_files import load_agent_dir
-    from orchestrator.agents import PROJECT_AGENTS_DIR, USER_AGENTS_DIR
+    from orchestrator.agents.files import load_agent_dir
+    from orchestrator.agents.registry import PROJECT_AGENTS_DIR, USER_AGENTS_DIR
     from orchestrator.config import Settings
 
     if not directories:

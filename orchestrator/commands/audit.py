@@ -34,7 +34,7 @@ def audit(
 
     from orchestrator.commands._common import console, emit_json, open_store
     from orchestrator.config import Settings
-    from orchestrator.untrusted_text import plain, printable
+    from orchestrator.ui.untrusted_text import plain, printable
 
     with open_store(Settings.from_env()) as store:
         if run_id is None:

@@ -2,7 +2,7 @@
 
 Engines are shared (several users, CI jobs, state dirs), so a container is removed
 only when its owner, named by its `warden.owner.*` labels, is provably dead
-(`orchestrator.owner.is_dead`). Containers of live owners, of owners this machine
+(`orchestrator.lifecycle.owner.is_dead`). Containers of live owners, of owners this machine
 cannot check (another host or pid namespace) and of older wardens (no owner labels)
 are kept unless `--all` is given; `--all` first lists what it will remove, then asks
 on a terminal, and needs `--yes` when nobody can answer.
@@ -37,7 +37,8 @@ def plan_cleanup(
 ) -> CleanupPlan:
     """Every container labelled `warden.session` or `warden.exec` (only that session's
     when `session` is given), sorted by what may be removed."""
-    from orchestrator import labels, owner
+    from orchestrator import labels
+    from orchestrator.lifecycle import owner
 
     if session is not None:
         selectors: list[dict[str, str | None]] = [{labels.SESSION: session}]
@@ -98,10 +99,10 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
     say how many. Runs of this state dir whose orchestrator died are marked
     interrupted (resumable). Containers of live owners, including other users' and
     other state dirs' runs on a shared engine, are kept unless --all is given."""
+    from orchestrator.backend.connect import connect
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.config import Settings
-    from orchestrator.engine import connect
-    from orchestrator.recovery import recover
+    from orchestrator.lifecycle.recovery import recover
     from orchestrator.store import Store
 
     settings = Settings.from_env()

@@ -8,16 +8,9 @@ from typing import Any
 
 import click
 
-from orchestrator.engine import (
-    GVISOR_NOTE,
-    EngineInfo,
-    FixPlan,
-    apply_fix,
-    engine_info,
-    host_facts,
-    plan_fix,
-)
+from orchestrator.backend.connect import GVISOR_NOTE, EngineInfo, engine_info
 from orchestrator.errors import EngineUnavailableError
+from orchestrator.provision.engine import FixPlan, apply_fix, host_facts, plan_fix
 
 
 @click.command()

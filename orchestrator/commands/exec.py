@@ -205,10 +205,10 @@ def _run(
 ) -> int:
     from orchestrator import labels
     from orchestrator.backend.base import ResourceLimits, SandboxSpec
+    from orchestrator.backend.connect import connect_local
     from orchestrator.backend.disk import DiskGuardedBackend
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.config import Settings
-    from orchestrator.engine import connect_local
 
     settings = Settings.from_env()
     client = connect_local()

@@ -28,8 +28,8 @@ def build(force: bool, no_pull: bool) -> None:
     suitable, else a pull of it, else a Debian base bootstrapped with debootstrap
     (needs root). Tags are warden-<kind>:<content hash>.
     """
+    from orchestrator.backend.connect import connect
     from orchestrator.config import Settings
-    from orchestrator.engine import connect
     from orchestrator.images import build_images
 
     settings = Settings.from_env()

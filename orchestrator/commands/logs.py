@@ -36,7 +36,7 @@ def _run_logs(settings: Any, store: Any, run_id: str, follow: bool, json_mode: b
     from orchestrator.commands._common import emit_json
     from orchestrator.results.build import stored_event
     from orchestrator.results.parent_transcript import load_parent_transcript
-    from orchestrator.untrusted_text import printable
+    from orchestrator.ui.untrusted_text import printable
 
     run = store.get_run(run_id)
     transcript = load_parent_transcript(settings.state_dir, run_id)
@@ -72,7 +72,7 @@ def _run_logs(settings: Any, store: Any, run_id: str, follow: bool, json_mode: b
 def _task_logs(store: Any, task_id: str, follow: bool, json_mode: bool) -> None:
     from orchestrator.commands._common import emit_json
     from orchestrator.results.build import stored_event
-    from orchestrator.untrusted_text import printable
+    from orchestrator.ui.untrusted_text import printable
 
     task = store.get_task(task_id)
     events = [stored_event(e) for e in store.events(task_id=task_id)]
@@ -112,7 +112,7 @@ def _task_logs(store: Any, task_id: str, follow: bool, json_mode: bool) -> None:
 
 
 def _print_setup(setup: dict[str, Any]) -> None:
-    from orchestrator.untrusted_text import printable
+    from orchestrator.ui.untrusted_text import printable
 
     tools = setup.get("tools")
     click.echo(f"model: {printable(setup.get('model'), 100)}")
@@ -137,9 +137,9 @@ def _print_setup(setup: dict[str, Any]) -> None:
 
 
 def _print_events(store: Any, follow: bool, json_mode: bool, active: Any, **where: str) -> None:
-    from orchestrator.recovery import reap_dead_quietly
+    from orchestrator.lifecycle.recovery import reap_dead_quietly
     from orchestrator.results.build import stored_event
-    from orchestrator.untrusted_text import printable
+    from orchestrator.ui.untrusted_text import printable
 
     last = 0
     while True:
@@ -165,7 +165,7 @@ def _print_events(store: Any, follow: bool, json_mode: bool, active: Any, **wher
 
 
 def _print_messages(messages: Any) -> None:
-    from orchestrator.untrusted_text import printable
+    from orchestrator.ui.untrusted_text import printable
 
     for message in messages if isinstance(messages, list) else []:
         if not isinstance(message, dict):

@@ -17,7 +17,7 @@ def ps(show_all: bool, json_mode: bool) -> None:
 
     from orchestrator.commands._common import age, console, emit_json, open_store
     from orchestrator.config import Settings
-    from orchestrator.untrusted_text import printable
+    from orchestrator.ui.untrusted_text import printable
 
     store = open_store(Settings.from_env())
     with store:

@@ -42,7 +42,7 @@ def resume(
     """Send INSTRUCTION to subagent session SESSION_ID, which continues with its full
     history in a new container (also after an orchestrator crash)."""
     from orchestrator.config import Settings
-    from orchestrator.interrupts import run_stoppable
+    from orchestrator.lifecycle.interrupts import run_stoppable
 
     # SIGINT, SIGTERM and SIGHUP stop it cleanly, as for `warden run`.
     sys.exit(
@@ -65,9 +65,9 @@ async def _resume(
 ) -> int:
     from orchestrator.commands._common import open_store
     from orchestrator.commands.run import make_approver, model_endpoint
-    from orchestrator.progress import Progress, printable
-    from orchestrator.session import open_run
-    from orchestrator.tasks import TaskInput
+    from orchestrator.runtime.session import open_run
+    from orchestrator.runtime.tasks import TaskInput
+    from orchestrator.ui.progress import Progress, printable
 
     with open_store(settings) as store:
         tasks = store.list_tasks(session_id=session_id)

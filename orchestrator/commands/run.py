@@ -22,7 +22,7 @@ from orchestrator.results.report import (
     one_line,
     parse_fail_on,
 )
-from orchestrator.untrusted_text import printable
+from orchestrator.ui.untrusted_text import printable
 
 if TYPE_CHECKING:
     from orchestrator.backend.base import DiskLimits
@@ -201,7 +201,7 @@ def run(
         disk=settings.disk_limits(disk_write_limit, disk_free_floor),
         user=user,
     )
-    from orchestrator.interrupts import run_stoppable
+    from orchestrator.lifecycle.interrupts import run_stoppable
 
     state = RunState()
     try:
@@ -297,9 +297,9 @@ async def _run(
     state: RunState,
 ) -> int:
     """The run; what it leaves in `state` becomes the result document (`finish_run`)."""
-    from orchestrator.progress import Progress
-    from orchestrator.session import open_run
-    from orchestrator.tasks import TaskManagerConfig
+    from orchestrator.runtime.session import open_run
+    from orchestrator.runtime.tasks import TaskManagerConfig
+    from orchestrator.ui.progress import Progress
     from orchestrator.workspace.report import end_of_run_report
 
     async with AsyncExitStack() as stack:

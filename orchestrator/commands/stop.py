@@ -11,10 +11,10 @@ def stop(task_id: str) -> None:
     """Stop TASK_ID and every subagent it started. The orchestrator that runs
     them records them as stopped; their transcripts so far are kept."""
     from orchestrator import labels
+    from orchestrator.backend.connect import connect
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.commands._common import open_store
     from orchestrator.config import Settings
-    from orchestrator.engine import connect
 
     settings = Settings.from_env()
     with open_store(settings) as store:

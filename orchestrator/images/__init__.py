@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestrator.backend.classify import is_connection_error, status_code
-from orchestrator.engine import ENGINE_FIX
+from orchestrator.backend.connect import ENGINE_FIX
 from orchestrator.errors import EngineUnavailableError, ImageNotFoundError
 from orchestrator.images.build import build_images
 from orchestrator.images.hashing import (

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol, TextIO
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.untrusted_text import as_data
+from orchestrator.ui.untrusted_text import as_data
 
 log = logging.getLogger(__name__)
 

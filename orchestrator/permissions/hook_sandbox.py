@@ -49,9 +49,9 @@ async def run_in_sandbox(
 def _run(
     command: str, stdin: bytes, timeout_s: float, workspace: Path | None, output_limit: int
 ) -> SandboxedHookRun:
+    from orchestrator.backend.connect import connect_local
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.config import Settings
-    from orchestrator.engine import connect_local
     from orchestrator.images import resolve_image
     from orchestrator.workspace import WorkspaceGuard
     from orchestrator.workspace.settings import protected_paths

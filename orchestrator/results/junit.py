@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from orchestrator.results.models import RunResult, TaskSummary
-from orchestrator.untrusted_text import as_data
+from orchestrator.ui.untrusted_text import as_data
 
 FAILING_STATUSES = {
     "failed": "failed",

@@ -14,7 +14,7 @@ import click
 from orchestrator.exit_codes import FAIL_ON_OUTCOMES
 from orchestrator.results.build import build_result
 from orchestrator.results.models import Outcome, RunResult, RunStatus
-from orchestrator.untrusted_text import printable
+from orchestrator.ui.untrusted_text import printable
 
 MAX_ERROR_CHARS = 2_000
 """Longest error line kept in the result document."""

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import IO, Any, Protocol, TypeVar
 
 from orchestrator.results.models import RunResult
-from orchestrator.untrusted_text import plain
+from orchestrator.ui.untrusted_text import plain
 
 INDENT = "  "
 WIDE_CONSOLE = 200

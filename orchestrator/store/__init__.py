@@ -4,7 +4,7 @@ store = Store.open(settings.state_dir / DB_FILENAME)
 await asyncio.to_thread(store.append_event, run_id, task_id, "tool_started", {...})
 """
 
-from orchestrator.owner import pid_alive
+from orchestrator.lifecycle.owner import pid_alive
 from orchestrator.store.base import (
     DB_FILENAME,
     RunNotFoundError,

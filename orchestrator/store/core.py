@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from orchestrator.errors import StoreError, TaskNotFoundError
-from orchestrator.owner import pid_alive
+from orchestrator.lifecycle.owner import pid_alive
 from orchestrator.store.base import (
     StoreBase,
     TranscriptTooLargeError,
@@ -48,7 +48,7 @@ _INTERRUPTED_ERROR = "the orchestrator stopped before this task ended"
 
 
 def _owner_dead(run: RunRecord, is_alive: Callable[[int], bool]) -> bool:
-    from orchestrator import owner
+    from orchestrator.lifecycle import owner
 
     if run.pid == os.getpid():
         return False

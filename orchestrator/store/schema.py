@@ -134,7 +134,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "DROP TABLE _warden_schema_bump",
         "PRAGMA writable_schema=RESET",
     ),
-    # v4: the owning orchestrator's identity (`orchestrator.owner.Owner` as JSON).
+    # v4: the owning orchestrator's identity (`orchestrator.lifecycle.owner.Owner` as JSON).
     ("ALTER TABLE runs ADD COLUMN owner TEXT",),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION

@@ -53,7 +53,7 @@ def otlp_provider() -> TracerProvider:
 
 
 def _text(value: object) -> str:
-    from orchestrator.untrusted_text import printable
+    from orchestrator.ui.untrusted_text import printable
 
     return printable(value, ATTRIBUTE_CHARS)
 

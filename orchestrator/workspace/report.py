@@ -188,7 +188,7 @@ class SensitiveReport(BaseModel):
 
 def _printable(text: str) -> str:
     # The one helper for container text on a terminal (paths are written by sandboxes).
-    from orchestrator.untrusted_text import printable
+    from orchestrator.ui.untrusted_text import printable
 
     return printable(text, None)
 

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     import orchestrator
-    from orchestrator.engine import connect
+    from orchestrator.backend.connect import connect
     from tests.fuzz.image import ensure_oracle_image
     from tests.fuzz.oracle import Oracle
 

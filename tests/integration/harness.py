@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import SecretStr
 
 from orchestrator.config import Settings
+from orchestrator.runtime.session import Run, open_run
 from orchestrator.scripted import Script, ScriptedModelServer
-from orchestrator.session import Run, open_run
 
 API_KEY = "sk-ant-test-4f1c9e0d-THE-REAL-KEY-STAYS-ON-THE-HOST"
 PARENT_MATCH = {"system_contains": "lead agent of warden"}

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.engine import connect
+from orchestrator.backend.connect import connect
 
 TEST_LABEL = "warden-test.run"
 RUN_ID = uuid.uuid4().hex[:12]

@@ -58,7 +58,7 @@ def engine_client(request: pytest.FixtureRequest, transport: str) -> Any:
     client = request.getfixturevalue("docker_client")
     if transport == "docker-sdk":
         return client
-    from orchestrator.engine import connect_local
+    from orchestrator.backend.connect import connect_local
 
     thin = connect_local()
     assert type(thin).__name__ == "EngineClient", "the test engine must be local (unix://)"

@@ -108,7 +108,7 @@ def test_cleanup_removes_orphans_of_a_session(
     settings: Settings, sandbox_image: str, no_leftovers: Any, docker_client: Any,
     test_session: str,
 ) -> None:  # fmt: skip
-    from orchestrator import owner
+    from orchestrator.lifecycle import owner
 
     backend = DockerBackend(docker_client, settings)
     child = subprocess.Popen(["sleep", "0"])  # their owner: a process that has exited

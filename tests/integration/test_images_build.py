@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from orchestrator import __version__
+from orchestrator.backend.connect import connect
 from orchestrator.config import Settings
-from orchestrator.engine import connect
 from orchestrator.images import build_images, image_status, resolve_image
 from orchestrator.images.hashing import LABEL_CONTENT_HASH, LABEL_VERSION
 from orchestrator.labels import SESSION, warden_labels

@@ -21,7 +21,7 @@ import yaml
 
 from orchestrator.config import Settings
 from orchestrator.errors import WardenError
-from orchestrator.tasks import CapError, TaskInput, TaskManagerConfig, TaskStatus
+from orchestrator.runtime.tasks import CapError, TaskInput, TaskManagerConfig, TaskStatus
 from tests.conftest import warden_argv, warden_env
 from tests.integration.harness import (
     PARENT_MATCH,

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from orchestrator.config import Settings
+from orchestrator.runtime.tasks import TaskStatus
 from orchestrator.store import Store
-from orchestrator.tasks import TaskStatus
 from tests.conftest import warden_argv, warden_env
 from tests.integration.harness import containers_of, fan_out, scripted_run, text
 

@@ -21,7 +21,7 @@ from orchestrator.permissions.approvers import (
     CallbackApprover,
     NonInteractiveApprover,
 )
-from orchestrator.tasks import TaskInput, TaskManagerConfig, TaskStatus
+from orchestrator.runtime.tasks import TaskInput, TaskManagerConfig, TaskStatus
 from tests.integration.harness import (
     PARENT_MATCH,
     convo,

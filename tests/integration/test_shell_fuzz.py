@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator import labels as wl
-from orchestrator.engine import connect
+from orchestrator.backend.connect import connect
 from tests.fuzz.image import ensure_oracle_image
 from tests.fuzz.judge import decide, violations
 from tests.fuzz.oracle import Oracle, OracleError

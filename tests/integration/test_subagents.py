@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from orchestrator.config import Settings
-from orchestrator.tasks import TaskInput, TaskStatus
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.integration.harness import (
     API_KEY,
     PARENT_MATCH,

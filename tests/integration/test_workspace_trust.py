@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.agents import AgentRegistry
+from orchestrator.agents.registry import AgentRegistry
 from orchestrator.config import Settings
 from orchestrator.errors import UnknownAgentError, UnsafeMountError
 from orchestrator.permissions import load_policy
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, CallbackApprover
-from orchestrator.tasks import TaskInput, TaskManagerConfig, TaskStatus
+from orchestrator.runtime.tasks import TaskInput, TaskManagerConfig, TaskStatus
 from tests.conftest import UNPRIVILEGED, warden_argv, warden_env
 from tests.integration.harness import (
     PARENT_MATCH,

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from orchestrator.admission import AdmissionQueue, QueueFullError
+from orchestrator.runtime.admission import AdmissionQueue, QueueFullError
 
 
 async def test_fifo_order_and_waited_time() -> None:

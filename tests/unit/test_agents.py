@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.agent_files import MAX_AGENT_FILE_BYTES, load_agent_file
-from orchestrator.agents import AgentDefinition, AgentRegistry
+from orchestrator.agents.files import MAX_AGENT_FILE_BYTES, load_agent_file
+from orchestrator.agents.registry import AgentDefinition, AgentRegistry
 from orchestrator.config import Settings
 from orchestrator.errors import AgentDefinitionError, UnknownAgentError
 from sandbox_tools.wire import TOOL_NAMES
@@ -392,7 +392,7 @@ def test_dropped_tools_are_logged(tmp_path: Path, caplog: pytest.LogCaptureFixtu
     _write(
         _user(settings), "w.md", "---\nname: w\ndescription: d\ntools: Read, TodoWrite\n---\nx\n"
     )
-    with caplog.at_level(logging.WARNING, logger="orchestrator.agents"):
+    with caplog.at_level(logging.WARNING, logger="orchestrator.agents.registry"):
         registry = AgentRegistry.load(settings, None)
     assert registry.get("w").tools == ("Read",)
     assert "dropped tool 'TodoWrite'" in caplog.text

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.agents import AgentRegistry
+from orchestrator.agents.registry import AgentRegistry
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
-from orchestrator.gate import PolicyGate
 from orchestrator.permissions import load_hooks, load_policy
 from orchestrator.permissions.always_allow import add_allow_rule, exact_rule
 from orchestrator.permissions.approvers import ApprovalQuestion, TerminalApprover
-from orchestrator.tasks import TaskContext
+from orchestrator.runtime.gate import PolicyGate
+from orchestrator.runtime.tasks import TaskContext
 from sandbox_tools import wire
 
 

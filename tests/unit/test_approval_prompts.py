@@ -16,7 +16,7 @@ from orchestrator.permissions.approvers import (
     describe_answer,
     render_question,
 )
-from orchestrator.progress import Progress
+from orchestrator.ui.progress import Progress
 
 
 def _question(task_id: str = "sa_child", **extra: Any) -> ApprovalQuestion:

@@ -149,7 +149,7 @@ def test_container_is_hardened(backend: DockerBackend, api: StubAPI, workspace: 
     assert "size=67108864" in host["tmpfs"]["/tmp"] and "mode=1777" in host["tmpfs"]["/tmp"]
     assert host["log_config"]["config"]["max-size"]
     assert host["binds"] == [f"{workspace.resolve()}:/workspace:rw"]
-    from orchestrator import owner
+    from orchestrator.lifecycle import owner
 
     assert created["labels"] == {
         "team": "x", wl.SESSION: "s1", wl.EXEC: "e1", wl.VERSION: wl.warden_labels("s")[wl.VERSION],

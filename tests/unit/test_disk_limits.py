@@ -21,8 +21,8 @@ from orchestrator.backend.fake import FakeBackend, FakeOutcome
 from orchestrator.commands.exec import EXIT_DISK_LIMIT, exit_status
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
+from orchestrator.runtime.tasks import _disk_limits
 from orchestrator.store import Store, TaskRecord
-from orchestrator.tasks import _disk_limits
 
 MIB = 1024 * 1024
 
@@ -182,7 +182,7 @@ def test_an_agent_file_may_lower_the_cap_but_never_raise_it() -> None:
 
 
 def test_agent_file_key(tmp_path: Path) -> None:
-    from orchestrator.agent_files import load_agent_file
+    from orchestrator.agents.files import load_agent_file
 
     path = tmp_path / "w.md"
     path.write_text("---\nname: w\ndescription: d\ndiskWriteLimit: 300m\n---\nbody\n")

@@ -22,6 +22,7 @@ import pytest
 from orchestrator import labels as wl
 from orchestrator.backend import classify, engine_http
 from orchestrator.backend.base import SandboxSpec, SandboxStatus
+from orchestrator.backend.connect import ENGINE_FIX, connect_local
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.backend.engine_http import (
     Conflict,
@@ -34,7 +35,6 @@ from orchestrator.backend.engine_http import (
     iter_frames,
 )
 from orchestrator.config import Settings
-from orchestrator.engine import ENGINE_FIX, connect_local
 from orchestrator.errors import EngineUnavailableError, WardenError
 
 HANG = [b"__hang__"]
@@ -350,7 +350,7 @@ def test_connect_local_picks_the_transport(
     assert engine_http.socket_path_from_env({}) == engine_http.DEFAULT_SOCKET
     assert engine_http.socket_path_from_env({"DOCKER_HOST": ""}) == engine_http.DEFAULT_SOCKET
     sdk_client = object()
-    monkeypatch.setattr("orchestrator.engine.connect", lambda timeout_s: sdk_client)
+    monkeypatch.setattr("orchestrator.backend.connect.connect", lambda timeout_s: sdk_client)
     for host in ("tcp://127.0.0.1:2376", "ssh://user@host"):
         assert connect_local(environ={"DOCKER_HOST": host}) is sdk_client
 
@@ -412,7 +412,7 @@ def test_exec_path_does_not_import_the_docker_sdk(engine: FakeEngine) -> None:
     script = (
         "import sys\n"
         "import orchestrator.cli, orchestrator.commands.exec, orchestrator.backend.docker\n"
-        "from orchestrator.engine import connect_local\n"
+        "from orchestrator.backend.connect import connect_local\n"
         f"client = connect_local(environ={{'DOCKER_HOST': 'unix://{engine.path}'}})\n"
         "assert type(client).__name__ == 'EngineClient', client\n"
         "print(sorted(m for m in ('docker', 'requests', 'urllib3', 'tenacity') "

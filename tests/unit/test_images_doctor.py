@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from orchestrator.backend.connect import EngineInfo
 from orchestrator.commands import doctor as doctor_module
-from orchestrator.engine import EngineInfo, FixPlan, HostFacts, plan_fix
 from orchestrator.errors import EngineUnavailableError
 from orchestrator.images import ImageState
+from orchestrator.provision.engine import FixPlan, HostFacts, plan_fix
 
 UP = EngineInfo(True, "20.10.24", "1.41", ("runc",), "runc")
 DOWN = EngineInfo(False, error="the Docker engine does not answer")
@@ -133,7 +134,7 @@ def test_doctor_without_fix_reports_missing_images_as_a_problem(
 
 
 def _real_apply_fix_refusal_only(plan: FixPlan, log: Any) -> list[str]:
-    from orchestrator.engine import apply_fix
+    from orchestrator.provision.engine import apply_fix
 
     assert plan.refusal is not None, "only a refusal may reach apply_fix in this test"
     return apply_fix(plan, log)
@@ -144,7 +145,7 @@ def test_apply_fix_starts_dockerd_detached_and_waits_for_it(
 ) -> None:
     """A stand-in dockerd (a script): started in its own session, logging to the log
     file, and `--fix` returns once the engine answers."""
-    from orchestrator import engine
+    from orchestrator.provision import engine
 
     marker = tmp_path / "started"
     fake = tmp_path / "dockerd"
@@ -175,7 +176,7 @@ def test_apply_fix_starts_dockerd_detached_and_waits_for_it(
 def test_apply_fix_reports_a_dockerd_that_dies_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import engine
+    from orchestrator.provision import engine
 
     fake = tmp_path / "dockerd"
     fake.write_text("#!/bin/sh\necho 'failed to start daemon: bad config'\nexit 1\n")
@@ -196,7 +197,7 @@ def test_apply_fix_reports_a_dockerd_that_dies_at_once(
 def test_apply_fix_gives_up_after_the_bounded_wait_pointing_at_the_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import engine
+    from orchestrator.provision import engine
 
     def never(timeout_s: float = 0) -> object:
         raise EngineUnavailableError("no")

@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from orchestrator.model_errors import ModelError, describe, from_sdk_error
+from orchestrator.runtime.model_errors import ModelError, describe, from_sdk_error
 from orchestrator.scripted import (
     Conversation,
     Match,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.parent_tools import TaskOutputInput, TaskStopInput, tool_schemas
-from orchestrator.tasks import TaskInput
+from orchestrator.runtime.parent_tools import TaskOutputInput, TaskStopInput, tool_schemas
+from orchestrator.runtime.tasks import TaskInput
 
 MODELS: dict[str, type[BaseModel]] = {
     "Task": TaskInput,

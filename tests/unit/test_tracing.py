@@ -116,7 +116,7 @@ def test_tracing_is_off_unless_an_otlp_endpoint_is_configured() -> None:
     code = (
         "import os, sys, json; os.environ.pop('OTEL_EXPORTER_OTLP_ENDPOINT', None);"
         "os.environ.pop('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', None);"
-        "from orchestrator.tracing import run_tracer; import orchestrator.session;"
+        "from orchestrator.tracing import run_tracer; import orchestrator.runtime.session;"
         "print(json.dumps([run_tracer('run_1', '" + TRACE_ID + "') is None,"
         " any(m.startswith('opentelemetry.sdk') or m.startswith('opentelemetry.exporter')"
         " for m in sys.modules)]))"

@@ -15,16 +15,16 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from orchestrator.events import Event
 from orchestrator.permissions.approvers import (
     ApprovalAnswer,
     ApprovalQuestion,
     TerminalApprover,
     input_hash,
 )
-from orchestrator.progress import Progress
+from orchestrator.runtime.events import Event
 from orchestrator.store import AuditRecord, Store, TaskRecord
-from orchestrator.untrusted_text import as_data, plain, printable
+from orchestrator.ui.progress import Progress
+from orchestrator.ui.untrusted_text import as_data, plain, printable
 
 CLOSE_TAG = "[/bold]"
 LINK = "[link=http://127.0.0.1/]x[/link]"

@@ -3,7 +3,7 @@ event otherwise, JSON lines with --json.
 
 Every field of an event may carry container text (agent names come from
 workspace files, tool details from the sandbox), so each is shown through
-`orchestrator.untrusted_text`: never as markup, controls escaped. The display
+`orchestrator.ui.untrusted_text`: never as markup, controls escaped. The display
 is also never allowed to take an approval down with it: a failure to draw is
 logged, the live table is switched off, and the run (and its questions) go on.
 """
@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any
 
-from orchestrator.events import Event
-from orchestrator.untrusted_text import DETAIL_CHARS, plain, printable
+from orchestrator.runtime.events import Event
+from orchestrator.ui.untrusted_text import DETAIL_CHARS, plain, printable
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from orchestrator.permissions.approvers import (
     SessionApprovals,
     input_hash,
 )
-from orchestrator.tasks import TaskContext
+from orchestrator.runtime.tasks import TaskContext
 from sandbox_tools import wire
 
 log = logging.getLogger(__name__)

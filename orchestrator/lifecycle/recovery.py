@@ -3,7 +3,7 @@
 
 `reap_dead` is the one function every command that opens the store calls
 (`commands._common.open_store`, `session.open_run`): runs whose owner is provably
-dead (`orchestrator.owner.is_dead`) become `interrupted`, and so do their tasks
+dead (`orchestrator.lifecycle.owner.is_dead`) become `interrupted`, and so do their tasks
 that never ended, including tasks left `running` under a run that did end (the
 orchestrator died, or could not write, between the two). `recover` adds the
 engine: it also removes those runs' containers.
@@ -15,8 +15,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator import labels, owner
+from orchestrator import labels
 from orchestrator.errors import StoreError
+from orchestrator.lifecycle import owner
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,6 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator import labels
-from orchestrator.admission import AdmissionQueue, Ticket
 from orchestrator.backend.base import (
     ContainerBackend,
     DiskLimits,
@@ -39,11 +38,12 @@ from orchestrator.backend.disk import DiskGuardedBackend
 from orchestrator.broker import Broker, Budget, SandboxIdentity, Upstream, make_socket_dir
 from orchestrator.broker.limits import raise_open_file_limit
 from orchestrator.errors import StoreError, WardenError
-from orchestrator.events import EventLog
-from orchestrator.model_errors import from_upstream
-from orchestrator.pool import WARM_WAIT_S, PoolKey, WarmPool
 from orchestrator.results.task_setup import task_setup
-from orchestrator.task_host import TaskHost
+from orchestrator.runtime.admission import AdmissionQueue, Ticket
+from orchestrator.runtime.events import EventLog
+from orchestrator.runtime.host import TaskHost
+from orchestrator.runtime.model_errors import from_upstream
+from orchestrator.runtime.pool import WARM_WAIT_S, PoolKey, WarmPool
 from orchestrator.workspace import WorkspaceGuard
 from sandbox_tools import conversation, wire
 
@@ -177,7 +177,7 @@ class TaskContext:
     trace_id: str
     parent_id: str | None
     depth: int
-    agent: Any  # orchestrator.agents.AgentDefinition
+    agent: Any  # orchestrator.agents.registry.AgentDefinition
     description: str
     timeout_s: float
     started: float = field(default_factory=time.monotonic)
@@ -190,7 +190,7 @@ class TaskContext:
     tokens: int = 0
     """Tokens its model calls used so far (every usage field)."""
     ticket: Ticket | None = None
-    """Its place in the admission queue (see `orchestrator.admission`)."""
+    """Its place in the admission queue (see `orchestrator.runtime.admission`)."""
 
     @property
     def agent_type(self) -> str:
@@ -254,7 +254,7 @@ class TaskManager:
         self,
         *,
         backend: ContainerBackend,
-        registry: Any,  # orchestrator.agents.AgentRegistry
+        registry: Any,  # orchestrator.agents.registry.AgentRegistry
         upstream: Upstream,
         events: EventLog,
         store: Any,

@@ -14,18 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import labels, owner
+from orchestrator import labels
 from orchestrator.broker import Upstream
 from orchestrator.config import DEFAULT_MODEL, Settings
 from orchestrator.errors import ConfigError
-from orchestrator.events import EventLog
-from orchestrator.gate import PolicyGate
-from orchestrator.parent import ParentAgent
+from orchestrator.lifecycle import owner
+from orchestrator.lifecycle.recovery import recover
 from orchestrator.permissions import load_hooks, load_policy
 from orchestrator.permissions.approvers import NonInteractiveApprover
-from orchestrator.recovery import recover
 from orchestrator.results.parent_transcript import ObservedClient, ParentTranscript, transcript_path
-from orchestrator.tasks import PermissionGate, TaskManager, TaskManagerConfig
+from orchestrator.runtime.events import EventLog
+from orchestrator.runtime.gate import PolicyGate
+from orchestrator.runtime.parent import ParentAgent
+from orchestrator.runtime.tasks import PermissionGate, TaskManager, TaskManagerConfig
 from orchestrator.tracing import run_tracer
 from orchestrator.workspace import WorkspaceGuard
 from orchestrator.workspace.report import ExecutedPathsWatch
@@ -107,9 +108,9 @@ async def open_run(
     import anthropic
     import httpx2
 
-    from orchestrator.agents import AgentRegistry
+    from orchestrator.agents.registry import AgentRegistry
+    from orchestrator.backend.connect import connect_local
     from orchestrator.backend.docker import DockerBackend
-    from orchestrator.engine import connect_local
     from orchestrator.images import resolve_image
     from orchestrator.store import Store
     from sandbox_tools.model_retry import RetryBudget

@@ -12,15 +12,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.errors import WardenError
-from orchestrator.model_errors import from_sdk_error
-from orchestrator.parent_tools import (
+from orchestrator.runtime.model_errors import from_sdk_error
+from orchestrator.runtime.parent_tools import (
     MAX_OUTPUT_TIMEOUT_MS,
     TASK_ID_WARNING,
     TaskOutputInput,
     TaskStopInput,
     tool_schemas,
 )
-from orchestrator.tasks import TaskInput, TaskManager, TaskResult
+from orchestrator.runtime.tasks import TaskInput, TaskManager, TaskResult
 
 log = logging.getLogger(__name__)
 

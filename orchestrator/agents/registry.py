@@ -20,7 +20,7 @@ with one warning each; a file that cannot be read as an agent is reported and
 skipped, and every problem of a directory is reported in one pass
 (`AgentRegistry.problems`). Asking for an agent that failed to load says why.
 `model:` aliases (`sonnet`, `opus`, `haiku`, `inherit`) are resolved through
-`Settings.model_aliases`. File parsing lives in `orchestrator.agent_files`.
+`Settings.model_aliases`. File parsing lives in `orchestrator.agents.files`.
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ class AgentRegistry:
     @classmethod
     def load(cls, settings: Settings, workspace: Path | None) -> AgentRegistry:
         """Built-ins, then the user's agent files, then the project's (see the module doc)."""
-        from orchestrator.agent_files import load_agent_dir
+        from orchestrator.agents.files import load_agent_dir
 
         registry = cls()
         sources: list[tuple[Path, Path | None]] = [(settings.config_dir / USER_AGENTS_DIR, None)]

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.tasks import TaskInput
+from orchestrator.runtime.tasks import TaskInput
 
 TASK_ID_WARNING = (
     "A task exists only if a Task call in this conversation returned its id; ids from "

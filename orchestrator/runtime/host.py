@@ -18,7 +18,7 @@ from orchestrator.errors import WardenError
 from sandbox_tools import wire
 
 if TYPE_CHECKING:
-    from orchestrator.tasks import TaskContext, TaskManager
+    from orchestrator.runtime.tasks import TaskContext, TaskManager
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class TaskHost:
 
     async def delegate(self, request: wire.DelegateRequest) -> wire.DelegateResponse:
         """A nested Task call: same checks and caps as the root's, run in the foreground."""
-        from orchestrator.tasks import TaskInput
+        from orchestrator.runtime.tasks import TaskInput
 
         try:
             task_input = TaskInput.model_validate(request.input)
