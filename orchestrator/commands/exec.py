@@ -24,6 +24,8 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec
 
 DEFAULT_IMAGE = "bash"
@@ -156,6 +158,12 @@ class _Terminated(Exception):
     metavar="KEY=VALUE",
     help="Extra container label (repeatable); the warden. namespace is reserved.",
 )
+@click.option(
+    "--protect",
+    multiple=True,
+    metavar="PATH",
+    help="Workspace path mounted read-only (repeatable); .claude and .git always are.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the result.")
 @click.argument("command", nargs=-1, required=True)
 def exec_command(
@@ -169,6 +177,7 @@ def exec_command(
     disk_free_floor: int | None,
     user: str | None,
     user_labels: tuple[str, ...],
+    protect: tuple[str, ...],
     as_json: bool,
     command: tuple[str, ...],
 ) -> None:
@@ -179,7 +188,18 @@ def exec_command(
     disk = (disk_write_limit, disk_free_floor)
     try:
         code = _run(
-            workspace, image, timeout, memory, cpus, pids, disk, user, labels, as_json, command
+            workspace,
+            image,
+            timeout,
+            memory,
+            cpus,
+            pids,
+            disk,
+            user,
+            labels,
+            protect,
+            as_json,
+            command,
         )
     except WardenError as exc:
         click.echo(f"warden: error: {exc}", err=True)
@@ -200,6 +220,7 @@ def _run(
     disk: tuple[int | None, int | None],
     user: str | None,
     user_labels: dict[str, str],
+    protect: tuple[str, ...],
     as_json: bool,
     command: tuple[str, ...],
 ) -> int:
@@ -209,6 +230,7 @@ def _run(
     from orchestrator.backend.disk import DiskGuardedBackend
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.config import Settings
+    from orchestrator.workspace.guard import WorkspaceGuard
 
     settings = Settings.from_env()
     client = connect_local()
@@ -222,24 +244,29 @@ def _run(
     from pydantic import ValidationError
 
     exec_id = os.urandom(8).hex()  # 16 hex digits; `uuid` would cost ~2 ms of imports
+    # The command is untrusted and the workspace outlives it: .claude (settings,
+    # hooks, agents) and .git (hooks, config) stay read-only, as in `warden run`.
+    guard = WorkspaceGuard.prepare(
+        workspace or Path.cwd(), protect=protect, leave_no_trace=True
+    )
     try:
-        spec = SandboxSpec(
-            image=_resolve_image(client, image),
-            command=list(command),
-            workspace=(workspace or Path.cwd()),
-            user=user,
-            limits=ResourceLimits(**limits),
-            labels=user_labels,
-            warden_labels=labels.warden_labels(f"exec-{exec_id}", exec=exec_id),
-            timeout_s=timeout,
-        )
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
-            for error in exc.errors()
-        )
-        raise click.UsageError(f"invalid sandbox settings: {problems}") from exc
-    result = run_interruptible(DiskGuardedBackend(DockerBackend(client, settings)), spec)
+        try:
+            spec = SandboxSpec(
+                image=_resolve_image(client, image),
+                command=list(command),
+                workspace=(workspace or Path.cwd()),
+                mounts=guard.mounts(),
+                user=user,
+                limits=ResourceLimits(**limits),
+                labels=user_labels,
+                warden_labels=labels.warden_labels(f"exec-{exec_id}", exec=exec_id),
+                timeout_s=timeout,
+            )
+        except ValidationError as exc:
+            raise click.UsageError(f"invalid sandbox settings: {_problems(exc)}") from exc
+        result = run_interruptible(DiskGuardedBackend(DockerBackend(client, settings)), spec)
+    finally:
+        guard.release()
     if isinstance(result, Interrupted):
         click.echo(
             f"warden: interrupted ({signal.Signals(result.signum).name}); "
@@ -273,6 +300,13 @@ class Interrupted:
     """A stop signal ended the run; the exit status is 128 + signum (130, 143, 129)."""
 
     signum: int
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+        for error in exc.errors()
+    )
 
 
 def run_interruptible(backend: ContainerBackend, spec: SandboxSpec) -> SandboxResult | Interrupted:

@@ -20,6 +20,8 @@ and Claude Code read settings, hooks and agent files from `.claude/`). So:
   placeholder when the run ends. `.git` below the root cannot be protected that
   way; the end-of-run report lists every one a run creates or changes.
 - `--protect PATH` and the `warden.protect` settings key add paths.
+- `warden exec` applies the same protections to its one command, and removes
+  the `.claude`/`.git` placeholders it created when they are still empty.
 
 Every mount source is checked here when the guard is made and again by the
 backend immediately before the container is created (`Mount.confined_to`):
@@ -102,11 +104,14 @@ class WorkspaceGuard:
         *,
         protect: Sequence[str] = (),
         optional: Sequence[str] = (),
+        leave_no_trace: bool = False,
     ) -> WorkspaceGuard:
         """Create what must exist, check every source, and return the guard.
 
         `protect` paths (from `--protect`) must exist; `optional` ones (from a
         settings file shared across workspaces) are skipped when missing.
+        `leave_no_trace` (one-off `warden exec`) makes a created `.claude` a
+        placeholder too, removed by `release` when it is still empty.
         Raises UnsafeMountError, ProtectedPathError.
         """
         workspace = Path(os.path.realpath(workspace))
@@ -130,7 +135,7 @@ class WorkspaceGuard:
                 "parent directory instead"
             )
         guard = cls(workspace, tuple(paths))
-        guard._ensure_dir(CLAUDE_DIR, placeholder=False)
+        guard._ensure_dir(CLAUDE_DIR, placeholder=leave_no_trace)
         guard._ensure_dir(GIT_DIR, placeholder=True)
         guard.mounts()  # refuse a bad source now, before anything starts
         return guard

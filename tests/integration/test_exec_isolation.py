@@ -252,3 +252,53 @@ def test_uid_zero_is_refused(workspace: Path, sandbox_image: str, test_session: 
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert made.stdout.strip() == ""
+
+
+def test_git_and_claude_stay_read_only_and_leave_no_trace(
+    workspace: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    """An untrusted command cannot plant what the host runs later (git hooks and
+    config, Claude Code/warden settings and hooks), and `warden exec` leaves no
+    directories of its own behind."""
+    (workspace / "keep").mkdir()
+    (workspace / "keep" / "f").write_text("original\n")
+    _own_like_the_workspace(workspace)
+    _, out = sh(
+        workspace, sandbox_image, no_leftovers,
+        "for p in .git/config .git/hooks/pre-commit .claude/settings.json keep/f x; do "
+        "  (echo '[core] fsmonitor = evil' > /workspace/$p) 2>/dev/null "
+        "    && echo WROTE $p || echo REFUSED $p; done; "
+        "mv /workspace/.git /workspace/g 2>/dev/null && echo MOVED || echo STUCK",
+        "--protect", "keep",
+    )  # fmt: skip
+    lines = out["stdout"].split("\n")
+    for path in (".git/config", ".git/hooks/pre-commit", ".claude/settings.json", "keep/f"):
+        assert f"REFUSED {path}" in lines
+    assert "WROTE x" in lines and "STUCK" in lines
+    assert (workspace / "keep" / "f").read_text() == "original\n"
+    # The empty placeholders warden made for the command are gone again.
+    assert not (workspace / ".git").exists() and not (workspace / ".claude").exists()
+
+
+def test_existing_git_directory_is_read_only(
+    workspace: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    (workspace / ".git" / "config").write_text("[core]\n")
+    _own_like_the_workspace(workspace)
+    _, out = sh(
+        workspace, sandbox_image, no_leftovers,
+        "cat /workspace/.git/config; echo x > /workspace/.git/hooks/post-checkout "
+        "|| echo REFUSED",
+    )  # fmt: skip
+    assert out["stdout"].split("\n")[:2] == ["[core]", "REFUSED"]
+    assert not (workspace / ".git" / "hooks" / "post-checkout").exists()
+    assert (workspace / ".git").is_dir()  # a real .git is never removed
+
+
+def _own_like_the_workspace(workspace: Path) -> None:
+    """Files a test makes belong to the workspace's owner, as a user's own would: a
+    refusal then comes from the read-only mount, not from file ownership."""
+    owner = workspace.stat()
+    for path in workspace.rglob("*"):
+        os.chown(path, owner.st_uid, owner.st_gid)
