@@ -39,7 +39,6 @@ from orchestrator.backend.connect import connect, connect_local  # noqa: E402
 from orchestrator.backend.docker import DockerBackend  # noqa: E402
 from orchestrator.config import Settings  # noqa: E402
 
-
 DEFAULT_ITERATIONS = 30
 DEFAULT_IMAGE = os.environ.get("WARDEN_TEST_IMAGE", "bash")
 """`bash` is warden's restricted image (resolved to its current tag), the one

@@ -37,6 +37,7 @@ from orchestrator.permissions.bash_words import (
     DASH,
     DYNAMIC,
     MAX_COMMAND_CHARS,
+    MAX_COMMANDS,
     MAX_NESTING,
     Command,
     Dialect,
@@ -51,6 +52,7 @@ __all__ = [
     "BASH",
     "DASH",
     "DYNAMIC",
+    "MAX_COMMANDS",
     "MAX_COMMAND_CHARS",
     "MAX_NESTING",
     "Command",
@@ -101,6 +103,7 @@ class _Parser(WordLexer):
         self.frame = 0
         self.frames = 0
         self.heredocs: list[tuple[str, bool, bool, int]] = []
+        self.commands = 0
 
     def _skip_blanks(self) -> None:
         while self.pos < len(self.src):
@@ -222,6 +225,9 @@ class _Parser(WordLexer):
             self._skip_newlines()
 
     def _command(self) -> None:
+        self.commands += 1
+        if self.commands > MAX_COMMANDS:
+            raise Unprovable(f"more than {MAX_COMMANDS} commands in one command line")
         self._skip_blanks()
         word = self._peek_word()
         if self._c() == "(":

@@ -13,6 +13,10 @@ DYNAMIC = "\x00"
 
 MAX_COMMAND_CHARS = 64 * 1024
 """Longest command the analyser reads; a longer one is not proven (asks)."""
+MAX_COMMANDS = 256
+"""Most commands one command line may hold (pipeline stages, list items, nested ones
+counted per level); beyond it the analyser asks instead of spending seconds of host
+CPU proving a line a hostile subagent padded."""
 MAX_NESTING = 8
 """Deepest nesting of substitutions, compound commands, `sh -c` and `eval`."""
 

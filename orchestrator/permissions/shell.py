@@ -109,9 +109,21 @@ def analyse(command: str) -> ShellAnalysis:
     return result
 
 
+MAX_LOOSE_CHARS = 16 * 1024
+"""Longest unproven command whose commands tree-sitter lists for deny and ask rules.
+Its GLR parse grows faster than linearly on long pipelines (about 3 s of host CPU for
+64 KB); a longer command is only asked about, and says that rules were not checked."""
+
+
 def _loose(command: str, result: ShellAnalysis) -> None:
     """For a command that is not proven, the commands tree-sitter sees, so deny and ask
     rules still match them (the command cannot be allowed by a rule anyway)."""
+    if len(command) > MAX_LOOSE_CHARS:
+        result.problems.append(
+            f"longer than {MAX_LOOSE_CHARS // 1024} KiB, so its commands were not checked "
+            "against deny rules"
+        )
+        return
     try:
         found = loose_commands(command)
     except (ValueError, RecursionError):

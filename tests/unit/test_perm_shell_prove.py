@@ -293,6 +293,19 @@ def test_policy_explain_names_the_construct_it_could_not_prove(tmp_path: Path) -
 
 def test_long_lists_are_decided_without_recursion_limits() -> None:
     # tree-sitter nests `a && b && …` one level per operator
-    assert len(analyse("a && " * 5000 + "a").commands) == 5001
-    assert "arithmetic" in problem("a && " * 5000 + "$((1))")
+    assert len(analyse("a && " * 255 + "a").commands) == 256
+    assert "arithmetic" in problem("a && " * 200 + "$((1))")
     assert "longer than" in problem("a;" * 40000)
+
+
+def test_padded_command_lines_ask_cheaply_and_keep_deny_rules_where_they_can() -> None:
+    """A hostile subagent cannot make the host spend seconds of CPU per call: past
+    256 commands the analyser stops proving; up to 16 KiB tree-sitter still lists the
+    commands (so a deny rule matches the `rm` hidden in the padding); past that the
+    problem says rules were not checked, so nobody approves it believing they were."""
+    padded = "rm -rf / ; " + " | ".join(["grep -v x"] * 1300)
+    found = analyse(padded)
+    assert found.problems == ["more than 256 commands in one command line"]
+    assert ("rm", "-rf", "/") in [c.words for c in found.commands]
+    huge = analyse("rm -rf / ; " + " | ".join(["grep -v x"] * 5000))
+    assert "not checked against deny rules" in huge.problems[-1]
