@@ -3,10 +3,13 @@ when it is missing, with the command that fixes it."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,3 +55,41 @@ def warden_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra)
     return env
+
+
+def run_warden(
+    settings: Settings, *args: str, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """This tree's `warden ARGS` as a CI job runs it: CI=true, stdin closed, the
+    test's state and config dirs; output captured as text."""
+    return subprocess.run(
+        warden_argv(*args),
+        env=warden_env(
+            WARDEN_STATE_DIR=str(settings.state_dir),
+            WARDEN_CONFIG_DIR=str(settings.config_dir),
+            CI="true",
+            **env,
+        ),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def write_script(path: Path, conversations: list[dict[str, Any]]) -> Path:
+    """A `--replay` script file holding these scripted conversations."""
+    import yaml
+
+    path.write_text(yaml.safe_dump({"conversations": conversations}))
+    return path
+
+
+def result_document(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The one result document `--json` ends with (asserting it is the only one)."""
+    docs = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    results = [d for d in docs if d.get("type") == "result"]
+    assert len(results) == 1 and docs and results[0] is docs[-1], proc.stdout[-2000:]
+    final: dict[str, Any] = docs[-1]
+    return final

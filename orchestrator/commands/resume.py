@@ -1,15 +1,25 @@
-"""`warden resume SESSION INSTRUCTION`: continue a subagent's conversation."""
+"""`warden resume SESSION INSTRUCTION`: continue a subagent's conversation.
+
+It ends exactly as `warden run` does (`commands._frame`): the same exit codes, one
+`--json` result document (also on errors), `--fail-on`, `--junit`, `--audit-out`
+and the summary table; the resumed task is the run's one task."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
+
+from orchestrator.commands._frame import drive, outcome_options, run_to_end
+from orchestrator.results.models import Outcome
+from orchestrator.results.report import RunOutputs, RunState
+
+if TYPE_CHECKING:
+    from orchestrator.config import Settings
+    from orchestrator.permissions.approvers import Approver
+    from orchestrator.runtime.session import Run
 
 
 @click.command("resume")
@@ -22,15 +32,7 @@ import click
     help="Workspace (default: the one the session ran in).",
 )
 @click.option("--model", default=None, help="Model (default: the session's run's model).")
-@click.option(
-    "--json", "json_mode", is_flag=True, help="Print events and the result as JSON lines."
-)
-@click.option(
-    "--replay",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Answer model calls from this script (offline).",
-)
+@outcome_options("the resumed task")
 def resume(
     session_id: str,
     instruction: str,
@@ -38,24 +40,29 @@ def resume(
     model: str | None,
     json_mode: bool,
     replay: Path | None,
+    fail_on: tuple[Outcome, ...],
+    junit_path: Path | None,
+    audit_out: Path | None,
 ) -> None:
     """Send INSTRUCTION to subagent session SESSION_ID, which continues with its full
-    history in a new container (also after an orchestrator crash)."""
+    history in a new container (also after an orchestrator crash). Exit codes and
+    outputs are those of `warden run`."""
     from orchestrator.config import Settings
-    from orchestrator.lifecycle.interrupts import run_stoppable
 
-    # SIGINT, SIGTERM and SIGHUP stop it cleanly, as for `warden run`.
-    sys.exit(
-        run_stoppable(
-            _resume(
-                Settings.from_env(), session_id, instruction, workspace, model, json_mode, replay
-            )
-        )
+    settings = Settings.from_env()
+    outputs = RunOutputs(json_mode=json_mode, fail_on=fail_on, junit=junit_path, audit=audit_out)
+    run_to_end(
+        settings,
+        outputs,
+        lambda state: _resume(
+            settings, state, session_id, instruction, workspace, model, json_mode, replay
+        ),
     )
 
 
 async def _resume(
-    settings: Any,
+    settings: Settings,
+    state: RunState,
     session_id: str,
     instruction: str,
     workspace: Path | None,
@@ -64,10 +71,8 @@ async def _resume(
     replay: Path | None,
 ) -> int:
     from orchestrator.commands._common import open_store
-    from orchestrator.commands.run import make_approver, model_endpoint
     from orchestrator.runtime.session import open_run
-    from orchestrator.runtime.tasks import TaskInput
-    from orchestrator.ui.progress import Progress, printable
+    from orchestrator.runtime.tasks import TaskInput, TaskStatus
 
     with open_store(settings) as store:
         tasks = store.list_tasks(session_id=session_id)
@@ -75,46 +80,36 @@ async def _resume(
             raise click.UsageError(f"no subagent session {session_id!r}; `warden ps` lists them")
         last = tasks[-1]  # creation order: the session's latest task
         run = store.get_run(last.run_id)
-    async with AsyncExitStack() as stack:
-        settings = await model_endpoint(stack, settings, replay)
-        progress = Progress(json_mode=json_mode)
-        the_run = await stack.enter_async_context(
-            open_run(
-                settings,
-                workspace=workspace or Path(run.workspace),
+
+    def opened(settings: Settings, approver: Approver) -> AbstractAsyncContextManager[Run]:
+        return open_run(
+            settings,
+            workspace=workspace or Path(run.workspace),
+            prompt=instruction,
+            model=model or run.model,
+            approver=approver,
+        )
+
+    async def work(the_run: Run) -> str:
+        # The task's own outcome (failed, timed out) is a task status, as a subagent's
+        # is under `warden run`: it counts for `--fail-on`, not as a run error. The
+        # result is its answer, or what became of it.
+        result = await the_run.manager.run_task(
+            TaskInput(
+                description=f"resume {session_id}"[:200],
                 prompt=instruction,
-                model=model or run.model,
-                # The same approver `warden run` would use: a human on a terminal.
-                approver=make_approver(settings, progress, None),
+                subagent_type=last.agent_type,
+                session_id=session_id,
             )
         )
-        stack.enter_context(progress)
-        the_run.events.listeners.append(progress)
-        status, text = "failed", None
-        try:
-            result = await the_run.manager.run_task(
-                TaskInput(
-                    description=f"resume {session_id}"[:200],
-                    prompt=instruction,
-                    subagent_type=last.agent_type,
-                    session_id=session_id,
-                )
-            )
-            status = "completed" if not result.is_error else "failed"
-            text = result.render()
-        except asyncio.CancelledError:
-            # A stop signal (the task's own end is recorded as stopped), or the run
-            # could no longer record what it does (`events.failure`).
-            status = "failed" if the_run.events.failure else "stopped"
-            await asyncio.shield(the_run.manager.close())
-            if the_run.events.failure is not None:
-                raise the_run.events.failure from None
-            click.echo("interrupted: the resumed subagent was stopped", err=True)
-            raise
-        finally:
-            await asyncio.to_thread(the_run.store.finish_run, the_run.run_id, status, text)
-        if json_mode:
-            print(json.dumps({"type": "result", **result.model_dump(mode="json")}))
-        else:
-            print(printable(result.render(), None, multiline=True))
-        return 0 if not result.is_error else 1
+        return result.text if result.status is TaskStatus.COMPLETED else result.render()
+
+    return await drive(
+        settings,
+        state,
+        json_mode=json_mode,
+        replay=replay,
+        approval_timeout=None,
+        open_run=opened,
+        work=work,
+    )

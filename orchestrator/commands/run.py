@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
-import sys
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
+from orchestrator.commands._frame import drive, outcome_options, run_to_end
 from orchestrator.commands.exec import UserType, disk_limit_options
-from orchestrator.errors import WardenError
-from orchestrator.exit_codes import ExitCode, exit_code_for
 from orchestrator.results.models import Outcome
-from orchestrator.results.report import (
-    RunOutputs,
-    RunState,
-    finish_run,
-    one_line,
-    parse_fail_on,
-)
-from orchestrator.ui.untrusted_text import printable
+from orchestrator.results.report import RunOutputs, RunState
 
 if TYPE_CHECKING:
     from orchestrator.backend.base import DiskLimits
+    from orchestrator.config import Settings
+    from orchestrator.permissions.approvers import Approver
+    from orchestrator.runtime.session import Run
 
 
 @click.command("run")
@@ -39,15 +32,6 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--model", default=None, help="Model for the parent and subagents (default: claude-sonnet-5)."
-)
-@click.option(
-    "--json", "json_mode", is_flag=True, help="Write events and the result as JSON lines on stdout."
-)
-@click.option(
-    "--replay",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Answer model calls from this script with warden's scripted model server (offline).",
 )
 @click.option(
     "--policy", default=None, help="Policy file, or a shipped one by name: default, ci, strict."
@@ -125,30 +109,8 @@ if TYPE_CHECKING:
     default=None,
     help="uid:gid every sandbox runs as (default: the workspace owner; never root).",
 )
-@click.option(
-    "--fail-on",
-    callback=lambda _ctx, _param, value: parse_fail_on(value),
-    default=None,
-    metavar="OUTCOMES",
-    help="Exit 3 when one of these happened (comma list): failed, timed_out, denied, asked.",
-)
-@click.option(
-    "--junit",
-    "junit_path",
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    default=None,
-    metavar="FILE",
-    help="Write a JUnit XML report: one test case per task, failures for failed, "
-    "timed-out and denied.",
-)
-@click.option(
-    "--audit-out",
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    default=None,
-    metavar="FILE",
-    help="Write the run's permission decisions as JSON (as `warden audit --json`).",
-)
 @disk_limit_options("one subagent", "the subagent is killed (disk_limit)")
+@outcome_options("the run")
 def run(
     prompt: str,
     workspace: Path,
@@ -201,23 +163,12 @@ def run(
         disk=settings.disk_limits(disk_write_limit, disk_free_floor),
         user=user,
     )
-    from orchestrator.lifecycle.interrupts import run_stoppable
-
-    state = RunState()
-    try:
-        # SIGINT, SIGTERM and SIGHUP all stop the run cleanly: exit 130, 143, 129.
-        code = run_stoppable(
-            _run(settings, prompt, workspace, model, json_mode, replay, options, state)
-        )
-    except KeyboardInterrupt:
-        code = ExitCode.INTERRUPTED
-    except (WardenError, click.UsageError) as exc:
-        # Raised before the parent ran (settings, policy, workspace, engine, images).
-        code = exit_code_for(exc)
-        state.error = one_line(exc)
-        click.echo(f"warden: error: {printable(exc, None, multiline=True)}", err=True)
     outputs = RunOutputs(json_mode=json_mode, fail_on=fail_on, junit=junit_path, audit=audit_out)
-    sys.exit(finish_run(settings, state, code, outputs))
+    run_to_end(
+        settings,
+        outputs,
+        lambda state: _run(settings, prompt, workspace, model, json_mode, replay, options, state),
+    )
 
 
 @dataclass(frozen=True)
@@ -240,54 +191,8 @@ class RunOptions:
     """uid:gid of every sandbox (None: the workspace owner)."""
 
 
-def make_approver(settings: Any, progress: Any, timeout_s: float | None) -> Any:
-    """A human on a terminal if there is one; otherwise every question is denied."""
-    from orchestrator.permissions.approvers import (
-        NonInteractiveApprover,
-        TerminalApprover,
-        TimeoutApprover,
-    )
-
-    approver: Any
-    if settings.non_interactive or not (sys.stdin.isatty() and sys.stdout.isatty()):
-        approver = NonInteractiveApprover()
-    else:
-        approver = progress.pausing(TerminalApprover())
-    if timeout_s is not None:
-        approver = TimeoutApprover(approver, timeout_s)
-    return approver
-
-
-REPLAY_KEY = "warden-replay-key"
-"""The key the offline scripted server expects: it proves the key reaches the model
-endpoint from the host (and the tests prove it never enters a container)."""
-
-
-async def model_endpoint(stack: AsyncExitStack, settings: Any, replay: Path | None) -> Any:
-    """Settings pointing at the model: the scripted server for --replay, else the env's."""
-    if replay is not None:
-        from orchestrator.scripted import Script, ScriptedModelServer
-
-        server = ScriptedModelServer(Script.load(replay), expected_api_key=REPLAY_KEY)
-        await stack.enter_async_context(server)
-        from pydantic import SecretStr
-
-        return settings.model_copy(
-            update={
-                "anthropic_base_url": server.base_url,
-                "anthropic_api_key": SecretStr(REPLAY_KEY),
-            }
-        )
-    if settings.anthropic_api_key is None:
-        raise click.UsageError(
-            "ANTHROPIC_API_KEY is not set: set it (and ANTHROPIC_BASE_URL for another "
-            "Anthropic-compatible endpoint), or run offline with --replay SCRIPT"
-        )
-    return settings
-
-
 async def _run(
-    settings: Any,
+    settings: Settings,
     prompt: str,
     workspace: Path,
     model: str | None,
@@ -296,83 +201,44 @@ async def _run(
     options: RunOptions,
     state: RunState,
 ) -> int:
-    """The run; what it leaves in `state` becomes the result document (`finish_run`)."""
+    """The parent agent's run (`drive` frames it as every run is framed)."""
     from orchestrator.runtime.session import open_run
     from orchestrator.runtime.tasks import TaskManagerConfig
-    from orchestrator.ui.progress import Progress
-    from orchestrator.workspace.report import end_of_run_report
 
-    async with AsyncExitStack() as stack:
-        settings = await model_endpoint(stack, settings, replay)
-        progress = Progress(json_mode=json_mode)
-        the_run = await stack.enter_async_context(
-            open_run(
+    def opened(settings: Settings, approver: Approver) -> AbstractAsyncContextManager[Run]:
+        return open_run(
+            settings,
+            workspace=workspace,
+            prompt=prompt,
+            model=model,
+            approver=approver,
+            policy=options.policy,
+            allow=options.allow,
+            deny=options.deny,
+            mode=options.mode,
+            config=TaskManagerConfig.from_settings(
                 settings,
-                workspace=workspace,
-                prompt=prompt,
-                model=model,
-                approver=make_approver(settings, progress, options.approval_timeout),
-                policy=options.policy,
-                allow=options.allow,
-                deny=options.deny,
-                mode=options.mode,
-                config=TaskManagerConfig.from_settings(
-                    settings,
-                    max_total_tokens=options.token_budget,
-                    fallback_uid=settings.fallback_uid,
-                    disk=options.disk or settings.disk_limits(),
-                    user=options.user,
-                    **options.caps,
-                ),
-                protect=options.protect,
-            )
+                max_total_tokens=options.token_budget,
+                fallback_uid=settings.fallback_uid,
+                disk=options.disk or settings.disk_limits(),
+                user=options.user,
+                **options.caps,
+            ),
+            protect=options.protect,
         )
-        state.run_id, state.events_path = the_run.run_id, the_run.events_path
+
+    async def work(the_run: Run) -> str:
         the_run.parent.background_default = options.background
         # Warm the built-in agents' sandboxes while the parent's first model call runs.
         the_run.manager.prewarm("general-purpose", "bash")
-        stack.enter_context(progress)
-        the_run.events.listeners.append(progress)
-        code = ExitCode.RUN_ERROR
-        try:
-            result = await the_run.parent.run(prompt)
-            state.status, state.text, code = "completed", result.text, ExitCode.OK
-        except WardenError as exc:  # e.g. the model API refused for good: one line
-            state.error = one_line(exc)
-            click.echo(f"warden: error: {printable(exc, None, multiline=True)}", err=True)
-        except asyncio.CancelledError:
-            # Ctrl-C or a stop signal: stop everything this run started, say so, keep
-            # what was written. A run that cannot record any more (`events.failure`)
-            # ends the same way, with that error.
-            state.status = "failed" if the_run.events.failure else "stopped"
-            await asyncio.shield(the_run.manager.close())
-            if the_run.events.failure is not None:
-                raise the_run.events.failure from None
-            stopped = [c.task_id for c in the_run.manager.tasks.values() if c.status == "stopped"]
-            click.echo(
-                f"interrupted: stopped {len(stopped)} subagent(s) {' '.join(stopped)}; "
-                f"their transcripts are kept (warden ps, warden logs TASK)",
-                err=True,
-            )
-            raise
-        except Exception as exc:  # a bug: keep its traceback, still end with a result
-            state.error = f"internal error: {one_line(exc)}"
-            import traceback
+        return (await the_run.parent.run(prompt)).text
 
-            traceback.print_exc()
-        finally:
-            if the_run.tracer is not None:
-                the_run.tracer.set_outcome(state.status)
-            await asyncio.to_thread(
-                the_run.store.finish_run,
-                the_run.run_id,
-                state.status,
-                state.text or state.error or None,
-            )
-            sensitive = await end_of_run_report(the_run.watch, the_run.store, the_run.run_id)
-            if sensitive is not None:
-                state.sensitive = sensitive.model_dump(mode="json")
-                if not json_mode:
-                    for line in sensitive.render():
-                        click.echo(line, err=True)
-        return int(code)
+    return await drive(
+        settings,
+        state,
+        json_mode=json_mode,
+        replay=replay,
+        approval_timeout=options.approval_timeout,
+        open_run=opened,
+        work=work,
+    )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import yaml
 
 from orchestrator.config import Settings
 from orchestrator.exit_codes import ExitCode
-from tests.conftest import REPO_ROOT, warden_argv, warden_env
+from tests.conftest import REPO_ROOT, run_warden
 from tests.integration.harness import PARENT_MATCH, convo, task, text, tool
 
 pytestmark = pytest.mark.integration
@@ -31,23 +30,6 @@ SCHEMAS = REPO_ROOT / "docs" / "schema"
 def _schema(name: str) -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
     return loaded
-
-
-def _warden(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = warden_env(
-        WARDEN_STATE_DIR=str(settings.state_dir),
-        WARDEN_CONFIG_DIR=str(settings.config_dir),
-        CI="true",
-    )
-    return subprocess.run(
-        warden_argv(*args),
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def test_a_ci_job_gates_on_a_denial_and_publishes_json_junit_and_audit(
@@ -68,7 +50,7 @@ def test_a_ci_job_gates_on_a_denial_and_publishes_json_junit_and_audit(
     script_path = tmp_path / "script.yaml"
     script_path.write_text(yaml.safe_dump({"conversations": script}))
     junit, audit_out = tmp_path / "junit.xml", tmp_path / "audit.json"
-    proc = _warden(
+    proc = run_warden(
         settings,
         "run", "go", "--replay", str(script_path), "--workspace", str(workspace),
         "--permission-mode", "acceptEdits", "--deny", "Bash(rm:*)",
@@ -107,11 +89,11 @@ def test_a_ci_job_gates_on_a_denial_and_publishes_json_junit_and_audit(
 
     # `logs --json` and `logs --follow --json` print the same event documents.
     task_id = summary["task_id"]
-    logs = _warden(settings, "logs", task_id, "--json")
+    logs = run_warden(settings, "logs", task_id, "--json")
     assert logs.returncode == 0, logs.stderr
     task_events = [e for e in stored if e["task_id"] == task_id]
     assert json.loads(logs.stdout)["events"] == task_events
-    follow = _warden(settings, "logs", task_id, "--follow", "--json")
+    follow = run_warden(settings, "logs", task_id, "--follow", "--json")
     assert follow.returncode == 0, follow.stderr
     assert [json.loads(line) for line in follow.stdout.splitlines()] == task_events
 
@@ -130,27 +112,27 @@ def test_a_ci_job_gates_on_a_denial_and_publishes_json_junit_and_audit(
 
     # See into the run: the parent's own conversation, the subagent's setup, and
     # `audit` filtered and readable when piped (JSON inputs, one line per row).
-    run_logs = _warden(settings, "logs", result["run_id"])
+    run_logs = run_warden(settings, "logs", result["run_id"])
     assert run_logs.returncode == 0, run_logs.stderr
     assert "--- parent transcript (4 messages) ---" in run_logs.stdout
     assert "CLEANER go" in run_logs.stdout and "[assistant] all done" in run_logs.stdout
-    run_json = json.loads(_warden(settings, "logs", result["run_id"], "--json").stdout)
+    run_json = json.loads(run_warden(settings, "logs", result["run_id"], "--json").stdout)
     assert run_json["parent_transcript"]["tools"] == ["Task", "TaskOutput", "TaskStop"]
-    task_logs = _warden(settings, "logs", task_id).stdout
+    task_logs = run_warden(settings, "logs", task_id).stdout
     assert "model: " in task_logs and "--- system prompt ---" in task_logs
     assert re.search(r"^tools: .*\bWrite\b", task_logs, re.M), task_logs
     assert re.search(r"^limits: max_turns \d+, timeout [\d.]+ s, .*memory_bytes", task_logs, re.M)
-    denied_rows = _warden(
+    denied_rows = run_warden(
         settings, "audit", result["run_id"], "--tool", "Bash", "--decision", "deny"
     )
     assert '{"command": "rm -rf /workspace/keep.txt"}' in denied_rows.stdout, denied_rows.stdout
     assert "Write" not in denied_rows.stdout
-    allowed = _warden(settings, "audit", "--task", task_id, "--decision", "allow", "--json")
+    allowed = run_warden(settings, "audit", "--task", task_id, "--decision", "allow", "--json")
     assert [a["tool_name"] for a in json.loads(allowed.stdout)] == ["Write"]
 
     # Without --fail-on the same outcome is a success for the pipeline, and the
     # terminal summary lists the task with its denial.
-    plain = _warden(
+    plain = run_warden(
         settings,
         "run", "go", "--replay", str(script_path), "--workspace", str(workspace),
         "--permission-mode", "acceptEdits", "--deny", "Bash(rm:*)",

@@ -5,17 +5,14 @@ ones saying how long they waited, never more running at once than the cap; and
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from orchestrator.config import Settings
-from orchestrator.runtime.tasks import TaskStatus
 from orchestrator.store import Store
-from tests.conftest import warden_argv, warden_env
+from orchestrator.runtime.tasks import TaskStatus
+from tests.conftest import result_document, run_warden, write_script
 from tests.integration.harness import containers_of, fan_out, scripted_run, text
 
 pytestmark = pytest.mark.integration
@@ -28,25 +25,17 @@ MODERATE_LOAD = 30
 def test_a_burst_past_the_cap_is_queued_and_all_succeed(
     settings: Settings, workspace: Path, tmp_path: Path
 ) -> None:
-    script = tmp_path / "burst.yaml"
-    conversations = fan_out(BURST, "burst", [[text("{tool_results}")]])
-    script.write_text(yaml.safe_dump({"conversations": conversations}))
-    done = subprocess.run(
-        warden_argv(
-            *("run", "go", "--replay", str(script), "--workspace", str(workspace), "--json"),
-            *("--permission-mode", "bypassPermissions", "--max-concurrent", str(CAP)),
-        ),
-        env=warden_env(
-            WARDEN_STATE_DIR=str(settings.state_dir),
-            WARDEN_CONFIG_DIR=str(settings.config_dir),
-            CI="true",
-        ),
-        capture_output=True,
-        text=True,
+    script = write_script(
+        tmp_path / "burst.yaml", fan_out(BURST, "burst", [[text("{tool_results}")]])
+    )
+    done = run_warden(
+        settings,
+        *("run", "go", "--replay", str(script), "--workspace", str(workspace), "--json"),
+        *("--permission-mode", "bypassPermissions", "--max-concurrent", str(CAP)),
         timeout=240,
     )
     assert done.returncode == 0, done.stderr
-    final = json.loads(done.stdout.strip().splitlines()[-1])
+    final = result_document(done)
     assert final["status"] == "completed"
     assert [t["status"] for t in final["tasks"]] == ["completed"] * BURST
     # The parent's last turn quotes every tool result: the queued ones say so.

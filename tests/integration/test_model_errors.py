@@ -6,17 +6,15 @@ nothing of the run is left on the engine."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from orchestrator.config import Settings
 from orchestrator.store import Store
-from tests.conftest import warden_argv, warden_env
+from tests.conftest import result_document, run_warden, write_script
 from tests.integration.harness import PARENT_MATCH, containers_of, task, text, tool
 
 pytestmark = pytest.mark.integration
@@ -29,25 +27,15 @@ def turn(content: list[dict[str, Any]], **error: Any) -> dict[str, Any]:
 def warden_run(
     settings: Settings, workspace: Path, tmp_path: Path, conversations: list[dict[str, Any]]
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    script = tmp_path / "script.yaml"
-    script.write_text(yaml.safe_dump({"conversations": conversations}))
-    done = subprocess.run(
-        warden_argv(
-            *("run", "go", "--replay", str(script), "--workspace", str(workspace), "--json"),
-            *("--permission-mode", "bypassPermissions"),
-        ),
-        env=warden_env(
-            WARDEN_STATE_DIR=str(settings.state_dir),
-            WARDEN_CONFIG_DIR=str(settings.config_dir),
-            CI="true",
-        ),
-        capture_output=True,
-        text=True,
+    script = write_script(tmp_path / "script.yaml", conversations)
+    done = run_warden(
+        settings,
+        *("run", "go", "--replay", str(script), "--workspace", str(workspace), "--json"),
+        *("--permission-mode", "bypassPermissions"),
         timeout=180,
     )
     assert "Traceback" not in done.stderr, done.stderr
-    final = json.loads(done.stdout.strip().splitlines()[-1])
-    assert final["type"] == "result"
+    final = result_document(done)
     with Store.open(settings.state_dir / "warden.db") as store:
         assert store.get_run(final["run_id"]).status == final["status"]
     assert containers_of(final["run_id"]) == []

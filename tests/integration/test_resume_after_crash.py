@@ -100,7 +100,7 @@ def test_resume_after_a_kill_between_tool_use_and_result(
     final = json.loads(done.stdout.strip().splitlines()[-1])
     assert final["type"] == "result" and final["status"] == "completed", final
     # The model got the interrupted call's result, then the new instruction.
-    assert final["text"] == f"resumed; the model saw: {INTERRUPTED_RESULT}"
+    assert final["result"] == f"resumed; the model saw: {INTERRUPTED_RESULT}"
 
     with Store.open(settings.state_dir / "warden.db") as store:
         old = store.get_task(crashed.task_id)

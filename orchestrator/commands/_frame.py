@@ -1,0 +1,226 @@
+"""The frame `warden run` and `warden resume` share: the model endpoint, the approver,
+the live display, the stop signals, and the one way a run ends (`finish_run`: exit
+code, the single `--json` result document, `--fail-on`, `--junit`, `--audit-out`,
+the summary table). The two commands differ only in what they open and what work
+they do inside the run."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import click
+
+from orchestrator.errors import WardenError
+from orchestrator.exit_codes import ExitCode, exit_code_for
+from orchestrator.results.report import RunOutputs, RunState, finish_run, one_line, parse_fail_on
+from orchestrator.ui.untrusted_text import printable
+
+if TYPE_CHECKING:
+    from orchestrator.config import Settings
+    from orchestrator.permissions.approvers import Approver
+    from orchestrator.ui.progress import Progress
+    from orchestrator.runtime.session import Run
+
+OpenRun = Callable[["Settings", "Approver"], AbstractAsyncContextManager["Run"]]
+"""Opens the run, given the settings pointing at the model and the approver."""
+Work = Callable[["Run"], Awaitable[str]]
+"""What the run does; returns the final text. A WardenError it raises is a run error."""
+
+REPLAY_KEY = "warden-replay-key"
+"""The key the offline scripted server expects: it proves the key reaches the model
+endpoint from the host (and the tests prove it never enters a container)."""
+
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def outcome_options(what: str) -> Callable[[F], F]:
+    """`--json`, `--replay`, `--fail-on`, `--junit` and `--audit-out`: how a run (of
+    `warden run` or `warden resume`) reports its end; one definition for both."""
+
+    def decorate(fn: F) -> F:
+        for option in reversed(
+            [
+                click.option(
+                    "--json",
+                    "json_mode",
+                    is_flag=True,
+                    help="Write events and the result as JSON lines on stdout.",
+                ),
+                click.option(
+                    "--replay",
+                    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                    default=None,
+                    help="Answer model calls from this script with warden's scripted model "
+                    "server (offline).",
+                ),
+                click.option(
+                    "--fail-on",
+                    callback=lambda _ctx, _param, value: parse_fail_on(value),
+                    default=None,
+                    metavar="OUTCOMES",
+                    help=f"Exit 3 when one of these happened in {what} (comma list): failed, "
+                    "timed_out, denied, asked.",
+                ),
+                click.option(
+                    "--junit",
+                    "junit_path",
+                    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+                    default=None,
+                    metavar="FILE",
+                    help="Write a JUnit XML report: one test case per task, failures for "
+                    "failed, timed-out and denied.",
+                ),
+                click.option(
+                    "--audit-out",
+                    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+                    default=None,
+                    metavar="FILE",
+                    help="Write the run's permission decisions as JSON (as `warden audit --json`).",
+                ),
+            ]
+        ):
+            fn = option(fn)
+        return fn
+
+    return decorate
+
+
+def run_to_end(
+    settings: Settings,
+    outputs: RunOutputs,
+    main: Callable[[RunState], Coroutine[Any, Any, int]],
+) -> NoReturn:
+    """Run `main` under the stop signals and end the process the one way runs end.
+
+    SIGINT, SIGTERM and SIGHUP stop the run cleanly (exit 130, 143, 129); an error
+    raised before the run started (settings, policy, workspace, engine, images, an
+    unknown session) still ends with a result document."""
+    from orchestrator.lifecycle.interrupts import run_stoppable
+
+    state = RunState()
+    try:
+        code = run_stoppable(main(state))
+    except KeyboardInterrupt:
+        code = ExitCode.INTERRUPTED
+    except (WardenError, click.UsageError) as exc:
+        code = exit_code_for(exc)
+        state.error = one_line(exc)
+        click.echo(f"warden: error: {printable(exc, None, multiline=True)}", err=True)
+    sys.exit(finish_run(settings, state, code, outputs))
+
+
+def make_approver(settings: Settings, progress: Progress, timeout_s: float | None) -> Approver:
+    """A human on a terminal if there is one; otherwise every question is denied."""
+    from orchestrator.permissions.approvers import (
+        NonInteractiveApprover,
+        TerminalApprover,
+        TimeoutApprover,
+    )
+
+    approver: Approver
+    if settings.non_interactive or not (sys.stdin.isatty() and sys.stdout.isatty()):
+        approver = NonInteractiveApprover()
+    else:
+        approver = progress.pausing(TerminalApprover())
+    if timeout_s is not None:
+        approver = TimeoutApprover(approver, timeout_s)
+    return approver
+
+
+async def model_endpoint(
+    stack: AsyncExitStack, settings: Settings, replay: Path | None
+) -> Settings:
+    """Settings pointing at the model: the scripted server for --replay, else the env's."""
+    if replay is not None:
+        from pydantic import SecretStr
+
+        from orchestrator.scripted import Script, ScriptedModelServer
+
+        server = ScriptedModelServer(Script.load(replay), expected_api_key=REPLAY_KEY)
+        await stack.enter_async_context(server)
+        return settings.model_copy(
+            update={
+                "anthropic_base_url": server.base_url,
+                "anthropic_api_key": SecretStr(REPLAY_KEY),
+            }
+        )
+    if settings.anthropic_api_key is None:
+        raise click.UsageError(
+            "ANTHROPIC_API_KEY is not set: set it (and ANTHROPIC_BASE_URL for another "
+            "Anthropic-compatible endpoint), or run offline with --replay SCRIPT"
+        )
+    return settings
+
+
+async def drive(
+    settings: Settings,
+    state: RunState,
+    *,
+    json_mode: bool,
+    replay: Path | None,
+    approval_timeout: float | None,
+    open_run: OpenRun,
+    work: Work,
+) -> int:
+    """Open the run, do `work`, record how it ended; what it leaves in `state` becomes
+    the result document (`finish_run`)."""
+    from orchestrator.ui.progress import Progress
+    from orchestrator.workspace.report import end_of_run_report
+
+    async with AsyncExitStack() as stack:
+        settings = await model_endpoint(stack, settings, replay)
+        progress = Progress(json_mode=json_mode)
+        approver = make_approver(settings, progress, approval_timeout)
+        the_run = await stack.enter_async_context(open_run(settings, approver))
+        state.run_id, state.events_path = the_run.run_id, the_run.events_path
+        stack.enter_context(progress)
+        the_run.events.listeners.append(progress)
+        code = ExitCode.RUN_ERROR
+        try:
+            state.text = await work(the_run)
+            state.status, code = "completed", ExitCode.OK
+        except WardenError as exc:  # e.g. the model API refused for good: one line
+            state.error = one_line(exc)
+            click.echo(f"warden: error: {printable(exc, None, multiline=True)}", err=True)
+        except asyncio.CancelledError:
+            # Ctrl-C or a stop signal: stop everything this run started, say so, keep
+            # what was written. A run that cannot record any more (`events.failure`)
+            # ends the same way, with that error.
+            state.status = "failed" if the_run.events.failure else "stopped"
+            await asyncio.shield(the_run.manager.close())
+            if the_run.events.failure is not None:
+                raise the_run.events.failure from None
+            stopped = [c.task_id for c in the_run.manager.tasks.values() if c.status == "stopped"]
+            click.echo(
+                f"interrupted: stopped {len(stopped)} subagent(s) {' '.join(stopped)}; "
+                f"their transcripts are kept (warden ps, warden logs TASK)",
+                err=True,
+            )
+            raise
+        except Exception as exc:  # a bug: keep its traceback, still end with a result
+            state.error = f"internal error: {one_line(exc)}"
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            if the_run.tracer is not None:
+                the_run.tracer.set_outcome(state.status)
+            await asyncio.to_thread(
+                the_run.store.finish_run,
+                the_run.run_id,
+                state.status,
+                state.text or state.error or None,
+            )
+            sensitive = await end_of_run_report(the_run.watch, the_run.store, the_run.run_id)
+            if sensitive is not None:
+                state.sensitive = sensitive.model_dump(mode="json")
+                if not json_mode:
+                    for line in sensitive.render():
+                        click.echo(line, err=True)
+        return int(code)
