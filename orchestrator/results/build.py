@@ -11,14 +11,21 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from orchestrator.exit_codes import ExitCode, is_interrupted
-from orchestrator.results.models import Denial, Event, Outcome, RunResult, RunStatus, TaskSummary
+from orchestrator.results.models import (
+    TASK_END_KINDS,
+    Denial,
+    Event,
+    Outcome,
+    RunResult,
+    RunStatus,
+    TaskSummary,
+)
 
 if TYPE_CHECKING:
     from orchestrator.store import AuditRecord, EventRecord, Store, TaskRecord
 
 WRITE_TOOLS = {"Write": "file_path", "Edit": "file_path", "NotebookEdit": "notebook_path"}
 """Tools whose allowed calls count as files written, and the input naming the file."""
-_END_KINDS = ("task_completed", "task_failed", "task_timed_out", "task_stopped", "task_interrupted")
 
 
 def stored_event(record: EventRecord) -> Event:
@@ -47,7 +54,7 @@ def task_summaries(
             continue
         if event.kind == "task_running" and event.data.get("event") == "tool_started":
             tool_calls[event.task_id] += 1
-        elif event.kind in _END_KINDS:
+        elif event.kind in TASK_END_KINDS:
             ended[event.task_id] = event.data
     denials: list[Denial] = []
     denied: Counter[str | None] = Counter()

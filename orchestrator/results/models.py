@@ -17,14 +17,18 @@ from pydantic import BaseModel, ConfigDict, Field
 SCHEMA_VERSION = 1
 """Version of the event and result documents; bumped on a change that breaks readers."""
 
-EVENT_KINDS = (
-    "task_started",
-    "task_running",
+TASK_END_KINDS = (
     "task_completed",
     "task_failed",
     "task_timed_out",
     "task_stopped",
     "task_interrupted",
+)
+"""The kinds that end a task (its final status is in `data.status`)."""
+TASK_EVENT_KINDS = ("task_started", "task_running", *TASK_END_KINDS)
+"""The kinds of a task's own life."""
+EVENT_KINDS = (
+    *TASK_EVENT_KINDS,
     "permission_denied",
     "approval_requested",
     "approval_answered",
@@ -33,6 +37,7 @@ EVENT_KINDS = (
     "hook_error",
     "post_tool_use_hook",
     "broker_rejected",
+    "broker_notice",
 )
 """The kinds warden emits today. Readers should ignore kinds they do not know."""
 

@@ -9,27 +9,29 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.errors import StoreError
-from orchestrator.results.models import Event
+from orchestrator.results.models import TASK_EVENT_KINDS, Event
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TASK_EVENT_KINDS", "Event", "EventLog", "Listener"]
-
-TASK_EVENT_KINDS = (
-    "task_started",
-    "task_running",
-    "task_completed",
-    "task_failed",
-    "task_timed_out",
-    "task_stopped",
-    "task_interrupted",
-)
-
+__all__ = ["TASK_EVENT_KINDS", "Event", "EventLog", "Listener", "TaskIdentity"]
 
 Listener = Callable[[Event], None]
+
+
+class TaskIdentity(Protocol):
+    """What an event says about the task it concerns."""
+
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def parent_id(self) -> str | None: ...
+    @property
+    def agent_type(self) -> str: ...
+    @property
+    def trace_id(self) -> str | None: ...
 
 
 class EventLog:
@@ -90,6 +92,17 @@ class EventLog:
             except Exception:
                 log.exception("event listener failed on %s", kind)
         return event
+
+    async def emit_for(self, kind: str, task: TaskIdentity, **data: Any) -> Event:
+        """`emit` for an event about `task` (its ids, agent type and trace)."""
+        return await self.emit(
+            kind,
+            task_id=task.task_id,
+            parent_id=task.parent_id,
+            agent_type=task.agent_type,
+            trace_id=task.trace_id,
+            **data,
+        )
 
     def _failed(self, exc: StoreError) -> None:
         if self.failure is not None:

@@ -242,14 +242,7 @@ class PolicyGate:
 
     async def _emit(self, kind: str, task: TaskContext, **data: Any) -> None:
         if self.events is not None:
-            await self.events.emit(
-                kind,
-                task_id=task.task_id,
-                parent_id=task.parent_id,
-                agent_type=task.agent_type,
-                trace_id=task.trace_id,
-                **data,
-            )
+            await self.events.emit_for(kind, task, **data)
 
     async def _audit(
         self,

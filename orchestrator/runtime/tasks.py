@@ -728,14 +728,7 @@ class TaskManager:
     # -- records ----------------------------------------------------------
 
     async def _emit(self, kind: str, ctx: TaskContext, **data: Any) -> None:
-        await self.events.emit(
-            kind,
-            task_id=ctx.task_id,
-            parent_id=ctx.parent_id,
-            agent_type=ctx.agent_type,
-            trace_id=ctx.trace_id,
-            **data,
-        )
+        await self.events.emit_for(kind, ctx, **data)
 
     async def _update(self, task_id: str, **fields: Any) -> None:
         if self.store is not None:

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from orchestrator.results.models import Event
+from orchestrator.results.models import TASK_END_KINDS, Event
 
 if TYPE_CHECKING:
     from orchestrator.broker import Upstream
@@ -23,7 +23,6 @@ log = logging.getLogger(__name__)
 TRACER_NAME = "warden"
 ATTRIBUTE_CHARS = 200
 """Longest string attribute taken from container or workspace text."""
-_TASK_END = ("task_completed", "task_failed", "task_timed_out", "task_stopped", "task_interrupted")
 
 
 class _RunIds(RandomIdGenerator):
@@ -135,7 +134,7 @@ class RunTracer:
             self._tool(span, event)
         elif event.kind == "permission_denied":
             span.add_event("permission_denied", {"warden.tool_name": _text(data.get("tool_name"))})
-        elif event.kind in _TASK_END:
+        elif event.kind in TASK_END_KINDS:
             self._end_task(event.task_id, event)
 
     def _tool(self, task: Span, event: Event) -> None:

@@ -18,14 +18,13 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any
 
+from orchestrator.results.models import TASK_END_KINDS
 from orchestrator.runtime.events import Event
 from orchestrator.ui.untrusted_text import DETAIL_CHARS, plain, printable
 
 log = logging.getLogger(__name__)
 
 __all__ = ["DETAIL_CHARS", "Progress", "printable"]
-
-_ENDED = ("task_completed", "task_failed", "task_timed_out", "task_stopped", "task_interrupted")
 
 
 @dataclass
@@ -136,7 +135,7 @@ class Progress:
                 row.tool = f"{event.data.get('tool_name')}: {event.data.get('detail', '')}"
             elif event.data.get("event") == "tool_finished":
                 row.tool = ""
-        elif event.kind in _ENDED:
+        elif event.kind in TASK_END_KINDS:
             row.status = str(event.data.get("status", event.kind.removeprefix("task_")))
             row.tool = ""
             row.ended = event.ts
@@ -155,7 +154,7 @@ class Progress:
             return (
                 f"{who} {printable(data.get('tool_name'), 40)}: {printable(data.get('detail', ''))}"
             )
-        if event.kind in _ENDED:
+        if event.kind in TASK_END_KINDS:
             status = printable(data.get("status", event.kind.removeprefix("task_")), 40)
             extra = printable(data.get("error") or "", 200)
             return f"{who} {status} in {printable(data.get('duration_s'), 20)} s {extra}".rstrip()
