@@ -221,10 +221,14 @@ class TerminalApprover:
 
 def describe_answer(q: ApprovalQuestion, answer: ApprovalAnswer) -> str:
     """The answer echoed back in one line, e.g. `denied Bash for sa_… (bash): reason`."""
-    if answer.behavior == "allow":
-        what = "allowed for the rest of this run" if answer.scope == "session" else "allowed once"
-    else:
+    if answer.behavior == "deny":
         what = "denied"
+    elif answer.scope == "always" and q.always_rule:
+        what = f"always allowed (rule {as_data(q.always_rule)} for {as_data(q.always_file)})"
+    elif answer.scope in ("session", "always"):
+        what = "allowed this exact input for the rest of this run"
+    else:
+        what = "allowed once"
     reason = f": {as_data(answer.reason)}" if answer.behavior == "deny" and answer.reason else ""
     return f"warden: {what}: {as_data(q.tool_name)} for {as_data(q.task_id)} ({as_data(q.agent_type)}){reason}"
 

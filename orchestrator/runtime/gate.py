@@ -168,10 +168,16 @@ class PolicyGate:
             parent = ancestor.parent_id if ancestor else None
         return chain
 
-    def _always(self, tool_name: str, tool_input: dict[str, Any]) -> dict[str, str]:
-        """The exact rule "always allow" would write for this call, if there is one."""
-        rule = exact_rule(tool_name, tool_input) if self.workspace_host is not None else None
-        if rule is None or self.workspace_host is None:
+    def _always(
+        self, tool_name: str, tool_input: dict[str, Any], decision: Decision
+    ) -> dict[str, str]:
+        """The exact rule "always allow" would write for this call, if there is one.
+        Not for a call an ask rule or a hook asked about: an allow rule does not
+        override those, so the next run would ask again."""
+        if self.workspace_host is None or decision.rule is not None or decision.hook:
+            return {}
+        rule = exact_rule(tool_name, tool_input, self.workspace_host)
+        if rule is None:
             return {}
         return {"always_rule": rule, "always_file": str(self.workspace_host / SETTINGS_FILE)}
 
@@ -204,7 +210,7 @@ class PolicyGate:
             chain=tuple(self.chain(task)),
             chain_agents=tuple(self._agent_of(t) for t in self.chain(task)),
             run_id=task.run_id,
-            **self._always(call.tool_name, tool_input),
+            **self._always(call.tool_name, tool_input, decision),
             tool_name=call.tool_name,
             tool_input=tool_input,
             input_hash=digest,

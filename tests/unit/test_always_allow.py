@@ -35,11 +35,39 @@ from sandbox_tools import wire
         ("Bash", "echo 'a b'", None),
         ("Bash", "ls > out", None),
         ("Bash", "", None),
+        ("Bash", "timeout 5 rm x", None),
         ("Read", "x", None),
     ],
 )
 def test_only_an_exact_rule_is_offered(tool: str, command: str, rule: str | None) -> None:
     assert exact_rule(tool, {"command": command}) == rule
+
+
+@pytest.mark.parametrize(
+    ("tool", "file_path", "rule"),
+    [
+        ("Read", "/workspace/src/a.py", "Read(/src/a.py)"),
+        ("Edit", "src/a.py", "Edit(/src/a.py)"),
+        ("Write", "/workspace/new/b.txt", "Write(/new/b.txt)"),
+        ("Write", "/tmp/out.txt", "Write(//tmp/out.txt)"),
+        ("Read", "/workspace/src/*.py", None),
+        ("Read", "/workspace/src/[ab].py", None),
+        ("Edit", "~/notes", None),
+        ("Edit", "/workspace/a b.txt", None),
+        ("Write", "/workspace/x).txt", None),
+        ("Read", "/workspace/src", None),  # a directory: the rule would cover its tree
+        ("Read", "/workspace/link.py", None),  # a link: the rule would not name the file
+        ("Read", "/workspace", None),
+        ("Glob", "/workspace/src/a.py", None),
+    ],
+)
+def test_a_file_rule_names_exactly_the_file(
+    tmp_path: Path, tool: str, file_path: str, rule: str | None
+) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("")
+    (tmp_path / "link.py").symlink_to("src/a.py")
+    assert exact_rule(tool, {"file_path": file_path}, tmp_path) == rule
 
 
 def test_the_rule_is_added_next_to_existing_settings(tmp_path: Path) -> None:
@@ -125,7 +153,9 @@ async def test_an_always_answer_writes_a_rule_the_next_run_obeys(tmp_path: Path)
                        parent_id=None, depth=1, agent=agent, description="d", timeout_s=5)  # fmt: skip
 
     def call(command: str) -> wire.PermissionRequest:
-        return wire.PermissionRequest(tool_name="Bash", tool_input={"command": command}, tool_use_id="tu")
+        return wire.PermissionRequest(
+            tool_name="Bash", tool_input={"command": command}, tool_use_id="tu"
+        )
 
     assert (await gate().decide(task, call("touch a.txt"))).behavior == "allow"
     assert [q.always_rule for q in asked] == ["Bash(touch a.txt)"]
@@ -137,3 +167,48 @@ async def test_an_always_answer_writes_a_rule_the_next_run_obeys(tmp_path: Path)
     assert len(asked) == 1
     await fresh.decide(task, call("touch b.txt"))
     assert len(asked) == 2
+
+
+async def test_an_always_edit_rule_covers_that_file_only(tmp_path: Path) -> None:
+    from orchestrator.permissions.approvers import ApprovalAnswer
+
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    settings = Settings(state_dir=tmp_path / "state", config_dir=tmp_path / "cfg")
+    asked: list[ApprovalQuestion] = []
+
+    class Always:
+        async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
+            asked.append(q)
+            return ApprovalAnswer(behavior="allow", scope="always", decided_by="t")
+
+    def gate() -> PolicyGate:
+        return PolicyGate(
+            policy=load_policy(settings, ws, mode="default"),
+            hooks=load_hooks(settings, ws),
+            workspace_host=ws,
+            approver=Always(),
+        )
+
+    agent = AgentRegistry.load(settings, ws).get("general-purpose")
+    task = TaskContext(task_id="sa_x", session_id="sa_x", run_id="run_x", trace_id="t",
+                       parent_id=None, depth=1, agent=agent, description="d", timeout_s=5)  # fmt: skip
+
+    def edit(path: str) -> wire.PermissionRequest:
+        return wire.PermissionRequest(
+            tool_name="Write", tool_input={"file_path": path, "content": "x"}, tool_use_id="tu"
+        )
+
+    assert (await gate().decide(task, edit("/workspace/src/a.py"))).behavior == "allow"
+    assert [q.always_rule for q in asked] == ["Write(/src/a.py)"]
+    written = json.loads((ws / ".claude" / "settings.local.json").read_text())
+    assert written == {"permissions": {"allow": ["Write(/src/a.py)"]}}
+    fresh = gate()
+    assert (await fresh.decide(task, edit("src/a.py"))).behavior == "allow"
+    assert len(asked) == 1  # the same file, however spelled: no question
+    await fresh.decide(task, edit("/workspace/src/b.py"))
+    assert len(asked) == 2 and asked[-1].always_rule == "Write(/src/b.py)"
+    # An ask rule asked: an allow rule would not stop it asking, so none is offered.
+    (ws / ".claude" / "settings.json").write_text('{"permissions": {"ask": ["Write(/src/c.py)"]}}')
+    await gate().decide(task, edit("/workspace/src/c.py"))
+    assert asked[-1].always_rule == ""

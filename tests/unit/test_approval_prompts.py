@@ -81,15 +81,23 @@ async def test_queued_questions_are_counted_and_each_answer_echoed() -> None:
     # The first was asked before the others arrived; each later prompt counts the
     # questions still behind it.
     assert inner.notes == [
-        "warden: allowed for the rest of this run: Bash for sa_a (bash)",
+        "warden: allowed this exact input for the rest of this run: Bash for sa_a (bash)",
         "warden: 1 more question(s) waiting after this one",
         "warden: denied: Bash for sa_b (bash): no",
-        "warden: allowed for the rest of this run: Bash for sa_c (bash)",
+        "warden: allowed this exact input for the rest of this run: Bash for sa_c (bash)",
     ]
     assert approver.waiting == 0
     assert describe_answer(
         _question(), ApprovalAnswer(behavior="allow", decided_by="x")
     ).startswith("warden: allowed once: Bash")
+    always = _question().model_copy(
+        update={"always_rule": "Bash(make)", "always_file": "/w/.claude/settings.local.json"}
+    )
+    assert describe_answer(
+        always, ApprovalAnswer(behavior="allow", scope="always", decided_by="x")
+    ).startswith(
+        "warden: always allowed (rule Bash(make) for /w/.claude/settings.local.json): Bash"
+    )
 
 
 def test_the_live_display_is_a_tree_with_background_marker_and_denials() -> None:
