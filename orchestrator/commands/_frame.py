@@ -23,8 +23,8 @@ from orchestrator.ui.untrusted_text import printable
 if TYPE_CHECKING:
     from orchestrator.config import Settings
     from orchestrator.permissions.approvers import Approver
-    from orchestrator.ui.progress import Progress
     from orchestrator.runtime.session import Run
+    from orchestrator.ui.progress import Progress
 
 OpenRun = Callable[["Settings", "Approver"], AbstractAsyncContextManager["Run"]]
 """Opens the run, given the settings pointing at the model and the approver."""

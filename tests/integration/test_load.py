@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import Settings
-from orchestrator.store import Store
 from orchestrator.runtime.tasks import TaskStatus
+from orchestrator.store import Store
 from tests.conftest import result_document, run_warden, write_script
 from tests.integration.harness import containers_of, fan_out, scripted_run, text
 
