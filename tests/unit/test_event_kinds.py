@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from orchestrator import events
 from orchestrator.results import models
+from orchestrator.runtime import events
 from tests.conftest import REPO_ROOT
 
 EMITTED = re.compile(r"\b_?emit(?:_for)?\(\s*\"([a-z_]+)\"")
