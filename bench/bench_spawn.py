@@ -63,8 +63,9 @@ from orchestrator.backend.base import SandboxSpec
 from orchestrator.backend.connect import connect
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import Settings
+from orchestrator.runtime.caps import TaskManagerConfig
 from orchestrator.runtime.events import Event
-from orchestrator.runtime.tasks import TaskInput, TaskManagerConfig, TaskStatus
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.integration.harness import text, tool
 
 DEFAULT_ITERATIONS = 15

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from orchestrator.backend.base import DiskLimits
     from orchestrator.config import Settings
     from orchestrator.permissions.approvers import Approver
+    from orchestrator.runtime.caps import TaskCaps
     from orchestrator.runtime.session import Run
 
 
@@ -175,13 +176,13 @@ def run(
 class RunOptions:
     """The permission and lifecycle flags of `warden run`."""
 
+    caps: TaskCaps
+    """TaskManagerConfig fields given as flags (None: from the settings)."""
     policy: str | None = None
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     mode: str | None = None
     approval_timeout: float | None = None
-    caps: dict[str, int | None] = field(default_factory=dict)
-    """TaskManagerConfig fields given as flags (None: from the settings)."""
     background: bool = False
     protect: tuple[str, ...] = ()
     token_budget: int | None = None
@@ -202,8 +203,8 @@ async def _run(
     state: RunState,
 ) -> int:
     """The parent agent's run (`drive` frames it as every run is framed)."""
+    from orchestrator.runtime.caps import TaskManagerConfig
     from orchestrator.runtime.session import open_run
-    from orchestrator.runtime.tasks import TaskManagerConfig
 
     def opened(settings: Settings, approver: Approver) -> AbstractAsyncContextManager[Run]:
         return open_run(

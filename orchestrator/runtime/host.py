@@ -18,7 +18,8 @@ from orchestrator.errors import WardenError
 from sandbox_tools import wire
 
 if TYPE_CHECKING:
-    from orchestrator.runtime.tasks import TaskContext, TaskManager
+    from orchestrator.runtime.manager import TaskManager
+    from orchestrator.runtime.tasks import TaskContext
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class TaskHost:
             )
         elif event.kind == "tool_finished":
             self.ctx.current_tool = None
-        await self.manager._emit(
+        await self.manager.recorder.emit(
             "task_running",
             self.ctx,
             event=event.kind,
@@ -75,12 +76,9 @@ class TaskHost:
             await asyncio.to_thread(store.checkpoint_transcript, self.ctx.task_id, messages, turn)
 
     async def on_tool_finished(self, call: ApprovedCall, response: dict[str, Any]) -> None:
-        finished = getattr(self.manager.gate, "tool_finished", None)
-        if finished is None:
-            return
         from orchestrator.permissions import ToolCall
 
-        await finished(
+        await self.manager.gate.tool_finished(
             self.ctx,
             ToolCall(
                 tool_name=call.tool_name, tool_input=call.tool_input, tool_use_id=call.tool_use_id
@@ -92,16 +90,18 @@ class TaskHost:
         self.ctx.result = result
 
     async def on_rejected(self, endpoint: str, status: int, reason: str) -> None:
-        await self.manager._emit(
+        await self.manager.recorder.emit(
             "broker_rejected", self.ctx, endpoint=endpoint, status=status, reason=reason[:500]
         )
 
     async def on_notice(self, kind: str, message: str) -> None:
-        await self.manager._emit("broker_notice", self.ctx, notice=kind, message=message[:500])
+        await self.manager.recorder.emit(
+            "broker_notice", self.ctx, notice=kind, message=message[:500]
+        )
 
     async def on_usage(self, budget: Budget) -> None:
         self.ctx.tokens = budget.tokens_used
-        await self.manager._update(self.ctx.task_id, tokens=budget.tokens_used)
+        await self.manager.recorder.update(self.ctx.task_id, tokens=budget.tokens_used)
 
     async def on_forwarding(self, decisions: list[ForwardDecision]) -> None:
         store = self.manager.store

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.errors import WardenError
+from orchestrator.runtime.manager import TaskManager
 from orchestrator.runtime.model_errors import from_sdk_error
 from orchestrator.runtime.parent_tools import (
     MAX_OUTPUT_TIMEOUT_MS,
@@ -20,7 +21,7 @@ from orchestrator.runtime.parent_tools import (
     TaskStopInput,
     tool_schemas,
 )
-from orchestrator.runtime.tasks import TaskInput, TaskManager, TaskResult
+from orchestrator.runtime.tasks import TaskInput, TaskResult
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +97,10 @@ class ParentAgent:
                 continue
             # The model is done for now; background subagents it started are not.
             # Their results come back as the next user turn, so it never has to poll.
-            if not self.manager.has_background(None) and not self.manager.notifications.get(None):
+            background = self.manager.background
+            if not background.has_running(None) and not background.unreported(None):
                 return ParentResult(_text(content), turns, stop_reason, self.results)
-            await self.manager.next_notification(None)
+            await self.manager.background.next_finished(None)
             self.messages.append({"role": "user", "content": self._notifications()})
         return ParentResult(
             f"(the parent stopped after its limit of {self.max_turns} turns)",
@@ -124,7 +126,7 @@ class ParentAgent:
 
     def _notifications(self) -> list[dict[str, Any]]:
         blocks = []
-        for result in self.manager.take_notifications(None):
+        for result in self.manager.background.take(None):
             self.results.append(result)
             blocks.append(
                 {
@@ -201,9 +203,7 @@ class ParentAgent:
                 tool_use_id, f"Task {task_id} is {ctx.status.value}; no result yet.", False
             )
         # Reported here, so it is not reported again as a notification.
-        pending = self.manager.notifications.get(None, [])
-        if result in pending:
-            pending.remove(result)
+        self.manager.background.reported(None, result)
         self.results.append(result)
         return _tool_result(
             tool_use_id, f"Task {task_id} status: {result.status.value}. {result.render()}", False

@@ -23,10 +23,12 @@ from orchestrator.lifecycle.recovery import recover
 from orchestrator.permissions import load_hooks, load_policy
 from orchestrator.permissions.approvers import NonInteractiveApprover
 from orchestrator.results.parent_transcript import ObservedClient, ParentTranscript, transcript_path
+from orchestrator.runtime.caps import TaskManagerConfig
 from orchestrator.runtime.events import EventLog
 from orchestrator.runtime.gate import PolicyGate
+from orchestrator.runtime.manager import TaskManager
 from orchestrator.runtime.parent import ParentAgent
-from orchestrator.runtime.tasks import PermissionGate, TaskManager, TaskManagerConfig
+from orchestrator.runtime.protocols import PermissionGate
 from orchestrator.tracing import run_tracer
 from orchestrator.workspace import WorkspaceGuard
 from orchestrator.workspace.report import ExecutedPathsWatch

@@ -30,6 +30,7 @@ from orchestrator.store.records import (
     RunStatus,
     TaskRecord,
     TaskStatus,
+    TaskUpdate,
 )
 from orchestrator.store.schema import (
     BUSY_TIMEOUT_S,
@@ -64,6 +65,7 @@ __all__ = [
     "Synchronous",
     "TaskRecord",
     "TaskStatus",
+    "TaskUpdate",
     "TranscriptTooLargeError",
     "pid_alive",
 ]

@@ -7,7 +7,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Unpack
 
 from orchestrator.errors import StoreError, TaskNotFoundError
 from orchestrator.lifecycle.owner import pid_alive
@@ -32,6 +32,7 @@ from orchestrator.store.records import (
     RunStatus,
     TaskRecord,
     TaskStatus,
+    TaskUpdate,
     bounded_json,
     clip_text,
     dumps,
@@ -165,7 +166,7 @@ class Store(StoreBase):
                 [values[c] for c in _TASK_COLUMNS],
             )
 
-    def update_task(self, task_id: str, **fields: Any) -> TaskRecord:
+    def update_task(self, task_id: str, **fields: Unpack[TaskUpdate]) -> TaskRecord:
         """Change mutable fields of a task (validated like a TaskRecord); returns the
         updated record. The identity and tree fields cannot change."""
         unknown = set(fields) - set(_TASK_COLUMNS)
@@ -176,7 +177,7 @@ class Store(StoreBase):
             raise ValueError(f"update_task cannot change {', '.join(sorted(frozen))}")
         with self._write() as conn:
             current = self._fetch_task(conn, task_id)
-            updated = TaskRecord.model_validate(current.model_dump() | fields)
+            updated = TaskRecord.model_validate({**current.model_dump(), **fields})
             values = updated.model_dump()
             columns = sorted(fields)  # names checked against _TASK_COLUMNS above
             if columns:

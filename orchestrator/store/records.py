@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -184,6 +184,19 @@ class TaskRecord(_Record):
         if isinstance(data, dict) and not data.get("session_id"):
             return {**data, "session_id": data.get("task_id", "")}
         return data
+
+
+class TaskUpdate(TypedDict, total=False):
+    """The fields of a task that may change after it is created (`Store.update_task`);
+    values are validated like a TaskRecord's."""
+
+    status: str
+    container_id: str | None
+    started_at: float | None
+    ended_at: float | None
+    result_text: str | None
+    error: str | None
+    tokens: int
 
 
 class EventRecord(_Record):

@@ -24,7 +24,8 @@ from orchestrator.broker import listener as listener_module
 from orchestrator.broker import server as server_module
 from orchestrator.broker.limits import EVENT_BYTES_PER_TASK
 from orchestrator.config import Settings
-from orchestrator.runtime.tasks import TaskInput, TaskManagerConfig, TaskStatus
+from orchestrator.runtime.caps import TaskManagerConfig
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.conftest import warden_argv, warden_env
 from tests.integration.harness import convo, requests_of, scripted_run, text, tool
 from tests.unit.test_broker_listener import connect_as

@@ -18,7 +18,8 @@ import pytest
 
 from orchestrator.backend.base import DiskLimits
 from orchestrator.config import Settings
-from orchestrator.runtime.tasks import TaskInput, TaskManagerConfig, TaskStatus
+from orchestrator.runtime.caps import TaskManagerConfig
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.conftest import UNPRIVILEGED, warden_argv, warden_env
 from tests.integration.harness import PARENT_MATCH, convo, scripted_run, task, text, tool
 from tests.integration.sandbox_fixtures import (  # noqa: F401

@@ -21,7 +21,8 @@ import yaml
 
 from orchestrator.config import Settings
 from orchestrator.errors import WardenError
-from orchestrator.runtime.tasks import CapError, TaskInput, TaskManagerConfig, TaskStatus
+from orchestrator.runtime.caps import CapError, TaskManagerConfig
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.conftest import warden_argv, warden_env
 from tests.integration.harness import (
     PARENT_MATCH,

@@ -21,7 +21,8 @@ from orchestrator.permissions.approvers import (
     CallbackApprover,
     NonInteractiveApprover,
 )
-from orchestrator.runtime.tasks import TaskInput, TaskManagerConfig, TaskStatus
+from orchestrator.runtime.caps import TaskManagerConfig
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.integration.harness import (
     PARENT_MATCH,
     convo,

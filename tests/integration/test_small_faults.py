@@ -18,8 +18,9 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from orchestrator.config import Settings
+from orchestrator.runtime.outcome import REMOVED_ERROR
 from orchestrator.runtime.session import open_run
-from orchestrator.runtime.tasks import REMOVED_ERROR, TaskInput, TaskStatus
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from orchestrator.store import Store
 from tests.conftest import warden_argv, warden_env
 from tests.integration.harness import convo, requests_of, scripted_run, text, tool, write_agent

@@ -22,7 +22,8 @@ from orchestrator.config import Settings
 from orchestrator.errors import UnknownAgentError, UnsafeMountError
 from orchestrator.permissions import load_policy
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, CallbackApprover
-from orchestrator.runtime.tasks import TaskInput, TaskManagerConfig, TaskStatus
+from orchestrator.runtime.caps import TaskManagerConfig
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.conftest import UNPRIVILEGED, warden_argv, warden_env
 from tests.integration.harness import (
     PARENT_MATCH,

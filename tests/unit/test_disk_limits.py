@@ -21,7 +21,7 @@ from orchestrator.backend.fake import FakeBackend, FakeOutcome
 from orchestrator.commands.exec import EXIT_DISK_LIMIT, exit_status
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
-from orchestrator.runtime.tasks import _disk_limits
+from orchestrator.runtime.sandbox import agent_disk_limits
 from orchestrator.store import Store, TaskRecord
 
 MIB = 1024 * 1024
@@ -174,11 +174,11 @@ class _Agent:
 
 def test_an_agent_file_may_lower_the_cap_but_never_raise_it() -> None:
     run = DiskLimits(write_limit_bytes=GIB)
-    assert _disk_limits(run, _Agent(None)) == run
-    assert _disk_limits(run, _Agent(100 * MIB)).write_limit_bytes == 100 * MIB
-    assert _disk_limits(run, _Agent(10 * GIB)).write_limit_bytes == GIB
+    assert agent_disk_limits(run, _Agent(None)) == run
+    assert agent_disk_limits(run, _Agent(100 * MIB)).write_limit_bytes == 100 * MIB
+    assert agent_disk_limits(run, _Agent(10 * GIB)).write_limit_bytes == GIB
     uncapped = DiskLimits(write_limit_bytes=0)
-    assert _disk_limits(uncapped, _Agent(100 * MIB)).write_limit_bytes == 100 * MIB
+    assert agent_disk_limits(uncapped, _Agent(100 * MIB)).write_limit_bytes == 100 * MIB
 
 
 def test_agent_file_key(tmp_path: Path) -> None:

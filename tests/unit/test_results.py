@@ -241,7 +241,7 @@ def test_run_user_is_validated_like_exec_and_never_root(tmp_path: Path) -> None:
 
 
 def test_a_run_user_overrides_the_workspace_owner(tmp_path: Path) -> None:
-    from orchestrator.runtime.tasks import sandbox_identity
+    from orchestrator.runtime.sandbox import sandbox_identity
 
     identity = sandbox_identity(tmp_path, 1000, "4321:99")
     assert (identity.uid, identity.gid) == (4321, 99)

@@ -1,0 +1,80 @@
+"""What a subagent's runner is told when it starts (`runner_spec`), and the
+conversation a resumed session continues from (`session_history`).
+
+The runner gets the agent's system prompt, the tools it may call (`Task` only
+while it may still delegate), its turn cap and retry budget; a resumed session
+also gets its stored transcript, repaired, since a crash can leave unanswered
+tool calls or broken alternation behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from orchestrator.errors import TaskNotFoundError
+from orchestrator.jsontypes import JSONObject
+from orchestrator.runtime.caps import CapError, TaskManagerConfig
+from orchestrator.runtime.tasks import TaskContext, TaskInput
+from sandbox_tools import conversation, wire
+
+if TYPE_CHECKING:
+    from orchestrator.store import Store
+
+DELEGATION_TOOL = "Task"
+
+
+def runner_spec(
+    ctx: TaskContext,
+    task_input: TaskInput,
+    *,
+    history: list[JSONObject],
+    max_turns: int,
+    may_delegate: bool,
+    model: str,
+    config: TaskManagerConfig,
+) -> wire.TaskSpec:
+    """The spec a task's broker hands its runner."""
+    agent = ctx.agent
+    listed = wire.TOOL_NAMES if agent.tools is None else agent.tools
+    tools = [t for t in listed if t != DELEGATION_TOOL]
+    if may_delegate and (agent.tools is None or DELEGATION_TOOL in agent.tools):
+        tools.append(DELEGATION_TOOL)
+    return wire.TaskSpec(
+        task_id=ctx.task_id,
+        parent_id=ctx.parent_id,
+        trace_id=ctx.trace_id,
+        agent_type=agent.name,
+        description=task_input.description,
+        model=model,
+        system_prompt=agent.system_prompt,
+        prompt=task_input.prompt,
+        history=history,
+        tools=tools,
+        max_turns=max_turns,
+        model_max_retries=config.model_max_retries,
+        model_retry_total_s=config.model_retry_total_s,
+    )
+
+
+def session_history(
+    store: Store, session_id: str, agent_type: str, running: Collection[str]
+) -> list[JSONObject]:
+    """The transcript session `session_id` continues from (blocking: the store).
+
+    Raises TaskNotFoundError when there is no such session or it belongs to another
+    agent type, CapError while one of its tasks (`running`: ids) still runs."""
+    mine = store.list_tasks(session_id=session_id)
+    if not mine:
+        raise TaskNotFoundError(
+            f"no subagent session {session_id!r}; session ids are the task ids that Task "
+            "calls returned (see `warden ps`)"
+        )
+    if any(t.agent_type != agent_type for t in mine):
+        raise TaskNotFoundError(
+            f"session {session_id} belongs to a {mine[0].agent_type!r} subagent, not "
+            f"{agent_type!r}; resume it with subagent_type={mine[0].agent_type!r}"
+        )
+    if any(t.task_id in running for t in mine):
+        raise CapError(f"session {session_id} is still running; wait for it or stop it first")
+    return conversation.repair(store.get_session_transcript(session_id))

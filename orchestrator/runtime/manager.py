@@ -1,0 +1,413 @@
+"""The Task tool's host side: spawn a subagent in its own container, enforce its
+deadline by killing the container, and turn what happened into a `TaskResult`.
+
+A subagent's life: resolve its agent definition → caps (`caps`) → a ticket in
+the admission queue (`admission`) → new task id and socket directory → broker
+on that socket, answered by a `TaskHost` (`host`) → hardened container
+(`sandbox`) running `python3 -m sandbox_tools` with the socket mounted, warm
+from the pool (`pool`) when one is ready → wait until it exits or its deadline
+passes (then kill) → result from the broker or from how the container ended
+(`outcome`) → recorded (`records`) → container and socket removed, always.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec
+from orchestrator.backend.disk import DiskGuardedBackend
+from orchestrator.broker import Broker, Budget, Upstream, make_socket_dir
+from orchestrator.broker.limits import raise_open_file_limit
+from orchestrator.errors import StoreError, TaskNotFoundError, WardenError
+from orchestrator.jsontypes import JSONObject
+from orchestrator.results.task_setup import task_setup
+from orchestrator.runtime.admission import AdmissionQueue
+from orchestrator.runtime.background import BackgroundTasks
+from orchestrator.runtime.briefing import runner_spec, session_history
+from orchestrator.runtime.caps import TaskManagerConfig, check_caps
+from orchestrator.runtime.host import TaskHost
+from orchestrator.runtime.outcome import task_result
+from orchestrator.runtime.pool import WarmPool
+from orchestrator.runtime.protocols import AllowAgentTools, EventSink, ImageResolver, PermissionGate
+from orchestrator.runtime.records import TaskRecorder
+from orchestrator.runtime.sandbox import (
+    RUNNER_COMMAND,
+    SandboxPlan,
+    agent_limits,
+    sandbox_identity,
+)
+from orchestrator.runtime.tasks import (
+    ACTIVE_STATUSES,
+    TaskContext,
+    TaskInput,
+    TaskResult,
+    TaskStatus,
+    new_task_id,
+)
+from orchestrator.workspace import WorkspaceGuard
+from sandbox_tools import wire
+
+if TYPE_CHECKING:
+    from orchestrator.agents.registry import AgentDefinition, AgentRegistry
+    from orchestrator.store import Store
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class TaskManager:
+    """Spawns and supervises the subagents of one run."""
+
+    def __init__(
+        self,
+        *,
+        backend: ContainerBackend,
+        registry: AgentRegistry,
+        upstream: Upstream,
+        events: EventSink,
+        store: Store | None,
+        workspace: Path,
+        session: str,
+        run_id: str,
+        trace_id: str,
+        default_model: str,
+        image_resolver: ImageResolver,
+        gate: PermissionGate | None = None,
+        config: TaskManagerConfig | None = None,
+        runner_command: tuple[str, ...] = RUNNER_COMMAND,
+        guard: WorkspaceGuard | None = None,
+    ) -> None:
+        # Every sandbox of the run is watched for its disk limits (backend/disk.py).
+        self.backend: ContainerBackend = DiskGuardedBackend(backend)
+        self.guard = guard or WorkspaceGuard.prepare(workspace)
+        """What sandboxes may not write (made before the first sandbox starts)."""
+        self.registry = registry
+        self.upstream = upstream
+        self.upstream_for: Callable[[Upstream, str, str | None], Upstream] | None = None
+        """Wraps the upstream a task's broker forwards model calls with (tracing)."""
+        self.events = events
+        self.store = store
+        self.recorder = TaskRecorder(events, store)
+        self.workspace = workspace
+        self.run_id = run_id
+        self.trace_id = trace_id
+        self.default_model = default_model
+        self.gate: PermissionGate = gate or AllowAgentTools()
+        self.config = config or TaskManagerConfig()
+        raise_open_file_limit()
+        self.identity = sandbox_identity(workspace, self.config.fallback_uid, self.config.user)
+        """The uid:gid every sandbox of this run runs as; its broker admits only it."""
+        self.plan = SandboxPlan(
+            workspace=workspace,
+            guard=self.guard,
+            identity=self.identity,
+            image_resolver=image_resolver,
+            session=session,
+            run_id=run_id,
+            disk=self.config.disk,
+            runner_command=runner_command,
+        )
+        self.tasks: dict[str, TaskContext] = {}
+        self.results: dict[str, TaskResult] = {}
+        self.children_started: dict[str | None, int] = {}
+        self.background = BackgroundTasks()
+        """Tasks started with run_in_background, and their results not yet reported."""
+        # Container waits block a thread each for as long as the subagent runs;
+        # they get their own pool so they never starve other blocking calls.
+        # A nested task runs on its waiting parent's slot: up to max_depth containers each.
+        self.admission = AdmissionQueue(self.config.max_concurrent_total, self.config.queue_limit)
+        self._waits = ThreadPoolExecutor(
+            max_workers=self.config.max_concurrent_total * self.config.max_depth
+            + self.config.warm_pool_size * 4
+            + 4,
+            thread_name_prefix="warden-wait",
+        )
+        # Warm starts only make sense for the real runner, which knows --wait.
+        self.pool = WarmPool(
+            backend=self.backend,
+            size=self.config.warm_pool_size if runner_command == RUNNER_COMMAND else 0,
+            blocking=self._blocking,
+            new_socket_dir=lambda: make_socket_dir(self.identity),
+        )
+
+    async def close(self) -> None:
+        """Stop every task still running, remove warm sandboxes, release the threads."""
+        running = self.background.running()
+        if running:
+            await self.stop_all()
+            await asyncio.gather(*running, return_exceptions=True)
+        await self.pool.close()
+        self._waits.shutdown(wait=False, cancel_futures=True)
+
+    def prewarm(self, *agent_types: str) -> None:
+        """Start warm sandboxes for these agent types now, ahead of their first task."""
+        for name in agent_types:
+            agent = self.registry.get(name)
+            self.pool.refill(self.plan.pool_key(agent), self._warm_factory(agent))
+
+    def _warm_factory(self, agent: AgentDefinition) -> Callable[[Path], SandboxSpec]:
+        return lambda socket_dir: self.plan.spec(agent, socket_dir, task_id=None)
+
+    async def _blocking(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run a blocking (docker) call on the manager's own wait threads."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._waits, lambda: fn(*args, **kwargs))
+
+    # -- the Task tool ----------------------------------------------------
+
+    async def run_task(
+        self, task_input: TaskInput, *, parent: TaskContext | None = None
+    ) -> TaskResult:
+        """Run one subagent to the end and return its result.
+
+        Raises UnknownAgentError, CapError, QueueFullError, TaskNotFoundError (resume
+        of an unknown session) before anything starts; what the subagent does never
+        raises.
+        """
+        ctx, spec = await self._prepare(task_input, parent)
+        return await self._supervise(ctx, spec)
+
+    async def start_background(
+        self, task_input: TaskInput, *, parent: TaskContext | None = None
+    ) -> TaskContext:
+        """Start a subagent and return at once; its result arrives as a notification."""
+        ctx, spec = await self._prepare(task_input, parent)
+        runner = asyncio.create_task(self._supervise(ctx, spec), name=ctx.task_id)
+        self.background.add(ctx, runner)
+        return ctx
+
+    def running_count(self) -> int:
+        return sum(1 for c in self.tasks.values() if c.status in ACTIVE_STATUSES)
+
+    async def _prepare(
+        self, task_input: TaskInput, parent: TaskContext | None
+    ) -> tuple[TaskContext, wire.TaskSpec]:
+        agent = self.registry.get(task_input.subagent_type)
+        check_caps(self.config, parent, self.children_started)
+        history: list[JSONObject] = []
+        session_id: str | None = None
+        if task_input.session_id is not None:
+            session_id, history = await self._load_session(task_input.session_id, agent.name)
+        # Past max_concurrent_total the task queues (QueueFullError when the queue is full).
+        ticket = self.admission.take(parent.ticket if parent else None)
+        max_turns = agent.max_turns
+        if task_input.max_turns is not None:
+            max_turns = min(max_turns, task_input.max_turns)
+        task_id = new_task_id()
+        depth = (parent.depth + 1) if parent else 1
+        ctx = TaskContext(
+            task_id=task_id,
+            session_id=session_id or task_id,
+            run_id=self.run_id,
+            trace_id=self.trace_id,
+            parent_id=parent.task_id if parent else None,
+            depth=depth,
+            agent=agent,
+            description=task_input.description,
+            timeout_s=float(agent.timeout_s),
+            ticket=ticket,
+        )
+        self.tasks[task_id] = ctx
+        self.children_started[ctx.parent_id] = self.children_started.get(ctx.parent_id, 0) + 1
+        spec = runner_spec(
+            ctx,
+            task_input,
+            history=history,
+            max_turns=max_turns,
+            may_delegate=depth < self.config.max_depth,
+            model=agent.model or self.default_model,
+            config=self.config,
+        )
+        try:
+            await self.recorder.created(ctx, task_input.prompt)
+        except BaseException:
+            self.admission.release(ticket)
+            raise
+        return ctx, spec
+
+    async def _load_session(self, session_id: str, agent_type: str) -> tuple[str, list[JSONObject]]:
+        if self.store is None:
+            raise TaskNotFoundError(f"cannot resume {session_id}: this run has no store")
+        running = self.background.running_ids()
+        history = await asyncio.to_thread(
+            session_history, self.store, session_id, agent_type, running
+        )
+        return session_id, history
+
+    # -- results, stop ------------------------------------------------------
+
+    async def wait_for(self, task_id: str, timeout_s: float | None) -> TaskResult | None:
+        """The result of a task, waiting up to timeout_s (None: forever)."""
+        runner = self.background.runner(task_id)
+        if task_id in self.results or runner is None:
+            return self.results.get(task_id)
+        done, _ = await asyncio.wait({runner}, timeout=timeout_s)
+        return self.results.get(task_id) if done else None
+
+    def descendants(self, task_id: str) -> list[TaskContext]:
+        found: list[TaskContext] = []
+        frontier = [task_id]
+        while frontier:
+            current = frontier.pop()
+            for ctx in self.tasks.values():
+                if ctx.parent_id == current:
+                    found.append(ctx)
+                    frontier.append(ctx.task_id)
+        return found
+
+    async def stop(self, task_id: str) -> list[str]:
+        """Kill a task's container and those of all its descendants; return their ids."""
+        ctx = self.tasks.get(task_id)
+        if ctx is None:
+            raise TaskNotFoundError(
+                f"no task {task_id!r} in this run; a task id is valid only if a Task call "
+                "in this run returned it"
+            )
+        targets = [ctx, *self.descendants(task_id)]
+        stopped = [c for c in targets if c.status in ACTIVE_STATUSES]
+        for c in stopped:
+            c.stop_requested = True
+        await asyncio.gather(*(self._kill(c) for c in stopped))
+        return [c.task_id for c in stopped]
+
+    async def stop_all(self) -> list[str]:
+        active = [c for c in self.tasks.values() if c.status in ACTIVE_STATUSES]
+        for c in active:
+            c.stop_requested = True
+        await asyncio.gather(*(self._kill(c) for c in active))
+        return [c.task_id for c in active]
+
+    async def _kill(self, ctx: TaskContext) -> None:
+        if ctx.ticket is not None:
+            self.admission.withdraw(ctx.ticket)  # stopped while queued: never starts
+        if ctx.container_id is not None:
+            try:
+                await asyncio.to_thread(self.backend.kill, ctx.container_id)
+            except WardenError:
+                log.exception("could not kill %s", ctx.task_id)
+
+    # -- one subagent's life ------------------------------------------------
+
+    async def _supervise(self, ctx: TaskContext, spec: wire.TaskSpec) -> TaskResult:
+        """Wait for a slot, run the subagent, give the slot back."""
+        assert ctx.ticket is not None
+        try:
+            try:
+                admitted = await self.admission.wait(ctx.ticket)
+            except asyncio.CancelledError:
+                ctx.stop_requested = True
+                await asyncio.shield(self._conclude(ctx, task_result(ctx, None, None, None)))
+                raise
+            if admitted and not ctx.stop_requested:
+                return await self._run_sandbox(ctx, spec)
+            await self._conclude(ctx, task_result(ctx, None, None, None))
+            return self.results[ctx.task_id]
+        finally:
+            self.admission.release(ctx.ticket)
+
+    async def _run_sandbox(self, ctx: TaskContext, spec: wire.TaskSpec) -> TaskResult:
+        key = self.plan.pool_key(ctx.agent)
+        warm = self.pool.take(key)
+        self.pool.refill(key, self._warm_factory(ctx.agent))
+        socket_dir = warm.socket_dir if warm else make_socket_dir(self.identity)
+        if warm:
+            ctx.container_id = warm.container_id
+        budget = Budget(max_turns=spec.max_turns, max_total_tokens=self._token_budget(ctx.agent))
+        broker = Broker(
+            socket_dir=socket_dir,
+            spec=spec,
+            upstream=self.upstream
+            if self.upstream_for is None
+            else self.upstream_for(self.upstream, ctx.task_id, ctx.parent_id),
+            host=TaskHost(self, ctx),
+            budget=budget,
+            identity=self.identity,
+            forwarding=self.gate.forwarding_policy(ctx),
+        )
+        ctx.broker = broker
+        sandbox: SandboxResult | None = None
+        failure: str | None = None
+        ctx.status = TaskStatus.RUNNING
+        try:
+            await broker.start()
+            if warm:
+                warm.release()  # its runner was waiting for this broker
+            if ctx.container_id is None:
+                sandbox_spec = self.plan.spec(ctx.agent, socket_dir, task_id=ctx.task_id)
+                ctx.container_id = await self._blocking(self.backend.start, sandbox_spec)
+            await self.recorder.update(
+                ctx.task_id,
+                status=ctx.status.value,
+                container_id=ctx.container_id,
+                started_at=time.time(),
+            )
+            await self.recorder.emit(
+                "task_started",
+                ctx,
+                description=ctx.description,
+                container_id=ctx.container_id[:12],
+                background=ctx.task_id in self.background,
+                setup=task_setup(
+                    spec,
+                    timeout_s=ctx.timeout_s,
+                    limits=agent_limits(ctx.agent),
+                    token_budget=budget.max_total_tokens,
+                    image=ctx.agent.image,
+                    source=ctx.agent.source,
+                ),
+            )
+            if ctx.stop_requested:  # stopped while it was starting
+                await self._kill(ctx)
+            sandbox = await self._blocking(self.backend.wait, ctx.container_id, ctx.timeout_s)
+        except asyncio.CancelledError:
+            ctx.stop_requested = True
+            raise
+        except WardenError as exc:
+            failure = str(exc)
+        finally:
+            # Shielded: a cancelled parent must still not leave a container behind,
+            # and the task's end must still be recorded.
+            await asyncio.shield(self._finish(ctx, broker, socket_dir, sandbox, budget, failure))
+        return self.results[ctx.task_id]
+
+    async def _finish(
+        self,
+        ctx: TaskContext,
+        broker: Broker,
+        socket_dir: Path,
+        sandbox: SandboxResult | None,
+        budget: Budget,
+        failure: str | None,
+    ) -> None:
+        try:
+            if ctx.container_id is not None:
+                await self._blocking(self.backend.remove, ctx.container_id)
+        except WardenError:
+            log.exception("could not remove container %s of %s", ctx.container_id, ctx.task_id)
+        finally:
+            await broker.close()
+            shutil.rmtree(socket_dir, ignore_errors=True)
+        await self._conclude(ctx, task_result(ctx, sandbox, budget, failure))
+
+    async def _conclude(self, ctx: TaskContext, result: TaskResult) -> None:
+        self.results[ctx.task_id] = result
+        try:
+            await self.recorder.finished(ctx, result)
+        except StoreError as exc:  # state disk full or unwritable: the run reports it
+            if self.events.failure is None:
+                log.warning("could not record the end of %s: %s", ctx.task_id, exc)
+        await self.background.ended(ctx, result)
+
+    def _token_budget(self, agent: AgentDefinition) -> int | None:
+        """The run's cap, or the agent's own when that is lower."""
+        budgets = [b for b in (self.config.max_total_tokens, agent.token_budget) if b]
+        return min(budgets) if budgets else None

@@ -1,0 +1,72 @@
+"""What the task manager needs from its collaborators, as small Protocols: a gate
+that decides tool calls (`PermissionGate`), somewhere to send events
+(`EventSink`), and a way to turn an agent's image name into a tag
+(`ImageResolver`). `AllowAgentTools` is the minimal gate.
+
+The real implementations live elsewhere (`gate.PolicyGate`, `events.EventLog`,
+`images.resolve_image`); tests pass their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from orchestrator.broker.forwarding import ForwardingPolicy
+from orchestrator.errors import StoreError
+from orchestrator.jsontypes import JSONLike, JSONObject
+from sandbox_tools import wire
+
+if TYPE_CHECKING:
+    from orchestrator.permissions import ToolCall
+    from orchestrator.results.models import Event
+    from orchestrator.runtime.tasks import TaskContext
+
+ImageResolver = Callable[[str], str]
+"""An agent's image name (`agent`, `bash`, a local image) to the tag to run."""
+
+
+class PermissionGate(Protocol):
+    """Decides the tool calls of one task (the permissions layer implements it)."""
+
+    async def decide(
+        self, task: TaskContext, request: wire.PermissionRequest
+    ) -> wire.PermissionResponse:
+        """Allow or deny one call; may wait for a person. Never raises for a denial."""
+        ...
+
+    async def tool_finished(self, task: TaskContext, call: ToolCall, response: JSONObject) -> None:
+        """A call this gate allowed has finished (PostToolUse); `response` is data."""
+        ...
+
+    def forwarding_policy(self, task: TaskContext) -> ForwardingPolicy:
+        """What this task's broker may forward to the model API."""
+        ...
+
+
+class EventSink(Protocol):
+    """Where run events go (`EventLog` is the real one)."""
+
+    failure: StoreError | None
+    """Set once events could not be recorded (the run is stopping)."""
+
+    async def emit_for(self, kind: str, task: TaskContext, **data: JSONLike) -> Event:
+        """Record one event about `task` (its ids, agent type and trace go with it)."""
+        ...
+
+
+class AllowAgentTools:
+    """The minimal gate: a tool in the agent's definition is allowed (the broker
+    already refuses tools outside the definition); nothing runs after a call, and
+    forwarding follows the broker's defaults."""
+
+    async def decide(
+        self, task: TaskContext, request: wire.PermissionRequest
+    ) -> wire.PermissionResponse:
+        return wire.PermissionResponse(behavior="allow", reason="tool is in the agent definition")
+
+    async def tool_finished(self, task: TaskContext, call: ToolCall, response: JSONObject) -> None:
+        return None
+
+    def forwarding_policy(self, task: TaskContext) -> ForwardingPolicy:
+        return ForwardingPolicy()

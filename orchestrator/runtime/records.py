@@ -1,0 +1,87 @@
+"""What a run keeps about its tasks: their rows in the store and their events.
+
+Every task event carries the task's id, parent, agent type and trace id; the
+manager, the gate and the broker adapter record through one `TaskRecorder` so
+that is said once. A run without a store (tests, the Python API) still emits
+events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Unpack
+
+from orchestrator.runtime.tasks import TaskContext, TaskResult, TaskStatus
+
+if TYPE_CHECKING:
+    from orchestrator.jsontypes import JSONLike
+    from orchestrator.runtime.protocols import EventSink
+    from orchestrator.store import Store, TaskUpdate
+
+RESULT_PREVIEW_CHARS = 200
+"""How much of a task's answer its end event carries (the store keeps it all)."""
+
+END_EVENT = {
+    TaskStatus.COMPLETED: "task_completed",
+    TaskStatus.NO_OUTPUT: "task_completed",
+    TaskStatus.TIMED_OUT: "task_timed_out",
+    TaskStatus.STOPPED: "task_stopped",
+}
+"""The event a task's end is recorded as; any other status is `task_failed`."""
+
+
+class TaskRecorder:
+    """Records tasks in the store (when there is one) and emits their events."""
+
+    def __init__(self, events: EventSink, store: Store | None) -> None:
+        self.events = events
+        self.store = store
+
+    async def emit(self, kind: str, ctx: TaskContext, **data: JSONLike) -> None:
+        await self.events.emit_for(kind, ctx, **data)
+
+    async def update(self, task_id: str, **fields: Unpack[TaskUpdate]) -> None:
+        if self.store is not None:
+            await asyncio.to_thread(self.store.update_task, task_id, **fields)
+
+    async def created(self, ctx: TaskContext, prompt: str) -> None:
+        if self.store is None:
+            return
+        from orchestrator.store import TaskRecord
+
+        record = TaskRecord(
+            task_id=ctx.task_id,
+            run_id=ctx.run_id,
+            parent_id=ctx.parent_id,
+            session_id=ctx.session_id,
+            agent_type=ctx.agent_type,
+            description=ctx.description,
+            prompt=prompt,
+            status=TaskStatus.PENDING.value,
+            depth=ctx.depth,
+            trace_id=ctx.trace_id,
+            created_at=time.time(),
+        )
+        await asyncio.to_thread(self.store.create_task, record)
+
+    async def finished(self, ctx: TaskContext, result: TaskResult) -> None:
+        ctx.status = result.status
+        await self.update(
+            ctx.task_id,
+            status=result.status.value,
+            ended_at=time.time(),
+            result_text=result.text or None,
+            error=result.error,
+            tokens=result.tokens,
+        )
+        await self.emit(
+            END_EVENT.get(result.status, "task_failed"),
+            ctx,
+            status=result.status.value,
+            duration_s=result.duration_s,
+            turns=result.turns,
+            tokens=result.tokens,
+            result_preview=result.text[:RESULT_PREVIEW_CHARS],
+            error=result.error,
+        )

@@ -1,0 +1,109 @@
+"""What a subagent's container is: who it runs as, its limits, its mounts, its
+command. `SandboxPlan` builds the `SandboxSpec` of one agent's sandbox (cold for
+a task, or warm for the pool); the functions below decide identity and limits.
+
+An agent definition can come from the workspace, so it may only lower the run's
+limits, never raise them, and no sandbox ever runs as root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestrator import labels
+from orchestrator.backend.base import DiskLimits, Mount, ResourceLimits, SandboxSpec, parse_user
+from orchestrator.broker import SandboxIdentity
+from orchestrator.runtime.pool import WARM_WAIT_S, PoolKey
+from sandbox_tools import wire
+
+if TYPE_CHECKING:
+    from orchestrator.agents.registry import AgentDefinition
+    from orchestrator.runtime.protocols import ImageResolver
+    from orchestrator.workspace import WorkspaceGuard
+
+RUNNER_COMMAND = ("python3", "-m", "sandbox_tools")
+"""The in-container runner (`sandbox_tools`); only it knows `--wait` (warm starts)."""
+SANDBOX_ENV = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def sandbox_identity(
+    workspace: Path, fallback_uid: int, user: str | None = None
+) -> SandboxIdentity:
+    """`user` when given, else the workspace owner's uid:gid (so files it writes stay
+    the user's), or the fallback when root owns the workspace: a sandbox never runs
+    as root (`parse_user` refuses uid or gid 0)."""
+    if user is not None:
+        return SandboxIdentity(*parse_user(user))
+    try:
+        owner = workspace.stat()
+    except OSError:
+        return SandboxIdentity(fallback_uid, fallback_uid)
+    if owner.st_uid == 0:
+        return SandboxIdentity(fallback_uid, fallback_uid)
+    return SandboxIdentity(owner.st_uid, owner.st_gid or fallback_uid)
+
+
+def agent_limits(agent: AgentDefinition) -> ResourceLimits:
+    """Memory, CPU and pids: the agent's own where it sets them, else the defaults."""
+    update: dict[str, int | float] = {}
+    if agent.memory:
+        update["memory_bytes"] = agent.memory
+    if agent.cpus:
+        update["cpus"] = agent.cpus
+    if agent.pids:
+        update["pids"] = agent.pids
+    return ResourceLimits().model_copy(update=update)
+
+
+def agent_disk_limits(run: DiskLimits, agent: AgentDefinition) -> DiskLimits:
+    """The run's limits; an agent file may lower the write cap, never raise it (agent
+    files can come from the workspace, and the cap protects the host)."""
+    own = agent.disk_write_limit
+    if not own or (run.write_limit_bytes and own >= run.write_limit_bytes):
+        return run
+    return run.model_copy(update={"write_limit_bytes": int(own)})
+
+
+@dataclass(frozen=True)
+class SandboxPlan:
+    """Everything the sandboxes of one run share; `spec` adds the agent's part."""
+
+    workspace: Path
+    guard: WorkspaceGuard
+    identity: SandboxIdentity
+    image_resolver: ImageResolver
+    session: str
+    run_id: str
+    disk: DiskLimits
+    runner_command: tuple[str, ...] = RUNNER_COMMAND
+
+    def spec(self, agent: AgentDefinition, socket_dir: Path, *, task_id: str | None) -> SandboxSpec:
+        """The container for one agent; task_id None makes a warm sandbox, whose
+        runner imports first and then waits for its broker socket."""
+        limits = agent_limits(agent).model_copy(
+            update={"disk": agent_disk_limits(self.disk, agent)}
+        )
+        command = list(self.runner_command)
+        extra = {"task": task_id} if task_id else {"warm": "1"}
+        if task_id is None:
+            command += ["--wait", f"{WARM_WAIT_S:g}"]
+        return SandboxSpec(
+            image=self.image_resolver(agent.image),
+            command=command,
+            workspace=self.workspace,
+            mounts=[
+                Mount(source=socket_dir, target=wire.BROKER_SOCKET_DIR, read_only=True),
+                *self.guard.mounts(),
+            ],
+            env=dict(SANDBOX_ENV),
+            user=f"{self.identity.uid}:{self.identity.gid}",
+            limits=limits,
+            warden_labels=labels.warden_labels(self.session, run=self.run_id, **extra),
+        )
+
+    def pool_key(self, agent: AgentDefinition) -> PoolKey:
+        """Warm sandboxes are interchangeable within (image, limits); mounts are not
+        part of the key because each sandbox computes its own when it starts."""
+        return (self.image_resolver(agent.image), agent_limits(agent).model_dump_json())
