@@ -9,6 +9,7 @@ import ast
 import re
 import sys
 import tomllib
+from collections.abc import Mapping
 from functools import cache
 from importlib.metadata import distribution, packages_distributions
 from pathlib import Path
@@ -52,7 +53,7 @@ def _imported_modules(tree: str) -> dict[str, str]:
 
 
 @cache
-def _distributions() -> dict[str, list[str]]:
+def _distributions() -> Mapping[str, list[str]]:
     return packages_distributions()
 
 
