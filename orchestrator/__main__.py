@@ -1,3 +1,8 @@
+"""`python -m orchestrator`: the `warden` command.
+
+May import: `cli`.
+"""
+
 from orchestrator.cli import main
 
 main()

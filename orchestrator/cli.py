@@ -1,5 +1,8 @@
 """The `warden` command. Subcommands live in `orchestrator.commands.*` and are
-imported only when invoked, so `warden exec` does not pay for `warden run`."""
+imported only when invoked, so `warden exec` does not pay for `warden run`.
+
+May import: everything (it is the top: `commands`, `ui`, …).
+"""
 
 from __future__ import annotations
 

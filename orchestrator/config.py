@@ -1,4 +1,7 @@
-"""warden's settings: one closed model, filled from the environment in one place."""
+"""warden's settings: one closed model, filled from the environment in one place.
+
+May import: `errors`, `backend.base` (the limit models settings build).
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 the README's exit-code table, so a pipeline can gate on them.
 
 Precedence when several apply: interrupted > run error > `--fail-on` outcome > success.
+
+May import: `errors`.
 """
 
 from __future__ import annotations

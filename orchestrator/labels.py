@@ -1,4 +1,7 @@
-"""Labels on every container warden creates; cleanup finds orphans by them."""
+"""Labels on every container warden creates; cleanup finds orphans by them.
+
+May import: `errors`.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Subagent definitions: the built-in agents, the registry that merges them with
-Claude Code agent files (`registry`), and reading those files leniently, as
-Claude Code does (`files`).
+"""Subagent definitions: what one is (`definition`), the built-in agents and the
+registry that merges them with Claude Code agent files (`registry`), and reading
+those files leniently, as Claude Code does (`files`).
 
 May import: `config`, `errors`, `permissions` (for modes), `sandbox_tools.wire`
 (tool names). Never imports `runtime` or `backend`.

@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from orchestrator.agents.registry import AgentDefinition, split_tool_names
+from orchestrator.agents.definition import AgentDefinition, split_tool_names
 from orchestrator.config import DEFAULT_MODEL_ALIASES as MODEL_ALIASES
 from orchestrator.errors import AgentDefinitionError, PolicyError
 from orchestrator.permissions.hooks import parse_hooks

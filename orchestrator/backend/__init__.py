@@ -1,6 +1,10 @@
 """Container backends. Import the concrete ones from their modules
 (`orchestrator.backend.docker`, `orchestrator.backend.fake`): the docker SDK is
-only imported by code that needs it."""
+only imported by code that needs it.
+
+May import: `config`, `errors`, `labels`, `lifecycle.owner` (the owner label
+every container carries).
+"""
 
 from orchestrator.backend.base import (
     ContainerBackend,

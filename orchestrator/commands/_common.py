@@ -10,17 +10,6 @@ from typing import Any
 import click
 
 
-def open_store(settings: Any) -> Any:
-    """The state store, with the runs of dead orchestrators marked interrupted first
-    (`recovery.reap_dead`), so no command shows a dead run as `running`."""
-    from orchestrator.lifecycle.recovery import reap_dead_quietly
-    from orchestrator.store import Store
-
-    store = Store.open(settings.state_dir / "warden.db")
-    reap_dead_quietly(store)
-    return store
-
-
 def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, default=str))
 

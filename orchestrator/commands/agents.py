@@ -15,7 +15,8 @@ from orchestrator.commands._common import emit_json
 from orchestrator.ui.untrusted_text import printable
 
 if TYPE_CHECKING:
-    from orchestrator.agents.registry import AgentDefinition, AgentRegistry
+    from orchestrator.agents.definition import AgentDefinition
+    from orchestrator.agents.registry import AgentRegistry
 
 _WORKSPACE = click.option(
     "--workspace",

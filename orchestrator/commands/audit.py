@@ -32,8 +32,9 @@ def audit(
     from rich.table import Table
     from rich.text import Text
 
-    from orchestrator.commands._common import console, emit_json, open_store
+    from orchestrator.commands._common import console, emit_json
     from orchestrator.config import Settings
+    from orchestrator.lifecycle.recovery import open_store
     from orchestrator.ui.untrusted_text import plain, printable
 
     with open_store(Settings.from_env()) as store:

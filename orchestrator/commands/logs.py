@@ -21,8 +21,8 @@ def logs(target_id: str, follow: bool, json_mode: bool) -> None:
     """Show a run's parent conversation and events (RUN_ID), or a task's setup (system
     prompt, tools, model, limits), events and transcript (TASK_ID). Events have the
     shape of `warden schema events`."""
-    from orchestrator.commands._common import open_store
     from orchestrator.config import Settings
+    from orchestrator.lifecycle.recovery import open_store
 
     settings = Settings.from_env()
     with open_store(settings) as store:

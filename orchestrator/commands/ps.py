@@ -15,8 +15,9 @@ def ps(show_all: bool, json_mode: bool) -> None:
     from rich.text import Text
     from rich.tree import Tree
 
-    from orchestrator.commands._common import age, console, emit_json, open_store
+    from orchestrator.commands._common import age, console, emit_json
     from orchestrator.config import Settings
+    from orchestrator.lifecycle.recovery import open_store
     from orchestrator.ui.untrusted_text import printable
 
     store = open_store(Settings.from_env())
@@ -48,7 +49,7 @@ def ps(show_all: bool, json_mode: bool) -> None:
                 printable(run.prompt, 60),
             )
         )
-        nodes = {None: tree}
+        nodes: dict[str | None, Tree] = {None: tree}
         for task in sorted(tasks_by_run[run.run_id], key=lambda t: (t.depth, t.created_at)):
             parent = nodes.get(task.parent_id, tree)
             label = Text(

@@ -70,7 +70,7 @@ async def _resume(
     json_mode: bool,
     replay: Path | None,
 ) -> int:
-    from orchestrator.commands._common import open_store
+    from orchestrator.lifecycle.recovery import open_store
     from orchestrator.runtime.session import open_run
     from orchestrator.runtime.tasks import TaskInput, TaskStatus
 

@@ -13,8 +13,8 @@ def stop(task_id: str) -> None:
     from orchestrator import labels
     from orchestrator.backend.connect import connect
     from orchestrator.backend.docker import DockerBackend
-    from orchestrator.commands._common import open_store
     from orchestrator.config import Settings
+    from orchestrator.lifecycle.recovery import open_store
 
     settings = Settings.from_env()
     with open_store(settings) as store:

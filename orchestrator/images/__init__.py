@@ -4,6 +4,8 @@ Public API:
 - `resolve_image(client, name)`: the tag to run for "agent", "bash" or any local image.
 - `build_images(client, settings, *, force=False, log)`: build what is missing.
 - `image_status(client)`: per kind, whether a current image exists (for `warden doctor`).
+
+May import: `errors`, `labels`, `backend`.
 """
 
 from __future__ import annotations

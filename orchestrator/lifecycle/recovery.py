@@ -2,7 +2,7 @@
 (resumable) and remove its containers.
 
 `reap_dead` is the one function every command that opens the store calls
-(`commands._common.open_store`, `session.open_run`): runs whose owner is provably
+(`open_store`, `session.open_run`): runs whose owner is provably
 dead (`orchestrator.lifecycle.owner.is_dead`) become `interrupted`, and so do their tasks
 that never ended, including tasks left `running` under a run that did end (the
 orchestrator died, or could not write, between the two). `recover` adds the
@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import labels
 from orchestrator.errors import StoreError
 from orchestrator.lifecycle import owner
+
+if TYPE_CHECKING:
+    from orchestrator.config import Settings
+    from orchestrator.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +53,16 @@ def reap_dead(store: Any) -> Recovery:
         store.mark_interrupted(tasks)
         found.tasks.extend(tasks)
     return found
+
+
+def open_store(settings: Settings) -> Store:
+    """The state store, with the runs of dead orchestrators marked interrupted first
+    (`reap_dead_quietly`), so no command shows a dead run as `running`. Blocking."""
+    from orchestrator.store import DB_FILENAME, Store
+
+    store = Store.open(settings.state_dir / DB_FILENAME)
+    reap_dead_quietly(store)
+    return store
 
 
 def reap_dead_quietly(store: Any) -> Recovery:

@@ -1,4 +1,9 @@
-"""Host-side permission decisions: Claude Code rules, modes, sources, hooks, approvers."""
+"""Host-side permission decisions: Claude Code rules, modes, sources, hooks, approvers.
+
+May import: `config`, `errors`, `labels`, `ui.untrusted_text` (questions show
+container text), and, for sandboxed hooks only (`hook_sandbox`, at call time),
+`backend`, `images` and `workspace`.
+"""
 
 from orchestrator.permissions.engine import PermissionEngine
 from orchestrator.permissions.evaluate import Explanation, SubcommandVerdict, evaluate, explain

@@ -65,7 +65,7 @@ def one_line(exc: BaseException) -> str:
 
 def finish_run(settings: Any, state: RunState, code: int, outputs: RunOutputs) -> int:
     """Build the result, write it where asked, and return the process's exit code."""
-    from orchestrator.commands._common import open_store
+    from orchestrator.lifecycle.recovery import open_store
 
     store_cm = open_store(settings) if state.run_id is not None else None
     if store_cm is not None:

@@ -1,9 +1,18 @@
-"""The run itself: the parent's loop, the `Task` tool, task models and the manager
-that starts each subagent's sandbox, the broker adapter that answers it, the warm
-pool, the permission gate, admission, sessions and their events.
+"""The run itself, one module per idea:
 
-May import: `config`, `errors`, `labels`, `agents`, `backend`, `broker`,
-`permissions`, `store`, `results`, `tracing`, `workspace`, `lifecycle`, `ui`,
-`sandbox_tools.wire`. Nothing outside `commands`/`cli` imports `runtime` except
-`results` (for the task models).
+- what a task is: `tasks` (input, status, live context, result), `caps` (the
+  limits on tasks and `TaskManagerConfig`), `protocols` (what the manager needs:
+  `PermissionGate`, `EventSink`, `ImageResolver`);
+- running tasks: `manager` (`TaskManager`), `admission` (slots and the queue),
+  `sandbox` (each sandbox's spec, identity and limits), `pool` (warm sandboxes),
+  `briefing` (what a runner is told; a resumed session's history), `host` (the
+  broker's view of the host), `gate` (the permission gate), `outcome` (how a task
+  ended), `records` (its rows and events), `background` (results waiting for
+  their parent), `model_errors`;
+- the run around them: `parent` and `parent_tools` (the parent's loop and its
+  tools), `events` (the run's event log), `session` (wiring one run together).
+
+May import: `config`, `errors`, `jsontypes`, `labels`, `agents`, `backend`,
+`broker`, `images`, `permissions`, `store`, `results`, `tracing`, `workspace`,
+`lifecycle`, and `sandbox_tools.wire`. Only `commands` imports `runtime`.
 """

@@ -55,7 +55,8 @@ from orchestrator.workspace import WorkspaceGuard
 from sandbox_tools import wire
 
 if TYPE_CHECKING:
-    from orchestrator.agents.registry import AgentDefinition, AgentRegistry
+    from orchestrator.agents.definition import AgentDefinition
+    from orchestrator.agents.registry import AgentRegistry
     from orchestrator.store import Store
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from orchestrator.runtime.pool import WARM_WAIT_S, PoolKey
 from sandbox_tools import wire
 
 if TYPE_CHECKING:
-    from orchestrator.agents.registry import AgentDefinition
+    from orchestrator.agents.definition import AgentDefinition
     from orchestrator.runtime.protocols import ImageResolver
     from orchestrator.workspace import WorkspaceGuard
 

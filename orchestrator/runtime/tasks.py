@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandbox_tools import wire
 
 if TYPE_CHECKING:
-    from orchestrator.agents.registry import AgentDefinition
+    from orchestrator.agents.definition import AgentDefinition
     from orchestrator.broker import Broker
     from orchestrator.runtime.admission import Ticket
 

@@ -2,6 +2,8 @@
 
 store = Store.open(settings.state_dir / DB_FILENAME)
 await asyncio.to_thread(store.append_event, run_id, task_id, "tool_started", {...})
+
+May import: `errors`, `lifecycle.owner` (pid liveness of a run's owner).
 """
 
 from orchestrator.lifecycle.owner import pid_alive

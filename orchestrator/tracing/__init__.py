@@ -13,6 +13,8 @@ or a caller passes its own `TracerProvider` (the tests use the SDK's in-memory
 exporter). Neither the SDK nor the exporter is imported while tracing is off.
 Token counts and durations are span attributes; container text enters a span only
 as a bounded plain string.
+
+May import: `results` (event models), `ui.untrusted_text`; `broker` for types only.
 """
 
 from __future__ import annotations

@@ -91,14 +91,11 @@ class RunTracer:
     @classmethod
     def create(
         cls, run_id: str, trace_id: str, provider: TracerProvider | None = None
-    ) -> RunTracer | None:
-        """A tracer for the run, or None when tracing is off."""
+    ) -> RunTracer:
+        """A tracer for the run: on `provider`, or (None) on an OTLP exporter, which
+        the caller (`orchestrator.tracing.run_tracer`) found configured."""
         if provider is not None:
             return cls(provider, run_id, trace_id, own=False)
-        from orchestrator.tracing import otlp_configured
-
-        if not otlp_configured():
-            return None
         return cls(otlp_provider(), run_id, trace_id, own=True)
 
     @property

@@ -18,8 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any
 
-from orchestrator.results.models import TASK_END_KINDS
-from orchestrator.runtime.events import Event
+from orchestrator.results.models import TASK_END_KINDS, Event
 from orchestrator.ui.untrusted_text import DETAIL_CHARS, plain, printable
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.agents.definition import AgentDefinition
 from orchestrator.agents.files import MAX_AGENT_FILE_BYTES, load_agent_file
-from orchestrator.agents.registry import AgentDefinition, AgentRegistry
+from orchestrator.agents.registry import AgentRegistry
 from orchestrator.config import Settings
 from orchestrator.errors import AgentDefinitionError, UnknownAgentError
 from sandbox_tools.wire import TOOL_NAMES

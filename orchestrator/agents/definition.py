@@ -1,0 +1,144 @@
+"""What a subagent type is (`AgentDefinition`): its prompt, tools, model and
+limits, with the names and bounds an agent file is checked against, and how
+listed tool names are sorted into the ones warden runs and the ones it drops.
+Shared by the registry (`registry`) and the file reader (`files`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.permissions.hooks import HookCommand
+from orchestrator.permissions.models import Mode
+from sandbox_tools.wire import DELEGATION_TOOL_NAMES, TOOL_NAMES
+
+BUILTIN_SOURCE = "built-in"
+IMAGE_AGENT = "agent"
+"""The general-purpose image (`Dockerfile.agent`)."""
+IMAGE_BASH = "bash"
+"""The restricted bash image (`images/bash/`)."""
+
+DEFAULT_MAX_TURNS = 50
+DEFAULT_TIMEOUT_S = 900.0
+MIN_MEMORY_BYTES = 6 * 1024 * 1024
+"""Docker refuses a memory limit below 6 MiB."""
+
+
+VALID_TOOLS = (*TOOL_NAMES, *DELEGATION_TOOL_NAMES)
+"""Tool names an agent may list and keep."""
+
+CLAUDE_CODE_ONLY_TOOLS = frozenset(
+    {
+        "AskUserQuestion",
+        "BashOutput",
+        "EnterPlanMode",
+        "ExitPlanMode",
+        "KillBash",
+        "KillShell",
+        "LS",
+        "ListMcpResourcesTool",
+        "LSP",
+        "MultiEdit",
+        "NotebookEdit",
+        "NotebookRead",
+        "ReadMcpResourceTool",
+        "Skill",
+        "SlashCommand",
+        "TodoRead",
+        "TodoWrite",
+        "WebFetch",
+        "WebSearch",
+    }
+)
+"""Claude Code tools warden does not run in a container: dropped with a warning."""
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class AgentDefinition(BaseModel):
+    """One subagent type: what the model is told, which tools it gets, its limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=NAME_PATTERN)
+    """The `subagent_type` the parent passes to `Task`, e.g. `code-reviewer`."""
+    description: str = Field(min_length=1)
+    """When to use this agent; shown to the parent model."""
+    system_prompt: str = Field(min_length=1)
+    """The subagent's system prompt (the file's body)."""
+    tools: tuple[str, ...] | None = None
+    """Tool names (from `VALID_TOOLS`); None means every tool the runner has; empty
+    means none (the agent can only answer from its prompt)."""
+    model: str | None = None
+    """Model id; None (`inherit` in a file) means the parent's model."""
+    model_alias: str | None = None
+    """The alias the file named (`sonnet`, …) when `model` was resolved from one."""
+    permission_mode: Mode | None = None
+    """`permissionMode` from the file: it can only narrow the parent's mode."""
+    hooks: tuple[HookCommand, ...] = ()
+    """`hooks` from the file: PreToolUse/PostToolUse hooks for this agent's calls only."""
+    max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
+    """Most model calls the subagent may make."""
+    image: str = Field(default=IMAGE_AGENT, min_length=1, pattern=r"^\S+$")
+    """`agent`, `bash`, or the name of a local image."""
+    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
+    """Wall-clock deadline; the container is killed when it passes."""
+    memory: int | None = Field(default=None, ge=MIN_MEMORY_BYTES)
+    """Memory limit in bytes; None keeps the backend's default."""
+    cpus: float | None = Field(default=None, gt=0)
+    """CPU limit; None keeps the backend's default."""
+    pids: int | None = Field(default=None, ge=1)
+    """Process limit; None keeps the backend's default."""
+    token_budget: int | None = Field(default=None, ge=1)
+    """Tokens (every usage field) one subagent of this type may spend; checked by
+    the broker before each model call. The run's `--token-budget` caps it."""
+    disk_write_limit: int | None = Field(default=None, ge=1)
+    """Most bytes its sandbox may write; lowers the run's cap (never raises it)."""
+    source: str = BUILTIN_SOURCE
+    """The file it came from, or `built-in`."""
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """Frontmatter keys warden does not use (`color`, `permissionMode`, `hooks`, …)."""
+    dropped_tools: tuple[str, ...] = ()
+    """Listed tools warden does not run in a container (`WebFetch`, `mcp__…`)."""
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, tools: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if tools is None:
+            return None
+        unknown = [tool for tool in tools if tool not in VALID_TOOLS]
+        if unknown:
+            raise ValueError(f"unknown tools {unknown}; valid tools: {', '.join(VALID_TOOLS)}")
+        return tuple(dict.fromkeys(tools))
+
+
+TOOL_ALIASES = {"Agent": "Task"}
+"""Claude Code's newer names for tools warden has under another name."""
+
+
+def split_tool_names(tools: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Split listed tools into the ones warden runs and (dropped tool, why) pairs."""
+    kept: list[str] = []
+    dropped: list[tuple[str, str]] = []
+    for listed in tools:
+        tool = TOOL_ALIASES.get(listed, listed)
+        if tool in VALID_TOOLS:
+            kept.append(tool)
+        elif tool in CLAUDE_CODE_ONLY_TOOLS or tool.startswith("mcp__"):
+            dropped.append((tool, "a Claude Code tool warden does not run in a sandbox"))
+        elif "(" in tool:
+            dropped.append(
+                (
+                    tool,
+                    "a permission rule, not a tool name; list the bare tool and put the "
+                    "rule in .claude/settings.json `permissions`",
+                )
+            )
+        else:
+            close = difflib.get_close_matches(tool, [*VALID_TOOLS, *CLAUDE_CODE_ONLY_TOOLS], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            dropped.append((tool, f"an unknown tool{hint}; warden runs {', '.join(VALID_TOOLS)}"))
+    return kept, dropped
