@@ -38,7 +38,13 @@ from orchestrator.broker.forwarding import (
 )
 from orchestrator.broker.limits import Allowance, flood_allowances
 from orchestrator.broker.listener import BODY_TIMEOUT_S, Listener, SandboxIdentity
-from orchestrator.broker.upstream import Upstream, UpstreamFailures, forward_messages
+from orchestrator.broker.upstream import (
+    Upstream,
+    UpstreamAnswer,
+    UpstreamFailures,
+    describe_retries,
+    forward_messages,
+)
 from orchestrator.errors import WardenError
 from sandbox_tools import wire
 
@@ -331,21 +337,32 @@ class Broker:
             except BudgetRefused as exc:
                 raise RequestRejected(403, "permission_error", str(exc)) from None
             body["max_tokens"] = admission.max_tokens
-            status, payload, headers = await forward_messages(
+            answer = await forward_messages(
                 self.upstream,
                 body,
                 forwarded.betas,
                 request.headers.get("anthropic-version"),
                 self.model_failures,
             )
-            if status == 200 and isinstance(payload, dict):
-                await self._count(payload, admission)
+            if answer.retries:
+                await self._report_retries(answer)
+            if answer.status == 200 and isinstance(answer.payload, dict):
+                await self._count(answer.payload, admission)
                 history = [
                     *body["messages"],
-                    {"role": "assistant", "content": payload.get("content", [])},
+                    {"role": "assistant", "content": answer.payload.get("content", [])},
                 ]
                 await self._store_transcript(history, _assistant_turns(history))
-        return web.json_response(payload, status=status, headers=headers)
+        return web.json_response(answer.payload, status=answer.status, headers=answer.headers)
+
+    async def _report_retries(self, answer: UpstreamAnswer) -> None:
+        """A call the SDK retried on the host: one event saying how it went."""
+        try:
+            await self.host.on_notice("model_retries", describe_retries(answer))
+        except WardenError as exc:  # e.g. the state disk is full: the run reports it
+            log.info("recording model retries failed: %s", exc)
+        except Exception:
+            log.exception("recording model retries failed")
 
     async def _audit_forwarding(self, decisions: list[ForwardDecision]) -> None:
         """Audit forwarding decisions, within the audit's flood allowance (a refused

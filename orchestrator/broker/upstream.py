@@ -1,128 +1,376 @@
-"""The model endpoint: where a checked, budgeted request finally goes, with the
-real API key (which exists only here, on the host).
+"""The model endpoint: where a checked, budgeted request finally goes, through the
+anthropic SDK, with the real API key (which exists only here, on the host).
 
-This is the one place that talks to the model API; moving the anthropic SDK
-from the runner to the broker (typed requests, the SDK's retries) replaces
-`forward_messages` and nothing around it.
+One `AsyncAnthropic` client per orchestrator (`model_client`) serves the parent
+and every broker. The SDK owns the HTTP layer: retries of 429 (honouring
+`retry-after`), 5xx, 529 and connection errors, bounded in total time by
+`retry.RetryBudget`, which also stops spend limits from being retried; other
+4xx are never retried. The request body goes through the SDK's generic `post`
+(asking for the raw response) as the JSON the runner sent, after the broker's
+checks, so no field is dropped or re-typed on the way, including fields this
+SDK version does not know, and the answer goes back as the API's JSON. Every HTTP attempt of a call is recorded (`Attempt`) by `AttemptLog`, SDK
+middleware inside the retry loop, so retries are seen on the host: in the
+trace (`Upstream.on_attempt`), in the task's events and in its error line.
+
+Errors reach the sandbox as Anthropic error bodies
+(`{"type": "error", "error": {"type", "message"}}`) with the upstream status;
+an endpoint that never answered is a 502 (504 on a timeout).
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
-from dataclasses import dataclass
-from typing import Any
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+import anthropic
+import httpx2
+from anthropic import Middleware
+
+from orchestrator.broker.retry import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_RETRY_TOTAL_S,
+    STOP_HEADER,
+    RetryBudget,
+    RetryBudgetSpent,
+)
 from sandbox_tools import wire
+
+if TYPE_CHECKING:
+    from anthropic import AsyncAPIResponse
+    from anthropic._middleware import AsyncCallNext
+    from anthropic._request import APIRequest
 
 log = logging.getLogger(__name__)
 
+JSON: TypeAlias = "dict[str, JSON] | list[JSON] | str | int | float | bool | None"
+"""A parsed JSON value."""
+
+MESSAGES_PATH = "/v1/messages"
 UPSTREAM_TIMEOUT_S = 600.0
-"""Longest a single upstream model call may take."""
-DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
+"""Longest a single upstream attempt may take (the SDK's limit for non-streaming calls)."""
+CONNECT_TIMEOUT_S = 10.0
+"""Longest the TCP/TLS connect of one attempt may take."""
 MAX_VERSION_HEADER_CHARS = 40
-"""`anthropic-version` is passed upstream (bounded); `anthropic-beta` only as policy
-allows (see `forwarding`); every other header, any key included, is dropped."""
-RETURNED_HEADERS = (
-    "retry-after",
-    "request-id",
-    "x-should-retry",
-    "anthropic-ratelimit-requests-reset",
+"""`anthropic-version` from the runner is passed upstream (bounded); `anthropic-beta`
+only as policy allows (see `forwarding`); every other header, any key included, is
+dropped (the SDK adds the key)."""
+PLACEHOLDER_KEY = "unset"
+"""Sent when no key is configured (a local scripted server), so the SDK never looks
+for credentials of its own in the environment or on disk."""
+MAX_ERROR_TEXT_CHARS = 500
+"""How much of a non-JSON error body is quoted back to the sandbox."""
+DEFAULT_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+"""Anthropic error type for a status, when the upstream body does not name one."""
+
+
+@dataclass
+class Attempt:
+    """One HTTP attempt of a model call, as the host saw it."""
+
+    number: int
+    """1 for the first attempt, 2 for the first retry, ..."""
+    started: float
+    """Unix time the attempt was sent."""
+    ended: float
+    status: int | None
+    """HTTP status; None when the endpoint did not answer."""
+    payload: JSON = None
+    """The answer's JSON (error bodies; the final answer of a call), else None."""
+    error: str | None = None
+    """Why there was no answer (connection error), or None."""
+    stopped: str | None = None
+    """Why the SDK was told not to retry this answer (`STOP_HEADER`), if it was."""
+
+
+_CALL_ATTEMPTS: contextvars.ContextVar[list[Attempt] | None] = contextvars.ContextVar(
+    "warden_upstream_attempts", default=None
 )
-"""Upstream response headers passed back, so the in-container SDK retries correctly."""
+"""The attempts of the model call running in this context (set by `forward_messages`;
+the SDK runs its retry loop in the caller's task, so its middleware sees it)."""
+
+
+class AttemptLog(Middleware):
+    """Appends each HTTP attempt of a broker's call to that call's list (others pass)."""
+
+    async def handle_async(
+        self, request: APIRequest, call_next: AsyncCallNext
+    ) -> AsyncAPIResponse[Any]:
+        attempts = _CALL_ATTEMPTS.get()
+        if attempts is None:
+            return await call_next(request)
+        number, started = request.retries_taken + 1, time.time()
+        try:
+            response = await call_next(request)
+        except anthropic.APIError as exc:
+            attempts.append(Attempt(number, started, time.time(), None, error=_why(exc)))
+            raise
+        http = response.http_response
+        payload = _json(http) if http.status_code >= 400 else None
+        attempts.append(
+            Attempt(
+                number,
+                started,
+                time.time(),
+                http.status_code,
+                payload,
+                stopped=http.headers.get(STOP_HEADER),
+            )
+        )
+        return response
+
+
+def model_client(
+    base_url: str,
+    api_key: str | None,
+    *,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    retry_total_s: float = DEFAULT_RETRY_TOTAL_S,
+    http_client: httpx2.AsyncClient | None = None,
+) -> anthropic.AsyncAnthropic:
+    """The orchestrator's one model client: the SDK's retries bounded by `RetryBudget`,
+    each attempt of a broker's call recorded by `AttemptLog`."""
+    return anthropic.AsyncAnthropic(
+        api_key=api_key or PLACEHOLDER_KEY,
+        base_url=base_url,
+        max_retries=max_retries,
+        timeout=httpx2.Timeout(UPSTREAM_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+        http_client=http_client,
+        middleware=[AttemptLog(), RetryBudget(retry_total_s)],
+    )
 
 
 @dataclass(frozen=True)
 class Upstream:
     """Where model calls go. Shared by every broker of one orchestrator."""
 
-    base_url: str
-    api_key: str | None
-    client: Any  # httpx2.AsyncClient; Any keeps the import lazy
+    client: anthropic.AsyncAnthropic
+    on_attempt: Callable[[str, Attempt], None] | None = None
+    """Called with (model, attempt) for each HTTP attempt after a call ends (tracing)."""
 
 
 @dataclass
 class UpstreamFailures:
-    """Consecutive failed upstream model calls of one subagent (reset by a success).
+    """Failed upstream model calls of one subagent since its last success.
 
     Recorded on the host, so how a subagent's model call failed is told from what
     the API answered, not from what the sandbox reports."""
 
     count: int = 0
+    """Failed calls (each after the SDK's retries)."""
+    attempts: int = 0
+    """HTTP attempts those calls made in all."""
     status: int | None = None
     """The last failure's HTTP status; None when the endpoint did not answer."""
-    payload: Any = None
+    payload: JSON = None
+    stopped: str | None = None
+    """Why retries of the last call stopped early, if they did."""
 
-    def observe(self, status: int | None, payload: Any) -> None:
+    def observe(self, status: int | None, payload: JSON, attempts: list[Attempt]) -> None:
         if status is not None and status < 400:
-            self.count, self.status, self.payload = 0, None, None
+            self.count, self.attempts, self.status, self.payload = 0, 0, None, None
+            self.stopped = None
             return
         self.count += 1
+        self.attempts += max(1, len(attempts))
         self.status = status
         self.payload = payload
+        self.stopped = attempts[-1].stopped if attempts else None
+
+
+@dataclass
+class UpstreamAnswer:
+    """What the broker returns to the sandbox for one model call."""
+
+    status: int
+    payload: JSON
+    headers: dict[str, str] = field(default_factory=dict)
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def retries(self) -> int:
+        return max(0, len(self.attempts) - 1)
 
 
 async def forward_messages(
     upstream: Upstream,
-    body: dict[str, Any],
+    body: dict[str, JSON],
     betas: list[str],
     version: str | None,
     failures: UpstreamFailures | None = None,
-) -> tuple[int, Any, dict[str, str]]:
-    """POST one Messages API request upstream: (status, JSON payload, headers to return).
-    An unreachable endpoint is a 502 in Anthropic's error shape, never an exception.
-    Failed answers are counted in `failures`."""
-    failures = failures if failures is not None else UpstreamFailures()
-    headers = {
-        "content-type": "application/json",
-        "anthropic-version": (version or DEFAULT_ANTHROPIC_VERSION)[:MAX_VERSION_HEADER_CHARS],
-    }
+) -> UpstreamAnswer:
+    """POST one Messages API request upstream through the SDK (which retries).
+    Never raises for what the endpoint did: a failed call is an answer in
+    Anthropic's error shape, counted in `failures`."""
+    headers: dict[str, str] = {}
     if betas:
         headers["anthropic-beta"] = ",".join(betas)
-    if upstream.api_key:
-        headers["x-api-key"] = upstream.api_key
-    url = upstream.base_url.rstrip("/") + "/v1/messages"
+    if version:
+        headers["anthropic-version"] = version[:MAX_VERSION_HEADER_CHARS]
+    attempts: list[Attempt] = []
+    token = _CALL_ATTEMPTS.set(attempts)
     try:
-        response = await upstream.client.post(
-            url, json=body, headers=headers, timeout=UPSTREAM_TIMEOUT_S
+        answer = await _post(upstream.client, body, headers)
+    finally:
+        _CALL_ATTEMPTS.reset(token)
+    answer.attempts = attempts
+    if attempts and answer.status < 400:
+        attempts[-1].payload = answer.payload
+    if failures is not None:
+        last = attempts[-1] if attempts else None
+        if last is not None and last.status is None:  # never answered: say why
+            failures.observe(None, last.error, attempts)
+        else:
+            failures.observe(answer.status, answer.payload, attempts)
+    if upstream.on_attempt is not None:
+        model = str(body.get("model"))
+        for attempt in attempts:
+            upstream.on_attempt(model, attempt)
+    return answer
+
+
+async def _post(
+    client: anthropic.AsyncAnthropic, body: dict[str, JSON], headers: dict[str, str]
+) -> UpstreamAnswer:
+    url = f"{client.base_url}{MESSAGES_PATH.lstrip('/')}"
+    try:
+        # The SDK's raw-response wrapper: middleware and the retry loop see each
+        # attempt's status (a bare `httpx2.Response` cast would bypass both).
+        raw = await client.post(
+            MESSAGES_PATH,
+            cast_to=anthropic.AsyncAPIResponse[object],
+            body=body,
+            options={"headers": headers},
         )
-    except Exception as exc:  # httpx2 transport errors: the model endpoint is unreachable
-        log.warning("model endpoint %s unreachable: %s", url, exc)
-        failures.observe(None, f"{type(exc).__name__}: {exc}")
-        return (
+        response = raw.http_response
+        await response.aread()
+    except anthropic.APIStatusError as exc:
+        return UpstreamAnswer(
+            exc.status_code,
+            _error_payload(exc.status_code, exc.body, exc.response),
+            _returned(exc.response, failed=True),
+        )
+    except anthropic.APITimeoutError as exc:
+        log.warning("model endpoint %s timed out: %s", url, exc)
+        return UpstreamAnswer(
+            504,
+            wire.error_body("timeout_error", f"the model endpoint did not answer in time: {exc}"),
+            {"x-should-retry": "false"},
+        )
+    except (anthropic.APIConnectionError, RetryBudgetSpent) as exc:
+        log.warning("model endpoint %s unreachable: %s", url, _why(exc))
+        return UpstreamAnswer(
             502,
-            wire.error_body(
-                "api_error", f"the model endpoint did not answer: {type(exc).__name__}"
-            ),
-            {},
+            wire.error_body("api_error", f"the model endpoint did not answer: {_why(exc)}"),
+            {"x-should-retry": "false"},
         )
-    returned = {k: response.headers[k] for k in RETURNED_HEADERS if k in response.headers}
+    payload = _json(response)
+    if not _is_message(payload):
+        return _not_a_message(url, response)
+    return UpstreamAnswer(response.status_code, payload, _returned(response, failed=False))
+
+
+def _returned(response: httpx2.Response, *, failed: bool) -> dict[str, str]:
+    """Headers passed back to the sandbox: the request id, and on a failure that
+    retrying is pointless (the host's SDK has retried already)."""
+    request_id = response.headers.get("request-id")
+    headers = {"request-id": request_id[:200]} if request_id else {}
+    if failed:
+        headers["x-should-retry"] = "false"
+    return headers
+
+
+def _error_payload(status: int, body: object, response: httpx2.Response) -> JSON:
+    """The upstream's Anthropic error body as it is, or one built from what it sent."""
+    if isinstance(body, dict):
+        error = body.get("error")
+        if (
+            body.get("type") == "error"
+            and isinstance(error, dict)
+            and isinstance(error.get("type"), str)
+            and isinstance(error.get("message"), str)
+        ):
+            return _json(response) or wire.error_body(error["type"], error["message"])
+    kind = DEFAULT_ERROR_TYPES.get(status, "api_error")
     try:
-        payload = response.json()
-    except ValueError:
-        payload = None
-    if response.status_code == 200 and not _is_message(payload):
-        status, payload, extra = _not_a_message(url, response)
-        failures.observe(status, payload)
-        return status, payload, extra
-    if payload is None:
-        payload = wire.error_body(
-            "api_error", f"upstream answered {response.status_code} without JSON"
-        )
-    failures.observe(response.status_code, payload)
-    return response.status_code, payload, returned
+        text = " ".join(response.text[:MAX_ERROR_TEXT_CHARS].split())
+    except httpx2.ResponseNotRead:
+        text = ""
+    message = f"the model endpoint answered HTTP {status}" + (f": {text}" if text else "")
+    return wire.error_body(kind, message)
 
 
-def _is_message(payload: Any) -> bool:
+def _json(response: httpx2.Response) -> JSON:
+    try:
+        value: JSON = response.json()
+    except (ValueError, httpx2.ResponseNotRead):
+        return None
+    return value
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, RetryBudgetSpent):
+        return f"{type(exc.cause).__name__}: {exc.message}"
+    cause = exc.__cause__
+    detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+    return f"{type(exc).__name__}{detail}"
+
+
+def _is_message(payload: JSON) -> bool:
     return isinstance(payload, dict) and isinstance(payload.get("content"), list)
 
 
-def _not_a_message(url: str, response: Any) -> tuple[int, Any, dict[str, str]]:
+def _not_a_message(url: str, response: httpx2.Response) -> UpstreamAnswer:
     """A 200 that is not a Messages API answer (an HTML page, a proxy's login form):
-    a 502 the in-container SDK reports as an error and does not retry."""
+    a 502, which the runner reports as an error."""
     kind = response.headers.get("content-type", "no content type")[:100]
     message = (
-        f"the model endpoint {url} answered 200 with {kind} that is not a Messages API "
-        "response; check that ANTHROPIC_BASE_URL points at an Anthropic-compatible API"
+        f"the model endpoint {url} answered {response.status_code} with {kind} that is not a "
+        "Messages API response; check that ANTHROPIC_BASE_URL points at an "
+        "Anthropic-compatible API"
     )
     log.warning("%s", message)
-    return 502, wire.error_body("api_error", message), {"x-should-retry": "false"}
+    return UpstreamAnswer(502, wire.error_body("api_error", message), {"x-should-retry": "false"})
+
+
+MAX_ATTEMPTS_DESCRIBED = 10
+"""Attempts named one by one in a retry notice; more are counted."""
+
+
+def describe_retries(answer: UpstreamAnswer) -> str:
+    """One line on a call the SDK retried: each attempt's outcome and how it ended."""
+    outcomes = [_outcome(a) for a in answer.attempts[:MAX_ATTEMPTS_DESCRIBED]]
+    if len(answer.attempts) > MAX_ATTEMPTS_DESCRIBED:
+        outcomes.append(f"... {len(answer.attempts) - MAX_ATTEMPTS_DESCRIBED} more")
+    took = answer.attempts[-1].ended - answer.attempts[0].started if answer.attempts else 0.0
+    ended = "succeeded" if answer.status < 400 else f"failed with HTTP {answer.status}"
+    line = (
+        f"model call retried {answer.retries} time(s) on the host in {took:.1f} s "
+        f"({'; '.join(outcomes)}); it {ended}"
+    )
+    stopped = answer.attempts[-1].stopped if answer.attempts else None
+    return line + (f": {stopped}" if stopped else "")
+
+
+def _outcome(attempt: Attempt) -> str:
+    if attempt.status is None:
+        return f"#{attempt.number} no answer ({attempt.error})"
+    kind = None
+    if isinstance(attempt.payload, dict):
+        error = attempt.payload.get("error")
+        if isinstance(error, dict) and isinstance(error.get("type"), str):
+            kind = str(error["type"])[:40]
+    return f"#{attempt.number} HTTP {attempt.status}" + (f" {kind}" if kind else "")

@@ -8,10 +8,13 @@ word it). Both use `describe`.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import WardenError
-from sandbox_tools.model_retry import STOP_HEADER, spend_limited
+
+if TYPE_CHECKING:
+    from orchestrator.broker.upstream import UpstreamFailures
+from orchestrator.broker.retry import STOP_HEADER, spend_limited
 
 MAX_UPSTREAM_MESSAGE_CHARS = 300
 """How much of the API's own error message is quoted."""
@@ -103,23 +106,29 @@ def from_sdk_error(exc: Any, *, max_retries: int = 0) -> ModelError:
     return ModelError(describe(None, None, str(exc) or type(exc).__name__, attempts=attempts))
 
 
-def from_upstream(failures: Any) -> str | None:
+def from_upstream(failures: UpstreamFailures | None) -> str | None:
     """The line for a subagent whose last model calls failed, from what its broker
-    saw upstream (`broker.UpstreamFailures`); None when the last call succeeded."""
+    saw upstream (attempts and statuses on the host); None when the last call succeeded."""
     if failures is None or failures.count == 0:
         return None
     if failures.status is None:
-        return describe(None, None, str(failures.payload), attempts=failures.count)
+        return describe(None, None, _error_text(failures.payload), attempts=failures.attempts)
     payload = failures.payload if isinstance(failures.payload, dict) else {}
     error = payload.get("error")
     error = error if isinstance(error, dict) else {}
-    kind = error.get("type") if isinstance(error.get("type"), str) else None
-    message = error.get("message")
-    message = message if isinstance(message, str) else ""
+    kind, message = error.get("type"), error.get("message")
     return describe(
         failures.status,
-        kind,
-        message,
-        attempts=failures.count,
+        kind if isinstance(kind, str) else None,
+        message if isinstance(message, str) else "",
+        attempts=failures.attempts,
+        stopped=failures.stopped,
         body=json.dumps(payload)[:4096].encode(),
     )
+
+
+def _error_text(payload: object) -> str:
+    """The message of an Anthropic error body (the broker's own, for no answer)."""
+    error = payload.get("error") if isinstance(payload, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) else str(payload)

@@ -36,8 +36,6 @@ from orchestrator.workspace.settings import protected_paths
 
 log = logging.getLogger(__name__)
 
-UPSTREAM_CONNECTIONS = 64
-
 
 def new_run_id() -> str:
     return "run_" + time.strftime("%Y%m%d%H%M%S") + "_" + secrets.token_hex(4)
@@ -107,15 +105,12 @@ async def open_run(
     `policy`/`allow`/`deny`/`mode`, `.claude/settings.json`, user settings) and its
     PreToolUse hooks; questions go to `approver` (default: deny, no human).
     Raises PolicyError/ConfigError before anything starts when they are invalid."""
-    import anthropic
-    import httpx2
-
     from orchestrator.agents.registry import AgentRegistry
     from orchestrator.backend.connect import connect_local
     from orchestrator.backend.docker import DockerBackend
+    from orchestrator.broker.upstream import model_client
     from orchestrator.images import resolve_image
     from orchestrator.store import Store
-    from sandbox_tools.model_retry import RetryBudget
 
     workspace = check_workspace(workspace)
     model = settings.resolve_model(model or DEFAULT_MODEL)
@@ -183,8 +178,15 @@ async def open_run(
                 store=store,
                 events=events,
             )
-        http = httpx2.AsyncClient(limits=httpx2.Limits(max_connections=UPSTREAM_CONNECTIONS))
-        stack.push_async_callback(http.aclose)
+        # The orchestrator's one model client (the key is only here): the parent's
+        # calls and every broker's go through the SDK, its retries bounded in time.
+        anthropic_client = model_client(
+            base_url,
+            api_key,
+            max_retries=settings.model_max_retries,
+            retry_total_s=settings.model_retry_total_s,
+        )
+        stack.push_async_callback(anthropic_client.close)
         images: dict[str, str] = {}
 
         def image_for(name: str) -> str:
@@ -195,7 +197,7 @@ async def open_run(
         manager = TaskManager(
             backend=backend,
             registry=registry,
-            upstream=Upstream(base_url=base_url, api_key=api_key, client=http),
+            upstream=Upstream(anthropic_client),
             events=events,
             store=store,
             workspace=workspace,
@@ -215,14 +217,6 @@ async def open_run(
         # last, after the manager has stopped its tasks and emptied its warm pool.
         stack.push_async_callback(_reap, backend, session)
         stack.push_async_callback(manager.close)
-        # The SDK is the one retry layer; RetryBudget bounds its total wait.
-        anthropic_client = anthropic.AsyncAnthropic(
-            api_key=api_key or "unset",
-            base_url=base_url,
-            max_retries=settings.model_max_retries,
-            middleware=[RetryBudget(settings.model_retry_total_s)],
-        )
-        stack.push_async_callback(anthropic_client.close)
         # The parent's conversation is kept for `warden logs RUN` (and traced).
         observed = ObservedClient(
             anthropic_client, [ParentTranscript(transcript_path(settings.state_dir, run_id))]

@@ -1,5 +1,5 @@
 """The spans of a run (see `orchestrator.tracing`): built from its events, the
-parent's model-call hook and a wrapper around each broker's HTTP client."""
+parent's model-call hook and each broker's upstream attempts."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from orchestrator.results.models import TASK_END_KINDS, Event
 
 if TYPE_CHECKING:
     from orchestrator.broker import Upstream
+    from orchestrator.broker.upstream import Attempt
 
 log = logging.getLogger(__name__)
 
@@ -183,15 +184,25 @@ class RunTracer:
         self._model_span(self.run_span, str(request.get("model")), started, ended, payload, 200)
 
     def _model_span(
-        self, parent: Span, model: str, started: float, ended: float, payload: Any, status: int
+        self,
+        parent: Span,
+        model: str,
+        started: float,
+        ended: float,
+        payload: Any,
+        status: int | None,
+        *,
+        attempt: int = 1,
     ) -> None:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.request.model": _text(model),
-            "http.response.status_code": status,
             "warden.duration_s": round(ended - started, 3),
+            "warden.attempt": attempt,
             **_usage(payload),
         }
+        if status is not None:
+            attributes["http.response.status_code"] = status
         span = self.tracer.start_span(
             "model call",
             context=trace.set_span_in_context(parent),
@@ -200,14 +211,21 @@ class RunTracer:
             attributes=attributes,
         )
         if status != 200:
-            span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
+            span.set_status(Status(StatusCode.ERROR, f"HTTP {status}" if status else "no answer"))
         span.end(end_time=_ns(ended))
 
     def upstream_for(self, upstream: Upstream, task_id: str, parent_id: str | None) -> Upstream:
-        """`upstream` whose model calls are spans under the task's span."""
-        return dataclasses.replace(
-            upstream, client=_TracedHTTP(upstream.client, self, task_id, parent_id)
-        )
+        """`upstream` whose model calls are spans under the task's span (one per
+        HTTP attempt, so the SDK's retries on the host show)."""
+
+        def on_attempt(model: str, attempt: Attempt) -> None:
+            task = self.task_span(task_id, parent_id)
+            self._model_span(
+                task, model, attempt.started, attempt.ended, attempt.payload, attempt.status,
+                attempt=attempt.number,
+            )  # fmt: skip
+
+        return dataclasses.replace(upstream, on_attempt=on_attempt)
 
     # -- the end ----------------------------------------------------------
 
@@ -234,31 +252,3 @@ class RunTracer:
                 self.provider.shutdown()
         except Exception:  # an unreachable collector must not fail the run
             log.warning("could not export the run's traces", exc_info=True)
-
-
-class _TracedHTTP:
-    """The broker's HTTP client for one task: each POST (a model call) is a span."""
-
-    def __init__(self, inner: Any, tracer: RunTracer, task_id: str, parent_id: str | None) -> None:
-        self._inner = inner
-        self._tracer = tracer
-        self._task_id = task_id
-        self._parent_id = parent_id
-
-    async def post(self, url: str, **kwargs: Any) -> Any:
-        started = time.time()
-        response = await self._inner.post(url, **kwargs)
-        body = kwargs.get("json")
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = None
-        task = self._tracer.task_span(self._task_id, self._parent_id)
-        model = body.get("model") if isinstance(body, dict) else None
-        self._tracer._model_span(
-            task, str(model), started, time.time(), payload, response.status_code
-        )
-        return response
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)

@@ -23,6 +23,7 @@ from orchestrator.broker import (
     Upstream,
 )
 from orchestrator.broker.limits import EVENTS_BURST, EVENTS_PER_S, FORWARDING_AUDITS_BURST
+from orchestrator.broker.upstream import model_client
 from orchestrator.permissions import parse_rule
 from sandbox_tools import wire
 
@@ -131,7 +132,7 @@ async def broker_env(
     broker = Broker(
         socket_dir=socket_dir,
         spec=make_spec(),
-        upstream=Upstream(base_url="http://model.test", api_key=REAL_KEY, client=upstream_client),
+        upstream=Upstream(model_client("http://model.test", REAL_KEY, http_client=upstream_client)),
         host=host,
         budget=Budget(max_turns=2, max_total_tokens=100_000),
     )
@@ -170,8 +171,9 @@ async def test_model_call_gets_the_real_key_only_upstream_and_host_model(broker_
     )
     assert response.status_code == 200
     sent = model.requests[0]
-    assert sent.headers["x-api-key"] == REAL_KEY
-    assert "authorization" not in sent.headers
+    # The SDK sends the host's key (as a bearer token); the container's never pass.
+    assert sent.headers["authorization"] == f"Bearer {REAL_KEY}"
+    assert "container-key" not in str(sent.headers) and "Bearer x" not in str(sent.headers)
     body = json.loads(sent.content)
     assert body["model"] == "host-chosen-model"
     assert body["max_tokens"] == 1000
@@ -198,7 +200,7 @@ def budget_broker(
     broker = Broker(
         socket_dir=socket_dir,
         spec=make_spec(max_turns=10),
-        upstream=Upstream(base_url="http://model.test", api_key=None, client=upstream_client),
+        upstream=Upstream(model_client("http://model.test", None, http_client=upstream_client)),
         host=RecordingHost(),
         budget=budget,
         **extra,

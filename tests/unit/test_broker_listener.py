@@ -20,6 +20,7 @@ import pytest
 
 from orchestrator.broker import Broker, Budget, SandboxIdentity, Upstream, make_socket_dir
 from orchestrator.broker import listener as listener_module
+from orchestrator.broker.upstream import model_client
 from sandbox_tools import wire
 from tests.conftest import REPO_ROOT
 from tests.unit.test_broker import FakeModel, RecordingHost, make_spec
@@ -61,7 +62,7 @@ async def served() -> AsyncIterator[tuple[Broker, RecordingHost]]:
     broker = Broker(
         socket_dir=socket_dir,
         spec=make_spec(),
-        upstream=Upstream(base_url="http://model.test", api_key=None, client=upstream_client),
+        upstream=Upstream(model_client("http://model.test", None, http_client=upstream_client)),
         host=host,
         budget=Budget(max_turns=2),
         identity=SANDBOX,

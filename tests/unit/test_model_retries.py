@@ -12,6 +12,7 @@ from typing import Any
 import anthropic
 import pytest
 
+from orchestrator.broker.retry import STOP_HEADER, RetryBudget
 from orchestrator.runtime.model_errors import ModelError, describe, from_sdk_error
 from orchestrator.scripted import (
     Conversation,
@@ -22,7 +23,6 @@ from orchestrator.scripted import (
     TextBlock,
     Turn,
 )
-from sandbox_tools.model_retry import STOP_HEADER, RetryBudget
 
 MODEL = "claude-scripted"
 

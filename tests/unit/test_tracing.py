@@ -11,12 +11,14 @@ import sys
 from types import SimpleNamespace
 from typing import Any
 
+import httpx2
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from orchestrator.broker import Upstream
+from orchestrator.broker.upstream import forward_messages, model_client
 from orchestrator.results.models import Event
 from orchestrator.tracing import otlp_configured, run_tracer
 from orchestrator.tracing.spans import _RunIds
@@ -43,16 +45,19 @@ def _event(kind: str, task_id: str, parent: str | None = None, ts: float = 0, **
     )
 
 
-class _Response:
-    status_code = 200
-
-    def json(self) -> Any:
-        return {"usage": {"input_tokens": 11, "output_tokens": 7}}
-
-
-class _Http:
-    async def post(self, url: str, **kwargs: Any) -> _Response:
-        return _Response()
+def _overloaded_once() -> httpx2.AsyncClient:
+    """A model endpoint that answers 529 once, then a message with usage."""
+    answers = [
+        httpx2.Response(
+            529,
+            json={"type": "error", "error": {"type": "overloaded_error", "message": "busy"}},
+            headers={"retry-after-ms": "1"},
+        ),
+        httpx2.Response(
+            200, json={"content": [], "usage": {"input_tokens": 11, "output_tokens": 7}}
+        ),
+    ]
+    return httpx2.AsyncClient(transport=httpx2.MockTransport(lambda _: answers.pop(0)))
 
 
 def _by_name(spans: tuple[ReadableSpan, ...]) -> dict[str, list[ReadableSpan]]:
@@ -73,8 +78,10 @@ async def test_spans_form_the_run_tree_under_the_runs_trace_id(
     tracer(_event("task_running", "sa_a", ts=2, event="tool_finished", tool_name="Bash",
                   tool_use_id="tu1"))  # fmt: skip
     tracer(_event("task_started", "sa_b", parent="sa_a", ts=3, description="inner"))
-    upstream = tracer.upstream_for(Upstream("http://127.0.0.1:1", None, _Http()), "sa_b", "sa_a")
-    await upstream.client.post("http://127.0.0.1:1/v1/messages", json={"model": "m-1"})
+    client = model_client("http://model.test", None, http_client=_overloaded_once())
+    upstream = tracer.upstream_for(Upstream(client), "sa_b", "sa_a")
+    answer = await forward_messages(upstream, {"model": "m-1", "messages": []}, [], None)
+    assert answer.status == 200 and answer.retries == 1
     tracer(_event("task_failed", "sa_b", parent="sa_a", ts=4, status="failed", tokens=18,
                   turns=1, duration_s=1.0, error="boom"))  # fmt: skip
     tracer(_event("task_completed", "sa_a", ts=5, status="completed", tokens=100, turns=2,
@@ -97,7 +104,10 @@ async def test_spans_form_the_run_tree_under_the_runs_trace_id(
     assert (tool.end_time - tool.start_time) == 1_000_000_000  # type: ignore[operator]
     assert tasks["sa_b"].attributes["warden.tokens"] == 18  # type: ignore[index]
     assert not tasks["sa_b"].status.is_ok and tasks["sa_a"].status.is_unset
-    sub_call = next(s for s in models if s.parent.span_id == tasks["sa_b"].context.span_id)  # type: ignore[union-attr]
+    busy, sub_call = (s for s in models if s.parent.span_id == tasks["sa_b"].context.span_id)  # type: ignore[union-attr]
+    # One span per attempt: the SDK's retry on the host shows in the trace.
+    assert busy.attributes["http.response.status_code"] == 529 and not busy.status.is_ok  # type: ignore[index]
+    assert sub_call.attributes["warden.attempt"] == 2  # type: ignore[index]
     assert sub_call.attributes["gen_ai.usage.input_tokens"] == 11  # type: ignore[index]
     assert sub_call.attributes["gen_ai.request.model"] == "m-1"  # type: ignore[index]
     parent_call = next(s for s in models if s.parent.span_id == run.context.span_id)  # type: ignore[union-attr]

@@ -1,0 +1,155 @@
+"""How model calls are retried: the anthropic SDK's own retry layer, bounded in time.
+
+The SDK retries 408/409/429/5xx (529 included) and connection errors with
+exponential backoff and honours `retry-after`; `max_retries` caps the attempts,
+but nothing caps the total time spent, and a spend limit reported as 429 would
+be retried like a rate limit. `RetryBudget` is SDK middleware that adds both:
+once a call has spent its budget (or a `retry-after` would overrun it), or when
+the answer names a spend limit or billing problem, it marks the response
+`x-should-retry: false`, the SDK's own switch; a connection error past the
+budget ends the call as `RetryBudgetSpent`. So there is exactly one retry loop
+(the SDK's, on the host) and the SDK decides everything else.
+
+Used by the one model client of an orchestrator: the parent's calls and every
+broker's upstream calls.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anthropic
+from anthropic import Middleware
+
+if TYPE_CHECKING:
+    import httpx2
+    from anthropic import APIResponse, AsyncAPIResponse
+    from anthropic._middleware import AsyncCallNext, CallNext
+    from anthropic._request import APIRequest
+
+DEFAULT_MAX_RETRIES = 8
+"""Retries of one model call on 429/5xx/529 and connection errors (9 attempts in all)."""
+DEFAULT_RETRY_TOTAL_S = 300.0
+"""Longest one model call keeps retrying, counted from its first attempt."""
+STOP_HEADER = "x-warden-retry-stopped"
+"""Response header saying why retries stopped early (read back for the error message)."""
+NOT_RETRYABLE_PHRASES = ("spend limit", "usage limit", "credit balance", "billing")
+"""Words in an error message that mean waiting will not help."""
+MAX_TRACKED_CALLS = 1024
+"""Calls whose first attempt time is remembered (oldest forgotten first)."""
+SPEND_SCAN_BYTES = 4096
+"""How much of an error body is searched for spend-limit words."""
+
+
+def spend_limited(status: int, body: bytes) -> bool:
+    """Whether an error answer reports a spend limit or billing problem."""
+    if status == 402:
+        return True
+    text = body[:SPEND_SCAN_BYTES].decode("utf-8", "replace").lower()
+    return "billing_error" in text or any(phrase in text for phrase in NOT_RETRYABLE_PHRASES)
+
+
+def _retry_after_s(headers: httpx2.Headers) -> float | None:
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        try:
+            return float(headers[name]) / scale
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+class RetryBudgetSpent(anthropic.APIError):
+    """The endpoint did not answer, and the call's retry budget is spent: not retried.
+
+    An `APIError` (so callers handle it with the SDK's other errors) that is neither
+    a status nor a connection error, which the SDK would retry."""
+
+    def __init__(self, cause: anthropic.APIConnectionError, reason: str) -> None:
+        super().__init__(f"{cause.message} ({reason})", cause.request, body=None)
+        self.cause = cause
+        self.reason = reason
+
+
+class RetryBudget(Middleware):
+    """Stops the SDK's retries of one call after `total_s`, and on spend limits."""
+
+    def __init__(self, total_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total_s = total_s
+        self._clock = clock
+        self._first: OrderedDict[str, float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _begin(self, request: APIRequest) -> None:
+        """Remember when the call's first attempt started (before it is sent)."""
+        key = self._key(request)
+        with self._lock:
+            if request.retries_taken == 0 or key not in self._first:
+                self._first[key] = self._clock()
+                while len(self._first) > MAX_TRACKED_CALLS:
+                    self._first.popitem(last=False)
+
+    def _elapsed(self, request: APIRequest) -> float:
+        with self._lock:
+            first = self._first.get(self._key(request))
+        return 0.0 if first is None else self._clock() - first
+
+    @staticmethod
+    def _key(request: APIRequest) -> str:
+        return request.options.idempotency_key or str(id(request.options))
+
+    def judge(self, request: APIRequest, response: httpx2.Response) -> None:
+        """Mark `response` not retryable when retrying cannot help or the budget is spent."""
+        elapsed = self._elapsed(request)
+        if response.status_code < 400:
+            return
+        reason = None
+        retry_after = _retry_after_s(response.headers)
+        if spend_limited(response.status_code, response.content):
+            reason = "a spend limit or billing problem is not retried"
+        elif elapsed >= self.total_s:
+            reason = f"the retry budget of {self.total_s:g} s is spent"
+        elif retry_after is not None and elapsed + retry_after > self.total_s:
+            reason = (
+                f"the server asked to wait {retry_after:g} s, past the retry budget of "
+                f"{self.total_s:g} s"
+            )
+        if reason is not None:
+            response.headers["x-should-retry"] = "false"
+            response.headers[STOP_HEADER] = reason
+
+    def _unanswered(self, request: APIRequest, exc: anthropic.APIConnectionError) -> None:
+        """A connection error past the budget ends the call (raises RetryBudgetSpent)."""
+        if self._elapsed(request) >= self.total_s:
+            raise RetryBudgetSpent(
+                exc, f"the retry budget of {self.total_s:g} s is spent"
+            ) from None
+
+    def handle(self, request: APIRequest, call_next: CallNext) -> APIResponse[Any]:
+        self._begin(request)
+        try:
+            response = call_next(request)
+        except anthropic.APIConnectionError as exc:
+            self._unanswered(request, exc)
+            raise
+        if response.status_code >= 400:
+            response.http_response.read()
+        self.judge(request, response.http_response)
+        return response
+
+    async def handle_async(
+        self, request: APIRequest, call_next: AsyncCallNext
+    ) -> AsyncAPIResponse[Any]:
+        self._begin(request)
+        try:
+            response = await call_next(request)
+        except anthropic.APIConnectionError as exc:
+            self._unanswered(request, exc)
+            raise
+        if response.status_code >= 400:
+            await response.http_response.aread()
+        self.judge(request, response.http_response)
+        return response
