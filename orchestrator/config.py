@@ -17,6 +17,13 @@ from orchestrator.backend.base import (
     DiskLimits,
 )
 from orchestrator.errors import ConfigError
+from orchestrator.runtime.pool import (
+    DEFAULT_POOL_IDLE_S,
+    DEFAULT_POOL_MAX,
+    DEFAULT_POOL_MEMORY_BYTES,
+    DEFAULT_POOL_MIN,
+    PoolConfig,
+)
 from sandbox_tools import wire
 
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
@@ -51,6 +58,9 @@ _NUMBERS = {
     "WARDEN_QUEUE_LIMIT": "queue_limit",
     "WARDEN_MAX_DEPTH": "max_depth",
     "WARDEN_MAX_CHILDREN": "max_children",
+    "WARDEN_WARM_POOL_MIN": "warm_pool_min",
+    "WARDEN_WARM_POOL_MAX": "warm_pool_max",
+    "WARDEN_WARM_POOL_IDLE_S": "warm_pool_idle_s",
 }
 """Numeric settings read from the environment: variable -> field."""
 
@@ -116,6 +126,24 @@ class Settings(BaseModel):
     """How deep subagents may nest; 1: they may not delegate (WARDEN_MAX_DEPTH)."""
     max_children: int = Field(default=DEFAULT_MAX_CHILDREN, ge=1)
     """Subagents one subagent may start over its life (WARDEN_MAX_CHILDREN)."""
+    warm_pool_min: int = Field(default=DEFAULT_POOL_MIN, ge=0)
+    """Warm sandboxes kept ready per image and limits (WARDEN_WARM_POOL_MIN)."""
+    warm_pool_max: int = Field(default=DEFAULT_POOL_MAX, ge=0)
+    """Most warm sandboxes per image and limits after bursts (WARDEN_WARM_POOL_MAX; 0: off)."""
+    warm_pool_idle_s: float = Field(default=DEFAULT_POOL_IDLE_S, gt=0)
+    """A warm sandbox above the minimum unused this long is removed (WARDEN_WARM_POOL_IDLE_S)."""
+    warm_pool_memory: int = Field(default=DEFAULT_POOL_MEMORY_BYTES, ge=0)
+    """Sum of the memory limits of all warm sandboxes (WARDEN_WARM_POOL_MEMORY, e.g. `4g`;
+    0: off)."""
+
+    def pool_config(self) -> PoolConfig:
+        """The warm pool's sizing from these settings."""
+        return PoolConfig(
+            min_ready=self.warm_pool_min,
+            max_ready=self.warm_pool_max,
+            idle_s=self.warm_pool_idle_s,
+            memory_budget_bytes=self.warm_pool_memory,
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -137,6 +165,7 @@ class Settings(BaseModel):
         for key, name in (
             ("disk_write_limit", "WARDEN_DISK_WRITE_LIMIT"),
             ("disk_free_floor", "WARDEN_DISK_FREE_FLOOR"),
+            ("warm_pool_memory", "WARDEN_WARM_POOL_MEMORY"),
         ):
             if env.get(name):
                 values[key] = parse_size(env[name], name)

@@ -1,4 +1,5 @@
-"""`warden doctor [--fix] [--json]`: is the engine up, which runtimes, are the images current."""
+"""`warden doctor [--fix] [--json]`: is the engine up, which runtimes, are the images
+current, how is the warm pool sized."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def doctor(fix: bool, as_json: bool) -> None:
         report["actions"] = _run_fix(plan, say, report)
     info, client = engine_info()
     report["engine"] = _engine_report(info)
+    report["pool"] = _pool_report()
     if not info.reachable:
         if not report["problems"]:  # a failed --fix has already said what to do
             report["problems"].append(info.error or "the engine does not answer")
@@ -69,6 +71,15 @@ def _engine_report(info: EngineInfo) -> dict[str, Any]:
     }
 
 
+def _pool_report() -> dict[str, Any]:
+    """The warm pool's sizing, as the settings (and their variables) give it."""
+    from orchestrator.backend.base import DEFAULT_MEMORY_BYTES
+    from orchestrator.config import Settings
+
+    pool = Settings.from_env().pool_config()
+    return {**pool.model_dump(), "summary": pool.describe(DEFAULT_MEMORY_BYTES)}
+
+
 def _images_report(client: Any, report: dict[str, Any], *, count_as_problem: bool) -> list[Any]:
     from orchestrator.images import image_status
 
@@ -104,6 +115,7 @@ def _print(report: dict[str, Any]) -> None:
         click.echo(f"runtimes: {runtimes} (default {default}); gVisor runsc: {gvisor}")
     else:
         click.echo("engine:   NOT reachable")
+    click.echo(f"pool:     {report['pool']['summary']}")
     for row in report.get("images", []):
         tag = row["tag"] or "-"
         click.echo(f"image {row['kind']:<6} {row['state']:<8} {tag}  {row['detail']}")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from orchestrator.backend.base import DiskLimits
 from orchestrator.errors import WardenError
+from orchestrator.runtime.pool import PoolConfig
 from sandbox_tools import wire
 
 if TYPE_CHECKING:
@@ -45,14 +46,24 @@ class TaskManagerConfig:
     tool result says they were queued and for how long)."""
     queue_limit: int = 256
     """Most tasks waiting for a slot; past it a task is refused, saying so."""
-    warm_pool_size: int = 1
-    """Warm sandboxes kept ready per image and limits (0: every task starts cold)."""
+    warm_pool: PoolConfig = field(default_factory=PoolConfig)
+    """How many warm sandboxes are kept ready, growing on bursts, within a memory budget."""
+    warm_pool_size: int | None = None
+    """Shorthand for a fixed pool of this many per image and limits (0: every task
+    starts cold); None uses `warm_pool`."""
     disk: DiskLimits = field(default_factory=DiskLimits)
     """Disk limits of every sandbox (an agent's `diskWriteLimit` may only lower the cap)."""
     model_max_retries: int = wire.DEFAULT_MODEL_MAX_RETRIES
     """Retries of one subagent model call on 429/5xx/529."""
     model_retry_total_s: float = wire.DEFAULT_MODEL_RETRY_TOTAL_S
     """Longest one subagent model call keeps retrying."""
+
+    def pool_config(self) -> PoolConfig:
+        """The warm pool's sizing (`warm_pool_size`, when given, fixes it)."""
+        if self.warm_pool_size is None:
+            return self.warm_pool
+        size = self.warm_pool_size
+        return self.warm_pool.model_copy(update={"min_ready": size, "max_ready": size})
 
     @classmethod
     def from_settings(
@@ -68,6 +79,7 @@ class TaskManagerConfig:
             model_max_retries=settings.model_max_retries,
             model_retry_total_s=settings.model_retry_total_s,
             disk=settings.disk_limits(),
+            warm_pool=settings.pool_config(),
         )
         for name, value in overrides.items():
             if value is not None:

@@ -34,7 +34,7 @@ from orchestrator.runtime.briefing import runner_spec, session_history
 from orchestrator.runtime.caps import TaskManagerConfig, check_caps
 from orchestrator.runtime.host import TaskHost
 from orchestrator.runtime.outcome import task_result
-from orchestrator.runtime.pool import WarmPool
+from orchestrator.runtime.pool import PoolConfig, WarmPool
 from orchestrator.runtime.protocols import AllowAgentTools, EventSink, ImageResolver, PermissionGate
 from orchestrator.runtime.records import TaskRecorder
 from orchestrator.runtime.sandbox import (
@@ -128,14 +128,16 @@ class TaskManager:
         self.admission = AdmissionQueue(self.config.max_concurrent_total, self.config.queue_limit)
         self._waits = ThreadPoolExecutor(
             max_workers=self.config.max_concurrent_total * self.config.max_depth
-            + self.config.warm_pool_size * 4
+            + self.config.pool_config().max_ready * 4
             + 4,
             thread_name_prefix="warden-wait",
         )
         # Warm starts only make sense for the real runner, which knows --wait.
         self.pool = WarmPool(
             backend=self.backend,
-            size=self.config.warm_pool_size if runner_command == RUNNER_COMMAND else 0,
+            config=self.config.pool_config()
+            if runner_command == RUNNER_COMMAND
+            else PoolConfig(min_ready=0, max_ready=0),
             blocking=self._blocking,
             new_socket_dir=lambda: make_socket_dir(self.identity),
         )

@@ -10,6 +10,16 @@ orchestrator dies, the kernel drops the hold connection and the runner exits by
 itself instead of waiting out WARM_WAIT_S. A warm sandbox serves exactly one
 task and is never reused; idle ones are removed with the run.
 
+The pool is sized by demand (`PoolConfig`): per key it keeps `min_ready`
+sandboxes ready; a task that finds none ready while the pool holds (or is
+starting) all it aims for, a burst, raises the key's target by one, up to
+`max_ready`; a sandbox beyond `min_ready` that stays
+unused for `idle_s` is removed and the target drops again. Every warm sandbox
+(ready or starting) reserves its memory limit, and the reservations never add
+up to more than `memory_budget_bytes`: a refill that would cross it is not
+started (the task starts cold instead). Removals run in worker threads, never
+on the event loop.
+
 A warm sandbox's spec (and so its read-only workspace mounts) is built by the
 factory when that sandbox starts, never ahead of time, so it gets the run's
 protections as they are then (see `orchestrator.workspace.guard`).
@@ -27,7 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backend.base import SandboxSpec
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.backend.base import ResourceLimits, SandboxSpec
 from orchestrator.errors import WardenError
 from sandbox_tools import wire
 
@@ -37,6 +49,46 @@ WARM_WAIT_S = 3600.0
 """How long a warm runner waits for a task before it exits by itself."""
 WARM_MAX_AGE_S = WARM_WAIT_S - 60.0
 """Older warm sandboxes are not handed out (their runner may be about to give up)."""
+DEFAULT_POOL_MIN = 1
+DEFAULT_POOL_MAX = 8
+DEFAULT_POOL_IDLE_S = 60.0
+DEFAULT_POOL_MEMORY_BYTES = 4 * 1024**3
+"""Memory limits of all warm sandboxes together: 8 at the default 512 MiB each."""
+
+
+class PoolConfig(BaseModel):
+    """How many warm sandboxes the pool keeps, and within what memory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_ready: int = Field(default=DEFAULT_POOL_MIN, ge=0)
+    """Kept ready per image and limits while the run lasts (0 with `max_ready` 0: off)."""
+    max_ready: int = Field(default=DEFAULT_POOL_MAX, ge=0)
+    """Most ready (or starting) per image and limits after bursts."""
+    idle_s: float = Field(default=DEFAULT_POOL_IDLE_S, gt=0)
+    """A sandbox above `min_ready` unused this long is removed."""
+    memory_budget_bytes: int = Field(default=DEFAULT_POOL_MEMORY_BYTES, ge=0)
+    """Sum of the memory limits of all warm sandboxes, ready or starting."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_ready > 0 and self.memory_budget_bytes > 0
+
+    def most_at(self, memory_bytes: int) -> int:
+        """How many warm sandboxes of this memory limit the budget holds."""
+        return self.memory_budget_bytes // memory_bytes if memory_bytes > 0 else 0
+
+    def describe(self, memory_bytes: int) -> str:
+        """One line for `warden doctor` and logs."""
+        if not self.enabled:
+            return "warm pool off: every task starts cold"
+        fits = self.most_at(memory_bytes)
+        return (
+            f"warm pool: {self.min_ready} ready per image, growing on bursts to "
+            f"{self.max_ready}; extras removed after {self.idle_s:g} s idle; memory budget "
+            f"{self.memory_budget_bytes // 1024**2} MiB ({fits} sandbox(es) at "
+            f"{memory_bytes // 1024**2} MiB each)"
+        )
 
 
 class Hold:
@@ -102,49 +154,119 @@ PoolKey = tuple[str, str]
 SpecFactory = Callable[[Path], SandboxSpec]
 
 
+@dataclass
+class _Slot:
+    """One key's state: what is ready, what is starting, and how many it wants."""
+
+    memory_bytes: int
+    target: int
+    ready: list[WarmSandbox] = field(default_factory=list)
+    filling: int = 0
+    factory: SpecFactory | None = None
+
+
 class WarmPool:
-    """Keeps up to `size` warm sandboxes ready per key."""
+    """Keeps warm sandboxes ready per key, as many as demand asks within `config`."""
 
     def __init__(
         self,
         *,
         backend: Any,
-        size: int,
+        config: PoolConfig,
         blocking: Callable[..., Awaitable[Any]],
         new_socket_dir: Callable[[], Path],
     ) -> None:
         self.backend = backend
-        self.size = size
+        self.config = config
         self._blocking = blocking
         self._new_socket_dir = new_socket_dir
-        self._ready: dict[PoolKey, list[WarmSandbox]] = {}
-        self._filling: dict[PoolKey, int] = {}
-        self._fills: set[asyncio.Task[None]] = set()
+        self._slots: dict[PoolKey, _Slot] = {}
+        self._work: set[asyncio.Task[None]] = set()
         self._holds: list[Hold] = []
+        self._over_budget_said = False
         self._closed = False
 
+    # -- what tasks call --------------------------------------------------
+
     def take(self, key: PoolKey) -> WarmSandbox | None:
-        """A ready sandbox for this key, or None (the caller starts one cold)."""
-        ready = self._ready.get(key, [])
-        while ready:
-            warm = ready.pop(0)
+        """A ready sandbox for this key, or None (the caller starts one cold, and the
+        key's target grows: the next burst of this size finds it warm)."""
+        slot = self._slot(key)
+        while slot.ready:
+            warm = slot.ready.pop(0)
             if time.monotonic() - warm.started < WARM_MAX_AGE_S:
                 return warm
             self._discard(warm)
+        if self.config.enabled and len(slot.ready) + slot.filling >= slot.target:
+            # Demand outran a full pool (not one still starting): grow it.
+            slot.target = min(self.config.max_ready, slot.target + 1)
         return None
 
     def refill(self, key: PoolKey, factory: SpecFactory) -> None:
-        """Start enough sandboxes in the background to have `size` ready."""
-        if self._closed or self.size <= 0:
+        """Start sandboxes in the background until the key has its target ready or
+        starting, as far as the memory budget allows."""
+        if self._closed or not self.config.enabled:
             return
-        missing = self.size - len(self._ready.get(key, [])) - self._filling.get(key, 0)
-        for _ in range(max(0, missing)):
-            self._filling[key] = self._filling.get(key, 0) + 1
-            fill = asyncio.create_task(self._fill(key, factory))
-            self._fills.add(fill)
-            fill.add_done_callback(self._fills.discard)
+        slot = self._slot(key)
+        slot.factory = factory
+        while slot.filling + len(slot.ready) < slot.target:
+            if self.reserved_bytes() + slot.memory_bytes > self.config.memory_budget_bytes:
+                self._say_over_budget(slot)
+                return
+            slot.filling += 1
+            self._spawn(self._fill(key, slot, factory))
 
-    async def _fill(self, key: PoolKey, factory: SpecFactory) -> None:
+    async def close(self) -> None:
+        """Remove every idle sandbox; fills still under way remove theirs when done."""
+        self._closed = True
+        while self._work:
+            await asyncio.gather(*list(self._work), return_exceptions=True)
+        idle = [w for slot in self._slots.values() for w in slot.ready]
+        for slot in self._slots.values():
+            slot.ready.clear()
+        for warm in idle:
+            warm.hold.dismiss()  # on the loop; the removal below runs in threads
+        for hold in self._holds:
+            hold.close()  # released ones whose runner never came for its answer
+        await asyncio.gather(
+            *(asyncio.to_thread(self._remove, w) for w in idle), return_exceptions=True
+        )
+
+    # -- what tests, benchmarks and doctor read ---------------------------
+
+    def ready_count(self) -> int:
+        return sum(len(slot.ready) for slot in self._slots.values())
+
+    def starting_count(self) -> int:
+        return sum(slot.filling for slot in self._slots.values())
+
+    def target(self, key: PoolKey) -> int:
+        return self._slot(key).target
+
+    def reserved_bytes(self) -> int:
+        """Memory limits of every warm sandbox, ready or starting."""
+        return sum(
+            (len(slot.ready) + slot.filling) * slot.memory_bytes for slot in self._slots.values()
+        )
+
+    # -- inside -----------------------------------------------------------
+
+    def _slot(self, key: PoolKey) -> _Slot:
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = _Slot(memory_bytes=_memory_of(key), target=self._floor())
+            self._slots[key] = slot
+        return slot
+
+    def _floor(self) -> int:
+        return min(self.config.min_ready, self.config.max_ready) if self.config.enabled else 0
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(work)
+        self._work.add(task)
+        task.add_done_callback(self._work.discard)
+
+    async def _fill(self, key: PoolKey, slot: _Slot, factory: SpecFactory) -> None:
         socket_dir = self._new_socket_dir()
         hold = Hold(socket_dir)
         self._holds.append(hold)
@@ -157,16 +279,45 @@ class WarmPool:
             shutil.rmtree(socket_dir, ignore_errors=True)
             return
         finally:
-            self._filling[key] -= 1
+            slot.filling -= 1
         warm = WarmSandbox(container_id, socket_dir, hold)
         if self._closed:
-            self._discard(warm)
+            hold.dismiss()
+            await self._blocking(self._remove, warm)
             return
-        self._ready.setdefault(key, []).append(warm)
+        slot.ready.append(warm)
+        asyncio.get_running_loop().call_later(
+            self.config.idle_s, self._shrink_idle, key, warm.container_id
+        )
+
+    def _shrink_idle(self, key: PoolKey, container_id: str) -> None:
+        """`container_id` has waited `idle_s`: if it is still unused and above the
+        floor, remove it and lower the key's target."""
+        slot = self._slots.get(key)
+        if self._closed or slot is None:
+            return
+        warm = next((w for w in slot.ready if w.container_id == container_id), None)
+        if warm is None or len(slot.ready) + slot.filling <= self._floor():
+            return
+        slot.ready.remove(warm)
+        slot.target = max(self._floor(), slot.target - 1)
+        log.debug("warm sandbox %s idle for %g s: removed", container_id[:12], self.config.idle_s)
+        self._discard(warm)
+
+    def _say_over_budget(self, slot: _Slot) -> None:
+        if not self._over_budget_said:
+            self._over_budget_said = True
+            log.info(
+                "warm pool at its memory budget (%d MiB reserved of %d MiB): further tasks "
+                "start cold; raise WARDEN_WARM_POOL_MEMORY to keep more ready",
+                self.reserved_bytes() // 1024**2,
+                self.config.memory_budget_bytes // 1024**2,
+            )
 
     def _discard(self, warm: WarmSandbox) -> None:
+        """Dismiss its runner now, remove its container in a worker thread."""
         warm.hold.dismiss()
-        self._remove(warm)
+        self._spawn(self._blocking(self._remove, warm))
 
     def _remove(self, warm: WarmSandbox) -> None:
         try:
@@ -175,20 +326,10 @@ class WarmPool:
             log.exception("could not remove warm sandbox %s", warm.container_id[:12])
         shutil.rmtree(warm.socket_dir, ignore_errors=True)
 
-    async def close(self) -> None:
-        """Remove every idle sandbox; fills still under way remove theirs when done."""
-        self._closed = True
-        if self._fills:
-            await asyncio.gather(*self._fills, return_exceptions=True)
-        idle = [w for ready in self._ready.values() for w in ready]
-        self._ready.clear()
-        for warm in idle:
-            warm.hold.dismiss()  # on the loop; the removal below runs in threads
-        for hold in self._holds:
-            hold.close()  # released ones whose runner never came for its answer
-        await asyncio.gather(
-            *(asyncio.to_thread(self._remove, w) for w in idle), return_exceptions=True
-        )
 
-    def ready_count(self) -> int:
-        return sum(len(r) for r in self._ready.values())
+def _memory_of(key: PoolKey) -> int:
+    """The memory limit of a key's sandboxes (its limits JSON); the default if unreadable."""
+    try:
+        return ResourceLimits.model_validate_json(key[1]).memory_bytes
+    except ValidationError:
+        return ResourceLimits().memory_bytes

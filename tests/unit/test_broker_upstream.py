@@ -19,8 +19,8 @@ import pytest
 
 from orchestrator.broker import Broker, Budget, ForwardingPolicy, Upstream
 from orchestrator.broker.upstream import forward_messages, model_client
-from orchestrator.runtime.model_errors import from_upstream
 from orchestrator.permissions import parse_rule
+from orchestrator.runtime.model_errors import from_upstream
 from orchestrator.scripted import (
     Conversation,
     Match,

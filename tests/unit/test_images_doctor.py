@@ -109,6 +109,21 @@ def test_doctor_fix_with_engine_up_does_nothing_and_succeeds(
     assert any("gVisor" in note and "not enforced" in note.lower() for note in report["notes"])
 
 
+def test_doctor_shows_the_warm_pool_settings_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, no_side_effects: None
+) -> None:
+    monkeypatch.setattr(doctor_module, "engine_info", lambda: (DOWN, None))
+    monkeypatch.setenv("WARDEN_WARM_POOL_MAX", "3")
+    monkeypatch.setenv("WARDEN_WARM_POOL_MEMORY", "1g")
+    report = json.loads(CliRunner().invoke(doctor_module.doctor, ["--json"]).output)
+    assert report["pool"]["max_ready"] == 3 and report["pool"]["min_ready"] == 1
+    assert report["pool"]["memory_budget_bytes"] == 1024**3
+    assert "growing on bursts to 3" in report["pool"]["summary"]
+    assert "2 sandbox(es) at 512 MiB each" in report["pool"]["summary"]
+    text = CliRunner().invoke(doctor_module.doctor, []).output
+    assert "pool:     warm pool: 1 ready per image" in text
+
+
 def test_doctor_fix_not_root_fails_naming_the_fix(
     monkeypatch: pytest.MonkeyPatch, no_side_effects: None
 ) -> None:
