@@ -17,13 +17,6 @@ from orchestrator.backend.base import (
     DiskLimits,
 )
 from orchestrator.errors import ConfigError
-from orchestrator.runtime.pool import (
-    DEFAULT_POOL_IDLE_S,
-    DEFAULT_POOL_MAX,
-    DEFAULT_POOL_MEMORY_BYTES,
-    DEFAULT_POOL_MIN,
-    PoolConfig,
-)
 from sandbox_tools import wire
 
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
@@ -50,6 +43,48 @@ _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_QUEUE_LIMIT = 256
 DEFAULT_MAX_CHILDREN = 10
+
+DEFAULT_POOL_MIN = 1
+DEFAULT_POOL_MAX = 8
+DEFAULT_POOL_IDLE_S = 60.0
+DEFAULT_POOL_MEMORY_BYTES = 4 * 1024**3
+"""Memory limits of all warm sandboxes together: 8 at the default 512 MiB each."""
+
+
+class PoolConfig(BaseModel):
+    """How many warm sandboxes the pool keeps, and within what memory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_ready: int = Field(default=DEFAULT_POOL_MIN, ge=0)
+    """Kept ready per image and limits while the run lasts (0 with `max_ready` 0: off)."""
+    max_ready: int = Field(default=DEFAULT_POOL_MAX, ge=0)
+    """Most ready (or starting) per image and limits after bursts."""
+    idle_s: float = Field(default=DEFAULT_POOL_IDLE_S, gt=0)
+    """A sandbox above `min_ready` unused this long is removed."""
+    memory_budget_bytes: int = Field(default=DEFAULT_POOL_MEMORY_BYTES, ge=0)
+    """Sum of the memory limits of all warm sandboxes, ready or starting."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_ready > 0 and self.memory_budget_bytes > 0
+
+    def most_at(self, memory_bytes: int) -> int:
+        """How many warm sandboxes of this memory limit the budget holds."""
+        return self.memory_budget_bytes // memory_bytes if memory_bytes > 0 else 0
+
+    def describe(self, memory_bytes: int) -> str:
+        """One line for `warden doctor` and logs."""
+        if not self.enabled:
+            return "warm pool off: every task starts cold"
+        fits = self.most_at(memory_bytes)
+        return (
+            f"warm pool: {self.min_ready} ready per image, growing on bursts to "
+            f"{self.max_ready}; extras removed after {self.idle_s:g} s idle; memory budget "
+            f"{self.memory_budget_bytes // 1024**2} MiB ({fits} sandbox(es) at "
+            f"{memory_bytes // 1024**2} MiB each)"
+        )
+
 
 _NUMBERS = {
     "WARDEN_MODEL_MAX_RETRIES": "model_max_retries",

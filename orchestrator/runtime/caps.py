@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from orchestrator.backend.base import DiskLimits
+from orchestrator.config import PoolConfig
 from orchestrator.errors import WardenError
-from orchestrator.runtime.pool import PoolConfig
 from sandbox_tools import wire
 
 if TYPE_CHECKING:

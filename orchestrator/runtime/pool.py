@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from orchestrator.backend.base import ResourceLimits, SandboxSpec
+from orchestrator.config import PoolConfig
 from orchestrator.errors import WardenError
 from sandbox_tools import wire
 
@@ -49,46 +50,6 @@ WARM_WAIT_S = 3600.0
 """How long a warm runner waits for a task before it exits by itself."""
 WARM_MAX_AGE_S = WARM_WAIT_S - 60.0
 """Older warm sandboxes are not handed out (their runner may be about to give up)."""
-DEFAULT_POOL_MIN = 1
-DEFAULT_POOL_MAX = 8
-DEFAULT_POOL_IDLE_S = 60.0
-DEFAULT_POOL_MEMORY_BYTES = 4 * 1024**3
-"""Memory limits of all warm sandboxes together: 8 at the default 512 MiB each."""
-
-
-class PoolConfig(BaseModel):
-    """How many warm sandboxes the pool keeps, and within what memory."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    min_ready: int = Field(default=DEFAULT_POOL_MIN, ge=0)
-    """Kept ready per image and limits while the run lasts (0 with `max_ready` 0: off)."""
-    max_ready: int = Field(default=DEFAULT_POOL_MAX, ge=0)
-    """Most ready (or starting) per image and limits after bursts."""
-    idle_s: float = Field(default=DEFAULT_POOL_IDLE_S, gt=0)
-    """A sandbox above `min_ready` unused this long is removed."""
-    memory_budget_bytes: int = Field(default=DEFAULT_POOL_MEMORY_BYTES, ge=0)
-    """Sum of the memory limits of all warm sandboxes, ready or starting."""
-
-    @property
-    def enabled(self) -> bool:
-        return self.max_ready > 0 and self.memory_budget_bytes > 0
-
-    def most_at(self, memory_bytes: int) -> int:
-        """How many warm sandboxes of this memory limit the budget holds."""
-        return self.memory_budget_bytes // memory_bytes if memory_bytes > 0 else 0
-
-    def describe(self, memory_bytes: int) -> str:
-        """One line for `warden doctor` and logs."""
-        if not self.enabled:
-            return "warm pool off: every task starts cold"
-        fits = self.most_at(memory_bytes)
-        return (
-            f"warm pool: {self.min_ready} ready per image, growing on bursts to "
-            f"{self.max_ready}; extras removed after {self.idle_s:g} s idle; memory budget "
-            f"{self.memory_budget_bytes // 1024**2} MiB ({fits} sandbox(es) at "
-            f"{memory_bytes // 1024**2} MiB each)"
-        )
 
 
 class Hold:

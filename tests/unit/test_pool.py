@@ -17,8 +17,8 @@ import pytest
 from orchestrator import labels
 from orchestrator.backend.base import ResourceLimits, SandboxSpec
 from orchestrator.backend.fake import FakeBackend
-from orchestrator.config import Settings
-from orchestrator.runtime.pool import PoolConfig, PoolKey, WarmPool
+from orchestrator.config import PoolConfig, Settings
+from orchestrator.runtime.pool import PoolKey, WarmPool
 
 MIB = 1024**2
 SESSION = "test-pool"
