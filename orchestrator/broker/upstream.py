@@ -8,9 +8,10 @@ and every broker. The SDK owns the HTTP layer: retries of 429 (honouring
 4xx are never retried. The request body goes through the SDK's generic `post`
 (asking for the raw response) as the JSON the runner sent, after the broker's
 checks, so no field is dropped or re-typed on the way, including fields this
-SDK version does not know, and the answer goes back as the API's JSON. Every HTTP attempt of a call is recorded (`Attempt`) by `AttemptLog`, SDK
-middleware inside the retry loop, so retries are seen on the host: in the
-trace (`Upstream.on_attempt`), in the task's events and in its error line.
+SDK version does not know, and the answer goes back as the API's JSON. Every
+HTTP attempt of a call is recorded (`Attempt`) by `AttemptLog`, SDK middleware
+inside the retry loop, so retries are seen on the host: in the trace
+(`Upstream.on_attempt`), in the task's events and in its error line.
 
 Errors reach the sandbox as Anthropic error bodies
 (`{"type": "error", "error": {"type", "message"}}`) with the upstream status;
@@ -24,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import httpx2
@@ -37,6 +38,7 @@ from orchestrator.broker.retry import (
     RetryBudget,
     RetryBudgetSpent,
 )
+from orchestrator.jsontypes import JSONValue
 from sandbox_tools import wire
 
 if TYPE_CHECKING:
@@ -45,9 +47,6 @@ if TYPE_CHECKING:
     from anthropic._request import APIRequest
 
 log = logging.getLogger(__name__)
-
-JSON: TypeAlias = "dict[str, JSON] | list[JSON] | str | int | float | bool | None"
-"""A parsed JSON value."""
 
 MESSAGES_PATH = "/v1/messages"
 UPSTREAM_TIMEOUT_S = 600.0
@@ -88,7 +87,7 @@ class Attempt:
     ended: float
     status: int | None
     """HTTP status; None when the endpoint did not answer."""
-    payload: JSON = None
+    payload: JSONValue = None
     """The answer's JSON (error bodies; the final answer of a call), else None."""
     error: str | None = None
     """Why there was no answer (connection error), or None."""
@@ -175,11 +174,11 @@ class UpstreamFailures:
     """HTTP attempts those calls made in all."""
     status: int | None = None
     """The last failure's HTTP status; None when the endpoint did not answer."""
-    payload: JSON = None
+    payload: JSONValue = None
     stopped: str | None = None
     """Why retries of the last call stopped early, if they did."""
 
-    def observe(self, status: int | None, payload: JSON, attempts: list[Attempt]) -> None:
+    def observe(self, status: int | None, payload: JSONValue, attempts: list[Attempt]) -> None:
         if status is not None and status < 400:
             self.count, self.attempts, self.status, self.payload = 0, 0, None, None
             self.stopped = None
@@ -196,7 +195,7 @@ class UpstreamAnswer:
     """What the broker returns to the sandbox for one model call."""
 
     status: int
-    payload: JSON
+    payload: JSONValue
     headers: dict[str, str] = field(default_factory=dict)
     attempts: list[Attempt] = field(default_factory=list)
 
@@ -207,7 +206,7 @@ class UpstreamAnswer:
 
 async def forward_messages(
     upstream: Upstream,
-    body: dict[str, JSON],
+    body: dict[str, JSONValue],
     betas: list[str],
     version: str | None,
     failures: UpstreamFailures | None = None,
@@ -243,7 +242,7 @@ async def forward_messages(
 
 
 async def _post(
-    client: anthropic.AsyncAnthropic, body: dict[str, JSON], headers: dict[str, str]
+    client: anthropic.AsyncAnthropic, body: dict[str, JSONValue], headers: dict[str, str]
 ) -> UpstreamAnswer:
     url = f"{client.base_url}{MESSAGES_PATH.lstrip('/')}"
     try:
@@ -293,7 +292,7 @@ def _returned(response: httpx2.Response, *, failed: bool) -> dict[str, str]:
     return headers
 
 
-def _error_payload(status: int, body: object, response: httpx2.Response) -> JSON:
+def _error_payload(status: int, body: object, response: httpx2.Response) -> JSONValue:
     """The upstream's Anthropic error body as it is, or one built from what it sent."""
     if isinstance(body, dict):
         error = body.get("error")
@@ -313,9 +312,9 @@ def _error_payload(status: int, body: object, response: httpx2.Response) -> JSON
     return wire.error_body(kind, message)
 
 
-def _json(response: httpx2.Response) -> JSON:
+def _json(response: httpx2.Response) -> JSONValue:
     try:
-        value: JSON = response.json()
+        value: JSONValue = response.json()
     except (ValueError, httpx2.ResponseNotRead):
         return None
     return value
@@ -329,7 +328,7 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}{detail}"
 
 
-def _is_message(payload: JSON) -> bool:
+def _is_message(payload: JSONValue) -> bool:
     return isinstance(payload, dict) and isinstance(payload.get("content"), list)
 
 

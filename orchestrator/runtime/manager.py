@@ -25,6 +25,7 @@ from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSp
 from orchestrator.backend.disk import DiskGuardedBackend
 from orchestrator.broker import Broker, Budget, Upstream, make_socket_dir
 from orchestrator.broker.limits import raise_open_file_limit
+from orchestrator.config import PoolConfig
 from orchestrator.errors import StoreError, TaskNotFoundError, WardenError
 from orchestrator.jsontypes import JSONObject
 from orchestrator.results.task_setup import task_setup
@@ -34,7 +35,7 @@ from orchestrator.runtime.briefing import runner_spec, session_history
 from orchestrator.runtime.caps import TaskManagerConfig, check_caps
 from orchestrator.runtime.host import TaskHost
 from orchestrator.runtime.outcome import task_result
-from orchestrator.runtime.pool import PoolConfig, WarmPool
+from orchestrator.runtime.pool import WarmPool
 from orchestrator.runtime.protocols import AllowAgentTools, EventSink, ImageResolver, PermissionGate
 from orchestrator.runtime.records import TaskRecorder
 from orchestrator.runtime.sandbox import (
