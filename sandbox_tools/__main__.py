@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         hold = os.path.join(os.path.dirname(args.socket), os.path.basename(wire.WARM_HOLD_SOCKET))
         if not _wait_for_task(hold, args.wait):
             return 0  # never given a task: nothing to report
+    from sandbox_tools import egress_forward
+
+    egress_forward.offer(os.path.dirname(args.socket))  # only when the host offers egress
     return run(socket_path=args.socket, workspace=args.workspace, watch_broker=True)
 
 

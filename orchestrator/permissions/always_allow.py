@@ -123,28 +123,46 @@ def add_allow_rule(workspace: Path, rule: str) -> Path:
 
     Raises ConfigError when the file is not a JSON object or a path on the way is a
     symbolic link (the file is then left as it was)."""
+    return add_to_settings_list(workspace, ("permissions", "allow"), rule)
+
+
+def add_allowed_domain(workspace: Path, host: str) -> Path:
+    """Add `host` to Claude Code's `sandbox.network.allowedDomains` of the workspace's
+    settings.local.json (the "always allow" of an egress question); as `add_allow_rule`."""
+    return add_to_settings_list(workspace, ("sandbox", "network", "allowedDomains"), host)
+
+
+def add_to_settings_list(workspace: Path, keys: tuple[str, ...], value: str) -> Path:
+    """Append `value` (once) to the list at `keys` in the workspace's
+    settings.local.json, written atomically without following links."""
     claude = workspace / SETTINGS_FILE.parent
     target = workspace / SETTINGS_FILE
+    where = ".".join(keys)
     for path in (claude, target):
         if path.is_symlink():
-            raise ConfigError(f"{path} is a symbolic link; not writing the rule {rule} there")
+            raise ConfigError(f"{path} is a symbolic link; not writing {value} to {where} there")
     settings: dict[str, Any] = {}
     if target.exists():
         try:
             loaded = json.loads(target.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"{target} is not readable JSON ({exc}); add {rule} by hand") from exc
+            raise ConfigError(
+                f"{target} is not readable JSON ({exc}); add {value} to {where} by hand"
+            ) from exc
         if not isinstance(loaded, dict):
-            raise ConfigError(f"{target} is not a JSON object; add {rule} by hand")
+            raise ConfigError(f"{target} is not a JSON object; add {value} to {where} by hand")
         settings = loaded
-    permissions = settings.setdefault("permissions", {})
-    if not isinstance(permissions, dict):
-        raise ConfigError(f"`permissions` in {target} is not an object; add {rule} by hand")
-    allow = permissions.setdefault("allow", [])
-    if not isinstance(allow, list):
-        raise ConfigError(f"`permissions.allow` in {target} is not a list; add {rule} by hand")
-    if rule not in allow:
-        allow.append(rule)
+    node = settings
+    for depth, key in enumerate(keys[:-1]):
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            inner = ".".join(keys[: depth + 1])
+            raise ConfigError(f"`{inner}` in {target} is not an object; add {value} by hand")
+    items = node.setdefault(keys[-1], [])
+    if not isinstance(items, list):
+        raise ConfigError(f"`{where}` in {target} is not a list; add {value} by hand")
+    if value not in items:
+        items.append(value)
     claude.mkdir(exist_ok=True)
     owner = workspace.stat()
     fd, tmp = tempfile.mkstemp(dir=claude, prefix=".settings-")

@@ -25,6 +25,7 @@ from orchestrator.permissions import (
 )
 from orchestrator.permissions.always_allow import SETTINGS_FILE, add_allow_rule, exact_rule
 from orchestrator.permissions.approvers import (
+    ApprovalAnswer,
     ApprovalQuestion,
     Approver,
     SessionApprovals,
@@ -203,25 +204,58 @@ class PolicyGate:
         digest: str,
         decision: Decision,
     ) -> tuple[str, str, str]:
-        question = ApprovalQuestion(
+        question = self.question(
+            task,
+            tool_name=call.tool_name,
+            tool_input=tool_input,
+            asked_by=_decider(decision),
+            reason=decision.reason,
+            **self._always(call.tool_name, tool_input, decision),
+        )
+        answer = await self.ask(task, question)
+        if answer.behavior == "allow" and answer.scope == "always" and question.always_rule:
+            await self._write_rule(task, question.always_rule)
+        return answer.behavior, answer.decided_by, answer.reason or decision.reason
+
+    def question(
+        self,
+        task: TaskContext,
+        *,
+        tool_name: str,
+        tool_input: dict[str, Any],
+        asked_by: str,
+        reason: str,
+        always_rule: str = "",
+        always_file: str = "",
+    ) -> ApprovalQuestion:
+        """The question for one call of `task`, naming its chain of ancestors."""
+        self._tasks[task.task_id] = task
+        chain = self.chain(task)
+        return ApprovalQuestion(
             task_id=task.task_id,
             agent_type=task.agent_type,
             description=task.description,
-            chain=tuple(self.chain(task)),
-            chain_agents=tuple(self._agent_of(t) for t in self.chain(task)),
+            chain=tuple(chain),
+            chain_agents=tuple(self._agent_of(t) for t in chain),
             run_id=task.run_id,
-            **self._always(call.tool_name, tool_input, decision),
-            tool_name=call.tool_name,
+            always_rule=always_rule,
+            always_file=always_file,
+            tool_name=tool_name,
             tool_input=tool_input,
-            input_hash=digest,
-            asked_by=_decider(decision),
-            reason=decision.reason,
+            input_hash=input_hash(tool_name, tool_input),
+            asked_by=asked_by,
+            reason=reason,
         )
+
+    async def ask(self, task: TaskContext, question: ApprovalQuestion) -> ApprovalAnswer:
+        """Put one question to the run's approver (events before and after; an
+        approver failure denies). "For this run" answers are remembered; writing an
+        "always" rule is the caller's part (it knows where the rule belongs)."""
         await self._emit(
             "approval_requested",
             task,
-            tool_name=call.tool_name,
-            input_hash=digest,
+            tool_name=question.tool_name,
+            input_hash=question.input_hash,
             asked_by=question.asked_by,
             chain=question.chain,
         )
@@ -231,20 +265,22 @@ class PolicyGate:
             raise
         except Exception as exc:  # an approver bug must fail closed, not open
             log.exception("approver failed")
-            return "deny", "approver error", f"the approver failed ({type(exc).__name__}); denied"
+            answer = ApprovalAnswer(
+                behavior="deny",
+                decided_by="approver error",
+                reason=f"the approver failed ({type(exc).__name__}); denied",
+            )
         self.approvals.remember(question, answer)
-        if answer.behavior == "allow" and answer.scope == "always" and question.always_rule:
-            await self._write_rule(task, question.always_rule)
         await self._emit(
             "approval_answered",
             task,
-            tool_name=call.tool_name,
-            input_hash=digest,
+            tool_name=question.tool_name,
+            input_hash=question.input_hash,
             behavior=answer.behavior,
             scope=answer.scope,
             decided_by=answer.decided_by,
         )
-        return answer.behavior, answer.decided_by, answer.reason or decision.reason
+        return answer
 
     async def _emit(self, kind: str, task: TaskContext, **data: Any) -> None:
         if self.events is not None:

@@ -1,0 +1,32 @@
+"""Network egress for sandboxes: an allowlisting proxy on the host, one per task.
+
+A sandbox still has no network interface; with egress it gets a second Unix
+socket beside its broker's (`proxy.SOCKET_NAME`), and the in-container forwarder
+(`sandbox_tools.egress_forward`) relays 127.0.0.1 connections to it.
+
+- `rules`: host patterns (allow / ask / deny) and how they match
+- `sources`: where rules come from (settings, CLI, WebFetch rules, agent files)
+- `addresses`: which IP addresses are refused unless a rule names them
+- `resolver`: the proxy's own name resolution (the container never resolves)
+- `decide`: one connection's decision, as a `Verdict`
+- `sni`: the TLS ClientHello's server name, checked against the CONNECT host
+- `limits`: per-task caps on bytes and connections, and the meter
+- `proxy`: the HTTP CONNECT / plain-HTTP proxy on the Unix socket
+- `service`: one run's egress: a proxy per task, approvals, audit, summaries
+"""
+
+from orchestrator.egress.limits import EgressLimits
+from orchestrator.egress.resolver import Resolver, StaticResolver
+from orchestrator.egress.rules import RuleSet
+from orchestrator.egress.service import EgressService, TaskEgress
+from orchestrator.egress.sources import load_rules
+
+__all__ = [
+    "EgressLimits",
+    "EgressService",
+    "Resolver",
+    "RuleSet",
+    "StaticResolver",
+    "TaskEgress",
+    "load_rules",
+]

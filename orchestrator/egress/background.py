@@ -1,0 +1,85 @@
+"""One task's egress proxy on its own event-loop thread, for synchronous callers.
+
+`warden exec` waits for its container in the calling thread (the docker calls are
+blocking); its proxy must keep serving meanwhile, so it runs here, on a daemon
+thread with its own loop. Unknown destinations are denied (there is no one to
+ask: `warden exec --allow-domain` names what a one-off command may reach).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.egress.service import EgressService, TaskEgress
+
+START_TIMEOUT_S = 10.0
+
+
+@dataclass
+class OneOffTask:
+    """The `EgressTask` of a command that is not part of a run."""
+
+    task_id: str
+    run_id: str = ""
+    parent_id: str | None = None
+    trace_id: str = ""
+    description: str = ""
+    agent: str = "exec"
+    decisions: list[tuple[str, int, str, str]] = field(default_factory=list)
+    """(host, port, allow|deny, reason) of every decision, in order."""
+
+    @property
+    def agent_type(self) -> str:
+        return self.agent
+
+
+class _Recorder:
+    """Collects `egress_denied` / `egress_summary` events in memory."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, object]]] = []
+
+    async def emit(self, kind: str, **data: object) -> None:
+        self.events.append((kind, data))
+
+
+class BackgroundEgress:
+    """`service.open` on a private loop thread; `close()` stops it and returns the summary."""
+
+    def __init__(self, service: EgressService, task: OneOffTask, socket_dir: Path) -> None:
+        self.recorder = _Recorder()
+        if service.events is None:
+            service.events = self.recorder
+        self.service = service
+        self.task = task
+        self.socket_dir = socket_dir
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._egress: TaskEgress | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(
+            self.service.open(self.task, None, self.socket_dir), self._loop
+        )
+        self._egress = future.result(START_TIMEOUT_S)
+
+    def close(self) -> dict[str, object]:
+        """Stop the proxy; the task's `egress_summary` data (empty when it never started)."""
+        try:
+            if self._egress is not None:
+                asyncio.run_coroutine_threadsafe(self._egress.close(), self._loop).result(
+                    START_TIMEOUT_S
+                )
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(START_TIMEOUT_S)
+            self._loop.close()
+        summaries = [data for kind, data in self.recorder.events if kind == "egress_summary"]
+        return summaries[-1] if summaries else {}
+
+    def denials(self) -> list[dict[str, object]]:
+        return [data for kind, data in self.recorder.events if kind == "egress_denied"]

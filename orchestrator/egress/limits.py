@@ -1,0 +1,107 @@
+"""Per-task egress limits and the meter that enforces and records them.
+
+Counted in the proxy on the host (the container cannot touch the counters):
+connections opened, bytes sent upstream (requests) and received (responses).
+A connection that would cross a limit is refused before it opens; a transfer
+that crosses a byte cap is cut at the cap, and the cut is recorded and announced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_MAX_BYTES_UP = 256 * 1024**2
+"""Most bytes one task may send through the proxy (request bodies, TLS included)."""
+DEFAULT_MAX_BYTES_DOWN = 2 * 1024**3
+"""Most bytes one task may receive through the proxy."""
+DEFAULT_MAX_CONNECTIONS = 2000
+"""Most connections one task may open through the proxy over its life."""
+DEFAULT_MAX_OPEN_CONNECTIONS = 64
+"""Most connections one task may hold open at once."""
+
+
+@dataclass(frozen=True)
+class EgressLimits:
+    """The caps of one task's egress; 0 turns a cap off."""
+
+    max_bytes_up: int = DEFAULT_MAX_BYTES_UP
+    max_bytes_down: int = DEFAULT_MAX_BYTES_DOWN
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_open_connections: int = DEFAULT_MAX_OPEN_CONNECTIONS
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes_up", "max_bytes_down", "max_connections", "max_open_connections"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"egress limit {name} must be 0 (off) or positive")
+
+
+@dataclass
+class Destination:
+    """What one task did with one host:port."""
+
+    host: str
+    port: int
+    connections: int = 0
+    refused: int = 0
+    bytes_up: int = 0
+    bytes_down: int = 0
+
+
+@dataclass
+class Meter:
+    """One task's counters, checked against its limits."""
+
+    limits: EgressLimits = field(default_factory=EgressLimits)
+    connections: int = 0
+    open_connections: int = 0
+    bytes_up: int = 0
+    bytes_down: int = 0
+    cut: str | None = None
+    """The first limit crossed (recorded once; later transfers are refused outright)."""
+    destinations: dict[tuple[str, int], Destination] = field(default_factory=dict)
+
+    def destination(self, host: str, port: int) -> Destination:
+        return self.destinations.setdefault((host, port), Destination(host, port))
+
+    def admit(self) -> str | None:
+        """Count a new connection; the reason it may not open, or None."""
+        lim = self.limits
+        if self.cut is not None and "bytes" in self.cut:
+            return self.cut
+        if lim.max_connections and self.connections >= lim.max_connections:
+            return self._crossed(f"the task's connection limit ({lim.max_connections})")
+        if lim.max_open_connections and self.open_connections >= lim.max_open_connections:
+            return f"the task's limit of {lim.max_open_connections} open connections"
+        self.connections += 1
+        self.open_connections += 1
+        return None
+
+    def closed(self) -> None:
+        self.open_connections = max(0, self.open_connections - 1)
+
+    def allow_up(self, dest: Destination, n: int) -> int:
+        """How many of `n` bytes may go upstream now (the rest crosses the cap)."""
+        ok = self._room(self.bytes_up, self.limits.max_bytes_up, n, "sent")
+        self.bytes_up += ok
+        dest.bytes_up += ok
+        return ok
+
+    def allow_down(self, dest: Destination, n: int) -> int:
+        """How many of `n` bytes may come back now."""
+        ok = self._room(self.bytes_down, self.limits.max_bytes_down, n, "received")
+        self.bytes_down += ok
+        dest.bytes_down += ok
+        return ok
+
+    def _room(self, used: int, cap: int, n: int, verb: str) -> int:
+        if not cap:
+            return n
+        room = max(0, cap - used)
+        if n > room:
+            self._crossed(f"the task's limit of {cap} bytes {verb}")
+        return min(n, room)
+
+    def _crossed(self, what: str) -> str:
+        if self.cut is None:
+            self.cut = what
+        return what

@@ -1,0 +1,209 @@
+"""Egress for one run: which tasks get a proxy, and what each decision leaves behind.
+
+`EgressService.open(task, socket_dir)` starts a task's proxy beside its broker
+socket (or returns None when that task has no egress: the run has none, or its
+agent file says `network: none`); `TaskEgress.close()` stops it and records what
+the task did. Questions go to the run's approver through the permission gate,
+like a tool call's (tool `Network`, input `{"host", "port"}`): allow once, for
+the run (this host:port), or always (`host` added to
+`sandbox.network.allowedDomains` in `.claude/settings.local.json`). Every decision
+is an audit record; each task's destinations, bytes and any cut are an
+`egress_summary` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from orchestrator.egress.decide import TOOL_NAME, Answer, Decider, Verdict
+from orchestrator.egress.limits import EgressLimits, Meter
+from orchestrator.egress.proxy import EgressProxy
+from orchestrator.egress.resolver import Resolver
+from orchestrator.egress.rules import RuleSet
+from orchestrator.egress.sources import agent_rules
+from orchestrator.errors import ConfigError
+
+if TYPE_CHECKING:
+    from orchestrator.gate import PolicyGate
+    from orchestrator.store import Store
+
+log = logging.getLogger(__name__)
+
+MAX_SUMMARY_DESTINATIONS = 200
+"""Destinations listed per task in its `egress_summary` (the rest are counted)."""
+
+
+class EgressTask(Protocol):
+    """What the service needs of a task (`runtime` TaskContext satisfies it)."""
+
+    task_id: str
+    parent_id: str | None
+    run_id: str
+    trace_id: str
+    description: str
+
+    @property
+    def agent_type(self) -> str: ...
+
+
+class Emitter(Protocol):
+    async def emit(self, kind: str, **data: object) -> object: ...
+
+
+@dataclass
+class EgressService:
+    """The run's egress rules, mode and limits, and where decisions go."""
+
+    rules: RuleSet
+    mode: str
+    limits: EgressLimits = field(default_factory=EgressLimits)
+    resolver: Resolver = field(default_factory=Resolver)
+    """Tests pass `StaticResolver`; nothing else selects a resolver."""
+    gate: PolicyGate | None = None
+    """The run's permission gate (its approver); None: every question is denied."""
+    store: Store | None = None
+    events: Emitter | None = None
+    workspace: Path | None = None
+    """Where "always allow" writes `.claude/settings.local.json`."""
+    sandbox_uid: int | None = None
+
+    async def open(self, task: EgressTask, agent: object, socket_dir: Path) -> TaskEgress | None:
+        """Start `task`'s proxy in `socket_dir`; None when it has no egress."""
+        rules = agent_rules(
+            self.rules,
+            task.agent_type,
+            str(getattr(agent, "source", "?")),
+            getattr(agent, "extra", {}) or {},
+        )
+        if rules is None:
+            return None
+        egress = TaskEgress(self, task, rules)
+        await egress.start(socket_dir)
+        return egress
+
+
+class TaskEgress:
+    """One task's proxy and meter."""
+
+    def __init__(self, service: EgressService, task: EgressTask, rules: RuleSet) -> None:
+        self.service = service
+        self.task = task
+        self.meter = Meter(service.limits)
+        self.decider = Decider(rules, service.mode, service.resolver, self._ask)
+        uids = {os.getuid()}
+        if service.sandbox_uid is not None:
+            uids.add(service.sandbox_uid)
+        self.proxy: EgressProxy | None = None
+        self._uids = frozenset(uids)
+
+    async def start(self, socket_dir: Path) -> None:
+        self.proxy = EgressProxy(
+            socket_dir,
+            self.decider,
+            self.meter,
+            allowed_uids=self._uids,
+            record=self._record,
+            notice=self._notice,
+        )
+        await self.proxy.start()
+
+    async def close(self) -> None:
+        if self.proxy is not None:
+            await self.proxy.close()
+        destinations = sorted(
+            self.meter.destinations.values(), key=lambda d: (-d.bytes_down, d.host, d.port)
+        )
+        await self._emit(
+            "egress_summary",
+            connections=self.meter.connections,
+            bytes_up=self.meter.bytes_up,
+            bytes_down=self.meter.bytes_down,
+            cut=self.meter.cut,
+            destinations=[asdict(d) for d in destinations[:MAX_SUMMARY_DESTINATIONS]],
+            destinations_not_listed=max(0, len(destinations) - MAX_SUMMARY_DESTINATIONS),
+        )
+
+    async def _ask(self, host: str, port: int, why: str) -> Answer:
+        gate = self.service.gate
+        if gate is None:
+            return Answer("deny", "no approver", "")
+        tool_input: dict[str, object] = {"host": host, "port": port}
+        if gate.approvals.allows(TOOL_NAME, tool_input):
+            return Answer("allow", "session approval (allowed for the rest of this run)")
+        workspace = self.service.workspace
+        question = gate.question(
+            self.task,  # type: ignore[arg-type]  # a TaskContext at run time
+            tool_name=TOOL_NAME,
+            tool_input=tool_input,
+            asked_by="egress proxy",
+            reason=f"connect to {host}:{port}: {why}",
+            always_rule=f'"{host}" in sandbox.network.allowedDomains' if workspace else "",
+            always_file=str(workspace / ".claude" / "settings.local.json") if workspace else "",
+        )
+        answer = await gate.ask(self.task, question)  # type: ignore[arg-type]
+        if answer.behavior == "allow" and answer.scope == "always" and workspace is not None:
+            await self._write_always(host)
+        return Answer(answer.behavior, answer.decided_by, answer.reason)
+
+    async def _write_always(self, host: str) -> None:
+        from orchestrator.permissions.always_allow import add_allowed_domain
+
+        assert self.service.workspace is not None
+        try:
+            path = await asyncio.to_thread(add_allowed_domain, self.service.workspace, host)
+        except (OSError, ConfigError) as exc:
+            log.warning("could not add %s to allowedDomains: %s", host, exc)
+            await self._emit("permission_rule_failed", rule=host, error=str(exc)[:500])
+            return
+        await self._emit("permission_rule_added", rule=f"allowedDomains: {host}", path=str(path))
+
+    async def _record(self, verdict: Verdict, method: str) -> None:
+        if verdict.behavior == "deny":
+            await self._emit(
+                "egress_denied",
+                host=verdict.host,
+                port=verdict.port,
+                decided_by=verdict.decided_by,
+                reason=verdict.reason[:500],
+            )
+        store = self.service.store
+        if store is None:
+            return
+        from orchestrator.permissions.approvers import input_hash
+        from orchestrator.store import AuditRecord
+
+        tool_input: dict[str, object] = {"host": verdict.host, "port": verdict.port}
+        record = AuditRecord(
+            run_id=self.task.run_id,
+            task_id=self.task.task_id,
+            agent_type=self.task.agent_type,
+            tool_name=TOOL_NAME,
+            input_hash=input_hash(TOOL_NAME, tool_input),
+            tool_input={**tool_input, "method": method},
+            decision=verdict.policy,
+            final=verdict.behavior,
+            decided_by=verdict.decided_by,
+            source=verdict.source,
+            reason=verdict.reason,
+        )
+        await asyncio.to_thread(store.record_audit, record)
+
+    async def _notice(self, kind: str, message: str) -> None:
+        await self._emit("broker_notice", notice=kind, message=message[:500])
+
+    async def _emit(self, kind: str, **data: object) -> None:
+        if self.service.events is None:
+            return
+        await self.service.events.emit(
+            kind,
+            task_id=self.task.task_id,
+            parent_id=self.task.parent_id,
+            agent_type=self.task.agent_type,
+            trace_id=self.task.trace_id,
+            **data,
+        )

@@ -1,0 +1,182 @@
+"""In-container egress forwarder: 127.0.0.1:PORT → the host's egress proxy socket.
+
+The sandbox has no network interface but `lo`. When the host offers egress it
+mounts a second Unix socket beside the broker's (`EGRESS_SOCKET`); this module
+listens on a loopback port and relays each TCP connection, byte for byte, to a
+new connection on that socket. Every decision (which host, which port, how many
+bytes) is made by the proxy on the host; the forwarder knows nothing and decides
+nothing. It sets the proxy variables (`proxy_env`) so HTTP clients, pip, npm and
+git send their traffic through it. Without the socket nothing starts and no
+variable is set.
+
+Standard library only (it runs in every image, before anything else is imported).
+
+- runner: `offer(socket_dir)` at start-up (a daemon thread; variables go into
+  `os.environ`, which the Bash tool's commands inherit)
+- `warden exec`: `python3 -m sandbox_tools.egress_forward [--socket PATH] -- CMD...`
+  forks the forwarder and execs CMD with the variables set
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import sys
+import threading
+
+EGRESS_SOCKET_NAME = "egress.sock"
+EGRESS_SOCKET = f"/run/warden/{EGRESS_SOCKET_NAME}"
+"""The host proxy's socket inside the container (beside `wire.BROKER_SOCKET`)."""
+LISTEN_HOST = "127.0.0.1"
+LISTEN_BACKLOG = 64
+CHUNK_BYTES = 256 * 1024
+IDLE_TIMEOUT_S = 300.0
+"""A relay with no bytes either way for this long is closed (the proxy has the same)."""
+NO_PROXY = "localhost,127.0.0.1,::1"
+
+
+def proxy_env(port: int) -> dict[str, str]:
+    """The variables that send HTTP(S) clients, pip, npm and git through the forwarder."""
+    url = f"http://{LISTEN_HOST}:{port}"
+    env = {
+        "HTTP_PROXY": url,
+        "HTTPS_PROXY": url,
+        "http_proxy": url,
+        "https_proxy": url,
+        "NO_PROXY": NO_PROXY,
+        "no_proxy": NO_PROXY,
+        "PIP_PROXY": url,
+        "npm_config_proxy": url,
+        "npm_config_https_proxy": url,
+        "npm_config_noproxy": NO_PROXY,
+        "YARN_HTTP_PROXY": url,
+        "YARN_HTTPS_PROXY": url,
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "http.proxy",
+        "GIT_CONFIG_VALUE_0": url,
+    }
+    return env
+
+
+def listen() -> socket.socket:
+    """A listening socket on a free loopback port."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind((LISTEN_HOST, 0))
+    server.listen(LISTEN_BACKLOG)
+    return server
+
+
+def serve(server: socket.socket, socket_path: str) -> None:
+    """Accept forever; one thread per connection relays it to a new proxy connection."""
+    while True:
+        try:
+            client, _ = server.accept()
+        except OSError:
+            return
+        threading.Thread(target=_connection, args=(client, socket_path), daemon=True).start()
+
+
+def _connection(client: socket.socket, socket_path: str) -> None:
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(socket_path)
+    except OSError as exc:
+        _answer_unavailable(client, exc)
+        upstream.close()
+        return
+    try:
+        relay(client, upstream)
+    finally:
+        client.close()
+        upstream.close()
+
+
+def relay(a: socket.socket, b: socket.socket) -> None:
+    """Copy both ways until both sides have ended (or nothing moves for IDLE_TIMEOUT_S)."""
+    peer = {a: b, b: a}
+    reading = [a, b]
+    for s in reading:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CHUNK_BYTES)
+    while reading:
+        ready, _, _ = select.select(reading, [], [], IDLE_TIMEOUT_S)
+        if not ready:
+            return
+        for s in ready:
+            try:
+                data = s.recv(CHUNK_BYTES)
+            except OSError:
+                return
+            if not data:
+                reading.remove(s)
+                try:
+                    peer[s].shutdown(socket.SHUT_WR)
+                except OSError:
+                    return
+                continue
+            try:
+                peer[s].sendall(data)
+            except OSError:
+                return
+
+
+def _answer_unavailable(client: socket.socket, exc: OSError) -> None:
+    reason = f"warden egress: the host's egress proxy is not reachable ({exc.strerror or exc})"
+    body = (reason + "\n").encode()
+    head = (
+        f"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nX-Warden-Egress: {reason}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    with contextlib.suppress(OSError):
+        client.sendall(head.encode() + body)
+
+
+def offer(socket_dir: str) -> int | None:
+    """Start the forwarder when the host offered egress in `socket_dir`; set the proxy
+    variables in this process's environment. Returns the port, or None (no egress)."""
+    path = os.path.join(socket_dir, EGRESS_SOCKET_NAME)
+    if not os.path.exists(path):
+        return None
+    server = listen()
+    port = int(server.getsockname()[1])
+    threading.Thread(target=serve, args=(server, path), daemon=True).start()
+    os.environ.update(proxy_env(port))
+    return port
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`--socket PATH -- CMD...`: fork the forwarder, exec CMD with the variables set."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    path = EGRESS_SOCKET
+    if args[:1] == ["--socket"] and len(args) > 1:
+        path, args = args[1], args[2:]
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args:
+        print(
+            "usage: python3 -m sandbox_tools.egress_forward [--socket PATH] -- CMD...",
+            file=sys.stderr,
+        )
+        return 2
+    server = listen()
+    port = int(server.getsockname()[1])
+    if os.fork() == 0:  # the forwarder: no threads exist yet, so forking is safe
+        os.setsid()
+        try:
+            serve(server, path)
+        finally:
+            os._exit(0)
+    server.close()
+    env = {**os.environ, **proxy_env(port)}
+    try:
+        os.execvpe(args[0], args, env)
+    except OSError as exc:
+        print(f"warden: cannot run {args[0]}: {exc.strerror or exc}", file=sys.stderr)
+        return 127
+    return 0  # pragma: no cover - execvpe does not return
+
+
+if __name__ == "__main__":
+    sys.exit(main())

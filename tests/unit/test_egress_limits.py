@@ -1,0 +1,46 @@
+"""Egress limits: connections and bytes are counted per task and cut at the cap,
+and the first limit crossed is recorded."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.egress.limits import EgressLimits, Meter
+
+
+def test_connection_cap_refuses_before_opening() -> None:
+    meter = Meter(EgressLimits(max_connections=2))
+    assert meter.admit() is None
+    assert meter.admit() is None
+    assert "connection limit (2)" in (meter.admit() or "")
+    assert meter.connections == 2
+
+
+def test_open_connection_cap_frees_on_close() -> None:
+    meter = Meter(EgressLimits(max_open_connections=1))
+    assert meter.admit() is None
+    assert meter.admit() is not None
+    meter.closed()
+    assert meter.admit() is None
+
+
+def test_byte_cap_cuts_at_the_cap_and_is_recorded() -> None:
+    meter = Meter(EgressLimits(max_bytes_down=100))
+    dest = meter.destination("a.test", 443)
+    assert meter.allow_down(dest, 60) == 60
+    assert meter.allow_down(dest, 60) == 40
+    assert meter.bytes_down == 100 and dest.bytes_down == 100
+    assert meter.cut is not None and "100 bytes received" in meter.cut
+    assert meter.admit() == meter.cut  # no new connection after a byte cap
+
+
+def test_zero_turns_a_cap_off() -> None:
+    meter = Meter(EgressLimits(max_bytes_up=0))
+    dest = meter.destination("a.test", 80)
+    assert meter.allow_up(dest, 10**12) == 10**12
+    assert meter.cut is None
+
+
+def test_negative_limits_are_refused() -> None:
+    with pytest.raises(ValueError, match="max_bytes_down"):
+        EgressLimits(max_bytes_down=-1)

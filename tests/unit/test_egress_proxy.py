@@ -1,0 +1,269 @@
+"""The egress proxy over real sockets on 127.0.0.1 (no Docker): the in-container
+forwarder relays to the proxy's Unix socket; allowed hosts work over HTTP and
+HTTPS, and denied hosts, IP literals, private resolutions, SNI mismatches, unknown
+hosts in dontAsk, and byte caps are refused with a one-line reason."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import ssl
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from orchestrator.egress import EgressLimits, EgressService, StaticResolver
+from orchestrator.egress.rules import RuleSet, parse_rule
+from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
+from sandbox_tools import egress_forward
+from tests.egress_support import LocalCA, make_ca, upstream
+
+
+@dataclass
+class FakeTask:
+    task_id: str = "sa_test"
+    parent_id: str | None = None
+    run_id: str = "run_test"
+    trace_id: str = ""
+    description: str = "test"
+
+    @property
+    def agent_type(self) -> str:
+        return "general-purpose"
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, object]]] = []
+
+    async def emit(self, kind: str, **data: object) -> None:
+        self.seen.append((kind, data))
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> LocalCA:
+    return make_ca(tmp_path_factory.mktemp("ca"), ["allowed.test", "other.test"])
+
+
+@pytest.fixture(scope="module")
+def servers(ca: LocalCA) -> Iterator[tuple[int, int]]:
+    with upstream() as http_port, upstream(ca) as https_port:
+        yield http_port, https_port
+
+
+def service(
+    allow: list[str], deny: list[str] = (), mode: str = "dontAsk", **kw: object
+) -> EgressService:  # type: ignore[assignment]
+    rules = [parse_rule(d, "allow", "test", "test") for d in allow]
+    rules += [parse_rule(d, "deny", "test", "test") for d in deny]
+    resolver = StaticResolver(
+        {"allowed.test": "127.0.0.1", "other.test": "127.0.0.1", "private.test": "10.0.0.7",
+         "meta.test": "169.254.169.254", "denied.test": "127.0.0.1", "unknown.test": "127.0.0.1"}
+    )  # fmt: skip
+    return EgressService(rules=RuleSet(tuple(rules)), mode=mode, resolver=resolver, **kw)  # type: ignore[arg-type]
+
+
+@dataclass
+class Proxied:
+    port: int
+    events: Events
+    service: EgressService
+
+
+@pytest.fixture
+async def proxied(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Proxied]:
+    svc: EgressService = request.param() if callable(request.param) else request.param
+    events = Events()
+    svc.events = events
+    egress = await svc.open(FakeTask(), None, tmp_path)
+    assert egress is not None
+    server = egress_forward.listen()
+    port = server.getsockname()[1]
+    threading.Thread(
+        target=egress_forward.serve, args=(server, str(tmp_path / "egress.sock")), daemon=True
+    ).start()
+    try:
+        yield Proxied(port, events, svc)
+    finally:
+        server.close()
+        await egress.close()
+
+
+def fetch(proxy_port: int, url: str, ca: LocalCA | None = None) -> tuple[int, str, str]:
+    proxy = f"http://127.0.0.1:{proxy_port}"
+    handlers: list[urllib.request.BaseHandler] = [
+        urllib.request.ProxyHandler({"http": proxy, "https": proxy})
+    ]
+    if ca is not None:
+        handlers.append(
+            urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=ca.ca_file))
+        )
+    opener = urllib.request.build_opener(*handlers)
+    try:
+        with opener.open(url, timeout=20) as resp:
+            return resp.status, resp.read().decode(), ""
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(), exc.headers.get("X-Warden-Egress", "")
+
+
+ALLOW = service(["allowed.test", "private.test", "meta.test"], deny=["denied.test"])
+
+
+@pytest.mark.parametrize("proxied", [ALLOW], indirect=True)
+async def test_allowed_host_over_http_and_https(
+    proxied: Proxied, servers: tuple[int, int], ca: LocalCA
+) -> None:
+    http_port, https_port = servers
+    status, body, _ = await asyncio.to_thread(
+        fetch, proxied.port, f"http://allowed.test:{http_port}/hello"
+    )
+    assert (status, body) == (200, f"hello from allowed.test:{http_port}\n")
+    status, body, _ = await asyncio.to_thread(
+        fetch, proxied.port, f"https://allowed.test:{https_port}/hello", ca
+    )
+    assert status == 200 and body.startswith("hello from allowed.test")
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://denied.test:{http}/hello", "denied by the rule denied.test"),
+        ("http://127.0.0.1:{http}/hello", "is an IP address"),
+        ("http://private.test:{http}/hello", "resolves to 10.0.0.7, a private address"),
+        ("http://meta.test:{http}/hello", "link-local address (cloud metadata"),
+        ("http://unknown.test:{http}/hello", "mode dontAsk denies it"),
+    ],
+)
+@pytest.mark.parametrize("proxied", [ALLOW], indirect=True)
+async def test_refusals_are_403_with_a_reason(
+    proxied: Proxied, servers: tuple[int, int], url: str, expected: str
+) -> None:
+    status, body, header = await asyncio.to_thread(fetch, proxied.port, url.format(http=servers[0]))
+    assert status == 403
+    assert expected in body and expected in header
+    assert body.startswith("warden egress: ")
+
+
+@pytest.mark.parametrize("proxied", [ALLOW], indirect=True)
+async def test_sni_differing_from_connect_host_is_refused(
+    proxied: Proxied, servers: tuple[int, int], ca: LocalCA
+) -> None:
+    https_port = servers[1]
+
+    def tunnel() -> str:
+        with socket.create_connection(("127.0.0.1", proxied.port), timeout=10) as raw:
+            raw.sendall(f"CONNECT allowed.test:{https_port} HTTP/1.1\r\n\r\n".encode())
+            assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+            ctx = ssl.create_default_context(cafile=ca.ca_file)
+            try:
+                with ctx.wrap_socket(raw, server_hostname="other.test"):
+                    return "handshake completed"
+            except ssl.SSLError as exc:
+                return str(exc)
+
+    outcome = await asyncio.to_thread(tunnel)
+    assert "UNRECOGNIZED_NAME" in outcome.upper()
+    denied = [d for k, d in proxied.events.seen if k == "egress_denied"]
+    assert any("differs from the CONNECT host" in str(d["reason"]) for d in denied)
+
+
+class ScriptedApprover:
+    """Answers each question in turn from a script, and keeps the questions."""
+
+    def __init__(self, *answers: tuple[str, str]) -> None:
+        self.answers = list(answers)
+        self.questions: list[ApprovalQuestion] = []
+
+    async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
+        self.questions.append(q)
+        behavior, scope = self.answers.pop(0)
+        return ApprovalAnswer(behavior=behavior, scope=scope, decided_by="scripted")  # type: ignore[arg-type]
+
+
+def asking(tmp: Path, *answers: tuple[str, str]) -> tuple[EgressService, ScriptedApprover]:
+    from orchestrator.gate import PolicyGate
+    from orchestrator.permissions import EffectivePolicy, HookSet
+
+    approver = ScriptedApprover(*answers)
+    gate = PolicyGate(
+        policy=EffectivePolicy(), hooks=HookSet([], []), workspace_host=tmp, approver=approver
+    )
+    svc = service(["allowed.test"], mode="default", gate=gate, workspace=tmp)
+    return svc, approver
+
+
+async def test_unknown_host_asks_the_approver_and_its_answers_hold(
+    tmp_path: Path, servers: tuple[int, int]
+) -> None:
+    svc, approver = asking(tmp_path, ("deny", "once"), ("allow", "session"), ("allow", "always"))
+    svc.events = Events()
+    egress = await svc.open(FakeTask(), None, tmp_path)
+    assert egress is not None
+    server = egress_forward.listen()
+    port = server.getsockname()[1]
+    threading.Thread(
+        target=egress_forward.serve, args=(server, str(tmp_path / "egress.sock")), daemon=True
+    ).start()
+    url = f"http://unknown.test:{servers[0]}/hello"
+    try:
+        status, body, _ = await asyncio.to_thread(fetch, port, url)
+        assert status == 403 and "denied by scripted" in body
+        q = approver.questions[0]
+        assert (q.tool_name, q.tool_input) == (
+            "Network",
+            {"host": "unknown.test", "port": servers[0]},
+        )
+        assert q.task_id == "sa_test" and "unknown.test" in q.reason
+        assert (await asyncio.to_thread(fetch, port, url))[0] == 200  # allowed for the run
+        assert (await asyncio.to_thread(fetch, port, url))[0] == 200  # not asked again
+        assert len(approver.questions) == 2
+        other = f"http://other.test:{servers[0]}/hello"
+        assert (await asyncio.to_thread(fetch, port, other))[0] == 200  # always
+        settings = json.loads((tmp_path / ".claude" / "settings.local.json").read_text())
+        assert settings["sandbox"]["network"]["allowedDomains"] == ["other.test"]
+    finally:
+        server.close()
+        await egress.close()
+
+
+@pytest.mark.parametrize(
+    "proxied", [lambda: service(["allowed.test"], mode="default")], indirect=True
+)
+async def test_unknown_host_without_an_approver_is_denied_in_default_mode(
+    proxied: Proxied, servers: tuple[int, int]
+) -> None:
+    status, body, _ = await asyncio.to_thread(
+        fetch, proxied.port, f"http://unknown.test:{servers[0]}/hello"
+    )
+    assert status == 403 and "denied by no approver" in body
+
+
+@pytest.mark.parametrize(
+    "proxied",
+    [lambda: service(["allowed.test"], limits=EgressLimits(max_bytes_down=200_000))],
+    indirect=True,
+)
+async def test_byte_cap_stops_a_large_download(proxied: Proxied, servers: tuple[int, int]) -> None:
+    def download() -> int:
+        proxy = urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{proxied.port}"})
+        got = 0
+        try:
+            with urllib.request.build_opener(proxy).open(
+                f"http://allowed.test:{servers[0]}/bytes/5000000", timeout=20
+            ) as resp:
+                while chunk := resp.read(65536):
+                    got += len(chunk)
+        except Exception:
+            pass
+        return got
+
+    got = await asyncio.to_thread(download)
+    assert got < 200_000
+    summary = next(d for k, d in proxied.events.seen if k == "broker_notice")
+    assert "200000 bytes received" in str(summary["message"])
