@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from orchestrator.egress.flags import EgressFlags, egress_options, limits_from_flags
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
@@ -164,6 +166,7 @@ class _Terminated(Exception):
     metavar="PATH",
     help="Workspace path mounted read-only (repeatable); .claude and .git always are.",
 )
+@egress_options("the command", SizeType(allow_zero=True))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the result.")
 @click.argument("command", nargs=-1, required=True)
 def exec_command(
@@ -178,6 +181,11 @@ def exec_command(
     user: str | None,
     user_labels: tuple[str, ...],
     protect: tuple[str, ...],
+    allow_domains: tuple[str, ...],
+    deny_domains: tuple[str, ...],
+    egress_max_down: int | None,
+    egress_max_up: int | None,
+    egress_max_connections: int | None,
     as_json: bool,
     command: tuple[str, ...],
 ) -> None:
@@ -186,6 +194,8 @@ def exec_command(
     _log_warnings_to_stderr()
     labels = _parse_labels(user_labels)
     disk = (disk_write_limit, disk_free_floor)
+    limits = limits_from_flags(egress_max_down, egress_max_up, egress_max_connections)
+    egress = EgressFlags(allow_domains, deny_domains, limits) if allow_domains else None
     try:
         code = _run(
             workspace,
@@ -200,6 +210,7 @@ def exec_command(
             protect,
             as_json,
             command,
+            egress,
         )
     except WardenError as exc:
         click.echo(f"warden: error: {exc}", err=True)
@@ -223,6 +234,7 @@ def _run(
     protect: tuple[str, ...],
     as_json: bool,
     command: tuple[str, ...],
+    egress_flags: EgressFlags | None = None,
 ) -> int:
     from orchestrator import labels
     from orchestrator.backend.base import ResourceLimits, SandboxSpec
@@ -249,6 +261,7 @@ def _run(
     guard = WorkspaceGuard.prepare(
         workspace or Path.cwd(), protect=protect, leave_no_trace=True
     )
+    egress = None
     try:
         try:
             spec = SandboxSpec(
@@ -264,8 +277,15 @@ def _run(
             )
         except ValidationError as exc:
             raise click.UsageError(f"invalid sandbox settings: {_problems(exc)}") from exc
+        if egress_flags is not None:  # the proxy's imports are paid only here
+            from orchestrator.egress.oneoff import start_exec_egress
+
+            egress = start_exec_egress(settings, spec, egress_flags)
+            spec = egress.sandbox_spec(spec)
         result = run_interruptible(DiskGuardedBackend(DockerBackend(client, settings)), spec)
     finally:
+        if egress is not None:
+            egress.close()
         guard.release()
     if isinstance(result, Interrupted):
         click.echo(

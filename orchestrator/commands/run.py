@@ -10,13 +10,15 @@ from typing import TYPE_CHECKING
 import click
 
 from orchestrator.commands._frame import drive, outcome_options, run_to_end
-from orchestrator.commands.exec import UserType, disk_limit_options
+from orchestrator.commands.exec import SizeType, UserType, disk_limit_options
+from orchestrator.egress.flags import egress_options, limits_from_flags
 from orchestrator.results.models import Outcome
 from orchestrator.results.report import RunOutputs, RunState
 
 if TYPE_CHECKING:
     from orchestrator.backend.base import DiskLimits
     from orchestrator.config import Settings
+    from orchestrator.egress.setup import EgressRequest
     from orchestrator.permissions.approvers import Approver
     from orchestrator.runtime.caps import TaskCaps
     from orchestrator.runtime.session import Run
@@ -111,6 +113,14 @@ if TYPE_CHECKING:
     help="uid:gid every sandbox runs as (default: the workspace owner; never root).",
 )
 @disk_limit_options("one subagent", "the subagent is killed (disk_limit)")
+@egress_options("subagents", SizeType(allow_zero=True))
+@click.option(
+    "--egress",
+    "egress_on",
+    is_flag=True,
+    help="Give subagents the egress proxy even when no rule allows a domain: every "
+    "destination is then a question (denied in dontAsk and CI).",
+)
 @outcome_options("the run")
 def run(
     prompt: str,
@@ -136,6 +146,12 @@ def run(
     audit_out: Path | None,
     disk_write_limit: int | None,
     disk_free_floor: int | None,
+    allow_domains: tuple[str, ...],
+    deny_domains: tuple[str, ...],
+    egress_max_down: int | None,
+    egress_max_up: int | None,
+    egress_max_connections: int | None,
+    egress_on: bool,
 ) -> None:
     """Run PROMPT with a parent agent whose only tools delegate to subagents.
 
@@ -144,6 +160,7 @@ def run(
     can answer (CI=true, no TTY). Ctrl-C, SIGTERM and SIGHUP stop every subagent the
     run started and record the run as stopped (exit 130, 143, 129)."""
     from orchestrator.config import Settings
+    from orchestrator.egress.setup import EgressRequest
 
     settings = Settings.from_env()
     options = RunOptions(
@@ -163,6 +180,12 @@ def run(
         token_budget=token_budget,
         disk=settings.disk_limits(disk_write_limit, disk_free_floor),
         user=user,
+        egress=EgressRequest(
+            allow_domains=allow_domains,
+            deny_domains=deny_domains,
+            enabled=egress_on,
+            limits=limits_from_flags(egress_max_down, egress_max_up, egress_max_connections),
+        ),
     )
     outputs = RunOutputs(json_mode=json_mode, fail_on=fail_on, junit=junit_path, audit=audit_out)
     run_to_end(
@@ -190,6 +213,8 @@ class RunOptions:
     """Sandbox disk limits (None: the settings' defaults)."""
     user: str | None = None
     """uid:gid of every sandbox (None: the workspace owner)."""
+    egress: EgressRequest | None = None
+    """Domain flags and caps of the egress proxy (None: the settings files' only)."""
 
 
 async def _run(
@@ -226,6 +251,7 @@ async def _run(
                 **options.caps,
             ),
             protect=options.protect,
+            egress=options.egress,
         )
 
     async def work(the_run: Run) -> str:

@@ -13,20 +13,7 @@ socket beside its broker's (`proxy.SOCKET_NAME`), and the in-container forwarder
 - `limits`: per-task caps on bytes and connections, and the meter
 - `proxy`: the HTTP CONNECT / plain-HTTP proxy on the Unix socket
 - `service`: one run's egress: a proxy per task, approvals, audit, summaries
+
+Nothing is imported here: `warden exec` imports `flags` at start-up and must not
+pay for the proxy unless egress is asked for.
 """
-
-from orchestrator.egress.limits import EgressLimits
-from orchestrator.egress.resolver import Resolver, StaticResolver
-from orchestrator.egress.rules import RuleSet
-from orchestrator.egress.service import EgressService, TaskEgress
-from orchestrator.egress.sources import load_rules
-
-__all__ = [
-    "EgressLimits",
-    "EgressService",
-    "Resolver",
-    "RuleSet",
-    "StaticResolver",
-    "TaskEgress",
-    "load_rules",
-]

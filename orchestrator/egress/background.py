@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.egress.service import EgressService, TaskEgress
@@ -28,8 +28,6 @@ class OneOffTask:
     trace_id: str = ""
     description: str = ""
     agent: str = "exec"
-    decisions: list[tuple[str, int, str, str]] = field(default_factory=list)
-    """(host, port, allow|deny, reason) of every decision, in order."""
 
     @property
     def agent_type(self) -> str:

@@ -29,7 +29,7 @@ from orchestrator.egress.sources import agent_rules
 from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
-    from orchestrator.gate import PolicyGate
+    from orchestrator.runtime.gate import PolicyGate
     from orchestrator.store import Store
 
 log = logging.getLogger(__name__)

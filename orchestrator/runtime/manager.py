@@ -58,6 +58,7 @@ from sandbox_tools import wire
 if TYPE_CHECKING:
     from orchestrator.agents.definition import AgentDefinition
     from orchestrator.agents.registry import AgentRegistry
+    from orchestrator.egress.service import EgressService, TaskEgress
     from orchestrator.store import Store
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,9 @@ class TaskManager:
         self.upstream = upstream
         self.upstream_for: Callable[[Upstream, str, str | None], Upstream] | None = None
         """Wraps the upstream a task's broker forwards model calls with (tracing)."""
+        self.egress: EgressService | None = None
+        """The run's egress proxy service; None: sandboxes have no network at all."""
+        self._egress_of: dict[str, TaskEgress] = {}
         self.events = events
         self.store = store
         self.recorder = TaskRecorder(events, store)
@@ -343,6 +347,10 @@ class TaskManager:
         ctx.status = TaskStatus.RUNNING
         try:
             await broker.start()
+            if self.egress is not None:  # its socket is in place before the runner looks
+                egress = await self.egress.open(ctx, ctx.agent, socket_dir)
+                if egress is not None:
+                    self._egress_of[ctx.task_id] = egress
             if warm:
                 warm.release()  # its runner was waiting for this broker
             if ctx.container_id is None:
@@ -399,6 +407,8 @@ class TaskManager:
             log.exception("could not remove container %s of %s", ctx.container_id, ctx.task_id)
         finally:
             await broker.close()
+            if (egress := self._egress_of.pop(ctx.task_id, None)) is not None:
+                await egress.close()
             shutil.rmtree(socket_dir, ignore_errors=True)
         await self._conclude(ctx, task_result(ctx, sandbox, budget, failure))
 

@@ -17,10 +17,11 @@ from typing import Any
 from orchestrator import labels
 from orchestrator.broker import Upstream
 from orchestrator.config import DEFAULT_MODEL, Settings
+from orchestrator.egress.setup import EgressRequest, run_egress
 from orchestrator.errors import ConfigError
 from orchestrator.lifecycle import owner
 from orchestrator.lifecycle.recovery import recover
-from orchestrator.permissions import load_hooks, load_policy
+from orchestrator.permissions import EffectivePolicy, load_hooks, load_policy
 from orchestrator.permissions.approvers import NonInteractiveApprover
 from orchestrator.results.parent_transcript import ObservedClient, ParentTranscript, transcript_path
 from orchestrator.runtime.caps import TaskManagerConfig
@@ -98,13 +99,16 @@ async def open_run(
     runner_command: tuple[str, ...] | None = None,
     protect: tuple[str, ...] = (),
     tracer_provider: Any | None = None,
+    egress: EgressRequest | None = None,
 ) -> AsyncIterator[Run]:
     """Everything a run needs, started; on exit every container of this run is gone.
 
     Tool calls are decided by the workspace's effective policy (managed policy,
     `policy`/`allow`/`deny`/`mode`, `.claude/settings.json`, user settings) and its
     PreToolUse hooks; questions go to `approver` (default: deny, no human).
-    Raises PolicyError/ConfigError before anything starts when they are invalid."""
+    Sandboxes get network egress only as `egress` and the domain rules allow
+    (`orchestrator.egress.setup`). Raises PolicyError/ConfigError before anything
+    starts when they are invalid."""
     from orchestrator.agents.registry import AgentRegistry
     from orchestrator.backend.connect import connect_local
     from orchestrator.backend.docker import DockerBackend
@@ -213,6 +217,17 @@ async def open_run(
         )
         if isinstance(gate, PolicyGate):
             gate.known_tasks = manager.tasks  # questions name every ancestor
+        manager.egress = run_egress(
+            egress or EgressRequest(),
+            settings,
+            workspace,
+            gate.policy if isinstance(gate, PolicyGate) else EffectivePolicy(mode="dontAsk"),
+            policy_file=policy,
+            gate=gate if isinstance(gate, PolicyGate) else None,
+            store=store,
+            events=events,
+            sandbox_uid=manager.identity.uid,
+        )
         # Whatever happens, no container of this run outlives it: the reaper runs
         # last, after the manager has stopped its tasks and emptied its warm pool.
         stack.push_async_callback(_reap, backend, session)

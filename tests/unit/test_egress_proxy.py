@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.egress import EgressLimits, EgressService, StaticResolver
+from orchestrator.egress.limits import EgressLimits
+from orchestrator.egress.resolver import StaticResolver
 from orchestrator.egress.rules import RuleSet, parse_rule
+from orchestrator.egress.service import EgressService
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
 from sandbox_tools import egress_forward
 from tests.egress_support import LocalCA, make_ca, upstream

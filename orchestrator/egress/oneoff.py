@@ -1,0 +1,113 @@
+"""Egress for `warden exec --allow-domain`: one command, one proxy, no questions.
+
+The command is wrapped in the in-container forwarder
+(`python3 -m sandbox_tools.egress_forward -- CMD...`, which execs CMD with the
+proxy variables set), and the proxy's socket directory is mounted at
+`/run/warden`. Rules: the managed policy's `sandbox.network` (its denies hold
+here too) and the command line's domains; anything else is denied, since a
+one-off command has no one to ask. Decisions are reported on stderr (and in
+`--json`), not in the run store: `warden exec` opens no store.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.backend.base import Mount, SandboxSpec, parse_user
+from orchestrator.broker.listener import SandboxIdentity, make_socket_dir
+from orchestrator.config import Settings
+from orchestrator.egress.background import BackgroundEgress, OneOffTask
+from orchestrator.egress.flags import EgressFlags
+from orchestrator.egress.resolver import Resolver
+from orchestrator.egress.rules import RuleSet, parse_rule
+from orchestrator.egress.service import EgressService
+from orchestrator.egress.sources import CLI_ALLOW, CLI_DENY, settings_rules
+from orchestrator.ui.untrusted_text import printable
+
+FORWARDER = ("python3", "-m", "sandbox_tools.egress_forward", "--")
+SOCKET_DIR_IN_SANDBOX = "/run/warden"
+
+
+@dataclass
+class ExecEgress:
+    """A running proxy for one `warden exec` command."""
+
+    socket_dir: Path
+    user: str
+    """`uid:gid` the sandbox must run as (the proxy admits only it)."""
+    background: BackgroundEgress
+
+    def sandbox_spec(self, spec: SandboxSpec) -> SandboxSpec:
+        """`spec` with the command wrapped in the forwarder and the socket mounted."""
+        return spec.model_copy(
+            update={
+                "command": [*FORWARDER, *spec.command],
+                "mounts": [
+                    *spec.mounts,
+                    Mount(source=self.socket_dir, target=SOCKET_DIR_IN_SANDBOX, read_only=True),
+                ],
+                "user": self.user,
+            }
+        )
+
+    def close(self, as_json: bool = False) -> dict[str, object]:
+        """Stop the proxy; report refusals and a cut on stderr (plain text)."""
+        try:
+            summary = self.background.close()
+        finally:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+        for denial in self.background.denials():
+            reason = printable(str(denial.get("reason", "")), 300)
+            sys.stderr.write(f"warden: egress refused: {reason}\n")
+        if summary.get("cut"):
+            sys.stderr.write(f"warden: egress cut: {printable(str(summary['cut']), 300)}\n")
+        return summary
+
+
+def identity_for(workspace: Path, user: str | None, fallback_uid: int) -> SandboxIdentity:
+    """The uid:gid the sandbox will run as (as the Docker backend chooses it)."""
+    if user is not None:
+        uid, gid = parse_user(user)
+        return SandboxIdentity(uid, gid)
+    owner = workspace.stat()
+    if owner.st_uid == 0:
+        return SandboxIdentity(fallback_uid, fallback_uid)
+    return SandboxIdentity(owner.st_uid, owner.st_gid or fallback_uid)
+
+
+def start_exec_egress(
+    settings: Settings,
+    spec: SandboxSpec,
+    flags: EgressFlags,
+    *,
+    resolver: Resolver | None = None,
+) -> ExecEgress:
+    """Start the proxy for one command. PolicyError for a malformed domain."""
+    rules = []
+    if settings.managed_policy is not None and settings.managed_policy.is_file():
+        rules += settings_rules(settings.managed_policy, f"managed:{settings.managed_policy}")
+    rules += [parse_rule(d, "deny", CLI_DENY, f"--deny-domain {d!r}") for d in flags.deny_domains]
+    rules += [
+        parse_rule(d, "allow", CLI_ALLOW, f"--allow-domain {d!r}") for d in flags.allow_domains
+    ]
+    workspace = (spec.workspace or Path.cwd()).resolve()
+    identity = identity_for(workspace, spec.user, settings.fallback_uid)
+    service = EgressService(
+        rules=RuleSet(tuple(rules)),
+        mode="dontAsk",
+        limits=flags.limits,
+        resolver=resolver or Resolver(),
+        sandbox_uid=identity.uid,
+    )
+    socket_dir = make_socket_dir(identity)
+    background = BackgroundEgress(service, OneOffTask(task_id=f"exec-{os.getpid()}"), socket_dir)
+    try:
+        background.start()
+    except BaseException:
+        shutil.rmtree(socket_dir, ignore_errors=True)
+        raise
+    return ExecEgress(socket_dir, f"{identity.uid}:{identity.gid}", background)
