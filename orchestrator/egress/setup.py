@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from orchestrator.runtime.gate import PolicyGate
     from orchestrator.permissions import EffectivePolicy
 
+
 @dataclass(frozen=True)
 class EgressRequest:
     """Egress flags of `warden run` / `warden exec` (and the Python API)."""

@@ -12,8 +12,13 @@ from pydantic import ValidationError
 
 from orchestrator.exit_codes import ExitCode, is_interrupted
 from orchestrator.results.models import (
+<<<<<<< HEAD
     TASK_END_KINDS,
     Denial,
+=======
+    Denial,
+    EgressUse,
+>>>>>>> 84f2429 (Result document lists each task's egress destinations (connections, refusals, bytes); egress event kinds; integration tests for egress from inside real sandboxes and warden exec --allow-domain)
     Event,
     Outcome,
     RunResult,
@@ -24,6 +29,8 @@ from orchestrator.results.models import (
 if TYPE_CHECKING:
     from orchestrator.store import AuditRecord, EventRecord, Store, TaskRecord
 
+EGRESS_TOOL = "Network"
+"""`tool_name` of egress decisions in the audit (`orchestrator.egress.decide.TOOL_NAME`)."""
 WRITE_TOOLS = {"Write": "file_path", "Edit": "file_path", "NotebookEdit": "notebook_path"}
 """Tools whose allowed calls count as files written, and the input naming the file."""
 
@@ -49,9 +56,12 @@ def task_summaries(
     """One summary per task (creation order) and every denial of the run."""
     tool_calls: Counter[str] = Counter()
     ended: dict[str, dict[str, Any]] = {}
+    egress: dict[str | None, dict[tuple[str, int], EgressUse]] = {}
     for event in events:
         if event.task_id is None:
             continue
+        if event.kind == "egress_summary":
+            _egress_bytes(egress.setdefault(event.task_id, {}), event.data)
         if event.kind == "task_running" and event.data.get("event") == "tool_started":
             tool_calls[event.task_id] += 1
         elif event.kind in TASK_END_KINDS:
@@ -61,6 +71,8 @@ def task_summaries(
     asked: Counter[str | None] = Counter()
     written: dict[str | None, list[str]] = {}
     for record in audit:
+        if record.tool_name == EGRESS_TOOL:
+            _egress_decision(egress.setdefault(record.task_id, {}), record)
         if record.decision == "ask":
             asked[record.task_id] += 1
         if record.final == "deny":
@@ -97,10 +109,37 @@ def task_summaries(
                 denials=denied[task.task_id],
                 asks=asked[task.task_id],
                 files_written=written.get(task.task_id, []),
+                egress=list(egress.get(task.task_id, {}).values()),
                 error=task.error,
             )
         )
     return summaries, denials
+
+
+def _egress_use(uses: dict[tuple[str, int], EgressUse], host: object, port: object) -> EgressUse:
+    key = (str(host), _int(port))
+    if key not in uses:
+        uses[key] = EgressUse(host=key[0], port=key[1], connections=0, refused=0)
+    return uses[key]
+
+
+def _egress_decision(uses: dict[tuple[str, int], EgressUse], record: AuditRecord) -> None:
+    """Count one egress decision (the audit holds one per connection)."""
+    use = _egress_use(uses, record.tool_input.get("host"), record.tool_input.get("port"))
+    if record.final == "allow":
+        use.connections += 1
+    else:
+        use.refused += 1
+
+
+def _egress_bytes(uses: dict[tuple[str, int], EgressUse], data: dict[str, Any]) -> None:
+    """Bytes per destination from a task's `egress_summary` event."""
+    listed = data.get("destinations")
+    for item in listed if isinstance(listed, list) else []:
+        if isinstance(item, dict):
+            use = _egress_use(uses, item.get("host"), item.get("port"))
+            use.bytes_up = _int(item.get("bytes_up"))
+            use.bytes_down = _int(item.get("bytes_down"))
 
 
 def outcomes(tasks: Sequence[TaskSummary]) -> set[Outcome]:

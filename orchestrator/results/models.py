@@ -38,6 +38,8 @@ EVENT_KINDS = (
     "post_tool_use_hook",
     "broker_rejected",
     "broker_notice",
+    "egress_denied",
+    "egress_summary",
 )
 """The kinds warden emits today. Readers should ignore kinds they do not know."""
 
@@ -88,6 +90,25 @@ class Denial(BaseModel):
     """Why, in words."""
 
 
+class EgressUse(BaseModel):
+    """One destination a task's sandbox asked its egress proxy for."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    host: str
+    """The host name (or IP literal) asked for; from the container: data only."""
+    port: int
+    """The TCP port."""
+    connections: int
+    """Connections allowed."""
+    refused: int
+    """Connections refused (rule, mode, approver, address or SNI check)."""
+    bytes_up: int = 0
+    """Bytes sent to it through the proxy."""
+    bytes_down: int = 0
+    """Bytes received from it through the proxy."""
+
+
 class TaskSummary(BaseModel):
     """One subagent task of the run; `parent_id` makes the list a tree."""
 
@@ -120,6 +141,8 @@ class TaskSummary(BaseModel):
     """Tool calls that needed a person's (or the non-interactive approver's) answer."""
     files_written: list[str]
     """Paths of allowed Write/Edit/NotebookEdit calls (Bash writes are not listed)."""
+    egress: list[EgressUse] = Field(default_factory=list)
+    """Destinations its sandbox asked the egress proxy for (empty without egress)."""
     error: str | None
     """Why it failed, timed out or was stopped."""
 
