@@ -102,6 +102,10 @@ class EgressProxy:
         self._server = await asyncio.start_unix_server(
             self._accepted, path=str(self.path), limit=MAX_HEAD_BYTES
         )
+        # Like the broker's: the directory's group is the sandbox's gid, and only the
+        # sandbox (and this process) may connect; the peer check follows on accept.
+        with contextlib.suppress(PermissionError):
+            os.chown(self.path, -1, self.path.parent.stat().st_gid)
         os.chmod(self.path, SOCKET_MODE)
 
     async def close(self) -> None:

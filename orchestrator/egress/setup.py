@@ -20,8 +20,8 @@ from orchestrator.egress.sources import load_rules
 
 if TYPE_CHECKING:
     from orchestrator.config import Settings
-    from orchestrator.runtime.gate import PolicyGate
     from orchestrator.permissions import EffectivePolicy
+    from orchestrator.runtime.gate import PolicyGate
 
 
 @dataclass(frozen=True)

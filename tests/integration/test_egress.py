@@ -29,6 +29,7 @@ from orchestrator.permissions.approvers import (
     ApprovalQuestion,
     CallbackApprover,
 )
+from orchestrator.results.build import build_result, stored_event
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.conftest import warden_argv, warden_env
 from tests.egress_support import LocalCA, make_ca, publish_wheel, upstream
@@ -184,14 +185,18 @@ async def test_egress_from_inside_a_real_sandbox(
             TaskInput(description="probe egress", prompt="PROBE", subagent_type="general-purpose")
         )
         audit = [a for a in run.store.audit(run.run_id) if a.tool_name == "Network"]
-        events = [e for e in run.store.events(run_id=run.run_id) if e.kind == "egress_summary"]
+        events = [stored_event(e) for e in run.store.events(run_id=run.run_id)]
+        result_doc = build_result(
+            run.store, run.run_id, base_code=0, status="completed", text="", error=None,
+            started=0.0,
+        )  # fmt: skip
 
     assert result.status is TaskStatus.COMPLETED, result.error
     out = probe_output(requests_of(server, "prober")[1].body)
     # Still no network interface but lo, before and after.
-    assert out["ifaces_before"] == out["ifaces_after"] == ["lo"]
+    assert out["ifaces_before"] == out["ifaces_after"] == ["lo"], out
     assert "HTTPS_PROXY" in out["proxy_vars"] and "no_proxy" in out["proxy_vars"]
-    assert out["https_allowed"][:2] == [200, f"hello from allowed.test:{https_port}\n"]
+    assert out["https_allowed"][:2] == [200, f"hello from allowed.test:{https_port}\n"], out
     assert out["http_allowed"][:2] == [200, f"hello from allowed.test:{http_port}\n"]
     assert out["denied"][0] == 403 and "denied by the rule denied.test" in out["denied"][1]
     assert out["ip_literal"][0] == 403 and "is an IP address" in out["ip_literal"][1]
@@ -220,9 +225,14 @@ async def test_egress_from_inside_a_real_sandbox(
         ("pypi.test", "allow"),
     } <= decided
     assert any("differs from the CONNECT host" in a.reason for a in audit)
-    summary = events[-1].data
+    summary = next(e.data for e in events if e.kind == "egress_summary")
     assert summary["cut"] and str(BYTE_CAP) in str(summary["cut"])
     assert summary["bytes_down"] <= BYTE_CAP
+    # The --json result lists the destinations the task used.
+    (task_summary,) = result_doc.tasks
+    uses = {(u.host, u.refused > 0, u.connections > 0) for u in task_summary.egress}
+    assert ("allowed.test", False, True) in uses and ("denied.test", True, False) in uses
+    assert sum(u.bytes_down for u in task_summary.egress) == summary["bytes_down"]
 
 
 async def test_without_egress_a_sandbox_gets_no_socket_and_no_variables(

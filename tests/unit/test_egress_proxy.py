@@ -189,8 +189,8 @@ class ScriptedApprover:
 
 
 def asking(tmp: Path, *answers: tuple[str, str]) -> tuple[EgressService, ScriptedApprover]:
-    from orchestrator.gate import PolicyGate
     from orchestrator.permissions import EffectivePolicy, HookSet
+    from orchestrator.runtime.gate import PolicyGate
 
     approver = ScriptedApprover(*answers)
     gate = PolicyGate(
