@@ -12,13 +12,9 @@ from pydantic import ValidationError
 
 from orchestrator.exit_codes import ExitCode, is_interrupted
 from orchestrator.results.models import (
-<<<<<<< HEAD
     TASK_END_KINDS,
     Denial,
-=======
-    Denial,
     EgressUse,
->>>>>>> 84f2429 (Result document lists each task's egress destinations (connections, refusals, bytes); egress event kinds; integration tests for egress from inside real sandboxes and warden exec --allow-domain)
     Event,
     Outcome,
     RunResult,
