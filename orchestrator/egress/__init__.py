@@ -14,6 +14,11 @@ socket beside its broker's (`proxy.SOCKET_NAME`), and the in-container forwarder
 - `proxy`: the HTTP CONNECT / plain-HTTP proxy on the Unix socket
 - `service`: one run's egress: a proxy per task, approvals, audit, summaries
 
+May import: `config`, `errors`, `backend` (sandbox specs, for `warden exec`),
+`broker` (socket directories and peer checks), `permissions` (rule sources,
+approvals, the settings writer), `store` (audit records), `ui.untrusted_text`;
+`runtime` for types only. `runtime` and `commands` import `egress`.
+
 Nothing is imported here: `warden exec` imports `flags` at start-up and must not
 pay for the proxy unless egress is asked for.
 """

@@ -13,6 +13,6 @@
   tools), `events` (the run's event log), `session` (wiring one run together).
 
 May import: `config`, `errors`, `jsontypes`, `labels`, `agents`, `backend`,
-`broker`, `images`, `permissions`, `store`, `results`, `tracing`, `workspace`,
+`broker`, `egress`, `images`, `permissions`, `store`, `results`, `tracing`, `workspace`,
 `lifecycle`, and `sandbox_tools.wire`. Only `commands` imports `runtime`.
 """
