@@ -1,8 +1,8 @@
 """JSON as a type: what `json.loads` returns and `json.dumps` accepts.
 
 Used wherever data is JSON (tool inputs and results, event payloads, transcripts,
-Docker Engine replies) instead of `Any`, so mypy makes code look before it uses a
-value. A `TypeAliasType` so pydantic models can hold it too (and publish it in
+Docker Engine replies) instead of an unchecked type, so mypy makes code look
+before it uses a value. A `TypeAliasType` so pydantic models can hold it too (and publish it in
 their JSON Schemas as a recursive definition).
 """
 
@@ -16,7 +16,7 @@ JSONValue = TypeAliasType(
     "JSONValue",
     "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None",
 )
-"""Any JSON value."""
+"""A JSON value: null, a boolean, a number, a string, an array or an object."""
 
 JSONObject = dict[str, JSONValue]
 """A JSON object."""
@@ -28,4 +28,18 @@ JSONLike = TypeAliasType(
 """What may be serialised as JSON, read-only: accepts `dict[str, str]`, tuples, …
 (a `dict[str, JSONValue]` parameter would refuse them: dict is invariant)."""
 
-__all__ = ["JSONLike", "JSONObject", "JSONValue"]
+__all__ = ["JSONLike", "JSONObject", "JSONValue", "to_json", "to_json_object"]
+
+
+def to_json(value: JSONLike) -> JSONValue:
+    """`value` as plain JSON data: mappings become dicts, sequences lists."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v) for k, v in value.items()}
+    return [to_json(v) for v in value]
+
+
+def to_json_object(value: Mapping[str, JSONLike]) -> JSONObject:
+    """A mapping of JSON-like values as a JSON object."""
+    return {str(k): to_json(v) for k, v in value.items()}

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from orchestrator.config import Settings
+    from orchestrator.jsontypes import JSONObject
+    from orchestrator.store import Store
 
 FOLLOW_POLL_S = 0.5
 RUN_PREFIX = "run_"
@@ -32,7 +38,9 @@ def logs(target_id: str, follow: bool, json_mode: bool) -> None:
             _task_logs(store, target_id, follow, json_mode)
 
 
-def _run_logs(settings: Any, store: Any, run_id: str, follow: bool, json_mode: bool) -> None:
+def _run_logs(
+    settings: Settings, store: Store, run_id: str, follow: bool, json_mode: bool
+) -> None:
     from orchestrator.commands._common import emit_json
     from orchestrator.results.build import stored_event
     from orchestrator.results.parent_transcript import load_parent_transcript
@@ -58,9 +66,9 @@ def _run_logs(settings: Any, store: Any, run_id: str, follow: bool, json_mode: b
         if transcript is None:
             click.echo("--- no parent transcript was stored for this run ---")
         else:
-            click.echo(
-                f"--- parent transcript ({len(transcript.get('messages', []))} messages) ---"
-            )
+            messages = transcript.get("messages")
+            count = len(messages) if isinstance(messages, list) else 0
+            click.echo(f"--- parent transcript ({count} messages) ---")
             if transcript.get("truncated"):
                 click.echo("(the transcript grew past its size limit; later turns are not kept)")
             _print_messages(transcript.get("messages", []))
@@ -69,7 +77,7 @@ def _run_logs(settings: Any, store: Any, run_id: str, follow: bool, json_mode: b
                   run_id=run_id)  # fmt: skip
 
 
-def _task_logs(store: Any, task_id: str, follow: bool, json_mode: bool) -> None:
+def _task_logs(store: Store, task_id: str, follow: bool, json_mode: bool) -> None:
     from orchestrator.commands._common import emit_json
     from orchestrator.results.build import stored_event
     from orchestrator.ui.untrusted_text import printable
@@ -111,7 +119,7 @@ def _task_logs(store: Any, task_id: str, follow: bool, json_mode: bool) -> None:
         _print_messages(store.get_transcript(task_id))
 
 
-def _print_setup(setup: dict[str, Any]) -> None:
+def _print_setup(setup: JSONObject) -> None:
     from orchestrator.ui.untrusted_text import printable
 
     tools = setup.get("tools")
@@ -136,14 +144,22 @@ def _print_setup(setup: dict[str, Any]) -> None:
     click.echo(printable(setup.get("system_prompt", ""), None, multiline=True))
 
 
-def _print_events(store: Any, follow: bool, json_mode: bool, active: Any, **where: str) -> None:
+def _print_events(
+    store: Store,
+    follow: bool,
+    json_mode: bool,
+    active: Callable[[], bool],
+    *,
+    run_id: str | None = None,
+    task_id: str | None = None,
+) -> None:
     from orchestrator.lifecycle.recovery import reap_dead_quietly
     from orchestrator.results.build import stored_event
     from orchestrator.ui.untrusted_text import printable
 
     last = 0
     while True:
-        for record in store.events(after_id=last, **where):
+        for record in store.events(run_id=run_id, task_id=task_id, after_id=last):
             last = record.event_id
             event = stored_event(record)
             if json_mode:
@@ -152,7 +168,7 @@ def _print_events(store: Any, follow: bool, json_mode: bool, active: Any, **wher
                 stamp = time.strftime("%H:%M:%S", time.localtime(event.ts))
                 who = (
                     f" {printable(event.task_id, 40)}"
-                    if "run_id" in where and event.task_id
+                    if run_id is not None and event.task_id
                     else ""
                 )
                 click.echo(
@@ -164,7 +180,7 @@ def _print_events(store: Any, follow: bool, json_mode: bool, active: Any, **wher
         reap_dead_quietly(store)  # its orchestrator may die while we follow
 
 
-def _print_messages(messages: Any) -> None:
+def _print_messages(messages: object) -> None:
     from orchestrator.ui.untrusted_text import printable
 
     for message in messages if isinstance(messages, list) else []:

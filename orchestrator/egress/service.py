@@ -27,6 +27,7 @@ from orchestrator.egress.resolver import Resolver
 from orchestrator.egress.rules import RuleSet
 from orchestrator.egress.sources import agent_rules
 from orchestrator.errors import ConfigError
+from orchestrator.jsontypes import JSONObject
 
 if TYPE_CHECKING:
     from orchestrator.runtime.gate import PolicyGate
@@ -132,7 +133,7 @@ class TaskEgress:
         gate = self.service.gate
         if gate is None:
             return Answer("deny", "no approver", "")
-        tool_input: dict[str, object] = {"host": host, "port": port}
+        tool_input: JSONObject = {"host": host, "port": port}
         if gate.approvals.allows(TOOL_NAME, tool_input):
             return Answer("allow", "session approval (allowed for the rest of this run)")
         workspace = self.service.workspace

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.jsontypes import JSONObject
 
 Behavior = Literal["allow", "deny", "ask"]
 Mode = Literal["default", "acceptEdits", "dontAsk", "plan", "bypassPermissions"]
@@ -39,7 +41,7 @@ class ToolCall(_Value):
 
     tool_name: str
     """Claude Code's tool name, e.g. `Bash`."""
-    tool_input: dict[str, Any]
+    tool_input: JSONObject
     """The tool's input exactly as the model produced it."""
     tool_use_id: str = ""
     """The model's `tool_use` block id."""
@@ -77,7 +79,7 @@ class HookOutcome(_Value):
     """The hook's opinion; None for no opinion (or an error)."""
     reason: str = ""
     """`permissionDecisionReason`, or stderr for exit 2."""
-    updated_input: dict[str, Any] | None = None
+    updated_input: JSONObject | None = None
     """A validated replacement tool input."""
     error: str | None = None
     """A non-blocking error: bad exit code, timeout, malformed output."""
@@ -98,7 +100,7 @@ class Decision(_Value):
     """Where that rule (or mode) came from: `managed:…`, `cli`, `project:…`, `user:…`, `mode`."""
     hook: str | None = None
     """The hook command that decided, if a hook did."""
-    updated_input: dict[str, Any] | None = None
+    updated_input: JSONObject | None = None
     """A hook's replacement input; the tool must run with it instead."""
     hook_outcomes: tuple[HookOutcome, ...] = Field(default_factory=tuple)
     """Every hook that ran, including errors, for the audit trail."""

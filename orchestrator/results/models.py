@@ -10,9 +10,11 @@ that breaks readers bumps SCHEMA_VERSION.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.jsontypes import JSONObject
 
 SCHEMA_VERSION = 1
 """Version of the event and result documents; bumped on a change that breaks readers."""
@@ -65,7 +67,7 @@ class Event(BaseModel):
     """The subagent type."""
     trace_id: str | None = None
     """Shared by every event of one run (W3C trace id when tracing is on)."""
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: JSONObject = Field(default_factory=dict)
     """Kind-specific payload (e.g. tool_name, status, duration_s, tokens, reason)."""
 
 
@@ -181,11 +183,11 @@ class RunResult(BaseModel):
     """The outcomes `--fail-on` named."""
     failed_on: list[Outcome]
     """Which of those happened (non-empty: exit code 3 unless a stronger one applies)."""
-    sensitive_changes: dict[str, Any] | None = None
+    sensitive_changes: JSONObject | None = None
     """Executed paths the run created, changed or removed (the end-of-run report)."""
 
 
-def json_schema(name: Literal["events", "result"]) -> dict[str, Any]:
+def json_schema(name: Literal["events", "result"]) -> JSONObject:
     """The JSON Schema of one published document."""
     model: type[BaseModel] = Event if name == "events" else RunResult
     schema = model.model_json_schema()

@@ -15,16 +15,56 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypedDict, cast
+
+from orchestrator.jsontypes import JSONObject, JSONValue
+
+if TYPE_CHECKING:
+    import anthropic
+    from anthropic.types import Message, MessageParam, ToolParam
 
 TRANSCRIPT_NAME = "parent_transcript.json"
 MAX_PARENT_TRANSCRIPT_CHARS = 32_000_000
 """Largest parent transcript kept; beyond it the file keeps the last version that fit
 and says so (the run goes on)."""
 
-ModelCallHook = Callable[[dict[str, Any], Any, float, float], Awaitable[None]]
-"""Called after each model call with the request's keyword arguments, the response,
-and when the call started and ended (Unix time)."""
+
+
+class ModelRequest(TypedDict):
+    """One call of the parent's model: the Messages API request, as JSON."""
+
+    model: str
+    max_tokens: int
+    system: str
+    messages: list[JSONObject]
+    tools: list[JSONObject]
+
+
+ModelCallHook = Callable[[ModelRequest, "Message", float, float], Awaitable[None]]
+"""Called after each model call with the request, the response, and when the call
+started and ended (Unix time)."""
+
+
+class MessagesAPI(Protocol):
+    async def create(
+        self,
+        *,
+        model: str,
+        max_tokens: int,
+        system: str,
+        messages: list[JSONObject],
+        tools: list[JSONObject],
+    ) -> Message: ...
+
+
+class ModelClient(Protocol):
+    """What the parent's loop needs of its model client (`ObservedClient` is one)."""
+
+    @property
+    def max_retries(self) -> int: ...
+
+    @property
+    def messages(self) -> MessagesAPI: ...
 
 
 def transcript_path(state_dir: Path, run_id: str) -> Path:
@@ -32,33 +72,50 @@ def transcript_path(state_dir: Path, run_id: str) -> Path:
 
 
 class _Messages:
-    def __init__(self, inner: Any, hooks: list[ModelCallHook]) -> None:
+    def __init__(self, inner: anthropic.AsyncAnthropic, hooks: list[ModelCallHook]) -> None:
         self._inner = inner
         self._hooks = hooks
 
-    async def create(self, **kwargs: Any) -> Any:
+    async def create(
+        self,
+        *,
+        model: str,
+        max_tokens: int,
+        system: str,
+        messages: list[JSONObject],
+        tools: list[JSONObject],
+    ) -> Message:
+        request = ModelRequest(
+            model=model, max_tokens=max_tokens, system=system, messages=messages, tools=tools
+        )
         started = time.time()
-        response = await self._inner.create(**kwargs)
+        # The JSON is the Messages API's own shape (blocks it returned, tool results
+        # and tool definitions built to its schema); the SDK checks nothing either.
+        response = await self._inner.messages.create(
+            model=model,
+            max_tokens=max_tokens,
+            system=system,
+            messages=cast("list[MessageParam]", messages),
+            tools=cast("list[ToolParam]", tools),
+        )
         ended = time.time()
         for hook in self._hooks:
-            await hook(kwargs, response, started, ended)
+            await hook(request, response, started, ended)
         return response
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 class ObservedClient:
     """An anthropic client whose `messages.create` calls `hooks` after each answer;
     everything else is the wrapped client's."""
 
-    def __init__(self, inner: Any, hooks: list[ModelCallHook]) -> None:
+    def __init__(self, inner: anthropic.AsyncAnthropic, hooks: list[ModelCallHook]) -> None:
         self._inner = inner
         self.hooks = hooks
-        self.messages = _Messages(inner.messages, hooks)
+        self.messages = _Messages(inner, hooks)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    @property
+    def max_retries(self) -> int:
+        return self._inner.max_retries
 
 
 class ParentTranscript:
@@ -71,25 +128,26 @@ class ParentTranscript:
         """The parent's input + output tokens over its model calls so far."""
 
     async def __call__(
-        self, request: dict[str, Any], response: Any, started: float, ended: float
+        self, request: ModelRequest, response: Message, started: float, ended: float
     ) -> None:
-        usage = getattr(response, "usage", None)
-        for field in ("input_tokens", "output_tokens"):
-            value = getattr(usage, field, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        usage = response.usage
+        for value in (usage.input_tokens, usage.output_tokens):
+            if value >= 0:
                 self.tokens += value
-        content = [block.model_dump(mode="json", exclude_none=True) for block in response.content]
-        document = {
-            "model": request.get("model"),
-            "system": request.get("system"),
-            "tools": [t.get("name") for t in request.get("tools") or []],
-            "messages": [*request.get("messages", []), {"role": "assistant", "content": content}],
+        content: list[JSONValue] = [
+            block.model_dump(mode="json", exclude_none=True) for block in response.content
+        ]
+        document: JSONObject = {
+            "model": request["model"],
+            "system": request["system"],
+            "tools": [t.get("name") for t in request["tools"]],
+            "messages": [*request["messages"], {"role": "assistant", "content": content}],
             "truncated": False,
             "tokens": self.tokens,
         }
         await asyncio.to_thread(self._write, document)
 
-    def _write(self, document: dict[str, Any]) -> None:
+    def _write(self, document: JSONObject) -> None:
         text = json.dumps(document, default=str)
         if len(text) > MAX_PARENT_TRANSCRIPT_CHARS:
             if self.truncated or not self.path.exists():
@@ -105,9 +163,9 @@ class ParentTranscript:
         os.replace(tmp, self.path)
 
 
-def load_parent_transcript(state_dir: Path, run_id: str) -> dict[str, Any] | None:
+def load_parent_transcript(state_dir: Path, run_id: str) -> JSONObject | None:
     path = transcript_path(state_dir, run_id)
     if not path.is_file():
         return None
-    loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return loaded
+    loaded: JSONValue = json.loads(path.read_text(encoding="utf-8"))
+    return loaded if isinstance(loaded, dict) else None

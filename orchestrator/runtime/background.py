@@ -55,7 +55,7 @@ class BackgroundTasks:
             pending.remove(result)
 
     async def ended(self, ctx: TaskContext, result: TaskResult) -> None:
-        """Any task ended: a background one's result waits for its parent."""
+        """A task ended: if it ran in the background, its result waits for its parent."""
         if ctx.task_id in self._runners:
             self._unreported.setdefault(ctx.parent_id, []).append(result)
         async with self._changed:

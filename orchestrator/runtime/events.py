@@ -9,10 +9,14 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from orchestrator.errors import StoreError
+from orchestrator.jsontypes import JSONLike, to_json_object
 from orchestrator.results.models import TASK_EVENT_KINDS, Event
+
+if TYPE_CHECKING:
+    from orchestrator.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +49,7 @@ class EventLog:
 
     Raises StoreError at construction when the events file cannot be created."""
 
-    def __init__(self, run_id: str, jsonl_path: Path, store: Any | None = None) -> None:
+    def __init__(self, run_id: str, jsonl_path: Path, store: Store | None = None) -> None:
         self.run_id = run_id
         self.jsonl_path = jsonl_path
         self.store = store
@@ -68,7 +72,7 @@ class EventLog:
         parent_id: str | None = None,
         agent_type: str | None = None,
         trace_id: str | None = None,
-        **data: Any,
+        **data: JSONLike,
     ) -> Event:
         event = Event(
             kind=kind,
@@ -77,7 +81,7 @@ class EventLog:
             parent_id=parent_id,
             agent_type=agent_type,
             trace_id=trace_id,
-            data=data,
+            data=to_json_object(data),
         )
         line = event.model_dump_json() + "\n"
         async with self._lock:
@@ -93,7 +97,7 @@ class EventLog:
                 log.exception("event listener failed on %s", kind)
         return event
 
-    async def emit_for(self, kind: str, task: TaskIdentity, **data: Any) -> Event:
+    async def emit_for(self, kind: str, task: TaskIdentity, **data: JSONLike) -> Event:
         """`emit` for an event about `task` (its ids, agent type and trace)."""
         return await self.emit(
             kind,

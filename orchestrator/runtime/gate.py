@@ -9,10 +9,11 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from orchestrator.broker import ForwardingPolicy
 from orchestrator.errors import ConfigError
+from orchestrator.jsontypes import JSONLike, JSONObject
 from orchestrator.permissions import (
     CallContext,
     Decision,
@@ -34,6 +35,10 @@ from orchestrator.permissions.approvers import (
 from orchestrator.runtime.tasks import TaskContext
 from sandbox_tools import wire
 
+if TYPE_CHECKING:
+    from orchestrator.runtime.protocols import EventSink
+    from orchestrator.store import Store
+
 log = logging.getLogger(__name__)
 
 
@@ -47,8 +52,8 @@ class PolicyGate:
         hooks: HookSet,
         workspace_host: Path | None,
         approver: Approver,
-        store: Any = None,
-        events: Any = None,
+        store: Store | None = None,
+        events: EventSink | None = None,
         approvals: SessionApprovals | None = None,
     ) -> None:
         self.policy = policy
@@ -130,7 +135,7 @@ class PolicyGate:
         return ForwardingPolicy.from_rules(self.engine_for(task).policy.rules)
 
     async def tool_finished(
-        self, task: TaskContext, call: ToolCall, response: dict[str, Any]
+        self, task: TaskContext, call: ToolCall, response: JSONObject
     ) -> None:
         """Run PostToolUse hooks for a finished call; their outcomes are recorded
         (the call already happened, so they can only report). The broker calls
@@ -170,7 +175,7 @@ class PolicyGate:
         return chain
 
     def _always(
-        self, tool_name: str, tool_input: dict[str, Any], decision: Decision
+        self, tool_name: str, tool_input: JSONObject, decision: Decision
     ) -> dict[str, str]:
         """The exact rule "always allow" would write for this call, if there is one.
         Not for a call an ask rule or a hook asked about: an allow rule does not
@@ -200,7 +205,7 @@ class PolicyGate:
         self,
         task: TaskContext,
         call: ToolCall,
-        tool_input: dict[str, Any],
+        tool_input: JSONObject,
         digest: str,
         decision: Decision,
     ) -> tuple[str, str, str]:
@@ -222,7 +227,7 @@ class PolicyGate:
         task: TaskContext,
         *,
         tool_name: str,
-        tool_input: dict[str, Any],
+        tool_input: JSONObject,
         asked_by: str,
         reason: str,
         always_rule: str = "",
@@ -282,7 +287,7 @@ class PolicyGate:
         )
         return answer
 
-    async def _emit(self, kind: str, task: TaskContext, **data: Any) -> None:
+    async def _emit(self, kind: str, task: TaskContext, **data: JSONLike) -> None:
         if self.events is not None:
             await self.events.emit_for(kind, task, **data)
 
@@ -290,7 +295,7 @@ class PolicyGate:
         self,
         task: TaskContext,
         call: ToolCall,
-        tool_input: dict[str, Any],
+        tool_input: JSONObject,
         digest: str,
         decision: Decision,
         final: str,

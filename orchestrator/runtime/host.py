@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from orchestrator.broker import ApprovedCall, Budget, ForwardDecision
 from orchestrator.errors import WardenError
+from orchestrator.jsontypes import JSONObject
 from sandbox_tools import wire
 
 if TYPE_CHECKING:
@@ -70,12 +71,12 @@ class TaskHost:
             is_error=event.is_error,
         )
 
-    async def on_transcript(self, messages: list[dict[str, Any]], turn: int) -> None:
+    async def on_transcript(self, messages: list[JSONObject], turn: int) -> None:
         store = self.manager.store
         if store is not None:
             await asyncio.to_thread(store.checkpoint_transcript, self.ctx.task_id, messages, turn)
 
-    async def on_tool_finished(self, call: ApprovedCall, response: dict[str, Any]) -> None:
+    async def on_tool_finished(self, call: ApprovedCall, response: JSONObject) -> None:
         from orchestrator.permissions import ToolCall
 
         await self.manager.gate.tool_finished(

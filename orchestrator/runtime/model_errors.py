@@ -8,13 +8,15 @@ word it). Both use `describe`.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from orchestrator.broker.retry import STOP_HEADER, spend_limited
 from orchestrator.errors import WardenError
 
 if TYPE_CHECKING:
+    import anthropic
+
     from orchestrator.broker.upstream import UpstreamFailures
-from orchestrator.broker.retry import STOP_HEADER, spend_limited
 
 MAX_UPSTREAM_MESSAGE_CHARS = 300
 """How much of the API's own error message is quoted."""
@@ -75,7 +77,7 @@ def describe(
     return f"{what}{tried}{note}. {advice[0].upper()}{advice[1:]}."
 
 
-def from_sdk_error(exc: Any, *, max_retries: int = 0) -> ModelError:
+def from_sdk_error(exc: anthropic.APIError, *, max_retries: int = 0) -> ModelError:
     """A `ModelError` for an anthropic SDK `APIError` (status or connection error);
     a connection error is raised after `max_retries` retries."""
     import anthropic

@@ -7,11 +7,12 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from orchestrator.errors import WardenError
+from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.runtime.manager import TaskManager
 from orchestrator.runtime.model_errors import from_sdk_error
 from orchestrator.runtime.parent_tools import (
@@ -22,6 +23,11 @@ from orchestrator.runtime.parent_tools import (
     tool_schemas,
 )
 from orchestrator.runtime.tasks import TaskInput, TaskResult
+
+if TYPE_CHECKING:
+    from anthropic.types import Message
+
+    from orchestrator.results.parent_transcript import ModelClient
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +60,7 @@ class ParentAgent:
     def __init__(
         self,
         *,
-        client: Any,  # anthropic.AsyncAnthropic
+        client: ModelClient,
         model: str,
         manager: TaskManager,
         max_turns: int = DEFAULT_PARENT_MAX_TURNS,
@@ -67,10 +73,10 @@ class ParentAgent:
         self.max_turns = max_turns
         self.system_prompt = system_prompt
         self.background_default = background_default
-        self.messages: list[dict[str, Any]] = []
+        self.messages: list[JSONObject] = []
         self.results: list[TaskResult] = []
 
-    def tools(self) -> list[dict[str, Any]]:
+    def tools(self) -> list[JSONObject]:
         registry = self.manager.registry
         lines = [f"- {name}: {registry.get(name).description}" for name in registry.names()]
         return tool_schemas(lines)
@@ -84,16 +90,15 @@ class ParentAgent:
             response = await self._model_call(tools)
             turns += 1
             stop_reason = response.stop_reason
-            content = [
+            content: list[JSONObject] = [
                 block.model_dump(mode="json", exclude_none=True) for block in response.content
             ]
-            self.messages.append({"role": "assistant", "content": content})
+            self.messages.append({"role": "assistant", "content": list[JSONValue](content)})
             calls = [b for b in content if b.get("type") == "tool_use"]
             if response.stop_reason == "tool_use" and calls:
                 outcomes = await asyncio.gather(*(self._call(block) for block in calls))
-                self.messages.append(
-                    {"role": "user", "content": [*outcomes, *self._notifications()]}
-                )
+                reply: list[JSONValue] = [*outcomes, *self._notifications()]
+                self.messages.append({"role": "user", "content": reply})
                 continue
             # The model is done for now; background subagents it started are not.
             # Their results come back as the next user turn, so it never has to poll.
@@ -101,7 +106,9 @@ class ParentAgent:
             if not background.has_running(None) and not background.unreported(None):
                 return ParentResult(_text(content), turns, stop_reason, self.results)
             await self.manager.background.next_finished(None)
-            self.messages.append({"role": "user", "content": self._notifications()})
+            self.messages.append(
+                {"role": "user", "content": list[JSONValue](self._notifications())}
+            )
         return ParentResult(
             f"(the parent stopped after its limit of {self.max_turns} turns)",
             turns,
@@ -109,7 +116,7 @@ class ParentAgent:
             self.results,
         )
 
-    async def _model_call(self, tools: list[dict[str, Any]]) -> Any:
+    async def _model_call(self, tools: list[JSONObject]) -> Message:
         """One model turn; an API error (after the SDK's retries) is a ModelError."""
         import anthropic
 
@@ -124,8 +131,8 @@ class ParentAgent:
         except anthropic.APIError as exc:
             raise from_sdk_error(exc, max_retries=self.client.max_retries) from exc
 
-    def _notifications(self) -> list[dict[str, Any]]:
-        blocks = []
+    def _notifications(self) -> list[JSONObject]:
+        blocks: list[JSONObject] = []
         for result in self.manager.background.take(None):
             self.results.append(result)
             blocks.append(
@@ -140,10 +147,12 @@ class ParentAgent:
             )
         return blocks
 
-    async def _call(self, block: dict[str, Any]) -> dict[str, Any]:
-        tool_use_id = block["id"]
+    async def _call(self, block: JSONObject) -> JSONObject:
+        tool_use_id = str(block["id"])
         name = block.get("name")
-        raw = block.get("input") or {}
+        raw = block.get("input")
+        if not isinstance(raw, dict):
+            raw = {}
         try:
             if name == "Task":
                 return await self._task(tool_use_id, raw)
@@ -164,7 +173,7 @@ class ParentAgent:
             tool_use_id, f"Unknown tool {name!r}; the tools are Task, TaskOutput, TaskStop.", True
         )
 
-    async def _task(self, tool_use_id: str, raw: dict[str, Any]) -> dict[str, Any]:
+    async def _task(self, tool_use_id: str, raw: JSONObject) -> JSONObject:
         if "run_in_background" not in raw and self.background_default:
             raw = {**raw, "run_in_background": True}
         task_input = TaskInput.model_validate(raw)
@@ -188,7 +197,7 @@ class ParentAgent:
         self.results.append(result)
         return _tool_result(tool_use_id, result.render(), result.is_error)
 
-    async def _task_output(self, tool_use_id: str, raw: dict[str, Any]) -> dict[str, Any]:
+    async def _task_output(self, tool_use_id: str, raw: JSONObject) -> JSONObject:
         request = TaskOutputInput.model_validate(raw)
         task_id = request.task_id
         if task_id not in self.manager.tasks:
@@ -210,15 +219,17 @@ class ParentAgent:
         )
 
 
-def _tool_result(tool_use_id: str, text: str, is_error: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": text}
+def _tool_result(tool_use_id: str, text: str, is_error: bool) -> JSONObject:
+    out: JSONObject = {"type": "tool_result", "tool_use_id": tool_use_id, "content": text}
     if is_error:
         out["is_error"] = True
     return out
 
 
-def _text(content: list[dict[str, Any]]) -> str:
-    return "".join(b.get("text", "") for b in content if b.get("type") == "text").strip()
+def _text(content: list[JSONObject]) -> str:
+    return "".join(
+        text for b in content if b.get("type") == "text" and isinstance(text := b.get("text"), str)
+    ).strip()
 
 
 def _brief(exc: ValidationError) -> str:

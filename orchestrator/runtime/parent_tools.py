@@ -4,10 +4,9 @@ two cannot drift."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.runtime.tasks import TaskInput
 
 TASK_ID_WARNING = (
@@ -40,16 +39,17 @@ class TaskStopInput(BaseModel):
     """The id of the background task to stop."""
 
 
-def input_schema(model: type[BaseModel]) -> dict[str, Any]:
+def input_schema(model: type[BaseModel]) -> JSONObject:
     """`model`'s JSON schema as a tool `input_schema`: no titles or defaults, and an
     optional field is just its type (the model may leave it out). The model's own
     docstring is for developers and stays out."""
-    schema: dict[str, Any] = _clean(model.model_json_schema())
+    schema = _clean(model.model_json_schema())
+    assert isinstance(schema, dict)
     schema.pop("description", None)
     return schema
 
 
-def _clean(node: Any) -> Any:
+def _clean(node: JSONValue) -> JSONValue:
     if isinstance(node, list):
         return [_clean(item) for item in node]
     if not isinstance(node, dict):
@@ -59,11 +59,12 @@ def _clean(node: Any) -> Any:
         concrete = [v for v in variants if v != {"type": "null"}]
         if len(concrete) == 1 and len(concrete) < len(variants):
             merged = {k: v for k, v in node.items() if k not in ("anyOf", "default")}
-            return _clean({**concrete[0], **merged})
+            first = concrete[0] if isinstance(concrete[0], dict) else {}
+            return _clean({**first, **merged})
     return {k: _clean(v) for k, v in node.items() if k not in ("title", "default")}
 
 
-def tool_schemas(agent_lines: list[str]) -> list[dict[str, Any]]:
+def tool_schemas(agent_lines: list[str]) -> list[JSONObject]:
     """The parent's tools, with Claude Code's names and input schemas."""
     return [
         {

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from orchestrator import labels
 from orchestrator.broker import Upstream
@@ -34,6 +34,17 @@ from orchestrator.tracing import run_tracer
 from orchestrator.workspace import WorkspaceGuard
 from orchestrator.workspace.report import ExecutedPathsWatch
 from orchestrator.workspace.settings import protected_paths
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from orchestrator.agents.registry import AgentRegistry
+    from orchestrator.backend.base import ContainerBackend
+    from orchestrator.permissions.approvers import Approver
+    from orchestrator.store import Store
+    from orchestrator.tracing.spans import RunTracer
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +77,13 @@ class Run:
     workspace: Path
     model: str
     settings: Settings
-    store: Any
+    store: Store
     events: EventLog
     manager: TaskManager
     parent: ParentAgent
     watch: ExecutedPathsWatch | None = None
     """Snapshot of executed paths taken before the first sandbox (the end-of-run report)."""
-    tracer: Any | None = None  # orchestrator.tracing.spans.RunTracer
+    tracer: RunTracer | None = None
     """The run's OpenTelemetry spans, when tracing is on."""
 
     @property
@@ -88,17 +99,17 @@ async def open_run(
     prompt: str,
     model: str | None = None,
     gate: PermissionGate | None = None,
-    approver: Any | None = None,
+    approver: Approver | None = None,
     policy: str | None = None,
     allow: tuple[str, ...] = (),
     deny: tuple[str, ...] = (),
     mode: str | None = None,
     config: TaskManagerConfig | None = None,
-    backend: Any | None = None,
-    registry: Any | None = None,
+    backend: ContainerBackend | None = None,
+    registry: AgentRegistry | None = None,
     runner_command: tuple[str, ...] | None = None,
     protect: tuple[str, ...] = (),
-    tracer_provider: Any | None = None,
+    tracer_provider: TracerProvider | None = None,
     egress: EgressRequest | None = None,
 ) -> AsyncIterator[Run]:
     """Everything a run needs, started; on exit every container of this run is gone.
@@ -247,7 +258,7 @@ async def open_run(
         )  # fmt: skip
 
 
-def _cancel_on_failure(main: asyncio.Task[Any] | None) -> Any:
+def _cancel_on_failure(main: asyncio.Task[object] | None) -> Callable[[Exception], None]:
     def cancel(exc: Exception) -> None:
         log.debug("stopping the run: %s", exc)
         if main is not None and not main.done():
@@ -256,7 +267,7 @@ def _cancel_on_failure(main: asyncio.Task[Any] | None) -> Any:
     return cancel
 
 
-async def _reap(backend: Any, session: str) -> None:
+async def _reap(backend: ContainerBackend, session: str) -> None:
     removed = await asyncio.to_thread(backend.cleanup, {labels.SESSION: session})
     if removed:
         log.warning("removed %d leftover container(s) of session %s", removed, session)

@@ -6,18 +6,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from orchestrator.jsontypes import JSONValue
 from orchestrator.results.models import TASK_END_KINDS, Event
 
 if TYPE_CHECKING:
+    from anthropic.types import Message
+
     from orchestrator.broker import Upstream
     from orchestrator.broker.upstream import Attempt
+    from orchestrator.results.parent_transcript import ModelRequest
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +66,7 @@ def _ns(ts: float) -> int:
     return int(ts * 1_000_000_000)
 
 
-def _usage(payload: Any) -> dict[str, int]:
+def _usage(payload: JSONValue) -> dict[str, int]:
     usage = payload.get("usage") if isinstance(payload, dict) else None
     out = {}
     for key in ("input_tokens", "output_tokens"):
@@ -176,12 +180,11 @@ class RunTracer:
     # -- model calls ------------------------------------------------------
 
     async def parent_model_call(
-        self, request: dict[str, Any], response: Any, started: float, ended: float
+        self, request: ModelRequest, response: Message, started: float, ended: float
     ) -> None:
         """ObservedClient hook: one span per model call of the parent agent."""
-        usage = getattr(response, "usage", None)
-        payload = {"usage": usage.model_dump() if usage is not None else None}
-        self._model_span(self.run_span, str(request.get("model")), started, ended, payload, 200)
+        payload: JSONValue = {"usage": response.usage.model_dump(mode="json")}
+        self._model_span(self.run_span, request["model"], started, ended, payload, 200)
 
     def _model_span(
         self,
@@ -189,12 +192,12 @@ class RunTracer:
         model: str,
         started: float,
         ended: float,
-        payload: Any,
+        payload: JSONValue,
         status: int | None,
         *,
         attempt: int = 1,
     ) -> None:
-        attributes: dict[str, Any] = {
+        attributes: dict[str, str | int | float] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.request.model": _text(model),
             "warden.duration_s": round(ended - started, 3),

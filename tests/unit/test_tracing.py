@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from types import SimpleNamespace
 from typing import Any
 
 import httpx2
 import pytest
+from anthropic.types import Message, Usage
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from orchestrator.broker import Upstream
 from orchestrator.broker.upstream import forward_messages, model_client
 from orchestrator.results.models import Event
+from orchestrator.results.parent_transcript import ModelRequest
 from orchestrator.tracing import otlp_configured, run_tracer
 from orchestrator.tracing.spans import _RunIds
 from tests.conftest import warden_env
@@ -86,8 +87,17 @@ async def test_spans_form_the_run_tree_under_the_runs_trace_id(
                   turns=1, duration_s=1.0, error="boom"))  # fmt: skip
     tracer(_event("task_completed", "sa_a", ts=5, status="completed", tokens=100, turns=2,
                   duration_s=5.0))  # fmt: skip
-    response = SimpleNamespace(usage=SimpleNamespace(model_dump=lambda: {"input_tokens": 3}))
-    await tracer.parent_model_call({"model": "parent-m"}, response, 1000.0, 1000.5)
+    response = Message(
+        id="msg_1",
+        content=[],
+        model="parent-m",
+        role="assistant",
+        stop_reason="end_turn",
+        type="message",
+        usage=Usage(input_tokens=3, output_tokens=0),
+    )
+    request = ModelRequest(model="parent-m", max_tokens=1, system="", messages=[], tools=[])
+    await tracer.parent_model_call(request, response, 1000.0, 1000.5)
     tracer.set_outcome("completed")
     tracer.finish()
 
