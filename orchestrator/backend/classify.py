@@ -1,20 +1,27 @@
-"""What a failed engine call means, whichever transport made it.
+"""What a failed docker SDK call means: not found, conflict, transient, a dead engine
+or a slow one.
 
-`DockerBackend` runs on the docker SDK (`requests` under it, `docker.errors.APIError`)
-or on the thin `engine_http` client (its own errors, with a `status_code`). These
-predicates recognise both without importing the SDK: its exception classes are only
-looked at when `requests` is already imported, since otherwise no SDK call can have
-raised them.
+The SDK raises `docker.errors.APIError` (with the HTTP status) when the engine answers
+with an error, and lets `requests` exceptions through when it does not answer:
+`requests.exceptions.ConnectionError` when the socket cannot be reached or the
+connection breaks, `requests.exceptions.ReadTimeout` when the answer's head is late.
+A late *body* is a `ConnectionError` wrapping urllib3's `ReadTimeoutError`: that is
+how a container wait that outlives its timeout ends, since the engine sends the
+wait's head at once and the body at the container's exit.
+
+Import this module only where the SDK is in use: it imports `requests`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
-from typing import Any
 
-from orchestrator.backend import engine_http
+from docker.errors import APIError, NotFound
+from requests.exceptions import ConnectionError as RequestsConnectionError
+from requests.exceptions import ReadTimeout
+from urllib3.exceptions import ReadTimeoutError
+
 from orchestrator.backend.connect import ENGINE_FIX
 from orchestrator.errors import EngineSlowError, EngineUnavailableError
 
@@ -23,45 +30,33 @@ PERMANENT_5XX = ("no such", "not running", "already in progress", "is dead")
 EXPLANATION_CHARS = 300
 
 
-def _requests_exceptions() -> Any:
-    requests = sys.modules.get("requests")
-    return getattr(requests, "exceptions", None)
-
-
 def status_code(exc: BaseException) -> int | None:
-    """The HTTP status the engine answered with, if the error carries one."""
-    code = getattr(exc, "status_code", None)
-    if not isinstance(code, int):
-        code = getattr(getattr(exc, "response", None), "status_code", None)
-    if not isinstance(code, int):
-        # The SDK's NotFound (and ImageNotFound) mean 404 even when built without a response.
-        sdk_errors = getattr(sys.modules.get("docker"), "errors", None)
-        if sdk_errors is not None and isinstance(exc, sdk_errors.NotFound):
-            return 404
-    return code if isinstance(code, int) else None
+    """The HTTP status the engine answered with; None when it did not answer."""
+    if isinstance(exc, NotFound):
+        return 404  # also when the SDK raised it without a response (ImageNotFound)
+    if isinstance(exc, APIError):
+        return exc.status_code
+    return None
 
 
 def explain(exc: BaseException) -> str:
     """The engine's own message (first line, bounded), else the error's text."""
-    text = str(getattr(exc, "explanation", None) or exc).strip()
+    text = str((exc.explanation if isinstance(exc, APIError) else None) or exc).strip()
     return text.splitlines()[0][:EXPLANATION_CHARS] if text else type(exc).__name__
 
 
 def is_read_timeout(exc: BaseException) -> bool:
-    if isinstance(exc, engine_http.EngineReadTimeout):
+    """The engine took the request but did not answer (its head or its body) in time."""
+    if isinstance(exc, ReadTimeout):
         return True
-    sdk = _requests_exceptions()
-    if sdk is not None and isinstance(exc, sdk.ReadTimeout):
-        return True
-    # requests wraps urllib3's read timeout of a streamed call in a ConnectionError.
-    return "Read timed out" in str(exc)
+    return isinstance(exc, RequestsConnectionError) and any(
+        isinstance(arg, ReadTimeoutError) for arg in exc.args
+    )
 
 
 def is_connection_error(exc: BaseException) -> bool:
-    if isinstance(exc, engine_http.EngineConnectionError):
-        return True
-    sdk = _requests_exceptions()
-    return sdk is not None and isinstance(exc, sdk.ConnectionError) and not is_read_timeout(exc)
+    """The engine could not be reached, or the connection broke before an answer."""
+    return isinstance(exc, RequestsConnectionError) and not is_read_timeout(exc)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -77,7 +72,7 @@ def is_transient(exc: BaseException) -> bool:
 def unavailable(exc: BaseException, operation: str | None = None) -> EngineUnavailableError | None:
     """The error to raise when `exc` means the engine is dead (cannot connect) or slow
     (connected, no answer in time); None for any other error. `operation` names the
-    call and its timeout, e.g. "create (CREATE_TIMEOUT_S = 60 s)"."""
+    call and its timeout, e.g. "create (ENGINE_TIMEOUT_S = 60 s)"."""
     what = f"{operation}: " if operation else ""
     if is_connection_error(exc):
         return EngineUnavailableError(

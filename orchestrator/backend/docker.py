@@ -1,26 +1,30 @@
-"""The Docker backend: hardened one-container-per-sandbox on a local engine.
+"""The Docker backend: hardened one-container-per-sandbox on a Docker engine.
 
-Uses a low-level API client (`client.api`) only: the docker SDK's `APIClient`, or the
-thin stdlib `engine_http.EngineClient` with the same methods (what `warden exec` uses
-on a local engine). One call per step, no model objects, no inspect unless a non-zero
-exit needs explaining. Failures are classified by `classify`, for either transport. Output is read
-from an attach stream opened before the container starts, in a reader thread,
-through a bounded head+tail capture.
+Drives the docker SDK's low-level client (`DockerClient.api`, an `APIClient`): one
+call per step, no model objects, no inspect unless a non-zero exit needs explaining.
+Each request is bounded by the client's timeout (`connect.ENGINE_TIMEOUT_S`), waiting
+for an exit by the sandbox's deadline; failures are classified by `classify` and
+idempotent calls retried on transient ones (tenacity). Output is read from an attach
+stream opened before the container starts (`attach.OutputReader`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, TypedDict, TypeVar
+
+from docker.types import LogConfig, Ulimit
 
 from orchestrator import labels as wl
 from orchestrator.backend import classify
+from orchestrator.backend.attach import OutputReader
 from orchestrator.backend.base import (
     ContainerBackend,
     ContainerInfo,
@@ -29,8 +33,6 @@ from orchestrator.backend.base import (
     SandboxStatus,
     parse_user,
 )
-from orchestrator.backend.capture import OutputCapture
-from orchestrator.backend.engine_http import iter_frames
 from orchestrator.backend.mounts import check_confined
 from orchestrator.config import Settings
 from orchestrator.errors import (
@@ -38,6 +40,9 @@ from orchestrator.errors import (
     ContainerStartError,
     ImageNotFoundError,
 )
+
+if TYPE_CHECKING:
+    from docker import APIClient, DockerClient
 
 log = logging.getLogger("warden.backend")
 
@@ -56,26 +61,6 @@ RETRY_MAX_WAIT_S = 4.0
 """Longest jittered pause between two tries."""
 
 
-class EngineOp(NamedTuple):
-    """One kind of engine call, with the per-request timeout sized to it."""
-
-    name: str
-    timeout_s: float
-    constant: str
-
-    def describe(self) -> str:
-        return f"{self.name} ({self.constant} = {self.timeout_s:g} s)"
-
-
-CREATE = EngineOp("create", 60.0, "CREATE_TIMEOUT_S")
-"""Create a container (and open its attach stream); a busy engine takes seconds."""
-START = EngineOp("start", 60.0, "START_TIMEOUT_S")
-"""Start a container: mounts, namespaces, cgroups, the init process."""
-INSPECT = EngineOp("inspect", 30.0, "INSPECT_TIMEOUT_S")
-"""Inspect or list containers: reads only."""
-KILL = EngineOp("kill", 30.0, "KILL_TIMEOUT_S")
-REMOVE = EngineOp("remove", 60.0, "REMOVE_TIMEOUT_S")
-"""Remove a container and its anonymous volumes."""
 NAME_PREFIX = "warden-"
 """Containers get a random name, so a create retried after a lost answer finds the first."""
 KILL_GRACE_S = 15.0
@@ -87,32 +72,60 @@ KILL_SIGNAL_EXITS = frozenset({128 + 9, 128 + 15})
 """Exit codes of an init killed by SIGKILL / SIGTERM from outside."""
 
 
-class DockerBackend(ContainerBackend):
-    """`ContainerBackend` on an engine client: a docker SDK `DockerClient`
-    (`orchestrator.backend.connect.connect()`) or the thin `EngineClient`
-    (`orchestrator.backend.connect.connect_local()`); only its `.api` is used."""
+class _State(TypedDict, total=False):
+    """The fields of `State` in the engine's container inspect read here."""
 
-    def __init__(self, client: Any, settings: Settings) -> None:
-        self._api = client.api
+    Status: str
+    OOMKilled: bool
+    Pid: int
+
+
+class _Config(TypedDict, total=False):
+    Labels: dict[str, str] | None
+
+
+class _Inspect(TypedDict, total=False):
+    """The fields of the engine's container inspect (`GET /containers/{id}/json`) read here."""
+
+    Id: str
+    Config: _Config
+    State: _State
+
+
+class _Created(TypedDict):
+    """The engine's answer to a container create."""
+
+    Id: str
+
+
+class _Row(TypedDict, total=False):
+    """One row of the engine's container list (`GET /containers/json`)."""
+
+    Id: str
+    Names: list[str] | None
+    State: str
+    Status: str
+    Labels: dict[str, str] | None
+
+
+class DockerBackend(ContainerBackend):
+    """`ContainerBackend` on a docker SDK client (`backend.connect.connect()`, whose
+    `max_pool_size` covers the calls made at once); only its `.api` is used.
+    Thread-safe: sandboxes may be started, waited for and removed from many threads."""
+
+    def __init__(self, client: DockerClient, settings: Settings) -> None:
+        self._api: APIClient = client.api
         self._settings = settings
-        self._readers: dict[str, _Reader] = {}
+        self._readers: dict[str, OutputReader] = {}
         self._started_at: dict[str, float] = {}
         self._killed: set[str] = set()
         self._warned_root_owned: set[Path] = set()
         self._owner: dict[str, str] | None = None
         self._lock = threading.Lock()
-        self._timed_apis: dict[float, Any] = {}
 
-    def _timed(self, op: EngineOp) -> Any:
-        """The API client with `op`'s timeout. The thin client copies itself cheaply;
-        the docker SDK's has one timeout per client, so it keeps its own."""
-        with_timeout = getattr(self._api, "with_timeout", None)
-        if with_timeout is None:
-            return self._api
-        with self._lock:
-            if op.timeout_s not in self._timed_apis:
-                self._timed_apis[op.timeout_s] = with_timeout(op.timeout_s)
-            return self._timed_apis[op.timeout_s]
+    def _describe(self, operation: str) -> str:
+        """An engine call and the timeout it had, for error messages."""
+        return f"{operation} (timeout {self._api.timeout:g} s)"
 
     # -- start -------------------------------------------------------------------
 
@@ -126,7 +139,7 @@ class DockerBackend(ContainerBackend):
         if spec.workspace is not None:
             binds.insert(0, _bind(_workspace_dir(spec.workspace), WORKSPACE_TARGET, False))
         limits = spec.limits
-        with classify.engine_errors(CREATE.describe()):
+        with classify.engine_errors(self._describe("create")):
             host_config = self._api.create_host_config(
                 binds=binds,
                 cap_drop=["ALL"],
@@ -139,15 +152,16 @@ class DockerBackend(ContainerBackend):
                 memswap_limit=limits.memory_bytes,
                 nano_cpus=int(limits.cpus * 1e9),
                 pids_limit=limits.pids,
-                log_config={
-                    "type": "json-file",
-                    "config": {"max-size": LOG_MAX_SIZE, "max-file": LOG_MAX_FILES},
-                },
+                log_config=LogConfig(
+                    type="json-file", config={"max-size": LOG_MAX_SIZE, "max-file": LOG_MAX_FILES}
+                ),
                 runtime=spec.runtime,
                 ulimits=_ulimits(limits.disk.write_limit_bytes),
             )
-            try:
-                container_id = self._create(
+            name = NAME_PREFIX + secrets.token_hex(10)
+
+            def create() -> _Created:
+                created: _Created = self._api.create_container(
                     spec.image,
                     command=spec.command,
                     user=user,
@@ -156,8 +170,12 @@ class DockerBackend(ContainerBackend):
                     working_dir=spec.workdir,
                     network_disabled=True,
                     host_config=host_config,
-                    name=NAME_PREFIX + secrets.token_hex(10),
+                    name=name,
                 )
+                return created
+
+            try:
+                container_id = self._create(create, name, container_labels)
             except Exception as exc:
                 if classify.status_code(exc) == 404:
                     raise ImageNotFoundError(
@@ -166,24 +184,23 @@ class DockerBackend(ContainerBackend):
                     ) from exc
                 raise
         try:
-            reader = _Reader(self._timed(CREATE), container_id, spec.output_limit_bytes)
+            reader = OutputReader(self._api, container_id, spec.output_limit_bytes)
             with self._lock:
                 self._readers[container_id] = reader
             self._started_at[container_id] = time.monotonic()
             # Starting a started container is a no-op (304): start may be retried.
-            self._retrying(lambda: self._timed(START).start(container_id))
+            self._retrying(lambda: self._api.start(container_id))
         except Exception as exc:
             self._fail_start(container_id, spec, exc)
         return container_id
 
-    def _create(self, image: str, *, name: str, labels: dict[str, str], **options: Any) -> str:
+    def _create(self, create: Callable[[], _Created], name: str, labels: dict[str, str]) -> str:
         """Create, retried on transient errors; a try whose answer was lost is found
         by its name (and session label) instead of creating a second container."""
-        api = self._timed(CREATE)
 
         def attempt() -> str:
             try:
-                created = api.create_container(image, name=name, labels=labels, **options)
+                created = create()
             except Exception as exc:
                 if classify.is_transient(exc) or classify.status_code(exc) == 409:
                     found = self._created_earlier(name, labels)
@@ -196,7 +213,7 @@ class DockerBackend(ContainerBackend):
 
     def _created_earlier(self, name: str, labels: Mapping[str, str]) -> str | None:
         try:
-            found = self._timed(INSPECT).inspect_container(name)
+            found: _Inspect = self._api.inspect_container(name)
         except Exception as exc:
             if classify.status_code(exc) == 404:
                 return None
@@ -207,7 +224,7 @@ class DockerBackend(ContainerBackend):
         return str(found["Id"])
 
     def _fail_start(self, container_id: str, spec: SandboxSpec, exc: Exception) -> None:
-        unavailable = classify.unavailable(exc, START.describe())
+        unavailable = classify.unavailable(exc, self._describe("start"))
         if unavailable is not None:
             with contextlib.suppress(Exception):
                 self.remove(container_id)
@@ -275,14 +292,14 @@ class DockerBackend(ContainerBackend):
         timed_out = False
         with classify.engine_errors():
             try:
-                exit_code = _wait_exit_code(self._api, container_id, timeout_s)
+                exit_code = self._wait_exit_code(container_id, timeout_s)
             except _Gone:
                 return self._removed(container_id)
             except _WaitTimeout:
                 timed_out = True
                 self.kill(container_id)
                 try:
-                    exit_code = _wait_exit_code(self._api, container_id, KILL_GRACE_S)
+                    exit_code = self._wait_exit_code(container_id, KILL_GRACE_S)
                 except (_WaitTimeout, _Gone):
                     exit_code = 128 + 9  # killed, but the engine is slow to say so
         ended = time.monotonic()
@@ -305,6 +322,25 @@ class DockerBackend(ContainerBackend):
             duration_s=ended - started,
         )
 
+    def _wait_exit_code(self, container_id: str, timeout_s: float | None) -> int:
+        """The exit code, once the container has exited; `_WaitTimeout` when it still runs
+        after `timeout_s` (whole seconds: the SDK's wait timeout is an int, so a deadline
+        is rounded up), `_Gone` when it was removed. A broken connection is retried: the
+        wait is idempotent."""
+        timeout = None if timeout_s is None else math.ceil(timeout_s)
+        try:
+            answer = self._retrying(
+                lambda: self._api.wait(container_id, timeout=timeout),
+                retryable=classify.is_connection_error,
+            )
+        except Exception as exc:
+            if classify.is_read_timeout(exc):
+                raise _WaitTimeout from exc
+            if classify.status_code(exc) == 404:
+                raise _Gone from exc
+            raise
+        return answer["StatusCode"]
+
     def _status(self, container_id: str, exit_code: int, timed_out: bool) -> SandboxStatus:
         if timed_out:
             return SandboxStatus.TIMED_OUT
@@ -314,7 +350,7 @@ class DockerBackend(ContainerBackend):
             return SandboxStatus.OK
         # Only a failure needs the extra round trip to tell OOM from the rest.
         try:
-            state = self._idempotent(INSPECT, "inspect_container", container_id)["State"]
+            state = self._inspect(container_id).get("State", {})
         except Exception as exc:
             if classify.status_code(exc) == 404:
                 return SandboxStatus.REMOVED  # removed from outside while it ran
@@ -331,8 +367,8 @@ class DockerBackend(ContainerBackend):
         """The init's host PID, if the engine runs on this host: checked by finding
         the container id in that process's cgroups (a remote engine's PID would name
         some unrelated local process)."""
-        with classify.engine_errors(INSPECT.describe()):
-            state = self._idempotent(INSPECT, "inspect_container", container_id)["State"]
+        with classify.engine_errors(self._describe("inspect")):
+            state = self._inspect(container_id).get("State", {})
         pid = state.get("Pid")
         if not isinstance(pid, int) or pid <= 0:
             return None
@@ -362,23 +398,25 @@ class DockerBackend(ContainerBackend):
 
     def kill(self, container_id: str) -> None:
         self._killed.add(container_id)
-        with classify.engine_errors(KILL.describe()), classify.tolerate_gone():
-            self._idempotent(KILL, "kill", container_id)
+        with classify.engine_errors(self._describe("kill")), classify.tolerate_gone():
+            self._retrying(lambda: self._api.kill(container_id))
 
     def remove(self, container_id: str) -> None:
         with self._lock:
             reader = self._readers.pop(container_id, None)
         self._started_at.pop(container_id, None)
         self._killed.discard(container_id)
-        with classify.engine_errors(REMOVE.describe()), classify.tolerate_gone():
-            self._idempotent(REMOVE, "remove_container", container_id, force=True, v=True)
+        with classify.engine_errors(self._describe("remove")), classify.tolerate_gone():
+            self._retrying(lambda: self._api.remove_container(container_id, force=True, v=True))
         if reader is not None:
             reader.close()
 
     def list(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
         selectors = [key if value is None else f"{key}={value}" for key, value in labels.items()]
-        with classify.engine_errors(INSPECT.describe()):
-            rows = self._idempotent(INSPECT, "containers", all=True, filters={"label": selectors})
+        with classify.engine_errors(self._describe("list")):
+            rows: list[_Row] = self._retrying(
+                lambda: self._api.containers(all=True, filters={"label": selectors})
+            )
         return [
             ContainerInfo(
                 id=row["Id"],
@@ -389,17 +427,18 @@ class DockerBackend(ContainerBackend):
             for row in rows
         ]
 
-    def _idempotent(self, op: EngineOp, method: str, *args: Any, **kwargs: Any) -> Any:
-        """An idempotent API call with `op`'s timeout, retried on transient errors."""
-        call = getattr(self._timed(op), method)
-        return self._retrying(lambda: call(*args, **kwargs))
+    def _inspect(self, container_id: str) -> _Inspect:
+        found: _Inspect = self._retrying(lambda: self._api.inspect_container(container_id))
+        return found
 
-    def _retrying(self, call: Callable[[], T]) -> T:
-        """Run `call`; retry it, with jittered backoff, on transient errors."""
+    def _retrying(
+        self, call: Callable[[], T], retryable: Callable[[BaseException], bool] = classify.is_transient
+    ) -> T:
+        """Run `call`; retry it, with jittered backoff, on `retryable` (transient) errors."""
         try:
             return call()
         except Exception as exc:
-            if not classify.is_transient(exc):
+            if not retryable(exc):
                 raise
         # Imported only on the slow path: tenacity costs CLI start-up time.
         from tenacity import (
@@ -412,52 +451,11 @@ class DockerBackend(ContainerBackend):
         retrying = Retrying(
             stop=stop_after_attempt(RETRY_ATTEMPTS - 1),
             wait=wait_random_exponential(multiplier=0.1, max=RETRY_MAX_WAIT_S),
-            retry=retry_if_exception(classify.is_transient),
+            retry=retry_if_exception(retryable),
             before=lambda _state: time.sleep(0.05),
             reraise=True,
         )
         return retrying(call)
-
-
-class _Reader:
-    """Reads the attach stream of one container into two bounded captures."""
-
-    def __init__(self, api: Any, container_id: str, limit: int) -> None:
-        self.stdout = OutputCapture("stdout", limit)
-        self.stderr = OutputCapture("stderr", limit)
-        self._sock = api.attach_socket(container_id, params={"stdout": 1, "stderr": 1, "stream": 1})
-        for candidate in (self._sock, getattr(self._sock, "_sock", None)):
-            settimeout = getattr(candidate, "settimeout", None)
-            if settimeout is not None:
-                settimeout(None)  # a quiet sandbox is not an error
-        self._thread = threading.Thread(
-            target=self._run, name=f"warden-output-{container_id[:12]}", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self) -> None:
-        captures = {1: self.stdout, 2: self.stderr}
-        # A socket (thin client, tests) has recv; the SDK's SocketIO wrapper has read.
-        recv = getattr(self._sock, "recv", None) or self._sock.read
-        with contextlib.suppress(OSError, ValueError):
-            for stream, data in iter_frames(recv):
-                capture = captures.get(stream)
-                if capture is not None:
-                    capture.feed(data)
-
-    def finish(self, timeout_s: float) -> None:
-        self._thread.join(timeout_s)
-        self.close()
-
-    def close(self) -> None:
-        # The SDK hands back the stream wrapper; the socket and response under it
-        # must be closed too, or the descriptor lingers until garbage collection.
-        response = getattr(self._sock, "_response", None)
-        for closable in (response, self._sock, getattr(self._sock, "_sock", None)):
-            close = getattr(closable, "close", None)
-            if close is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    close()
 
 
 class _WaitTimeout(Exception):
@@ -468,24 +466,11 @@ class _Gone(Exception):
     """The container no longer exists (removed from outside)."""
 
 
-def _wait_exit_code(api: Any, container_id: str, timeout_s: float | None) -> int:
-    try:
-        answer = api.wait(container_id, timeout=timeout_s)
-    except Exception as exc:
-        if classify.is_read_timeout(exc):
-            raise _WaitTimeout from exc
-        if classify.status_code(exc) == 404:
-            raise _Gone from exc
-        raise
-    code = answer.get("StatusCode")
-    return int(code) if code is not None else -1
-
-
-def _ulimits(file_size_bytes: int) -> list[dict[str, Any]] | None:
+def _ulimits(file_size_bytes: int) -> list[Ulimit] | None:
     """RLIMIT_FSIZE (bytes) as the engine's `Ulimits`; None for no limit."""
     if not file_size_bytes:
         return None
-    return [{"Name": "fsize", "Soft": file_size_bytes, "Hard": file_size_bytes}]
+    return [Ulimit(name="fsize", soft=file_size_bytes, hard=file_size_bytes)]
 
 
 def _bind(source: Path, target: str, read_only: bool) -> str:

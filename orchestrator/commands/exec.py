@@ -1,9 +1,8 @@
 """`warden exec`: run one command in a fresh hardened container, then remove it.
 
 Start-up is kept cheap: only click and the standard library are imported at module
-level; pydantic is imported inside the command, and on a local engine (DOCKER_HOST
-unset or `unix://…`) the docker SDK is not imported at all: the backend talks to the
-engine through the thin stdlib client `backend.engine_http`.
+level; pydantic and the docker SDK are imported inside the command, once the
+arguments are known to be good.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from orchestrator.egress.flags import EgressFlags, egress_options, limits_from_f
 F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
+    from docker import DockerClient
     from pydantic import ValidationError
 
     from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec
@@ -238,14 +238,14 @@ def _run(
 ) -> int:
     from orchestrator import labels
     from orchestrator.backend.base import ResourceLimits, SandboxSpec
-    from orchestrator.backend.connect import connect_local
+    from orchestrator.backend.connect import connect
     from orchestrator.backend.disk import DiskGuardedBackend
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.config import Settings
     from orchestrator.workspace.guard import WorkspaceGuard
 
     settings = Settings.from_env()
-    client = connect_local()
+    client = connect()
     limits: dict[str, Any] = {"disk": settings.disk_limits(*disk)}
     if memory is not None:
         limits["memory_bytes"] = memory
@@ -397,7 +397,7 @@ def _parse_labels(pairs: tuple[str, ...]) -> dict[str, str]:
     return result
 
 
-def _resolve_image(client: Any, name: str) -> str:
+def _resolve_image(client: DockerClient, name: str) -> str:
     """`agent`/`bash` → the current content-addressed tag; other names must exist."""
     from orchestrator.images import resolve_image
 

@@ -49,7 +49,7 @@ async def run_in_sandbox(
 def _run(
     command: str, stdin: bytes, timeout_s: float, workspace: Path | None, output_limit: int
 ) -> SandboxedHookRun:
-    from orchestrator.backend.connect import connect_local
+    from orchestrator.backend.connect import connect
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.config import Settings
     from orchestrator.images import resolve_image
@@ -63,7 +63,7 @@ def _run(
         (Path(tmp) / "input.json").write_bytes(stdin)
         (Path(tmp) / "input.json").chmod(0o644)
         try:
-            client = connect_local()
+            client = connect()
         except WardenError as exc:
             return SandboxedHookRun(error=f"could not run the hook in a sandbox: {exc}")
         try:

@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -121,7 +122,7 @@ async def open_run(
     (`orchestrator.egress.setup`). Raises PolicyError/ConfigError before anything
     starts when they are invalid."""
     from orchestrator.agents.registry import AgentRegistry
-    from orchestrator.backend.connect import connect_local
+    from orchestrator.backend.connect import connect, pool_size
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.broker.upstream import model_client
     from orchestrator.images import resolve_image
@@ -145,9 +146,9 @@ async def open_run(
     async with AsyncExitStack() as stack:
         stack.callback(guard.release)
         watch = await asyncio.to_thread(ExecutedPathsWatch, workspace, guard.protected)
-        # The thin client opens one connection per request: safe across the wait
-        # threads of many subagents (the SDK's pooled client is not, past 25 pools).
-        client = await asyncio.to_thread(connect_local)
+        # Pools sized to the wait threads of every subagent at once (see backend.connect).
+        calls = config.max_concurrent_total * config.max_depth
+        client = await asyncio.to_thread(partial(connect, max_pool_size=pool_size(calls)))
         stack.callback(client.close)
         if backend is None:
             backend = DockerBackend(client, settings)

@@ -9,11 +9,14 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from orchestrator.backend.connect import connect
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 TEST_LABEL = "warden-test.run"
 RUN_ID = uuid.uuid4().hex[:12]
@@ -40,7 +43,7 @@ def sandbox_image() -> str:
 
 
 @pytest.fixture(scope="session")
-def docker_client(sandbox_image: str) -> Iterator[Any]:
+def docker_client(sandbox_image: str) -> Iterator[DockerClient]:
     """A client for the real engine. Fails (never skips) when the engine or image is missing."""
     client = connect()  # raises EngineUnavailableError naming the fix
     try:
@@ -52,7 +55,7 @@ def docker_client(sandbox_image: str) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def no_leftovers(docker_client: Any) -> Iterator[dict[str, str]]:
+def no_leftovers(docker_client: DockerClient) -> Iterator[dict[str, str]]:
     """User labels for test containers; after the module, none of them may remain."""
     labels = {TEST_LABEL: RUN_ID}
     yield labels

@@ -2,10 +2,8 @@
 deadlines enforced by kill, kill from another thread, the output cap and its
 announcement, label rules, idempotent kill/remove, list and cleanup by label.
 
-It runs against FakeBackend and DockerBackend (real engine, marked integration) on
-both of its transports: the docker SDK (`docker-sdk`) and the thin stdlib Unix-socket
-client `engine_http.EngineClient` (`docker-thin`), with commands from the small
-vocabulary the fake understands.
+It runs against FakeBackend and DockerBackend (the docker SDK on the real engine,
+marked integration), with commands from the small vocabulary the fake understands.
 """
 
 # ruff: noqa: F811 - pytest fixtures are imported, then named as parameters
@@ -17,7 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,6 +29,9 @@ from tests.integration.sandbox_fixtures import (  # noqa: F401
     no_leftovers,
     sandbox_image,
 )
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 
 @dataclass
@@ -53,23 +54,10 @@ class Harness:
         return SandboxSpec(**values)
 
 
-def engine_client(request: pytest.FixtureRequest, transport: str) -> Any:
-    """The SDK client of the session, or a thin client on the same (local) engine."""
-    client = request.getfixturevalue("docker_client")
-    if transport == "docker-sdk":
-        return client
-    from orchestrator.backend.connect import connect_local
-
-    thin = connect_local()
-    assert type(thin).__name__ == "EngineClient", "the test engine must be local (unix://)"
-    return thin
-
-
 @pytest.fixture(
     params=[
         "fake",
-        pytest.param("docker-sdk", marks=pytest.mark.integration),
-        pytest.param("docker-thin", marks=pytest.mark.integration),
+        pytest.param("docker", marks=pytest.mark.integration),
     ]
 )
 def harness(
@@ -86,7 +74,7 @@ def harness(
         return
     from orchestrator.backend.docker import DockerBackend
 
-    client = engine_client(request, request.param)
+    client = request.getfixturevalue("docker_client")
     user_labels = request.getfixturevalue("no_leftovers")
     backend = DockerBackend(client, settings)
     yield Harness(backend, sandbox_image, workspace, test_session, user_labels)
@@ -176,11 +164,10 @@ def test_list_and_cleanup_by_label(harness: Harness) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("transport", ["docker-sdk", "docker-thin"])
+@pytest.mark.integration
 def test_extra_mounts_honour_read_only(
-    request: pytest.FixtureRequest, transport: str, settings: Settings,
-    no_leftovers: dict[str, str], sandbox_image: str, workspace: Path, test_session: str,
-    tmp_path: Path,
+    docker_client: DockerClient, settings: Settings, no_leftovers: dict[str, str],
+    sandbox_image: str, workspace: Path, test_session: str, tmp_path: Path,
 ) -> None:  # fmt: skip
     from orchestrator.backend.base import Mount
     from orchestrator.backend.docker import DockerBackend
@@ -189,7 +176,7 @@ def test_extra_mounts_honour_read_only(
     shared.mkdir()
     (shared / "data").write_text("42\n")
     harness = Harness(
-        DockerBackend(engine_client(request, transport), settings), sandbox_image, workspace,
+        DockerBackend(docker_client, settings), sandbox_image, workspace,
         test_session,
         no_leftovers,
     )  # fmt: skip

@@ -40,8 +40,25 @@ def frame(stream: int, data: bytes) -> bytes:
     return struct.pack(">BxxxL", stream, len(data)) + data
 
 
+class StubAttachResponse:
+    """What the SDK client's session answers an attach with: the raw stream's socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.raw = sock
+
+    def raise_for_status(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.raw.close()
+
+
 class StubAPI:
     """Records calls; each method's behaviour can be scripted per test."""
+
+    base_url = "http+docker://localhost"
+    api_version = "1.41"
+    timeout = 60
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
@@ -67,13 +84,14 @@ class StubAPI:
         self._record("create_container", image, **kwargs)
         return {"Id": "c1"}
 
-    def attach_socket(self, container_id: str, params: dict[str, int]) -> socket.socket:
-        self._record("attach_socket", container_id)
+    def post(self, url: str, **kwargs: Any) -> StubAttachResponse:
+        container_id = url.split("/containers/")[1].removesuffix("/attach")
+        self._record("attach", container_id)
         ours, theirs = socket.socketpair()
         theirs.sendall(self.output)
         theirs.close()
         self._sockets.append(ours)
-        return ours
+        return StubAttachResponse(ours)
 
     def start(self, container_id: str) -> None:
         self._record("start", container_id)
@@ -138,7 +156,7 @@ def spec(workspace: Path | None = None, **overrides: Any) -> SandboxSpec:
 
 def test_container_is_hardened(backend: DockerBackend, api: StubAPI, workspace: Path) -> None:
     result = backend.run(spec(workspace))
-    assert api.names() == ["create_container", "attach_socket", "start", "wait", "remove_container"]
+    assert api.names() == ["create_container", "attach", "start", "wait", "remove_container"]
     created = api.calls[0][2]
     host = created["host_config"]
     assert created["network_disabled"] is True
@@ -147,7 +165,7 @@ def test_container_is_hardened(backend: DockerBackend, api: StubAPI, workspace: 
     assert host["mem_limit"] == host["memswap_limit"] == 512 * 1024 * 1024
     assert host["nano_cpus"] == 1_000_000_000 and host["pids_limit"] == 256
     assert "size=67108864" in host["tmpfs"]["/tmp"] and "mode=1777" in host["tmpfs"]["/tmp"]
-    assert host["log_config"]["config"]["max-size"]
+    assert host["log_config"]["Config"]["max-size"] and host["log_config"]["Type"] == "json-file"
     assert host["binds"] == [f"{workspace.resolve()}:/workspace:rw"]
     from orchestrator.lifecycle import owner
 
@@ -251,7 +269,7 @@ def test_dead_engine_is_one_clear_error(backend: DockerBackend, api: StubAPI) ->
     api.failures["inspect_container"] = [refused] * 10
     with pytest.raises(EngineUnavailableError, match="warden doctor --fix") as caught:
         backend.start(spec())
-    assert "not answering (create (CREATE_TIMEOUT_S = 60 s)" in str(caught.value)
+    assert "not answering (create (timeout 60 s)" in str(caught.value)
     assert not isinstance(caught.value, EngineSlowError)
     api.failures["containers"] = [refused] * 10
     with pytest.raises(EngineUnavailableError, match="DOCKER_HOST"):
@@ -264,7 +282,7 @@ def test_a_slow_engine_is_reported_as_slow_naming_the_timeout(
 ) -> None:
     late = requests.exceptions.ReadTimeout("Read timed out. (read timeout=60)")
     api.failures["start"] = [late] * 10
-    with pytest.raises(EngineSlowError, match=r"start \(START_TIMEOUT_S = 60 s\)") as caught:
+    with pytest.raises(EngineSlowError, match=r"start \(timeout 60 s\)") as caught:
         backend.start(spec())
     assert "too slow" in str(caught.value) and "--max-concurrent" in str(caught.value)
     assert api.names().count("start") == 5
@@ -286,6 +304,7 @@ def test_a_create_whose_answer_was_lost_is_found_by_name(
 
     api.inspect_container = inspect  # type: ignore[method-assign]
     assert backend.start(spec()) == "c-first"
+    backend.remove("c-first")  # closes its output reader
     assert api.names().count("create_container") == 1
     assert created[0]["name"].startswith("warden-")
     assert ("inspect_container", (created[0]["name"],), {}) in api.calls
