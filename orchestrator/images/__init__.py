@@ -10,8 +10,9 @@ May import: `errors`, `labels`, `backend`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar
 
 from orchestrator.backend.classify import is_connection_error, status_code
 from orchestrator.backend.connect import ENGINE_FIX
@@ -27,12 +28,17 @@ from orchestrator.images.hashing import (
     inputs_hash,
 )
 
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+T = TypeVar("T")
+
 __all__ = ["KINDS", "ImageState", "build_images", "image_status", "resolve_image"]
 
 BUILD_HINT = "run `warden images build`"
 
 
-def resolve_image(client: Any, name: str) -> str:
+def resolve_image(client: DockerClient, name: str) -> str:
     """The image reference to run for `name`.
 
     "agent" / "bash": the content-addressed tag of the image built from the current
@@ -69,7 +75,7 @@ class ImageState:
     detail: str
 
 
-def image_status(client: Any) -> list[ImageState]:
+def image_status(client: DockerClient) -> list[ImageState]:
     """Per kind: built from the current sources (and an unchanged base), or not."""
     states = []
     for kind in KINDS.values():
@@ -93,7 +99,16 @@ def image_status(client: Any) -> list[ImageState]:
     return states
 
 
-def _current(client: Any, kind: ImageKind) -> tuple[str, dict[str, Any]] | None:
+class _ImageRow(TypedDict, total=False):
+    """One row of the engine's image list (`GET /images/json`), the fields read here."""
+
+    Id: str
+    Created: int
+    RepoTags: list[str] | None
+    Labels: dict[str, str] | None
+
+
+def _current(client: DockerClient, kind: ImageKind) -> tuple[str, _ImageRow] | None:
     filters = {"label": [f"{LABEL_KIND}={kind.name}", f"{LABEL_INPUTS_HASH}={inputs_hash(kind)}"]}
     for row in _rows(client, filters):
         tag = _tag_of(kind, row)
@@ -102,32 +117,31 @@ def _current(client: Any, kind: ImageKind) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def _rows(client: Any, filters: dict[str, Any]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = _call(client.api.images, filters=filters)
+def _rows(client: DockerClient, filters: dict[str, list[str]]) -> list[_ImageRow]:
+    rows: list[_ImageRow] = _call(lambda: client.api.images(filters=filters))
     return sorted(rows, key=lambda row: int(row.get("Created", 0)), reverse=True)
 
 
-def _tag_of(kind: ImageKind, row: dict[str, Any]) -> str | None:
+def _tag_of(kind: ImageKind, row: _ImageRow) -> str | None:
     for tag in row.get("RepoTags") or []:
         if str(tag).startswith(kind.repository + ":"):
             return str(tag)
     return None
 
 
-def _image_id(client: Any, ref: str) -> str | None:
+def _image_id(client: DockerClient, ref: str) -> str | None:
     try:
-        return str(_call(client.api.inspect_image, ref)["Id"])
+        return _call(lambda: client.images.get(ref).id)
     except Exception as exc:
         if status_code(exc) == 404:
             return None
         raise
 
 
-def _call(function: Any, *args: Any, **kwargs: Any) -> Any:
-    """One engine call through either transport (the docker SDK or warden's thin
-    client); a dead engine becomes EngineUnavailableError."""
+def _call(call: Callable[[], T]) -> T:
+    """One engine call; a dead engine becomes EngineUnavailableError."""
     try:
-        return function(*args, **kwargs)
+        return call()
     except Exception as exc:
         if is_connection_error(exc):
             raise EngineUnavailableError(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -173,9 +174,20 @@ class FakeAPI:
         return {"Id": "sha256:" + "c" * 64}
 
 
+class FakeImages:
+    """`client.images.get(ref)`: one inspect, the image's id."""
+
+    def __init__(self, api: FakeAPI) -> None:
+        self._api = api
+
+    def get(self, ref: str) -> SimpleNamespace:
+        return SimpleNamespace(id=self._api.inspect_image(ref)["Id"])
+
+
 class FakeClient:
     def __init__(self, api: FakeAPI) -> None:
         self.api = api
+        self.images = FakeImages(api)
 
 
 def test_resolve_image_picks_the_newest_image_built_from_the_current_inputs() -> None:
