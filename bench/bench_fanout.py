@@ -60,7 +60,7 @@ from benchlib import (
 )
 
 from orchestrator import labels as wl
-from orchestrator.backend.connect import connect
+from orchestrator.backend.connect import connect, pool_size
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import Settings
 from orchestrator.runtime.caps import TaskManagerConfig
@@ -73,7 +73,6 @@ TARGET = 1.3
 MAX_CONCURRENT = 60
 RSS_SAMPLE_S = 0.02
 BARE_COMMAND = ["python3", "-c", "pass"]
-BARE_NUM_POOLS = 4096
 PREFILL_TIMEOUT_S = 300.0
 SDK_FLOOR_COMMAND = ["python3", "-c", "import anthropic"]
 """Reference only: a bare cycle that pays the SDK import every warden runner pays."""
@@ -193,16 +192,9 @@ async def warden_burst(run: Any, server: Any, started_at: StartedAt, names: list
 
 
 def bare_client() -> Any:
-    """A low-level client whose connection pools are not recycled mid-burst.
-
-    docker-py keys its Unix-socket pools by request URL (each container id makes
-    new ones) and keeps 25 by default, closing the oldest -- which another thread
-    may still be using ("'NoneType' object has no attribute 'qsize'") once a burst
-    touches more than 25 URLs. The baseline should not fail for that."""
-    import docker
-    from docker.utils import kwargs_from_env
-
-    return docker.APIClient(**kwargs_from_env(), num_pools=BARE_NUM_POOLS)
+    """A low-level client for the bare baseline, sized like warden's own
+    (`backend.connect.pool_size`): its pools are never full under the burst."""
+    return connect(max_pool_size=pool_size(MAX_CONCURRENT)).api
 
 
 def bare_burst(

@@ -108,8 +108,10 @@ class UserType(click.ParamType[str]):
         return f"{uid}:{gid}"
 
 
-class _Terminated(Exception):
-    """SIGTERM/SIGHUP arrived: treated like Ctrl-C."""
+class _Terminated(BaseException):
+    """SIGTERM/SIGHUP arrived: treated like Ctrl-C. A BaseException, as KeyboardInterrupt
+    is, so no `except Exception` on the way (say, around a container's start) takes it
+    for a failure of the call it interrupted."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
