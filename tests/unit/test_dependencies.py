@@ -20,7 +20,7 @@ TEST_TREES = ("tests", "bench")
 FIRST_PARTY = {"orchestrator", "sandbox_tools", "tests", "bench", "benchlib"}
 NOT_CODE = ("orchestrator/demo/",)
 """The demo's sample project is a user's files, not warden's code."""
-TOOLS_NOT_IMPORTED = {"pytest-asyncio", "mypy", "ruff", "types-pyyaml"}
+TOOLS_NOT_IMPORTED = {"pytest-asyncio", "mypy", "ruff", "types-pyyaml", "types-docker", "types-requests"}
 """Declared test tools used as plugins or commands, never imported by name."""
 
 
