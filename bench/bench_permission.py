@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import chown_tree, median, ms, pct, temp_env, verdict
 
+from orchestrator.broker import wire_models
 from orchestrator.runtime.session import open_run
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from sandbox_tools import wire
@@ -69,7 +70,7 @@ n, warmup = int(sys.argv[1]), int(sys.argv[2])
 http = httpx2.Client(transport=httpx2.HTTPTransport(uds=wire.BROKER_SOCKET),
                      base_url=wire.BROKER_BASE_URL, timeout=30)
 typed = BrokerClient()
-request = wire.PermissionRequest(tool_use_id="toolu_bench", tool_name="Bash",
+request = wire_models.PermissionRequest(tool_use_id="toolu_bench", tool_name="Bash",
                                  tool_input={"command": "echo hello"})
 body = request.model_dump_json()
 headers = {"content-type": "application/json"}
@@ -99,14 +100,14 @@ for i in range(warmup + n):
         if i >= warmup:
             samples[name].append(round(elapsed, 7))
 out = {"samples": samples, "behaviors": behaviors, "spec_bytes": bare()}
-typed.result(wire.ResultRequest(status="completed", text=json.dumps(out)))
+typed.result(wire_models.ResultRequest(status="completed", text=json.dumps(out)))
 """
 
 
 async def host_gate_timing(run: Any, task_id: str, count: int) -> list[float]:
     """PolicyGate.decide alone (engine + audit), as the broker awaits it."""
     ctx = run.manager.tasks[task_id]
-    request = wire.PermissionRequest(
+    request = wire_models.PermissionRequest(
         tool_use_id="toolu_host", tool_name="Bash", tool_input={"command": "echo hello"}
     )
     samples = []

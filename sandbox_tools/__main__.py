@@ -1,7 +1,7 @@
 """`python -m sandbox_tools`: run one subagent against the broker socket, then exit.
 
-Imports stay lean here: `--help` needs only argparse, and the anthropic SDK is
-imported once the spec has arrived.
+Imports stay lean: the runner uses only the standard library, `--help` needs only
+argparse, and a warm sandbox imports the runner before it waits for its task.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="warm start: import everything first, then wait up to SECONDS for the host to "
+        help="warm start: import the runner first, then wait up to SECONDS for the host to "
         "hand this sandbox a task (it keeps such containers ready); exit at once if the "
         "host goes away",
     )
@@ -43,8 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     from sandbox_tools.runner import run
 
     if args.wait > 0:
-        import anthropic  # noqa: F401  # the expensive part, done before there is a task
-
         hold = os.path.join(os.path.dirname(args.socket), os.path.basename(wire.WARM_HOLD_SOCKET))
         if not _wait_for_task(hold, args.wait):
             return 0  # never given a task: nothing to report
@@ -75,6 +73,6 @@ if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    # The result is posted; tearing down an interpreter that imported the SDK costs
-    # 0.3-0.5 s of CPU per subagent, paid by every fan-out. Nothing is left to save.
+    # The result is posted and the outbox flushed; nothing is left to save, and the
+    # watchdog thread may still be blocked in recv.
     os._exit(code)

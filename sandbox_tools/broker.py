@@ -1,22 +1,32 @@
-"""Clients for the broker socket: a typed one for warden's endpoints, the SDK for models.
+"""The runner's client for the broker socket: JSON over HTTP/1.1 on a Unix socket.
 
-Both speak HTTP over the Unix socket mounted at `wire.BROKER_SOCKET`; the host
-name in `wire.BROKER_BASE_URL` is never resolved. Calls that wait for a human
-(`/v1/permission`) or for a nested task (`/v1/task`) have no read timeout.
+Written with the standard library's `http.client` (a small subclass that
+connects to a Unix socket) because the sandbox carries no third-party
+packages: every model call, permission request and checkpoint is one JSON
+document each way on a local socket, which needs no HTTP client stack. The
+broker on the host owns the model API's retries (the anthropic SDK there); this
+client only tells apart "the broker does not answer" (`BrokerUnavailableError`,
+the runner cannot go on), "it answered with an error" (`BrokerRequestError`,
+with the message of the Anthropic-shaped error body) and "it did not answer
+in time" (`BrokerTimeoutError`).
+
+One connection is kept open between requests (the broker closes idle ones
+after a few seconds; a request that finds its kept connection closed is sent
+once more on a new one, before any answer could have been read). One client is
+used by one thread only. Calls that wait for a human (`/v1/permission`) or for
+a nested task (`/v1/task`) have no read timeout.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
-
-import httpx2
-from pydantic import BaseModel, ValidationError
+import http.client
+import json
+import socket
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 from sandbox_tools import wire
-from sandbox_tools.errors import BrokerRequestError, BrokerUnavailableError
-
-if TYPE_CHECKING:
-    import anthropic
+from sandbox_tools.errors import BrokerRequestError, BrokerTimeoutError, BrokerUnavailableError
 
 BROKER_CONNECT_TIMEOUT_S = 5.0
 """How long connecting to the broker socket may take."""
@@ -25,109 +35,179 @@ BROKER_REQUEST_TIMEOUT_S = 60.0
 """Read/write timeout of the quick endpoints (spec, events, transcript, result)."""
 
 MODEL_CALL_TIMEOUT_S = 600.0
-"""Timeout of one model call through the broker."""
+"""Timeout of one model call through the broker (the host retries within it)."""
+
+ERROR_TEXT_CHARS = 500
+"""How much of a non-JSON error answer is quoted."""
+
+T = TypeVar("T")
+
+QUICK: Literal["quick"] = "quick"
+"""`timeout` of `BrokerClient.call` meaning the client's quick-endpoint timeout."""
+
+_STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+"""What a kept connection the broker closed while idle fails with."""
 
 
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """`http.client.HTTPConnection` to a Unix socket path instead of a host and port."""
 
-T = TypeVar("T", bound=BaseModel)
+    def __init__(self, socket_path: str, timeout: float | None) -> None:
+        super().__init__(wire.BROKER_HOST, timeout=timeout)
+        self.socket_path = socket_path
 
-
-def _error_message(response: httpx2.Response) -> str:
-    try:
-        return wire.ErrorBody.model_validate_json(response.content).error.message
-    except ValidationError:
-        return response.text[: wire.MAX_EVENT_DETAIL_CHARS] or response.reason_phrase
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(BROKER_CONNECT_TIMEOUT_S)
+            sock.connect(self.socket_path)
+            sock.settimeout(self.timeout)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
 
 
 class BrokerClient:
-    """warden's own broker endpoints, with the wire models on both ends."""
+    """warden's broker endpoints, as plain JSON documents (see `wire`)."""
 
     def __init__(
         self, socket_path: str = wire.BROKER_SOCKET, request_timeout_s: float | None = None
     ) -> None:
         self.socket_path = socket_path
-        quick_s = BROKER_REQUEST_TIMEOUT_S if request_timeout_s is None else request_timeout_s
-        self._quick = httpx2.Timeout(quick_s, connect=BROKER_CONNECT_TIMEOUT_S)
-        # Waits for a human (permission) or a whole nested task: no read timeout.
-        self._patient = httpx2.Timeout(quick_s, connect=BROKER_CONNECT_TIMEOUT_S, read=None)
-        self._http = httpx2.Client(
-            transport=httpx2.HTTPTransport(uds=socket_path),
-            base_url=wire.BROKER_BASE_URL,
-            timeout=self._quick,
+        self.quick_timeout_s = (
+            BROKER_REQUEST_TIMEOUT_S if request_timeout_s is None else request_timeout_s
         )
+        self._conn: UnixHTTPConnection | None = None
 
     def close(self) -> None:
-        self._http.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
-    def _call(
+    def _connection(self, timeout: float | None) -> tuple[UnixHTTPConnection, bool]:
+        """(the connection, whether it was used before)."""
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            conn.timeout = timeout
+            conn.sock.settimeout(timeout)
+            return conn, True
+        if conn is not None:
+            conn.close()
+        self._conn = UnixHTTPConnection(self.socket_path, timeout)
+        return self._conn, False
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout: float | None,
+    ) -> tuple[int, bytes]:
+        for attempt in (1, 2):
+            conn, reused = self._connection(timeout)
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+            except _STALE_CONNECTION as e:
+                self.close()
+                if reused and attempt == 1:
+                    continue  # closed by the broker while idle: nothing was read yet
+                raise self._unavailable(path, e) from e
+            except TimeoutError as e:
+                self.close()  # half a request may be in flight: never reuse it
+                raise BrokerTimeoutError(
+                    f"the broker did not answer {path} within {timeout} s"
+                ) from e
+            except (OSError, http.client.HTTPException) as e:
+                self.close()
+                raise self._unavailable(path, e) from e
+            if response.will_close:
+                self.close()
+            return response.status, data
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _unavailable(self, path: str, e: BaseException) -> BrokerUnavailableError:
+        why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        return BrokerUnavailableError(
+            f"cannot reach the broker at {self.socket_path} ({path}): {why}; "
+            "the host side of this task is gone or the socket is not mounted"
+        )
+
+    def call(
         self,
         path: str,
-        answer: type[T],
-        body: BaseModel | None = None,
-        patient: bool = False,
-    ) -> T:
-        """One request; BrokerUnavailableError if the socket does not answer,
-        BrokerRequestError on an error status or a malformed answer."""
-        timeout = self._patient if patient else self._quick
+        body: object = None,
+        *,
+        timeout: float | Literal["quick"] | None = QUICK,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        """One request (GET without a body, POST with one); the parsed JSON answer.
+        `timeout` None waits as long as it takes (a human, a nested task).
+
+        Raises:
+            BrokerUnavailableError: the socket does not answer.
+            BrokerTimeoutError: no answer within `timeout` (the quick one by default).
+            BrokerRequestError: an error status, or an answer that is not JSON.
+        """
+        seconds = self.quick_timeout_s if timeout == QUICK else timeout
+        sent = {"Host": wire.BROKER_HOST, **(headers or {})}
+        payload = None
+        if body is not None:
+            payload = json.dumps(body, ensure_ascii=False).encode()
+            sent["Content-Type"] = "application/json"
+        status, data = self._exchange(
+            "GET" if body is None else "POST", path, payload, sent, seconds
+        )
         try:
-            if body is None:
-                response = self._http.get(path, timeout=timeout)
-            else:
-                response = self._http.post(
-                    path,
-                    content=body.model_dump_json(),
-                    headers={"content-type": "application/json"},
-                    timeout=timeout,
-                )
-        except httpx2.TransportError as e:
-            raise BrokerUnavailableError(
-                f"cannot reach the broker at {self.socket_path} ({path}): {e or type(e).__name__}; "
-                "the host side of this task is gone or the socket is not mounted"
-            ) from e
-        if response.status_code >= 400:
-            raise BrokerRequestError(path, response.status_code, _error_message(response))
+            doc = json.loads(data)
+        except ValueError:
+            doc = None
+        if status >= 400:
+            message = wire.error_message(doc)
+            if message is None:
+                message = data[:ERROR_TEXT_CHARS].decode("utf-8", "replace") or f"HTTP {status}"
+            raise BrokerRequestError(path, status, message)
+        if doc is None:
+            raise BrokerRequestError(path, status, "malformed answer: not JSON")
+        return doc
+
+    def _decoded(self, path: str, decode: Callable[[object], T], doc: object) -> T:
         try:
-            return answer.model_validate_json(response.content)
-        except ValidationError as e:
-            raise BrokerRequestError(
-                path, response.status_code, f"malformed answer: {e.error_count()} errors"
-            ) from e
+            return decode(doc)
+        except wire.WireFormatError as e:
+            raise BrokerRequestError(path, 200, f"malformed answer: {e}") from e
 
     def spec(self) -> wire.TaskSpec:
-        return self._call("/v1/spec", wire.TaskSpec)
+        return self._decoded("/v1/spec", wire.TaskSpec.from_json, self.call("/v1/spec"))
 
     def permission(self, request: wire.PermissionRequest) -> wire.PermissionResponse:
-        return self._call("/v1/permission", wire.PermissionResponse, request, patient=True)
+        doc = self.call("/v1/permission", request, timeout=None)
+        return self._decoded("/v1/permission", wire.PermissionResponse.from_json, doc)
 
     def delegate(self, request: wire.DelegateRequest) -> wire.DelegateResponse:
-        return self._call("/v1/task", wire.DelegateResponse, request, patient=True)
+        doc = self.call("/v1/task", request, timeout=None)
+        return self._decoded("/v1/task", wire.DelegateResponse.from_json, doc)
 
-    def event(self, request: wire.EventRequest) -> None:
-        self._call("/v1/events", wire.Ack, request)
+    def events(self, batch: wire.EventBatch) -> None:
+        self.call("/v1/events", batch)
 
-    def transcript(self, request: wire.TranscriptCheckpoint) -> None:
-        self._call("/v1/transcript", wire.Ack, request)
+    def transcript(self, checkpoint: wire.TranscriptCheckpoint) -> None:
+        self.call("/v1/transcript", checkpoint)
 
     def result(self, request: wire.ResultRequest) -> None:
-        self._call("/v1/result", wire.Ack, request)
+        self.call("/v1/result", request)
 
-
-def model_client(
-    socket_path: str = wire.BROKER_SOCKET,
-    max_retries: int = wire.DEFAULT_MODEL_MAX_RETRIES,
-    retry_total_s: float = wire.DEFAULT_MODEL_RETRY_TOTAL_S,
-) -> anthropic.Anthropic:
-    """The real anthropic SDK, talking to the broker's `/v1/messages` over the socket.
-    It is the only retry layer of a subagent's model calls (see `model_retry`)."""
-    import anthropic  # heavy (most of the runner's start-up); only the loop needs it
-
-    from sandbox_tools.model_retry import RetryBudget
-
-    return anthropic.Anthropic(
-        base_url=wire.BROKER_BASE_URL,
-        api_key=wire.PLACEHOLDER_API_KEY,
-        http_client=httpx2.Client(transport=httpx2.HTTPTransport(uds=socket_path)),
-        max_retries=max_retries,
-        timeout=MODEL_CALL_TIMEOUT_S,
-        middleware=[RetryBudget(retry_total_s)],
-    )
+    def messages(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One Messages API call through the broker; the response document."""
+        doc = self.call(
+            "/v1/messages",
+            request,
+            timeout=MODEL_CALL_TIMEOUT_S,
+            headers={"anthropic-version": wire.ANTHROPIC_VERSION},
+        )
+        if not isinstance(doc, dict):
+            raise BrokerRequestError("/v1/messages", 200, "malformed answer: not an object")
+        return doc

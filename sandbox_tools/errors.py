@@ -25,6 +25,10 @@ class BrokerUnavailableError(SandboxError, ConnectionError):
     """The broker socket does not answer; the runner cannot continue."""
 
 
+class BrokerTimeoutError(BrokerUnavailableError, TimeoutError):
+    """The broker did not answer a request in time."""
+
+
 class BrokerRequestError(SandboxError, RuntimeError):
     """The broker answered a request with an error status."""
 

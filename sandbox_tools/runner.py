@@ -1,11 +1,14 @@
 """The subagent's agent loop: model call, permission, tool, checkpoint, repeat.
 
 The conversation starts fresh from the spec (`history` + the task prompt).
-Every tool call is put to the broker first; a denial reaches the model as an
-`is_error` tool result. After every turn the whole transcript is checkpointed.
-The loop ends when the model stops asking for tools, after `max_turns` model
-calls, or when the broker refuses a model call; its last word is a
-`ResultRequest`.
+Each model call is one Messages API request to the broker, which calls the API
+with the real SDK (and retries there); an error answer ends the loop with a
+failed result that quotes it. Every tool call is put to the broker first; a
+denial reaches the model as an `is_error` tool result. Progress events and the
+transcript checkpoint after every turn go through the `Outbox` in the
+background, in order, and are flushed before the result. The loop ends when the
+model stops asking for tools, after `max_turns` model calls, or when the broker
+refuses a model call; its last word is a `ResultRequest`.
 """
 
 from __future__ import annotations
@@ -14,20 +17,21 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from pydantic import ValidationError
+from typing import Any
 
 from sandbox_tools import watchdog, wire
-from sandbox_tools.broker import MODEL_CALL_TIMEOUT_S, BrokerClient, model_client
+from sandbox_tools.broker import MODEL_CALL_TIMEOUT_S, BrokerClient
 from sandbox_tools.conversation import append_user_text
-from sandbox_tools.errors import BrokerRequestError, BrokerUnavailableError, ToolError
+from sandbox_tools.errors import (
+    BrokerRequestError,
+    BrokerTimeoutError,
+    BrokerUnavailableError,
+    ToolError,
+)
+from sandbox_tools.outbox import Outbox
 from sandbox_tools.tools import ToolContext, ToolOutput, describe, parse_input, run_tool
 from sandbox_tools.tools.bash import kill_running
-from sandbox_tools.tools.inputs import tool_params
-
-if TYPE_CHECKING:
-    import anthropic
+from sandbox_tools.tools.inputs import dump, tool_params
 
 log = logging.getLogger("sandbox_tools")
 
@@ -36,17 +40,15 @@ EXIT_BUG = 1
 EXIT_BROKER = 2
 """The broker is unreachable, or refused the spec or the result."""
 
-
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    note = f"\n[truncated to {limit} characters]"
-    return text[: limit - len(note)] + note
+OUTBOX_FLUSH_ON_CRASH_S = 30.0
+"""How long a failing runner waits for its queued events and checkpoints to go."""
 
 
 def final_text(content: list[dict[str, Any]]) -> str:
     """Concatenated text blocks of one assistant message."""
-    return "".join(b["text"] for b in content if b.get("type") == "text" and "text" in b)
+    return "".join(
+        b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)
+    )
 
 
 def _tool_result(tool_use_id: str, output: ToolOutput) -> dict[str, Any]:
@@ -58,19 +60,30 @@ def _tool_result(tool_use_id: str, output: ToolOutput) -> dict[str, Any]:
     }
 
 
+class MalformedReplyError(ValueError):
+    """A model reply that is not a Messages API response."""
+
+
+def _reply_parts(reply: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """(content blocks, stop_reason) of a Messages API response."""
+    content = reply.get("content")
+    stop_reason = reply.get("stop_reason")
+    if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+        raise MalformedReplyError("its content is not a list of blocks")
+    if stop_reason is not None and not isinstance(stop_reason, str):
+        raise MalformedReplyError("its stop_reason is not a string")
+    return content, stop_reason
+
+
 class AgentLoop:
     """One subagent's conversation, run to its end."""
 
     def __init__(
-        self,
-        spec: wire.TaskSpec,
-        broker: BrokerClient,
-        client: anthropic.Anthropic,
-        ctx: ToolContext,
+        self, spec: wire.TaskSpec, broker: BrokerClient, outbox: Outbox, ctx: ToolContext
     ) -> None:
         self.spec = spec
         self.broker = broker
-        self.client = client
+        self.outbox = outbox
         self.ctx = ctx
         # The host repaired the history; a resume may end with tool results, so
         # the prompt joins that user message rather than following it.
@@ -80,63 +93,57 @@ class AgentLoop:
         if unknown:
             log.warning("ignoring tools this runner does not know: %s", ", ".join(unknown))
 
-    def run(self) -> wire.ResultRequest:
-        import anthropic
+    def _request(self) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "model": self.spec.model,
+            "max_tokens": self.spec.max_tokens,
+            "system": self.spec.system_prompt,
+            "messages": self.messages,
+        }
+        if tools := tool_params(self.spec.tools):
+            request["tools"] = tools
+        return request
 
+    def run(self) -> wire.ResultRequest:
         spec = self.spec
-        extra: dict[str, Any] = {}
-        if tools := tool_params(spec.tools):
-            extra["tools"] = tools
         last: list[dict[str, Any]] = []
         while self.turn < spec.max_turns:
             try:
-                response = self.client.messages.create(
-                    model=spec.model,
-                    max_tokens=spec.max_tokens,
-                    system=spec.system_prompt,
-                    messages=self.messages,  # type: ignore[arg-type]  # plain dicts, as sent
-                    **extra,
-                )
-            except anthropic.APITimeoutError:
+                reply = self.broker.messages(self._request())
+                content, stop_reason = _reply_parts(reply)
+            except BrokerTimeoutError:
                 self.checkpoint()
                 return self._failed(
                     last, f"the model call did not answer within {MODEL_CALL_TIMEOUT_S:g} s"
                 )
-            except anthropic.APIConnectionError as e:
-                raise BrokerUnavailableError(
-                    f"model call failed, the broker does not answer: {e}"
-                ) from e
-            except anthropic.APIError as e:
+            except BrokerRequestError as e:
                 self.checkpoint()
-                return self._failed(last, f"the model call was refused: {_api_error_message(e)}")
+                return self._failed(
+                    last, f"the model call was refused: {e.message} (HTTP {e.status})"
+                )
+            except MalformedReplyError as e:
+                self.checkpoint()
+                return self._failed(last, f"the model call returned a malformed answer: {e}")
             self.turn += 1
-            last = [block.to_dict() for block in response.content]
+            last = content
             self.messages.append({"role": "assistant", "content": last})
             tool_uses = [b for b in last if b.get("type") == "tool_use"]
-            if response.stop_reason == "tool_use" and tool_uses:
+            if stop_reason == "tool_use" and tool_uses:
                 results = [self.call_tool(b) for b in tool_uses]
                 self.messages.append({"role": "user", "content": results})
             self.checkpoint()
-            self.event(
-                wire.EventRequest(
-                    kind="turn_finished", detail=f"turn {self.turn}: {response.stop_reason}"
-                )
+            self.outbox.event(
+                wire.event_request("turn_finished", detail=f"turn {self.turn}: {stop_reason}")
             )
-            if response.stop_reason != "tool_use" or not tool_uses:
-                return wire.ResultRequest(
-                    status="completed", text=_clip(final_text(last), wire.MAX_RESULT_CHARS)
-                )
+            if stop_reason != "tool_use" or not tool_uses:
+                return wire.result_request("completed", final_text(last))
         return self._failed(
             last,
             f"stopped after {spec.max_turns} model calls (max_turns) before the agent finished",
         )
 
     def _failed(self, last: list[dict[str, Any]], error: str) -> wire.ResultRequest:
-        return wire.ResultRequest(
-            status="failed",
-            text=_clip(final_text(last), wire.MAX_RESULT_CHARS),
-            error=_clip(error, wire.MAX_EVENT_DETAIL_CHARS),
-        )
+        return wire.result_request("failed", final_text(last), error)
 
     def call_tool(self, block: dict[str, Any]) -> dict[str, Any]:
         """Ask, run, report: one tool_use block in, one tool_result block out."""
@@ -165,21 +172,18 @@ class AgentLoop:
                     is_error=True,
                 ),
             )
-        try:
-            decision = self.broker.permission(
-                wire.PermissionRequest(
-                    tool_use_id=tool_use_id, tool_name=name, tool_input=raw_input
-                )
-            )
-        except ValidationError as e:  # e.g. a tool_use id longer than the wire allows
+        if len(tool_use_id) > wire.MAX_TOOL_USE_ID_CHARS or len(name) > wire.MAX_TOOL_NAME_CHARS:
             return _tool_result(
                 tool_use_id,
                 ToolOutput(
-                    f"Error: this {name} call cannot be put to the permission check "
-                    f"({e.error_count()} invalid fields); it was not run.",
+                    f"Error: this {name[: wire.MAX_TOOL_NAME_CHARS]} call cannot be put to the "
+                    "permission check (its id or name is longer than the wire allows); "
+                    "it was not run.",
                     is_error=True,
                 ),
             )
+        try:
+            decision = self.broker.permission(wire.permission_request(tool_use_id, name, raw_input))
         except BrokerRequestError as e:
             return _tool_result(
                 tool_use_id,
@@ -200,25 +204,16 @@ class AgentLoop:
                 ),
             )
         tool_input = decision.updated_input if decision.updated_input is not None else raw_input
-        self.event(
-            wire.EventRequest(
-                kind="tool_started",
-                tool_name=name,
-                tool_use_id=tool_use_id,
-                detail=describe(name, tool_input),
-            )
+        self.outbox.event(
+            wire.event_request("tool_started", name, tool_use_id, describe(name, tool_input))
         )
         if name in wire.DELEGATION_TOOL_NAMES:
             output = self.delegate(tool_use_id, tool_input)
         else:
             output = run_tool(name, tool_input, self.ctx)
-        self.event(
-            wire.EventRequest(
-                kind="tool_finished",
-                tool_name=name,
-                tool_use_id=tool_use_id,
-                detail=_clip(output.summary, wire.MAX_EVENT_DETAIL_CHARS),
-                is_error=output.is_error,
+        self.outbox.event(
+            wire.event_request(
+                "tool_finished", name, tool_use_id, output.summary, is_error=output.is_error
             )
         )
         return _tool_result(tool_use_id, output)
@@ -227,11 +222,7 @@ class AgentLoop:
         """A nested `Task`, carried out by the host; waits as long as the subtask runs."""
         try:
             task = parse_input("Task", tool_input)
-            answer = self.broker.delegate(
-                wire.DelegateRequest(
-                    tool_use_id=tool_use_id, input=task.model_dump(exclude_none=True)
-                )
-            )
+            answer = self.broker.delegate(wire.delegate_request(tool_use_id, dump(task)))
         except ToolError as e:
             return ToolOutput(f"Error: {e}", is_error=True, summary=str(e)[:160])
         except BrokerRequestError as e:
@@ -245,30 +236,9 @@ class AgentLoop:
         )
 
     def checkpoint(self) -> None:
-        """Send the whole transcript; a refusal is logged, the loop goes on."""
-        try:
-            self.broker.transcript(
-                wire.TranscriptCheckpoint(messages=self.messages, turn=self.turn)
-            )
-        except BrokerRequestError as e:
-            log.warning("transcript checkpoint after turn %d was refused: %s", self.turn, e)
-
-    def event(self, request: wire.EventRequest) -> None:
-        """Progress is best effort: a refused event is logged, never fatal."""
-        try:
-            self.broker.event(request)
-        except BrokerRequestError as e:
-            log.warning("event %s was refused: %s", request.kind, e)
-
-
-def _api_error_message(e: anthropic.APIError) -> str:
-    body = e.body
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            status = getattr(e, "status_code", None)
-            return f"{error['message']} (HTTP {status})" if status else error["message"]
-    return e.message
+        """Queue the whole transcript (sent in the background, after the events
+        before it); a refusal is logged, the loop goes on."""
+        self.outbox.checkpoint(wire.transcript_checkpoint(self.messages, self.turn))
 
 
 def run(
@@ -285,7 +255,6 @@ def run(
     unreachable; 1 on a bug (after trying to post a failed result).
     """
     if not Path(socket_path).exists():
-        # Checked up front: httpcore2 leaks the socket object when connect() fails.
         print(
             f"warden runner: the broker socket {socket_path} does not exist; "
             "it must be mounted into the container (or passed with --socket)",
@@ -293,16 +262,16 @@ def run(
         )
         return EXIT_BROKER
     broker = BrokerClient(socket_path)
+    outbox: Outbox | None = None
     try:
         spec = broker.spec()
         if watch_broker:  # from here on, the runner dies with its broker
             watchdog.start(socket_path, kill_running)
         ctx = ToolContext(root=Path(workspace).resolve(), bash_timeout_s=spec.bash_timeout_s)
-        client = model_client(socket_path, spec.model_max_retries, spec.model_retry_total_s)
-        try:
-            result = AgentLoop(spec, broker, client, ctx).run()
-        finally:
-            client.close()
+        sender = BrokerClient(socket_path)  # the outbox's own connection and thread
+        outbox = Outbox(sender.events, sender.transcript, sender.close)
+        result = AgentLoop(spec, broker, outbox, ctx).run()
+        outbox.close()  # everything before the result is delivered first
         broker.result(result)
         return EXIT_OK
     except (BrokerUnavailableError, BrokerRequestError) as e:
@@ -311,14 +280,17 @@ def run(
     except Exception as e:
         log.exception("the runner crashed")
         try:
+            if outbox is not None:
+                outbox.close(OUTBOX_FLUSH_ON_CRASH_S)
             broker.result(
-                wire.ResultRequest(
-                    status="failed",
-                    error=_clip(f"the runner crashed: {type(e).__name__}: {e}", 500),
+                wire.result_request(
+                    "failed", error=wire.clip(f"the runner crashed: {type(e).__name__}: {e}", 500)
                 )
             )
         except Exception:
             log.warning("could not report the crash to the broker")
         return EXIT_BUG
     finally:
+        if outbox is not None:
+            outbox.close(OUTBOX_FLUSH_ON_CRASH_S)
         broker.close()

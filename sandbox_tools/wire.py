@@ -1,35 +1,37 @@
 """The wire contract between a subagent container and its broker on the host.
 
-Both sides import this module, so client and server cannot drift. Everything
-here travels as JSON over HTTP/1.1 on one Unix socket per subagent, mounted
-into the container at `BROKER_SOCKET`.
+Both sides import this module, so names and limits cannot drift: the paths,
+the limits, and the field names of every document the runner sends (one
+TypedDict each, built by the encoders below). It is standard library only,
+because it runs inside the sandbox, which carries no third-party packages.
+The host validates every one of these documents strictly with its own pydantic
+models (`orchestrator.broker.wire_models`, closed, size-capped); a unit test
+checks that the two agree field by field and that what these encoders build
+is accepted there.
 
-Endpoints (all paths relative to the socket):
+Everything travels as JSON over HTTP/1.1 on one Unix socket per subagent,
+mounted into the container at `BROKER_SOCKET`.
 
-| method, path            | body                   | answer                          |
-|-------------------------|------------------------|---------------------------------|
-| GET  /v1/spec           | -                      | `TaskSpec`                      |
-| POST /v1/messages       | Anthropic Messages API | Anthropic Messages API response |
-| POST /v1/permission     | `PermissionRequest`    | `PermissionResponse`            |
-| POST /v1/events         | `EventRequest`         | `Ack`                           |
-| POST /v1/transcript     | `TranscriptCheckpoint` | `Ack`                           |
-| POST /v1/result         | `ResultRequest`        | `Ack`                           |
-| POST /v1/task           | `DelegateRequest`      | `DelegateResponse`              |
-| GET  /v1/alive          | -                      | `Ack`, only when the broker closes |
+| method, path            | body                         | answer                          |
+|-------------------------|------------------------------|---------------------------------|
+| GET  /v1/spec           | -                            | `TaskSpec`                      |
+| POST /v1/messages       | Anthropic Messages API       | Anthropic Messages API response |
+| POST /v1/permission     | `PermissionRequest`          | `PermissionResponse`            |
+| POST /v1/events         | `EventBatch` (or one event)  | `Ack`                           |
+| POST /v1/transcript     | `TranscriptCheckpoint`       | `Ack`                           |
+| POST /v1/result         | `ResultRequest`              | `Ack`                           |
+| POST /v1/task           | `DelegateRequest`            | `DelegateResponse`              |
+| GET  /v1/alive          | -                            | `Ack`, only when the broker closes |
 
-Errors use the Anthropic error shape (`ErrorBody`), so the anthropic SDK in
-the container parses a refused model call like any other API error.
-
-The host treats every byte that arrives here as untrusted: bodies are size
-capped before parsing and validated by these models, which forbid unknown
-fields.
+Errors use the Anthropic error shape (`error_body`): the broker answers a
+refused or failed model call exactly like the Messages API would, and the
+runner reads every endpoint's errors the same way.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
 
 BROKER_SOCKET_DIR = "/run/warden"
 """Where the broker's socket directory is mounted inside the container."""
@@ -47,14 +49,17 @@ WARM_BYE = b"bye\n"
 ALIVE_PATH = "/v1/alive"
 """Held open by the runner's watchdog; answered (or dropped) when the host side goes."""
 
-BROKER_BASE_URL = "http://warden-broker"
-"""Base URL the in-container clients use; the host name is never resolved."""
+BROKER_HOST = "warden-broker"
+"""`Host` header of the runner's requests; never resolved (the socket is the address)."""
+
+BROKER_BASE_URL = f"http://{BROKER_HOST}"
+"""Base URL for HTTP clients on the socket (host-side tests and benches)."""
 
 WORKSPACE = "/workspace"
 """Where the shared workspace is mounted inside the container."""
 
-PLACEHOLDER_API_KEY = "warden-broker-adds-the-real-key"
-"""What the in-container anthropic client sends as its key; the broker drops it."""
+ANTHROPIC_VERSION = "2023-06-01"
+"""`anthropic-version` header the runner sends on model calls."""
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """Largest request body the broker reads on any endpoint."""
@@ -65,14 +70,20 @@ MAX_TOOL_INPUT_BYTES = 256 * 1024
 MAX_EVENT_DETAIL_CHARS = 2_000
 """Longest free text in one event."""
 
+MAX_EVENTS_PER_BATCH = 50
+"""Most events one `POST /v1/events` may carry."""
+
 MAX_RESULT_CHARS = 200_000
 """Longest final answer a subagent may return."""
 
+MAX_TOOL_USE_ID_CHARS = 200
+MAX_TOOL_NAME_CHARS = 100
+
 DEFAULT_MODEL_MAX_RETRIES = 8
-"""Retries of one model call on 429/5xx/529 (9 attempts in all); the SDK's retry layer."""
+"""Retries of one model call on 429/5xx/529 (9 attempts in all); the host SDK's retries."""
 
 DEFAULT_MODEL_RETRY_TOTAL_S = 300.0
-"""Longest one model call keeps retrying, counted from its first attempt."""
+"""Longest one model call keeps retrying on the host, counted from its first attempt."""
 
 TOOL_NAMES = ("Bash", "Read", "Write", "Edit", "Glob", "Grep")
 """Tools that run inside the container, with Claude Code's names."""
@@ -80,119 +91,218 @@ TOOL_NAMES = ("Bash", "Read", "Write", "Edit", "Glob", "Grep")
 DELEGATION_TOOL_NAMES = ("Task",)
 """Tools that a container asks the host to carry out (nesting)."""
 
+EventKind = Literal["tool_started", "tool_finished", "turn_finished", "log"]
+EVENT_KINDS: tuple[EventKind, ...] = ("tool_started", "tool_finished", "turn_finished", "log")
+ResultStatus = Literal["completed", "failed"]
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TaskSpec(_Wire):
-    """What a runner needs to start its loop; served by `GET /v1/spec`."""
-
-    task_id: str
-    """The task's id (`sa_…`)."""
-    parent_id: str | None = None
-    """The delegating task's id; None when the parent is the root agent."""
-    trace_id: str
-    """Shared by every task of one run; sent back on events."""
-    agent_type: str
-    """The subagent type, e.g. `general-purpose`."""
-    description: str = ""
-    """The parent's short description of the task."""
-    model: str
-    """Model name for `/v1/messages`."""
-    system_prompt: str
-    """The agent definition's system prompt."""
-    prompt: str
-    """The task prompt: the only thing the subagent learns from its parent."""
-    history: list[dict[str, Any]] = Field(default_factory=list)
-    """Earlier messages of this session when resuming; empty for a new task."""
-    tools: list[str]
-    """Tool names this subagent may use (a subset of TOOL_NAMES + DELEGATION_TOOL_NAMES)."""
-    max_turns: int = Field(ge=1)
-    """Model calls allowed; the broker refuses the one past it."""
-    max_tokens: int = Field(default=8192, ge=1)
-    """`max_tokens` for each model call."""
-    bash_timeout_s: float = Field(default=120.0, gt=0)
-    """Default timeout of one Bash tool call."""
-    model_max_retries: int = Field(default=DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
-    """Retries of one model call on 429/5xx/529 (the SDK's retry layer)."""
-    model_retry_total_s: float = Field(default=DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)
-    """Longest one model call keeps retrying, from its first attempt."""
+# -- what the runner sends (field names: the host's models must match) ----------
 
 
-class PermissionRequest(_Wire):
+class PermissionRequest(TypedDict):
     """Asked before every tool call; the answer may take as long as a human does."""
 
-    tool_use_id: str = Field(max_length=200)
-    tool_name: str = Field(max_length=100)
+    tool_use_id: str
+    tool_name: str
     tool_input: dict[str, Any]
 
 
-class PermissionResponse(_Wire):
+class EventRequest(TypedDict):
+    """Progress the runner reports; shown live and written to the run's events."""
+
+    kind: EventKind
+    tool_name: str | None
+    tool_use_id: str | None
+    detail: str
+    is_error: bool
+
+
+class EventBatch(TypedDict):
+    """Events in the order they happened (the runner sends them in the background)."""
+
+    events: list[EventRequest]
+
+
+class TranscriptCheckpoint(TypedDict):
+    """The whole conversation so far; sent after every turn."""
+
+    messages: list[dict[str, Any]]
+    turn: int
+
+
+class ResultRequest(TypedDict):
+    """The runner's last word."""
+
+    status: ResultStatus
+    text: str
+    error: str | None
+
+
+class DelegateRequest(TypedDict):
+    """A nested `Task` call, carried out by the host."""
+
+    tool_use_id: str
+    input: dict[str, Any]
+
+
+def clip(text: str, limit: int) -> str:
+    """`text`, cut to `limit` characters with a note saying so."""
+    if len(text) <= limit:
+        return text
+    note = f"\n[truncated to {limit} characters]"
+    return text[: max(0, limit - len(note))] + note
+
+
+def permission_request(
+    tool_use_id: str, tool_name: str, tool_input: dict[str, Any]
+) -> PermissionRequest:
+    return {"tool_use_id": tool_use_id, "tool_name": tool_name, "tool_input": tool_input}
+
+
+def event_request(
+    kind: EventKind,
+    tool_name: str | None = None,
+    tool_use_id: str | None = None,
+    detail: str = "",
+    is_error: bool = False,
+) -> EventRequest:
+    """An event within the wire's limits (the detail is clipped, not refused)."""
+    return {
+        "kind": kind,
+        "tool_name": tool_name[:MAX_TOOL_NAME_CHARS] if tool_name is not None else None,
+        "tool_use_id": tool_use_id[:MAX_TOOL_USE_ID_CHARS] if tool_use_id is not None else None,
+        "detail": clip(detail, MAX_EVENT_DETAIL_CHARS),
+        "is_error": is_error,
+    }
+
+
+def event_batch(events: list[EventRequest]) -> EventBatch:
+    return {"events": events}
+
+
+def transcript_checkpoint(messages: list[dict[str, Any]], turn: int) -> TranscriptCheckpoint:
+    return {"messages": messages, "turn": turn}
+
+
+def result_request(status: ResultStatus, text: str = "", error: str | None = None) -> ResultRequest:
+    """A result within the wire's limits (text and error are clipped, not refused)."""
+    return {
+        "status": status,
+        "text": clip(text, MAX_RESULT_CHARS),
+        "error": clip(error, MAX_EVENT_DETAIL_CHARS) if error is not None else None,
+    }
+
+
+def delegate_request(tool_use_id: str, task_input: dict[str, Any]) -> DelegateRequest:
+    return {"tool_use_id": tool_use_id, "input": task_input}
+
+
+def error_body(kind: str, message: str) -> dict[str, Any]:
+    """Anthropic's error shape, `{"type": "error", "error": {"type", "message"}}`,
+    which every broker endpoint uses for refusals."""
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def error_message(doc: object) -> str | None:
+    """The message of an Anthropic-shaped error body; None if `doc` is not one."""
+    if not isinstance(doc, dict) or doc.get("type") != "error":
+        return None
+    error = doc.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        message: str = error["message"]
+        return message
+    return None
+
+
+# -- what the runner receives (the host is trusted; still checked, as a bug guard) --
+
+
+class WireFormatError(ValueError):
+    """A document from the broker does not have the shape this runner expects."""
+
+
+def _typed(doc: dict[str, Any], key: str, kinds: type | tuple[type, ...], default: Any) -> Any:
+    value = doc.get(key, default)
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise WireFormatError(f"{key}: expected {kinds}, got a boolean")
+    if not isinstance(value, kinds):
+        raise WireFormatError(f"{key}: expected {kinds}, got {type(value).__name__}")
+    return value
+
+
+def _field(doc: dict[str, Any], key: str, kinds: type | tuple[type, ...]) -> Any:
+    if key not in doc:
+        raise WireFormatError(f"{key}: missing")
+    return _typed(doc, key, kinds, None)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """The part of the host's `TaskSpec` (served by `GET /v1/spec`) the runner uses;
+    the host may send more fields, which the runner ignores."""
+
+    task_id: str
+    model: str
+    system_prompt: str
+    prompt: str
+    tools: list[str]
+    max_turns: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """Earlier messages of this session when resuming (already repaired by the host)."""
+    max_tokens: int = 8192
+    bash_timeout_s: float = 120.0
+
+    @classmethod
+    def from_json(cls, doc: object) -> TaskSpec:
+        if not isinstance(doc, dict):
+            raise WireFormatError("the spec is not a JSON object")
+        tools = _field(doc, "tools", list)
+        history = _typed(doc, "history", list, [])
+        if not all(isinstance(t, str) for t in tools):
+            raise WireFormatError("tools: expected a list of names")
+        if not all(isinstance(m, dict) for m in history):
+            raise WireFormatError("history: expected a list of messages")
+        return cls(
+            task_id=_field(doc, "task_id", str),
+            model=_field(doc, "model", str),
+            system_prompt=_field(doc, "system_prompt", str),
+            prompt=_field(doc, "prompt", str),
+            tools=list(tools),
+            max_turns=_field(doc, "max_turns", int),
+            history=list(history),
+            max_tokens=_typed(doc, "max_tokens", int, cls.max_tokens),
+            bash_timeout_s=float(_typed(doc, "bash_timeout_s", (int, float), cls.bash_timeout_s)),
+        )
+
+
+@dataclass(frozen=True)
+class PermissionResponse:
     behavior: Literal["allow", "deny"]
     reason: str | None = None
     """Why; for a deny, this is what the model is told."""
     updated_input: dict[str, Any] | None = None
     """Replacement tool input (from a hook); use it instead of the original."""
 
-
-EventKind = Literal["tool_started", "tool_finished", "turn_finished", "log"]
-
-
-class EventRequest(_Wire):
-    """Progress the runner reports; shown live and written to the run's events."""
-
-    kind: EventKind
-    tool_name: str | None = Field(default=None, max_length=100)
-    tool_use_id: str | None = Field(default=None, max_length=200)
-    detail: str = Field(default="", max_length=MAX_EVENT_DETAIL_CHARS)
-    is_error: bool = False
-
-
-class TranscriptCheckpoint(_Wire):
-    """The whole conversation so far; sent after every turn."""
-
-    messages: list[dict[str, Any]]
-    turn: int = Field(ge=0)
+    @classmethod
+    def from_json(cls, doc: object) -> PermissionResponse:
+        if not isinstance(doc, dict):
+            raise WireFormatError("the permission answer is not a JSON object")
+        behavior = _field(doc, "behavior", str)
+        if behavior not in ("allow", "deny"):
+            raise WireFormatError(f"behavior: {behavior!r} is neither allow nor deny")
+        return cls(
+            behavior="allow" if behavior == "allow" else "deny",
+            reason=_typed(doc, "reason", (str, type(None)), None),
+            updated_input=_typed(doc, "updated_input", (dict, type(None)), None),
+        )
 
 
-class ResultRequest(_Wire):
-    """The runner's last word."""
-
-    status: Literal["completed", "failed"]
-    text: str = Field(default="", max_length=MAX_RESULT_CHARS)
-    """The final assistant text (empty when the model returned none)."""
-    error: str | None = Field(default=None, max_length=MAX_EVENT_DETAIL_CHARS)
-
-
-class DelegateRequest(_Wire):
-    """A nested `Task` call, carried out by the host."""
-
-    tool_use_id: str = Field(max_length=200)
-    input: dict[str, Any]
-
-
-class DelegateResponse(_Wire):
+@dataclass(frozen=True)
+class DelegateResponse:
     text: str
     is_error: bool = False
 
-
-class Ack(_Wire):
-    ok: bool = True
-
-
-class ErrorDetail(_Wire):
-    type: str
-    message: str
-
-
-class ErrorBody(_Wire):
-    """Anthropic's error shape: `{"type": "error", "error": {...}}`."""
-
-    type: Literal["error"] = "error"
-    error: ErrorDetail
-
-
-def error_body(kind: str, message: str) -> dict[str, Any]:
-    """An error payload in the shape every endpoint uses."""
-    return ErrorBody(error=ErrorDetail(type=kind, message=message)).model_dump()
+    @classmethod
+    def from_json(cls, doc: object) -> DelegateResponse:
+        if not isinstance(doc, dict):
+            raise WireFormatError("the task answer is not a JSON object")
+        return cls(text=_field(doc, "text", str), is_error=_typed(doc, "is_error", bool, False))

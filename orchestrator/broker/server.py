@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.broker import wire_models
 from orchestrator.broker.budget import Admission, Budget, BudgetRefused
 from orchestrator.broker.calls import ApprovedCall, ApprovedCalls
 from orchestrator.broker.forwarding import (
@@ -62,15 +63,15 @@ MAX_DECISIONS_AUDITED_PER_REQUEST = 20
 class BrokerHost(Protocol):
     """What the broker needs from the host side (the TaskManager implements it)."""
 
-    async def decide_permission(self, request: wire.PermissionRequest) -> wire.PermissionResponse:
+    async def decide_permission(self, request: wire_models.PermissionRequest) -> wire_models.PermissionResponse:
         """Decide one tool call; may wait for a human."""
         ...
 
-    async def delegate(self, request: wire.DelegateRequest) -> wire.DelegateResponse:
+    async def delegate(self, request: wire_models.DelegateRequest) -> wire_models.DelegateResponse:
         """Carry out a nested Task call."""
         ...
 
-    async def on_event(self, event: wire.EventRequest) -> None: ...
+    async def on_event(self, event: wire_models.EventRequest) -> None: ...
 
     async def on_transcript(self, messages: list[dict[str, Any]], turn: int) -> None:
         """Store a checkpoint; it is data, nothing on the host acts on its content."""
@@ -80,7 +81,7 @@ class BrokerHost(Protocol):
         """A call the gate approved has a result (PostToolUse)."""
         ...
 
-    async def on_result(self, result: wire.ResultRequest) -> None: ...
+    async def on_result(self, result: wire_models.ResultRequest) -> None: ...
 
     async def on_rejected(self, endpoint: str, status: int, reason: str) -> None:
         """A request from the container was refused (recorded for the audit)."""
@@ -114,14 +115,14 @@ class Broker:
     """Serves one subagent's socket. `async with Broker(...)` starts and stops it."""
 
     socket_dir: Path
-    spec: wire.TaskSpec
+    spec: wire_models.TaskSpec
     upstream: Upstream
     host: BrokerHost
     budget: Budget
     forwarding: ForwardingPolicy = field(default_factory=ForwardingPolicy)
     identity: SandboxIdentity | None = None
     """Who may connect (None: only the orchestrator's uid; tests, no sandbox)."""
-    result: wire.ResultRequest | None = None
+    result: wire_models.ResultRequest | None = None
     rejections: int = 0
     calls: ApprovedCalls = field(default_factory=ApprovedCalls, repr=False)
     allowances: dict[str, Allowance] = field(default_factory=flood_allowances, repr=False)
@@ -283,7 +284,9 @@ class Broker:
             ) from None
 
     async def _parse(self, request: web.Request, model: type[M]) -> M:
-        body = await self._read_json(request)
+        return self._validate(model, await self._read_json(request))
+
+    def _validate(self, model: type[M], body: object) -> M:
         try:
             return model.model_validate(body)
         except ValidationError as exc:
@@ -302,7 +305,7 @@ class Broker:
         an answer, or the connection dropping because this process died, tells it
         the host side is gone and it must stop its tools and exit."""
         await self._closing.wait()
-        return web.json_response(wire.Ack().model_dump())
+        return web.json_response(wire_models.Ack().model_dump())
 
     async def _spec(self, request: web.Request) -> web.Response:
         return web.json_response(self.spec.model_dump(mode="json"))
@@ -396,7 +399,7 @@ class Broker:
         )
 
     async def _permission(self, request: web.Request) -> web.Response:
-        req = await self._parse(request, wire.PermissionRequest)
+        req = await self._parse(request, wire_models.PermissionRequest)
         size = len(json.dumps(req.tool_input))
         if size > wire.MAX_TOOL_INPUT_BYTES:
             raise RequestRejected(
@@ -407,10 +410,10 @@ class Broker:
         over = self._over_limit("/v1/permission", size)
         if over is not None:
             await self.notice("flood/v1/permission", over)
-            answer = wire.PermissionResponse(behavior="deny", reason=f"not decided: {over}")
+            answer = wire_models.PermissionResponse(behavior="deny", reason=f"not decided: {over}")
             return web.json_response(answer.model_dump(mode="json"))
         if req.tool_name not in self.spec.tools:
-            answer = wire.PermissionResponse(
+            answer = wire_models.PermissionResponse(
                 behavior="deny",
                 reason=(
                     f"tool {req.tool_name!r} is not available to this subagent; "
@@ -425,12 +428,19 @@ class Broker:
         return web.json_response(answer.model_dump(mode="json"))
 
     async def _events(self, request: web.Request) -> web.Response:
-        event = await self._parse(request, wire.EventRequest)
-        over = self._over_limit("/v1/events", len(event.model_dump_json()))
-        if over is not None:
-            return await self._flooded("/v1/events", over)
-        await self.host.on_event(event)
-        return web.json_response(wire.Ack().model_dump())
+        """One event, or an `EventBatch` (the runner's background sender); each event
+        counts against the flood allowance, and a batch is recorded in its order."""
+        body = await self._read_json(request)
+        if isinstance(body, dict) and "events" in body:
+            events = self._validate(wire_models.EventBatch, body).events
+        else:
+            events = [self._validate(wire_models.EventRequest, body)]
+        for event in events:
+            over = self._over_limit("/v1/events", len(event.model_dump_json()))
+            if over is not None:
+                return await self._flooded("/v1/events", over)
+            await self.host.on_event(event)
+        return web.json_response(wire_models.Ack().model_dump())
 
     async def _transcript(self, request: web.Request) -> web.Response:
         body, size = await self._read_sized_json(request)
@@ -438,7 +448,7 @@ class Broker:
         if over is not None:
             return await self._flooded("/v1/transcript", over)
         try:
-            checkpoint = wire.TranscriptCheckpoint.model_validate(body)
+            checkpoint = wire_models.TranscriptCheckpoint.model_validate(body)
         except ValidationError as exc:
             raise RequestRejected(
                 400,
@@ -449,7 +459,7 @@ class Broker:
         # number must not freeze the stored transcript.
         turn = min(checkpoint.turn, self.budget.turns_used)
         await self._store_transcript(list(checkpoint.messages), turn)
-        return web.json_response(wire.Ack().model_dump())
+        return web.json_response(wire_models.Ack().model_dump())
 
     async def _store_transcript(self, messages: list[dict[str, Any]], turn: int) -> None:
         """Store the transcript as data; only calls the gate approved, matched by id,
@@ -459,17 +469,17 @@ class Broker:
             await self.host.on_tool_finished(call, response)
 
     async def _result(self, request: web.Request) -> web.Response:
-        result = await self._parse(request, wire.ResultRequest)
+        result = await self._parse(request, wire_models.ResultRequest)
         if self.result is not None:
             raise RequestRejected(409, "invalid_request_error", "the result was already posted")
         self.result = result
         await self.host.on_result(result)
-        return web.json_response(wire.Ack().model_dump())
+        return web.json_response(wire_models.Ack().model_dump())
 
     async def _task(self, request: web.Request) -> web.Response:
-        req = await self._parse(request, wire.DelegateRequest)
+        req = await self._parse(request, wire_models.DelegateRequest)
         if "Task" not in self.spec.tools:
-            answer = wire.DelegateResponse(
+            answer = wire_models.DelegateResponse(
                 text="this subagent may not delegate (nesting is off or its depth cap is reached)",
                 is_error=True,
             )

@@ -3,18 +3,20 @@ its `task_started` event so `warden logs TASK` can show how it was configured.""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.backend.base import ResourceLimits
 from orchestrator.store.records import clip_text
-from sandbox_tools import wire
+
+if TYPE_CHECKING:
+    from orchestrator.broker import wire_models
 
 SYSTEM_PROMPT_EVENT_CHARS = 16_000
 """Longest system prompt kept in the event (cut with an announced marker beyond)."""
 
 
 def task_setup(
-    spec: wire.TaskSpec,
+    spec: wire_models.TaskSpec,
     *,
     timeout_s: float,
     limits: ResourceLimits,

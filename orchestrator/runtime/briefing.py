@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from orchestrator.broker import wire_models
 from orchestrator.errors import TaskNotFoundError
 from orchestrator.jsontypes import JSONObject
 from orchestrator.runtime.caps import CapError, TaskManagerConfig
@@ -33,14 +34,14 @@ def runner_spec(
     may_delegate: bool,
     model: str,
     config: TaskManagerConfig,
-) -> wire.TaskSpec:
+) -> wire_models.TaskSpec:
     """The spec a task's broker hands its runner."""
     agent = ctx.agent
     listed = wire.TOOL_NAMES if agent.tools is None else agent.tools
     tools = [t for t in listed if t != DELEGATION_TOOL]
     if may_delegate and (agent.tools is None or DELEGATION_TOOL in agent.tools):
         tools.append(DELEGATION_TOOL)
-    return wire.TaskSpec(
+    return wire_models.TaskSpec(
         task_id=ctx.task_id,
         parent_id=ctx.parent_id,
         trace_id=ctx.trace_id,

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.broker import ForwardingPolicy
+from orchestrator.broker import ForwardingPolicy, wire_models
 from orchestrator.errors import ConfigError
 from orchestrator.jsontypes import JSONLike, JSONObject
 from orchestrator.permissions import (
@@ -88,8 +88,8 @@ class PolicyGate:
         return engine
 
     async def decide(
-        self, task: TaskContext, request: wire.PermissionRequest
-    ) -> wire.PermissionResponse:
+        self, task: TaskContext, request: wire_models.PermissionRequest
+    ) -> wire_models.PermissionResponse:
         self._tasks[task.task_id] = task
         call = ToolCall(
             tool_name=request.tool_name,
@@ -124,10 +124,10 @@ class PolicyGate:
                 reason=reason[:500],
             )
         if final == "allow":
-            return wire.PermissionResponse(
+            return wire_models.PermissionResponse(
                 behavior="allow", reason=reason, updated_input=decision.updated_input
             )
-        return wire.PermissionResponse(behavior="deny", reason=_denial(reason, decided_by))
+        return wire_models.PermissionResponse(behavior="deny", reason=_denial(reason, decided_by))
 
     def forwarding_policy(self, task: TaskContext) -> ForwardingPolicy:
         """What this task's broker may forward upstream: its effective policy's

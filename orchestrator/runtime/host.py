@@ -13,10 +13,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Literal
 
-from orchestrator.broker import ApprovedCall, Budget, ForwardDecision
+from orchestrator.broker import ApprovedCall, Budget, ForwardDecision, wire_models
 from orchestrator.errors import WardenError
 from orchestrator.jsontypes import JSONObject
-from sandbox_tools import wire
 
 if TYPE_CHECKING:
     from orchestrator.runtime.manager import TaskManager
@@ -35,26 +34,26 @@ class TaskHost:
         self.manager = manager
         self.ctx = ctx
 
-    async def decide_permission(self, request: wire.PermissionRequest) -> wire.PermissionResponse:
+    async def decide_permission(self, request: wire_models.PermissionRequest) -> wire_models.PermissionResponse:
         return await self.manager.gate.decide(self.ctx, request)
 
-    async def delegate(self, request: wire.DelegateRequest) -> wire.DelegateResponse:
+    async def delegate(self, request: wire_models.DelegateRequest) -> wire_models.DelegateResponse:
         """A nested Task call: same checks and caps as the root's, run in the foreground."""
         from orchestrator.runtime.tasks import TaskInput
 
         try:
             task_input = TaskInput.model_validate(request.input)
         except ValueError as exc:
-            return wire.DelegateResponse(text=f"Invalid Task input: {exc}", is_error=True)
+            return wire_models.DelegateResponse(text=f"Invalid Task input: {exc}", is_error=True)
         try:
             result = await self.manager.run_task(
                 task_input.model_copy(update={"run_in_background": False}), parent=self.ctx
             )
         except WardenError as exc:
-            return wire.DelegateResponse(text=f"Task failed. Error: {exc}", is_error=True)
-        return wire.DelegateResponse(text=result.render(), is_error=result.is_error)
+            return wire_models.DelegateResponse(text=f"Task failed. Error: {exc}", is_error=True)
+        return wire_models.DelegateResponse(text=result.render(), is_error=result.is_error)
 
-    async def on_event(self, event: wire.EventRequest) -> None:
+    async def on_event(self, event: wire_models.EventRequest) -> None:
         if event.kind == "tool_started":
             self.ctx.current_tool = (
                 f"{event.tool_name}: {event.detail}" if event.detail else event.tool_name
@@ -87,7 +86,7 @@ class TaskHost:
             response,
         )
 
-    async def on_result(self, result: wire.ResultRequest) -> None:
+    async def on_result(self, result: wire_models.ResultRequest) -> None:
         self.ctx.result = result
 
     async def on_rejected(self, endpoint: str, status: int, reason: str) -> None:

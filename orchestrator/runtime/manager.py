@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec
 from orchestrator.backend.disk import DiskGuardedBackend
-from orchestrator.broker import Broker, Budget, Upstream, make_socket_dir
+from orchestrator.broker import Broker, Budget, Upstream, make_socket_dir, wire_models
 from orchestrator.broker.limits import raise_open_file_limit
 from orchestrator.config import PoolConfig
 from orchestrator.errors import StoreError, TaskNotFoundError, WardenError
@@ -53,7 +53,6 @@ from orchestrator.runtime.tasks import (
     new_task_id,
 )
 from orchestrator.workspace import WorkspaceGuard
-from sandbox_tools import wire
 
 if TYPE_CHECKING:
     from orchestrator.agents.definition import AgentDefinition
@@ -198,7 +197,7 @@ class TaskManager:
 
     async def _prepare(
         self, task_input: TaskInput, parent: TaskContext | None
-    ) -> tuple[TaskContext, wire.TaskSpec]:
+    ) -> tuple[TaskContext, wire_models.TaskSpec]:
         agent = self.registry.get(task_input.subagent_type)
         check_caps(self.config, parent, self.children_started)
         history: list[JSONObject] = []
@@ -305,7 +304,7 @@ class TaskManager:
 
     # -- one subagent's life ------------------------------------------------
 
-    async def _supervise(self, ctx: TaskContext, spec: wire.TaskSpec) -> TaskResult:
+    async def _supervise(self, ctx: TaskContext, spec: wire_models.TaskSpec) -> TaskResult:
         """Wait for a slot, run the subagent, give the slot back."""
         assert ctx.ticket is not None
         try:
@@ -322,7 +321,7 @@ class TaskManager:
         finally:
             self.admission.release(ctx.ticket)
 
-    async def _run_sandbox(self, ctx: TaskContext, spec: wire.TaskSpec) -> TaskResult:
+    async def _run_sandbox(self, ctx: TaskContext, spec: wire_models.TaskSpec) -> TaskResult:
         key = self.plan.pool_key(ctx.agent)
         warm = self.pool.take(key)
         self.pool.refill(key, self._warm_factory(ctx.agent))

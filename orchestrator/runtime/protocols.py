@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from orchestrator.broker import wire_models
 from orchestrator.broker.forwarding import ForwardingPolicy
 from orchestrator.errors import StoreError
 from orchestrator.jsontypes import JSONLike, JSONObject
-from sandbox_tools import wire
 
 if TYPE_CHECKING:
     from orchestrator.permissions import ToolCall
@@ -30,8 +30,8 @@ class PermissionGate(Protocol):
     """Decides the tool calls of one task (the permissions layer implements it)."""
 
     async def decide(
-        self, task: TaskContext, request: wire.PermissionRequest
-    ) -> wire.PermissionResponse:
+        self, task: TaskContext, request: wire_models.PermissionRequest
+    ) -> wire_models.PermissionResponse:
         """Allow or deny one call; may wait for a person. Never raises for a denial."""
         ...
 
@@ -61,9 +61,9 @@ class AllowAgentTools:
     forwarding follows the broker's defaults."""
 
     async def decide(
-        self, task: TaskContext, request: wire.PermissionRequest
-    ) -> wire.PermissionResponse:
-        return wire.PermissionResponse(behavior="allow", reason="tool is in the agent definition")
+        self, task: TaskContext, request: wire_models.PermissionRequest
+    ) -> wire_models.PermissionResponse:
+        return wire_models.PermissionResponse(behavior="allow", reason="tool is in the agent definition")
 
     async def tool_finished(self, task: TaskContext, call: ToolCall, response: JSONObject) -> None:
         return None

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandbox_tools import wire
+from orchestrator.broker import wire_models
 
 if TYPE_CHECKING:
     from orchestrator.agents.definition import AgentDefinition
@@ -131,7 +131,7 @@ class TaskContext:
     status: TaskStatus = TaskStatus.PENDING
     container_id: str | None = None
     current_tool: str | None = None
-    result: wire.ResultRequest | None = None
+    result: wire_models.ResultRequest | None = None
     broker: Broker | None = None
     stop_requested: bool = False
     tokens: int = 0

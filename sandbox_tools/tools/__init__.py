@@ -1,6 +1,7 @@
 """The tools that run inside the container, and the one function that runs them.
 
-`run_tool` validates the input against the tool's closed model, runs the tool
+`run_tool` validates the input against the tool's input dataclass (`inputs.parse`),
+runs the tool
 and turns every failure into a `ToolOutput` with `is_error=True`: a
 `ToolError` keeps its message; any other exception is a bug, logged with its
 traceback to stderr and reported to the model as an internal tool error.
@@ -12,12 +13,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from sandbox_tools.errors import ToolError
 from sandbox_tools.tools import bash, files, search
 from sandbox_tools.tools.base import ToolContext, ToolOutput
-from sandbox_tools.tools.inputs import INPUT_MODELS, TOOL_SCHEMAS, tool_params
+from sandbox_tools.tools.inputs import INPUT_TYPES, TOOL_SCHEMAS, parse, tool_params
 
 log = logging.getLogger("sandbox_tools")
 
@@ -34,18 +33,12 @@ _LOCAL_TOOLS: dict[str, Callable[[Any, ToolContext], ToolOutput]] = {
 }
 
 
-def parse_input(name: str, raw: dict[str, Any]) -> BaseModel:
+def parse_input(name: str, raw: dict[str, Any]) -> object:
     """Validate a tool input; a ToolError that lists what is wrong otherwise."""
-    model = INPUT_MODELS.get(name)
-    if model is None:
+    input_type = INPUT_TYPES.get(name)
+    if input_type is None:
         raise ToolError(f"unknown tool {name!r}")
-    try:
-        return model.model_validate(raw)
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'input'}: {err['msg']}" for err in e.errors()
-        )
-        raise ToolError(f"invalid input for {name}: {problems}") from None
+    return parse(name, input_type, raw)
 
 
 def run_tool(name: str, raw: dict[str, Any], ctx: ToolContext) -> ToolOutput:

@@ -1,123 +1,159 @@
 """Tool inputs with Claude Code's names and fields, and the JSON schemas shown to the model.
 
-Each tool has a closed pydantic model that validates what the model sent and a
-hand-written JSON schema (Claude Code's wording) in `TOOL_SCHEMAS`; a unit test
-checks that the two list the same fields, so they cannot drift.
+Each tool's input is a frozen dataclass whose fields say how they are checked
+(`check`, as field metadata): the JSON key (Claude Code's, e.g. `-i`), the type, whether it is
+required, and its bounds. `parse` validates what the model sent against it as
+strictly as a closed pydantic model would: unknown fields, missing required
+ones and wrong types are refused (a boolean is not a number, a number is not a
+string; a whole float such as `2.0` is taken as an int), and every problem is
+listed. Written by hand because the sandbox carries only the standard library
+(no pydantic), which has no validator for this.
+
+`TOOL_SCHEMAS` holds the hand-written JSON schemas (Claude Code's wording); a
+unit test checks that they list the same fields as the dataclasses.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from sandbox_tools.errors import ToolError
 
 BASH_MAX_TIMEOUT_MS = 600_000
 """Longest timeout a Bash call may ask for (Claude Code's limit, 10 minutes)."""
 
 
-class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+@dataclass(frozen=True)
+class Check:
+    """How one input field is checked (the metadata of an `arg`)."""
+
+    kind: type
+    """str, int, float or bool."""
+    key: str | None = None
+    """The JSON key when it differs from the attribute name (`-i`)."""
+    min_length: int | None = None
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    choices: tuple[str, ...] | None = None
 
 
-class BashInput(_Input):
+def check(kind: type, **bounds: Any) -> dict[str, Check]:
+    """Field metadata for `parse`: `kind` and the bounds in `Check`."""
+    return {"check": Check(kind, **bounds)}
+
+
+@dataclass(frozen=True)
+class BashInput:
     """Run a shell command in the workspace."""
 
-    command: str = Field(min_length=1)
+    command: str = field(metadata=check(str, min_length=1))
     """The command, run with `bash -c`."""
-    timeout: float | None = Field(default=None, gt=0, le=BASH_MAX_TIMEOUT_MS)
+    timeout: float | None = field(default=None, metadata=check(float, gt=0, le=BASH_MAX_TIMEOUT_MS))
     """Timeout in milliseconds; the agent's default when absent."""
-    description: str | None = None
+    description: str | None = field(default=None, metadata=check(str))
     """What the command does, in a few words (shown in progress)."""
 
 
-class ReadInput(_Input):
+@dataclass(frozen=True)
+class ReadInput:
     """Read a text file with numbered lines."""
 
-    file_path: str
+    file_path: str = field(metadata=check(str))
     """Absolute path, or relative to the workspace."""
-    offset: int | None = Field(default=None, ge=0)
+    offset: int | None = field(default=None, metadata=check(int, ge=0))
     """Line number to start at (1-based; 0 is read as 1)."""
-    limit: int | None = Field(default=None, ge=1)
+    limit: int | None = field(default=None, metadata=check(int, ge=1))
     """How many lines to read."""
 
 
-class WriteInput(_Input):
+@dataclass(frozen=True)
+class WriteInput:
     """Create or overwrite a file."""
 
-    file_path: str
+    file_path: str = field(metadata=check(str))
     """Absolute path, or relative to the workspace."""
-    content: str
+    content: str = field(metadata=check(str))
     """The whole new content."""
 
 
-class EditInput(_Input):
+@dataclass(frozen=True)
+class EditInput:
     """Replace an exact string in a file."""
 
-    file_path: str
+    file_path: str = field(metadata=check(str))
     """Absolute path, or relative to the workspace."""
-    old_string: str
+    old_string: str = field(metadata=check(str))
     """The exact text to replace."""
-    new_string: str
+    new_string: str = field(metadata=check(str))
     """The text to put in its place."""
-    replace_all: bool = False
+    replace_all: bool = field(default=False, metadata=check(bool))
     """Replace every occurrence instead of requiring exactly one."""
 
 
-class GlobInput(_Input):
+@dataclass(frozen=True)
+class GlobInput:
     """Find files by glob pattern."""
 
-    pattern: str = Field(min_length=1)
+    pattern: str = field(metadata=check(str, min_length=1))
     """A glob such as `**/*.py` or `src/*.{ts,tsx}`."""
-    path: str | None = None
+    path: str | None = field(default=None, metadata=check(str))
     """Directory to search in; the workspace when absent."""
 
 
 GrepOutputMode = Literal["content", "files_with_matches", "count"]
+GREP_OUTPUT_MODES: tuple[GrepOutputMode, ...] = ("content", "files_with_matches", "count")
 
 
-class GrepInput(_Input):
+@dataclass(frozen=True)
+class GrepInput:
     """Search file contents with a regular expression."""
 
-    pattern: str = Field(min_length=1)
+    pattern: str = field(metadata=check(str, min_length=1))
     """A Python regular expression."""
-    path: str | None = None
+    path: str | None = field(default=None, metadata=check(str))
     """File or directory to search; the workspace when absent."""
-    glob: str | None = None
+    glob: str | None = field(default=None, metadata=check(str))
     """Only files matching this glob (matched against the name when it has no `/`)."""
-    output_mode: GrepOutputMode = "files_with_matches"
+    output_mode: GrepOutputMode = field(
+        default="files_with_matches", metadata=check(str, choices=GREP_OUTPUT_MODES)
+    )
     """What to show: matching lines, file names, or counts per file."""
-    case_insensitive: bool = Field(default=False, alias="-i")
+    case_insensitive: bool = field(default=False, metadata=check(bool, key="-i"))
     """Ignore case."""
-    line_numbers: bool = Field(default=True, alias="-n")
+    line_numbers: bool = field(default=True, metadata=check(bool, key="-n"))
     """Show line numbers (content mode)."""
-    after: int | None = Field(default=None, ge=0, alias="-A")
+    after: int | None = field(default=None, metadata=check(int, ge=0, key="-A"))
     """Lines of context after each match (content mode)."""
-    before: int | None = Field(default=None, ge=0, alias="-B")
+    before: int | None = field(default=None, metadata=check(int, ge=0, key="-B"))
     """Lines of context before each match (content mode)."""
-    context: int | None = Field(default=None, ge=0, alias="-C")
+    context: int | None = field(default=None, metadata=check(int, ge=0, key="-C"))
     """Lines of context before and after each match (content mode)."""
-    head_limit: int | None = Field(default=None, ge=1)
+    head_limit: int | None = field(default=None, metadata=check(int, ge=1))
     """Show only the first N lines or entries."""
 
 
-class TaskInput(_Input):
+@dataclass(frozen=True)
+class TaskInput:
     """Delegate a task to a subagent (carried out by the host)."""
 
-    description: str = Field(min_length=1)
+    description: str = field(metadata=check(str, min_length=1))
     """A short (3-5 word) description of the task."""
-    prompt: str = Field(min_length=1)
+    prompt: str = field(metadata=check(str, min_length=1))
     """The task for the agent to perform."""
-    subagent_type: str = Field(min_length=1)
+    subagent_type: str = field(metadata=check(str, min_length=1))
     """The type of agent to use."""
-    max_turns: int | None = Field(default=None, ge=1)
+    max_turns: int | None = field(default=None, metadata=check(int, ge=1))
     """Most model calls the subagent may make."""
-    run_in_background: bool | None = None
+    run_in_background: bool | None = field(default=None, metadata=check(bool))
     """Start the task without waiting for it."""
-    session_id: str | None = None
+    session_id: str | None = field(default=None, metadata=check(str))
     """Resume an earlier task's session."""
 
 
-INPUT_MODELS: dict[str, type[_Input]] = {
+INPUT_TYPES: dict[str, type] = {
     "Bash": BashInput,
     "Read": ReadInput,
     "Write": WriteInput,
@@ -126,6 +162,119 @@ INPUT_MODELS: dict[str, type[_Input]] = {
     "Grep": GrepInput,
     "Task": TaskInput,
 }
+
+InputT = TypeVar("InputT")
+
+
+@dataclass(frozen=True)
+class InputField:
+    """One field of a tool input: its attribute, JSON key, check and default."""
+
+    name: str
+    key: str
+    check: Check
+    required: bool
+    default: Any
+
+
+def input_fields(input_type: type) -> list[InputField]:
+    """The fields of a tool input dataclass, in declaration order."""
+    found = []
+    for f in dataclasses.fields(input_type):
+        check: Check = f.metadata["check"]
+        required = f.default is dataclasses.MISSING
+        found.append(InputField(f.name, check.key or f.name, check, required, f.default))
+    return found
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _coerce(check: Check, value: object) -> tuple[object, str | None]:
+    """(the value as the field's type, None) or (None, what is wrong)."""
+    wrong = f"must be {_TYPE_NAMES[check.kind]}, got {_json_type(value)}"
+    if isinstance(value, bool) and check.kind is not bool:
+        return None, wrong
+    if check.kind is int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int):
+            return None, wrong
+    elif check.kind is float:
+        if not isinstance(value, (int, float)):
+            return None, wrong
+        value = float(value)
+    elif not isinstance(value, check.kind):
+        return None, wrong
+    return value, _bounds(check, value)
+
+
+def _bounds(check: Check, value: object) -> str | None:
+    if isinstance(value, str):
+        if check.min_length is not None and len(value) < check.min_length:
+            return f"must have at least {check.min_length} character(s)"
+        if check.choices is not None and value not in check.choices:
+            return "must be one of " + ", ".join(repr(c) for c in check.choices)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if check.ge is not None and value < check.ge:
+            return f"must be at least {check.ge:g}"
+        if check.gt is not None and value <= check.gt:
+            return f"must be greater than {check.gt:g}"
+        if check.le is not None and value > check.le:
+            return f"must be at most {check.le:g}"
+    return None
+
+
+def parse(name: str, input_type: type[InputT], raw: object) -> InputT:
+    """`raw` checked against `input_type`'s fields; a ToolError listing every problem."""
+    if not isinstance(raw, dict):
+        raise ToolError(f"invalid input for {name}: must be an object, got {_json_type(raw)}")
+    fields = input_fields(input_type)
+    known = {f.key for f in fields}
+    problems = [
+        f"{key}: unknown field (not one of {', '.join(sorted(known))})"
+        for key in raw
+        if key not in known
+    ]
+    values: dict[str, object] = {}
+    for f in fields:
+        if f.key not in raw:
+            if f.required:
+                problems.append(f"{f.key}: required field is missing")
+            continue
+        value = raw[f.key]
+        if value is None and not f.required and f.default is None:
+            values[f.name] = None
+            continue
+        coerced, problem = _coerce(f.check, value)
+        if problem is not None:
+            problems.append(f"{f.key}: {problem}")
+        else:
+            values[f.name] = coerced
+    if problems:
+        raise ToolError(f"invalid input for {name}: {'; '.join(problems)}")
+    return input_type(**values)
+
+
+def dump(inp: object) -> dict[str, Any]:
+    """A parsed input back as JSON keys, without the fields that are None."""
+    return {
+        f.key: getattr(inp, f.name)
+        for f in input_fields(type(inp))
+        if getattr(inp, f.name) is not None
+    }
 
 
 def _schema(

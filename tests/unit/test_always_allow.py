@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.agents.registry import AgentRegistry
+from orchestrator.broker import wire_models
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
 from orchestrator.permissions import load_hooks, load_policy
@@ -20,7 +21,6 @@ from orchestrator.permissions.always_allow import add_allow_rule, exact_rule
 from orchestrator.permissions.approvers import ApprovalQuestion, TerminalApprover
 from orchestrator.runtime.gate import PolicyGate
 from orchestrator.runtime.tasks import TaskContext
-from sandbox_tools import wire
 
 
 @pytest.mark.parametrize(
@@ -152,8 +152,8 @@ async def test_an_always_answer_writes_a_rule_the_next_run_obeys(tmp_path: Path)
     task = TaskContext(task_id="sa_x", session_id="sa_x", run_id="run_x", trace_id="t",
                        parent_id=None, depth=1, agent=agent, description="d", timeout_s=5)  # fmt: skip
 
-    def call(command: str) -> wire.PermissionRequest:
-        return wire.PermissionRequest(
+    def call(command: str) -> wire_models.PermissionRequest:
+        return wire_models.PermissionRequest(
             tool_name="Bash", tool_input={"command": command}, tool_use_id="tu"
         )
 
@@ -194,8 +194,8 @@ async def test_an_always_edit_rule_covers_that_file_only(tmp_path: Path) -> None
     task = TaskContext(task_id="sa_x", session_id="sa_x", run_id="run_x", trace_id="t",
                        parent_id=None, depth=1, agent=agent, description="d", timeout_s=5)  # fmt: skip
 
-    def edit(path: str) -> wire.PermissionRequest:
-        return wire.PermissionRequest(
+    def edit(path: str) -> wire_models.PermissionRequest:
+        return wire_models.PermissionRequest(
             tool_name="Write", tool_input={"file_path": path, "content": "x"}, tool_use_id="tu"
         )
 

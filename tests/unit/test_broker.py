@@ -21,6 +21,7 @@ from orchestrator.broker import (
     ForwardDecision,
     ForwardingPolicy,
     Upstream,
+    wire_models,
 )
 from orchestrator.broker.limits import EVENTS_BURST, EVENTS_PER_S, FORWARDING_AUDITS_BURST
 from orchestrator.broker.upstream import model_client
@@ -32,30 +33,30 @@ REAL_KEY = "sk-real-key-never-in-a-container"
 
 class RecordingHost:
     def __init__(self) -> None:
-        self.permissions: list[wire.PermissionRequest] = []
-        self.events: list[wire.EventRequest] = []
+        self.permissions: list[wire_models.PermissionRequest] = []
+        self.events: list[wire_models.EventRequest] = []
         self.transcripts: list[tuple[int, list[dict[str, Any]]]] = []
-        self.results: list[wire.ResultRequest] = []
+        self.results: list[wire_models.ResultRequest] = []
         self.rejected: list[tuple[str, int, str]] = []
         self.finished: list[tuple[ApprovedCall, dict[str, Any]]] = []
         self.forwarding: list[ForwardDecision] = []
         self.notices: list[tuple[str, str]] = []
         self.usage: list[int] = []
 
-    async def decide_permission(self, request: wire.PermissionRequest) -> wire.PermissionResponse:
+    async def decide_permission(self, request: wire_models.PermissionRequest) -> wire_models.PermissionResponse:
         self.permissions.append(request)
-        return wire.PermissionResponse(behavior="allow")
+        return wire_models.PermissionResponse(behavior="allow")
 
-    async def delegate(self, request: wire.DelegateRequest) -> wire.DelegateResponse:
-        return wire.DelegateResponse(text="child done")
+    async def delegate(self, request: wire_models.DelegateRequest) -> wire_models.DelegateResponse:
+        return wire_models.DelegateResponse(text="child done")
 
-    async def on_event(self, event: wire.EventRequest) -> None:
+    async def on_event(self, event: wire_models.EventRequest) -> None:
         self.events.append(event)
 
     async def on_transcript(self, messages: list[dict[str, Any]], turn: int) -> None:
         self.transcripts.append((turn, messages))
 
-    async def on_result(self, result: wire.ResultRequest) -> None:
+    async def on_result(self, result: wire_models.ResultRequest) -> None:
         self.results.append(result)
 
     async def on_rejected(self, endpoint: str, status: int, reason: str) -> None:
@@ -97,7 +98,7 @@ class FakeModel:
         )
 
 
-def make_spec(**overrides: Any) -> wire.TaskSpec:
+def make_spec(**overrides: Any) -> wire_models.TaskSpec:
     values: dict[str, Any] = dict(
         task_id="sa_test",
         trace_id="t1",
@@ -110,7 +111,7 @@ def make_spec(**overrides: Any) -> wire.TaskSpec:
         max_tokens=1000,
     )
     values.update(overrides)
-    return wire.TaskSpec(**values)
+    return wire_models.TaskSpec(**values)
 
 
 @pytest.fixture
@@ -159,7 +160,7 @@ async def test_spec_is_served(broker_env: Any) -> None:
     _, _, _, client = broker_env
     response = await client.get("/v1/spec")
     assert response.status_code == 200
-    assert wire.TaskSpec.model_validate(response.json()) == make_spec()
+    assert wire_models.TaskSpec.model_validate(response.json()) == make_spec()
 
 
 async def test_model_call_gets_the_real_key_only_upstream_and_host_model(broker_env: Any) -> None:

@@ -1,5 +1,6 @@
-"""The in-container agent loop, end to end on the host: the real anthropic SDK talks
-HTTP over a Unix socket to a small scripted fake broker. Locks in: a fresh
+"""The in-container agent loop, end to end on the host: the stdlib runner talks
+HTTP over a Unix socket to a small scripted fake broker (which checks every
+document with the host's pydantic wire models). Locks in: a fresh
 conversation from the spec, permission before every tool (allow runs it,
 deny tells the model and does not), updated input, max_turns, a refused model
 call ending in a failed result with the broker's message, a transcript
@@ -21,16 +22,17 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from orchestrator.broker import wire_models
 from sandbox_tools import wire
 from sandbox_tools.runner import EXIT_BROKER, EXIT_OK, run
 from tests.conftest import REPO_ROOT
 
-Policy = Callable[[wire.PermissionRequest], wire.PermissionResponse]
+Policy = Callable[[wire_models.PermissionRequest], wire_models.PermissionResponse]
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
-def allow_all(_: wire.PermissionRequest) -> wire.PermissionResponse:
-    return wire.PermissionResponse(behavior="allow")
+def allow_all(_: wire_models.PermissionRequest) -> wire_models.PermissionResponse:
+    return wire_models.PermissionResponse(behavior="allow")
 
 
 def text_turn(text: str) -> dict[str, Any]:
@@ -53,18 +55,21 @@ def refusal(status: int, message: str) -> dict[str, Any]:
 class FakeBroker:
     """Serves the broker endpoints from a script and records every request."""
 
-    spec: wire.TaskSpec
+    spec: wire_models.TaskSpec
     turns: list[dict[str, Any]]
     policy: Policy = allow_all
-    delegate_answer: wire.DelegateResponse = field(
-        default_factory=lambda: wire.DelegateResponse(text="sub result")
+    delegate_answer: wire_models.DelegateResponse = field(
+        default_factory=lambda: wire_models.DelegateResponse(text="sub result")
     )
     model_requests: list[dict[str, Any]] = field(default_factory=list)
-    permissions: list[wire.PermissionRequest] = field(default_factory=list)
-    events: list[wire.EventRequest] = field(default_factory=list)
-    transcripts: list[wire.TranscriptCheckpoint] = field(default_factory=list)
-    delegations: list[wire.DelegateRequest] = field(default_factory=list)
-    results: list[wire.ResultRequest] = field(default_factory=list)
+    permissions: list[wire_models.PermissionRequest] = field(default_factory=list)
+    events: list[wire_models.EventRequest] = field(default_factory=list)
+    event_posts: int = 0
+    arrivals: list[str] = field(default_factory=list)
+    """Paths of the POSTs, in the order they arrived."""
+    transcripts: list[wire_models.TranscriptCheckpoint] = field(default_factory=list)
+    delegations: list[wire_models.DelegateRequest] = field(default_factory=list)
+    results: list[wire_models.ResultRequest] = field(default_factory=list)
     overrides: dict[str, Handler] = field(default_factory=dict)
     """Replacement handlers by path."""
 
@@ -72,13 +77,20 @@ class FakeBroker:
         routes: dict[str, Handler] = {
             "/v1/messages": self._messages,
             "/v1/permission": self._permission,
-            "/v1/events": self._record(wire.EventRequest, self.events),
-            "/v1/transcript": self._record(wire.TranscriptCheckpoint, self.transcripts),
-            "/v1/result": self._record(wire.ResultRequest, self.results),
+            "/v1/events": self._events,
+            "/v1/transcript": self._record(wire_models.TranscriptCheckpoint, self.transcripts),
+            "/v1/result": self._record(wire_models.ResultRequest, self.results),
             "/v1/task": self._task,
         }
         routes.update(self.overrides)
-        app = web.Application()
+
+        @web.middleware
+        async def note(request: web.Request, handler: Handler) -> web.StreamResponse:
+            if request.method == "POST":
+                self.arrivals.append(request.path)
+            return await handler(request)
+
+        app = web.Application(middlewares=[note])
         app.router.add_get("/v1/spec", self._spec)
         for path, handler in routes.items():
             app.router.add_post(path, handler)
@@ -110,18 +122,24 @@ class FakeBroker:
         )
 
     async def _permission(self, request: web.Request) -> web.Response:
-        req = wire.PermissionRequest.model_validate(await request.json())
+        req = wire_models.PermissionRequest.model_validate(await request.json())
         self.permissions.append(req)
         return web.json_response(self.policy(req).model_dump())
 
     async def _task(self, request: web.Request) -> web.Response:
-        self.delegations.append(wire.DelegateRequest.model_validate(await request.json()))
+        self.delegations.append(wire_models.DelegateRequest.model_validate(await request.json()))
         return web.json_response(self.delegate_answer.model_dump())
+
+    async def _events(self, request: web.Request) -> web.Response:
+        batch = wire_models.EventBatch.model_validate(await request.json())
+        self.events.extend(batch.events)
+        self.event_posts += 1
+        return web.json_response(wire_models.Ack().model_dump())
 
     def _record(self, model: type[Any], into: list[Any]) -> Handler:
         async def handler(request: web.Request) -> web.Response:
             into.append(model.model_validate(await request.json()))
-            return web.json_response(wire.Ack().model_dump())
+            return web.json_response(wire_models.Ack().model_dump())
 
         return handler
 
@@ -140,7 +158,7 @@ async def socket_dir() -> AsyncIterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def make_spec(**overrides: Any) -> wire.TaskSpec:
+def make_spec(**overrides: Any) -> wire_models.TaskSpec:
     base: dict[str, Any] = {
         "task_id": "sa_test",
         "trace_id": "tr_test",
@@ -152,11 +170,13 @@ def make_spec(**overrides: Any) -> wire.TaskSpec:
         "max_turns": 10,
     }
     base.update(overrides)
-    return wire.TaskSpec.model_validate(base)
+    return wire_models.TaskSpec.model_validate(base)
 
 
-async def serve_and_run(broker: FakeBroker, socket_dir: Path, workspace: Path) -> int:
-    runner = web.AppRunner(broker.app())
+async def serve_and_run(
+    broker: FakeBroker, socket_dir: Path, workspace: Path, keepalive_s: float = 75.0
+) -> int:
+    runner = web.AppRunner(broker.app(), keepalive_timeout=keepalive_s)
     await runner.setup()
     sock = str(socket_dir / "broker.sock")
     await web.UnixSite(runner, sock).start()
@@ -193,7 +213,7 @@ async def test_fresh_conversation_allowed_tool_runs_and_final_text_is_posted(
     assert "[exit code 0]" in result["content"]
 
     assert broker.results == [
-        wire.ResultRequest(status="completed", text="All done: out.txt written.")
+        wire_models.ResultRequest(status="completed", text="All done: out.txt written.")
     ]
     kinds = [(e.kind, e.tool_name) for e in broker.events]
     assert kinds == [
@@ -231,10 +251,10 @@ async def test_transcript_is_checkpointed_after_every_turn(
 async def test_denied_tool_is_not_run_and_the_model_is_told_why(
     socket_dir: Path, tmp_path: Path
 ) -> None:
-    def deny_writes(req: wire.PermissionRequest) -> wire.PermissionResponse:
+    def deny_writes(req: wire_models.PermissionRequest) -> wire_models.PermissionResponse:
         if req.tool_name == "Write":
-            return wire.PermissionResponse(behavior="deny", reason="Writes are not allowed here")
-        return wire.PermissionResponse(behavior="allow")
+            return wire_models.PermissionResponse(behavior="deny", reason="Writes are not allowed here")
+        return wire_models.PermissionResponse(behavior="allow")
 
     broker = FakeBroker(
         make_spec(),
@@ -255,8 +275,8 @@ async def test_denied_tool_is_not_run_and_the_model_is_told_why(
 async def test_updated_input_from_the_host_replaces_the_models_input(
     socket_dir: Path, tmp_path: Path
 ) -> None:
-    def rewrite(req: wire.PermissionRequest) -> wire.PermissionResponse:
-        return wire.PermissionResponse(
+    def rewrite(req: wire_models.PermissionRequest) -> wire_models.PermissionResponse:
+        return wire_models.PermissionResponse(
             behavior="allow", updated_input={"command": "echo rewritten"}
         )
 
@@ -371,9 +391,6 @@ async def test_missing_broker_socket_exits_non_zero_with_a_message(
     assert "nobody.sock does not exist" in err and "mounted" in err
 
 
-# httpcore2 does not close the socket when connect() is refused (upstream leak).
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.filterwarnings("ignore::ResourceWarning")
 async def test_silent_broker_socket_exits_non_zero_with_a_message(
     socket_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -409,7 +426,7 @@ async def test_python_dash_m_entry_point(socket_dir: Path, tmp_path: Path) -> No
     finally:
         await runner.cleanup()
     assert proc.returncode == 0, err.decode()
-    assert broker.results == [wire.ResultRequest(status="completed", text="hi from a subprocess")]
+    assert broker.results == [wire_models.ResultRequest(status="completed", text="hi from a subprocess")]
 
 
 async def test_permission_may_wait_longer_than_any_quick_timeout(
@@ -442,7 +459,7 @@ async def test_refused_checkpoints_and_events_do_not_stop_the_loop(
 
     fake.overrides.update({"/v1/transcript": too_large, "/v1/events": too_large})
     assert await serve_and_run(fake, socket_dir, tmp_path) == EXIT_OK
-    assert fake.results == [wire.ResultRequest(status="completed", text="fine")]
+    assert fake.results == [wire_models.ResultRequest(status="completed", text="fine")]
     assert "transcript checkpoint after turn 1 was refused" in caplog.text
     assert "body too big" in caplog.text
 
@@ -452,7 +469,7 @@ async def test_a_runner_bug_posts_a_failed_result_and_exits_1(
 ) -> None:
     from sandbox_tools import runner as runner_module
 
-    def broken(self: object) -> wire.ResultRequest:
+    def broken(self: object) -> wire_models.ResultRequest:
         raise KeyError("oops")
 
     monkeypatch.setattr(runner_module.AgentLoop, "run", broken)
@@ -480,3 +497,99 @@ async def test_a_model_call_that_times_out_ends_in_a_failed_result(
     [result] = fake.results
     assert result.status == "failed"
     assert result.error is not None and "did not answer within" in result.error
+
+
+async def test_events_and_checkpoints_arrive_in_order_and_before_the_result(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    fake = FakeBroker(
+        make_spec(),
+        [
+            tool_turn("Bash", {"command": "true"}, "t1"),
+            tool_turn("Read", {"file_path": "nope.txt"}, "t2"),
+            text_turn("done"),
+        ],
+    )
+    assert await serve_and_run(fake, socket_dir, tmp_path) == EXIT_OK
+    kinds = [(e.kind, e.tool_use_id) for e in fake.events]
+    assert kinds == [
+        ("tool_started", "t1"),
+        ("tool_finished", "t1"),
+        ("turn_finished", None),
+        ("tool_started", "t2"),
+        ("tool_finished", "t2"),
+        ("turn_finished", None),
+        ("turn_finished", None),
+    ]
+    assert fake.events[4].is_error
+    # Everything queued in the background was delivered before the result.
+    assert fake.arrivals[-1] == "/v1/result"
+    assert [c.turn for c in fake.transcripts] == [1, 2, 3]
+    # Progress rides in batches: fewer posts than events.
+    assert fake.event_posts <= len(fake.events)
+
+
+async def test_a_bug_still_flushes_queued_events_before_the_failed_result(
+    socket_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbox_tools import runner as runner_module
+
+    original = runner_module.AgentLoop.call_tool
+
+    def then_crash(self: Any, block: dict[str, Any]) -> dict[str, Any]:
+        original(self, block)
+        raise RuntimeError("boom after the tool ran")
+
+    monkeypatch.setattr(runner_module.AgentLoop, "call_tool", then_crash)
+    fake = FakeBroker(make_spec(), [tool_turn("Bash", {"command": "true"}, "t1")])
+    assert await serve_and_run(fake, socket_dir, tmp_path) == runner_module.EXIT_BUG
+    assert [e.kind for e in fake.events] == ["tool_started", "tool_finished"]
+    assert fake.arrivals[-1] == "/v1/result"
+    [result] = fake.results
+    assert result.error is not None and "boom after the tool ran" in result.error
+
+
+async def test_a_kept_connection_the_broker_closed_is_replaced(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    # The broker drops idle connections after 50 ms; the tool takes longer, so the
+    # next request finds its kept connection closed and must go out on a new one.
+    fake = FakeBroker(
+        make_spec(),
+        [
+            tool_turn("Bash", {"command": "sleep 0.3; echo slept"}, "t1"),
+            tool_turn("Bash", {"command": "sleep 0.3; echo again"}, "t2"),
+            text_turn("rested"),
+        ],
+    )
+    assert await serve_and_run(fake, socket_dir, tmp_path, keepalive_s=0.05) == EXIT_OK
+    assert len(fake.model_requests) == 3 and len(fake.permissions) == 2
+    assert "slept" in fake.tool_results(1)[0]["content"]
+    assert fake.results == [wire_models.ResultRequest(status="completed", text="rested")]
+
+
+async def test_an_anthropic_error_body_ends_the_task_once_without_retrying(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    fake = FakeBroker(make_spec(), [refusal(529, "Overloaded")])
+    assert await serve_and_run(fake, socket_dir, tmp_path) == EXIT_OK
+    assert len(fake.model_requests) == 1  # the host's SDK retried already; the runner does not
+    [result] = fake.results
+    assert result.status == "failed"
+    assert result.error == "the model call was refused: Overloaded (HTTP 529)"
+
+
+async def test_a_broker_that_vanishes_mid_call_ends_the_runner_with_exit_2(
+    socket_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeBroker(make_spec(), [])
+
+    async def hang_up(request: web.Request) -> web.StreamResponse:
+        assert request.transport is not None
+        request.transport.close()
+        return web.Response()
+
+    fake.overrides["/v1/messages"] = hang_up
+    assert await serve_and_run(fake, socket_dir, tmp_path) == EXIT_BROKER
+    assert "cannot reach the broker" in capsys.readouterr().err
+    assert not fake.results

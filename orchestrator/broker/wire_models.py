@@ -1,0 +1,135 @@
+"""The host's strict models of everything that crosses the broker socket.
+
+The runner in the sandbox builds these documents with the standard library
+(`sandbox_tools.wire`: the field names, as TypedDicts, and the limits); the
+host never trusts them. Every document from a container is size-capped before
+parsing and validated here: closed models (unknown fields are refused), bounded
+strings and lists, literal kinds. A unit test (`test_wire_contract`) checks
+that these models and the runner's TypedDicts name the same fields and that
+what the runner's encoders build is accepted here, so the two cannot drift.
+What the host sends back (`TaskSpec`, `PermissionResponse`,
+`DelegateResponse`, `Ack`, errors) is built from these models too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandbox_tools import wire
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskSpec(_Wire):
+    """What a runner needs to start its loop; served by `GET /v1/spec`."""
+
+    task_id: str
+    """The task's id (`sa_…`)."""
+    parent_id: str | None = None
+    """The delegating task's id; None when the parent is the root agent."""
+    trace_id: str
+    """Shared by every task of one run."""
+    agent_type: str
+    """The subagent type, e.g. `general-purpose`."""
+    description: str = ""
+    """The parent's short description of the task."""
+    model: str
+    """Model name for `/v1/messages`."""
+    system_prompt: str
+    """The agent definition's system prompt."""
+    prompt: str
+    """The task prompt: the only thing the subagent learns from its parent."""
+    history: list[dict[str, Any]] = Field(default_factory=list)
+    """Earlier messages of this session when resuming; empty for a new task."""
+    tools: list[str]
+    """Tool names this subagent may use (a subset of TOOL_NAMES + DELEGATION_TOOL_NAMES)."""
+    max_turns: int = Field(ge=1)
+    """Model calls allowed; the broker refuses the one past it."""
+    max_tokens: int = Field(default=8192, ge=1)
+    """`max_tokens` for each model call."""
+    bash_timeout_s: float = Field(default=120.0, gt=0)
+    """Default timeout of one Bash tool call."""
+    model_max_retries: int = Field(default=wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
+    """Retries of one model call on 429/5xx/529 (the host SDK's retry layer)."""
+    model_retry_total_s: float = Field(default=wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)
+    """Longest one model call keeps retrying, from its first attempt."""
+
+
+class PermissionRequest(_Wire):
+    """Asked before every tool call; the answer may take as long as a human does."""
+
+    tool_use_id: str = Field(max_length=wire.MAX_TOOL_USE_ID_CHARS)
+    tool_name: str = Field(max_length=wire.MAX_TOOL_NAME_CHARS)
+    tool_input: dict[str, Any]
+
+
+class PermissionResponse(_Wire):
+    behavior: Literal["allow", "deny"]
+    reason: str | None = None
+    """Why; for a deny, this is what the model is told."""
+    updated_input: dict[str, Any] | None = None
+    """Replacement tool input (from a hook); use it instead of the original."""
+
+
+class EventRequest(_Wire):
+    """Progress the runner reports; shown live and written to the run's events."""
+
+    kind: wire.EventKind
+    tool_name: str | None = Field(default=None, max_length=wire.MAX_TOOL_NAME_CHARS)
+    tool_use_id: str | None = Field(default=None, max_length=wire.MAX_TOOL_USE_ID_CHARS)
+    detail: str = Field(default="", max_length=wire.MAX_EVENT_DETAIL_CHARS)
+    is_error: bool = False
+
+
+class EventBatch(_Wire):
+    """Events in the order they happened; the runner sends them in the background."""
+
+    events: list[EventRequest] = Field(min_length=1, max_length=wire.MAX_EVENTS_PER_BATCH)
+
+
+class TranscriptCheckpoint(_Wire):
+    """The whole conversation so far; sent after every turn."""
+
+    messages: list[dict[str, Any]]
+    turn: int = Field(ge=0)
+
+
+class ResultRequest(_Wire):
+    """The runner's last word."""
+
+    status: wire.ResultStatus
+    text: str = Field(default="", max_length=wire.MAX_RESULT_CHARS)
+    """The final assistant text (empty when the model returned none)."""
+    error: str | None = Field(default=None, max_length=wire.MAX_EVENT_DETAIL_CHARS)
+
+
+class DelegateRequest(_Wire):
+    """A nested `Task` call, carried out by the host."""
+
+    tool_use_id: str = Field(max_length=wire.MAX_TOOL_USE_ID_CHARS)
+    input: dict[str, Any]
+
+
+class DelegateResponse(_Wire):
+    text: str
+    is_error: bool = False
+
+
+class Ack(_Wire):
+    ok: bool = True
+
+
+class ErrorDetail(_Wire):
+    type: str
+    message: str
+
+
+class ErrorBody(_Wire):
+    """Anthropic's error shape: `{"type": "error", "error": {...}}` (`wire.error_body`)."""
+
+    type: Literal["error"] = "error"
+    error: ErrorDetail
