@@ -1,36 +1,32 @@
 #!/bin/sh
 # Runs as root inside the build stage of every warden image, with no network.
-# Installs the pinned wheels and the sandbox_tools package under /opt/warden,
-# makes them importable for any uid, removes every copy of pip, and adds the
-# unprivileged user. Expects the build context under /build (see the Dockerfiles).
+# Installs the sandbox_tools package (standard library only: nothing
+# third-party is installed) under /opt/warden, makes it importable for any uid,
+# removes every copy of pip the base may have, and adds the unprivileged user.
+# Expects the build context under /build (see the Dockerfiles).
 set -eu
 
 lib=/opt/warden/lib    # sandbox_tools from the source tree
-site=/opt/warden/site  # third-party packages from the pinned wheels
 uid=1000
 gid=1000
 
 say() { echo "setup-image: $*"; }
 
-pip_wheel=$(ls /build/wheels/pip-*.whl 2>/dev/null | head -n1)
-[ -n "$pip_wheel" ] || { say "no pip wheel in /build/wheels" >&2; exit 1; }
-
-say "installing pinned wheels into $site (no index, no network)"
-python3 "$pip_wheel/pip" install --no-index --find-links /build/wheels \
-  --no-cache-dir --disable-pip-version-check --no-warn-script-location \
-  --target "$site" -r /build/images/requirements.txt
-
 mkdir -p "$lib"
 cp -R /build/sandbox_tools "$lib/sandbox_tools"
 find "$lib" -name '__pycache__' -prune -exec rm -rf {} +
 # The root file system is read-only at run time: compile now so imports are fast.
-python3 -m compileall -q "$lib" "$site" >/dev/null
+python3 -m compileall -q "$lib" >/dev/null
 
-# A .pth file in the interpreter's own site-packages keeps warden's packages
-# importable even under `python3 -I` or an environment that resets PYTHONPATH.
+# A .pth file in the interpreter's own site-packages keeps the runner importable
+# even under `python3 -I` or an environment that resets PYTHONPATH.
 site_dir=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 mkdir -p "$site_dir"
-printf '%s\n%s\n' "$lib" "$site" >"$site_dir/warden.pth"
+printf '%s\n' "$lib" >"$site_dir/warden.pth"
+
+# The runner must start with the standard library alone (no site-packages).
+python3 -S -c "import sys; sys.path.insert(0, '$lib'); import sandbox_tools.runner" \
+  || { say "sandbox_tools does not import with the standard library alone" >&2; exit 1; }
 
 say "removing pip and ensurepip from the image"
 python3 - <<'PY'

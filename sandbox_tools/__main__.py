@@ -40,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=logging.WARNING, format="warden runner: %(levelname)s %(message)s"
     )
+    # http.client imports ssl for HTTPS, which the broker's Unix socket never needs;
+    # ssl is about a third of the runner's import time. A None entry makes that
+    # optional import fail at once. Only here, in the runner's own process (tools
+    # run in subprocesses), never when the host imports sandbox_tools.
+    sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
     from sandbox_tools.runner import run
 
     if args.wait > 0:

@@ -29,8 +29,14 @@ from sandbox_tools.errors import (
     ToolError,
 )
 from sandbox_tools.outbox import Outbox
-from sandbox_tools.tools import ToolContext, ToolOutput, describe, parse_input, run_tool
-from sandbox_tools.tools.bash import kill_running
+from sandbox_tools.tools import (
+    ToolContext,
+    ToolOutput,
+    describe,
+    kill_running_tools,
+    parse_input,
+    run_tool,
+)
 from sandbox_tools.tools.inputs import dump, tool_params
 
 log = logging.getLogger("sandbox_tools")
@@ -266,7 +272,7 @@ def run(
     try:
         spec = broker.spec()
         if watch_broker:  # from here on, the runner dies with its broker
-            watchdog.start(socket_path, kill_running)
+            watchdog.start(socket_path, kill_running_tools)
         ctx = ToolContext(root=Path(workspace).resolve(), bash_timeout_s=spec.bash_timeout_s)
         sender = BrokerClient(socket_path)  # the outbox's own connection and thread
         outbox = Outbox(sender.events, sender.transcript, sender.close)

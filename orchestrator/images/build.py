@@ -30,7 +30,6 @@ from orchestrator.images.hashing import (
     input_files,
     inputs_hash,
 )
-from orchestrator.images.wheels import ensure_wheels
 
 if TYPE_CHECKING:
     from orchestrator.config import Settings
@@ -76,8 +75,7 @@ def build_images(
         why = "--force" if existing is not None else "no image has these inputs yet"
         log(f"{kind.name}: building {tag} FROM {base.ref} ({base.origin}; {why})")
         started = time.monotonic()
-        wheels = ensure_wheels(settings.state_dir / "wheels", resolver.probe(base), log)
-        _build_one(client, kind, base, ihash, tag, wheels, log, nocache=force)
+        _build_one(client, kind, base, ihash, tag, log, nocache=force)
         if existing is not None and existing != image_id(client, tag):
             _remove_quietly(client, existing)  # the --force rebuild replaced our old image
         log(f"{kind.name}: built {tag} in {time.monotonic() - started:.1f} s")
@@ -92,16 +90,13 @@ def _check_sources() -> None:
         )
 
 
-def _assemble_context(kind: ImageKind, wheels: Path, into: Path) -> None:
-    """Exactly the hashed inputs, at their repo paths, plus wheels/ and the Dockerfile."""
+def _assemble_context(kind: ImageKind, into: Path) -> None:
+    """Exactly the hashed inputs, at their repo paths, plus the Dockerfile."""
     for path in input_files(kind):
         target = into / path.relative_to(SOURCE_ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target, follow_symlinks=False)
     shutil.copy2(SOURCE_ROOT / kind.dockerfile, into / "Dockerfile")
-    (into / "wheels").mkdir()
-    for wheel in wheels.glob("*.whl"):
-        shutil.copy2(wheel, into / "wheels" / wheel.name)
 
 
 def _build_one(
@@ -110,7 +105,6 @@ def _build_one(
     base: BaseImage,
     ihash: str,
     tag: str,
-    wheels: Path,
     log: Log,
     *,
     nocache: bool,
@@ -128,7 +122,7 @@ def _build_one(
     last_layer: str | None = None
     with tempfile.TemporaryDirectory(prefix=f"warden-{kind.name}-context-") as tmp:
         context = Path(tmp)
-        _assemble_context(kind, wheels, context)
+        _assemble_context(kind, context)
         stream = client.api.build(
             path=str(context),
             dockerfile="Dockerfile",
@@ -168,7 +162,7 @@ def _build_one(
             + "\n".join(recent)
         )
     for stage in stage_images:
-        # The build stage (untagged) holds the wheels; it is ours and no longer needed.
+        # The build stage (untagged) holds what the flattening left out; it is ours.
         _remove_quietly(client, stage)
 
 

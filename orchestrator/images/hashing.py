@@ -1,8 +1,9 @@
 """What each warden image is built from, and the content-addressed tags that follow.
 
 A tag is `warden-<kind>:<hash12>`, where the hash covers every build input: the
-Dockerfile, the files under `images/` it uses, the `sandbox_tools` source tree,
-the pinned requirements, the build recipe version and the base image id. The
+Dockerfile, the files under `images/` it uses, the `sandbox_tools` source tree
+(standard library only: no third-party package goes into an image), the build
+recipe version and the base image id. The
 same inputs always give the same tag, so an image that exists is never rebuilt.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 """The checkout that holds `images/`, `Dockerfile.agent` and `sandbox_tools/`."""
 
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 """Bumped when the way a build context is assembled changes (it is a build input
 that lives in Python code, not in a hashed file)."""
 
@@ -25,9 +26,7 @@ HASH_LENGTH = 12
 IGNORED_DIRS = frozenset({"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".build"})
 IGNORED_SUFFIXES = (".pyc", ".pyo")
 
-REQUIREMENTS = "images/requirements.txt"
-BUILD_REQUIREMENTS = "images/build-requirements.txt"
-COMMON_INPUTS = (REQUIREMENTS, BUILD_REQUIREMENTS, "images/setup-image.sh", "sandbox_tools")
+COMMON_INPUTS = ("images/setup-image.sh", "sandbox_tools")
 """Repo-relative inputs every image is built from."""
 
 # Labels on warden images (the `warden.` namespace is warden's own).
@@ -93,7 +92,7 @@ def _files(root: Path, relative: str) -> list[Path]:
 
 
 def input_files(kind: ImageKind, root: Path = SOURCE_ROOT) -> list[Path]:
-    """Every file that goes into the build context of `kind` (wheels aside)."""
+    """Every file that goes into the build context of `kind`."""
     files: dict[Path, None] = {}
     for relative in kind.all_inputs():
         for path in _files(root, relative):

@@ -9,13 +9,13 @@ traceback to stderr and reported to the model as an internal tool error.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from sandbox_tools.errors import ToolError
-from sandbox_tools.tools import bash, files, search
-from sandbox_tools.tools.base import ToolContext, ToolOutput
+from sandbox_tools.tools.base import BASH_DETAIL_CHARS, ToolContext, ToolOutput, one_line
 from sandbox_tools.tools.inputs import INPUT_TYPES, TOOL_SCHEMAS, parse, tool_params
 
 log = logging.getLogger("sandbox_tools")
@@ -23,14 +23,25 @@ log = logging.getLogger("sandbox_tools")
 DETAIL_CHARS = 160
 """Longest progress detail (a command or a path) put in an event."""
 
-_LOCAL_TOOLS: dict[str, Callable[[Any, ToolContext], ToolOutput]] = {
-    "Bash": bash.bash,
-    "Read": files.read,
-    "Write": files.write,
-    "Edit": files.edit,
-    "Glob": search.glob,
-    "Grep": search.grep,
+_LOCAL_TOOLS: dict[str, tuple[str, str]] = {
+    "Bash": ("bash", "bash"),
+    "Read": ("files", "read"),
+    "Write": ("files", "write"),
+    "Edit": ("files", "edit"),
+    "Glob": ("search", "glob"),
+    "Grep": ("search", "grep"),
 }
+"""Tool name -> (module under sandbox_tools.tools, function). Imported on first use:
+the first model request goes out before the tools' imports (subprocess, re) are paid."""
+
+
+def _implementation(name: str) -> Callable[[Any, ToolContext], ToolOutput] | None:
+    where = _LOCAL_TOOLS.get(name)
+    if where is None:
+        return None
+    module = importlib.import_module(f"sandbox_tools.tools.{where[0]}")
+    run: Callable[[Any, ToolContext], ToolOutput] = getattr(module, where[1])
+    return run
 
 
 def parse_input(name: str, raw: dict[str, Any]) -> object:
@@ -44,7 +55,7 @@ def parse_input(name: str, raw: dict[str, Any]) -> object:
 def run_tool(name: str, raw: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     """Run a local tool; never raises for a tool failure."""
     try:
-        run = _LOCAL_TOOLS.get(name)
+        run = _implementation(name)
         if run is None:
             raise ToolError(f"{name!r} is not a tool this runner carries out")
         return run(parse_input(name, raw), ctx)
@@ -63,7 +74,7 @@ def run_tool(name: str, raw: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 def describe(name: str, raw: dict[str, Any]) -> str:
     """A short progress detail: the command, the file path or the pattern."""
     if name == "Bash" and isinstance(raw.get("command"), str):
-        return bash.describe(raw["command"])
+        return one_line(raw["command"], BASH_DETAIL_CHARS)
     for key in ("file_path", "pattern", "description", "path"):
         value = raw.get(key)
         if isinstance(value, str):
@@ -79,7 +90,18 @@ __all__ = [
     "ToolContext",
     "ToolOutput",
     "describe",
+    "kill_running_tools",
     "parse_input",
     "run_tool",
     "tool_params",
 ]
+
+
+def kill_running_tools() -> None:
+    """SIGKILL every Bash call in progress (the host is gone); nothing to do when no
+    Bash call was ever made (its module was never imported)."""
+    import sys
+
+    bash = sys.modules.get("sandbox_tools.tools.bash")
+    if bash is not None:
+        bash.kill_running()

@@ -26,6 +26,16 @@ class ToolOutput:
     """One short line for progress events (e.g. `exit 0`); empty when nothing to add."""
 
 
+BASH_DETAIL_CHARS = 120
+"""Longest command shown in a progress event."""
+
+
+def one_line(text: str, limit: int) -> str:
+    """`text` on one line (runs of whitespace become one space), cut to `limit`."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 BINARY_SNIFF_BYTES = 8192
 """How much of a file is inspected for NUL bytes to tell binary from text."""
 

@@ -40,7 +40,6 @@ BASH_DRAIN_TIMEOUT_S = 2.0
 BASH_POLL_FALLBACK_S = 0.05
 """Exit-check interval when the kernel offers no pidfd."""
 
-BASH_DETAIL_CHARS = 120
 """Longest command shown in progress events."""
 
 
@@ -173,14 +172,6 @@ def _pump(proc: subprocess.Popen[bytes], capture: _CappedCapture, timeout_s: flo
         if pidfd is not None:
             os.close(pidfd)
     return outcome
-
-
-def describe(command: str) -> str:
-    """Short text for progress events."""
-    command = " ".join(command.split())
-    if len(command) > BASH_DETAIL_CHARS:
-        command = command[: BASH_DETAIL_CHARS - 1] + "…"
-    return command
 
 
 def bash(inp: BashInput, ctx: ToolContext) -> ToolOutput:

@@ -1,8 +1,8 @@
 """warden's images, built for real and inspected from inside: the restricted bash
 image has no package manager, compiler, network client or setuid/setgid file and
-no working pip; the agent image has its tools and the runner's packages; neither
-keeps pip or the wheels; both are flattened, labelled, usable by any uid with a
-read-only root; a second build is a no-op and `resolve_image` is fast."""
+no working pip; the agent image has its tools and the runner; neither keeps pip
+or carries the SDK stack (the runner is standard library only); both are
+flattened, labelled, usable by any uid with a read-only root; a second build is a no-op and `resolve_image` is fast."""
 
 from __future__ import annotations
 
@@ -181,7 +181,7 @@ def test_agent_image_has_its_tools_and_the_runner_packages(
     tools = "python3 git bash ps find grep sed xargs"
     script = (
         f"for t in {tools}; do command -v $t >/dev/null || echo MISSING $t; done; "
-        "python3 -c 'import sandbox_tools, anthropic, pydantic; print(\"IMPORTS OK\")'; "
+        "python3 -c 'import sandbox_tools.runner; print(\"IMPORTS OK\")'; "
         "git --version >/dev/null && ps -o pid= -p 1 >/dev/null && echo TOOLS OK"
     )
     status, output = run(client, session, tags["agent"], script, user="1000:1000")
@@ -196,10 +196,31 @@ def test_any_uid_can_import_the_runner_and_use_home(
 ) -> None:
     script = (
         'test "$(id -u)" = 4242 && touch "$HOME/probe" && '
-        "python3 -I -c 'import sandbox_tools, anthropic, pydantic' && echo OK"
+        "python3 -I -c 'import sandbox_tools.runner' && echo OK"
     )
     status, output = run(client, session, tags[kind], script, user="4242:4242")
     assert status == 0 and output.strip().endswith("OK"), output
+
+
+@pytest.mark.parametrize("kind", ["agent", "bash"])
+def test_no_sdk_stack_is_in_the_image(
+    client: Any, tags: dict[str, str], session: str, kind: str
+) -> None:
+    stack = (
+        "anthropic",
+        "pydantic",
+        "pydantic_core",
+        "httpx",
+        "httpx2",
+        "httpcore2",
+        "opentelemetry",
+    )
+    script = (
+        "python3 -c 'import importlib.util as u; "
+        f'print("FOUND", [m for m in {stack!r} if u.find_spec(m)])\''
+    )
+    status, output = run(client, session, tags[kind], script, user="1000:1000")
+    assert status == 0 and "FOUND []" in output, output
 
 
 @pytest.mark.parametrize("kind", ["agent", "bash"])

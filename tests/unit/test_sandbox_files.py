@@ -176,7 +176,7 @@ def test_unexpected_exception_is_an_internal_tool_error(
     def boom(*_: object) -> None:
         raise ZeroDivisionError("kaboom")
 
-    monkeypatch.setitem(run_tool.__globals__["_LOCAL_TOOLS"], "Read", boom)
+    monkeypatch.setattr(f, "read", boom)
     out = run_tool("Read", {"file_path": "x"}, ctx)
     assert out.is_error
     assert "internal error in the Read tool" in out.text and "ZeroDivisionError" in out.text
