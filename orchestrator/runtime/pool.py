@@ -161,6 +161,7 @@ class WarmPool:
         if self.config.enabled and len(slot.ready) + slot.filling >= slot.target:
             # Demand outran a full pool (not one still starting): grow it.
             slot.target = min(self.config.max_ready, slot.target + 1)
+        log.debug("warm pool miss: target %d, %d starting", slot.target, slot.filling)
         return None
 
     def refill(self, key: PoolKey, factory: SpecFactory) -> None:
@@ -247,6 +248,7 @@ class WarmPool:
             await self._blocking(self._remove, warm)
             return
         slot.ready.append(warm)
+        log.debug("warm sandbox %s ready (%d ready)", container_id[:12], len(slot.ready))
         asyncio.get_running_loop().call_later(
             self.config.idle_s, self._shrink_idle, key, warm.container_id
         )
@@ -261,7 +263,10 @@ class WarmPool:
         if warm is None or len(slot.ready) + slot.filling <= self._floor():
             return
         slot.ready.remove(warm)
-        slot.target = max(self._floor(), slot.target - 1)
+        # Demand has dropped: aim for what is left (a target the budget kept out of
+        # reach shrinks too).
+        held = len(slot.ready) + slot.filling
+        slot.target = max(self._floor(), min(slot.target - 1, held))
         log.debug("warm sandbox %s idle for %g s: removed", container_id[:12], self.config.idle_s)
         self._discard(warm)
 
