@@ -178,6 +178,13 @@ class WarmPool:
             slot.filling += 1
             self._spawn(self._fill(key, slot, factory))
 
+    def reconfigure(self, config: PoolConfig) -> None:
+        """New sizing from now on; each key's target is brought within it (sandboxes
+        already ready stay until taken, idle or closed)."""
+        self.config = config
+        for slot in self._slots.values():
+            slot.target = max(self._floor(), min(slot.target, config.max_ready))
+
     async def close(self) -> None:
         """Remove every idle sandbox; fills still under way remove theirs when done."""
         self._closed = True

@@ -167,6 +167,15 @@ async def test_a_fixed_size_or_an_empty_budget_switches_growth_off(
     await fixed.burst(key, 5)
     await fixed.settle()
     assert fixed.pool.ready_count() == 2 and fixed.pool.target(key) == 2
+    # Switched off later (a benchmark's burst): what is ready is served, nothing refills.
+    fixed.pool.reconfigure(PoolConfig(min_ready=0, max_ready=0))
+    taken = await fixed.burst(key, 3)
+    await fixed.settle()
+    assert [t is not None for t in taken] == [True, True, False]
+    assert fixed.pool.ready_count() == 0 and fixed.pool.target(key) == 0
+    for warm in taken:
+        if warm is not None:
+            await asyncio.to_thread(fixed.backend.remove, warm.container_id)
 
 
 def test_pool_settings_come_from_the_environment() -> None:
