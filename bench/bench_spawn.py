@@ -445,7 +445,7 @@ async def main_async(args: argparse.Namespace) -> None:
     print()
     print("Issue 12 targets, this run (50 at once: bench_fanout.py)")
     for label, value, target, met in figures:
-        print(f"  {label:<54} {value:>10}   target {target:<10} {met}")
+        print(f"  {label:<52} {value:>11}   target {target:<11} {met}")
 
 
 def main() -> None:

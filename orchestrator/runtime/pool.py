@@ -1,7 +1,7 @@
 """Warm sandboxes: containers started before they are needed.
 
-Importing the anthropic SDK costs the in-container runner over a second of
-CPU, which would dominate every subagent's start. A warm sandbox is a fully
+Creating and starting a container, and the runner's interpreter start, are
+most of a subagent's start. A warm sandbox is a fully
 hardened container, started with the workspace and its own (still empty)
 socket directory mounted, whose runner has already done its imports and waits
 on a hold socket (`Hold`) in that directory. A task takes one, puts its broker
@@ -13,8 +13,8 @@ task and is never reused; idle ones are removed with the run.
 The pool is sized by demand (`PoolConfig`): per key it keeps `min_ready`
 sandboxes ready; a task that finds none ready while the pool holds (or is
 starting) all it aims for, a burst, raises the key's target by one, up to
-`max_ready`; a sandbox beyond `min_ready` that stays
-unused for `idle_s` is removed and the target drops again. Every warm sandbox
+`max_ready`; a sandbox beyond `min_ready` that stays unused for `idle_s` is
+removed and the target drops to what is left. Every warm sandbox
 (ready or starting) reserves its memory limit, and the reservations never add
 up to more than `memory_budget_bytes`: a refill that would cross it is not
 started (the task starts cold instead). Removals run in worker threads, never
