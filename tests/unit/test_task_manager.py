@@ -1,0 +1,458 @@
+"""A task's life on the host, without Docker: the real TaskManager, broker, gate,
+event log, store and upstream (the anthropic SDK against the scripted model
+server), with `FakeBackend` standing in for the engine and a thread speaking the
+broker's wire protocol standing in for the runner inside the container.
+
+Locks in what a user relies on: a task's result, status, tokens and records; the
+deadline ends it as timed_out; a runner that gives no answer is a failure that
+says why; a denied tool is denied, audited and reported; the depth and children
+caps refuse before anything starts; a stop is a stop; events come in order; the
+parent loop delegates and gets back only the subagent's final answer; no
+container outlives its task.
+
+Isolation is not claimed here (nothing runs in a container): the integration
+tests prove that against a real engine.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2
+import pytest
+
+from orchestrator.agents.definition import AgentDefinition
+from orchestrator.agents.registry import AgentRegistry
+from orchestrator.backend.base import SandboxResult, SandboxSpec, SandboxStatus
+from orchestrator.backend.fake import FakeBackend, FakeOutcome
+from orchestrator.broker import Upstream
+from orchestrator.config import Settings
+from orchestrator.permissions import load_hooks, load_policy
+from orchestrator.permissions.approvers import NonInteractiveApprover
+from orchestrator.results.models import Event
+from orchestrator.results.parent_transcript import ObservedClient
+from orchestrator.runtime.caps import CapError, TaskManagerConfig
+from orchestrator.runtime.events import EventLog
+from orchestrator.runtime.gate import PolicyGate
+from orchestrator.runtime.manager import TaskManager
+from orchestrator.runtime.parent import ParentAgent
+from orchestrator.runtime.protocols import PermissionGate
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
+from orchestrator.scripted import Script, ScriptedModelServer
+from orchestrator.store import Store
+from sandbox_tools import wire
+
+RUN_ID = "run_unit"
+SESSION = "test-task-manager"
+
+Runner = Callable[["Wire"], None]
+"""What the fake container's runner does, given its connection to the broker."""
+
+
+class Wire:
+    """The runner's side of the broker socket (plain JSON over HTTP, like the runner)."""
+
+    def __init__(self, socket_dir: Path) -> None:
+        transport = httpx2.HTTPTransport(uds=str(socket_dir / Path(wire.BROKER_SOCKET).name))
+        self.http = httpx2.Client(transport=transport, base_url=wire.BROKER_BASE_URL, timeout=30)
+
+    def get(self, path: str) -> dict[str, Any]:
+        response = self.http.get(path)
+        response.raise_for_status()
+        return dict(response.json())
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = self.http.post(path, json=body)
+        response.raise_for_status()
+        return dict(response.json())
+
+    def permission(self, tool: str, **tool_input: Any) -> dict[str, Any]:
+        body = {"tool_use_id": "tu_1", "tool_name": tool, "tool_input": tool_input}
+        return self.post("/v1/permission", body)
+
+    def model_call(self, spec: dict[str, Any]) -> dict[str, Any]:
+        body = {
+            "model": spec["model"],
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": spec["prompt"]}],
+        }
+        return self.post("/v1/messages", body)
+
+    def result(self, text: str, status: str = "completed") -> None:
+        self.post("/v1/result", {"status": status, "text": text})
+
+
+class RunnerBackend(FakeBackend):
+    """A FakeBackend whose container is a thread running `runner` against the
+    task's broker socket; the container exits (code 0) when the runner returns."""
+
+    def __init__(self, runner: Runner) -> None:
+        super().__init__(lambda spec: FakeOutcome(run_s=float("inf")))
+        self.runner = runner
+        self.exited: dict[str, threading.Event] = {}
+        self.errors: list[BaseException] = []
+
+    def start(self, spec: SandboxSpec) -> str:
+        container_id = super().start(spec)
+        socket_dir = next(m.source for m in spec.mounts if m.target == wire.BROKER_SOCKET_DIR)
+        done = self.exited[container_id] = threading.Event()
+        threading.Thread(target=self._run, args=(socket_dir, done), daemon=True).start()
+        return container_id
+
+    def _run(self, socket_dir: Path, done: threading.Event) -> None:
+        connection = Wire(socket_dir)
+        try:
+            self.runner(connection)
+        except httpx2.HTTPError:
+            pass  # the broker went away: the container was killed
+        except BaseException as exc:  # reported by the test
+            self.errors.append(exc)
+        finally:
+            connection.http.close()
+            done.set()
+
+    def wait(self, container_id: str, timeout_s: float | None) -> SandboxResult:
+        done = self.exited[container_id]
+        if done.wait(timeout_s) and not self._get(container_id).killed:
+            return SandboxResult(
+                status=SandboxStatus.OK,
+                exit_code=0,
+                stdout="",
+                stderr="",
+                truncated=False,
+                duration_s=0.0,
+            )
+        return super().wait(container_id, 0)  # killed: KILLED; deadline: TIMED_OUT
+
+    def kill(self, container_id: str) -> None:
+        super().kill(container_id)
+        if container_id in self.exited:
+            self.exited[container_id].set()
+
+
+@dataclass
+class Harness:
+    manager: TaskManager
+    backend: RunnerBackend
+    store: Store
+    events: list[Event] = field(default_factory=list)
+
+    def kinds(self, task_id: str | None = None) -> list[str]:
+        return [e.kind for e in self.events if task_id is None or e.task_id == task_id]
+
+
+def agent(name: str = "worker", **fields: Any) -> AgentDefinition:
+    base: dict[str, Any] = {
+        "name": name,
+        "description": "a test agent",
+        "system_prompt": "You are a test agent.",
+        "tools": ("Bash", "Read"),
+        "timeout_s": 30.0,
+    }
+    return AgentDefinition.model_validate({**base, **fields})
+
+
+SCRIPT = {
+    "conversations": [
+        {
+            "name": "any",
+            "match": {},
+            "turns": [{"content": [{"type": "text", "text": "model says hi"}]}],
+        }
+    ]
+}
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[ScriptedModelServer]:
+    async with ScriptedModelServer(Script.model_validate(SCRIPT)) as running:
+        yield running
+
+
+@pytest.fixture
+def make(tmp_path: Path, server: ScriptedModelServer) -> Callable[..., AsyncIterator[Harness]]:
+    """`async with make(runner, ...) as h`: a manager whose containers run `runner`."""
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def build(
+        runner: Runner,
+        *,
+        agents: tuple[AgentDefinition, ...] = (agent(),),
+        gate: PermissionGate | None = None,
+        config: TaskManagerConfig | None = None,
+    ) -> AsyncIterator[Harness]:
+        workspace = tmp_path / "ws"
+        workspace.mkdir(exist_ok=True)
+        state = Path(tempfile.mkdtemp(dir=tmp_path, prefix="state-"))
+        store = Store.open(state / "warden.db")
+        store.create_run(RUN_ID, prompt="p", workspace=str(workspace), model="m", pid=1)
+        events = EventLog(RUN_ID, state / "events.jsonl", store)
+        backend = RunnerBackend(runner)
+        client = anthropic.AsyncAnthropic(base_url=server.base_url, api_key="k", max_retries=0)
+        manager = TaskManager(
+            backend=backend,
+            registry=AgentRegistry(list(agents)),
+            upstream=Upstream(client=client),
+            events=events,
+            store=store,
+            workspace=workspace,
+            session=SESSION,
+            run_id=RUN_ID,
+            trace_id="trace",
+            default_model="test-model",
+            image_resolver=lambda name: f"image-{name}",
+            gate=gate,
+            config=config or TaskManagerConfig(warm_pool_size=0),
+            runner_command=("fake-runner",),
+        )
+        harness = Harness(manager, backend, store)
+        events.listeners.append(harness.events.append)
+        try:
+            yield harness
+        finally:
+            await manager.close()
+            await client.close()
+            store.close()
+            assert not backend.errors, backend.errors
+            assert backend.list({}) == [], "a container outlived its task"
+
+    return build  # type: ignore[return-value]
+
+
+def task(prompt: str = "do it", subagent_type: str = "worker", **extra: Any) -> TaskInput:
+    return TaskInput(description="test", prompt=prompt, subagent_type=subagent_type, **extra)
+
+
+async def test_a_completed_task_gives_its_answer_tokens_and_records(make: Any) -> None:
+    seen: dict[str, Any] = {}
+
+    def runner(w: Wire) -> None:
+        spec = seen["spec"] = w.get("/v1/spec")
+        reply = w.model_call(spec)
+        w.result(f"done: {reply['content'][0]['text']}")
+
+    async with make(runner) as h:
+        result = await h.manager.run_task(task("count the files"))
+        assert result.status is TaskStatus.COMPLETED
+        assert result.text == "done: model says hi"
+        assert not result.is_error and result.render() == f"Task Succeeded. Result: {result.text}"
+        assert result.tokens > 0 and result.turns == 1  # counted by the broker, not the runner
+        # The runner was told the prompt, its own tools and the model; never Task at depth 1.
+        assert seen["spec"]["prompt"] == "count the files"
+        assert seen["spec"]["tools"] == ["Bash", "Read"]
+        assert seen["spec"]["model"] == "test-model"
+        row = h.store.get_task(result.task_id)
+        assert (row.status, row.result_text, row.tokens) == (
+            "completed",
+            result.text,
+            result.tokens,
+        )
+        assert h.kinds(result.task_id) == ["task_started", "task_completed"]
+        (spec,) = h.backend.started
+        assert spec.image == "image-agent" and spec.user != "0:0"
+        assert spec.warden_labels["warden.task"] == result.task_id
+
+
+async def test_the_deadline_ends_a_task_as_timed_out(make: Any) -> None:
+    release = threading.Event()
+
+    def runner(w: Wire) -> None:
+        w.get("/v1/spec")
+        release.wait(30)  # never answers by itself
+
+    async with make(runner, agents=(agent(timeout_s=0.3),)) as h:
+        result = await h.manager.run_task(task())
+        release.set()
+        assert result.status is TaskStatus.TIMED_OUT
+        assert result.render() == "Task timed out after 0.3 s."
+        assert h.store.get_task(result.task_id).status == "timed_out"
+        assert h.kinds(result.task_id)[-1] == "task_timed_out"
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "render"),
+    [
+        (None, TaskStatus.FAILED, "without a result"),
+        ("   ", TaskStatus.NO_OUTPUT, "Task completed but returned no output."),
+    ],
+)
+async def test_a_runner_without_an_answer_is_not_a_success(
+    make: Any, answer: str | None, status: TaskStatus, render: str
+) -> None:
+    def runner(w: Wire) -> None:
+        if answer is not None:
+            w.result(answer)
+
+    async with make(runner) as h:
+        result = await h.manager.run_task(task())
+        assert result.status is status
+        assert render in result.render()
+
+
+async def test_a_denied_tool_is_denied_audited_and_reported(make: Any, tmp_path: Path) -> None:
+    answers: list[dict[str, Any]] = []
+
+    def runner(w: Wire) -> None:
+        answers.append(w.permission("Bash", command="rm -rf /workspace/src"))
+        answers.append(w.permission("Read", file_path="/workspace/README"))
+        w.result("gave up")
+
+    settings = Settings(state_dir=tmp_path / "state", config_dir=tmp_path / "cfg")
+    (tmp_path / "ws").mkdir()
+    gate = PolicyGate(
+        policy=load_policy(settings, tmp_path / "ws", deny=("Bash(rm:*)",), mode="default"),
+        hooks=load_hooks(settings, tmp_path / "ws"),
+        workspace_host=tmp_path / "ws",
+        approver=NonInteractiveApprover(),
+    )
+    async with make(runner, gate=gate) as h:
+        gate.store, gate.events = h.store, h.manager.events
+        result = await h.manager.run_task(task())
+        assert result.status is TaskStatus.COMPLETED
+        assert answers[0]["behavior"] == "deny" and "Bash(rm:*)" in answers[0]["reason"]
+        assert answers[1]["behavior"] == "allow"  # reading is allowed by the default mode
+        denied = [e for e in h.events if e.kind == "permission_denied"]
+        assert [e.data["tool_name"] for e in denied] == ["Bash"]
+        audit = h.store.audit(RUN_ID)
+        assert [(a.tool_name, a.final) for a in audit] == [("Bash", "deny"), ("Read", "allow")]
+
+
+async def test_caps_refuse_before_anything_starts(make: Any) -> None:
+    nested: list[dict[str, Any]] = []
+
+    def runner(w: Wire) -> None:
+        spec = w.get("/v1/spec")
+        if spec["prompt"] == "outer":
+            nested.append(
+                w.post("/v1/task", {"tool_use_id": "tu", "input": task("inner").model_dump()})
+            )
+            nested.append(
+                w.post("/v1/task", {"tool_use_id": "tu", "input": task("inner").model_dump()})
+            )
+        w.result(f"answer to {spec['prompt']}")
+
+    config = TaskManagerConfig(warm_pool_size=0, max_depth=2, max_children_per_task=1)
+    delegating = agent(tools=("Bash", "Task"))
+    async with make(runner, agents=(delegating,), config=config) as h:
+        outer = await h.manager.run_task(task("outer"))
+        assert outer.status is TaskStatus.COMPLETED
+        assert nested[0] == {"text": "Task Succeeded. Result: answer to inner", "is_error": False}
+        assert nested[1]["is_error"] and "max_children_per_task cap (1)" in nested[1]["text"]
+        assert len(h.backend.started) == 2  # the refused child never got a container
+    async with make(runner, agents=(delegating,), config=TaskManagerConfig(warm_pool_size=0)) as h:
+        assert (await h.manager.run_task(task("outer"))).status is TaskStatus.COMPLETED
+        # At max_depth 1 the runner is not offered Task and its broker refuses it ...
+        assert nested[2]["is_error"] and "may not delegate" in nested[2]["text"]
+        assert len(h.backend.started) == 1
+        # ... and the manager refuses a child of a depth-1 task whoever asks.
+        with pytest.raises(CapError, match="max_depth"):
+            await h.manager.run_task(task(), parent=next(iter(h.manager.tasks.values())))
+
+
+async def test_a_stopped_task_is_stopped_and_its_container_gone(make: Any) -> None:
+    started = threading.Event()
+
+    def runner(w: Wire) -> None:
+        w.get("/v1/spec")
+        started.set()
+        w.http.get(wire.ALIVE_PATH, timeout=30)  # held until the broker closes
+
+    async with make(runner) as h:
+        ctx = await h.manager.start_background(task())
+        assert await _wait(started)
+        assert await h.manager.stop(ctx.task_id) == [ctx.task_id]
+        result = await h.manager.wait_for(ctx.task_id, 10)
+        assert result is not None and result.status is TaskStatus.STOPPED
+        assert h.manager.background.take(None) == [result]  # reported to its parent once
+        assert h.kinds(ctx.task_id) == ["task_started", "task_stopped"]
+
+
+async def test_events_are_recorded_in_the_order_they_happened(make: Any) -> None:
+    def runner(w: Wire) -> None:
+        for kind in ("tool_started", "tool_finished", "turn_finished"):
+            w.post("/v1/events", {"kind": kind, "tool_name": "Bash", "tool_use_id": "tu"})
+        w.result("ok")
+
+    async with make(runner) as h:
+        result = await h.manager.run_task(task())
+        expected = [
+            "task_started",
+            "task_running",
+            "task_running",
+            "task_running",
+            "task_completed",
+        ]
+        assert h.kinds(result.task_id) == expected
+        running = [e.data["event"] for e in h.events if e.kind == "task_running"]
+        assert running == ["tool_started", "tool_finished", "turn_finished"]
+        stored = [r.kind for r in h.store.events(run_id=RUN_ID)]
+        assert stored == expected
+        lines = (h.manager.events.jsonl_path).read_text().splitlines()  # type: ignore[attr-defined]
+        assert [json.loads(line)["kind"] for line in lines] == expected
+
+
+async def test_the_parent_delegates_and_sees_only_the_final_answer(make: Any) -> None:
+    def runner(w: Wire) -> None:
+        spec = w.get("/v1/spec")
+        w.post("/v1/events", {"kind": "log", "detail": "INTERMEDIATE chatter"})
+        w.result(f"FINAL answer to {spec['prompt']}")
+
+    parent_script = {
+        "conversations": [
+            {
+                "name": "parent",
+                "match": {},
+                "turns": [
+                    {
+                        "content": [
+                            {
+                                "type": "tool_use",
+                                "name": "Task",
+                                "input": {
+                                    "description": "d",
+                                    "prompt": "sum it",
+                                    "subagent_type": "worker",
+                                },
+                            }
+                        ]
+                    },
+                    {"content": [{"type": "text", "text": "all done"}]},
+                ],
+            }
+        ]
+    }
+    async with (
+        ScriptedModelServer(Script.model_validate(parent_script)) as parent_server,
+        make(runner) as h,
+    ):
+        sdk = anthropic.AsyncAnthropic(base_url=parent_server.base_url, api_key="k", max_retries=0)
+        parent = ParentAgent(client=ObservedClient(sdk, []), model="m", manager=h.manager)
+        outcome = await parent.run("the user's request")
+        await sdk.close()
+        assert outcome.text == "all done" and outcome.turns == 2
+        assert [r.text for r in outcome.tasks] == ["FINAL answer to sum it"]
+        tool_results = [
+            block
+            for message in parent.messages
+            if message["role"] == "user" and isinstance(message["content"], list)
+            for block in message["content"]
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        ]
+        assert [b["content"] for b in tool_results] == [
+            "Task Succeeded. Result: FINAL answer to sum it"
+        ]
+        assert "INTERMEDIATE" not in json.dumps(parent.messages)
+
+
+async def _wait(flag: threading.Event, timeout_s: float = 10) -> bool:
+    import asyncio
+
+    return await asyncio.to_thread(flag.wait, timeout_s)
