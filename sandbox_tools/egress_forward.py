@@ -80,6 +80,8 @@ def serve(server: socket.socket, socket_path: str) -> None:
 
 
 def _connection(client: socket.socket, socket_path: str) -> None:
+    # Small writes (a response's headers) must not wait for the client's delayed ACK.
+    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         upstream.connect(socket_path)
@@ -98,8 +100,6 @@ def relay(a: socket.socket, b: socket.socket) -> None:
     """Copy both ways until both sides have ended (or nothing moves for IDLE_TIMEOUT_S)."""
     peer = {a: b, b: a}
     reading = [a, b]
-    for s in reading:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CHUNK_BYTES)
     while reading:
         ready, _, _ = select.select(reading, [], [], IDLE_TIMEOUT_S)
         if not ready:

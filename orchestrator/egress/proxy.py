@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from orchestrator.broker.listener import peer_uid
 from orchestrator.egress.decide import Decider, Verdict
 from orchestrator.egress.limits import Destination, Meter
 from orchestrator.egress.sni import (
@@ -54,6 +55,9 @@ HELLO_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 300.0
 """A relay with no bytes either way for this long is closed."""
 CHUNK_BYTES = 256 * 1024
+WRITE_BUFFER_BYTES = 1024 * 1024
+"""Bytes queued towards one side before the relay waits for it (asyncio's default,
+64 KiB, makes every other read wait for a drain)."""
 TLS_ALERT_UNRECOGNIZED_NAME = bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70])
 """A fatal TLS alert (unrecognized_name): what a TLS client understands after `200`."""
 HOP_HEADERS = frozenset(
@@ -256,6 +260,8 @@ class EgressProxy:
         def down(n: int) -> int:
             return self.meter.allow_down(dest, n)
 
+        for w in (writer, up_writer):
+            w.transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
         pumps = [
             asyncio.create_task(_pump(reader, up_writer, up)),
             asyncio.create_task(_pump(up_reader, writer, down)),
@@ -359,9 +365,11 @@ def _parse_head(head: bytes) -> tuple[str, str, int, bytes]:
     kept = [
         line
         for line in lines[1:]
-        if line and line.split(":", 1)[0].strip().lower() not in HOP_HEADERS
+        if line and line.split(":", 1)[0].strip().lower() not in HOP_HEADERS | {"host"}
     ]
-    out = [f"{method} {path} {version}", *kept, "Connection: close", "", ""]
+    # The Host header is the URL's: the one that was decided on, not another
+    # virtual host behind the same address.
+    out = [f"{method} {path} {version}", f"Host: {url.netloc}", *kept, "Connection: close", "", ""]
     return method, host, port, "\r\n".join(out).encode("latin-1")
 
 
@@ -384,6 +392,4 @@ def _authority(text: str, default_port: int | None) -> tuple[str, int]:
 
 
 def _peer_uid(sock: socket.socket) -> int | None:
-    from orchestrator.broker.listener import peer_uid
-
     return peer_uid(sock)

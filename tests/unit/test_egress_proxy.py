@@ -269,3 +269,18 @@ async def test_byte_cap_stops_a_large_download(proxied: Proxied, servers: tuple[
     assert got < 200_000
     summary = next(d for k, d in proxied.events.seen if k == "broker_notice")
     assert "200000 bytes received" in str(summary["message"])
+
+
+def test_plain_http_is_sent_in_origin_form_with_the_decided_host() -> None:
+    from orchestrator.egress.proxy import _parse_head
+
+    head = (
+        b"GET http://allowed.test:8080/a?b=1 HTTP/1.1\r\nHost: other.test\r\n"
+        b"Proxy-Authorization: x\r\nAccept: */*\r\n\r\n"
+    )
+    method, host, port, upstream_head = _parse_head(head)
+    assert (method, host, port) == ("GET", "allowed.test", 8080)
+    assert upstream_head == (
+        b"GET /a?b=1 HTTP/1.1\r\nHost: allowed.test:8080\r\nAccept: */*\r\n"
+        b"Connection: close\r\n\r\n"
+    )
