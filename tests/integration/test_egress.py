@@ -33,7 +33,7 @@ from orchestrator.results.build import build_result, stored_event
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.conftest import warden_argv, warden_env
 from tests.egress_support import LocalCA, make_ca, publish_wheel, upstream
-from tests.integration.harness import convo, requests_of, scripted_run, text, tool
+from tests.integration.harness import convo, requests_of, scripted_run, text, tool, write_agent
 
 pytestmark = pytest.mark.integration
 
@@ -235,27 +235,40 @@ async def test_egress_from_inside_a_real_sandbox(
     assert sum(u.bytes_down for u in task_summary.egress) == summary["bytes_down"]
 
 
+NO_EGRESS_PROBE = (
+    "ls /run/warden; env | grep -ci proxy; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"
+)
+
+
+@pytest.mark.parametrize("agent_says_none", [False, True], ids=["egress off", "network: none"])
 async def test_without_egress_a_sandbox_gets_no_socket_and_no_variables(
-    settings: Settings, workspace: Path
+    settings: Settings, workspace: Path, agent_says_none: bool
 ) -> None:
+    """Egress off for the run changes nothing; an agent file's `network: none` takes
+    egress away from that agent even when the run has it."""
+    agent_type = "general-purpose"
+    extra: dict[str, Any] = {}
+    if agent_says_none:
+        agent_type = "offline"
+        write_agent(
+            workspace,
+            "offline",
+            "---\nname: offline\ndescription: no network\ntools: Bash\nnetwork: none\n---\n"
+            "You work offline.\n",
+        )
+        extra["egress"] = EgressRequest(allow_domains=("allowed.test",), resolver=resolver())
     script = [
         convo(
             "plain",
             {"prompt_contains": "PLAIN"},
-            [
-                tool(
-                    "Bash",
-                    command="ls /run/warden; env | grep -ci proxy; tail -n +3 /proc/net/dev "
-                    "| cut -d: -f1 | tr -d ' '",
-                )
-            ],
+            [tool("Bash", command=NO_EGRESS_PROBE)],
             [text("done")],
         )
     ]
-    async with scripted_run(settings, workspace, script) as (run, server):
-        assert run.manager.egress is None
+    async with scripted_run(settings, workspace, script, **extra) as (run, server):
+        assert (run.manager.egress is None) is not agent_says_none
         result = await run.manager.run_task(
-            TaskInput(description="plain", prompt="PLAIN", subagent_type="general-purpose")
+            TaskInput(description="plain", prompt="PLAIN", subagent_type=agent_type)
         )
     assert result.status is TaskStatus.COMPLETED, result.error
     last = requests_of(server, "plain")[1].body["messages"][-1]["content"]
