@@ -96,12 +96,14 @@ def _describe(info: ContainerInfo) -> str:
 def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -> None:
     """Remove the containers warden left behind (labelled warden.session or
     warden.exec, running or not) whose owning warden process is provably dead, and
-    say how many. Runs of this state dir whose orchestrator died are marked
+    say how many; also the broker socket directories (in the temp dir) of dead
+    warden processes. Runs of this state dir whose orchestrator died are marked
     interrupted (resumable). Containers of live owners, including other users' and
     other state dirs' runs on a shared engine, are kept unless --all is given."""
     from orchestrator.backend.connect import connect
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.config import Settings
+    from orchestrator.lifecycle import socket_dirs
     from orchestrator.lifecycle.recovery import recover
     from orchestrator.store import Store
 
@@ -119,6 +121,7 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
         backend.remove(info.id)
     removed = [info.id for info in plan.remove]
     kept = len(plan.keep_live) + len(plan.keep_unknown)
+    sockets = socket_dirs.sweep()  # a dead owner's only: never a live run's sockets
     if as_json:
         click.echo(
             json.dumps(
@@ -128,12 +131,15 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
                     "kept_live": len(plan.keep_live),
                     "kept_unknown_owner": len(plan.keep_unknown),
                     "interrupted_tasks": interrupted,
+                    "socket_dirs_removed": len(sockets),
                 }
             )
         )
         return
     noun = "container" if len(removed) == 1 else "containers"
     click.echo(f"removed {len(removed)} warden {noun}")
+    if sockets:
+        click.echo(f"removed {len(sockets)} broker socket dir(s) of dead warden processes")
     if interrupted:
         click.echo(f"marked {len(interrupted)} task(s) of crashed runs interrupted (resumable)")
     if kept:

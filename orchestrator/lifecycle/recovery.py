@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator import labels
 from orchestrator.errors import StoreError
-from orchestrator.lifecycle import owner
+from orchestrator.lifecycle import owner, socket_dirs
 
 if TYPE_CHECKING:
     from orchestrator.config import Settings
@@ -36,6 +36,8 @@ class Recovery:
     """Their tasks that were pending or running, now `interrupted`."""
     containers: int = 0
     """Containers of those runs that were still on the engine and are now removed."""
+    socket_dirs: int = 0
+    """Broker socket directories of dead owners, now removed."""
 
 
 def reap_dead(store: Any) -> Recovery:
@@ -79,13 +81,15 @@ def recover(store: Any, backend: Any, *, sweep: bool = True) -> Recovery:
     """`reap_dead`, then remove the containers of the runs it found and, with
     `sweep`, every other warden container whose owner is provably dead: a read-only
     command (`ps`, `logs`) may already have marked a dead run interrupted, and its
-    containers must not outlive that. (`warden cleanup` sweeps itself, within its
-    `--session`, and says what it removed.) Blocking."""
+    containers must not outlive that; so do dead owners' broker socket directories.
+    (`warden cleanup` sweeps itself, within its `--session`, and says what it
+    removed.) Blocking."""
     found = reap_dead(store)
     for run_id in found.runs:
         found.containers += backend.cleanup({labels.RUN: run_id})
     if not sweep:
         return found
+    found.socket_dirs = len(socket_dirs.sweep())
     for info in backend.list({labels.SESSION: None}):
         identity = owner.Owner.from_labels(info.labels)
         if identity is not None and owner.is_dead(identity):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +27,7 @@ from orchestrator.broker.limits import raise_open_file_limit
 from orchestrator.config import PoolConfig
 from orchestrator.errors import StoreError, TaskNotFoundError, WardenError
 from orchestrator.jsontypes import JSONObject
+from orchestrator.lifecycle import socket_dirs
 from orchestrator.results.task_setup import task_setup
 from orchestrator.runtime.admission import AdmissionQueue
 from orchestrator.runtime.background import BackgroundTasks
@@ -408,7 +408,7 @@ class TaskManager:
             await broker.close()
             if (egress := self._egress_of.pop(ctx.task_id, None)) is not None:
                 await egress.close()
-            shutil.rmtree(socket_dir, ignore_errors=True)
+            socket_dirs.remove(socket_dir)
         await self._conclude(ctx, task_result(ctx, sandbox, budget, failure))
 
     async def _conclude(self, ctx: TaskContext, result: TaskResult) -> None:

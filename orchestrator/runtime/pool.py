@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from pydantic import ValidationError
 from orchestrator.backend.base import ResourceLimits, SandboxSpec
 from orchestrator.config import PoolConfig
 from orchestrator.errors import WardenError
+from orchestrator.lifecycle import socket_dirs
 from sandbox_tools import wire
 
 log = logging.getLogger(__name__)
@@ -245,7 +245,7 @@ class WarmPool:
         except (WardenError, OSError) as exc:
             log.warning("could not start a warm sandbox (tasks will start cold): %s", exc)
             hold.dismiss()
-            shutil.rmtree(socket_dir, ignore_errors=True)
+            socket_dirs.remove(socket_dir)
             return
         finally:
             slot.filling -= 1
@@ -297,7 +297,7 @@ class WarmPool:
             self.backend.remove(warm.container_id)
         except WardenError:
             log.exception("could not remove warm sandbox %s", warm.container_id[:12])
-        shutil.rmtree(warm.socket_dir, ignore_errors=True)
+        socket_dirs.remove(warm.socket_dir)
 
 
 def _memory_of(key: PoolKey) -> int:
