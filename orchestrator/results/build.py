@@ -106,6 +106,7 @@ def task_summaries(
                 asks=asked[task.task_id],
                 files_written=written.get(task.task_id, []),
                 egress=list(egress.get(task.task_id, {}).values()),
+                **_files_changed(end),
                 error=task.error,
             )
         )
@@ -210,6 +211,20 @@ def _duration(task: TaskRecord, end: dict[str, Any]) -> float | None:
     if task.ended_at is None:
         return None
     return round(task.ended_at - (task.started_at or task.created_at), 3)
+
+
+def _files_changed(end: dict[str, Any]) -> dict[str, Any]:
+    """The workspace changes a task's end event carries, checked (events are data)."""
+    paths = end.get("files_changed")
+    attribution = end.get("files_attribution")
+    if not isinstance(paths, list) or attribution not in ("sole", "shared"):
+        return {}
+    return {
+        "files_changed": [p for p in paths if isinstance(p, str)],
+        "files_changed_count": _int(end.get("files_changed_count")),
+        "files_attribution": attribution,
+        "files_scan_truncated": end.get("files_scan_truncated") is True,
+    }
 
 
 def _int(value: Any) -> int:

@@ -142,7 +142,18 @@ class TaskSummary(BaseModel):
     asks: int
     """Tool calls that needed a person's (or the non-interactive approver's) answer."""
     files_written: list[str]
-    """Paths of allowed Write/Edit/NotebookEdit calls (Bash writes are not listed)."""
+    """Paths of allowed Write/Edit/NotebookEdit calls (Bash writes are in files_changed)."""
+    files_changed: list[str] = Field(default_factory=list)
+    """Workspace paths created, modified or deleted while the task ran, by any means
+    (Bash included), from snapshots of the workspace before and after it; at most 200."""
+    files_changed_count: int = 0
+    """All such paths, listed or not."""
+    files_attribution: Literal["sole", "shared", "unknown"] = "unknown"
+    """`sole`: no other task ran meanwhile, so every change is this task's; `shared`:
+    another task ran at the same time and its changes may be listed too; `unknown`:
+    not measured (the task never ran, or an older warden recorded it)."""
+    files_scan_truncated: bool = False
+    """A workspace snapshot stopped at its entry limit: changes past it are not seen."""
     egress: list[EgressUse] = Field(default_factory=list)
     """Destinations its sandbox asked the egress proxy for (empty without egress)."""
     error: str | None

@@ -1,5 +1,6 @@
 """The end-of-run summary table: tasks as a tree with status, duration, tokens, tool
-calls, denials and files written. Every container-originated cell is plain text
+calls, denials and files changed (from the workspace, Bash writes included; marked
+`shared` when other tasks ran at the same time). Every container-originated cell is plain text
 (`untrusted_text.plain`), never markup."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any, Protocol, TypeVar
 
-from orchestrator.results.models import RunResult
+from orchestrator.results.models import RunResult, TaskSummary
 from orchestrator.ui.untrusted_text import plain
 
 INDENT = "  "
@@ -41,6 +42,16 @@ def tree_order(tasks: list[N]) -> Iterator[tuple[int, N]]:
     yield from walk(None, 0)
 
 
+def files_cell(task: TaskSummary) -> str:
+    """Files changed: `3`, `3 shared` (other tasks ran meanwhile), `3+` (scan cut short),
+    `-` when not measured."""
+    if task.files_attribution == "unknown":
+        return str(len(task.files_written)) if task.files_written else "-"
+    more = "+" if task.files_scan_truncated else ""
+    shared = " shared" if task.files_attribution == "shared" else ""
+    return f"{task.files_changed_count}{more}{shared}"
+
+
 def summary_table(result: RunResult) -> Any:
     from rich.table import Table
 
@@ -62,7 +73,7 @@ def summary_table(result: RunResult) -> Any:
             str(task.tokens),
             str(task.tool_calls),
             str(task.denials),
-            str(len(task.files_written)),
+            files_cell(task),
         )
     return table
 

@@ -53,6 +53,7 @@ from orchestrator.runtime.tasks import (
     new_task_id,
 )
 from orchestrator.workspace import WorkspaceGuard
+from orchestrator.workspace.changes import TaskChanges
 
 if TYPE_CHECKING:
     from orchestrator.agents.definition import AgentDefinition
@@ -101,7 +102,7 @@ class TaskManager:
         self._egress_of: dict[str, TaskEgress] = {}
         self.events = events
         self.store = store
-        self.recorder = TaskRecorder(events, store)
+        self.recorder = TaskRecorder(events, store, TaskChanges(workspace))
         self.workspace = workspace
         self.run_id = run_id
         self.trace_id = trace_id
@@ -345,6 +346,7 @@ class TaskManager:
         failure: str | None = None
         ctx.status = TaskStatus.RUNNING
         try:
+            await self.recorder.sandbox_starting(ctx)
             await broker.start()
             if self.egress is not None:  # its socket is in place before the runner looks
                 egress = await self.egress.open(ctx, ctx.agent, socket_dir)

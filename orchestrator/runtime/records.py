@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from orchestrator.jsontypes import JSONLike
     from orchestrator.runtime.protocols import EventSink
     from orchestrator.store import Store, TaskUpdate
+    from orchestrator.workspace.changes import TaskChanges
 
 RESULT_PREVIEW_CHARS = 200
 """How much of a task's answer its end event carries (the store keeps it all)."""
@@ -34,9 +35,18 @@ END_EVENT = {
 class TaskRecorder:
     """Records tasks in the store (when there is one) and emits their events."""
 
-    def __init__(self, events: EventSink, store: Store | None) -> None:
+    def __init__(
+        self, events: EventSink, store: Store | None, changes: TaskChanges | None = None
+    ) -> None:
         self.events = events
         self.store = store
+        self.changes = changes
+        """Workspace snapshots around each task: the files it changed (None: not kept)."""
+
+    async def sandbox_starting(self, ctx: TaskContext) -> None:
+        """Before anything of the task runs: the workspace as it was."""
+        if self.changes is not None:
+            await self.changes.begin(ctx.task_id)
 
     async def emit(self, kind: str, ctx: TaskContext, **data: JSONLike) -> None:
         await self.events.emit_for(kind, ctx, **data)
@@ -75,9 +85,12 @@ class TaskRecorder:
             error=result.error,
             tokens=result.tokens,
         )
+        # Its sandbox is gone by now: what changed since it started is settled.
+        changes = await self.changes.end(ctx.task_id) if self.changes is not None else None
         await self.emit(
             END_EVENT.get(result.status, "task_failed"),
             ctx,
+            **(changes.event_data() if changes is not None else {}),
             status=result.status.value,
             duration_s=result.duration_s,
             turns=result.turns,

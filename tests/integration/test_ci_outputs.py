@@ -19,7 +19,7 @@ import yaml
 
 from orchestrator.config import Settings
 from orchestrator.exit_codes import ExitCode
-from tests.conftest import REPO_ROOT, run_warden
+from tests.conftest import REPO_ROOT, result_document, run_warden, write_script
 from tests.integration.harness import PARENT_MATCH, convo, task, text, tool
 
 pytestmark = pytest.mark.integration
@@ -190,3 +190,43 @@ async def test_a_run_is_traced_with_spans_for_run_task_model_and_tool_calls(
     assert all(s.attributes and s.attributes["gen_ai.usage.output_tokens"] > 0 for s in under_task)
     assert task_span.attributes and task_span.attributes["warden.tokens"] > 0
     assert task_span.attributes["warden.status"] == "completed"
+
+
+def test_files_changed_count_bash_writes_and_say_shared_when_tasks_overlap(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    def writer(label: str, command: str) -> dict[str, Any]:
+        return convo(label, {"prompt_contains": label.upper()}, [tool("Bash", command=command)],
+                     [text(f"{label} done")])  # fmt: skip
+
+    script = write_script(
+        tmp_path / "files.yaml",
+        [
+            convo(
+                "parent",
+                PARENT_MATCH,
+                [task("PAIR1 go", "bash"), task("PAIR2 go", "bash")],  # run at once
+                [task("SOLO go", "bash")],  # runs alone
+                [text("done")],
+            ),
+            writer("pair1", "echo 1 > pair1.txt"),
+            writer("pair2", "echo 2 > pair2.txt"),
+            writer("solo", "mkdir -p out && echo s > out/solo.txt && rm keep.txt"),
+        ],
+    )
+    (workspace / "keep.txt").write_text("old\n")
+    proc = run_warden(
+        settings, "run", "go", "--replay", str(script), "--workspace", str(workspace),
+        "--permission-mode", "bypassPermissions", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    tasks = {t["task_id"]: t for t in result_document(proc)["tasks"]}
+    by_file = {tuple(t["files_changed"]): t for t in tasks.values()}
+    solo = by_file[("/workspace/keep.txt", "/workspace/out/solo.txt")]
+    assert solo["files_attribution"] == "sole" and solo["files_changed_count"] == 2
+    assert solo["files_written"] == []  # Bash wrote them: no Write/Edit call did
+    pairs = [t for t in tasks.values() if t is not solo]
+    assert [t["files_attribution"] for t in pairs] == ["shared", "shared"]
+    for pair in pairs:  # each window may hold the other's write: listed, not hidden
+        assert set(pair["files_changed"]) <= {"/workspace/pair1.txt", "/workspace/pair2.txt"}
+        assert pair["files_changed"]
