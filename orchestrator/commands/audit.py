@@ -26,7 +26,8 @@ def audit(
     decision: str | None,
     tool: str | None,
 ) -> None:
-    """List the permission decisions of RUN_ID (default: the latest run): what was
+    """List the permission decisions of RUN_ID (default: the run of --task, else the
+    latest run): what was
     asked, what the policy decided, what was answered, by which rule, hook, mode or
     person. Tool inputs are shown escaped; each is bound to its hash."""
     from rich.table import Table
@@ -38,6 +39,8 @@ def audit(
     from orchestrator.ui.untrusted_text import plain, printable
 
     with open_store(Settings.from_env()) as store:
+        if run_id is None and task_id is not None:
+            run_id = store.get_task(task_id).run_id  # the task's run, not the latest
         if run_id is None:
             runs = store.list_runs(limit=1)
             if not runs:
