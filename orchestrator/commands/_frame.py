@@ -183,7 +183,12 @@ async def drive(
         the_run.events.listeners.append(progress)
         code = ExitCode.RUN_ERROR
         try:
-            state.text = await work(the_run)
+            try:
+                state.text = await work(the_run)
+            finally:
+                # The live display ends with the work: what follows (errors, the
+                # report, the summary) is printed below it, never under its redraws.
+                progress.pause()
             state.status, code = "completed", ExitCode.OK
         except WardenError as exc:  # e.g. the model API refused for good: one line
             state.error = one_line(exc)

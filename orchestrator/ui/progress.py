@@ -52,26 +52,37 @@ class Progress:
         self._table_failed = False
         if not json_mode and self.stream.isatty():
             from rich.console import Console
-            from rich.live import Live
 
             self.console = Console(file=self.stream)
-            # Transient: the table is erased when it stops (for a question or at the
-            # end), so no stale copies are left above the prompt or the summary.
-            self.live = Live(
-                console=self.console,
-                refresh_per_second=4,
-                get_renderable=self._table,
-                transient=True,
-            )
+
+    def _start_live(self) -> None:
+        """A new Live for every stretch of drawing: a restarted one would first erase
+        as many lines as its last frame had, taking the prompt printed since with it."""
+        from rich.live import Live
+
+        # Transient: the table is erased when it stops (for a question or at the
+        # end), so no stale copies are left above the prompt or the summary.
+        self.live = Live(
+            console=self.console,
+            refresh_per_second=4,
+            get_renderable=self._table,
+            transient=True,
+        )
+        self.live.start()
+
+    def _stop_live(self) -> None:
+        live, self.live = self.live, None
+        # The last frame draws nothing: a table taller than the screen could not be
+        # erased once its top had scrolled away.
+        live.get_renderable = _nothing
+        live.stop()
 
     def __enter__(self) -> Progress:
-        if self.live is not None:
-            self.live.start()
+        self.resume()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.live is not None:
-            self.live.stop()
+        self.pause()
 
     def pausing(self, approver: Any) -> Any:
         """Wrap an approver so the live table stops redrawing while it asks."""
@@ -80,30 +91,31 @@ class Progress:
     def pause(self) -> None:
         if self.live is not None:
             try:
-                self.live.stop()
+                self._stop_live()
             except Exception:
                 self._drop_live()
 
     def resume(self) -> None:
-        if self.live is not None:
+        if self.console is not None and self.live is None:
             try:
-                self.live.start()
+                self._start_live()
             except Exception:
                 self._drop_live()
 
     def _drop_live(self) -> None:
         """The live table failed to draw: say so once and go on with plain lines."""
         log.exception("the live display failed; falling back to one line per event")
-        live, self.live = self.live, None
-        with contextlib.suppress(Exception):
-            live.stop()
+        live, self.live, self.console = self.live, None, None
+        if live is not None:
+            with contextlib.suppress(Exception):
+                live.stop()
 
     def __call__(self, event: Event) -> None:
         self._track(event)
         if self.json_mode:
             self.stream.write(event.model_dump_json() + "\n")
             self.stream.flush()
-        elif self.live is None:
+        elif self.console is None:  # no terminal (or it failed): one line per event
             line = self._line(event)
             if line:
                 self.stream.write(line + "\n")
@@ -204,6 +216,12 @@ class Progress:
                 f"{elapsed:5.1f}s",
             )
         return table
+
+
+def _nothing() -> Any:
+    from rich.text import Text
+
+    return Text("")
 
 
 class _PausingApprover:

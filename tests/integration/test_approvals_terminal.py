@@ -1,0 +1,248 @@
+"""Approvals as a person meets them: `warden run` on a real pseudo-terminal, subagents
+(one nested under another) asking through the scripted model. The prompt shows the
+chain with its ancestors, the run and the asking task's description (container text
+printed inert, never as markup or escapes); when questions queue it says how many
+wait; each answer is echoed; "allow for the rest of this run" says what it covers and
+is honoured without asking again; "always allow" shows the exact rule and its file
+before anything is written, then writes exactly that rule; and the live display
+leaves no duplicated fragment on the final screen (rendered by a terminal emulator,
+so cursor movement and erasing count as a terminal does them)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pyte
+import pytest
+
+from tests.conftest import warden_argv, warden_env, write_script
+from tests.integration.harness import PARENT_MATCH, convo, text, tool
+
+pytestmark = pytest.mark.integration
+
+COLUMNS, LINES = 200, 50
+DEADLINE_S = 300
+QUESTIONS_BEFORE_FIRST_ANSWER = 3
+"""Questions that must be waiting before the first is answered, so the queue shows."""
+HOSTILE_DESCRIPTION = "ask one [bold]x[/bold] \x1b[31mred"
+ANSWERS = {
+    b"touch once.txt": [b"a"],
+    b"touch always.txt": [b"w", b"y"],
+    b"touch session.txt": [b"s"],
+    b"touch denied.txt": [b"d", b"not that one"],
+    b"touch third.txt": [b"a"],
+}
+"""What the person types for each command: the choice, then the follow-up if any."""
+PROMPT_END = b"llow once  [s]"
+FOLLOW_UPS = (b"[y/N] ", b"Reason (told to the agent): ")
+
+
+def _task(prompt: str, subagent_type: str, description: str) -> dict[str, Any]:
+    return tool("Task", description=description, prompt=prompt, subagent_type=subagent_type)
+
+
+def _script(tmp_path: Path) -> Path:
+    def asker(name: str, *commands: str) -> dict[str, Any]:
+        turns = [[tool("Bash", command=c)] for c in commands]
+        return convo(name, {"prompt_contains": name.upper()}, *turns, [text(f"{name} done")])
+
+    return write_script(
+        tmp_path / "script.yaml",
+        [
+            convo(
+                "parent",
+                PARENT_MATCH,
+                [
+                    _task("LEAD go", "general-purpose", "lead"),
+                    _task("ASK2 go", "bash", "ask two"),
+                    _task("ASK3 go", "bash", "ask three"),
+                ],
+                [text("all done")],
+            ),
+            convo(
+                "lead",
+                {"prompt_contains": "LEAD"},
+                [_task("ASK1 go", "bash", HOSTILE_DESCRIPTION)],
+                [text("lead done")],
+            ),
+            asker("ask1", "touch once.txt", "touch always.txt"),
+            # The same input twice: the second is covered by the "session" answer.
+            asker("ask2", "touch session.txt", "touch session.txt", "touch denied.txt"),
+            asker("ask3", "touch third.txt"),
+        ],
+    )
+
+
+def _requested(state: Path) -> int:
+    return sum(
+        line.count('"approval_requested"')
+        for events in state.glob("runs/*/events.jsonl")
+        for line in events.read_text().splitlines()
+    )
+
+
+class _Person:
+    """Reads the terminal and answers each question by the command it shows."""
+
+    def __init__(self, fd: int, state: Path, settings_file: Path) -> None:
+        self.fd, self.state, self.settings_file = fd, state, settings_file
+        self.out = b""
+        self.answered: list[bytes] = []
+        self.pending: list[bytes] = []
+        self.follow_ups_seen = 0
+        self.rule_file_before_confirm: bool | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        self.out += chunk
+        while self.out.count(PROMPT_END) > len(self.answered):
+            if not self.answered:  # let the others queue up behind the first question
+                deadline = time.monotonic() + 90
+                while _requested(self.state) < QUESTIONS_BEFORE_FIRST_ANSWER:
+                    assert time.monotonic() < deadline, "the questions never queued up"
+                    time.sleep(0.2)
+            prompt = self.out[self.out.rfind(b"approval needed") :]
+            command = next((c for c in ANSWERS if c in prompt), None)
+            assert command is not None, prompt[-2000:]
+            choice, *self.pending = ANSWERS[command]
+            self.answered.append(command)
+            self._type(choice)
+        follow_ups = sum(self.out.count(f) for f in FOLLOW_UPS)
+        while self.pending and follow_ups > self.follow_ups_seen:
+            self.follow_ups_seen += 1
+            answer = self.pending.pop(0)
+            if answer == b"y":  # the rule is on the screen: nothing may be written yet
+                self.rule_file_before_confirm = self.settings_file.exists()
+            self._type(answer)
+
+    def _type(self, answer: bytes) -> None:
+        os.write(self.fd, answer + b"\n")
+
+
+def _run_on_a_terminal(
+    argv: list[str], env: dict[str, str], cwd: Path, person: _Person, tty: int
+) -> int:
+    fd = person.fd
+    child = subprocess.Popen(
+        argv, stdin=tty, stdout=tty, stderr=tty, env=env, cwd=cwd, start_new_session=True
+    )
+    os.close(tty)
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while time.monotonic() < deadline and child.poll() is None:
+            if select.select([fd], [], [], 0.5)[0]:
+                try:
+                    person.feed(os.read(fd, 65536))
+                except OSError:  # EIO: the child closed the terminal
+                    break
+        code = child.wait(timeout=max(1.0, deadline - time.monotonic()))
+        with contextlib.suppress(OSError):
+            while select.select([fd], [], [], 0.2)[0]:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                person.out += chunk
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGINT)
+            child.wait(timeout=30)
+        os.close(fd)
+    return code
+
+
+def _final_screen(raw: bytes) -> list[str]:
+    """What a person sees after the run, scrollback included, as a terminal draws it."""
+    screen = pyte.HistoryScreen(COLUMNS, LINES, history=10_000)
+    stream = pyte.ByteStream(screen)
+    stream.feed(raw.replace(b"\n", b"\r\n"))  # the pty's onlcr, as a terminal gets it
+
+    def row(line: Any) -> str:
+        return "".join(line[x].data for x in range(COLUMNS)).rstrip()
+
+    return [row(line) for line in screen.history.top] + [s.rstrip() for s in screen.display]
+
+
+def test_a_person_answers_queued_nested_questions_on_a_terminal(
+    tmp_path: Path, workspace: Path
+) -> None:
+    state = tmp_path / "state"
+    settings_file = workspace / ".claude" / "settings.local.json"
+    env = warden_env(WARDEN_STATE_DIR=str(state), COLUMNS=str(COLUMNS), LINES=str(LINES))
+    env.pop("CI", None)
+    argv = warden_argv(
+        "run", "--replay", str(_script(tmp_path)), "--workspace", str(workspace),
+        "--permission-mode", "default", "--max-depth", "2", "go",
+    )  # fmt: skip
+    fd, tty = pty.openpty()
+    person = _Person(fd, state, settings_file)
+    code = _run_on_a_terminal(argv, env, tmp_path, person, tty)
+    raw = person.out
+    screen = _final_screen(raw)
+    shown = "\n".join(screen)
+
+    assert code == 0, shown[-4000:]
+    # Five questions: the repeated session input was not asked again.
+    assert sorted(person.answered) == sorted(ANSWERS), person.answered
+    assert {p.name for p in workspace.iterdir() if p.suffix == ".txt"} == {
+        "once.txt", "always.txt", "session.txt", "third.txt",
+    }  # fmt: skip
+
+    # The chain names the run, the parent agent and every ancestor of the asker.
+    chains = [
+        (run_id, hops.rstrip("│ "))  # the panel's right border
+        for run_id, hops in re.findall(r"chain: run (run_\w+) → parent agent → (.*)", shown)
+    ]
+    assert {c[0] for c in chains} == {_run_id(state)}
+    nested = [hops for _, hops in chains if "(general-purpose)" in hops]
+    assert nested and re.fullmatch(r"sa_\w+ \(general-purpose\) → sa_\w+ \(bash\)", nested[0])
+    assert any(re.fullmatch(r"sa_\w+ \(bash\)", hops) for _, hops in chains)
+    # The asker's description, container text, is printed inert.
+    assert "│ ask one [bold]x[/bold] \\x1b[31mred" in shown
+    assert b"\x1b[31mred" not in raw and "│ ask two" in shown
+
+    # The queue is announced, every answer echoed, each choice says what it covers.
+    assert re.search(r"^warden: [12] more question\(s\) waiting after this one$", shown, re.M)
+    assert "[s] allow this exact input again for the rest of this run" in shown
+    echoes = [line for line in screen if line.startswith("warden: ")]
+    assert sum("allowed once: Bash for sa_" in e for e in echoes) == 2
+    assert any(e.startswith("warden: denied: Bash for sa_") and e.endswith(": not that one")
+               for e in echoes)  # fmt: skip
+    assert any("allowed this exact input for the rest of this run: Bash" in e for e in echoes)
+
+    # "Always allow": the exact rule and its file, shown and confirmed before writing.
+    rule = "Bash(touch always.txt)"
+    assert f"[w] always allow: add {rule} to {settings_file}" in shown
+    assert f"Always allow: add the rule {rule} to {settings_file}? [y/N]" in shown
+    assert person.rule_file_before_confirm is False
+    assert f"warden: always allowed (rule {rule} for {settings_file})" in shown
+    assert json.loads(settings_file.read_text()) == {"permissions": {"allow": [rule]}}
+
+    # The live table left nothing behind: each task is one row, of the summary.
+    assert not any(line.strip() == "subagents" for line in screen)
+    task_ids = set(re.findall(r"\bsa_[0-9a-f]{6,}\b", shown))
+    assert len(task_ids) == 4
+    for task_id in task_ids:
+        rows = [line for line in screen if task_id in line and line.count("│") >= 6]
+        assert len(rows) == 1, (task_id, rows)
+
+
+def _run_id(state: Path) -> str:
+    done = subprocess.run(
+        warden_argv("ps", "--json"),
+        env=warden_env(WARDEN_STATE_DIR=str(state)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    run_id: str = json.loads(done.stdout)[0]["run_id"]
+    return run_id
