@@ -36,11 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.lifecycle import socket_dirs
-from orchestrator.lifecycle.socket_dirs import SOCKET_ROOT_PREFIX
-
 log = logging.getLogger(__name__)
 
+SOCKET_ROOT_PREFIX = "warden-sock-"
+"""Broker socket directories live under the temp dir: Unix socket paths must stay short."""
 DIR_MODE = 0o750
 SOCKET_MODE = 0o660
 MAX_CONNECTIONS_PER_SOCKET = 32
@@ -75,10 +74,8 @@ class SandboxIdentity:
 
 
 def make_socket_dir(identity: SandboxIdentity) -> Path:
-    """A fresh socket directory only the sandbox's group (and its owner) can enter.
-    Remove it with `lifecycle.socket_dirs.remove` (it has an owner marker beside it)."""
+    """A fresh socket directory only the sandbox's group (and its owner) can enter."""
     path = Path(tempfile.mkdtemp(prefix=SOCKET_ROOT_PREFIX, dir=tempfile.gettempdir()))
-    socket_dirs.mark(path)  # so a cleanup after a kill -9 can tell it is ours and dead
     try:
         os.chown(path, -1, identity.gid)
         path.chmod(DIR_MODE)

@@ -1,8 +1,9 @@
 """Broker socket directories a dead orchestrator left behind.
 
 Each broker socket directory (`$TMPDIR/warden-sock-XXXX`, made by
-`broker.listener.make_socket_dir`) gets a sibling marker `warden-sock-XXXX.owner`
-holding the identity of the process that made it (`lifecycle.owner.Owner`, JSON,
+`broker.listener.make_socket_dir`) gets a sibling marker `warden-sock-XXXX.warden-owner`
+(written by `mark`, which the task manager calls) holding the identity of the process
+that made it (`lifecycle.owner.Owner`, JSON,
 mode 0600). The marker sits beside the directory, not in it: the directory is
 mounted into a sandbox, and the sandbox has no business reading host identities.
 
@@ -32,9 +33,8 @@ from orchestrator.lifecycle import owner
 
 log = logging.getLogger(__name__)
 
-SOCKET_ROOT_PREFIX = "warden-sock-"
-"""Broker socket directories live under the temp dir: Unix socket paths must stay short."""
-MARKER_SUFFIX = ".owner"
+MARKER_SUFFIX = ".warden-owner"
+"""Marks the entry named before it as a directory some warden process made."""
 MAX_MARKER_CHARS = 4096
 """A marker is a few hundred bytes; a longer one is not ours and is not parsed whole."""
 MAX_SOCKET_DIRS_SCANNED = 10_000
@@ -45,8 +45,9 @@ def marker_of(socket_dir: Path) -> Path:
     return socket_dir.with_name(socket_dir.name + MARKER_SUFFIX)
 
 
-def mark(socket_dir: Path) -> None:
-    """Record this process as the owner of `socket_dir` (a fresh marker, never a link)."""
+def mark(socket_dir: Path) -> Path:
+    """Record this process as the owner of `socket_dir` (a fresh marker, never a link);
+    returns `socket_dir`."""
     pid = os.getpid()
     me = owner.Owner(
         host=owner.host_id(),
@@ -59,6 +60,7 @@ def mark(socket_dir: Path) -> None:
     fd = os.open(marker_of(socket_dir), flags, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(me.to_json())
+    return socket_dir
 
 
 def remove(socket_dir: Path) -> None:
@@ -82,7 +84,7 @@ def sweep(root: Path | None = None) -> list[Path]:
     with entries:
         for entry in entries:
             name = entry.name
-            if not (name.startswith(SOCKET_ROOT_PREFIX) and name.endswith(MARKER_SUFFIX)):
+            if not name.endswith(MARKER_SUFFIX) or name == MARKER_SUFFIX:
                 continue
             scanned += 1
             if scanned > MAX_SOCKET_DIRS_SCANNED:

@@ -144,7 +144,7 @@ class TaskManager:
             if runner_command == RUNNER_COMMAND
             else PoolConfig(min_ready=0, max_ready=0),
             blocking=self._blocking,
-            new_socket_dir=lambda: make_socket_dir(self.identity),
+            new_socket_dir=self._new_socket_dir,
         )
 
     async def close(self) -> None:
@@ -322,11 +322,16 @@ class TaskManager:
         finally:
             self.admission.release(ctx.ticket)
 
+    def _new_socket_dir(self) -> Path:
+        """A broker socket directory, marked as this process's so a cleanup after a
+        kill -9 can tell it is a dead owner's (`lifecycle.socket_dirs`)."""
+        return socket_dirs.mark(make_socket_dir(self.identity))
+
     async def _run_sandbox(self, ctx: TaskContext, spec: wire_models.TaskSpec) -> TaskResult:
         key = self.plan.pool_key(ctx.agent)
         warm = self.pool.take(key)
         self.pool.refill(key, self._warm_factory(ctx.agent))
-        socket_dir = warm.socket_dir if warm else make_socket_dir(self.identity)
+        socket_dir = warm.socket_dir if warm else self._new_socket_dir()
         if warm:
             ctx.container_id = warm.container_id
         budget = Budget(max_turns=spec.max_turns, max_total_tokens=self._token_budget(ctx.agent))

@@ -17,7 +17,8 @@ from tests.conftest import warden_env
 MAKE_DIR = """
 import os, sys, time
 from orchestrator.broker import SandboxIdentity, make_socket_dir
-path = make_socket_dir(SandboxIdentity(os.getuid(), os.getgid()))
+from orchestrator.lifecycle import socket_dirs
+path = socket_dirs.mark(make_socket_dir(SandboxIdentity(os.getuid(), os.getgid())))
 (path / "broker.sock").write_text("")
 print(path, flush=True)
 time.sleep(600)
@@ -45,7 +46,7 @@ def test_a_dead_owners_socket_dir_is_removed_and_a_live_ones_kept(tmp_path: Path
         dead.send_signal(signal.SIGKILL)
         dead.wait(timeout=10)
         assert dead_dir.is_dir()  # a killed process removes nothing
-        unmarked = tmp_path / f"{socket_dirs.SOCKET_ROOT_PREFIX}older"
+        unmarked = tmp_path / "warden-sock-older"
         unmarked.mkdir()
         assert socket_dirs.sweep(tmp_path) == [dead_dir]
         assert not dead_dir.exists() and not socket_dirs.marker_of(dead_dir).exists()
