@@ -10,13 +10,9 @@ so cursor movement and erasing count as a terminal does them)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import pty
 import re
-import select
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -27,6 +23,7 @@ import pytest
 
 from tests.conftest import warden_argv, warden_env, write_script
 from tests.integration.harness import PARENT_MATCH, convo, text, tool
+from tests.integration.terminal import run_on_a_terminal
 
 pytestmark = pytest.mark.integration
 
@@ -94,15 +91,17 @@ def _requested(state: Path) -> int:
 class _Person:
     """Reads the terminal and answers each question by the command it shows."""
 
-    def __init__(self, fd: int, state: Path, settings_file: Path) -> None:
-        self.fd, self.state, self.settings_file = fd, state, settings_file
+    def __init__(self, state: Path, settings_file: Path) -> None:
+        self.state, self.settings_file = state, settings_file
+        self.fd = -1
         self.out = b""
         self.answered: list[bytes] = []
         self.pending: list[bytes] = []
         self.follow_ups_seen = 0
         self.rule_file_before_confirm: bool | None = None
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, fd: int, chunk: bytes) -> None:
+        self.fd = fd
         self.out += chunk
         while self.out.count(PROMPT_END) > len(self.answered):
             if not self.answered:  # let the others queue up behind the first question
@@ -128,42 +127,11 @@ class _Person:
         os.write(self.fd, answer + b"\n")
 
 
-def _run_on_a_terminal(
-    argv: list[str], env: dict[str, str], cwd: Path, person: _Person, tty: int
-) -> int:
-    fd = person.fd
-    child = subprocess.Popen(
-        argv, stdin=tty, stdout=tty, stderr=tty, env=env, cwd=cwd, start_new_session=True
-    )
-    os.close(tty)
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        while time.monotonic() < deadline and child.poll() is None:
-            if select.select([fd], [], [], 0.5)[0]:
-                try:
-                    person.feed(os.read(fd, 65536))
-                except OSError:  # EIO: the child closed the terminal
-                    break
-        code = child.wait(timeout=max(1.0, deadline - time.monotonic()))
-        with contextlib.suppress(OSError):
-            while select.select([fd], [], [], 0.2)[0]:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                person.out += chunk
-    finally:
-        if child.poll() is None:
-            child.send_signal(signal.SIGINT)
-            child.wait(timeout=30)
-        os.close(fd)
-    return code
-
-
 def _final_screen(raw: bytes) -> list[str]:
     """What a person sees after the run, scrollback included, as a terminal draws it."""
     screen = pyte.HistoryScreen(COLUMNS, LINES, history=10_000)
     stream = pyte.ByteStream(screen)
-    stream.feed(raw.replace(b"\n", b"\r\n"))  # the pty's onlcr, as a terminal gets it
+    stream.feed(raw)
 
     def row(line: Any) -> str:
         return "".join(line[x].data for x in range(COLUMNS)).rstrip()
@@ -182,10 +150,8 @@ def test_a_person_answers_queued_nested_questions_on_a_terminal(
         "run", "--replay", str(_script(tmp_path)), "--workspace", str(workspace),
         "--permission-mode", "default", "--max-depth", "2", "go",
     )  # fmt: skip
-    fd, tty = pty.openpty()
-    person = _Person(fd, state, settings_file)
-    code = _run_on_a_terminal(argv, env, tmp_path, person, tty)
-    raw = person.out
+    person = _Person(state, settings_file)
+    code, raw = run_on_a_terminal(argv, env, tmp_path, person.feed, DEADLINE_S)
     screen = _final_screen(raw)
     shown = "\n".join(screen)
 

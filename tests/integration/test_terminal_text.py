@@ -5,19 +5,15 @@ person, and `ps`, `logs` and `audit` print the same text literally."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import pty
-import select
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import warden_argv, warden_env
+from tests.integration.terminal import run_on_a_terminal
 
 pytestmark = pytest.mark.integration
 
@@ -77,38 +73,18 @@ def _script() -> dict[str, object]:
 def _run_on_a_terminal(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, bytes, int]:
     """Run argv on a pseudo-terminal, answer `a` to each approval prompt; return the
     exit status, everything printed, and how many questions were answered."""
-    fd, tty = pty.openpty()
-    child = subprocess.Popen(
-        argv, stdin=tty, stdout=tty, stderr=tty, env=env, cwd=cwd, start_new_session=True
-    )
-    os.close(tty)
-    out, answered, deadline = b"", 0, time.monotonic() + RUN_DEADLINE_S
-    try:
-        while time.monotonic() < deadline and child.poll() is None:
-            ready, _, _ = select.select([fd], [], [], 0.5)
-            if not ready:
-                continue
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            out += chunk
-            # Answer every question (the hostile command itself may ask too).
-            while out.count(b"llow once") > answered:
-                os.write(fd, b"a\n")
-                answered += 1
-        code = child.wait(timeout=max(1.0, deadline - time.monotonic()))
-        with contextlib.suppress(OSError):
-            while select.select([fd], [], [], 0.2)[0]:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                out += chunk
-    finally:
-        if child.poll() is None:
-            child.send_signal(signal.SIGINT)
-            child.wait(timeout=30)
-        os.close(fd)
+    seen = b""
+    answered = 0
+
+    def answer(fd: int, chunk: bytes) -> None:
+        nonlocal seen, answered
+        seen += chunk
+        # Answer every question (the hostile command itself may ask too).
+        while seen.count(b"llow once") > answered:
+            os.write(fd, b"a\n")
+            answered += 1
+
+    code, out = run_on_a_terminal(argv, env, cwd, answer, RUN_DEADLINE_S)
     return code, out, answered
 
 
