@@ -6,12 +6,12 @@ with `runner_command=("python3", "/workspace/probe.py", ...)`), a probe times:
 - `POST /v1/permission` for `Bash {"command": "echo hello"}`: container ->
   broker -> PolicyGate -> permission engine (rule `Bash(echo:*)` from `--allow`,
   mode `default`, no hooks) -> audit record -> answer -> container;
-- `GET /v1/spec` on the same socket and HTTP client: the cheapest existing
+- `GET /v1/spec` on the same socket and connection (plain `http.client`): the cheapest existing
   broker endpoint that makes no decision and writes nothing (it serialises the
   task spec; the probe's agent has a one-line prompt so that body stays small).
   This is the "bare request/response" baseline;
 - `BrokerClient.permission(...)`: the same permission call through the runner's
-  own typed client (pydantic on both ends), i.e. what the agent loop pays.
+  own client (stdlib JSON, checked answer), i.e. what the agent loop pays.
 
 The three are interleaved (rotating order) in one loop; the probe posts its
 timings as its result text (`/v1/result`). On the host side the bench then
@@ -62,28 +62,29 @@ You are a benchmark probe.
 
 PROBE = """
 import json, sys, time
-import httpx2
 from sandbox_tools import wire
-from sandbox_tools.broker import BrokerClient
+from sandbox_tools.broker import BrokerClient, UnixHTTPConnection
 
 n, warmup = int(sys.argv[1]), int(sys.argv[2])
-http = httpx2.Client(transport=httpx2.HTTPTransport(uds=wire.BROKER_SOCKET),
-                     base_url=wire.BROKER_BASE_URL, timeout=30)
+raw = UnixHTTPConnection(wire.BROKER_SOCKET, 30)
 typed = BrokerClient()
-request = wire_models.PermissionRequest(tool_use_id="toolu_bench", tool_name="Bash",
-                                 tool_input={"command": "echo hello"})
-body = request.model_dump_json()
-headers = {"content-type": "application/json"}
+request = wire.permission_request("toolu_bench", "Bash", {"command": "echo hello"})
+body = json.dumps(request)
+headers = {"Content-Type": "application/json", "Host": wire.BROKER_HOST}
 behaviors = {}
 
+def exchange(method, path, payload=None):
+    raw.request(method, path, body=payload, headers=headers)
+    return raw.getresponse().read()
+
 def permission():
-    answer = http.post("/v1/permission", content=body, headers=headers).json()
+    answer = json.loads(exchange("POST", "/v1/permission", body))
     behaviors[answer["behavior"]] = behaviors.get(answer["behavior"], 0) + 1
 
 def bare():
-    response = http.get("/v1/spec")
-    response.json()
-    return len(response.content)
+    data = exchange("GET", "/v1/spec")
+    json.loads(data)
+    return len(data)
 
 def typed_permission():
     typed.permission(request)
@@ -100,7 +101,7 @@ for i in range(warmup + n):
         if i >= warmup:
             samples[name].append(round(elapsed, 7))
 out = {"samples": samples, "behaviors": behaviors, "spec_bytes": bare()}
-typed.result(wire_models.ResultRequest(status="completed", text=json.dumps(out)))
+typed.result(wire.result_request("completed", json.dumps(out)))
 """
 
 
@@ -195,9 +196,9 @@ async def main_async(args: argparse.Namespace) -> None:
     )
     print(f"  decisions seen by the probe: {behaviors} (rule Bash(echo:*), mode default)")
     rows = [
-        ("POST /v1/permission (rule-only decision, raw httpx2)", "permission"),
+        ("POST /v1/permission (rule-only decision, raw http.client)", "permission"),
         ("GET /v1/spec, same socket and client (bare; no decision)", "bare"),
-        ("BrokerClient.permission (the runner's typed client)", "typed"),
+        ("BrokerClient.permission (the runner's client)", "typed"),
         ("host only: PolicyGate.decide (engine + audit write)", "gate"),
         ("host only: permission engine decision (no audit)", "engine"),
     ]
@@ -227,7 +228,7 @@ async def main_async(args: argparse.Namespace) -> None:
         "the size check and the answer's JSON"
     )
     typed = median(samples["typed"])
-    print(f"  runner's typed client: median {typed * 1000:.2f} ms, {typed / bare:.2f}x bare")
+    print(f"  runner's client: median {typed * 1000:.2f} ms, {typed / bare:.2f}x bare")
 
 
 def main() -> None:
