@@ -156,7 +156,9 @@ class BrokerClient:
         sent = {"Host": wire.BROKER_HOST, **(headers or {})}
         payload = None
         if body is not None:
-            payload = json.dumps(body, ensure_ascii=False).encode()
+            # "replace": a lone surrogate (a file name that is not UTF-8, say) becomes
+            # "?" instead of making the whole document unsendable.
+            payload = json.dumps(body, ensure_ascii=False).encode("utf-8", "replace")
             sent["Content-Type"] = "application/json"
         status, data = self._exchange(
             "GET" if body is None else "POST", path, payload, sent, seconds

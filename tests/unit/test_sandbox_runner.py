@@ -10,6 +10,7 @@ and the exit codes of `python -m sandbox_tools`."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import sys
@@ -593,3 +594,14 @@ async def test_a_broker_that_vanishes_mid_call_ends_the_runner_with_exit_2(
     assert await serve_and_run(fake, socket_dir, tmp_path) == EXIT_BROKER
     assert "cannot reach the broker" in capsys.readouterr().err
     assert not fake.results
+
+
+async def test_a_file_name_that_is_not_utf8_does_not_break_the_conversation(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / os.fsdecode(b"bad-\xff-name.txt")).write_text("x")
+    fake = FakeBroker(make_spec(), [tool_turn("Glob", {"pattern": "*.txt"}), text_turn("listed")])
+    assert await serve_and_run(fake, socket_dir, tmp_path) == EXIT_OK
+    [listing] = fake.tool_results(1)
+    assert "bad-?-name.txt" in listing["content"]
+    assert fake.results == [wire_models.ResultRequest(status="completed", text="listed")]
