@@ -43,7 +43,9 @@ class RecordingHost:
         self.notices: list[tuple[str, str]] = []
         self.usage: list[int] = []
 
-    async def decide_permission(self, request: wire_models.PermissionRequest) -> wire_models.PermissionResponse:
+    async def decide_permission(
+        self, request: wire_models.PermissionRequest
+    ) -> wire_models.PermissionResponse:
         self.permissions.append(request)
         return wire_models.PermissionResponse(behavior="allow")
 

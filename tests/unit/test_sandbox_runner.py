@@ -254,7 +254,9 @@ async def test_denied_tool_is_not_run_and_the_model_is_told_why(
 ) -> None:
     def deny_writes(req: wire_models.PermissionRequest) -> wire_models.PermissionResponse:
         if req.tool_name == "Write":
-            return wire_models.PermissionResponse(behavior="deny", reason="Writes are not allowed here")
+            return wire_models.PermissionResponse(
+                behavior="deny", reason="Writes are not allowed here"
+            )
         return wire_models.PermissionResponse(behavior="allow")
 
     broker = FakeBroker(
@@ -427,7 +429,9 @@ async def test_python_dash_m_entry_point(socket_dir: Path, tmp_path: Path) -> No
     finally:
         await runner.cleanup()
     assert proc.returncode == 0, err.decode()
-    assert broker.results == [wire_models.ResultRequest(status="completed", text="hi from a subprocess")]
+    assert broker.results == [
+        wire_models.ResultRequest(status="completed", text="hi from a subprocess")
+    ]
 
 
 async def test_permission_may_wait_longer_than_any_quick_timeout(
