@@ -149,6 +149,9 @@ def model_client(
         timeout=httpx2.Timeout(UPSTREAM_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
         http_client=http_client,
         middleware=[AttemptLog(), RetryBudget(retry_total_s)],
+        # warden's own spans cover model calls (one per attempt, under the task's
+        # span); the SDK's would duplicate them and cost every call its bookkeeping.
+        open_telemetry=False,
     )
 
 
