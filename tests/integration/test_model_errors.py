@@ -1,11 +1,13 @@
 """Model API errors end cleanly, parent or subagent: `warden run` against the
 scripted model (real SDK, real containers) turns a 400 or 402 into one line that
 names the cause and the fix, exit status 1 and a final JSON result, never a
-traceback; 529s are retried until the call succeeds; 402 is never retried; and
-nothing of the run is left on the engine."""
+traceback; 529s are retried until the call succeeds (a subagent's by its
+broker's SDK on the host, which records each retried call); 402 is never
+retried; and nothing of the run is left on the engine."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,19 @@ def test_529s_are_retried_until_parent_and_subagent_succeed(
     assert final["status"] == "completed"
     assert final["result"] == "parent saw: Task Succeeded. Result: child finished"
     assert (workspace / "busy.txt").read_text() == "done\n"
+    # The subagent's 529s were retried on the host, by its broker's SDK: each of its
+    # two model calls is one request from the sandbox and one event saying so.
+    events_file = settings.state_dir / "runs" / final["run_id"] / "events.jsonl"
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    retried = [
+        e["data"]["message"]
+        for e in events
+        if e["kind"] == "broker_notice" and e["data"].get("notice") == "model_retries"
+    ]
+    assert len(retried) == 2, retried
+    for message in retried:
+        assert message.startswith("model call retried 3 time(s) on the host")
+        assert "#1 HTTP 529 overloaded_error" in message and message.endswith("it succeeded")
 
 
 def test_402_is_not_retried_for_subagent_or_parent(
