@@ -40,8 +40,6 @@ BASH_DRAIN_TIMEOUT_S = 2.0
 BASH_POLL_FALLBACK_S = 0.05
 """Exit-check interval when the kernel offers no pidfd."""
 
-"""Longest command shown in progress events."""
-
 
 class _CappedCapture:
     """Keeps the first and last `limit // 2` bytes of a stream and counts the rest."""
@@ -178,14 +176,15 @@ def bash(inp: BashInput, ctx: ToolContext) -> ToolOutput:
     timeout_s = inp.timeout / 1000 if inp.timeout is not None else ctx.bash_timeout_s
     ooms_before = oom.oom_kills()
     try:
-        proc = subprocess.Popen(
-            ["bash", "-c", inp.command],
-            cwd=ctx.root,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with oom.expendable_children():
+            proc = subprocess.Popen(
+                ["bash", "-c", inp.command],
+                cwd=ctx.root,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
     except OSError as e:
         raise ToolError(f"cannot start bash: {e.strerror or e}") from e
     capture = _CappedCapture(BASH_OUTPUT_LIMIT)

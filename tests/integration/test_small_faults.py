@@ -83,6 +83,29 @@ async def test_oom_kill_inside_a_surviving_sandbox_is_named(
     assert "killed: out of memory (limit 256 MiB)" in tool_result["content"]
 
 
+async def test_the_runner_is_never_the_oom_killers_choice(
+    settings: Settings, workspace: Path
+) -> None:
+    """In a real sandbox, as its unprivileged user: a command's processes carry the
+    highest oom_score_adj while the runner (their parent) keeps the default, so a
+    small limit shared by many tool processes never takes the runner with it."""
+    script = [
+        convo(
+            "scores",
+            {"prompt_contains": "SCORES"},
+            [tool("Bash", command="cat /proc/$$/oom_score_adj /proc/$PPID/oom_score_adj")],
+            [text("scores: {tool_results}")],
+        )
+    ]
+    async with scripted_run(settings, workspace, script) as (run, server):
+        result = await run.manager.run_task(
+            TaskInput(description="s", prompt="SCORES", subagent_type="bash")
+        )
+    assert result.status is TaskStatus.COMPLETED, result.error
+    (tool_result,) = requests_of(server, "scores")[1].body["messages"][-1]["content"]
+    assert tool_result["content"].split("\n")[:2] == ["1000", "0"]
+
+
 async def test_model_endpoint_answering_html_is_a_clear_task_error(
     settings: Settings, workspace: Path
 ) -> None:

@@ -133,3 +133,12 @@ def test_without_pidfd_the_fallback_still_works(
     assert run_tool("Bash", {"command": "echo ok"}, ctx).text == "ok\n[exit code 0]"
     out = run_tool("Bash", {"command": "sleep 300", "timeout": 300}, ctx)
     assert out.is_error and "timed out after 0.3 s" in out.text
+
+
+def test_commands_are_the_oom_killers_first_choice_not_the_runner(ctx: ToolContext) -> None:
+    """Under memory pressure the kernel kills a tool's process, never the runner that
+    reports it: commands start with the highest oom_score_adj, the runner keeps its."""
+    mine = Path("/proc/self/oom_score_adj").read_text().strip()
+    out = run_tool("Bash", {"command": "cat /proc/$$/oom_score_adj; cat /proc/$PPID/oom_score_adj"}, ctx)
+    assert out.text.split("\n")[:2] == ["1000", mine]
+    assert Path("/proc/self/oom_score_adj").read_text().strip() == mine
