@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from orchestrator import labels as wl  # noqa: E402
 from orchestrator.backend.base import ResourceLimits, SandboxSpec  # noqa: E402
-from orchestrator.backend.connect import connect_local  # noqa: E402
+from orchestrator.backend.connect import connect  # noqa: E402
 from orchestrator.backend.docker import DockerBackend  # noqa: E402
 from orchestrator.config import Settings  # noqa: E402
 from orchestrator.egress.flags import EgressFlags  # noqa: E402
@@ -99,7 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     size = args.megabytes * 1000 * 1000
     settings = Settings.from_env()
-    client = connect_local()
+    client = connect()
     backend = DockerBackend(client, settings)
     image = resolve_image(client, "agent")
     host: list[float] = []

@@ -300,20 +300,25 @@ class EgressProxy:
 async def _pump(
     src: asyncio.StreamReader, dst: asyncio.StreamWriter, allow: Callable[[int], int]
 ) -> bool:
-    """Copy until EOF (True) or a cap (False); half-close `dst` at EOF."""
-    while True:
-        data = await asyncio.wait_for(src.read(CHUNK_BYTES), IDLE_TIMEOUT_S)
-        if not data:
-            if dst.can_write_eof():
-                with contextlib.suppress(OSError):
-                    dst.write_eof()
-            return True
-        n = allow(len(data))
-        if n:
-            dst.write(data[:n])
-            await dst.drain()
-        if n < len(data):
-            return False
+    """Copy until EOF (True) or a cap (False); half-close `dst` at EOF. Silence for
+    IDLE_TIMEOUT_S raises TimeoutError (one timer per pump, moved on each chunk)."""
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(IDLE_TIMEOUT_S) as idle:
+        while True:
+            data = await src.read(CHUNK_BYTES)
+            idle.reschedule(loop.time() + IDLE_TIMEOUT_S)
+            if not data:
+                if dst.can_write_eof():
+                    with contextlib.suppress(OSError):
+                        dst.write_eof()
+                return True
+            n = allow(len(data))
+            if n:
+                dst.write(data[:n] if n < len(data) else data)
+                if dst.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES:
+                    await dst.drain()
+            if n < len(data):
+                return False
 
 
 async def _connect(verdict: Verdict) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
