@@ -25,15 +25,18 @@ from typing import TYPE_CHECKING, Any
 import anthropic
 from anthropic import Middleware
 
+from sandbox_tools import wire
+
 if TYPE_CHECKING:
     import httpx2
     from anthropic import APIResponse, AsyncAPIResponse
     from anthropic._middleware import AsyncCallNext, CallNext
     from anthropic._request import APIRequest
 
-DEFAULT_MAX_RETRIES = 8
-"""Retries of one model call on 429/5xx/529 and connection errors (9 attempts in all)."""
-DEFAULT_RETRY_TOTAL_S = 300.0
+DEFAULT_MAX_RETRIES = wire.DEFAULT_MODEL_MAX_RETRIES
+"""Retries of one model call on 429/5xx/529 and connection errors (9 attempts in all;
+the same default as the settings')."""
+DEFAULT_RETRY_TOTAL_S = wire.DEFAULT_MODEL_RETRY_TOTAL_S
 """Longest one model call keeps retrying, counted from its first attempt."""
 STOP_HEADER = "x-warden-retry-stopped"
 """Response header saying why retries stopped early (read back for the error message)."""
