@@ -23,6 +23,9 @@ Words (quoting, `$` expansions, substitutions) are read by `bash_words.WordLexer
 Bash joins backslash-newline before it tokenises; rather than re-implement that
 pass (which depends on quoting context), a continuation is only accepted where
 joining cannot change a token.
+
+Its size (over 400 lines) is one idea: a recursive-descent grammar reads best
+as one file, one method per production; words and wrappers are already apart.
 """
 
 from __future__ import annotations

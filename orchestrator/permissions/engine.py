@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.permissions.evaluate import MODE_SOURCE, Explanation, evaluate
-from orchestrator.permissions.hooks import HookSet, hook_input, run_hooks
+from orchestrator.permissions.hook_run import hook_input, run_hooks
+from orchestrator.permissions.hooks import HookSet
 from orchestrator.permissions.models import CallContext, Decision, HookOutcome, ToolCall
 from orchestrator.permissions.policy import EffectivePolicy
 

@@ -13,6 +13,9 @@ option not in the manual, or one that changes what runs (`env -S`, `env -C`,
 Wrappers not modelled here are ordinary commands: their own name needs a rule, and
 their arguments are never looked through. Privilege and root changers (`sudo`, `su`,
 `doas`, `chroot`, …) and GNU `parallel` are not proven at all.
+
+One idea over 400 lines: a table of grammars (one per wrapper, from its manual)
+and the one getopt reader they share; splitting the table would scatter it.
 """
 
 from __future__ import annotations

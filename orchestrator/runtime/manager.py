@@ -8,6 +8,9 @@ on that socket, answered by a `TaskHost` (`host`) → hardened container
 from the pool (`pool`) when one is ready → wait until it exits or its deadline
 passes (then kill) → result from the broker or from how the container ended
 (`outcome`) → recorded (`records`) → container and socket removed, always.
+
+One idea a little over 400 lines: the supervision of a task's life, in the order
+it happens; each step's own logic lives in the modules named above.
 """
 
 from __future__ import annotations

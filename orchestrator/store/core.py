@@ -1,5 +1,9 @@
 """`Store`: runs, the task tree, transcripts, events and the audit trail in one SQLite
-file. Values from containers are bound as SQL parameters, never spliced into SQL."""
+file. Values from containers are bound as SQL parameters, never spliced into SQL.
+
+One idea a little over 400 lines: the store's API, one short method per query;
+the schema and migrations are `schema`, the rows and limits `records`, the
+connection handling `base`."""
 
 from __future__ import annotations
 

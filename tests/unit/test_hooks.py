@@ -27,7 +27,8 @@ from orchestrator.permissions import (
     load_hooks,
     load_policy,
 )
-from orchestrator.permissions.hooks import MAX_HOOK_OUTPUT_BYTES, parse_hooks
+from orchestrator.permissions.hook_run import MAX_HOOK_OUTPUT_BYTES
+from orchestrator.permissions.hooks import parse_hooks
 
 HOOKS = Path(__file__).parent / "hooks"
 CTX = CallContext(
