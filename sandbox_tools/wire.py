@@ -30,8 +30,7 @@ runner reads every endpoint's errors the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NamedTuple, TypedDict
 
 BROKER_SOCKET_DIR = "/run/warden"
 """Where the broker's socket directory is mounted inside the container."""
@@ -84,6 +83,12 @@ DEFAULT_MODEL_MAX_RETRIES = 8
 
 DEFAULT_MODEL_RETRY_TOTAL_S = 300.0
 """Longest one model call keeps retrying on the host, counted from its first attempt."""
+
+DEFAULT_MAX_TOKENS = 8192
+"""`max_tokens` of each model call when the spec does not say."""
+
+DEFAULT_BASH_TIMEOUT_S = 120.0
+"""Timeout of a Bash call that gives none, when the spec does not say."""
 
 TOOL_NAMES = ("Bash", "Read", "Write", "Edit", "Glob", "Grep")
 """Tools that run inside the container, with Claude Code's names."""
@@ -235,10 +240,11 @@ def _field(doc: dict[str, Any], key: str, kinds: type | tuple[type, ...]) -> Any
     return _typed(doc, key, kinds, None)
 
 
-@dataclass(frozen=True)
-class TaskSpec:
+class TaskSpec(NamedTuple):
     """The part of the host's `TaskSpec` (served by `GET /v1/spec`) the runner uses;
-    the host may send more fields, which the runner ignores."""
+    the host may send more fields, which the runner ignores. (Named tuples, not
+    dataclasses, here and in the tools: `dataclasses` costs the runner's start-up
+    about twenty more modules.)"""
 
     task_id: str
     model: str
@@ -246,10 +252,10 @@ class TaskSpec:
     prompt: str
     tools: list[str]
     max_turns: int
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: tuple[dict[str, Any], ...] = ()
     """Earlier messages of this session when resuming (already repaired by the host)."""
-    max_tokens: int = 8192
-    bash_timeout_s: float = 120.0
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    bash_timeout_s: float = DEFAULT_BASH_TIMEOUT_S
 
     @classmethod
     def from_json(cls, doc: object) -> TaskSpec:
@@ -268,14 +274,15 @@ class TaskSpec:
             prompt=_field(doc, "prompt", str),
             tools=list(tools),
             max_turns=_field(doc, "max_turns", int),
-            history=list(history),
-            max_tokens=_typed(doc, "max_tokens", int, cls.max_tokens),
-            bash_timeout_s=float(_typed(doc, "bash_timeout_s", (int, float), cls.bash_timeout_s)),
+            history=tuple(history),
+            max_tokens=_typed(doc, "max_tokens", int, DEFAULT_MAX_TOKENS),
+            bash_timeout_s=float(
+                _typed(doc, "bash_timeout_s", (int, float), DEFAULT_BASH_TIMEOUT_S)
+            ),
         )
 
 
-@dataclass(frozen=True)
-class PermissionResponse:
+class PermissionResponse(NamedTuple):
     behavior: Literal["allow", "deny"]
     reason: str | None = None
     """Why; for a deny, this is what the model is told."""
@@ -296,8 +303,7 @@ class PermissionResponse:
         )
 
 
-@dataclass(frozen=True)
-class DelegateResponse:
+class DelegateResponse(NamedTuple):
     text: str
     is_error: bool = False
 

@@ -49,9 +49,9 @@ class TaskSpec(_Wire):
     """Tool names this subagent may use (a subset of TOOL_NAMES + DELEGATION_TOOL_NAMES)."""
     max_turns: int = Field(ge=1)
     """Model calls allowed; the broker refuses the one past it."""
-    max_tokens: int = Field(default=8192, ge=1)
+    max_tokens: int = Field(default=wire.DEFAULT_MAX_TOKENS, ge=1)
     """`max_tokens` for each model call."""
-    bash_timeout_s: float = Field(default=120.0, gt=0)
+    bash_timeout_s: float = Field(default=wire.DEFAULT_BASH_TIMEOUT_S, gt=0)
     """Default timeout of one Bash tool call."""
     model_max_retries: int = Field(default=wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
     """Retries of one model call on 429/5xx/529 (the host SDK's retry layer)."""

@@ -1,6 +1,6 @@
 """The tools that run inside the container, and the one function that runs them.
 
-`run_tool` validates the input against the tool's input dataclass (`inputs.parse`),
+`run_tool` validates the input against the tool's input type (`inputs.parse`),
 runs the tool
 and turns every failure into a `ToolOutput` with `is_error=True`: a
 `ToolError` keeps its message; any other exception is a bug, logged with its

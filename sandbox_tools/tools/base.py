@@ -1,13 +1,16 @@
-"""What every tool receives and returns."""
+"""What every tool receives and returns.
+
+Named tuples rather than dataclasses: `dataclasses` imports `inspect` (and with it
+about twenty modules), a noticeable share of the runner's start-up.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class ToolContext:
+class ToolContext(NamedTuple):
     """Where tools run and their defaults."""
 
     root: Path
@@ -16,8 +19,7 @@ class ToolContext:
     """Timeout of a Bash call that does not give one."""
 
 
-@dataclass(frozen=True)
-class ToolOutput:
+class ToolOutput(NamedTuple):
     """A tool's answer to the model."""
 
     text: str

@@ -1,8 +1,8 @@
 """Tool inputs with Claude Code's names and fields, and the JSON schemas shown to the model.
 
-Each tool's input is a frozen dataclass whose fields say how they are checked
-(`check`, as field metadata): the JSON key (Claude Code's, e.g. `-i`), the type, whether it is
-required, and its bounds. `parse` validates what the model sent against it as
+Each tool's input is a named tuple; `CHECKS` says how each of its fields is
+checked: the JSON key (Claude Code's, e.g. `-i`), the type and its bounds; a
+field without a default is required. `parse` validates what the model sent against it as
 strictly as a closed pydantic model would: unknown fields, missing required
 ones and wrong types are refused (a boolean is not a number, a number is not a
 string; a whole float such as `2.0` is taken as an int), and every problem is
@@ -10,14 +10,12 @@ listed. Written by hand because the sandbox carries only the standard library
 (no pydantic), which has no validator for this.
 
 `TOOL_SCHEMAS` holds the hand-written JSON schemas (Claude Code's wording); a
-unit test checks that they list the same fields as the dataclasses.
+unit test checks that they list the same fields as the input types.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from sandbox_tools.errors import ToolError
 
@@ -25,9 +23,8 @@ BASH_MAX_TIMEOUT_MS = 600_000
 """Longest timeout a Bash call may ask for (Claude Code's limit, 10 minutes)."""
 
 
-@dataclass(frozen=True)
-class Check:
-    """How one input field is checked (the metadata of an `arg`)."""
+class Check(NamedTuple):
+    """How one input field is checked."""
 
     kind: type
     """str, int, float or bool."""
@@ -40,66 +37,56 @@ class Check:
     choices: tuple[str, ...] | None = None
 
 
-def check(kind: type, **bounds: Any) -> dict[str, Check]:
-    """Field metadata for `parse`: `kind` and the bounds in `Check`."""
-    return {"check": Check(kind, **bounds)}
-
-
-@dataclass(frozen=True)
-class BashInput:
+class BashInput(NamedTuple):
     """Run a shell command in the workspace."""
 
-    command: str = field(metadata=check(str, min_length=1))
+    command: str
     """The command, run with `bash -c`."""
-    timeout: float | None = field(default=None, metadata=check(float, gt=0, le=BASH_MAX_TIMEOUT_MS))
+    timeout: float | None = None
     """Timeout in milliseconds; the agent's default when absent."""
-    description: str | None = field(default=None, metadata=check(str))
+    description: str | None = None
     """What the command does, in a few words (shown in progress)."""
 
 
-@dataclass(frozen=True)
-class ReadInput:
+class ReadInput(NamedTuple):
     """Read a text file with numbered lines."""
 
-    file_path: str = field(metadata=check(str))
+    file_path: str
     """Absolute path, or relative to the workspace."""
-    offset: int | None = field(default=None, metadata=check(int, ge=0))
+    offset: int | None = None
     """Line number to start at (1-based; 0 is read as 1)."""
-    limit: int | None = field(default=None, metadata=check(int, ge=1))
+    limit: int | None = None
     """How many lines to read."""
 
 
-@dataclass(frozen=True)
-class WriteInput:
+class WriteInput(NamedTuple):
     """Create or overwrite a file."""
 
-    file_path: str = field(metadata=check(str))
+    file_path: str
     """Absolute path, or relative to the workspace."""
-    content: str = field(metadata=check(str))
+    content: str
     """The whole new content."""
 
 
-@dataclass(frozen=True)
-class EditInput:
+class EditInput(NamedTuple):
     """Replace an exact string in a file."""
 
-    file_path: str = field(metadata=check(str))
+    file_path: str
     """Absolute path, or relative to the workspace."""
-    old_string: str = field(metadata=check(str))
+    old_string: str
     """The exact text to replace."""
-    new_string: str = field(metadata=check(str))
+    new_string: str
     """The text to put in its place."""
-    replace_all: bool = field(default=False, metadata=check(bool))
+    replace_all: bool = False
     """Replace every occurrence instead of requiring exactly one."""
 
 
-@dataclass(frozen=True)
-class GlobInput:
+class GlobInput(NamedTuple):
     """Find files by glob pattern."""
 
-    pattern: str = field(metadata=check(str, min_length=1))
+    pattern: str
     """A glob such as `**/*.py` or `src/*.{ts,tsx}`."""
-    path: str | None = field(default=None, metadata=check(str))
+    path: str | None = None
     """Directory to search in; the workspace when absent."""
 
 
@@ -107,51 +94,95 @@ GrepOutputMode = Literal["content", "files_with_matches", "count"]
 GREP_OUTPUT_MODES: tuple[GrepOutputMode, ...] = ("content", "files_with_matches", "count")
 
 
-@dataclass(frozen=True)
-class GrepInput:
+class GrepInput(NamedTuple):
     """Search file contents with a regular expression."""
 
-    pattern: str = field(metadata=check(str, min_length=1))
+    pattern: str
     """A Python regular expression."""
-    path: str | None = field(default=None, metadata=check(str))
+    path: str | None = None
     """File or directory to search; the workspace when absent."""
-    glob: str | None = field(default=None, metadata=check(str))
+    glob: str | None = None
     """Only files matching this glob (matched against the name when it has no `/`)."""
-    output_mode: GrepOutputMode = field(
-        default="files_with_matches", metadata=check(str, choices=GREP_OUTPUT_MODES)
-    )
+    output_mode: GrepOutputMode = "files_with_matches"
     """What to show: matching lines, file names, or counts per file."""
-    case_insensitive: bool = field(default=False, metadata=check(bool, key="-i"))
+    case_insensitive: bool = False
     """Ignore case."""
-    line_numbers: bool = field(default=True, metadata=check(bool, key="-n"))
+    line_numbers: bool = True
     """Show line numbers (content mode)."""
-    after: int | None = field(default=None, metadata=check(int, ge=0, key="-A"))
+    after: int | None = None
     """Lines of context after each match (content mode)."""
-    before: int | None = field(default=None, metadata=check(int, ge=0, key="-B"))
+    before: int | None = None
     """Lines of context before each match (content mode)."""
-    context: int | None = field(default=None, metadata=check(int, ge=0, key="-C"))
+    context: int | None = None
     """Lines of context before and after each match (content mode)."""
-    head_limit: int | None = field(default=None, metadata=check(int, ge=1))
+    head_limit: int | None = None
     """Show only the first N lines or entries."""
 
 
-@dataclass(frozen=True)
-class TaskInput:
+class TaskInput(NamedTuple):
     """Delegate a task to a subagent (carried out by the host)."""
 
-    description: str = field(metadata=check(str, min_length=1))
+    description: str
     """A short (3-5 word) description of the task."""
-    prompt: str = field(metadata=check(str, min_length=1))
+    prompt: str
     """The task for the agent to perform."""
-    subagent_type: str = field(metadata=check(str, min_length=1))
+    subagent_type: str
     """The type of agent to use."""
-    max_turns: int | None = field(default=None, metadata=check(int, ge=1))
+    max_turns: int | None = None
     """Most model calls the subagent may make."""
-    run_in_background: bool | None = field(default=None, metadata=check(bool))
+    run_in_background: bool | None = None
     """Start the task without waiting for it."""
-    session_id: str | None = field(default=None, metadata=check(str))
+    session_id: str | None = None
     """Resume an earlier task's session."""
 
+
+CHECKS: dict[type, dict[str, Check]] = {
+    BashInput: {
+        "command": Check(str, min_length=1),
+        "timeout": Check(float, gt=0, le=BASH_MAX_TIMEOUT_MS),
+        "description": Check(str),
+    },
+    ReadInput: {
+        "file_path": Check(str),
+        "offset": Check(int, ge=0),
+        "limit": Check(int, ge=1),
+    },
+    WriteInput: {
+        "file_path": Check(str),
+        "content": Check(str),
+    },
+    EditInput: {
+        "file_path": Check(str),
+        "old_string": Check(str),
+        "new_string": Check(str),
+        "replace_all": Check(bool),
+    },
+    GlobInput: {
+        "pattern": Check(str, min_length=1),
+        "path": Check(str),
+    },
+    GrepInput: {
+        "pattern": Check(str, min_length=1),
+        "path": Check(str),
+        "glob": Check(str),
+        "output_mode": Check(str, choices=GREP_OUTPUT_MODES),
+        "case_insensitive": Check(bool, key="-i"),
+        "line_numbers": Check(bool, key="-n"),
+        "after": Check(int, ge=0, key="-A"),
+        "before": Check(int, ge=0, key="-B"),
+        "context": Check(int, ge=0, key="-C"),
+        "head_limit": Check(int, ge=1),
+    },
+    TaskInput: {
+        "description": Check(str, min_length=1),
+        "prompt": Check(str, min_length=1),
+        "subagent_type": Check(str, min_length=1),
+        "max_turns": Check(int, ge=1),
+        "run_in_background": Check(bool),
+        "session_id": Check(str),
+    },
+}
+"""How each field of each input type is checked (its JSON key, type and bounds)."""
 
 INPUT_TYPES: dict[str, type] = {
     "Bash": BashInput,
@@ -166,8 +197,7 @@ INPUT_TYPES: dict[str, type] = {
 InputT = TypeVar("InputT")
 
 
-@dataclass(frozen=True)
-class InputField:
+class InputField(NamedTuple):
     """One field of a tool input: its attribute, JSON key, check and default."""
 
     name: str
@@ -178,13 +208,16 @@ class InputField:
 
 
 def input_fields(input_type: type) -> list[InputField]:
-    """The fields of a tool input dataclass, in declaration order."""
-    found = []
-    for f in dataclasses.fields(input_type):
-        check: Check = f.metadata["check"]
-        required = f.default is dataclasses.MISSING
-        found.append(InputField(f.name, check.key or f.name, check, required, f.default))
-    return found
+    """The fields of a tool input type, in declaration order."""
+    checks = CHECKS[input_type]
+    defaults: dict[str, Any] = input_type._field_defaults  # type: ignore[attr-defined]
+    names: tuple[str, ...] = input_type._fields  # type: ignore[attr-defined]
+    return [
+        InputField(
+            name, checks[name].key or name, checks[name], name not in defaults, defaults.get(name)
+        )
+        for name in names
+    ]
 
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
