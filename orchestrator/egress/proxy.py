@@ -7,7 +7,11 @@ Speaks just enough HTTP/1.1 to take one request per connection:
   port 443 also when there is no SNI or no TLS at all). No interception: bytes are
   relayed as they are.
 - absolute-form plain HTTP (`GET http://host/path HTTP/1.1`): decided the same way,
-  sent upstream in origin form with `Connection: close`.
+  sent upstream in origin form with `Connection: close`, followed by exactly the
+  body its `Content-Length` announces and nothing else: a second request pipelined
+  behind the first (with another `Host`, for another virtual host behind the same
+  address) never reaches the upstream. Chunked request bodies are refused (`411`;
+  HTTPS through CONNECT carries them).
 Anything refused gets `403` with one line naming the rule or mode and what to do
 (an `X-Warden-Egress` header carries the same line). Bytes and connections are
 metered per task (`limits.Meter`); crossing a cap closes the connection.
@@ -156,7 +160,7 @@ class EgressProxy:
     async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
-            method, host, port, upstream_head = _parse_head(head)
+            method, host, port, upstream_head, body_bytes = _parse_head(head)
         except _Refused as exc:
             await self._refuse(writer, exc.status, exc.reason)
             return
@@ -194,7 +198,7 @@ class EgressProxy:
             dest.connections += 1
             if not self._send_up(dest, up_writer, upstream_head):
                 return
-            await self._relay(reader, writer, up_reader, up_writer, dest)
+            await self._relay(reader, writer, up_reader, up_writer, dest, body_bytes)
         finally:
             up_writer.close()
 
@@ -253,7 +257,10 @@ class EgressProxy:
         up_reader: asyncio.StreamReader,
         up_writer: asyncio.StreamWriter,
         dest: Destination,
+        body_bytes: int | None,
     ) -> None:
+        """Relay both ways; client to upstream only `body_bytes` when it is known
+        (plain HTTP), until EOF otherwise (a CONNECT tunnel)."""
         def up(n: int) -> int:
             return self.meter.allow_up(dest, n)
 
@@ -263,7 +270,7 @@ class EgressProxy:
         for w in (writer, up_writer):
             w.transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
         pumps = [
-            asyncio.create_task(_pump(reader, up_writer, up)),
+            asyncio.create_task(_pump(reader, up_writer, up, body_bytes)),
             asyncio.create_task(_pump(up_reader, writer, down)),
         ]
         try:
@@ -283,7 +290,7 @@ class EgressProxy:
     async def _refuse(self, writer: asyncio.StreamWriter, status: int, reason: str) -> None:
         line = " ".join(reason.split())[:1000]
         body = (line + "\n").encode("utf-8", "replace")
-        phrase = {403: "Forbidden", 429: "Too Many Requests", 431: "Too Large"}.get(
+        phrase = {403: "Forbidden", 411: "Length Required", 429: "Too Many Requests", 431: "Too Large"}.get(
             status, "Bad Gateway" if status == 502 else "Bad Request"
         )
         header_line = line.encode("ascii", "replace").decode("ascii")
@@ -298,20 +305,28 @@ class EgressProxy:
 
 
 async def _pump(
-    src: asyncio.StreamReader, dst: asyncio.StreamWriter, allow: Callable[[int], int]
+    src: asyncio.StreamReader,
+    dst: asyncio.StreamWriter,
+    allow: Callable[[int], int],
+    length: int | None = None,
 ) -> bool:
-    """Copy until EOF (True) or a cap (False); half-close `dst` at EOF. Silence for
-    IDLE_TIMEOUT_S raises TimeoutError (one timer per pump, moved on each chunk)."""
+    """Copy until EOF (True) or a cap (False); half-close `dst` at EOF. With `length`,
+    copy exactly that many bytes and stop reading (True). Silence for IDLE_TIMEOUT_S
+    raises TimeoutError (one timer per pump, moved on each chunk)."""
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(IDLE_TIMEOUT_S) as idle:
         while True:
-            data = await src.read(CHUNK_BYTES)
+            if length == 0:
+                return True
+            data = await src.read(CHUNK_BYTES if length is None else min(CHUNK_BYTES, length))
             idle.reschedule(loop.time() + IDLE_TIMEOUT_S)
             if not data:
                 if dst.can_write_eof():
                     with contextlib.suppress(OSError):
                         dst.write_eof()
                 return True
+            if length is not None:
+                length -= len(data)
             n = allow(len(data))
             if n:
                 dst.write(data[:n] if n < len(data) else data)
@@ -337,9 +352,9 @@ async def _connect(verdict: Verdict) -> tuple[asyncio.StreamReader, asyncio.Stre
     raise last
 
 
-def _parse_head(head: bytes) -> tuple[str, str, int, bytes]:
-    """(method, host, port, head to send upstream); `_Refused` for what is not a proxy
-    request we serve."""
+def _parse_head(head: bytes) -> tuple[str, str, int, bytes, int | None]:
+    """(method, host, port, head to send upstream, request body bytes: None for a
+    CONNECT tunnel); `_Refused` for what is not a proxy request we serve."""
     if len(head) > MAX_HEAD_BYTES:
         raise _Refused(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
     try:
@@ -353,7 +368,7 @@ def _parse_head(head: bytes) -> tuple[str, str, int, bytes]:
     method, target, version = parts
     if method == "CONNECT":
         host, port = _authority(target, default_port=None)
-        return method, host, port, b""
+        return method, host, port, b"", None
     if not target.lower().startswith("http://"):
         raise _Refused(
             400,
@@ -375,7 +390,29 @@ def _parse_head(head: bytes) -> tuple[str, str, int, bytes]:
     # The Host header is the URL's: the one that was decided on, not another
     # virtual host behind the same address.
     out = [f"{method} {path} {version}", f"Host: {url.netloc}", *kept, "Connection: close", "", ""]
-    return method, host, port, "\r\n".join(out).encode("latin-1")
+    return method, host, port, "\r\n".join(out).encode("latin-1"), _body_bytes(lines[1:])
+
+
+def _body_bytes(header_lines: list[str]) -> int:
+    """How many body bytes follow a plain HTTP request head: its one Content-Length
+    (0 without one). Chunked bodies and conflicting lengths are refused, so the
+    proxy always knows where the one request it decided on ends."""
+    lengths: set[str] = set()
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if name == "transfer-encoding":
+            raise _Refused(
+                411, "warden egress: chunked request bodies are not proxied over plain http "
+                "(send a Content-Length, or use https)",
+            )  # fmt: skip
+        if name == "content-length":
+            lengths.update(v.strip() for v in value.split(","))
+    if not lengths:
+        return 0
+    if len(lengths) > 1 or not all(v.isdigit() and len(v) <= 15 for v in lengths):
+        raise _Refused(400, "warden egress: conflicting or invalid Content-Length")
+    return int(lengths.pop())
 
 
 def _authority(text: str, default_port: int | None) -> tuple[str, int]:

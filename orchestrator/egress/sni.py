@@ -1,8 +1,10 @@
 """The server name (SNI) of a TLS ClientHello, read without decrypting anything.
 
 The proxy does not intercept TLS; it only checks that the name a client asks the
-server for is the host it was allowed to CONNECT to, so an allowed tunnel cannot be
-reused to reach another virtual host behind the same address (domain fronting).
+server for is the host it was allowed to CONNECT to, so a tunnel to an allowed
+host's address cannot open a TLS session for another name served there. The HTTP
+`Host` inside the tunnel is encrypted and not checked: a server that routes by it
+(domain fronting on a CDN) is a documented limit (docs/egress.md).
 
 Own parser (the standard library's `ssl` cannot parse a ClientHello it did not
 make, and a TLS library would be a dependency for 80 lines): every length is

@@ -6,6 +6,7 @@ hosts in dontAsk, and byte caps are refused with a one-line reason."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import ssl
@@ -278,9 +279,70 @@ def test_plain_http_is_sent_in_origin_form_with_the_decided_host() -> None:
         b"GET http://allowed.test:8080/a?b=1 HTTP/1.1\r\nHost: other.test\r\n"
         b"Proxy-Authorization: x\r\nAccept: */*\r\n\r\n"
     )
-    method, host, port, upstream_head = _parse_head(head)
-    assert (method, host, port) == ("GET", "allowed.test", 8080)
+    method, host, port, upstream_head, body = _parse_head(head)
+    assert (method, host, port, body) == ("GET", "allowed.test", 8080, 0)
     assert upstream_head == (
         b"GET /a?b=1 HTTP/1.1\r\nHost: allowed.test:8080\r\nAccept: */*\r\n"
         b"Connection: close\r\n\r\n"
     )
+
+
+@pytest.mark.parametrize("proxied", [ALLOW], indirect=True)
+async def test_a_request_pipelined_behind_an_allowed_one_never_reaches_the_upstream(
+    proxied: Proxied,
+) -> None:
+    """Plain HTTP carries one decided request: its announced body goes up, a second
+    request smuggled behind it (another Host on the same address) does not."""
+    received = bytearray()
+    answered = asyncio.Event()
+
+    async def upstream_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.extend(await reader.readuntil(b"\r\n\r\n"))
+        received.extend(await reader.readexactly(5))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        with contextlib.suppress(TimeoutError):  # anything more the proxy sends
+            received.extend(await asyncio.wait_for(reader.read(4096), 1.0))
+        writer.close()
+        answered.set()
+
+    server = await asyncio.start_server(upstream_server, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    smuggled = b"GET /admin HTTP/1.1\r\nHost: denied.test\r\n\r\n"
+
+    def client() -> bytes:
+        with socket.create_connection(("127.0.0.1", proxied.port), timeout=20) as sock:
+            sock.sendall(
+                f"POST http://allowed.test:{port}/up HTTP/1.1\r\nHost: allowed.test\r\n"
+                "Content-Length: 5\r\n\r\nhello".encode() + smuggled
+            )
+            reply = b""
+            while chunk := sock.recv(4096):
+                reply += chunk
+            return reply
+
+    try:
+        reply = await asyncio.to_thread(client)
+        await asyncio.wait_for(answered.wait(), 20)
+    finally:
+        server.close()
+    assert reply.startswith(b"HTTP/1.1 200 OK") and reply.endswith(b"ok")
+    assert received.startswith(b"POST /up HTTP/1.1\r\n") and received.endswith(b"hello")
+    assert b"denied.test" not in received
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ("Transfer-Encoding: chunked\r\n", "411"),
+        ("Content-Length: 5\r\nContent-Length: 6\r\n", "400"),
+        ("Content-Length: -1\r\n", "400"),
+    ],
+)
+def test_request_bodies_of_unknown_length_are_refused(headers: str, status: str) -> None:
+    from orchestrator.egress.proxy import _parse_head, _Refused
+
+    head = f"POST http://allowed.test/ HTTP/1.1\r\n{headers}\r\n".encode()
+    with pytest.raises(_Refused) as refused:
+        _parse_head(head)
+    assert str(refused.value.status) == status
