@@ -18,12 +18,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, TypeVar
-
-from docker.types import LogConfig, Ulimit
+from typing import TYPE_CHECKING, TypeVar
 
 from orchestrator import labels as wl
-from orchestrator.backend import classify
+from orchestrator.backend import classify, hardening
 from orchestrator.backend.attach import OutputReader
 from orchestrator.backend.base import (
     ContainerBackend,
@@ -33,7 +31,11 @@ from orchestrator.backend.base import (
     SandboxStatus,
     parse_user,
 )
-from orchestrator.backend.mounts import check_confined
+from orchestrator.backend.engine_json import (
+    ContainerCreated,
+    ContainerInspect,
+    ContainerRow,
+)
 from orchestrator.config import Settings
 from orchestrator.errors import (
     ConfigError,
@@ -48,13 +50,7 @@ log = logging.getLogger("warden.backend")
 
 T = TypeVar("T")
 
-WORKSPACE_TARGET = "/workspace"
 DEFAULT_HOME = "/tmp"
-LOG_MAX_SIZE = "1m"
-"""json-file log cap per container (output is captured over attach, not from logs)."""
-LOG_MAX_FILES = "1"
-SHM_BYTES = 16 * 1024 * 1024
-"""Size of /dev/shm (the other writable tmpfs besides /tmp)."""
 RETRY_ATTEMPTS = 5
 """Tries of an idempotent docker call before a transient error is final."""
 RETRY_MAX_WAIT_S = 4.0
@@ -70,42 +66,6 @@ READER_JOIN_S = 5.0
 START_FAILURE_LOG_LINES = 50
 KILL_SIGNAL_EXITS = frozenset({128 + 9, 128 + 15})
 """Exit codes of an init killed by SIGKILL / SIGTERM from outside."""
-
-
-class _State(TypedDict, total=False):
-    """The fields of `State` in the engine's container inspect read here."""
-
-    Status: str
-    OOMKilled: bool
-    Pid: int
-
-
-class _Config(TypedDict, total=False):
-    Labels: dict[str, str] | None
-
-
-class _Inspect(TypedDict, total=False):
-    """The fields of the engine's container inspect (`GET /containers/{id}/json`) read here."""
-
-    Id: str
-    Config: _Config
-    State: _State
-
-
-class _Created(TypedDict):
-    """The engine's answer to a container create."""
-
-    Id: str
-
-
-class _Row(TypedDict, total=False):
-    """One row of the engine's container list (`GET /containers/json`)."""
-
-    Id: str
-    Names: list[str] | None
-    State: str
-    Status: str
-    Labels: dict[str, str] | None
 
 
 class DockerBackend(ContainerBackend):
@@ -132,36 +92,12 @@ class DockerBackend(ContainerBackend):
     def start(self, spec: SandboxSpec) -> str:
         container_labels = self._labels(spec)
         user = self._user(spec)
-        for mount in spec.mounts:
-            if mount.confined_to is not None:
-                check_confined(mount.confined_to, mount.source)
-        binds = [_bind(m.source, m.target, m.read_only) for m in spec.mounts]
-        if spec.workspace is not None:
-            binds.insert(0, _bind(_workspace_dir(spec.workspace), WORKSPACE_TARGET, False))
-        limits = spec.limits
+        host_config = hardening.host_config(self._api, spec)
         with classify.engine_errors(self._describe("create")):
-            host_config = self._api.create_host_config(
-                binds=binds,
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                read_only=True,
-                tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_bytes},mode=1777"},
-                shm_size=SHM_BYTES,
-                init=True,
-                mem_limit=limits.memory_bytes,
-                memswap_limit=limits.memory_bytes,
-                nano_cpus=int(limits.cpus * 1e9),
-                pids_limit=limits.pids,
-                log_config=LogConfig(
-                    type="json-file", config={"max-size": LOG_MAX_SIZE, "max-file": LOG_MAX_FILES}
-                ),
-                runtime=spec.runtime,
-                ulimits=_ulimits(limits.disk.write_limit_bytes),
-            )
             name = NAME_PREFIX + secrets.token_hex(10)
 
-            def create() -> _Created:
-                created: _Created = self._api.create_container(
+            def create() -> ContainerCreated:
+                created: ContainerCreated = self._api.create_container(
                     spec.image,
                     command=spec.command,
                     user=user,
@@ -194,7 +130,7 @@ class DockerBackend(ContainerBackend):
             self._fail_start(container_id, spec, exc)
         return container_id
 
-    def _create(self, create: Callable[[], _Created], name: str, labels: dict[str, str]) -> str:
+    def _create(self, create: Callable[[], ContainerCreated], name: str, labels: dict[str, str]) -> str:
         """Create, retried on transient errors; a try whose answer was lost is found
         by its name (and session label) instead of creating a second container."""
 
@@ -213,7 +149,7 @@ class DockerBackend(ContainerBackend):
 
     def _created_earlier(self, name: str, labels: Mapping[str, str]) -> str | None:
         try:
-            found: _Inspect = self._api.inspect_container(name)
+            found: ContainerInspect = self._api.inspect_container(name)
         except Exception as exc:
             if classify.status_code(exc) == 404:
                 return None
@@ -270,7 +206,7 @@ class DockerBackend(ContainerBackend):
             return f"{uid}:{gid}"
         if spec.workspace is None:
             return f"{fallback}:{fallback}"
-        workspace = _workspace_dir(spec.workspace)
+        workspace = hardening.workspace_dir(spec.workspace)
         owner = workspace.stat()
         if owner.st_uid == 0:
             if workspace not in self._warned_root_owned:
@@ -414,7 +350,7 @@ class DockerBackend(ContainerBackend):
     def list(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
         selectors = [key if value is None else f"{key}={value}" for key, value in labels.items()]
         with classify.engine_errors(self._describe("list")):
-            rows: list[_Row] = self._retrying(
+            rows: list[ContainerRow] = self._retrying(
                 lambda: self._api.containers(all=True, filters={"label": selectors})
             )
         return [
@@ -427,8 +363,8 @@ class DockerBackend(ContainerBackend):
             for row in rows
         ]
 
-    def _inspect(self, container_id: str) -> _Inspect:
-        found: _Inspect = self._retrying(lambda: self._api.inspect_container(container_id))
+    def _inspect(self, container_id: str) -> ContainerInspect:
+        found: ContainerInspect = self._retrying(lambda: self._api.inspect_container(container_id))
         return found
 
     def _retrying(
@@ -464,26 +400,3 @@ class _WaitTimeout(Exception):
 
 class _Gone(Exception):
     """The container no longer exists (removed from outside)."""
-
-
-def _ulimits(file_size_bytes: int) -> list[Ulimit] | None:
-    """RLIMIT_FSIZE (bytes) as the engine's `Ulimits`; None for no limit."""
-    if not file_size_bytes:
-        return None
-    return [Ulimit(name="fsize", soft=file_size_bytes, hard=file_size_bytes)]
-
-
-def _bind(source: Path, target: str, read_only: bool) -> str:
-    if ":" in str(source) or ":" in target or not target.startswith("/"):
-        raise ConfigError(
-            f"cannot mount {source} at {target!r}: the target must be absolute and "
-            "neither path may contain ':'"
-        )
-    return f"{source}:{target}:{'ro' if read_only else 'rw'}"
-
-
-def _workspace_dir(workspace: Path) -> Path:
-    resolved = workspace.resolve()
-    if not resolved.is_dir():
-        raise ConfigError(f"workspace {workspace} is not a directory; create it or pass another")
-    return resolved
