@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar
 from orchestrator.backend.classify import is_connection_error, status_code
 from orchestrator.backend.connect import ENGINE_FIX
 from orchestrator.errors import EngineUnavailableError, ImageNotFoundError
-from orchestrator.images.build import build_images
 from orchestrator.images.hashing import (
     KINDS,
     LABEL_BASE,
@@ -30,6 +29,8 @@ from orchestrator.images.hashing import (
 
 if TYPE_CHECKING:
     from docker import DockerClient
+
+    from orchestrator.config import Settings
 
 T = TypeVar("T")
 
@@ -62,6 +63,22 @@ def resolve_image(client: DockerClient, name: str) -> str:
             f"first, or use --image agent / --image bash ({BUILD_HINT} to build those)"
         )
     return name
+
+
+def build_images(
+    client: DockerClient,
+    settings: Settings,
+    *,
+    force: bool = False,
+    log: Callable[[str], None],
+    pull: bool = True,
+) -> dict[str, str]:
+    """Build every warden image whose content tag is missing; kind -> tag (see
+    `images.build.build_images`). The build machinery is imported only here, so
+    resolving an image (every `warden exec`) does not load it."""
+    from orchestrator.images.build import build_images as build
+
+    return build(client, settings, force=force, log=log, pull=pull)
 
 
 @dataclass(frozen=True)
