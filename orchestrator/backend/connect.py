@@ -20,6 +20,7 @@ Every engine call warden makes goes through the docker SDK client built here
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -65,13 +66,18 @@ def connect(
     from docker.errors import DockerException
 
     try:
-        return DockerClient.from_env(
+        client = DockerClient.from_env(
             timeout=int(timeout_s), max_pool_size=max_pool_size, version="auto"
         )
     except DockerException as exc:
         raise EngineUnavailableError(
             f"the Docker engine does not answer ({_short(exc)}); {ENGINE_FIX}"
         ) from exc
+    if (os.environ.get("DOCKER_HOST") or "unix://").startswith("unix://"):
+        # requests would look up proxy variables and ~/.netrc on every request; neither
+        # applies to a Unix socket (1-5 ms per request here).
+        client.api.trust_env = False
+    return client
 
 
 def _short(exc: BaseException) -> str:
