@@ -9,7 +9,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from orchestrator.lifecycle import socket_dirs
 from tests.conftest import warden_env
@@ -76,3 +79,19 @@ def test_a_normal_removal_takes_the_marker_along(tmp_path: Path) -> None:
     proc.wait(timeout=10)
     socket_dirs.remove(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_recovery_at_the_start_of_a_run_sweeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.backend.fake import FakeBackend
+    from orchestrator.lifecycle.recovery import recover
+    from orchestrator.store import Store
+
+    proc, path = _owner_process(tmp_path)
+    proc.kill()
+    proc.wait(timeout=10)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what gettempdir() answers
+    with Store.open(tmp_path / "state" / "warden.db") as store:
+        assert recover(store, FakeBackend()).socket_dirs == 1
+    assert not path.exists()
