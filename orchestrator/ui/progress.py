@@ -249,7 +249,9 @@ class _PausingApprover:
                             f"warden: {self.waiting} more question(s) waiting after this one"
                         )
                     answer = await self.inner.approve(question)
-                    self._note(describe_answer(question, answer))
+                    # Questions that arrived while this one was on screen are told now.
+                    behind = f" ({self.waiting} more waiting)" if self.waiting else ""
+                    self._note(describe_answer(question, answer) + behind)
                     return answer
                 finally:
                     self.progress.resume()

@@ -81,9 +81,11 @@ async def test_queued_questions_are_counted_and_each_answer_echoed() -> None:
     # The first was asked before the others arrived; each later prompt counts the
     # questions still behind it.
     assert inner.notes == [
-        "warden: allowed this exact input for the rest of this run: Bash for sa_a (bash)",
+        # Two arrived while the first was on screen: its echo says so.
+        "warden: allowed this exact input for the rest of this run: Bash for sa_a (bash)"
+        " (2 more waiting)",
         "warden: 1 more question(s) waiting after this one",
-        "warden: denied: Bash for sa_b (bash): no",
+        "warden: denied: Bash for sa_b (bash): no (1 more waiting)",
         "warden: allowed this exact input for the rest of this run: Bash for sa_c (bash)",
     ]
     assert approver.waiting == 0
