@@ -2,7 +2,8 @@
 
 `EgressService.open(task, socket_dir)` starts a task's proxy beside its broker
 socket (or returns None when that task has no egress: the run has none, or its
-agent file says `network: none`); `TaskEgress.close()` stops it and records what
+agent file says `network: none`, or its parent task has none); a nested task's rules
+are its parent's narrowed by its own agent file, never the run's; `TaskEgress.close()` stops it and records what
 the task did. Questions go to the run's approver through the permission gate,
 like a tool call's (tool `Network`, input `{"host", "port"}`): allow once, for
 the run (this host:port), or always (`host` added to
@@ -72,15 +73,23 @@ class EgressService:
     workspace: Path | None = None
     """Where "always allow" writes `.claude/settings.local.json`."""
     sandbox_uid: int | None = None
+    _effective: dict[str, RuleSet | None] = field(default_factory=dict, repr=False)
+    """Each opened task's rules (None: no egress), so a nested task starts from its
+    parent's, never from the run's: delegating cannot widen what a subagent reaches."""
 
     async def open(self, task: EgressTask, agent: object, socket_dir: Path) -> TaskEgress | None:
-        """Start `task`'s proxy in `socket_dir`; None when it has no egress."""
-        rules = agent_rules(
-            self.rules,
+        """Start `task`'s proxy in `socket_dir`; None when it has no egress (the run
+        has none, its agent file says `network: none`, or its parent task had none)."""
+        base: RuleSet | None = self.rules
+        if task.parent_id is not None and task.parent_id in self._effective:
+            base = self._effective[task.parent_id]
+        rules = None if base is None else agent_rules(
+            base,
             task.agent_type,
             str(getattr(agent, "source", "?")),
             getattr(agent, "extra", {}) or {},
         )
+        self._effective[task.task_id] = rules
         if rules is None:
             return None
         egress = TaskEgress(self, task, rules)

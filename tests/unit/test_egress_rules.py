@@ -4,6 +4,7 @@ and rules come from settings, the CLI and WebFetch(domain:) permission rules."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,54 @@ def test_bad_settings_entry_is_a_clear_error(tmp_path: Path) -> None:
     settings = Settings(config_dir=tmp_path / "cfg", state_dir=tmp_path / "state")
     with pytest.raises(PolicyError, match=r"settings.json: sandbox.network: allowedDomains\[0\]"):
         load_rules(settings, tmp_path, load_policy(settings, tmp_path))
+
+
+@dataclass
+class _Task:
+    task_id: str
+    parent_id: str | None
+    run_id: str = "run_t"
+    trace_id: str = ""
+    description: str = "t"
+    agent_type: str = "general-purpose"
+
+
+@dataclass
+class _Agent:
+    extra: dict[str, object]
+    source: str = "agents/x.md"
+
+
+async def test_a_nested_task_never_reaches_more_than_its_parent(tmp_path: Path) -> None:
+    """Delegating cannot widen egress: a nested task starts from its parent's rules
+    (narrowed by its own agent file), and a parent without egress has none to give."""
+    from orchestrator.egress.resolver import StaticResolver
+    from orchestrator.egress.service import EgressService
+
+    svc = EgressService(
+        rules=rules(("a.test", "allow"), ("b.test", "allow")),
+        mode="dontAsk",
+        resolver=StaticResolver({"a.test": "127.0.0.1", "b.test": "127.0.0.1"}),
+    )
+    opened = []
+    for name, parent, extra in [
+        ("sa_parent", None, {"network": {"allowedDomains": ["a.test"]}}),
+        ("sa_child", "sa_parent", {}),
+        ("sa_sibling", None, {}),
+        ("sa_off", None, {"network": "none"}),
+        ("sa_off_child", "sa_off", {}),
+    ]:
+        (tmp_path / name).mkdir()
+        opened.append(await svc.open(_Task(name, parent), _Agent(extra), tmp_path / name))
+    parent, child, sibling, off, off_child = opened
+    try:
+        assert parent is not None and child is not None and sibling is not None
+        assert off is None and off_child is None
+        assert (await child.decider.decide("a.test", 443)).behavior == "allow"
+        refused = await child.decider.decide("b.test", 443)
+        assert refused.behavior == "deny" and "agent general-purpose" in refused.reason
+        assert (await sibling.decider.decide("b.test", 443)).behavior == "allow"
+    finally:
+        for egress in (parent, child, sibling):
+            if egress is not None:
+                await egress.close()
