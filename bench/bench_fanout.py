@@ -93,6 +93,8 @@ class Burst:
     """Last model request received -> task_completed (result, runner exit, container removed)."""
     rss_before_mib: float = 0.0
     rss_peak_mib: float = 0.0
+    host_cpu_s: float = 0.0
+    """CPU time of this process (orchestrator, brokers, host SDK, scripted server) in the burst."""
 
 
 def name_of(kind: str, size: int, rnd: int, i: int) -> str:
@@ -164,6 +166,7 @@ async def warden_burst(run: Any, server: Any, started_at: StartedAt, names: list
         return name, ctx.task_id
 
     rss_before = rss_now_kib()
+    cpu_before = time.process_time()
     with RssSampler() as sampler:
         t0 = time.time()
         ids = await asyncio.gather(*(start(n) for n in names))
@@ -192,6 +195,7 @@ async def warden_burst(run: Any, server: Any, started_at: StartedAt, names: list
         failed=failed,
         rss_before_mib=rss_before / 1024,
         rss_peak_mib=sampler.peak_kib / 1024,
+        host_cpu_s=time.process_time() - cpu_before,
     )
 
 
@@ -369,7 +373,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 print(f"      ratio vs the SDK-import reference: {wall / sdk_wall:5.2f}x")
             print(
                 f"      orchestrator RSS: {max(b.rss_before_mib for b in bursts):.0f} MiB before, "
-                f"peak {max(b.rss_peak_mib for b in bursts):.0f} MiB during the burst"
+                f"peak {max(b.rss_peak_mib for b in bursts):.0f} MiB during the burst; "
+                f"its CPU in the burst {median([b.host_cpu_s for b in bursts]):.1f} s"
             )
     print(
         f"  orchestrator process peak RSS (VmHWM, incl. the in-process scripted model server): "
