@@ -2,7 +2,8 @@
 exceptions: one that accepts the connection but answers too late is slow (naming the
 operation and its timeout), a wait whose answer outlives its timeout is a deadline
 (not a dead engine), and a socket that is absent or refuses is an engine that is not
-answering, with the fix named."""
+answering, with the fix named. `connect` negotiates the engine's API version and
+sizes the SDK's connection pools as asked."""
 
 from __future__ import annotations
 
@@ -17,13 +18,20 @@ import docker
 import pytest
 
 from orchestrator.backend import classify
-from orchestrator.backend.connect import connect
+from orchestrator.backend.connect import EXECUTOR_THREADS, connect, pool_size
 from orchestrator.errors import EngineSlowError, EngineUnavailableError
 
 WAIT_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
 )
 """What an engine sends at once for a container wait; the body follows at the exit."""
+VERSION_BODY = b'{"ApiVersion": "1.41", "Version": "20.10.24"}'
+VERSION_ANSWER = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+    + str(len(VERSION_BODY)).encode()
+    + b"\r\n\r\n"
+    + VERSION_BODY
+)
 
 
 def fake_engine(path: Path, answer: bytes) -> Iterator[str]:
@@ -68,6 +76,11 @@ def waiting_engine(tmp_path: Path) -> Iterator[str]:
 SDK_LEAKS_FAILED_CONNECTS = pytest.mark.filterwarnings("ignore::ResourceWarning")
 """docker 7.1 does not close the socket of a failed Unix-socket connect (its
 `UnixHTTPConnection.connect`); the tests that make one collect it themselves."""
+
+
+@pytest.fixture
+def versioned_engine(tmp_path: Path) -> Iterator[str]:
+    yield from fake_engine(tmp_path / "versioned.sock", VERSION_ANSWER)
 
 
 def api_client(base_url: str) -> docker.APIClient:
@@ -129,3 +142,17 @@ def test_connect_names_the_fix_when_the_engine_is_absent(
     assert "Error while fetching" not in str(caught.value)
     del caught
     gc.collect()
+
+
+def test_connect_sizes_the_pools_and_speaks_the_engines_api_version(
+    versioned_engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", versioned_engine)
+    client = connect(timeout_s=5, max_pool_size=pool_size(100))
+    try:
+        api = client.api
+        assert api.api_version == "1.41"  # negotiated: the one round trip connect makes
+        assert api.timeout == 5
+        assert api.get_adapter(api.base_url).max_pool_size == 100 + EXECUTOR_THREADS
+    finally:
+        client.close()
