@@ -21,8 +21,9 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
+from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions.hook_trust import hook_environment, workspace_code
 from orchestrator.permissions.hooks import HookCommand, HookEvent
 from orchestrator.permissions.models import (
@@ -43,11 +44,19 @@ MAX_REASON_CHARS = 4000
 _LEGACY_DECISIONS = {"approve": "allow", "block": "deny"}
 
 
+class _HookId(TypedDict):
+    """Which hook an outcome is about (the first fields of every HookOutcome)."""
+
+    hook: str
+    event: HookEvent
+    source: str
+
+
 def hook_input(
-    event: HookEvent, call: ToolCall, ctx: CallContext, response: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    event: HookEvent, call: ToolCall, ctx: CallContext, response: JSONObject | None = None
+) -> JSONObject:
     """The JSON a hook receives on stdin."""
-    data: dict[str, Any] = {
+    data: JSONObject = {
         "session_id": ctx.session_id,
         "transcript_path": ctx.transcript_path,
         "cwd": ctx.cwd,
@@ -68,7 +77,7 @@ def hook_input(
 
 async def run_hooks(
     hooks: Sequence[HookCommand],
-    payload: dict[str, Any],
+    payload: JSONObject,
     *,
     tool_name: str,
     workspace_host: Path | None,
@@ -95,7 +104,7 @@ async def run_hook(
     hook: HookCommand, stdin: bytes, tool_name: str, workspace_host: Path | None
 ) -> HookOutcome:
     """Run one hook and interpret what it said; never raises for a misbehaving hook."""
-    base: dict[str, Any] = {"hook": hook.command, "event": hook.event, "source": hook.source}
+    base = _HookId(hook=hook.command, event=hook.event, source=hook.source)
     if hook.sandbox:
         from orchestrator.permissions.hook_sandbox import run_in_sandbox
 
@@ -123,7 +132,7 @@ async def run_hook(
 
 async def _run_on_host(
     hook: HookCommand,
-    base: dict[str, Any],
+    base: _HookId,
     stdin: bytes,
     tool_name: str,
     cwd: str,
@@ -175,7 +184,7 @@ async def _run_on_host(
 
 
 def _conclude(
-    base: dict[str, Any],
+    base: _HookId,
     code: int | None,
     stdout: tuple[bytes, bool],
     stderr_bytes: tuple[bytes, bool],
@@ -217,7 +226,7 @@ def _text(data: bytes, cut: bool) -> str:
     return text + (f"\n[output truncated at {MAX_HOOK_OUTPUT_BYTES} bytes]" if cut else "")
 
 
-def _interpret(base: dict[str, Any], out: bytes, tool_name: str, took: float) -> HookOutcome:
+def _interpret(base: _HookId, out: bytes, tool_name: str, took: float) -> HookOutcome:
     text = out.decode("utf-8", errors="replace").strip()
     if not text.startswith("{"):
         return HookOutcome(**base, exit_code=0, duration_s=took)  # plain output: no opinion
@@ -269,7 +278,7 @@ def _interpret(base: dict[str, Any], out: bytes, tool_name: str, took: float) ->
     )
 
 
-def validate_updated_input(tool_name: str, updated: Any) -> str | None:
+def validate_updated_input(tool_name: str, updated: object) -> str | None:
     """Why a hook's replacement input is unusable, or None when it is fine."""
     if not isinstance(updated, dict):
         return "it must be a JSON object"

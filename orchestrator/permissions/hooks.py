@@ -31,10 +31,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
+from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions.sources import read_document
 
 DEFAULT_HOOK_TIMEOUT_S = 60.0
@@ -110,17 +111,17 @@ def load_hooks(settings: Settings, workspace: Path) -> HookSet:
     return HookSet(tuple(replace(h, env_names=names) for h in hooks), tuple(warnings))
 
 
-def _hook_env(doc: dict[str, Any], path: Path) -> list[str]:
+def _hook_env(doc: JSONObject, path: Path) -> list[str]:
     block = doc.get("warden")
     value = block.get("hookEnv", []) if isinstance(block, dict) else []
     if not isinstance(value, list) or not all(
         isinstance(v, str) and v.isidentifier() for v in value
     ):
         raise PolicyError(f"{path}: warden.hookEnv must be a list of environment variable names")
-    return value
+    return [v for v in value if isinstance(v, str)]
 
 
-def parse_hooks(block: Any, source: str) -> tuple[list[HookCommand], list[str]]:
+def parse_hooks(block: object, source: str) -> tuple[list[HookCommand], list[str]]:
     """Parse a settings file's `hooks` block (events other than tool hooks are skipped)."""
     if block is None:
         return [], []
@@ -177,15 +178,23 @@ def parse_hooks(block: Any, source: str) -> tuple[list[HookCommand], list[str]]:
     return hooks, warnings
 
 
-def _options(spec: dict[str, Any], where: str) -> dict[str, Any]:
+class _Options(TypedDict):
+    cwd: Literal["neutral", "workspace"]
+    trusted: bool
+    sandbox: bool
+
+
+def _options(spec: JSONObject, where: str) -> _Options:
     """warden's own keys on a hook entry."""
     cwd = spec.get("cwd", "neutral")
-    if cwd not in ("neutral", "workspace"):
+    if cwd != "neutral" and cwd != "workspace":
         raise PolicyError(f'{where}.cwd must be "workspace" (or absent for an empty directory)')
-    options: dict[str, Any] = {"cwd": cwd}
-    for key in ("trusted", "sandbox"):
-        value = spec.get(key, False)
+    flags = {key: spec.get(key, False) for key in ("trusted", "sandbox")}
+    for key, value in flags.items():
         if not isinstance(value, bool):
             raise PolicyError(f"{where}.{key} must be true or false")
-        options[key] = value
-    return options
+    return _Options(
+        cwd="workspace" if cwd == "workspace" else "neutral",
+        trusted=flags["trusted"] is True,
+        sandbox=flags["sandbox"] is True,
+    )

@@ -16,10 +16,17 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from orchestrator.results.models import TASK_END_KINDS, Event
 from orchestrator.ui.untrusted_text import DETAIL_CHARS, plain, printable
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.live import Live
+    from rich.text import Text
+
+    from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, Approver
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +54,11 @@ class Progress:
         self.json_mode = json_mode
         self.stream = stream or (sys.stdout if json_mode else sys.stderr)
         self.rows: dict[str, TaskRow] = {}
-        self.live: Any = None
-        self.console: Any = None
+        self.live: Live | None = None
+        self.console: Console | None = None
         self._table_failed = False
+        self._blank = False
+        """Set while a Live stops: its last frame draws nothing."""
         if not json_mode and self.stream.isatty():
             from rich.console import Console
 
@@ -62,19 +71,25 @@ class Progress:
 
         # Transient: the table is erased when it stops (for a question or at the
         # end), so no stale copies are left above the prompt or the summary.
-        self.live = Live(
+        self._blank = False
+        live = self.live = Live(
             console=self.console,
             refresh_per_second=4,
-            get_renderable=self._table,
+            get_renderable=self._frame,
             transient=True,
         )
-        self.live.start()
+        live.start()
+
+    def _frame(self) -> RenderableType:
+        return _nothing() if self._blank else self._table()
 
     def _stop_live(self) -> None:
         live, self.live = self.live, None
+        if live is None:
+            return
         # The last frame draws nothing: a table taller than the screen could not be
         # erased once its top had scrolled away.
-        live.get_renderable = _nothing
+        self._blank = True
         live.stop()
 
     def __enter__(self) -> Progress:
@@ -84,7 +99,7 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         self.pause()
 
-    def pausing(self, approver: Any) -> Any:
+    def pausing(self, approver: Approver) -> Approver:
         """Wrap an approver so the live table stops redrawing while it asks."""
         return _PausingApprover(approver, self)
 
@@ -181,7 +196,7 @@ class Progress:
             )
         return None
 
-    def _table(self) -> Any:
+    def _table(self) -> RenderableType:
         try:
             return self._draw_table()
         except Exception as exc:  # the refresh thread must never die on a bad row
@@ -190,7 +205,7 @@ class Progress:
             self._table_failed = True
             return plain(f"(subagent table unavailable: {type(exc).__name__})")
 
-    def _draw_table(self) -> Any:
+    def _draw_table(self) -> RenderableType:
         from rich.table import Table
 
         from orchestrator.results.summary import INDENT, tree_order
@@ -218,7 +233,7 @@ class Progress:
         return table
 
 
-def _nothing() -> Any:
+def _nothing() -> Text:
     from rich.text import Text
 
     return Text("")
@@ -228,13 +243,13 @@ class _PausingApprover:
     """One question at a time with the live table stopped; says how many more wait
     and echoes each answer, so a person answering several knows where they are."""
 
-    def __init__(self, inner: Any, progress: Progress) -> None:
+    def __init__(self, inner: Approver, progress: Progress) -> None:
         self.inner = inner
         self.progress = progress
         self._lock = asyncio.Lock()
         self.waiting = 0
 
-    async def approve(self, question: Any) -> Any:
+    async def approve(self, question: ApprovalQuestion) -> ApprovalAnswer:
         from orchestrator.permissions.approvers import describe_answer
 
         self.waiting += 1
