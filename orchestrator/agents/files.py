@@ -36,7 +36,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -106,7 +105,7 @@ class LoadedAgents:
     """Markdown files that are not agent definitions."""
 
 
-def split_frontmatter(text: str, file: Path) -> tuple[dict[str, Any], str, list[str]]:
+def split_frontmatter(text: str, file: Path) -> tuple[dict[str, object], str, list[str]]:
     """(frontmatter values, body, warnings) of an agent file's text."""
     lines = text.lstrip("\ufeff").splitlines()
     if not lines or lines[0].strip() != "---":
@@ -136,7 +135,7 @@ def split_frontmatter(text: str, file: Path) -> tuple[dict[str, Any], str, list[
     return values, body, warnings
 
 
-def _read_key_by_key(front: str, file: Path, error: yaml.YAMLError) -> dict[str, Any]:
+def _read_key_by_key(front: str, file: Path, error: yaml.YAMLError) -> dict[str, object]:
     """Frontmatter that is not YAML as a whole: each top-level key on its own."""
     chunks: list[tuple[str, list[str]]] = []
     for number, line in enumerate(front.splitlines(), start=2):
@@ -150,7 +149,7 @@ def _read_key_by_key(front: str, file: Path, error: yaml.YAMLError) -> dict[str,
                 f"{file}: line {number} of the frontmatter is not `key: value` ({line[:60]!r}); "
                 f"the YAML parser says: {error}"
             )
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for key, chunk in chunks:
         try:
             parsed = yaml.safe_load("\n".join(chunk))
@@ -165,7 +164,7 @@ def _read_key_by_key(front: str, file: Path, error: yaml.YAMLError) -> dict[str,
     return values
 
 
-def parse_duration(value: Any, key: str, file: Path) -> float:
+def parse_duration(value: object, key: str, file: Path) -> float:
     """Seconds from `900`, `90s`, `15m` or `1h`."""
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return float(value)
@@ -178,7 +177,7 @@ def parse_duration(value: Any, key: str, file: Path) -> float:
     )
 
 
-def parse_size(value: Any, key: str, file: Path) -> int:
+def parse_size(value: object, key: str, file: Path) -> int:
     """Bytes from `1073741824`, `512m`, `1g`, `2GiB` (1024-based, like Docker)."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
@@ -190,7 +189,7 @@ def parse_size(value: Any, key: str, file: Path) -> int:
     )
 
 
-def parse_tool_list(value: Any, key: str, file: Path) -> list[str] | None:
+def parse_tool_list(value: object, key: str, file: Path) -> list[str] | None:
     """Tools from `Read, Grep` or a YAML list; None when absent (null) or `*`."""
     if value is None or value == "*":
         return None
@@ -204,7 +203,7 @@ def parse_tool_list(value: Any, key: str, file: Path) -> list[str] | None:
     )
 
 
-def _text(values: dict[str, Any], key: str, file: Path) -> str | None:
+def _text(values: dict[str, object], key: str, file: Path) -> str | None:
     value = values.get(key)
     if value is None:
         return None
@@ -243,7 +242,7 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
             f"{path}: no system prompt; write the agent's instructions after the closing `---`"
         )
 
-    fields: dict[str, Any] = {
+    fields: dict[str, object] = {
         "name": name,
         "description": description.replace("\\n", "\n"),
         "system_prompt": body,
@@ -301,8 +300,11 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
     if values.get("diskWriteLimit") is not None:
         fields["disk_write_limit"] = parse_size(values["diskWriteLimit"], "diskWriteLimit", path)
     if values.get("cpus") is not None:
+        cpus = values["cpus"]
         try:
-            fields["cpus"] = float(values["cpus"])
+            if isinstance(cpus, bool) or not isinstance(cpus, int | float | str):
+                raise TypeError(cpus)
+            fields["cpus"] = float(cpus)
         except (TypeError, ValueError):
             raise AgentDefinitionError(
                 f"{path}: `cpus: {values['cpus']}` is not a number; use e.g. 1 or 1.5"

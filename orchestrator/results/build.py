@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from pydantic import ValidationError
 
 from orchestrator.exit_codes import ExitCode, is_interrupted
+from orchestrator.jsontypes import JSONObject
 from orchestrator.results.models import (
     TASK_END_KINDS,
     Denial,
@@ -51,7 +52,7 @@ def task_summaries(
 ) -> tuple[list[TaskSummary], list[Denial]]:
     """One summary per task (creation order) and every denial of the run."""
     tool_calls: Counter[str] = Counter()
-    ended: dict[str, dict[str, Any]] = {}
+    ended: dict[str, JSONObject] = {}
     egress: dict[str | None, dict[tuple[str, int], EgressUse]] = {}
     for event in events:
         if event.task_id is None:
@@ -129,7 +130,7 @@ def _egress_decision(uses: dict[tuple[str, int], EgressUse], record: AuditRecord
         use.refused += 1
 
 
-def _egress_bytes(uses: dict[tuple[str, int], EgressUse], data: dict[str, Any]) -> None:
+def _egress_bytes(uses: dict[tuple[str, int], EgressUse], data: JSONObject) -> None:
     """Bytes per destination from a task's `egress_summary` event."""
     listed = data.get("destinations")
     for item in listed if isinstance(listed, list) else []:
@@ -171,7 +172,7 @@ def build_result(
     error: str | None,
     started: float,
     fail_on: Sequence[Outcome] = (),
-    sensitive: dict[str, Any] | None = None,
+    sensitive: JSONObject | None = None,
     parent_tokens: int = 0,
 ) -> RunResult:
     """The run's result document; `base_code` is the exit code before `--fail-on`."""
@@ -204,7 +205,7 @@ def build_result(
     )
 
 
-def _duration(task: TaskRecord, end: dict[str, Any]) -> float | None:
+def _duration(task: TaskRecord, end: JSONObject) -> float | None:
     reported = end.get("duration_s")
     if isinstance(reported, int | float) and not isinstance(reported, bool):
         return float(reported)
@@ -213,19 +214,26 @@ def _duration(task: TaskRecord, end: dict[str, Any]) -> float | None:
     return round(task.ended_at - (task.started_at or task.created_at), 3)
 
 
-def _files_changed(end: dict[str, Any]) -> dict[str, Any]:
+class _FilesChanged(TypedDict, total=False):
+    files_changed: list[str]
+    files_changed_count: int
+    files_attribution: Literal["sole", "shared"]
+    files_scan_truncated: bool
+
+
+def _files_changed(end: JSONObject) -> _FilesChanged:
     """The workspace changes a task's end event carries, checked (events are data)."""
     paths = end.get("files_changed")
     attribution = end.get("files_attribution")
     if not isinstance(paths, list) or attribution not in ("sole", "shared"):
         return {}
-    return {
-        "files_changed": [p for p in paths if isinstance(p, str)],
-        "files_changed_count": _int(end.get("files_changed_count")),
-        "files_attribution": attribution,
-        "files_scan_truncated": end.get("files_scan_truncated") is True,
-    }
+    return _FilesChanged(
+        files_changed=[p for p in paths if isinstance(p, str)],
+        files_changed_count=_int(end.get("files_changed_count")),
+        files_attribution="sole" if attribution == "sole" else "shared",
+        files_scan_truncated=end.get("files_scan_truncated") is True,
+    )
 
 
-def _int(value: Any) -> int:
+def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
