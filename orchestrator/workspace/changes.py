@@ -12,7 +12,7 @@ Bounded: one snapshot visits at most `MAX_SCAN_ENTRIES` entries (depth first, na
 sorted, links not followed, `.git/objects` skipped); past it the scan stops, only the
 part of the tree both snapshots covered is compared, and `truncated` says so. At
 most `MAX_LISTED` paths are listed per task; the count covers all. Snapshots run in
-a worker thread, one at a time.
+a worker thread; tasks that begin together share one.
 
 Hand-written because it is a bounded directory walk; no library adds anything to
 `os.scandir` here (`workspace.report` does the same for executed paths only, with
@@ -121,8 +121,7 @@ def compare(before: Snapshot, after: Snapshot) -> tuple[list[str], int]:
     changed = [
         key
         for key in sorted(before.entries.keys() | after.entries.keys())
-        if before.entries.get(key) != after.entries.get(key)
-        and (horizon is None or key < horizon)
+        if before.entries.get(key) != after.entries.get(key) and (horizon is None or key < horizon)
     ]
     return [f"{WORKSPACE}/{'/'.join(key)}" for key in changed[:MAX_LISTED]], len(changed)
 
@@ -136,16 +135,28 @@ class _Window:
 @dataclass
 class TaskChanges:
     """Snapshots around each task of a run: `begin` before its sandbox runs, `end`
-    after it ended. Overlapping tasks are marked `shared`."""
+    after it ended. Overlapping tasks are marked `shared`.
+
+    Tasks that begin together share one snapshot: a snapshot still being taken when a
+    task begins is as good a "before" for it (its sandbox has not started, and any
+    other writer meanwhile is an open task, which makes it `shared` anyway), so a
+    burst of N tasks walks the workspace once, not N times. An `end` always takes its
+    own, after the task's sandbox is gone."""
 
     workspace: Path
     limit: int = MAX_SCAN_ENTRIES
     _open: dict[str, _Window] = field(default_factory=dict)
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _taking: asyncio.Future[Snapshot] | None = None
+
+    async def _snapshot(self, *, share: bool) -> Snapshot:
+        if not (share and self._taking is not None and not self._taking.done()):
+            self._taking = asyncio.ensure_future(
+                asyncio.to_thread(take_snapshot, self.workspace, limit=self.limit)
+            )
+        return await asyncio.shield(self._taking)
 
     async def begin(self, task_id: str) -> None:
-        async with self._lock:
-            before = await asyncio.to_thread(take_snapshot, self.workspace, limit=self.limit)
+        before = await self._snapshot(share=True)
         window = _Window(before, shared=bool(self._open))
         for other in self._open.values():
             other.shared = True
@@ -156,8 +167,7 @@ class TaskChanges:
         window = self._open.pop(task_id, None)
         if window is None:
             return None
-        async with self._lock:
-            after = await asyncio.to_thread(take_snapshot, self.workspace, limit=self.limit)
+        after = await self._snapshot(share=False)
         paths, count = compare(window.before, after)
         return Changes(
             paths=paths,

@@ -9,6 +9,8 @@ import asyncio
 import os
 from pathlib import Path
 
+import pytest
+
 from orchestrator.results.build import task_summaries
 from orchestrator.results.models import Event
 from orchestrator.results.summary import files_cell
@@ -93,3 +95,25 @@ def test_the_result_and_summary_carry_the_changes() -> None:
     assert files_cell(summary) == "3+ shared"
     (unmeasured,), _ = task_summaries([task], [], [])
     assert unmeasured.files_attribution == "unknown" and files_cell(unmeasured) == "-"
+
+
+async def test_tasks_that_begin_together_share_one_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.workspace import changes as module
+
+    taken: list[int] = []
+
+    def counting(workspace: Path, *, limit: int) -> object:
+        taken.append(limit)
+        return take_snapshot(workspace, limit=limit)
+
+    monkeypatch.setattr(module, "take_snapshot", counting)
+    tracker = TaskChanges(tmp_path)
+    await asyncio.gather(*(tracker.begin(f"sa_{i}") for i in range(10)))
+    assert len(taken) == 1  # one walk for the burst
+    (tmp_path / "x").write_text("x")
+    ended = await asyncio.gather(*(tracker.end(f"sa_{i}") for i in range(10)))
+    assert len(taken) == 11  # but each end looks after its own sandbox is gone
+    assert all(c is not None and c.paths == ["/workspace/x"] for c in ended)
+    assert {c.attribution for c in ended if c is not None} == {"shared"}
