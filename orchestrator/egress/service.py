@@ -187,7 +187,7 @@ class TaskEgress:
         from orchestrator.permissions.approvers import input_hash
         from orchestrator.store import AuditRecord
 
-        tool_input: dict[str, object] = {"host": verdict.host, "port": verdict.port}
+        tool_input: JSONObject = {"host": verdict.host, "port": verdict.port}
         record = AuditRecord(
             run_id=self.task.run_id,
             task_id=self.task.task_id,

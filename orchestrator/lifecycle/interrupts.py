@@ -19,7 +19,6 @@ import signal
 import sys
 import threading
 from collections.abc import Coroutine
-from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 30.0
@@ -41,7 +40,7 @@ class Stopped:
         return signal.Signals(self.signum or signal.SIGINT).name
 
 
-def run_stoppable(main: Coroutine[Any, Any, int], stopped: Stopped | None = None) -> int:
+def run_stoppable(main: Coroutine[object, None, int], stopped: Stopped | None = None) -> int:
     """`asyncio.run(main)`, where a stop signal cancels `main`; returns its exit code,
     or 128 + the signal number when a signal stopped it."""
     stopped = stopped or Stopped()

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator import labels
 from orchestrator.errors import StoreError
 from orchestrator.lifecycle import owner, socket_dirs
 
 if TYPE_CHECKING:
+    from orchestrator.backend.base import ContainerBackend
     from orchestrator.config import Settings
     from orchestrator.store import Store
 
@@ -40,7 +41,7 @@ class Recovery:
     """Broker socket directories of dead owners, now removed."""
 
 
-def reap_dead(store: Any) -> Recovery:
+def reap_dead(store: Store) -> Recovery:
     """Blocking, store only. Safe to call from any process at any time: a run whose
     orchestrator is alive (or cannot be checked from here) is left alone."""
     found = Recovery()
@@ -67,7 +68,7 @@ def open_store(settings: Settings) -> Store:
     return store
 
 
-def reap_dead_quietly(store: Any) -> Recovery:
+def reap_dead_quietly(store: Store) -> Recovery:
     """`reap_dead` for read-only commands: a store that cannot be written (disk
     full, read-only) still shows what it holds; the failure is one warning."""
     try:
@@ -77,7 +78,7 @@ def reap_dead_quietly(store: Any) -> Recovery:
         return Recovery()
 
 
-def recover(store: Any, backend: Any, *, sweep: bool = True) -> Recovery:
+def recover(store: Store, backend: ContainerBackend, *, sweep: bool = True) -> Recovery:
     """`reap_dead`, then remove the containers of the runs it found and, with
     `sweep`, every other warden container whose owner is provably dead: a read-only
     command (`ps`, `logs`) may already have marked a dead run interrupted, and its

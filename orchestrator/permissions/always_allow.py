@@ -33,9 +33,9 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from orchestrator.errors import ConfigError
+from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions import paths
 from orchestrator.permissions.evaluate import evaluate
 from orchestrator.permissions.models import ToolCall
@@ -56,7 +56,7 @@ PATH_RULE_TOOLS = frozenset({"Read", "Edit", "Write"})
 
 
 def exact_rule(
-    tool_name: str, tool_input: dict[str, Any], workspace_host: Path | None = None
+    tool_name: str, tool_input: JSONObject, workspace_host: Path | None = None
 ) -> str | None:
     """The allow rule that matches exactly this call, or None when there is none.
     `workspace_host` lets path rules see links and directories in the workspace."""
@@ -106,7 +106,7 @@ def _path_rule(tool_name: str, file_path: object, workspace_host: Path | None) -
 
 
 def _proven(
-    rule: str, tool_name: str, tool_input: dict[str, Any], workspace_host: Path | None
+    rule: str, tool_name: str, tool_input: JSONObject, workspace_host: Path | None
 ) -> bool:
     """True when a policy of just this rule allows this very call by this rule."""
     parsed = parse_rule(rule, "allow", "always-allow", "always-allow")
@@ -141,7 +141,7 @@ def add_to_settings_list(workspace: Path, keys: tuple[str, ...], value: str) -> 
     for path in (claude, target):
         if path.is_symlink():
             raise ConfigError(f"{path} is a symbolic link; not writing {value} to {where} there")
-    settings: dict[str, Any] = {}
+    settings: JSONObject = {}
     if target.exists():
         try:
             loaded = json.loads(target.read_text(encoding="utf-8"))
@@ -154,10 +154,11 @@ def add_to_settings_list(workspace: Path, keys: tuple[str, ...], value: str) -> 
         settings = loaded
     node = settings
     for depth, key in enumerate(keys[:-1]):
-        node = node.setdefault(key, {})
-        if not isinstance(node, dict):
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
             inner = ".".join(keys[: depth + 1])
             raise ConfigError(f"`{inner}` in {target} is not an object; add {value} by hand")
+        node = child
     items = node.setdefault(keys[-1], [])
     if not isinstance(items, list):
         raise ConfigError(f"`{where}` in {target} is not a list; add {value} by hand")

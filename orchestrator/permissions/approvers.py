@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, TextIO
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.jsontypes import JSONObject
 from orchestrator.ui.untrusted_text import as_data
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class ApprovalQuestion(BaseModel):
     """Where it would be written (the workspace's .claude/settings.local.json)."""
     tool_name: str
     """The tool."""
-    tool_input: dict[str, Any]
+    tool_input: JSONObject
     """The exact input (untrusted)."""
     input_hash: str
     """`input_hash(tool_name, tool_input)`; an approval is bound to it."""
@@ -82,7 +83,7 @@ class Approver(Protocol):
         ...
 
 
-def input_hash(tool_name: str, tool_input: dict[str, Any]) -> str:
+def input_hash(tool_name: str, tool_input: JSONObject) -> str:
     """sha256 of the canonical JSON of the tool name and input."""
     canonical = json.dumps(
         {"tool_name": tool_name, "tool_input": tool_input},
@@ -104,7 +105,7 @@ class SessionApprovals:
         if answer.behavior == "allow" and answer.scope in ("session", "always"):
             self._allowed.add((q.tool_name, q.input_hash))
 
-    def allows(self, tool_name: str, tool_input: dict[str, Any]) -> bool:
+    def allows(self, tool_name: str, tool_input: JSONObject) -> bool:
         return (tool_name, input_hash(tool_name, tool_input)) in self._allowed
 
 

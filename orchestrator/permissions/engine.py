@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
+from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions.evaluate import MODE_SOURCE, Explanation, evaluate
 from orchestrator.permissions.hook_run import hook_input, run_hooks
 from orchestrator.permissions.hooks import HookSet
@@ -73,7 +73,7 @@ class PermissionEngine:
                     behavior="deny", reason=reason, hook=o.hook, source=o.source, hook_outcomes=done
                 )
         updated = next((o for o in outcomes if o.updated_input is not None), None)
-        updated_input: dict[str, Any] | None = None
+        updated_input: JSONObject | None = None
         if updated is not None and updated.updated_input is not None:
             updated_input = updated.updated_input
             new_call = call.model_copy(update={"tool_input": updated_input})
@@ -115,7 +115,7 @@ class PermissionEngine:
         return rules.model_copy(update={"hook_outcomes": done, "updated_input": updated_input})
 
     async def post_tool_use(
-        self, call: ToolCall, response: dict[str, Any], ctx: CallContext
+        self, call: ToolCall, response: JSONObject, ctx: CallContext
     ) -> list[HookOutcome]:
         """Run PostToolUse hooks; an outcome with decision `deny` carries feedback for the model."""
         post = self.hooks.matching("PostToolUse", call.tool_name)

@@ -11,9 +11,10 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Unpack
+from typing import Unpack
 
 from orchestrator.errors import StoreError, TaskNotFoundError
+from orchestrator.jsontypes import JSONObject
 from orchestrator.lifecycle.owner import pid_alive
 from orchestrator.store.base import (
     StoreBase,
@@ -286,7 +287,7 @@ class Store(StoreBase):
     # ---- transcripts -------------------------------------------------------------------
 
     def checkpoint_transcript(
-        self, task_id: str, messages: list[dict[str, Any]], turn: int
+        self, task_id: str, messages: list[JSONObject], turn: int
     ) -> bool:
         """Replace the task's transcript with `messages`, atomically, unless the stored one
         is newer: a lower turn (or the same turn with fewer messages) is ignored, so a
@@ -314,7 +315,7 @@ class Store(StoreBase):
             )
             return cursor.rowcount > 0
 
-    def get_transcript(self, task_id: str) -> list[dict[str, Any]]:
+    def get_transcript(self, task_id: str) -> list[JSONObject]:
         """The task's last checkpoint ([] before the first one)."""
         with self._read() as conn:
             self._fetch_task(conn, task_id)
@@ -323,7 +324,7 @@ class Store(StoreBase):
             ).fetchone()
         return [] if row is None else self._messages(row["messages"])
 
-    def get_session_transcript(self, session_id: str) -> list[dict[str, Any]]:
+    def get_session_transcript(self, session_id: str) -> list[JSONObject]:
         """The conversation to resume a session from: the last checkpoint of the most
         recent task of that session that has one ([] if none has)."""
         with self._read() as conn:
@@ -346,14 +347,14 @@ class Store(StoreBase):
         return [] if row is None else self._messages(row["messages"])
 
     @staticmethod
-    def _messages(text: str) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = json.loads(text)
+    def _messages(text: str) -> list[JSONObject]:
+        messages: list[JSONObject] = json.loads(text)
         return messages
 
     # ---- events ------------------------------------------------------------------------
 
     def append_event(
-        self, run_id: str, task_id: str | None, kind: str, data: dict[str, Any]
+        self, run_id: str, task_id: str | None, kind: str, data: JSONObject
     ) -> int:
         """Record an event; returns its id. Data beyond MAX_EVENT_DATA_CHARS is replaced by
         an announced preview (TRUNCATED_KEY)."""

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Literal, TypedDict
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from orchestrator.jsontypes import JSONObject
 
 RunStatus = Literal["running", "completed", "failed", "interrupted", "stopped"]
 TaskStatus = Literal[
@@ -95,7 +97,7 @@ def dumps(value: object) -> str:
     return text
 
 
-def bounded_json(value: dict[str, Any], limit: int) -> str:
+def bounded_json(value: JSONObject, limit: int) -> str:
     """`value` as JSON, or an announced preview (TRUNCATED_KEY) when over `limit` chars."""
     text = dumps(value)
     if len(text) <= limit:
@@ -180,7 +182,7 @@ class TaskRecord(_Record):
 
     @model_validator(mode="before")
     @classmethod
-    def _new_session_by_default(cls, data: Any) -> Any:
+    def _new_session_by_default(cls, data: object) -> object:
         if isinstance(data, dict) and not data.get("session_id"):
             return {**data, "session_id": data.get("task_id", "")}
         return data
@@ -210,7 +212,7 @@ class EventRecord(_Record):
     """The task it concerns; None for the root agent or the run itself."""
     kind: str
     """What happened, e.g. `tool_started`."""
-    data: dict[str, Any]
+    data: JSONObject
     """Payload; carries TRUNCATED_KEY when the store had to cut it."""
     time: float
     """When it was recorded."""
@@ -235,7 +237,7 @@ class AuditRecord(_Record):
     """The model's tool-use id, when known."""
     input_hash: str = Field(max_length=200)
     """Hash of the exact tool input (approvals are bound to it)."""
-    tool_input: dict[str, Any]
+    tool_input: JSONObject
     """The tool input; replaced by an announced preview beyond MAX_AUDIT_INPUT_CHARS."""
     decision: Decision
     """What the policy (rules, hooks, mode) decided."""
