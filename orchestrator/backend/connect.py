@@ -15,7 +15,9 @@ Every engine call warden makes goes through the docker SDK client built here
   (docker 7.1 ignores `num_pools` for Unix sockets), so the pool is sized instead:
   with `max_pool_size` at least the number of calls in flight a pool is never full,
   and an evicted pool only closes its idle connections. `tests/integration/
-  test_backend_fanout.py` runs 60 concurrent lifecycles on one client.
+  test_backend_fanout.py` runs 60 concurrent lifecycles on one client. (One client
+  per worker thread would avoid the sharing too, but each keeps its own LRU of idle
+  connections: up to 25 open sockets per thread, with a hundred wait threads.)
 """
 
 from __future__ import annotations
