@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Literal, TypedDict
 
-from orchestrator.scripted.script import RequestView, TextBlock, Turn, tool_use_id
+from orchestrator.jsontypes import JSONObject, JSONValue
+from orchestrator.scripted.script import RequestView, StopReason, TextBlock, Turn, tool_use_id
 
 CHARS_PER_TOKEN = 4
 """Token estimate: this many characters of JSON count as one token."""
@@ -17,22 +18,49 @@ STREAM_TEXT_CHUNK_CHARS = 64
 """Characters per `text_delta` event when streaming."""
 
 
-def estimate_tokens(value: Any) -> int:
+class TextOut(TypedDict):
+    """A text block of a reply."""
+
+    type: Literal["text"]
+    text: str
+
+
+class ToolUseOut(TypedDict):
+    """A tool_use block of a reply."""
+
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: JSONValue
+
+
+class Message(TypedDict):
+    """A Messages API response body, as the scripted model renders it."""
+
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    model: str
+    content: list[TextOut | ToolUseOut]
+    stop_reason: StopReason
+    stop_sequence: None
+    usage: dict[str, int]
+
+
+def estimate_tokens(value: object) -> int:
     """A rough token count: JSON characters / `CHARS_PER_TOKEN`, at least 1."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return max(1, len(text) // CHARS_PER_TOKEN)
 
 
-def _sse(event: str, data: dict[str, Any]) -> bytes:
+def _sse(event: str, data: object) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-def render_message(
-    turn: Turn, conversation: str, view: RequestView, body: dict[str, Any]
-) -> dict[str, Any]:
+def render_message(turn: Turn, conversation: str, view: RequestView, body: JSONObject) -> Message:
     """The Messages API response body for `turn`, filled from the request."""
     instance = view.instance_key()
-    content: list[dict[str, Any]] = []
+    content: list[TextOut | ToolUseOut] = []
     for index, block in enumerate(turn.content):
         if isinstance(block, TextBlock):
             content.append({"type": "text", "text": view.fill(block.text)})
@@ -67,7 +95,7 @@ def render_message(
     }
 
 
-async def stream_events(message: dict[str, Any]) -> AsyncIterator[bytes]:
+async def stream_events(message: Message) -> AsyncIterator[bytes]:
     """The SSE events the API sends for `message`, in order."""
     usage = message["usage"]
     start = {
@@ -80,7 +108,7 @@ async def stream_events(message: dict[str, Any]) -> AsyncIterator[bytes]:
     yield _sse("ping", {"type": "ping"})
     for index, block in enumerate(message["content"]):
         if block["type"] == "text":
-            opened: dict[str, Any] = {"type": "text", "text": ""}
+            opened: TextOut | ToolUseOut = {"type": "text", "text": ""}
             text = block["text"]
             deltas = [
                 {"type": "text_delta", "text": text[i : i + STREAM_TEXT_CHUNK_CHARS]}

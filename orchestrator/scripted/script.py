@@ -16,12 +16,13 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from orchestrator.errors import ConfigError
+from orchestrator.jsontypes import JSONObject, JSONValue
 
 MAX_PLACEHOLDER_CHARS = 4_000
 """Longest text a placeholder expands to; longer results are cut and say so."""
@@ -71,7 +72,7 @@ class ToolUseBlock(_Closed):
     type: Literal["tool_use"] = "tool_use"
     name: str = Field(min_length=1)
     """The tool to call, e.g. `Task` or `Bash`."""
-    input: dict[str, Any] = Field(default_factory=dict)
+    input: JSONObject = Field(default_factory=dict)
     """The tool input; placeholders in its string values are filled too."""
 
 
@@ -87,7 +88,7 @@ class ScriptedError(_Closed):
     """Anthropic error type; None picks the usual one for `status`."""
     message: str = "scripted error"
     """The error message the client sees."""
-    body: dict[str, Any] | None = None
+    body: JSONObject | None = None
     """Send this JSON body instead of the API's error shape built from type and message."""
     retry_after_s: float | None = Field(default=None, ge=0)
     """Sent as `retry-after` / `retry-after-ms`; the SDK waits that long before retrying."""
@@ -215,7 +216,7 @@ class Script(_Closed):
         return None
 
 
-def _text_of(content: Any) -> str:
+def _text_of(content: JSONValue) -> str:
     """The text of a message content (a string, or a list of blocks)."""
     if isinstance(content, str):
         return content
@@ -223,8 +224,9 @@ def _text_of(content: Any) -> str:
         parts: list[str] = []
         for block in content:
             if isinstance(block, dict):
-                if block.get("type") == "text" and isinstance(block.get("text"), str):
-                    parts.append(block["text"])
+                text = block.get("text")
+                if block.get("type") == "text" and isinstance(text, str):
+                    parts.append(text)
                 elif block.get("type") == "tool_result":
                     parts.append(_text_of(block.get("content", "")))
         return "\n".join(parts)
@@ -241,12 +243,12 @@ def _cut(text: str) -> str:
 class RequestView:
     """The parts of a Messages API request body that matching and placeholders read."""
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: JSONObject) -> None:
         self.body = body
         system = body.get("system", "")
         self.system = _text_of(system)
         messages = body.get("messages")
-        self.messages: list[dict[str, Any]] = [
+        self.messages: list[JSONObject] = [
             m for m in (messages if isinstance(messages, list) else []) if isinstance(m, dict)
         ]
         tools = body.get("tools")
@@ -310,7 +312,7 @@ class RequestView:
                 text = text.replace(placeholder, value())
         return text
 
-    def fill_value(self, value: Any) -> Any:
+    def fill_value(self, value: JSONValue) -> JSONValue:
         """`fill` applied to every string inside a JSON value."""
         if isinstance(value, str):
             return self.fill(value)

@@ -21,12 +21,17 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.scripted.replies import estimate_tokens, render_message, stream_events
+from orchestrator.jsontypes import JSONObject, JSONValue
+from orchestrator.scripted.replies import (
+    Message,
+    estimate_tokens,
+    render_message,
+    stream_events,
+)
 from orchestrator.scripted.script import (
     RequestView,
     Script,
@@ -68,7 +73,7 @@ class RecordedRequest(BaseModel):
     """Whether the request carried an API key (`x-api-key` or a bearer token)."""
     api_key_matched: bool | None
     """Whether that key equals the expected key; None when no key is expected."""
-    body: Any = None
+    body: JSONValue = None
     """The JSON body; None when absent or not JSON (see `body_error`)."""
     body_error: str | None = None
     """Why the body could not be read as JSON."""
@@ -87,7 +92,7 @@ def _error(status: int, kind: str, message: str, request_id: str) -> web.Respons
     return web.json_response(body, status=status, headers={"request-id": request_id})
 
 
-_Answer = Callable[[dict[str, Any], RecordedRequest], Awaitable[web.StreamResponse]]
+_Answer = Callable[[JSONObject, RecordedRequest], Awaitable[web.StreamResponse]]
 """Answers a request whose JSON body is an object (after auth and size checks)."""
 
 
@@ -231,7 +236,7 @@ class ScriptedModelServer:
             with self._record_lock, self.record_path.open("a", encoding="utf-8") as handle:
                 handle.write(line)
 
-    async def _read_json(self, request: web.Request, record: RecordedRequest) -> Any:
+    async def _read_json(self, request: web.Request, record: RecordedRequest) -> JSONValue:
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -263,7 +268,7 @@ class ScriptedModelServer:
         return response
 
     async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
-        async def answer(body: dict[str, Any], record: RecordedRequest) -> web.StreamResponse:
+        async def answer(body: JSONObject, record: RecordedRequest) -> web.StreamResponse:
             counted = {k: body.get(k) for k in ("system", "messages", "tools") if k in body}
             return web.json_response(
                 {"input_tokens": estimate_tokens(counted)},
@@ -273,7 +278,7 @@ class ScriptedModelServer:
         return await self._handle(request, answer)
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
-        async def answer(body: dict[str, Any], record: RecordedRequest) -> web.StreamResponse:
+        async def answer(body: JSONObject, record: RecordedRequest) -> web.StreamResponse:
             try:
                 check_messages_request(body)
             except InvalidRequest as exc:
@@ -382,7 +387,7 @@ class ScriptedModelServer:
 
     @staticmethod
     async def _stream(
-        request: web.Request, message: dict[str, Any], request_id: str
+        request: web.Request, message: Message, request_id: str
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={

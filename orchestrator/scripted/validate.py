@@ -10,7 +10,7 @@ the messages imitate the API's wording (a field path, then what is wrong).
 
 from __future__ import annotations
 
-from typing import Any
+from orchestrator.jsontypes import JSONObject, JSONValue
 
 CONTENT_BLOCK_TYPES = frozenset(
     {
@@ -34,7 +34,7 @@ class InvalidRequest(ValueError):
     """The request breaks a Messages API rule; the message is the API-style reason."""
 
 
-def check_messages_request(body: dict[str, Any]) -> None:
+def check_messages_request(body: JSONObject) -> None:
     """Raise InvalidRequest when `body` is not a valid Messages API request."""
     model = body.get("model")
     if model is None:
@@ -58,7 +58,7 @@ def check_messages_request(body: dict[str, Any]) -> None:
     check_messages(messages)
 
 
-def check_messages(messages: list[Any]) -> None:
+def check_messages(messages: list[JSONValue]) -> None:
     """Raise InvalidRequest unless `messages` is a valid conversation: first message
     from the user, roles alternating, non-empty content, every `tool_use` answered
     by a `tool_result` (same id, results first) in the immediately following user
@@ -92,7 +92,7 @@ def check_messages(messages: list[Any]) -> None:
         previous_role = role
 
 
-def _content_blocks(content: Any, where: str, final_assistant: bool) -> list[dict[str, Any]]:
+def _content_blocks(content: JSONValue, where: str, final_assistant: bool) -> list[JSONObject]:
     if isinstance(content, str):
         if not content and not final_assistant:
             raise InvalidRequest(
@@ -107,10 +107,12 @@ def _content_blocks(content: Any, where: str, final_assistant: bool) -> list[dic
             f"{where}: all messages must have non-empty content except for the optional "
             "final assistant message"
         )
+    blocks: list[JSONObject] = []
     for position, block in enumerate(content):
         at = f"{where}.content.{position}"
         if not isinstance(block, dict):
             raise InvalidRequest(f"{at}: Input should be a valid dictionary")
+        blocks.append(block)
         kind = block.get("type")
         if kind not in CONTENT_BLOCK_TYPES:
             raise InvalidRequest(f"{at}.type: Input tag {kind!r} found using 'type' does not match")
@@ -124,10 +126,10 @@ def _content_blocks(content: Any, where: str, final_assistant: bool) -> list[dic
                     if text
                     else f"{at}: text content blocks must be non-empty"
                 )
-    return content
+    return blocks
 
 
-def _check_uses(blocks: list[dict[str, Any]], seen: set[str], where: str) -> list[str]:
+def _check_uses(blocks: list[JSONObject], seen: set[str], where: str) -> list[str]:
     uses: list[str] = []
     for position, block in enumerate(blocks):
         if block.get("type") == "tool_result":
@@ -160,7 +162,7 @@ def _unanswered(missing: list[str], where: str) -> InvalidRequest:
     )
 
 
-def _check_answers(blocks: list[dict[str, Any]], uses: list[str], where: str) -> None:
+def _check_answers(blocks: list[JSONObject], uses: list[str], where: str) -> None:
     answered: set[str] = set()
     results_done = False
     for position, block in enumerate(blocks):
