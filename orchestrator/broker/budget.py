@@ -17,7 +17,8 @@ A successful answer without usage is charged its estimate plus `max_tokens`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from orchestrator.jsontypes import JSONValue
 
 BYTES_PER_TOKEN_ESTIMATE = 3
 """Request bytes per estimated input token (conservative: see the module doc)."""
@@ -49,7 +50,7 @@ def estimate_input_tokens(body_bytes: int) -> int:
     return -(-body_bytes // BYTES_PER_TOKEN_ESTIMATE)
 
 
-def usage_tokens(usage: Any) -> int:
+def usage_tokens(usage: JSONValue) -> int:
     """Billed tokens in one `usage` object (missing or malformed fields count 0)."""
     if not isinstance(usage, dict):
         return 0
@@ -61,7 +62,7 @@ def usage_tokens(usage: Any) -> int:
     return total
 
 
-def server_tool_requests(usage: Any) -> int:
+def server_tool_requests(usage: JSONValue) -> int:
     """Server tool uses reported in `usage.server_tool_use` (web search/fetch requests)."""
     counts = usage.get("server_tool_use") if isinstance(usage, dict) else None
     if not isinstance(counts, dict):
@@ -114,7 +115,7 @@ class Budget:
             return Admission(estimate, room, clamped=True)
         return Admission(estimate, max_tokens, clamped=False)
 
-    def record(self, usage: Any, admission: Admission) -> int:
+    def record(self, usage: JSONValue, admission: Admission) -> int:
         """Count one answered call; returns the tokens charged for it."""
         self.turns_used += 1
         charged = usage_tokens(usage)

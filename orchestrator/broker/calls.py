@@ -12,9 +12,10 @@ word, and is passed on as data.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from orchestrator.jsontypes import JSONObject, JSONValue
 
 MAX_PENDING_CALLS = 1_000
 """Approved calls awaiting their result; the oldest are forgotten beyond this."""
@@ -26,7 +27,7 @@ MAX_RESPONSE_CHARS = 100_000
 class ApprovedCall:
     tool_use_id: str
     tool_name: str
-    tool_input: dict[str, Any]
+    tool_input: JSONObject
 
 
 class ApprovedCalls:
@@ -44,7 +45,9 @@ class ApprovedCalls:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def finished_in(self, messages: list[Any]) -> Iterator[tuple[ApprovedCall, dict[str, Any]]]:
+    def finished_in(
+        self, messages: Sequence[JSONValue]
+    ) -> Iterator[tuple[ApprovedCall, JSONObject]]:
         """(approved call, response) for each tool_result in `messages` that answers
         a pending approved call; anything else in the transcript is ignored."""
         if not self._pending:
@@ -68,7 +71,7 @@ class ApprovedCalls:
                     )
 
 
-def _bounded(content: Any) -> Any:
+def _bounded(content: JSONValue) -> JSONValue:
     if isinstance(content, str):
         text = content
     elif isinstance(content, list):

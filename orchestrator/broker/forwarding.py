@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
+from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.permissions.rules import Rule
 
 PASSED_FIELDS = frozenset(
@@ -90,7 +90,7 @@ class ForwardDecision:
 
     subject: str
     """The rule-vocabulary name of the part, e.g. `WebFetch` or `AnthropicBeta(x)`."""
-    detail: dict[str, Any]
+    detail: JSONObject
     """What the request asked for (the tool definition, header value, field name)."""
     allowed: bool
     decided_by: str
@@ -134,7 +134,7 @@ class ForwardingPolicy:
                     out.append((spec[len("domain:") :].strip().lower().removeprefix("*."), rule))
         return out
 
-    def decide(self, subject: str, spec: str | None, detail: dict[str, Any]) -> ForwardDecision:
+    def decide(self, subject: str, spec: str | None, detail: JSONObject) -> ForwardDecision:
         """A part with no domain semantics: a deny rule wins, then an allow rule."""
         denied = self._rules(self.deny, subject, spec)
         label = f"{subject}({spec})" if spec is not None else subject
@@ -156,7 +156,7 @@ class ForwardingPolicy:
         )
 
     def decide_domains(
-        self, subject: str, domains: list[str] | None, detail: dict[str, Any]
+        self, subject: str, domains: list[str] | None, detail: JSONObject
     ) -> tuple[ForwardDecision, list[str] | None, list[str]]:
         """A WebSearch/WebFetch part: (decision, allowed_domains to set, blocked to add)."""
         whole_deny = self._rules(self.deny, subject, None)
@@ -252,14 +252,12 @@ def _covers(rule_domain: str, domain: str) -> bool:
 class Forwarded:
     """The outcome of a forwarding check that passed."""
 
-    body: dict[str, Any]
+    body: JSONObject
     betas: list[str]
     decisions: list[ForwardDecision] = field(default_factory=list)
 
 
-def check_request(
-    policy: ForwardingPolicy, body: dict[str, Any], beta_header: str | None
-) -> Forwarded:
+def check_request(policy: ForwardingPolicy, body: JSONObject, beta_header: str | None) -> Forwarded:
     """Check (and for domain rules, narrow) one Messages API request.
 
     Raises ForwardingRefused naming every part that policy does not allow."""
@@ -270,7 +268,7 @@ def check_request(
         if name == "mcp_servers":
             continue  # decided per server below
         if name in POLICY_FIELDS:
-            decisions.append(policy.decide("RequestField", name, {"field": name}))
+            decisions.append(policy.decide("RequestField", name, {"field": str(name)}))
         else:
             decisions.append(
                 ForwardDecision(
@@ -288,7 +286,7 @@ def check_request(
         for server in servers:
             entry = server if isinstance(server, dict) else {}
             server_name = str(entry.get("name", ""))[:100]
-            detail = {"mcp_server": server_name, "url": str(entry.get("url", ""))[:300]}
+            detail: JSONObject = {"mcp_server": server_name, "url": str(entry.get("url", ""))[:300]}
             decisions.append(policy.decide(f"mcp__{server_name}", None, detail))
     tools = body.get("tools")
     if isinstance(tools, list):
@@ -322,7 +320,9 @@ def check_request(
     return Forwarded(body=body, betas=betas, decisions=decisions)
 
 
-def _check_tool(policy: ForwardingPolicy, tool: Any, decisions: list[ForwardDecision]) -> Any:
+def _check_tool(
+    policy: ForwardingPolicy, tool: JSONValue, decisions: list[ForwardDecision]
+) -> JSONValue:
     if not isinstance(tool, dict):
         return tool  # the API rejects it; nothing to forward-check
     kind = tool.get("type")
@@ -330,7 +330,8 @@ def _check_tool(policy: ForwardingPolicy, tool: Any, decisions: list[ForwardDeci
         isinstance(kind, str) and kind.startswith(CLIENT_TOOL_PREFIXES)
     ):
         return tool
-    detail = {"tool": {k: v for k, v in tool.items() if k != "input_schema"}}
+    described: JSONObject = {k: v for k, v in tool.items() if k != "input_schema"}
+    detail: JSONObject = {"tool": described}
     if not isinstance(kind, str):
         decisions.append(
             ForwardDecision(
@@ -363,7 +364,7 @@ def _check_tool(policy: ForwardingPolicy, tool: Any, decisions: list[ForwardDeci
                 "send allowed_domains instead",
             )
         else:
-            tool = {**tool, "allowed_domains": set_domains}
+            tool = {**tool, "allowed_domains": list[JSONValue](set_domains)}
     elif decision.allowed and add_blocked:
         blocked = tool.get("blocked_domains")
         tool = {
@@ -374,7 +375,7 @@ def _check_tool(policy: ForwardingPolicy, tool: Any, decisions: list[ForwardDeci
     return tool
 
 
-def _blocks(value: Any, budget: list[int]) -> Iterator[dict[str, Any]]:
+def _blocks(value: JSONValue, budget: list[int]) -> Iterator[JSONObject]:
     if isinstance(value, list):
         for item in value:
             yield from _blocks(item, budget)
@@ -390,7 +391,7 @@ def _blocks(value: Any, budget: list[int]) -> Iterator[dict[str, Any]]:
                 yield from _blocks(value[key], budget)
 
 
-def _has_url_source(value: Any) -> bool:
+def _has_url_source(value: JSONValue) -> bool:
     for block in _blocks(value, [MAX_BLOCKS_SCANNED]):
         source = block.get("source")
         if isinstance(source, dict) and source.get("type") == "url":

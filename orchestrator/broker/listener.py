@@ -34,7 +34,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +121,7 @@ class Listener:
     over_cap: int = 0
     accept_errors: int = 0
     _sock: socket.socket | None = field(default=None, repr=False)
-    _conns: dict[Any, _Conn] = field(default_factory=dict, repr=False)
+    _conns: dict[asyncio.BaseTransport, _Conn] = field(default_factory=dict, repr=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
     _noticed: set[str] = field(default_factory=set, repr=False)
 
@@ -163,14 +162,14 @@ class Listener:
 
     # -- request tracking (called by the server's middleware) -----------------
 
-    def request_started(self, transport: Any) -> None:
-        conn = self._conns.get(transport)
+    def request_started(self, transport: asyncio.BaseTransport | None) -> None:
+        conn = self._conns.get(transport) if transport is not None else None
         if conn is not None:
             conn.active += 1
             conn.last_active = time.monotonic()
 
-    def request_finished(self, transport: Any) -> None:
-        conn = self._conns.get(transport)
+    def request_finished(self, transport: asyncio.BaseTransport | None) -> None:
+        conn = self._conns.get(transport) if transport is not None else None
         if conn is not None:
             conn.active = max(0, conn.active - 1)
             conn.last_active = time.monotonic()

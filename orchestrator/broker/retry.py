@@ -131,7 +131,9 @@ class RetryBudget(Middleware):
                 exc, f"the retry budget of {self.total_s:g} s is spent"
             ) from None
 
-    def handle(self, request: APIRequest, call_next: CallNext) -> APIResponse[Any]:
+    def handle(
+        self, request: APIRequest, call_next: CallNext
+    ) -> APIResponse[Any]:  # Any: the SDK's Middleware.handle signature
         self._begin(request)
         try:
             response = call_next(request)
@@ -145,7 +147,7 @@ class RetryBudget(Middleware):
 
     async def handle_async(
         self, request: APIRequest, call_next: AsyncCallNext
-    ) -> AsyncAPIResponse[Any]:
+    ) -> AsyncAPIResponse[Any]:  # Any: the SDK's Middleware.handle_async signature
         self._begin(request)
         try:
             response = await call_next(request)

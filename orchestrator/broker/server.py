@@ -23,9 +23,10 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.broker import wire_models
@@ -47,6 +48,7 @@ from orchestrator.broker.upstream import (
     forward_messages,
 )
 from orchestrator.errors import WardenError
+from orchestrator.jsontypes import JSONObject, JSONValue
 from sandbox_tools import wire
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,9 @@ MAX_DECISIONS_AUDITED_PER_REQUEST = 20
 class BrokerHost(Protocol):
     """What the broker needs from the host side (the TaskManager implements it)."""
 
-    async def decide_permission(self, request: wire_models.PermissionRequest) -> wire_models.PermissionResponse:
+    async def decide_permission(
+        self, request: wire_models.PermissionRequest
+    ) -> wire_models.PermissionResponse:
         """Decide one tool call; may wait for a human."""
         ...
 
@@ -73,11 +77,11 @@ class BrokerHost(Protocol):
 
     async def on_event(self, event: wire_models.EventRequest) -> None: ...
 
-    async def on_transcript(self, messages: list[dict[str, Any]], turn: int) -> None:
+    async def on_transcript(self, messages: list[JSONObject], turn: int) -> None:
         """Store a checkpoint; it is data, nothing on the host acts on its content."""
         ...
 
-    async def on_tool_finished(self, call: ApprovedCall, response: dict[str, Any]) -> None:
+    async def on_tool_finished(self, call: ApprovedCall, response: JSONObject) -> None:
         """A call the gate approved has a result (PostToolUse)."""
         ...
 
@@ -202,7 +206,9 @@ class Broker:
     # -- plumbing ---------------------------------------------------------
 
     @web.middleware
-    async def _errors_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _errors_middleware(
+        self, request: web.Request, handler: Handler
+    ) -> web.StreamResponse:
         listener, transport = self._listener, request.transport
         if listener is not None:
             listener.request_started(transport)
@@ -212,7 +218,7 @@ class Broker:
             if listener is not None:
                 listener.request_finished(transport)
 
-    async def _handle(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _handle(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             response: web.StreamResponse = await handler(request)
             return response
@@ -261,10 +267,10 @@ class Broker:
                 log.exception("recording a rejected request failed")
         return web.json_response(wire.error_body(kind, message), status=status)
 
-    async def _read_json(self, request: web.Request) -> Any:
+    async def _read_json(self, request: web.Request) -> JSONValue:
         return (await self._read_sized_json(request))[0]
 
-    async def _read_sized_json(self, request: web.Request) -> tuple[Any, int]:
+    async def _read_sized_json(self, request: web.Request) -> tuple[JSONValue, int]:
         """(parsed body, its size in bytes); the size is capped and timed."""
         if request.content_length is not None and request.content_length > wire.MAX_BODY_BYTES:
             raise web.HTTPRequestEntityTooLarge(
@@ -312,7 +318,8 @@ class Broker:
 
     async def _messages(self, request: web.Request) -> web.Response:
         body, size = await self._read_sized_json(request)
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(body, dict) or not isinstance(messages, list):
             raise RequestRejected(
                 400, "invalid_request_error", "a Messages API request needs a 'messages' list"
             )
@@ -324,7 +331,8 @@ class Broker:
         body["model"] = self.spec.model
         max_tokens = body.get("max_tokens")
         if not isinstance(max_tokens, int) or not 0 < max_tokens <= self.spec.max_tokens:
-            body["max_tokens"] = self.spec.max_tokens
+            max_tokens = self.spec.max_tokens
+            body["max_tokens"] = max_tokens
         try:
             forwarded = check_request(self.forwarding, body, request.headers.get("anthropic-beta"))
         except ForwardingRefused as exc:
@@ -336,7 +344,7 @@ class Broker:
         # past the budget.
         async with self._model_lock:
             try:
-                admission = self.budget.admit(size, body["max_tokens"])
+                admission = self.budget.admit(size, max_tokens)
             except BudgetRefused as exc:
                 raise RequestRejected(403, "permission_error", str(exc)) from None
             body["max_tokens"] = admission.max_tokens
@@ -351,8 +359,9 @@ class Broker:
                 await self._report_retries(answer)
             if answer.status == 200 and isinstance(answer.payload, dict):
                 await self._count(answer.payload, admission)
-                history = [
-                    *body["messages"],
+                # The API answered 200, so every message was an object.
+                history: list[JSONObject] = [
+                    *(m for m in messages if isinstance(m, dict)),
                     {"role": "assistant", "content": answer.payload.get("content", [])},
                 ]
                 await self._store_transcript(history, _assistant_turns(history))
@@ -379,7 +388,7 @@ class Broker:
             return
         await self.host.on_forwarding(decisions)
 
-    async def _count(self, payload: dict[str, Any], admission: Admission) -> None:
+    async def _count(self, payload: JSONObject, admission: Admission) -> None:
         self.budget.record(payload.get("usage"), admission)
         try:
             await self.host.on_usage(self.budget)
@@ -461,7 +470,7 @@ class Broker:
         await self._store_transcript(list(checkpoint.messages), turn)
         return web.json_response(wire_models.Ack().model_dump())
 
-    async def _store_transcript(self, messages: list[dict[str, Any]], turn: int) -> None:
+    async def _store_transcript(self, messages: list[JSONObject], turn: int) -> None:
         """Store the transcript as data; only calls the gate approved, matched by id,
         go on to what acts on finished calls."""
         await self.host.on_transcript(messages, turn)
@@ -488,5 +497,5 @@ class Broker:
         return web.json_response(answer.model_dump(mode="json"))
 
 
-def _assistant_turns(messages: list[dict[str, Any]]) -> int:
+def _assistant_turns(messages: list[JSONObject]) -> int:
     return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")

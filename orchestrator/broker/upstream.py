@@ -107,7 +107,7 @@ class AttemptLog(Middleware):
 
     async def handle_async(
         self, request: APIRequest, call_next: AsyncCallNext
-    ) -> AsyncAPIResponse[Any]:
+    ) -> AsyncAPIResponse[Any]:  # Any: the SDK's Middleware.handle_async signature
         attempts = _CALL_ATTEMPTS.get()
         if attempts is None:
             return await call_next(request)

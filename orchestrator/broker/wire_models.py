@@ -13,10 +13,11 @@ What the host sends back (`TaskSpec`, `PermissionResponse`,
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.jsontypes import JSONObject
 from sandbox_tools import wire
 
 
@@ -43,7 +44,7 @@ class TaskSpec(_Wire):
     """The agent definition's system prompt."""
     prompt: str
     """The task prompt: the only thing the subagent learns from its parent."""
-    history: list[dict[str, Any]] = Field(default_factory=list)
+    history: list[JSONObject] = Field(default_factory=list)
     """Earlier messages of this session when resuming; empty for a new task."""
     tools: list[str]
     """Tool names this subagent may use (a subset of TOOL_NAMES + DELEGATION_TOOL_NAMES)."""
@@ -64,14 +65,14 @@ class PermissionRequest(_Wire):
 
     tool_use_id: str = Field(max_length=wire.MAX_TOOL_USE_ID_CHARS)
     tool_name: str = Field(max_length=wire.MAX_TOOL_NAME_CHARS)
-    tool_input: dict[str, Any]
+    tool_input: JSONObject
 
 
 class PermissionResponse(_Wire):
     behavior: Literal["allow", "deny"]
     reason: str | None = None
     """Why; for a deny, this is what the model is told."""
-    updated_input: dict[str, Any] | None = None
+    updated_input: JSONObject | None = None
     """Replacement tool input (from a hook); use it instead of the original."""
 
 
@@ -94,7 +95,7 @@ class EventBatch(_Wire):
 class TranscriptCheckpoint(_Wire):
     """The whole conversation so far; sent after every turn."""
 
-    messages: list[dict[str, Any]]
+    messages: list[JSONObject]
     turn: int = Field(ge=0)
 
 
@@ -111,7 +112,7 @@ class DelegateRequest(_Wire):
     """A nested `Task` call, carried out by the host."""
 
     tool_use_id: str = Field(max_length=wire.MAX_TOOL_USE_ID_CHARS)
-    input: dict[str, Any]
+    input: JSONObject
 
 
 class DelegateResponse(_Wire):
