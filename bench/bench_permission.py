@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import chown_tree, median, ms, pct, temp_env, verdict
 
-from orchestrator.broker import wire_models
+from orchestrator.broker import limits, wire_models
 from orchestrator.runtime.session import open_run
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from sandbox_tools import wire
@@ -146,6 +146,11 @@ async def host_engine_timing(run: Any, task_id: str, count: int) -> list[float]:
 
 
 async def main_async(args: argparse.Namespace) -> None:
+    # The broker's flood limit (20 permission requests per second, burst 200) would
+    # answer most of a tight loop with a cheap rate-limit denial: lift it for the
+    # measurement, so every timed request is a real rule decision.
+    limits.PERMISSIONS_PER_S = 1e9
+    limits.PERMISSIONS_BURST = 1_000_000_000
     samples: dict[str, list[float]] = {
         "permission": [],
         "bare": [],
