@@ -7,17 +7,22 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from orchestrator.exit_codes import FAIL_ON_OUTCOMES
+from orchestrator.jsontypes import JSONObject
 from orchestrator.results.build import build_result
 from orchestrator.results.models import Outcome, RunResult, RunStatus
 from orchestrator.ui.untrusted_text import printable
 
 MAX_ERROR_CHARS = 2_000
 """Longest error line kept in the result document."""
+
+if TYPE_CHECKING:
+    from orchestrator.config import Settings
+    from orchestrator.store import Store
 
 
 @dataclass
@@ -28,7 +33,7 @@ class RunState:
     status: RunStatus = "failed"
     text: str = ""
     error: str | None = None
-    sensitive: dict[str, Any] | None = None
+    sensitive: JSONObject | None = None
     events_path: Path | None = None
     started: float = field(default_factory=time.time)
 
@@ -63,7 +68,7 @@ def one_line(exc: BaseException) -> str:
     return text[:MAX_ERROR_CHARS]
 
 
-def finish_run(settings: Any, state: RunState, code: int, outputs: RunOutputs) -> int:
+def finish_run(settings: Settings, state: RunState, code: int, outputs: RunOutputs) -> int:
     """Build the result, write it where asked, and return the process's exit code."""
     from orchestrator.lifecycle.recovery import open_store
 
@@ -88,7 +93,7 @@ def finish_run(settings: Any, state: RunState, code: int, outputs: RunOutputs) -
 
 
 def _result(
-    store: Any, state: RunState, code: int, outputs: RunOutputs, state_dir: Path | None = None
+    store: Store | None, state: RunState, code: int, outputs: RunOutputs, state_dir: Path | None = None
 ) -> RunResult:
     parent_tokens = 0
     if state_dir is not None and state.run_id is not None:

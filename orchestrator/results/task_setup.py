@@ -3,9 +3,10 @@ its `task_started` event so `warden logs TASK` can show how it was configured.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.backend.base import ResourceLimits
+from orchestrator.jsontypes import JSONObject
 from orchestrator.store.records import clip_text
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ def task_setup(
     token_budget: int | None,
     image: str | None,
     source: str | None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The `setup` payload of a `task_started` event."""
     return {
         "model": spec.model,

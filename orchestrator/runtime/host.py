@@ -35,6 +35,7 @@ class TaskHost:
         self.ctx = ctx
 
     async def decide_permission(self, request: wire_models.PermissionRequest) -> wire_models.PermissionResponse:
+        await self.ctx.announced.wait()
         return await self.manager.gate.decide(self.ctx, request)
 
     async def delegate(self, request: wire_models.DelegateRequest) -> wire_models.DelegateResponse:
@@ -54,6 +55,7 @@ class TaskHost:
         return wire_models.DelegateResponse(text=result.render(), is_error=result.is_error)
 
     async def on_event(self, event: wire_models.EventRequest) -> None:
+        await self.ctx.announced.wait()  # after task_started, whatever the runner's pace
         if event.kind == "tool_started":
             self.ctx.current_tool = (
                 f"{event.tool_name}: {event.detail}" if event.detail else event.tool_name

@@ -386,6 +386,7 @@ class TaskManager:
                     source=ctx.agent.source,
                 ),
             )
+            ctx.announced.set()
             if ctx.stop_requested:  # stopped while it was starting
                 await self._kill(ctx)
             sandbox = await self._blocking(self.backend.wait, ctx.container_id, ctx.timeout_s)
@@ -409,6 +410,7 @@ class TaskManager:
         budget: Budget,
         failure: str | None,
     ) -> None:
+        ctx.announced.set()  # nothing the broker holds waits past the task's end
         try:
             if ctx.container_id is not None:
                 await self._blocking(self.backend.remove, ctx.container_id)

@@ -5,6 +5,7 @@ and the result its parent gets. Data only: the manager that runs tasks is
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import secrets
 import time
@@ -138,6 +139,9 @@ class TaskContext:
     """Tokens its model calls used so far (every usage field)."""
     ticket: Ticket | None = None
     """Its place in the admission queue (see `orchestrator.runtime.admission`)."""
+    announced: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    """Set once its `task_started` is recorded (or it ends): what its broker reports
+    waits for it, so a warm runner's first events never come before the task's start."""
 
     @property
     def agent_type(self) -> str:

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
     from orchestrator.tracing.spans import RunTracer
 
 OTLP_ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -37,7 +39,7 @@ def otlp_configured(environ: Mapping[str, str] | None = None) -> bool:
     return any(env.get(name) for name in OTLP_ENDPOINT_VARS)
 
 
-def run_tracer(run_id: str, trace_id: str, provider: Any | None = None) -> RunTracer | None:
+def run_tracer(run_id: str, trace_id: str, provider: TracerProvider | None = None) -> RunTracer | None:
     """The run's tracer, or None when tracing is off (nothing imported then)."""
     if provider is None and not otlp_configured():
         return None

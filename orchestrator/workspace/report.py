@@ -30,12 +30,15 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.permissions.paths import pattern_regex
 from orchestrator.store.records import AuditRecord
+
+if TYPE_CHECKING:
+    from orchestrator.store import Store
 
 EXECUTED_PATHS: tuple[str, ...] = (
     # git runs hooks, fsmonitor, filters and pagers from its metadata, at any depth
@@ -363,7 +366,7 @@ def audit_records(run_id: str, report: SensitiveReport) -> list[AuditRecord]:
 
 
 async def end_of_run_report(
-    watch: ExecutedPathsWatch | None, store: Any, run_id: str
+    watch: ExecutedPathsWatch | None, store: Store, run_id: str
 ) -> SensitiveReport | None:
     """Compare with the run's snapshot and record every change in the audit."""
     if watch is None:

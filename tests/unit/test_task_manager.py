@@ -16,6 +16,7 @@ tests prove that against a real engine.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import tempfile
 import threading
@@ -60,7 +61,11 @@ class Wire:
     """The runner's side of the broker socket (plain JSON over HTTP, like the runner)."""
 
     def __init__(self, socket_dir: Path) -> None:
-        transport = httpx2.HTTPTransport(uds=str(socket_dir / Path(wire.BROKER_SOCKET).name))
+        # No idle pooled connection: each request closes its socket when it is answered.
+        transport = httpx2.HTTPTransport(
+            uds=str(socket_dir / Path(wire.BROKER_SOCKET).name),
+            limits=httpx2.Limits(max_keepalive_connections=0),
+        )
         self.http = httpx2.Client(transport=transport, base_url=wire.BROKER_BASE_URL, timeout=30)
 
     def get(self, path: str) -> dict[str, Any]:
@@ -98,12 +103,15 @@ class RunnerBackend(FakeBackend):
         self.runner = runner
         self.exited: dict[str, threading.Event] = {}
         self.errors: list[BaseException] = []
+        self.threads: list[threading.Thread] = []
 
     def start(self, spec: SandboxSpec) -> str:
         container_id = super().start(spec)
         socket_dir = next(m.source for m in spec.mounts if m.target == wire.BROKER_SOCKET_DIR)
         done = self.exited[container_id] = threading.Event()
-        threading.Thread(target=self._run, args=(socket_dir, done), daemon=True).start()
+        thread = threading.Thread(target=self._run, args=(socket_dir, done), daemon=True)
+        self.threads.append(thread)
+        thread.start()
         return container_id
 
     def _run(self, socket_dir: Path, done: threading.Event) -> None:
@@ -221,6 +229,8 @@ def make(tmp_path: Path, server: ScriptedModelServer) -> Callable[..., AsyncIter
             await manager.close()
             await client.close()
             store.close()
+            for thread in backend.threads:  # their sockets are closed before the next test
+                await asyncio.to_thread(thread.join, 10)
             assert not backend.errors, backend.errors
             assert backend.list({}) == [], "a container outlived its task"
 
