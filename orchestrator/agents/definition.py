@@ -7,7 +7,6 @@ Shared by the registry (`registry`) and the file reader (`files`).
 from __future__ import annotations
 
 import difflib
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -99,7 +98,7 @@ class AgentDefinition(BaseModel):
     """Most bytes its sandbox may write; lowers the run's cap (never raises it)."""
     source: str = BUILTIN_SOURCE
     """The file it came from, or `built-in`."""
-    extra: dict[str, Any] = Field(default_factory=dict)
+    extra: dict[str, object] = Field(default_factory=dict)
     """Frontmatter keys warden does not use (`color`, `permissionMode`, `hooks`, …)."""
     dropped_tools: tuple[str, ...] = ()
     """Listed tools warden does not run in a container (`WebFetch`, `mcp__…`)."""

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-def emit_json(value: Any) -> None:
+
+def emit_json(value: object) -> None:
     click.echo(json.dumps(value, indent=2, default=str))
 
 
@@ -29,7 +32,7 @@ PIPED_WIDTH = 1_000
 wrapped at 80 columns (each line is as wide as its content)."""
 
 
-def console() -> Any:
+def console() -> Console:
     """A rich console that colours only on a terminal and wraps only to a terminal."""
     from rich.console import Console
 

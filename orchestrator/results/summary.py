@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from typing import IO, Any, Protocol, TypeVar
+from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 
 from orchestrator.results.models import RunResult, TaskSummary
 from orchestrator.ui.untrusted_text import plain
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 INDENT = "  "
 WIDE_CONSOLE = 200
@@ -52,7 +55,7 @@ def files_cell(task: TaskSummary) -> str:
     return f"{task.files_changed_count}{more}{shared}"
 
 
-def summary_table(result: RunResult) -> Any:
+def summary_table(result: RunResult) -> Table:
     from rich.table import Table
 
     table = Table(title=f"run {result.run_id or '-'}: {result.status}", title_justify="left")
