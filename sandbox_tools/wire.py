@@ -30,7 +30,9 @@ runner reads every endpoint's errors the same way.
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple, TypedDict
+from typing import Literal, NamedTuple, TypedDict, TypeVar
+
+from sandbox_tools.jsontypes import JSONObject
 
 BROKER_SOCKET_DIR = "/run/warden"
 """Where the broker's socket directory is mounted inside the container."""
@@ -108,7 +110,7 @@ class PermissionRequest(TypedDict):
 
     tool_use_id: str
     tool_name: str
-    tool_input: dict[str, Any]
+    tool_input: JSONObject
 
 
 class EventRequest(TypedDict):
@@ -130,7 +132,7 @@ class EventBatch(TypedDict):
 class TranscriptCheckpoint(TypedDict):
     """The whole conversation so far; sent after every turn."""
 
-    messages: list[dict[str, Any]]
+    messages: list[JSONObject]
     turn: int
 
 
@@ -146,7 +148,7 @@ class DelegateRequest(TypedDict):
     """A nested `Task` call, carried out by the host."""
 
     tool_use_id: str
-    input: dict[str, Any]
+    input: JSONObject
 
 
 def clip(text: str, limit: int) -> str:
@@ -158,7 +160,7 @@ def clip(text: str, limit: int) -> str:
 
 
 def permission_request(
-    tool_use_id: str, tool_name: str, tool_input: dict[str, Any]
+    tool_use_id: str, tool_name: str, tool_input: JSONObject
 ) -> PermissionRequest:
     return {"tool_use_id": tool_use_id, "tool_name": tool_name, "tool_input": tool_input}
 
@@ -184,7 +186,7 @@ def event_batch(events: list[EventRequest]) -> EventBatch:
     return {"events": events}
 
 
-def transcript_checkpoint(messages: list[dict[str, Any]], turn: int) -> TranscriptCheckpoint:
+def transcript_checkpoint(messages: list[JSONObject], turn: int) -> TranscriptCheckpoint:
     return {"messages": messages, "turn": turn}
 
 
@@ -197,11 +199,11 @@ def result_request(status: ResultStatus, text: str = "", error: str | None = Non
     }
 
 
-def delegate_request(tool_use_id: str, task_input: dict[str, Any]) -> DelegateRequest:
+def delegate_request(tool_use_id: str, task_input: JSONObject) -> DelegateRequest:
     return {"tool_use_id": tool_use_id, "input": task_input}
 
 
-def error_body(kind: str, message: str) -> dict[str, Any]:
+def error_body(kind: str, message: str) -> JSONObject:
     """Anthropic's error shape, `{"type": "error", "error": {"type", "message"}}`,
     which every broker endpoint uses for refusals."""
     return {"type": "error", "error": {"type": kind, "message": message}}
@@ -221,12 +223,14 @@ def error_message(doc: object) -> str | None:
 # -- what the runner receives (the host is trusted; still checked, as a bug guard) --
 
 
+T = TypeVar("T")
+
+
 class WireFormatError(ValueError):
     """A document from the broker does not have the shape this runner expects."""
 
 
-def _typed(doc: dict[str, Any], key: str, kinds: type | tuple[type, ...], default: Any) -> Any:
-    value = doc.get(key, default)
+def _checked(key: str, value: object, kinds: type[T] | tuple[type[T], ...]) -> T:
     if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
         raise WireFormatError(f"{key}: expected {kinds}, got a boolean")
     if not isinstance(value, kinds):
@@ -234,10 +238,14 @@ def _typed(doc: dict[str, Any], key: str, kinds: type | tuple[type, ...], defaul
     return value
 
 
-def _field(doc: dict[str, Any], key: str, kinds: type | tuple[type, ...]) -> Any:
+def _typed(doc: JSONObject, key: str, kinds: type[T] | tuple[type[T], ...], default: T) -> T:
+    return _checked(key, doc.get(key, default), kinds)
+
+
+def _field(doc: JSONObject, key: str, kinds: type[T] | tuple[type[T], ...]) -> T:
     if key not in doc:
         raise WireFormatError(f"{key}: missing")
-    return _typed(doc, key, kinds, None)
+    return _checked(key, doc[key], kinds)
 
 
 class TaskSpec(NamedTuple):
@@ -252,7 +260,7 @@ class TaskSpec(NamedTuple):
     prompt: str
     tools: list[str]
     max_turns: int
-    history: tuple[dict[str, Any], ...] = ()
+    history: tuple[JSONObject, ...] = ()
     """Earlier messages of this session when resuming (already repaired by the host)."""
     max_tokens: int = DEFAULT_MAX_TOKENS
     bash_timeout_s: float = DEFAULT_BASH_TIMEOUT_S
@@ -286,7 +294,7 @@ class PermissionResponse(NamedTuple):
     behavior: Literal["allow", "deny"]
     reason: str | None = None
     """Why; for a deny, this is what the model is told."""
-    updated_input: dict[str, Any] | None = None
+    updated_input: JSONObject | None = None
     """Replacement tool input (from a hook); use it instead of the original."""
 
     @classmethod
