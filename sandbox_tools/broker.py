@@ -23,10 +23,11 @@ import http.client
 import json
 import socket
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from sandbox_tools import wire
 from sandbox_tools.errors import BrokerRequestError, BrokerTimeoutError, BrokerUnavailableError
+from sandbox_tools.jsontypes import JSONObject, JSONValue
 
 BROKER_CONNECT_TIMEOUT_S = 5.0
 """How long connecting to the broker socket may take."""
@@ -143,7 +144,7 @@ class BrokerClient:
         *,
         timeout: float | Literal["quick"] | None = QUICK,
         headers: dict[str, str] | None = None,
-    ) -> Any:
+    ) -> JSONValue:
         """One request (GET without a body, POST with one); the parsed JSON answer.
         `timeout` None waits as long as it takes (a human, a nested task).
 
@@ -163,6 +164,7 @@ class BrokerClient:
         status, data = self._exchange(
             "GET" if body is None else "POST", path, payload, sent, seconds
         )
+        doc: JSONValue
         try:
             doc = json.loads(data)
         except ValueError:
@@ -202,7 +204,7 @@ class BrokerClient:
     def result(self, request: wire.ResultRequest) -> None:
         self.call("/v1/result", request)
 
-    def messages(self, request: dict[str, Any]) -> dict[str, Any]:
+    def messages(self, request: JSONObject) -> JSONObject:
         """One Messages API call through the broker; the response document."""
         doc = self.call(
             "/v1/messages",

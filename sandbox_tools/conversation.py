@@ -16,7 +16,10 @@ modified.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
+
+from sandbox_tools.jsontypes import JSONObject, JSONValue
 
 INTERRUPTED_RESULT = (
     "Interrupted: the session stopped (the orchestrator crashed or was stopped) after this "
@@ -32,13 +35,13 @@ ORPHAN_RESULT_PREFIX = "[a tool result whose tool call is missing from the trans
 ROLES = ("user", "assistant")
 
 
-def _blocks(content: Any) -> list[dict[str, Any]]:
+def _blocks(content: JSONValue) -> list[JSONObject]:
     """Content as a list of blocks, without empty text blocks (the API refuses them)."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content.strip() else []
     if not isinstance(content, list):
         return []
-    kept: list[dict[str, Any]] = []
+    kept: list[JSONObject] = []
     for block in content:
         if not isinstance(block, dict):
             continue
@@ -50,7 +53,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return kept
 
 
-def _result_text(content: Any) -> str:
+def _result_text(content: JSONValue) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -63,11 +66,11 @@ def _result_text(content: Any) -> str:
     return ""
 
 
-def _orphan_to_text(block: dict[str, Any]) -> dict[str, Any]:
+def _orphan_to_text(block: JSONObject) -> JSONObject:
     return {"type": "text", "text": ORPHAN_RESULT_PREFIX + _result_text(block.get("content"))}
 
 
-def interrupted_result(tool_use_id: str) -> dict[str, Any]:
+def interrupted_result(tool_use_id: str) -> JSONObject:
     return {
         "type": "tool_result",
         "tool_use_id": tool_use_id,
@@ -76,23 +79,33 @@ def interrupted_result(tool_use_id: str) -> dict[str, Any]:
     }
 
 
-def _merged(messages: list[Any]) -> list[dict[str, Any]]:
+class _Message(TypedDict):
+    """A message while it is repaired: a known role, its content as blocks."""
+
+    role: str
+    content: list[JSONObject]
+
+
+def _merged(messages: Sequence[JSONValue]) -> list[_Message]:
     """Known roles only, empty messages dropped, consecutive same-role messages merged."""
-    merged: list[dict[str, Any]] = []
+    merged: list[_Message] = []
     for message in messages:
-        if not isinstance(message, dict) or message.get("role") not in ROLES:
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if not isinstance(role, str) or role not in ROLES:
             continue
         blocks = _blocks(message.get("content"))
         if not blocks:
             continue
-        if merged and merged[-1]["role"] == message["role"]:
+        if merged and merged[-1]["role"] == role:
             merged[-1]["content"].extend(blocks)
         else:
-            merged.append({"role": message["role"], "content": blocks})
+            merged.append({"role": role, "content": blocks})
     return merged
 
 
-def _tool_use_ids(message: dict[str, Any]) -> list[str]:
+def _tool_use_ids(message: _Message) -> list[str]:
     ids: list[str] = []
     for block in message["content"]:
         use_id = block.get("id")
@@ -101,30 +114,31 @@ def _tool_use_ids(message: dict[str, Any]) -> list[str]:
     return ids
 
 
-def _answer(uses: list[str], message: dict[str, Any] | None) -> dict[str, Any]:
+def _answer(uses: list[str], message: _Message | None) -> _Message:
     """The user message that follows an assistant message calling `uses`: a result
     for every call (tool_result blocks first, in call order), orphans as text."""
-    results: dict[str, dict[str, Any]] = {}
-    others: list[dict[str, Any]] = []
+    results: dict[str, JSONObject] = {}
+    others: list[JSONObject] = []
     for block in message["content"] if message else []:
+        use_id = block.get("tool_use_id")
         if block.get("type") != "tool_result":
             others.append(block)
-        elif block.get("tool_use_id") in uses and block["tool_use_id"] not in results:
-            results[block["tool_use_id"]] = block
+        elif isinstance(use_id, str) and use_id in uses and use_id not in results:
+            results[use_id] = block
         else:
             others.append(_orphan_to_text(block))
     answered = [results.get(use_id) or interrupted_result(use_id) for use_id in uses]
     return {"role": "user", "content": [*answered, *others]}
 
 
-def repair(messages: list[Any]) -> list[dict[str, Any]]:
+def repair(messages: Sequence[JSONValue]) -> list[JSONObject]:
     """A copy of `messages` that the Messages API accepts as the start of a
     conversation: empty messages and text blocks dropped, consecutive same-role
     messages merged, every `tool_use` answered in the next user message (an
     interrupted call gets `INTERRUPTED_RESULT`), tool results first in their
     message, and tool results without their call kept as plain text."""
     merged = _merged(messages)
-    repaired: list[dict[str, Any]] = []
+    repaired: list[_Message] = []
     index = 0
     while index < len(merged):
         message = merged[index]
@@ -145,18 +159,21 @@ def repair(messages: list[Any]) -> list[dict[str, Any]]:
         if following is not None:
             index += 1  # always a user message: same roles were merged
         repaired.append(_answer(uses, following))
-    return repaired
+    return [{"role": m["role"], "content": list[JSONValue](m["content"])} for m in repaired]
 
 
-def append_user_text(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+def append_user_text(messages: list[JSONObject], text: str) -> list[JSONObject]:
     """`messages` plus `text` from the user: a new user message, or a text block added
     after the tool results when the conversation already ends with a user message."""
     if messages and messages[-1].get("role") == "user":
         last = messages[-1]
-        content = (
-            _blocks(last.get("content"))
-            if isinstance(last.get("content"), str)
-            else list(last.get("content") or [])
+        last_content = last.get("content")
+        content: list[JSONValue] = (
+            list[JSONValue](_blocks(last_content))
+            if isinstance(last_content, str)
+            else list(last_content)
+            if isinstance(last_content, list)
+            else []
         )
         return [
             *messages[:-1],

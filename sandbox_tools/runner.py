@@ -17,7 +17,6 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 from sandbox_tools import watchdog, wire
 from sandbox_tools.broker import MODEL_CALL_TIMEOUT_S, BrokerClient
@@ -28,6 +27,7 @@ from sandbox_tools.errors import (
     BrokerUnavailableError,
     ToolError,
 )
+from sandbox_tools.jsontypes import JSONObject, JSONValue
 from sandbox_tools.outbox import Outbox
 from sandbox_tools.tools import (
     ToolContext,
@@ -50,14 +50,13 @@ OUTBOX_FLUSH_ON_CRASH_S = 30.0
 """How long a failing runner waits for its queued events and checkpoints to go."""
 
 
-def final_text(content: list[dict[str, Any]]) -> str:
+def final_text(content: list[JSONObject]) -> str:
     """Concatenated text blocks of one assistant message."""
-    return "".join(
-        b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)
-    )
+    texts = (b.get("text") if b.get("type") == "text" else None for b in content)
+    return "".join(text for text in texts if isinstance(text, str))
 
 
-def _tool_result(tool_use_id: str, output: ToolOutput) -> dict[str, Any]:
+def _tool_result(tool_use_id: str, output: ToolOutput) -> JSONObject:
     return {
         "type": "tool_result",
         "tool_use_id": tool_use_id,
@@ -70,15 +69,18 @@ class MalformedReplyError(ValueError):
     """A model reply that is not a Messages API response."""
 
 
-def _reply_parts(reply: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+def _reply_parts(reply: JSONObject) -> tuple[list[JSONObject], str | None]:
     """(content blocks, stop_reason) of a Messages API response."""
     content = reply.get("content")
     stop_reason = reply.get("stop_reason")
-    if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+    if not isinstance(content, list):
+        raise MalformedReplyError("its content is not a list of blocks")
+    blocks = [b for b in content if isinstance(b, dict)]
+    if len(blocks) != len(content):
         raise MalformedReplyError("its content is not a list of blocks")
     if stop_reason is not None and not isinstance(stop_reason, str):
         raise MalformedReplyError("its stop_reason is not a string")
-    return content, stop_reason
+    return blocks, stop_reason
 
 
 class AgentLoop:
@@ -99,20 +101,20 @@ class AgentLoop:
         if unknown:
             log.warning("ignoring tools this runner does not know: %s", ", ".join(unknown))
 
-    def _request(self) -> dict[str, Any]:
-        request: dict[str, Any] = {
+    def _request(self) -> JSONObject:
+        request: JSONObject = {
             "model": self.spec.model,
             "max_tokens": self.spec.max_tokens,
             "system": self.spec.system_prompt,
-            "messages": self.messages,
+            "messages": list[JSONValue](self.messages),
         }
         if tools := tool_params(self.spec.tools):
-            request["tools"] = tools
+            request["tools"] = list[JSONValue](tools)
         return request
 
     def run(self) -> wire.ResultRequest:
         spec = self.spec
-        last: list[dict[str, Any]] = []
+        last: list[JSONObject] = []
         while self.turn < spec.max_turns:
             try:
                 reply = self.broker.messages(self._request())
@@ -132,11 +134,11 @@ class AgentLoop:
                 return self._failed(last, f"the model call returned a malformed answer: {e}")
             self.turn += 1
             last = content
-            self.messages.append({"role": "assistant", "content": last})
+            self.messages.append({"role": "assistant", "content": list[JSONValue](last)})
             tool_uses = [b for b in last if b.get("type") == "tool_use"]
             if stop_reason == "tool_use" and tool_uses:
                 results = [self.call_tool(b) for b in tool_uses]
-                self.messages.append({"role": "user", "content": results})
+                self.messages.append({"role": "user", "content": list[JSONValue](results)})
             self.checkpoint()
             self.outbox.event(
                 wire.event_request("turn_finished", detail=f"turn {self.turn}: {stop_reason}")
@@ -148,15 +150,15 @@ class AgentLoop:
             f"stopped after {spec.max_turns} model calls (max_turns) before the agent finished",
         )
 
-    def _failed(self, last: list[dict[str, Any]], error: str) -> wire.ResultRequest:
+    def _failed(self, last: list[JSONObject], error: str) -> wire.ResultRequest:
         return wire.result_request("failed", final_text(last), error)
 
-    def call_tool(self, block: dict[str, Any]) -> dict[str, Any]:
+    def call_tool(self, block: JSONObject) -> JSONObject:
         """Ask, run, report: one tool_use block in, one tool_result block out."""
         tool_use_id = str(block.get("id", ""))
         name = str(block.get("name", ""))
         raw = block.get("input")
-        raw_input: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        raw_input: JSONObject = raw if isinstance(raw, dict) else {}
         if name not in self.spec.tools:
             allowed = ", ".join(self.spec.tools) or "none"
             return _tool_result(
@@ -224,7 +226,7 @@ class AgentLoop:
         )
         return _tool_result(tool_use_id, output)
 
-    def delegate(self, tool_use_id: str, tool_input: dict[str, Any]) -> ToolOutput:
+    def delegate(self, tool_use_id: str, tool_input: JSONObject) -> ToolOutput:
         """A nested `Task`, carried out by the host; waits as long as the subtask runs."""
         try:
             task = parse_input("Task", tool_input)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sandbox_tools.errors import ToolError
+from sandbox_tools.jsontypes import JSONObject
 from sandbox_tools.tools.base import BASH_DETAIL_CHARS, ToolContext, ToolOutput, one_line
 from sandbox_tools.tools.inputs import INPUT_TYPES, TOOL_SCHEMAS, parse, tool_params
 
@@ -35,16 +36,18 @@ _LOCAL_TOOLS: dict[str, tuple[str, str]] = {
 the first model request goes out before the tools' imports (subprocess, re) are paid."""
 
 
+# Any: each tool takes its own input NamedTuple (checked by `parse`), so one
+# registry signature cannot name it.
 def _implementation(name: str) -> Callable[[Any, ToolContext], ToolOutput] | None:
     where = _LOCAL_TOOLS.get(name)
     if where is None:
         return None
     module = importlib.import_module(f"sandbox_tools.tools.{where[0]}")
-    run: Callable[[Any, ToolContext], ToolOutput] = getattr(module, where[1])
+    run: Callable[[Any, ToolContext], ToolOutput] = getattr(module, where[1])  # Any: as above
     return run
 
 
-def parse_input(name: str, raw: dict[str, Any]) -> object:
+def parse_input(name: str, raw: JSONObject) -> object:
     """Validate a tool input; a ToolError that lists what is wrong otherwise."""
     input_type = INPUT_TYPES.get(name)
     if input_type is None:
@@ -52,7 +55,7 @@ def parse_input(name: str, raw: dict[str, Any]) -> object:
     return parse(name, input_type, raw)
 
 
-def run_tool(name: str, raw: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+def run_tool(name: str, raw: JSONObject, ctx: ToolContext) -> ToolOutput:
     """Run a local tool; never raises for a tool failure."""
     try:
         run = _implementation(name)
@@ -71,10 +74,11 @@ def run_tool(name: str, raw: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         )
 
 
-def describe(name: str, raw: dict[str, Any]) -> str:
+def describe(name: str, raw: JSONObject) -> str:
     """A short progress detail: the command, the file path or the pattern."""
-    if name == "Bash" and isinstance(raw.get("command"), str):
-        return one_line(raw["command"], BASH_DETAIL_CHARS)
+    command = raw.get("command")
+    if name == "Bash" and isinstance(command, str):
+        return one_line(command, BASH_DETAIL_CHARS)
     for key in ("file_path", "pattern", "description", "path"):
         value = raw.get(key)
         if isinstance(value, str):

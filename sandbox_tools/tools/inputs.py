@@ -15,9 +15,10 @@ unit test checks that they list the same fields as the input types.
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 from sandbox_tools.errors import ToolError
+from sandbox_tools.jsontypes import JSONObject, JSONValue
 
 BASH_MAX_TIMEOUT_MS = 600_000
 """Longest timeout a Bash call may ask for (Claude Code's limit, 10 minutes)."""
@@ -204,13 +205,13 @@ class InputField(NamedTuple):
     key: str
     check: Check
     required: bool
-    default: Any
+    default: object
 
 
 def input_fields(input_type: type) -> list[InputField]:
     """The fields of a tool input type, in declaration order."""
     checks = CHECKS[input_type]
-    defaults: dict[str, Any] = input_type._field_defaults  # type: ignore[attr-defined]
+    defaults: dict[str, object] = input_type._field_defaults  # type: ignore[attr-defined]
     names: tuple[str, ...] = input_type._fields  # type: ignore[attr-defined]
     return [
         InputField(
@@ -301,7 +302,7 @@ def parse(name: str, input_type: type[InputT], raw: object) -> InputT:
     return input_type(**values)
 
 
-def dump(inp: object) -> dict[str, Any]:
+def dump(inp: object) -> JSONObject:
     """A parsed input back as JSON keys, without the fields that are None."""
     return {
         f.key: getattr(inp, f.name)
@@ -310,25 +311,23 @@ def dump(inp: object) -> dict[str, Any]:
     }
 
 
-def _schema(
-    description: str, properties: dict[str, dict[str, Any]], required: list[str]
-) -> dict[str, Any]:
+def _schema(description: str, properties: dict[str, JSONObject], required: list[str]) -> JSONObject:
     return {
         "description": description,
         "input_schema": {
             "type": "object",
-            "properties": properties,
-            "required": required,
+            "properties": dict[str, JSONValue](properties),
+            "required": list[JSONValue](required),
             "additionalProperties": False,
         },
     }
 
 
-def _path_prop(what: str) -> dict[str, Any]:
+def _path_prop(what: str) -> JSONObject:
     return {"type": "string", "description": f"The absolute path to the {what}"}
 
 
-TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
+TOOL_SCHEMAS: dict[str, JSONObject] = {
     "Bash": _schema(
         "Executes a bash command in the workspace directory and returns its combined "
         "stdout and stderr and its exit code. Each call starts a fresh shell; processes "
@@ -478,6 +477,6 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
-def tool_params(names: list[str]) -> list[dict[str, Any]]:
+def tool_params(names: list[str]) -> list[JSONObject]:
     """The `tools` parameter of a Messages API call for these tool names, in order."""
     return [{"name": name, **TOOL_SCHEMAS[name]} for name in names if name in TOOL_SCHEMAS]
