@@ -20,12 +20,19 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import NamedTuple
 
 from sandbox_tools import wire
 from sandbox_tools.errors import BrokerRequestError, BrokerUnavailableError
 
 log = logging.getLogger("sandbox_tools")
+
+
+class _Queued(NamedTuple):
+    """One queued document: an event or a checkpoint."""
+
+    event: wire.EventRequest | None = None
+    checkpoint: wire.TranscriptCheckpoint | None = None
 
 
 class Outbox:
@@ -40,7 +47,7 @@ class Outbox:
         self._send_events = send_events
         self._send_checkpoint = send_checkpoint
         self._close = close
-        self._queue: deque[tuple[str, Any]] = deque()
+        self._queue: deque[_Queued] = deque()
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
@@ -48,21 +55,24 @@ class Outbox:
         self._thread.start()
 
     def event(self, event: wire.EventRequest) -> None:
-        self._put("event", event)
+        self._put(_Queued(event=event))
 
     def checkpoint(self, checkpoint: wire.TranscriptCheckpoint) -> None:
         """Queue a checkpoint; the message list is copied, so later turns do not
         change what this one says."""
         self._put(
-            "checkpoint",
-            wire.transcript_checkpoint(list(checkpoint["messages"]), checkpoint["turn"]),
+            _Queued(
+                checkpoint=wire.transcript_checkpoint(
+                    list(checkpoint["messages"]), checkpoint["turn"]
+                )
+            )
         )
 
-    def _put(self, kind: str, doc: object) -> None:
+    def _put(self, queued: _Queued) -> None:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the outbox is closed")
-            self._queue.append((kind, doc))
+            self._queue.append(queued)
             self._cond.notify_all()
 
     def flush(self, timeout_s: float | None = None) -> bool:
@@ -78,7 +88,7 @@ class Outbox:
             self._cond.notify_all()
         self._thread.join(timeout_s)
 
-    def _next(self) -> list[tuple[str, Any]] | None:
+    def _next(self) -> list[_Queued] | None:
         """The next thing to send: one checkpoint, or a batch of consecutive events."""
         with self._cond:
             while not self._queue and not self._closed:
@@ -89,9 +99,9 @@ class Outbox:
             first = self._queue.popleft()
             taken = [first]
             while (
-                first[0] == "event"
+                first.event is not None
                 and self._queue
-                and self._queue[0][0] == "event"
+                and self._queue[0].event is not None
                 and len(taken) < wire.MAX_EVENTS_PER_BATCH
             ):
                 taken.append(self._queue.popleft())
@@ -109,17 +119,17 @@ class Outbox:
         finally:
             self._close()
 
-    def _send(self, taken: list[tuple[str, Any]]) -> None:
-        kind, doc = taken[0]
+    def _send(self, taken: list[_Queued]) -> None:
+        checkpoint = taken[0].checkpoint
         try:
-            if kind == "checkpoint":
-                self._send_checkpoint(doc)
+            if checkpoint is not None:
+                self._send_checkpoint(checkpoint)
             else:
-                self._send_events(wire.event_batch([d for _, d in taken]))
+                self._send_events(wire.event_batch([q.event for q in taken if q.event is not None]))
         except BrokerRequestError as e:
             what = (
-                f"transcript checkpoint after turn {doc['turn']}"
-                if kind == "checkpoint"
+                f"transcript checkpoint after turn {checkpoint['turn']}"
+                if checkpoint is not None
                 else (f"{len(taken)} events")
             )
             log.warning("%s was refused: %s", what, e)
