@@ -6,6 +6,7 @@ Each request is bounded by the client's timeout (`connect.ENGINE_TIMEOUT_S`), wa
 for an exit by the sandbox's deadline; failures are classified by `classify` and
 idempotent calls retried on transient ones (tenacity). Output is read from an attach
 stream opened before the container starts (`attach.OutputReader`).
+Just over 400 lines, one idea: a sandbox's life on the engine, step by step.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ What is forwarded upstream (by `upstream`) is decided by `forwarding`, what it m
 may connect, how often and for how long by `listener`. Transcripts are stored
 as data; what acts on finished calls is driven by the gate's approvals
 (`calls`), never by transcript content.
+
+Its size (about 500 lines) is one idea: the table of the socket's endpoints, each a
+short handler that caps, validates, hands over to `BrokerHost` and answers; every
+check they share lives in the sibling modules named above.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Start-up is kept cheap: only click and the standard library are imported at module
 level; pydantic and the docker SDK are imported inside the command, once the
 arguments are known to be good.
+
+A little over 400 lines, one idea: the command's options, building its one sandbox,
+and turning every way it can end (exit, timeout, OOM, disk limit, signals) into an
+exit status and the `--json` document.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ metered per task (`limits.Meter`); crossing a cap closes the connection.
 Own code rather than an HTTP framework: the proxy must read exactly the request
 head and then hand the raw socket to a byte relay (CONNECT, and plain HTTP after
 the head); aiohttp's server cannot give the socket back, and a forward proxy is
-a few dozen lines of parsing, bounded below.
+a few dozen lines of parsing, bounded below. A little over 400 lines, one idea:
+one connection's life (head, decision, connect, SNI check, metered relay, refusal).
 """
 
 from __future__ import annotations

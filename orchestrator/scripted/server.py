@@ -7,6 +7,8 @@ usage figures estimated at `CHARS_PER_TOKEN`. Every request is recorded (API key
 redacted) in `server.requests`, and optionally appended to a JSONL file.
 
 It listens on loopback only. The reply bodies are built in `replies`.
+Just over 400 lines, one idea: the HTTP surface of the fake API (plain and streamed
+replies, errors, recording), kept in one place so it can be read against the real one.
 """
 
 from __future__ import annotations
