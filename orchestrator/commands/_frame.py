@@ -94,7 +94,7 @@ def outcome_options(what: str) -> Callable[[F], F]:
 def run_to_end(
     settings: Settings,
     outputs: RunOutputs,
-    main: Callable[[RunState], Coroutine[Any, Any, int]],
+    main: Callable[[RunState], Coroutine[Any, Any, int]],  # Any: a coroutine's send/yield types
 ) -> NoReturn:
     """Run `main` under the stop signals and end the process the one way runs end.
 

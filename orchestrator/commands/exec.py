@@ -26,7 +26,7 @@ import click
 
 from orchestrator.egress.flags import EgressFlags, egress_options, limits_from_flags
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., Any])  # Any: any click command function
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -56,7 +56,9 @@ class SizeType(click.ParamType[int]):
     def __init__(self, *, allow_zero: bool = False) -> None:
         self.allow_zero = allow_zero
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+    def convert(  # Any: click.ParamType.convert takes whatever was typed or defaulted
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
         if isinstance(value, int):
             return value
         text = str(value).strip().lower().removesuffix("ib").removesuffix("b")
@@ -102,7 +104,9 @@ class UserType(click.ParamType[str]):
 
     name = "uid:gid"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+    def convert(  # Any: click.ParamType.convert takes whatever was typed or defaulted
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str:
         from orchestrator.backend.base import parse_user
 
         try:

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from orchestrator import __version__
 from orchestrator.errors import ImageBuildError
@@ -33,6 +33,9 @@ from orchestrator.images.hashing import (
     ImageKind,
 )
 from orchestrator.labels import warden_labels
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 Log = Callable[[str], None]
 
@@ -90,7 +93,7 @@ class BaseImage:
 class BaseResolver:
     """Finds the base for each kind, probing and bootstrapping at most once per build."""
 
-    client: Any
+    client: DockerClient
     configured: str
     log: Log
     pull: bool = True
@@ -184,18 +187,18 @@ class BaseResolver:
         return image_id(self.client, ref)
 
 
-def image_id(client: Any, ref: str) -> str | None:
+def image_id(client: DockerClient, ref: str) -> str | None:
     """The local image id of `ref`, or None when it is not present."""
     from docker.errors import ImageNotFound, NotFound
 
     try:
-        info = client.api.inspect_image(ref)
+        found = client.images.get(ref)
     except (ImageNotFound, NotFound):
         return None
-    return str(info["Id"])
+    return str(found.id)
 
 
-def probe_image(client: Any, ref: str) -> BaseProbe:
+def probe_image(client: DockerClient, ref: str) -> BaseProbe:
     """Run `ref` with no network as an unprivileged uid and report what it offers."""
     session = f"images-probe-{uuid.uuid4().hex[:8]}"
     container = client.containers.create(
@@ -239,7 +242,7 @@ def bootstrap_tag(root: Path = SOURCE_ROOT) -> str:
     return f"{BOOTSTRAP_REPOSITORY}:{bootstrap_hash(root)[:HASH_LENGTH]}"
 
 
-def bootstrap_base(client: Any, tag: str, log: Log, *, root: Path = SOURCE_ROOT) -> str:
+def bootstrap_base(client: DockerClient, tag: str, log: Log, *, root: Path = SOURCE_ROOT) -> str:
     """Run images/bootstrap-base.sh (root and debootstrap needed); the new image's id."""
     if os.geteuid() != 0:
         raise ImageBuildError(

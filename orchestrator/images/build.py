@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator import __version__
 from orchestrator.errors import ImageBuildError
@@ -32,6 +32,8 @@ from orchestrator.images.hashing import (
 )
 
 if TYPE_CHECKING:
+    from docker import DockerClient
+
     from orchestrator.config import Settings
 
 Log = Callable[[str], None]
@@ -46,7 +48,7 @@ _LAYER = re.compile(r"^ ---> ([0-9a-f]{12,64})$")
 
 
 def build_images(
-    client: Any,
+    client: DockerClient,
     settings: Settings,
     *,
     force: bool = False,
@@ -100,7 +102,7 @@ def _assemble_context(kind: ImageKind, into: Path) -> None:
 
 
 def _build_one(
-    client: Any,
+    client: DockerClient,
     kind: ImageKind,
     base: BaseImage,
     ihash: str,
@@ -166,7 +168,7 @@ def _build_one(
         _remove_quietly(client, stage)
 
 
-def _remove_quietly(client: Any, image: str) -> None:
+def _remove_quietly(client: DockerClient, image: str) -> None:
     from docker.errors import APIError
 
     with contextlib.suppress(APIError):  # still used by another image or build: leave it
