@@ -1,6 +1,27 @@
-"""The exceptions warden raises. Every one says what happened and what to do."""
+"""The exceptions warden raises. Every one says what happened and what to do.
+Also the Messages API's own error types, which the broker and the scripted server
+both put in Anthropic-shaped error bodies."""
 
 from __future__ import annotations
+
+API_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+"""Anthropic's error type for each HTTP status."""
+
+
+def api_error_type(status: int) -> str:
+    """The error type an Anthropic error body carries for `status`."""
+    return API_ERROR_TYPES.get(status, "api_error")
 
 
 class WardenError(Exception):

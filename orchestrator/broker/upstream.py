@@ -38,6 +38,7 @@ from orchestrator.broker.retry import (
     RetryBudget,
     RetryBudgetSpent,
 )
+from orchestrator.errors import api_error_type
 from orchestrator.jsontypes import JSONValue
 from sandbox_tools import wire
 
@@ -62,18 +63,6 @@ PLACEHOLDER_KEY = "unset"
 for credentials of its own in the environment or on disk."""
 MAX_ERROR_TEXT_CHARS = 500
 """How much of a non-JSON error body is quoted back to the sandbox."""
-DEFAULT_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-"""Anthropic error type for a status, when the upstream body does not name one."""
 
 
 @dataclass
@@ -306,7 +295,7 @@ def _error_payload(status: int, body: object, response: httpx2.Response) -> JSON
             and isinstance(error.get("message"), str)
         ):
             return _json(response) or wire.error_body(error["type"], error["message"])
-    kind = DEFAULT_ERROR_TYPES.get(status, "api_error")
+    kind = api_error_type(status)
     try:
         text = " ".join(response.text[:MAX_ERROR_TEXT_CHARS].split())
     except httpx2.ResponseNotRead:

@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, api_error_type
 from orchestrator.jsontypes import JSONObject, JSONValue
 
 MAX_PLACEHOLDER_CHARS = 4_000
@@ -34,20 +34,6 @@ PLACEHOLDERS = {
     "{turn}": "the turn number (assistant messages already in the request)",
 }
 """Placeholders a scripted text may contain, and what each becomes."""
-
-DEFAULT_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-"""Anthropic's error type for each status, used when a scripted error names none."""
 
 
 class ScriptError(ConfigError):
@@ -98,7 +84,7 @@ class ScriptedError(_Closed):
 
     @property
     def error_type(self) -> str:
-        return self.type or DEFAULT_ERROR_TYPES.get(self.status, "api_error")
+        return self.type or api_error_type(self.status)
 
 
 class Usage(_Closed):
