@@ -14,26 +14,10 @@ import pytest
 
 from orchestrator.broker.retry import STOP_HEADER, RetryBudget
 from orchestrator.runtime.model_errors import ModelError, describe, from_sdk_error
-from orchestrator.scripted import (
-    Conversation,
-    Match,
-    Script,
-    ScriptedError,
-    ScriptedModelServer,
-    TextBlock,
-    Turn,
-)
+from orchestrator.scripted import Script, ScriptedModelServer
+from tests.unit.test_broker_upstream import _convo
 
 MODEL = "claude-scripted"
-
-
-def _convo(name: str, **error: Any) -> Conversation:
-    return Conversation(
-        name=name,
-        match=Match(prompt_contains=name),
-        turns=[Turn(content=[TextBlock(text=f"{name} ok")], error=ScriptedError(**error))],
-    )
-
 
 SCRIPT = Script(
     conversations=[
