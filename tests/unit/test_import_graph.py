@@ -20,6 +20,9 @@ The package rules: `errors`, `jsontypes` and the root package (`__version__`)
 may be imported from anywhere; every other import that leaves a package (or a
 top-level module) must name a package or module listed in backticks on its
 docstring's "May import:" line ("everything" for the top: `cli`, `commands`).
+A sub-package with its own "May import:" line (`permissions.shell`) is a room of
+its own: its package may import it, and it may import only what its line names
+(its parent package too only when named).
 """
 
 from __future__ import annotations
@@ -158,16 +161,23 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def _owner(module: str) -> str:
-    """The package (or top-level module) a module belongs to: `orchestrator.x`."""
-    return ".".join(module.split(".")[:2])
+def _owner(module: str, stated: Mapping[str, object] | None = None) -> str:
+    """The package (or top-level module) a module belongs to: `orchestrator.x`, or the
+    innermost sub-package with its own rule (`orchestrator.x.y`)."""
+    parts = module.split(".")
+    for depth in range(len(parts), 2, -1):
+        candidate = ".".join(parts[:depth])
+        if stated is not None and candidate in stated:
+            return candidate
+    return ".".join(parts[:2])
 
 
 def rules(known: Mapping[str, Path]) -> dict[str, frozenset[str] | None]:
-    """Per package / top-level module: what its docstring allows (None: everything)."""
+    """Per package / top-level module, and per sub-package that states one: what its
+    docstring allows (None: everything)."""
     out: dict[str, frozenset[str] | None] = {}
     for name, path in known.items():
-        if name.count(".") != 1:
+        if name.count(".") < 1 or (name.count(".") > 1 and path.name != "__init__.py"):
             continue
         doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
         if RULE_MARK not in doc:
@@ -221,21 +231,29 @@ def test_every_package_states_what_it_may_import(known: dict[str, Path]) -> None
     assert not missing, f"no '{RULE_MARK}' line in the docstring of: {', '.join(missing)}"
 
 
-def test_packages_import_only_what_they_state(
-    known: dict[str, Path], graph_edges: list[Edge]
-) -> None:
+def forbidden(known: Mapping[str, Path], graph_edges: list[Edge]) -> list[str]:
+    """The edges no "May import:" line allows."""
     stated = rules(known)
     wrong = []
     for edge in graph_edges:
-        source, target = _owner(edge.source), _owner(edge.target)
+        source, target = _owner(edge.source, stated), _owner(edge.target, stated)
         if source == target or target in ALWAYS_ALLOWED or edge.target in ALWAYS_ALLOWED:
             continue
+        if target.startswith(source + "."):
+            continue  # a package uses its own rooms
         allowed = stated.get(source, frozenset())
         if allowed is None:
             continue
         # A rule names a package (all of it) or one module of it.
         if not any(edge.target == a or edge.target.startswith(a + ".") for a in allowed):
             wrong.append(f"{edge.source}:{edge.line} imports {edge.target} ({edge.level})")
+    return wrong
+
+
+def test_packages_import_only_what_they_state(
+    known: dict[str, Path], graph_edges: list[Edge]
+) -> None:
+    wrong = forbidden(known, graph_edges)
     assert not wrong, "imports their package's docstring does not allow:\n" + "\n".join(wrong)
 
 
@@ -279,3 +297,31 @@ def test_the_checks_catch_a_cycle_and_a_forbidden_import(tmp_path: Path) -> None
     (pkg / "c" / "__init__.py").write_text("")
     known["orchestrator.c"] = pkg / "c" / "__init__.py"
     assert rules(known)["orchestrator.b"] == frozenset({"orchestrator.a"})  # not `c`
+
+
+def test_a_room_with_its_own_rule_is_held_to_it(tmp_path: Path) -> None:
+    """A sub-package with a "May import:" line: its parent may import it, it may not
+    import its parent unless its line names it."""
+    pkg = tmp_path / PACKAGE
+    (pkg / "p" / "room").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "p" / "__init__.py").write_text('"""P.\n\nMay import: nothing.\n"""\n')
+    (pkg / "p" / "user.py").write_text("from orchestrator.p.room import inner\n")
+    (pkg / "p" / "models.py").write_text("")
+    (pkg / "p" / "room" / "__init__.py").write_text('"""Room.\n\nMay import: nothing.\n"""\n')
+    (pkg / "p" / "room" / "inner.py").write_text("from orchestrator.p import models\n")
+    known = {
+        "orchestrator": pkg / "__init__.py",
+        "orchestrator.p": pkg / "p" / "__init__.py",
+        "orchestrator.p.user": pkg / "p" / "user.py",
+        "orchestrator.p.models": pkg / "p" / "models.py",
+        "orchestrator.p.room": pkg / "p" / "room" / "__init__.py",
+        "orchestrator.p.room.inner": pkg / "p" / "room" / "inner.py",
+    }
+    assert forbidden(known, edges(known)) == [
+        "orchestrator.p.room.inner:1 imports orchestrator.p.models (module)"
+    ]
+    (pkg / "p" / "room" / "__init__.py").write_text(
+        '"""Room.\n\nMay import: `p.models`.\n"""\n'
+    )
+    assert forbidden(known, edges(known)) == []

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from orchestrator.permissions.bash_parser import Unprovable, Word
+from orchestrator.permissions.shell.parser import Unprovable, Word
 
 _LOCALE = re.compile(r"[A-Za-z0-9_.@-]*")
 _TOKEN = re.compile(r"[A-Za-z0-9_.:@+-]*")

@@ -1,4 +1,4 @@
-"""Words for the strict bash parser (`bash_parser.py`): quoting, `$` expansions and
+"""Words for the strict bash parser (`parser.py`): quoting, `$` expansions and
 substitutions, read exactly as bash 5.2 reads them for the supported subset; any
 other construct raises `Unprovable` naming it. Also the values the parser produces.
 """
@@ -81,7 +81,7 @@ _DELIMS = frozenset(" \t\n;&|<>()")
 
 
 class WordLexer:
-    """The word-level half of the parser; `bash_parser._Parser` adds the grammar."""
+    """The word-level half of the parser; `parser._Parser` adds the grammar."""
 
     src: str
     pos: int

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from orchestrator.permissions.bash_parser import BASH, DASH, Dialect, Unprovable, Word
+from orchestrator.permissions.shell.parser import BASH, DASH, Dialect, Unprovable, Word
 
 STANDARD_DIRS = ("/bin/", "/usr/bin/", "/usr/local/bin/", "/sbin/", "/usr/sbin/")
 NOT_PROVEN = frozenset(
@@ -244,7 +244,7 @@ def unwrap(name: str, argv: list[Word]) -> Unwrapped | None:
 
 
 def _env(name: str, opts: list[tuple[str, str | None]], rest: list[Word]) -> Unwrapped | None:
-    from orchestrator.permissions.shell_env import check_prefix
+    from orchestrator.permissions.shell.env import check_prefix
 
     for key, _ in opts:
         if key in ("S", "C"):

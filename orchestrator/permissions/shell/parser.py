@@ -3,7 +3,7 @@
 Why home-made: no maintained, permissively licensed Python library parses bash
 *and* says which constructs it did not fully understand (bashlex is GPL and
 lenient; tree-sitter-bash recovers from errors and is used as a second opinion in
-`bash_tree.py`). Here the grammar is a whitelist: the parser accepts a construct
+`tree.py`). Here the grammar is a whitelist: the parser accepts a construct
 only when it can say exactly which simple commands bash runs, with which words
 and redirections; everything else raises `Unprovable` naming the construct.
 
@@ -19,7 +19,7 @@ The supported subset (documented in `policies/README.md`):
   with a plain delimiter whose bodies are checked;
 * backslash-newline only between words (after a blank) and inside `"…"`.
 
-Words (quoting, `$` expansions, substitutions) are read by `bash_words.WordLexer`.
+Words (quoting, `$` expansions, substitutions) are read by `words.WordLexer`.
 Bash joins backslash-newline before it tokenises; rather than re-implement that
 pass (which depends on quoting context), a continuation is only accepted where
 joining cannot change a token.
@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from orchestrator.permissions.bash_words import (
+from orchestrator.permissions.shell.words import (
     _DELIMS,
     _NAME,
     BASH,

@@ -3,11 +3,11 @@
 `analyse(command)` returns the simple commands bash would run (through lists,
 pipelines, compound commands, substitutions, `eval`, `sh -c` and the wrappers in
 `wrappers.py`) and the files its redirections write and read. It proves this with
-two independent parsers: the strict whitelist parser in `bash_parser.py` and
-tree-sitter-bash (`bash_tree.py`); they must agree. Then the semantic checks below
+two independent parsers: the strict whitelist parser in `parser.py` and
+tree-sitter-bash (`tree.py`); they must agree. Then the semantic checks below
 refuse what would make a later command differ from what was parsed: builtins that
 change the shell's state, environment prefixes outside the allowlist
-(`shell_env.py`), dynamic command names, device redirections. Whatever is not
+(`env.py`), dynamic command names, device redirections. Whatever is not
 proven becomes a *problem* naming the construct; a command with problems is never
 allowed by a rule (it asks, or is denied in `dontAsk`).
 """
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.permissions.bash_parser import (
+from orchestrator.permissions.shell.env import check_prefix, check_variable
+from orchestrator.permissions.shell.parser import (
     BASH,
     DYNAMIC,
     MAX_COMMAND_CHARS,
@@ -29,10 +30,9 @@ from orchestrator.permissions.bash_parser import (
     is_safe_device,
     parse,
 )
-from orchestrator.permissions.bash_tree import disagreement, loose_commands
-from orchestrator.permissions.bash_words import expand_braces
-from orchestrator.permissions.shell_env import check_prefix, check_variable
-from orchestrator.permissions.wrappers import (
+from orchestrator.permissions.shell.tree import disagreement, loose_commands
+from orchestrator.permissions.shell.words import expand_braces
+from orchestrator.permissions.shell.wrappers import (
     EXECS_ITS_COMMAND,
     RUNS_ITS_ARGUMENTS,
     SHELL_ONLY,

@@ -1,5 +1,5 @@
 """A second opinion from tree-sitter-bash: the simple commands, their words and the
-redirections it sees, compared with what `bash_parser` found.
+redirections it sees, compared with what `parser` found.
 
 tree-sitter's grammar is written independently of ours and is maintained against
 real scripts, so a lexing mistake in one of them (where a quote ends, where a word
@@ -17,7 +17,7 @@ from functools import lru_cache
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from orchestrator.permissions.bash_parser import DYNAMIC, Unit
+from orchestrator.permissions.shell.parser import DYNAMIC, Unit
 
 _CommandKey = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
 _RedirectKey = tuple[str, str, str]
