@@ -2,6 +2,13 @@
 subagent task plus one for the parent agent, a failure for failed, timed-out and
 denied, so CI systems show the run natively.
 
+Case names are stable across runs of one script, so CI history can follow a case:
+a task is named by its path of descriptions from the top-level task down (`parent
+description > task description`), with `[2]`, `[3]` on later siblings that share a
+name. Random ids never enter a name; each case's task id is a property of the suite
+(`<property name="task_id: NAME" value="sa_…"/>`), where every JUnit schema allows
+properties, and a line of its `system-out`.
+
 The XML is built with the standard library's ElementTree, which escapes markup;
 container text also passes through `untrusted_text.as_data` and loses the few
 characters XML 1.0 cannot carry at all, so a hostile result cannot break the file.
@@ -11,9 +18,11 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
 from pathlib import Path
 
 from orchestrator.results.models import RunResult, TaskSummary
+from orchestrator.results.summary import tree_order
 from orchestrator.ui.untrusted_text import as_data
 
 FAILING_STATUSES = {
@@ -26,6 +35,11 @@ SKIPPED_STATUSES = ("stopped", "interrupted", "pending", "running")
 """Task statuses reported as skipped: they never ran to an end."""
 MAX_MESSAGE_CHARS = 2_000
 """Longest failure message attribute; the body carries the rest."""
+MAX_NAME_CHARS = 500
+"""Longest test case name; a longer description path is cut (announced with `…`)."""
+PATH_SEPARATOR = " > "
+SUITE_NAME = "warden"
+PARENT_CASE = "parent agent"
 
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -37,13 +51,20 @@ def text(value: object) -> str:
 
 def junit_xml(result: RunResult) -> bytes:
     """The report as UTF-8 XML bytes."""
-    suite = ET.Element("testsuite", name=f"warden {result.run_id or 'run'}")
+    suite = ET.Element("testsuite", name=SUITE_NAME)
+    names = case_names(result.tasks)
+    properties = ET.SubElement(suite, "properties")
+    ET.SubElement(properties, "property", name="run_id", value=text(result.run_id or ""))
+    for task in result.tasks:
+        ET.SubElement(
+            properties, "property", name=f"task_id: {names[task.task_id]}", value=task.task_id
+        )
     failures = skipped = 0
     parent = ET.SubElement(
         suite,
         "testcase",
         classname="warden.parent",
-        name="parent agent",
+        name=PARENT_CASE,
         time=f"{result.duration_s:.3f}",
     )
     if result.status != "completed":
@@ -55,7 +76,7 @@ def junit_xml(result: RunResult) -> bytes:
             suite,
             "testcase",
             classname=f"warden.{text(task.agent_type)}",
-            name=f"{task.task_id} {text(task.description)}",
+            name=names[task.task_id],
             time=f"{task.duration_s or 0:.3f}",
         )
         problems = _problems(task, result)
@@ -70,7 +91,7 @@ def junit_xml(result: RunResult) -> bytes:
             ET.SubElement(case, "skipped", message=f"task {task.status}")
         out = ET.SubElement(case, "system-out")
         out.text = (
-            f"status: {task.status}\ntokens: {task.tokens}\nturns: {task.turns}\n"
+            f"task id: {task.task_id}\nstatus: {task.status}\ntokens: {task.tokens}\nturns: {task.turns}\n"
             f"tool calls: {task.tool_calls}\ndenials: {task.denials}\n"
             + "".join(f"wrote: {text(p)}\n" for p in task.files_written)
         )
@@ -84,6 +105,26 @@ def junit_xml(result: RunResult) -> bytes:
     ET.indent(root)
     data: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
     return data
+
+
+def case_names(tasks: Iterable[TaskSummary]) -> dict[str, str]:
+    """task id -> its stable case name: the descriptions from the top-level task down,
+    the second and later siblings of one name numbered in creation order."""
+    ordered = list(tasks)
+    own: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for _level, task in tree_order(ordered):
+        parent = own.get(task.parent_id or "", "")
+        label = " ".join(text(task.description).split()) or task.agent_type
+        name = f"{parent}{PATH_SEPARATOR}{label}" if parent else label
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            name = f"{name} [{seen[name]}]"
+        own[task.task_id] = name
+    return {
+        task_id: name if len(name) <= MAX_NAME_CHARS else name[: MAX_NAME_CHARS - 1] + "…"
+        for task_id, name in own.items()
+    }
 
 
 def write_junit(result: RunResult, path: Path) -> None:

@@ -102,7 +102,8 @@ def test_a_ci_job_gates_on_a_denial_and_publishes_json_junit_and_audit(
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None
     assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
-    failure = suite.find(f"testcase[@name='{task_id} test task']/failure")
+    failure = suite.find("testcase[@name='test task']/failure")
+    assert suite.find(f"properties/property[@name='task_id: test task'][@value='{task_id}']") is not None
     assert failure is not None and failure.get("type") == "denied"
     assert "Bash" in (failure.text or "")
 

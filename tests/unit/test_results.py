@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import xml.etree.ElementTree as ET
-from io import StringIO
+from io import BytesIO, StringIO
 from pathlib import Path
 
 import click
@@ -18,7 +18,7 @@ from orchestrator.errors import ConfigError, EngineUnavailableError, PolicyError
 from orchestrator.exit_codes import ExitCode, exit_code_for
 from orchestrator.results.build import build_result, final_exit_code, stored_event
 from orchestrator.results.junit import junit_xml
-from orchestrator.results.models import Event, json_schema
+from orchestrator.results.models import Event, RunResult, TaskSummary, json_schema
 from orchestrator.results.report import parse_fail_on
 from orchestrator.results.summary import print_summary, tree_order
 from orchestrator.store import AuditRecord, Store, TaskRecord
@@ -156,7 +156,13 @@ def test_junit_has_a_case_per_task_failures_for_failed_timed_out_denied_and_esca
     suite = ET.fromstring(raw).find("testsuite")
     assert suite is not None
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "2", "0")
-    cases = {c.get("name", "").split()[0]: c for c in suite.iter("testcase")}
+    ids = {
+        p.get("value"): p.get("name", "").removeprefix("task_id: ")
+        for p in suite.iter("property")
+        if p.get("name", "").startswith("task_id: ")
+    }
+    by_name = {c.get("name"): c for c in suite.iter("testcase")}
+    cases = {task_id: by_name[name] for task_id, name in ids.items()}
     assert cases["sa_a"].find("failure") is None
     failure_b, failure_c = cases["sa_b"].find("failure"), cases["sa_c"].find("failure")
     assert failure_b is not None and failure_c is not None
@@ -247,3 +253,66 @@ def test_a_run_user_overrides_the_workspace_owner(tmp_path: Path) -> None:
     assert (identity.uid, identity.gid) == (4321, 99)
     with pytest.raises(ValueError, match="root"):
         sandbox_identity(tmp_path, 1000, "0")
+
+
+def _summary(task_id: str, parent: str | None, description: str) -> TaskSummary:
+    return TaskSummary(
+        task_id=task_id,
+        parent_id=parent,
+        depth=2 if parent else 1,
+        agent_type="bash",
+        description=description,
+        status="completed",
+        duration_s=1.0,
+        tokens=1,
+        turns=1,
+        tool_calls=0,
+        denials=0,
+        asks=0,
+        files_written=[],
+        error=None,
+    )
+
+
+def _run_of(run_id: str, ids: list[str]) -> RunResult:
+    a, b, c, d = ids
+    tasks = [
+        _summary(a, None, "Build the project"),
+        _summary(b, a, "run tests"),
+        _summary(c, a, "run tests"),
+        _summary(d, None, HOSTILE),
+    ]
+    return RunResult(
+        run_id=run_id, status="completed", exit_code=0, result="", duration_s=3.0,
+        tokens=4, tasks=tasks, denials=[], fail_on=[], failed_on=[],
+    )  # fmt: skip
+
+
+def test_junit_case_names_are_stable_across_runs_and_carry_the_task_id_as_a_property() -> None:
+    first = ET.fromstring(junit_xml(_run_of("run_1", ["sa_1", "sa_2", "sa_3", "sa_4"])))
+    second = ET.fromstring(junit_xml(_run_of("run_9", ["sa_a", "sa_b", "sa_c", "sa_d"])))
+
+    def names(root: ET.Element) -> list[str | None]:
+        return [c.get("name") for c in root.iter("testcase")] + [
+            s.get("name") for s in root.iter("testsuite")
+        ]
+
+    assert names(first) == names(second)
+    assert names(first)[:4] == [
+        "parent agent",
+        "Build the project",
+        "Build the project > run tests",
+        "Build the project > run tests [2]",
+    ]
+    assert not any("sa_" in (n or "") or "run_" in (n or "") for n in names(first))
+    props = {p.get("name"): p.get("value") for p in second.iter("property")}
+    assert props["run_id"] == "run_9"
+    assert props["task_id: Build the project > run tests [2]"] == "sa_c"
+
+
+def test_junit_reports_validate_against_a_junit_schema(populated: Store) -> None:
+    import xmlschema
+
+    schema = xmlschema.XMLSchema(REPO_ROOT / "tests" / "schemas" / "junit.xsd")
+    for result in (_result(populated), _run_of("r", ["a", "b", "c", "d"])):
+        schema.validate(BytesIO(junit_xml(result)))  # type: ignore[arg-type]
