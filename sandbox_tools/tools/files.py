@@ -1,4 +1,5 @@
-"""The file tools: Read, Write, Edit. Every path goes through `confine`."""
+"""The file tools: Read, Write, Edit. Every path goes through `confine`; Write and
+Edit change a file through `replace`, which never leaves it worse than it was."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from sandbox_tools.tools.base import (
     truncation_note,
 )
 from sandbox_tools.tools.inputs import EditInput, ReadInput, WriteInput
+from sandbox_tools.tools.replace import fs_error, replace
 
 READ_DEFAULT_LINE_LIMIT = 2000
 """Lines Read returns when the call gives no limit."""
@@ -44,7 +46,7 @@ LINE_CUT_MARK = "… [line truncated]"
 
 
 def _fs_error(op: str, shown: str, e: OSError) -> ToolError:
-    return ToolError(f"cannot {op} {shown}: {e.strerror or e}")
+    return fs_error(op, shown, e, unchanged=None)
 
 
 def _stat_regular(path: Path, shown: str) -> os.stat_result:
@@ -65,7 +67,7 @@ def _stat_regular(path: Path, shown: str) -> os.stat_result:
 def _open(path: Path, flags: int, shown: str, op: str) -> int:
     # O_NOFOLLOW: the path was resolved by confine; refuse a symlink swapped in since.
     try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
         raise _fs_error(op, shown, e) from e
 
@@ -136,19 +138,23 @@ def read(inp: ReadInput, ctx: ToolContext) -> ToolOutput:
 def write(inp: WriteInput, ctx: ToolContext) -> ToolOutput:
     path = confine(inp.file_path, ctx.root)
     shown = str(path)
-    if path.is_dir():
+    try:
+        old: os.stat_result | None = path.stat()
+    except FileNotFoundError:
+        old = None
+    except OSError as e:
+        raise _fs_error("access", shown, e) from e
+    if old is not None and stat.S_ISDIR(old.st_mode):
         raise ToolError(f"{shown} is a directory; give a file path to write")
-    existed = path.exists()
-    if existed and not path.is_file():  # a FIFO or device would block or misbehave
+    if old is not None and not stat.S_ISREG(old.st_mode):  # a FIFO or device would block
         raise ToolError(f"{shown} is not a regular file; Write only replaces regular files")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise _fs_error("create the parent directories of", shown, e) from e
     data = inp.content.encode("utf-8")
-    fd = _open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, shown, "write")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    replace(path, data, shown, old)
+    existed = old is not None
     verb = "Overwrote" if existed else "Created"
     return ToolOutput(f"{verb} {shown} ({len(data)} bytes).", summary=f"{len(data)} bytes")
 
@@ -187,9 +193,7 @@ def edit(inp: EditInput, ctx: ToolContext) -> ToolOutput:
         )
     first = text.index(inp.old_string)
     new_text = text.replace(inp.old_string, inp.new_string, -1 if inp.replace_all else 1)
-    fd = _open(path, os.O_WRONLY | os.O_TRUNC, shown, "write")
-    with os.fdopen(fd, "wb") as f:
-        f.write(new_text.encode("utf-8"))
+    replace(path, new_text.encode("utf-8"), shown, st)
     replaced = count if inp.replace_all else 1
     plural = "occurrence" if replaced == 1 else "occurrences"
     return ToolOutput(
