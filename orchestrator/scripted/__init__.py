@@ -10,6 +10,7 @@ Standalone: `python -m orchestrator.scripted SCRIPT [--port N] [--record FILE]`.
 May import: `errors`. Nothing else of warden: tests and the demo run it alone.
 """
 
+from orchestrator.scripted.billing import MovableClock
 from orchestrator.scripted.script import (
     PLACEHOLDERS,
     Conversation,
@@ -28,6 +29,7 @@ __all__ = [
     "PLACEHOLDERS",
     "Conversation",
     "Match",
+    "MovableClock",
     "RecordedRequest",
     "Script",
     "ScriptError",

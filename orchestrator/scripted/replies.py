@@ -9,10 +9,8 @@ from collections.abc import AsyncIterator
 from typing import Literal, TypedDict
 
 from orchestrator.jsontypes import JSONObject, JSONValue
+from orchestrator.scripted.billing import CHARS_PER_TOKEN, Bill
 from orchestrator.scripted.script import RequestView, StopReason, TextBlock, Turn, tool_use_id
-
-CHARS_PER_TOKEN = 4
-"""Token estimate: this many characters of JSON count as one token."""
 
 STREAM_TEXT_CHUNK_CHARS = 64
 """Characters per `text_delta` event when streaming."""
@@ -44,7 +42,7 @@ class Message(TypedDict):
     content: list[TextOut | ToolUseOut]
     stop_reason: StopReason
     stop_sequence: None
-    usage: dict[str, int]
+    usage: dict[str, JSONValue]
 
 
 def estimate_tokens(value: object) -> int:
@@ -57,8 +55,11 @@ def _sse(event: str, data: object) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-def render_message(turn: Turn, conversation: str, view: RequestView, body: JSONObject) -> Message:
-    """The Messages API response body for `turn`, filled from the request."""
+def render_message(
+    turn: Turn, conversation: str, view: RequestView, body: JSONObject, bill: Bill
+) -> Message:
+    """The Messages API response body for `turn`, filled from the request; its input
+    usage is `bill` (what `billing` charged), unless the script sets usage itself."""
     instance = view.instance_key()
     content: list[TextOut | ToolUseOut] = []
     for index, block in enumerate(turn.content):
@@ -73,15 +74,15 @@ def render_message(turn: Turn, conversation: str, view: RequestView, body: JSONO
                     "input": view.fill_value(block.input),
                 }
             )
+    usage: dict[str, JSONValue]
     if turn.usage is not None:
-        usage = turn.usage.model_dump()
-    else:
-        counted = {k: body.get(k) for k in ("system", "messages", "tools") if k in body}
         usage = {
-            "input_tokens": estimate_tokens(counted),
-            "output_tokens": estimate_tokens(content),
+            **turn.usage.model_dump(),
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
         }
-    usage.update(cache_creation_input_tokens=0, cache_read_input_tokens=0)
+    else:
+        usage = bill.usage(estimate_tokens(content))
     model = body.get("model")
     return {
         "id": f"msg_{secrets.token_hex(12)}",

@@ -3,7 +3,8 @@
 It speaks enough of the API for the real anthropic SDK: `POST /v1/messages`
 (plain JSON and `stream: true` server-sent events), `POST /v1/messages/count_tokens`,
 Anthropic's error shape with the usual statuses, a `request-id` header, and
-usage figures estimated at `CHARS_PER_TOKEN`. Every request is recorded (API key
+usage billed by `billing` (prompt caching, the context window) from its token
+estimate. Every request is recorded (API key
 redacted) in `server.requests`, and optionally appended to a JSONL file.
 
 It listens on loopback only. The reply bodies are built in `replies`.
@@ -20,7 +21,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -28,12 +29,13 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.jsontypes import JSONObject, JSONValue
-from orchestrator.scripted.replies import (
-    Message,
-    estimate_tokens,
-    render_message,
-    stream_events,
+from orchestrator.scripted.billing import (
+    DEFAULT_CONTEXT_WINDOW_TOKENS,
+    BillingRefused,
+    PromptCache,
+    count_input_tokens,
 )
+from orchestrator.scripted.replies import Message, render_message, stream_events
 from orchestrator.scripted.script import (
     RequestView,
     Script,
@@ -109,7 +111,13 @@ class ScriptedModelServer:
         record_path: str | Path | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+        context_windows: Mapping[str, int] | None = None,
+        default_context_window: int = DEFAULT_CONTEXT_WINDOW_TOKENS,
     ) -> None:
+        """`clock` times the prompt cache's lifetimes (a `billing.MovableClock` lets a
+        test expire entries); `context_windows` maps a model to its window in tokens
+        (others get `default_context_window`)."""
         if not ipaddress.ip_address(host).is_loopback:
             raise ValueError(f"the scripted model server listens on loopback only, not {host}")
         self.script = script
@@ -122,6 +130,8 @@ class ScriptedModelServer:
         self._base_url: str | None = None
         self._failures: dict[tuple[str, str, int], int] = {}
         self._record_lock = threading.Lock()
+        self.cache = PromptCache(clock, context_windows, default_context_window)
+        """The prompt cache and context windows every request is billed against."""
 
     @property
     def base_url(self) -> str:
@@ -271,9 +281,8 @@ class ScriptedModelServer:
 
     async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
         async def answer(body: JSONObject, record: RecordedRequest) -> web.StreamResponse:
-            counted = {k: body.get(k) for k in ("system", "messages", "tools") if k in body}
             return web.json_response(
-                {"input_tokens": estimate_tokens(counted)},
+                {"input_tokens": count_input_tokens(body)},
                 headers={"request-id": record.request_id},
             )
 
@@ -283,7 +292,8 @@ class ScriptedModelServer:
         async def answer(body: JSONObject, record: RecordedRequest) -> web.StreamResponse:
             try:
                 check_messages_request(body)
-            except InvalidRequest as exc:
+                prompt = self.cache.check(body)
+            except (InvalidRequest, BillingRefused) as exc:
                 return _error(400, "invalid_request_error", str(exc), record.request_id)
             view = RequestView(body)
             conversation = self.script.find(view)
@@ -324,7 +334,8 @@ class ScriptedModelServer:
                 turn.error, conversation.name, view.instance_key(), view.turn
             ):
                 return self._scripted_error(turn.error, record.request_id)
-            message_body = render_message(turn, conversation.name, view, body)
+            bill = self.cache.bill(prompt)
+            message_body = render_message(turn, conversation.name, view, body, bill)
             if body.get("stream") is True:
                 record.stream = True
                 return await self._stream(request, message_body, record.request_id)
