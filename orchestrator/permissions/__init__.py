@@ -1,8 +1,10 @@
 """Host-side permission decisions: Claude Code rules, modes, sources, hooks, approvers.
 
+Two rooms have their own rules: the Bash analyser (`shell`) and hooks (`hooks`;
+a sandboxed hook runs in a container the run provides, `hooks.HookSandbox`).
+
 May import: `config`, `errors`, `labels`, `ui.untrusted_text` (questions show
-container text), and, for sandboxed hooks only (`hook_sandbox`, at call time),
-`backend`, `images` and `workspace`.
+container text). Never `backend`, `images` or `workspace`.
 """
 
 from orchestrator.permissions.engine import PermissionEngine

@@ -20,8 +20,7 @@ from pathlib import Path
 
 from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions.evaluate import MODE_SOURCE, Explanation, evaluate
-from orchestrator.permissions.hook_run import hook_input, run_hooks
-from orchestrator.permissions.hooks import HookSet
+from orchestrator.permissions.hooks import HookSandbox, HookSet, hook_input, run_hooks
 from orchestrator.permissions.models import CallContext, Decision, HookOutcome, ToolCall
 from orchestrator.permissions.policy import EffectivePolicy
 
@@ -30,11 +29,18 @@ class PermissionEngine:
     """Decides tool calls for one agent from its effective policy and hooks."""
 
     def __init__(
-        self, policy: EffectivePolicy, hooks: HookSet, *, workspace_host: Path | None
+        self,
+        policy: EffectivePolicy,
+        hooks: HookSet,
+        *,
+        workspace_host: Path | None,
+        sandbox: HookSandbox | None = None,
     ) -> None:
         self.policy = policy
         self.hooks = hooks
         self.workspace_host = workspace_host
+        self.sandbox = sandbox
+        """Runs the hooks that ask for a sandbox (the run's; None outside a run)."""
 
     async def _evaluate(self, call: ToolCall, ctx: CallContext) -> Explanation:
         if self.workspace_host is None:
@@ -55,6 +61,7 @@ class PermissionEngine:
             hook_input("PreToolUse", call, ctx),
             tool_name=call.tool_name,
             workspace_host=self.workspace_host,
+            sandbox=self.sandbox,
         )
         return await self._combine(call, ctx, explained, outcomes)
 
@@ -126,4 +133,5 @@ class PermissionEngine:
             hook_input("PostToolUse", call, ctx, response),
             tool_name=call.tool_name,
             workspace_host=self.workspace_host,
+            sandbox=self.sandbox,
         )

@@ -32,6 +32,7 @@ from orchestrator.permissions.approvers import (
     SessionApprovals,
     input_hash,
 )
+from orchestrator.permissions.hooks import HookSandbox
 from orchestrator.runtime.tasks import TaskContext
 from sandbox_tools import wire
 
@@ -55,6 +56,7 @@ class PolicyGate:
         store: Store | None = None,
         events: EventSink | None = None,
         approvals: SessionApprovals | None = None,
+        hook_sandbox: HookSandbox | None = None,
     ) -> None:
         self.policy = policy
         self.hooks = hooks
@@ -63,6 +65,7 @@ class PolicyGate:
         self.store = store
         self.events = events
         self.approvals = approvals or SessionApprovals()
+        self.hook_sandbox = hook_sandbox
         self._tasks: dict[str, TaskContext] = {}
         self.known_tasks: Mapping[str, TaskContext] = {}
         """Every task of the run (the manager's), so a question names all its ancestors."""
@@ -83,7 +86,9 @@ class PolicyGate:
             hooks = self.hooks
             if task.agent.hooks:  # the agent file's own hooks, for its calls only
                 hooks = HookSet(hooks.hooks + task.agent.hooks, hooks.warnings)
-            engine = PermissionEngine(narrowed, hooks, workspace_host=self.workspace_host)
+            engine = PermissionEngine(
+                narrowed, hooks, workspace_host=self.workspace_host, sandbox=self.hook_sandbox
+            )
             self._engines[task.task_id] = engine
         return engine
 
@@ -134,9 +139,7 @@ class PolicyGate:
         rules (server tools, MCP servers, betas; see `orchestrator.broker.forwarding`)."""
         return ForwardingPolicy.from_rules(self.engine_for(task).policy.rules)
 
-    async def tool_finished(
-        self, task: TaskContext, call: ToolCall, response: JSONObject
-    ) -> None:
+    async def tool_finished(self, task: TaskContext, call: ToolCall, response: JSONObject) -> None:
         """Run PostToolUse hooks for a finished call; their outcomes are recorded
         (the call already happened, so they can only report). The broker calls
         this only for calls this gate allowed, with the input it approved; the
@@ -174,9 +177,7 @@ class PolicyGate:
             parent = ancestor.parent_id if ancestor else None
         return chain
 
-    def _always(
-        self, tool_name: str, tool_input: JSONObject, decision: Decision
-    ) -> dict[str, str]:
+    def _always(self, tool_name: str, tool_input: JSONObject, decision: Decision) -> dict[str, str]:
         """The exact rule "always allow" would write for this call, if there is one.
         Not for a call an ask rule or a hook asked about: an allow rule does not
         override those, so the next run would ask again."""

@@ -28,6 +28,7 @@ from orchestrator.results.parent_transcript import ObservedClient, ParentTranscr
 from orchestrator.runtime.caps import TaskManagerConfig
 from orchestrator.runtime.events import EventLog
 from orchestrator.runtime.gate import PolicyGate
+from orchestrator.runtime.hook_sandbox import ContainerHookSandbox
 from orchestrator.runtime.manager import TaskManager
 from orchestrator.runtime.parent import ParentAgent
 from orchestrator.runtime.protocols import PermissionGate
@@ -193,6 +194,7 @@ async def open_run(
                 approver=approver or NonInteractiveApprover(),
                 store=store,
                 events=events,
+                hook_sandbox=ContainerHookSandbox(),
             )
         # The orchestrator's one model client (the key is only here): the parent's
         # calls and every broker's go through the SDK, its retries bounded in time.

@@ -12,9 +12,9 @@ import pytest
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
 from orchestrator.permissions import CallContext, ToolCall, load_hooks
-from orchestrator.permissions.hook_run import hook_input, run_hooks
-from orchestrator.permissions.hook_trust import HOOK_PATH, hook_environment, workspace_code
-from orchestrator.permissions.hooks import parse_hooks
+from orchestrator.permissions.hooks.definitions import parse_hooks
+from orchestrator.permissions.hooks.run import hook_input, run_hooks
+from orchestrator.permissions.hooks.trust import HOOK_PATH, hook_environment, workspace_code
 
 
 def refused(command: str, ws: Path, cwd: Path) -> str | None:

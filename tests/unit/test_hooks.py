@@ -27,8 +27,9 @@ from orchestrator.permissions import (
     load_hooks,
     load_policy,
 )
-from orchestrator.permissions.hook_run import MAX_HOOK_OUTPUT_BYTES
-from orchestrator.permissions.hooks import parse_hooks
+from orchestrator.permissions.hooks.definitions import parse_hooks
+from orchestrator.permissions.hooks.run import MAX_HOOK_OUTPUT_BYTES
+from orchestrator.permissions.hooks.sandbox import SandboxedHookRun
 
 HOOKS = Path(__file__).parent / "hooks"
 CTX = CallContext(
@@ -335,3 +336,44 @@ def test_hooks_load_from_every_settings_file(settings: Settings, workspace: Path
         ("PostToolUse", "false", "user"),
     ]
     assert os.path.basename(loaded.hooks[1].source) == "settings.json"
+
+
+class _RecordingSandbox:
+    """A `HookSandbox` that says what it was asked and answers exit 2."""
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[str, bytes]] = []
+
+    async def run(
+        self,
+        command: str,
+        stdin: bytes,
+        timeout_s: float,
+        workspace: Path | None,
+        output_limit: int,
+    ) -> SandboxedHookRun:
+        self.commands.append((command, stdin))
+        return SandboxedHookRun(exit_code=2, stderr=(b"blocked in the sandbox", False))
+
+
+async def test_a_sandboxed_hook_runs_in_the_sandbox_the_engine_was_given(
+    settings: Settings, workspace: Path
+) -> None:
+    block = {
+        "PreToolUse": [
+            {"matcher": "Bash", "hooks": [{"type": "command", "command": "check", "sandbox": True}]}
+        ]
+    }
+    hooks = HookSet(tuple(parse_hooks(block, "test")[0]))
+    policy = load_policy(settings, workspace, allow=("Bash",))
+    alone = PermissionEngine(policy, hooks, workspace_host=workspace)
+    decision = await alone.decide(bash("ls"), CTX)
+    assert decision.behavior == "allow"  # the rule decides; the hook is an error, never an allow
+    (outcome,) = decision.hook_outcomes
+    assert outcome.error is not None and "given none" in outcome.error
+    sandbox = _RecordingSandbox()
+    boxed = PermissionEngine(policy, hooks, workspace_host=workspace, sandbox=sandbox)
+    decision = await boxed.decide(bash("ls"), CTX)
+    assert (decision.behavior, decision.reason) == ("deny", "blocked in the sandbox")
+    ((command, stdin),) = sandbox.commands
+    assert command == "check" and json.loads(stdin)["tool_input"]["command"] == "ls"

@@ -2,12 +2,12 @@
 
 A hook gets the event as JSON on stdin (`hook_input`) and runs with `sh -c` in its
 own process group, on the host (an allowlisted environment, a fixed PATH, an empty
-directory; see `hook_trust`) or in a sandbox (`hook_sandbox`). Exit 2 blocks with
+directory; see `trust`) or in a sandbox (the run's `sandbox.HookSandbox`). Exit 2 blocks with
 stderr as the reason; exit 0 may print JSON with
 `hookSpecificOutput.permissionDecision`; anything else, a timeout (the whole group
 is killed) or malformed JSON is a non-blocking error that never counts as allow.
 Output is read up to MAX_HOOK_OUTPUT_BYTES per stream and the cut is announced.
-Which hooks exist is `hooks`.
+Which hooks exist is `definitions`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import TypedDict
 
 from orchestrator.jsontypes import JSONObject
-from orchestrator.permissions.hook_trust import hook_environment, workspace_code
-from orchestrator.permissions.hooks import HookCommand, HookEvent
+from orchestrator.permissions.hooks.definitions import HookCommand, HookEvent
+from orchestrator.permissions.hooks.sandbox import NO_SANDBOX_ERROR, HookSandbox
+from orchestrator.permissions.hooks.trust import hook_environment, workspace_code
 from orchestrator.permissions.models import (
     REQUIRED_INPUT_KEYS,
     CallContext,
@@ -81,11 +82,15 @@ async def run_hooks(
     *,
     tool_name: str,
     workspace_host: Path | None,
+    sandbox: HookSandbox | None = None,
 ) -> list[HookOutcome]:
-    """Run hooks concurrently; one outcome per hook, in configuration order."""
+    """Run hooks concurrently; one outcome per hook, in configuration order. `sandbox`
+    runs the hooks that ask for one (without it they are error outcomes)."""
     stdin = json.dumps(payload).encode()
     return list(
-        await asyncio.gather(*(run_hook(h, stdin, tool_name, workspace_host) for h in hooks))
+        await asyncio.gather(
+            *(run_hook(h, stdin, tool_name, workspace_host, sandbox) for h in hooks)
+        )
     )
 
 
@@ -101,14 +106,18 @@ async def _read_bounded(stream: asyncio.StreamReader) -> tuple[bytes, bool]:
 
 
 async def run_hook(
-    hook: HookCommand, stdin: bytes, tool_name: str, workspace_host: Path | None
+    hook: HookCommand,
+    stdin: bytes,
+    tool_name: str,
+    workspace_host: Path | None,
+    sandbox: HookSandbox | None = None,
 ) -> HookOutcome:
     """Run one hook and interpret what it said; never raises for a misbehaving hook."""
     base = _HookId(hook=hook.command, event=hook.event, source=hook.source)
     if hook.sandbox:
-        from orchestrator.permissions.hook_sandbox import run_in_sandbox
-
-        ran = await run_in_sandbox(
+        if sandbox is None:
+            return HookOutcome(**base, error=NO_SANDBOX_ERROR)
+        ran = await sandbox.run(
             hook.command, stdin, hook.timeout_s, workspace_host, MAX_HOOK_OUTPUT_BYTES
         )
         if ran.error is not None:

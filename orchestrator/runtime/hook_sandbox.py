@@ -1,4 +1,5 @@
-"""Run a hook in a hardened sandbox instead of on the host (`"sandbox": true`).
+"""Run a hook in a hardened sandbox instead of on the host (`"sandbox": true`):
+the `permissions.hooks.HookSandbox` the run gives its permission engines.
 
 The hook gets what a subagent's sandbox gets: no network, no capabilities, a
 read-only root, resource limits, the workspace at `/workspace` with `.claude/`,
@@ -16,12 +17,12 @@ import asyncio
 import secrets
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import labels
 from orchestrator.backend.base import Mount, SandboxSpec, SandboxStatus
 from orchestrator.errors import WardenError
+from orchestrator.permissions.hooks import SandboxedHookRun
 
 HOOK_IMAGE = "agent"
 """The image sandboxed hooks run in."""
@@ -30,20 +31,19 @@ HOOK_SHELL = 'exec sh -c "$1" < ' + HOOK_INPUT_DIR + "/input.json"
 """Runs the hook's command (`$1`) with the event JSON on stdin."""
 
 
-@dataclass(frozen=True)
-class SandboxedHookRun:
-    exit_code: int | None = None
-    stdout: tuple[bytes, bool] = (b"", False)
-    stderr: tuple[bytes, bool] = (b"", False)
-    duration_s: float = 0.0
-    error: str | None = None
+class ContainerHookSandbox:
+    """Runs sandboxed hooks in containers of the `agent` image."""
 
-
-async def run_in_sandbox(
-    command: str, stdin: bytes, timeout_s: float, workspace: Path | None, output_limit: int
-) -> SandboxedHookRun:
-    """Run `command` with `sh -c` in a fresh sandbox; never raises for a failing hook."""
-    return await asyncio.to_thread(_run, command, stdin, timeout_s, workspace, output_limit)
+    async def run(
+        self,
+        command: str,
+        stdin: bytes,
+        timeout_s: float,
+        workspace: Path | None,
+        output_limit: int,
+    ) -> SandboxedHookRun:
+        """Run `command` with `sh -c` in a fresh sandbox; never raises for a failing hook."""
+        return await asyncio.to_thread(_run, command, stdin, timeout_s, workspace, output_limit)
 
 
 def _run(

@@ -8,7 +8,7 @@ Configured in a settings file as Claude Code does it:
 Each matching command runs with `sh -c` in its own process group, with the
 event as JSON on stdin, an environment built from an allowlist and a fixed PATH,
 in an empty temporary directory (`CLAUDE_PROJECT_DIR` names the workspace); see
-`hook_trust` for why, and for the commands refused because they would run
+`trust` for why, and for the commands refused because they would run
 workspace content. warden's own keys on a hook entry:
 
     {"type": "command", "command": "...",
@@ -23,7 +23,7 @@ Exit 2 blocks (stderr is the reason the model sees); exit 0 may print JSON with
 process group is killed), or malformed JSON is a non-blocking error that is
 reported in the outcome and never counts as an allow.
 
-Running a hook and reading what it said is `hook_run`.
+Running a hook and reading what it said is `run`.
 """
 
 from __future__ import annotations

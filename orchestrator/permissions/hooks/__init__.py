@@ -1,0 +1,31 @@
+"""PreToolUse / PostToolUse hooks with Claude Code's protocol: which hooks exist
+(`definitions`), what a host hook may see and run (`trust`), running one and
+reading what it said (`run`), and what a sandboxed hook needs from the run
+(`sandbox`, a protocol the run implements).
+
+May import: `config`, `errors`, `permissions.models` (outcomes, calls),
+`permissions.sources` (settings documents), `permissions.shell` (what a hook
+command runs), and `sandbox_tools.wire` (input limits).
+"""
+
+from orchestrator.permissions.hooks.definitions import (
+    HookCommand,
+    HookEvent,
+    HookSet,
+    load_hooks,
+    parse_hooks,
+)
+from orchestrator.permissions.hooks.run import hook_input, run_hooks
+from orchestrator.permissions.hooks.sandbox import HookSandbox, SandboxedHookRun
+
+__all__ = [
+    "HookCommand",
+    "HookEvent",
+    "HookSandbox",
+    "HookSet",
+    "SandboxedHookRun",
+    "hook_input",
+    "load_hooks",
+    "parse_hooks",
+    "run_hooks",
+]
