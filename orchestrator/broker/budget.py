@@ -2,7 +2,9 @@
 forwarded, so the money is never spent first and counted afterwards.
 
 Input tokens are estimated from the request's size: `BYTES_PER_TOKEN_ESTIMATE`
-bytes per token. Tokenizers average about four bytes per token on English text
+bytes per token for everything but images, which are estimated by the API's
+formula from their dimensions (`images`: a tiny, highly compressible image costs
+as many tokens as its pixel area says, whatever its bytes). Tokenizers average about four bytes per token on English text
 and code and more on JSON punctuation, so dividing the JSON body's bytes by
 three over-counts; an estimate that is too high only refuses early, one that is
 too low would let a request through that the budget cannot pay for. A request
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.broker.images import images_in
 from orchestrator.jsontypes import JSONValue
 
 BYTES_PER_TOKEN_ESTIMATE = 3
@@ -46,8 +49,16 @@ class Admission:
     clamped: bool
 
 
-def estimate_input_tokens(body_bytes: int) -> int:
-    return -(-body_bytes // BYTES_PER_TOKEN_ESTIMATE)
+MAX_OBJECTS_WALKED = 200_000
+"""JSON objects walked to find images (the forwarding check refuses a request with more)."""
+
+
+def estimate_input_tokens(body: JSONValue, body_bytes: int) -> int:
+    """Input tokens of a request of `body_bytes` bytes: its images by their dimensions,
+    the rest (base64 image data left out) at `BYTES_PER_TOKEN_ESTIMATE` bytes each."""
+    image_tokens, image_chars = images_in(body, MAX_OBJECTS_WALKED)
+    text_bytes = max(0, body_bytes - image_chars)
+    return -(-text_bytes // BYTES_PER_TOKEN_ESTIMATE) + image_tokens
 
 
 def usage_tokens(usage: JSONValue) -> int:
@@ -91,14 +102,14 @@ class Budget:
             return None
         return max(0, self.max_total_tokens - self.tokens_used)
 
-    def admit(self, body_bytes: int, max_tokens: int) -> Admission:
-        """Check one request before it is forwarded; raises BudgetRefused."""
+    def admit(self, estimate: int, max_tokens: int) -> Admission:
+        """Check one request (`estimate`: its `estimate_input_tokens`) before it is
+        forwarded; raises BudgetRefused."""
         if self.turns_used >= self.max_turns:
             raise BudgetRefused(
                 f"max_turns ({self.max_turns}) reached: the broker refuses further model "
                 "calls for this subagent; finish with what you have"
             )
-        estimate = estimate_input_tokens(body_bytes)
         remaining = self.remaining
         if remaining is None:
             return Admission(estimate, max_tokens, clamped=False)
@@ -106,8 +117,8 @@ class Budget:
         if room < MIN_OUTPUT_TOKENS:
             self.exhausted = (
                 f"token budget exhausted ({self.tokens_used} of {self.max_total_tokens} used): "
-                f"this request needs about {estimate} input tokens (its size / "
-                f"{BYTES_PER_TOKEN_ESTIMATE}) plus at least {MIN_OUTPUT_TOKENS} for the answer; "
+                f"this request needs about {estimate} input tokens (text at "
+                f"{BYTES_PER_TOKEN_ESTIMATE} bytes a token, images by their size in pixels) plus at least {MIN_OUTPUT_TOKENS} for the answer; "
                 "the broker did not send it"
             )
             raise BudgetRefused(self.exhausted)

@@ -36,7 +36,7 @@ egress until someone decides otherwise).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from orchestrator.jsontypes import JSONObject, JSONValue
@@ -72,8 +72,9 @@ SERVER_TOOL_RULES = {
 }
 """Server tool type prefix → the rule name that allows it."""
 DOMAIN_TOOLS = frozenset({"WebSearch", "WebFetch"})
-MAX_BLOCKS_SCANNED = 10_000
-"""Content blocks inspected for URL sources; a request with more is refused."""
+MAX_BLOCKS_SCANNED = 200_000
+"""JSON objects inspected for URL sources (every object at any depth of messages and
+system); a request with more is refused, never forwarded half-inspected."""
 
 
 class ForwardingRefused(Exception):
@@ -375,25 +376,28 @@ def _check_tool(
     return tool
 
 
-def _blocks(value: JSONValue, budget: list[int]) -> Iterator[JSONObject]:
-    if isinstance(value, list):
-        for item in value:
-            yield from _blocks(item, budget)
-    elif isinstance(value, dict):
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise ForwardingRefused(
-                f"the request has more than {MAX_BLOCKS_SCANNED} content blocks", []
-            )
-        yield value
-        for key in ("content",):
-            if key in value:
-                yield from _blocks(value[key], budget)
-
-
 def _has_url_source(value: JSONValue) -> bool:
-    for block in _blocks(value, [MAX_BLOCKS_SCANNED]):
-        source = block.get("source")
-        if isinstance(source, dict) and source.get("type") == "url":
-            return True
+    """Whether any object at any depth has a `source` of type `url`. Every value is
+    walked, not only `content` lists: a URL image can sit inside a document whose
+    source is `content`, a tool result, a search result, or a block type the API adds
+    later, and the API fetches it wherever it is. Iterative, so depth costs no stack;
+    bounded by `MAX_BLOCKS_SCANNED` objects."""
+    stack: list[JSONValue] = [value]
+    budget = MAX_BLOCKS_SCANNED
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            budget -= 1
+            if budget < 0:
+                raise ForwardingRefused(
+                    f"the request has more than {MAX_BLOCKS_SCANNED} JSON objects; the broker "
+                    "does not forward requests it cannot inspect completely",
+                    [],
+                )
+            source = item.get("source")
+            if isinstance(source, dict) and source.get("type") == "url":
+                return True
+            stack.extend(item.values())
     return False

@@ -34,7 +34,7 @@ from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.broker import wire_models
-from orchestrator.broker.budget import Admission, Budget, BudgetRefused
+from orchestrator.broker.budget import Admission, Budget, BudgetRefused, estimate_input_tokens
 from orchestrator.broker.calls import ApprovedCall, ApprovedCalls
 from orchestrator.broker.forwarding import (
     ForwardDecision,
@@ -344,11 +344,12 @@ class Broker:
             raise RequestRejected(400, "invalid_request_error", str(exc)) from None
         await self._audit_forwarding(forwarded.decisions)
         body = forwarded.body
+        estimate = estimate_input_tokens(body, size)
         # One model call at a time per subagent, so parallel requests cannot race
         # past the budget.
         async with self._model_lock:
             try:
-                admission = self.budget.admit(size, max_tokens)
+                admission = self.budget.admit(estimate, max_tokens)
             except BudgetRefused as exc:
                 raise RequestRejected(403, "permission_error", str(exc)) from None
             body["max_tokens"] = admission.max_tokens

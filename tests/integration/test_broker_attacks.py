@@ -1,7 +1,8 @@
 """A hostile subagent attacking its broker from inside a real sandbox gains nothing:
 forged transcripts trigger no host hook, network egress through the model API is
-refused unless policy allows it (and then narrowed), a request larger than the
-token budget is never sent, event and transcript floods are dropped with one
+refused unless policy allows it (and then narrowed) wherever a URL source sits in
+the request, a request larger than the token budget is never sent (images counted
+by their pixels, not their bytes), event and transcript floods are dropped with one
 notice, connection floods and half-open requests neither exhaust the host nor
 stall another subagent, and other local users cannot use the broker socket.
 Each attack is a python3 script the subagent runs with its Bash tool, speaking
@@ -137,6 +138,14 @@ out["beta"] = request("POST", "/v1/messages", ask, {"anthropic-beta": "mcp-clien
 out["metadata"] = request("POST", "/v1/messages", {**ask, "metadata": {"user_id": "x"}})
 out["url_image"] = request("POST", "/v1/messages", {**ask, "messages": [{"role": "user", "content": [
     {"type": "image", "source": {"type": "url", "url": "https://evil.test/a.png"}}]}]})
+url_image = {"type": "image", "source": {"type": "url", "url": "https://evil.test/b.png"}}
+out["nested_url_image"] = request("POST", "/v1/messages", {**ask, "messages": [{"role": "user", "content": [
+    {"type": "document", "source": {"type": "content", "content": [
+        {"type": "text", "text": "see"}, url_image]}}]}]})
+out["tool_result_url_image"] = request("POST", "/v1/messages", {**ask, "messages": [
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+        {"type": "search_result", "source": "s", "title": "t", "content": [
+            {"type": "document", "source": {"type": "content", "content": [url_image]}}]}]}]}]})
 report({k: v if isinstance(v, int) else [v[0], str(v[1])[:400]] for k, v in out.items()})
 """
 
@@ -181,8 +190,12 @@ async def test_forged_transcripts_run_no_hook_and_egress_needs_a_rule(
     records = [json.loads(line) for line in hook_log.read_text().splitlines()]
     assert [(r["tool_name"], r["tool_input"]["command"]) for r in records] == [("Bash", command)]
     # Egress through the model API: refused without a rule, narrowed with one.
-    for name in ("web_fetch_evil", "mcp", "beta", "metadata", "url_image"):
+    for name in (
+        "web_fetch_evil", "mcp", "beta", "metadata", "url_image", "nested_url_image",
+        "tool_result_url_image",
+    ):  # fmt: skip
         assert out[name][0] == 400, (name, out[name])
+        assert "the broker does not forward" in out[name][1], (name, out[name])
     assert "mcp__exfil" in out["mcp"][1] and "AnthropicBeta" in out["beta"][1]
     assert out["web_fetch"][0] == 200
     probes = requests_of(server, "probe")
@@ -239,6 +252,55 @@ async def test_a_request_over_the_token_budget_is_refused_before_it_is_sent(
     )
     [listed] = [t for r in json.loads(ps.stdout) for t in r["tasks"]]
     assert listed["tokens"] == 4900
+
+
+IMAGES = r"""
+import base64, struct, zlib
+
+def png(width, height):
+    # A 1-bit, all-black PNG: a few hundred bytes for a megapixel.
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\0" + bytes((width + 7) // 8) for _ in range(height))
+    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(rows, 9))
+            + chunk(b"IEND", b""))
+
+image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+         "data": base64.b64encode(png(1000, 1000)).decode()}}
+call = {"messages": [{"role": "user", "content": [image] * 100 + [{"type": "text", "text": "?"}]}],
+        "max_tokens": 100}
+status, body = request("POST", "/v1/messages", call)
+report([status, len(json.dumps(call)), body["error"]["message"] if status != 200 else "forwarded"])
+"""
+
+
+async def test_tiny_compressible_images_are_counted_by_their_pixels(
+    settings: Settings, workspace: Path
+) -> None:
+    """100 one-megapixel PNGs of a few hundred bytes each: by bytes about 10k tokens,
+    billed by the API at over 130k. The broker estimates them by their dimensions
+    and refuses the call before it is sent."""
+    command = plant(workspace, "images.py", IMAGES)
+    script = [
+        {
+            "name": "painter",
+            "match": {"prompt_contains": "PAINTER"},
+            "turns": [
+                {"content": [tool("Bash", command=command)]},
+                {"content": [text("{last_tool_result}")]},
+            ],
+        }
+    ]
+    config = TaskManagerConfig(max_total_tokens=60_000)
+    async with scripted_run(settings, workspace, script, config=config) as (run, server):
+        result = await run_one(run, "painter")
+
+    status, size, message = report_of(result.text)
+    assert size < 60_000 * 3  # by its bytes alone it fits the budget...
+    assert status == 403, message  # ...but its pixels do not: refused, never sent
+    assert "token budget exhausted" in message and "images by their size" in message
+    assert all("image/png" not in json.dumps(r.body) for r in server.requests)
 
 
 FLOOD = r"""
