@@ -97,6 +97,8 @@ def main() -> None:
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
+        if isinstance(exc, click.UsageError):
+            _result_document_for(sys.argv[1:], exc)
         sys.exit(exc.exit_code)
     except WardenError as exc:
         from orchestrator.ui.untrusted_text import printable
@@ -107,3 +109,36 @@ def main() -> None:
             click.echo(printable(note, None, multiline=True), err=True)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+RUN_COMMANDS = ("run", "resume")
+"""Commands that promise one result document (`--json`), also on a usage error."""
+
+
+def _result_document_for(argv: list[str], exc: click.UsageError) -> None:
+    """A usage error click found before `warden run`/`resume` began (a bad flag, a
+    missing --replay file) still ends with the one result document `--json` promises,
+    and the `--junit` report when one was asked for."""
+    args = argv[: argv.index("--")] if "--" in argv else argv
+    if not args or args[0] not in RUN_COMMANDS:
+        return
+    fmt = _option_value(args, "--output-format")
+    json_mode = "--json" in args or fmt in ("json", "stream-json")
+    junit = _option_value(args, "--junit")
+    if not json_mode and junit is None:
+        return
+    from pathlib import Path
+
+    from orchestrator.results.report import write_error_outcome
+
+    write_error_outcome(exc.format_message(), exc.exit_code, json_mode=json_mode,
+                        junit=Path(junit) if junit else None)  # fmt: skip
+
+
+def _option_value(args: list[str], name: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None

@@ -1,7 +1,7 @@
 """The exit codes of `warden run` and `warden resume`: one definition, documented in
 the README's exit-code table, so a pipeline can gate on them.
 
-Precedence when several apply: interrupted > run error > `--fail-on` outcome > success.
+Precedence when several apply: interrupted (or timed out) > run error > `--fail-on` outcome > success.
 
 May import: `errors`.
 """
@@ -28,6 +28,8 @@ class ExitCode(enum.IntEnum):
     """SIGTERM: 128 + 15."""
     HANGUP = 129
     """SIGHUP: 128 + 1."""
+    TIMED_OUT = 124
+    """The run's own `--timeout` passed: stopped as Ctrl-C stops it (GNU `timeout`'s code)."""
 
 
 FAIL_ON_OUTCOMES = ("failed", "timed_out", "denied", "asked")
@@ -36,8 +38,13 @@ was denied, a tool call needed a person's answer (whatever the answer)."""
 
 
 def is_interrupted(code: int) -> bool:
-    """True for the 128 + signal codes of a stopped run."""
-    return code in (ExitCode.INTERRUPTED, ExitCode.TERMINATED, ExitCode.HANGUP)
+    """True for the codes of a stopped run: 128 + a signal's number, or the run's timeout."""
+    return code in (
+        ExitCode.INTERRUPTED,
+        ExitCode.TERMINATED,
+        ExitCode.HANGUP,
+        ExitCode.TIMED_OUT,
+    )
 
 
 def exit_code_for(exc: BaseException) -> int:

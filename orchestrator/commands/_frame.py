@@ -7,11 +7,12 @@ they do inside the run."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast
 
 import click
 
@@ -38,19 +39,47 @@ endpoint from the host (and the tests prove it never enters a container)."""
 
 F = TypeVar("F", bound=Callable[..., object])
 
+OutputFormat = Literal["text", "json", "stream-json"]
+"""What a run prints on stdout: the answer (`text`), one result document (`json`), or
+events as JSON lines ending with the result document (`stream-json`, also `--json`).
+The names are Claude Code's `--output-format` values."""
+
+
+def output_format(json_mode: bool, chosen: str | None) -> OutputFormat:
+    """`--json` and `--output-format` as one value; contradicting them is a usage error."""
+    if json_mode and chosen == "text":
+        raise click.UsageError("--json and --output-format text contradict each other")
+    if chosen in ("json", "stream-json"):
+        return cast(OutputFormat, chosen)
+    return "stream-json" if json_mode else "text"
+
 
 def outcome_options(what: str) -> Callable[[F], F]:
-    """`--json`, `--replay`, `--fail-on`, `--junit` and `--audit-out`: how a run (of
-    `warden run` or `warden resume`) reports its end; one definition for both."""
+    """`--json`/`--output-format`, `--replay`, `--fail-on`, `--junit` and `--audit-out`:
+    how a run (of `warden run` or `warden resume`) reports its end; one definition for
+    both. The command receives `output: OutputFormat` for the first two."""
 
     def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def command(*args: object, json_mode: bool, output_fmt: str | None, **kw: object) -> object:
+            return fn(*args, output=output_format(json_mode, output_fmt), **kw)
+
         for option in reversed(
             [
                 click.option(
                     "--json",
                     "json_mode",
                     is_flag=True,
-                    help="Write events and the result as JSON lines on stdout.",
+                    help="Write events and the result as JSON lines on stdout "
+                    "(--output-format stream-json).",
+                ),
+                click.option(
+                    "--output-format",
+                    "output_fmt",
+                    type=click.Choice(["text", "json", "stream-json"]),
+                    default=None,
+                    help="text: the answer; json: one result document; stream-json: events "
+                    "as JSON lines, then the result document (as --json).",
                 ),
                 click.option(
                     "--replay",
@@ -85,8 +114,8 @@ def outcome_options(what: str) -> Callable[[F], F]:
                 ),
             ]
         ):
-            fn = option(fn)
-        return fn
+            command = option(command)
+        return cast(F, command)
 
     return decorate
 
@@ -95,17 +124,26 @@ def run_to_end(
     settings: Settings,
     outputs: RunOutputs,
     main: Callable[[RunState], Coroutine[Any, Any, int]],  # Any: a coroutine's send/yield types
+    timeout_s: float | None = None,
 ) -> NoReturn:
     """Run `main` under the stop signals and end the process the one way runs end.
 
-    SIGINT, SIGTERM and SIGHUP stop the run cleanly (exit 130, 143, 129); an error
-    raised before the run started (settings, policy, workspace, engine, images, an
-    unknown session) still ends with a result document."""
-    from orchestrator.lifecycle.interrupts import run_stoppable
+    SIGINT, SIGTERM and SIGHUP stop the run cleanly (exit 130, 143, 129), and so does
+    `timeout_s` passing (exit 124, the error says so); an error raised before the run
+    started (settings, policy, workspace, engine, images, an unknown session) still
+    ends with a result document."""
+    from orchestrator.lifecycle.interrupts import Stopped, run_stoppable
 
     state = RunState()
+    stopped = Stopped()
     try:
-        code = run_stoppable(main(state))
+        code = run_stoppable(main(state), stopped, deadline_s=timeout_s)
+        if stopped.timed_out:
+            state.error = (
+                f"the run passed its --timeout of {timeout_s:g} s: every subagent was "
+                "stopped; their transcripts are kept"
+            )
+            click.echo(f"warden: {state.error}", err=True)
     except KeyboardInterrupt:
         code = ExitCode.INTERRUPTED
     except (WardenError, click.UsageError) as exc:
@@ -162,11 +200,12 @@ async def drive(
     settings: Settings,
     state: RunState,
     *,
-    json_mode: bool,
+    output: OutputFormat,
     replay: Path | None,
     approval_timeout: float | None,
     open_run: OpenRun,
     work: Work,
+    non_interactive: bool = False,
 ) -> int:
     """Open the run, do `work`, record how it ended; what it leaves in `state` becomes
     the result document (`finish_run`)."""
@@ -175,7 +214,10 @@ async def drive(
 
     async with AsyncExitStack() as stack:
         settings = await model_endpoint(stack, settings, replay)
-        progress = Progress(json_mode=json_mode)
+        if non_interactive:
+            settings = settings.model_copy(update={"non_interactive": True})
+        json_mode = output != "text"
+        progress = Progress(json_mode=json_mode, events=output == "stream-json")
         approver = make_approver(settings, progress, approval_timeout)
         the_run = await stack.enter_async_context(open_run(settings, approver))
         state.run_id, state.events_path = the_run.run_id, the_run.events_path

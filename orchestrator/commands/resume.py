@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.commands._frame import drive, outcome_options, run_to_end
+from orchestrator.commands._frame import OutputFormat, drive, outcome_options, run_to_end
 from orchestrator.results.models import Outcome
 from orchestrator.results.report import RunOutputs, RunState
 
@@ -38,7 +38,7 @@ def resume(
     instruction: str,
     workspace: Path | None,
     model: str | None,
-    json_mode: bool,
+    output: OutputFormat,
     replay: Path | None,
     fail_on: tuple[Outcome, ...],
     junit_path: Path | None,
@@ -50,12 +50,14 @@ def resume(
     from orchestrator.config import Settings
 
     settings = Settings.from_env()
-    outputs = RunOutputs(json_mode=json_mode, fail_on=fail_on, junit=junit_path, audit=audit_out)
+    outputs = RunOutputs(
+        json_mode=output != "text", fail_on=fail_on, junit=junit_path, audit=audit_out
+    )
     run_to_end(
         settings,
         outputs,
         lambda state: _resume(
-            settings, state, session_id, instruction, workspace, model, json_mode, replay
+            settings, state, session_id, instruction, workspace, model, output, replay
         ),
     )
 
@@ -67,7 +69,7 @@ async def _resume(
     instruction: str,
     workspace: Path | None,
     model: str | None,
-    json_mode: bool,
+    output: OutputFormat,
     replay: Path | None,
 ) -> int:
     from orchestrator.lifecycle.recovery import open_store
@@ -107,7 +109,7 @@ async def _resume(
     return await drive(
         settings,
         state,
-        json_mode=json_mode,
+        output=output,
         replay=replay,
         approval_timeout=None,
         open_run=opened,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.commands._frame import drive, outcome_options, run_to_end
+from orchestrator.commands._frame import OutputFormat, drive, outcome_options, run_to_end
 from orchestrator.commands.exec import SizeType, UserType, disk_limit_options
 from orchestrator.egress.flags import egress_options, limits_from_flags
 from orchestrator.results.models import Outcome
@@ -24,8 +25,59 @@ if TYPE_CHECKING:
     from orchestrator.runtime.session import Run
 
 
+MAX_PROMPT_BYTES = 4 * 1024 * 1024
+"""Largest prompt read from a file or stdin (more is refused, not cut)."""
+
+
 @click.command("run")
-@click.argument("prompt")
+@click.argument("prompt", required=False)
+@click.option(
+    "--prompt-file",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Read the prompt from FILE (`-`: standard input), for prompts longer than the "
+    "shell allows. PROMPT `-` reads standard input too.",
+)
+@click.option(
+    "-p",
+    "--print",
+    "print_mode",
+    is_flag=True,
+    help="Non-interactive, as Claude Code's -p: print the answer and ask no one on the "
+    "terminal (questions get the mode's answer, as in CI).",
+)
+@click.option(
+    "--timeout",
+    "run_timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Deadline for the whole run: past it every subagent is stopped as Ctrl-C stops "
+    "them, and warden exits 124.",
+)
+@click.option(
+    "--max-turns",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Model turns the parent agent may take (as Claude Code's --max-turns).",
+)
+@click.option(
+    "--allowedTools",
+    "--allowed-tools",
+    "allowed_tools",
+    multiple=True,
+    metavar="RULES",
+    help="Claude Code's spelling of --allow: rules separated by commas or spaces (repeatable).",
+)
+@click.option(
+    "--disallowedTools",
+    "--disallowed-tools",
+    "disallowed_tools",
+    multiple=True,
+    metavar="RULES",
+    help="Claude Code's spelling of --deny: rules separated by commas or spaces (repeatable).",
+)
 @click.option(
     "--workspace",
     type=click.Path(file_okay=False, path_type=Path),
@@ -123,10 +175,16 @@ if TYPE_CHECKING:
 )
 @outcome_options("the run")
 def run(
-    prompt: str,
+    prompt: str | None,
+    prompt_file: Path | None,
+    print_mode: bool,
+    run_timeout: float | None,
+    max_turns: int | None,
+    allowed_tools: tuple[str, ...],
+    disallowed_tools: tuple[str, ...],
     workspace: Path,
     model: str | None,
-    json_mode: bool,
+    output: OutputFormat,
     replay: Path | None,
     policy: str | None,
     allow: tuple[str, ...],
@@ -161,12 +219,14 @@ def run(
     run started and record the run as stopped (exit 130, 143, 129)."""
     from orchestrator.config import Settings
     from orchestrator.egress.setup import EgressRequest
+    from orchestrator.permissions.rules import split_tool_rules
 
+    text = read_prompt(prompt, prompt_file)
     settings = Settings.from_env()
     options = RunOptions(
         policy=policy,
-        allow=allow,
-        deny=deny,
+        allow=allow + tuple(r for v in allowed_tools for r in split_tool_rules(v)),
+        deny=deny + tuple(r for v in disallowed_tools for r in split_tool_rules(v)),
         mode=permission_mode,
         approval_timeout=approval_timeout,
         caps={
@@ -176,6 +236,8 @@ def run(
             "queue_limit": queue_limit,
         },
         background=background,
+        non_interactive=print_mode,
+        max_turns=max_turns,
         protect=protect,
         token_budget=token_budget,
         disk=settings.disk_limits(disk_write_limit, disk_free_floor),
@@ -187,12 +249,51 @@ def run(
             limits=limits_from_flags(egress_max_down, egress_max_up, egress_max_connections),
         ),
     )
-    outputs = RunOutputs(json_mode=json_mode, fail_on=fail_on, junit=junit_path, audit=audit_out)
+    outputs = RunOutputs(
+        json_mode=output != "text", fail_on=fail_on, junit=junit_path, audit=audit_out
+    )
     run_to_end(
         settings,
         outputs,
-        lambda state: _run(settings, prompt, workspace, model, json_mode, replay, options, state),
+        lambda state: _run(settings, text, workspace, model, output, replay, options, state),
+        timeout_s=run_timeout,
     )
+
+
+def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    """The prompt from exactly one of PROMPT, `PROMPT -` (stdin) and `--prompt-file`."""
+    if prompt is not None and prompt_file is not None:
+        raise click.UsageError("give the prompt once: as PROMPT or with --prompt-file, not both")
+    if prompt is None and prompt_file is None:
+        raise click.UsageError(
+            "no prompt: give PROMPT, `-` to read it from standard input, or --prompt-file FILE"
+        )
+    if prompt is not None and prompt != "-":
+        return prompt
+    source = prompt_file or Path("-")
+    where = "standard input" if str(source) == "-" else str(source)
+    try:
+        if str(source) == "-":
+            data = sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1)
+        else:
+            with source.open("rb") as f:
+                data = f.read(MAX_PROMPT_BYTES + 1)
+    except OSError as exc:
+        raise click.UsageError(f"cannot read the prompt from {where}: {exc.strerror}") from None
+    if len(data) > MAX_PROMPT_BYTES:
+        raise click.UsageError(
+            f"the prompt in {where} is over {MAX_PROMPT_BYTES // (1024 * 1024)} MiB; "
+            "put the material in the workspace and point the prompt at it"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise click.UsageError(
+            f"the prompt in {where} is not UTF-8 text (byte {exc.start}); convert it first"
+        ) from None
+    if not text.strip():
+        raise click.UsageError(f"the prompt in {where} is empty")
+    return text
 
 
 @dataclass(frozen=True)
@@ -207,6 +308,10 @@ class RunOptions:
     mode: str | None = None
     approval_timeout: float | None = None
     background: bool = False
+    non_interactive: bool = False
+    """`-p`: nobody is asked on the terminal."""
+    max_turns: int | None = None
+    """The parent's model turns (None: its default)."""
     protect: tuple[str, ...] = ()
     token_budget: int | None = None
     disk: DiskLimits | None = None
@@ -222,7 +327,7 @@ async def _run(
     prompt: str,
     workspace: Path,
     model: str | None,
-    json_mode: bool,
+    output: OutputFormat,
     replay: Path | None,
     options: RunOptions,
     state: RunState,
@@ -256,6 +361,8 @@ async def _run(
 
     async def work(the_run: Run) -> str:
         the_run.parent.background_default = options.background
+        if options.max_turns is not None:
+            the_run.parent.max_turns = options.max_turns
         # Warm the built-in agents' sandboxes while the parent's first model call runs.
         the_run.manager.prewarm("general-purpose", "bash")
         return (await the_run.parent.run(prompt)).text
@@ -263,9 +370,10 @@ async def _run(
     return await drive(
         settings,
         state,
-        json_mode=json_mode,
+        output=output,
         replay=replay,
         approval_timeout=options.approval_timeout,
         open_run=opened,
         work=work,
+        non_interactive=options.non_interactive,
     )

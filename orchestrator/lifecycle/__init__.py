@@ -4,6 +4,6 @@ liveness (`owner`), recovering a crashed run's containers and records
 (`socket_dirs`), and turning SIGTERM/SIGHUP/SIGINT into an orderly stop
 (`interrupts`).
 
-May import: `config`, `errors`, `labels`, `backend`, `store`. Kept free of
+May import: `config`, `errors`, `exit_codes`, `labels`, `backend`, `store`. Kept free of
 `runtime` so `warden cleanup` and `warden exec` stay light.
 """

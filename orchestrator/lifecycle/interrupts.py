@@ -20,29 +20,44 @@ import sys
 import threading
 from collections.abc import Coroutine
 
+from orchestrator.exit_codes import ExitCode
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 30.0
 """Longest a stop may take after the first signal before the process exits anyway."""
 
 
 class Stopped:
-    """Which stop signal arrived first (None: none did)."""
+    """Which stop signal arrived first (None: none did), or whether the run's own
+    deadline stopped it first (`timed_out`)."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.timed_out = False
 
     @property
     def exit_code(self) -> int:
+        if self.timed_out:
+            return int(ExitCode.TIMED_OUT)
         return 128 + (self.signum or signal.SIGINT)
+
+    @property
+    def stopping(self) -> bool:
+        return self.timed_out or self.signum is not None
 
     @property
     def name(self) -> str:
         return signal.Signals(self.signum or signal.SIGINT).name
 
 
-def run_stoppable(main: Coroutine[object, None, int], stopped: Stopped | None = None) -> int:
-    """`asyncio.run(main)`, where a stop signal cancels `main`; returns its exit code,
-    or 128 + the signal number when a signal stopped it."""
+def run_stoppable(
+    main: Coroutine[object, None, int],
+    stopped: Stopped | None = None,
+    deadline_s: float | None = None,
+) -> int:
+    """`asyncio.run(main)`, where a stop signal (or `deadline_s` passing) cancels
+    `main`; returns its exit code, or 128 + the signal number when a signal stopped
+    it (ExitCode.TIMED_OUT when the deadline did)."""
     stopped = stopped or Stopped()
 
     async def guarded() -> int:
@@ -50,18 +65,29 @@ def run_stoppable(main: Coroutine[object, None, int], stopped: Stopped | None = 
         task = asyncio.current_task()
         assert task is not None
 
-        def on_signal(signum: int) -> None:
-            if stopped.signum is not None:
-                return  # already stopping; the grace timer bounds it
-            stopped.signum = signum
+        def stop() -> None:
             _exit_after(STOP_GRACE_S, stopped.exit_code)
             task.cancel()
 
+        def on_signal(signum: int) -> None:
+            if stopped.stopping:
+                return  # already stopping; the grace timer bounds it
+            stopped.signum = signum
+            stop()
+
+        def on_deadline() -> None:
+            if not stopped.stopping:
+                stopped.timed_out = True
+                stop()
+
         for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, on_signal, sig)
+        timer = loop.call_later(deadline_s, on_deadline) if deadline_s is not None else None
         try:
             return await main
         finally:
+            if timer is not None:
+                timer.cancel()
             for sig in STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
 
@@ -69,7 +95,7 @@ def run_stoppable(main: Coroutine[object, None, int], stopped: Stopped | None = 
         code = asyncio.run(guarded())
     except (asyncio.CancelledError, KeyboardInterrupt):
         return stopped.exit_code
-    return stopped.exit_code if stopped.signum is not None else code
+    return stopped.exit_code if stopped.stopping else code
 
 
 def _exit_after(seconds: float, code: int) -> None:

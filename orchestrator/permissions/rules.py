@@ -63,6 +63,29 @@ class Rule(BaseModel):
         return self.specifier is None or self.specifier.strip() in ("", "*")
 
 
+def split_tool_rules(value: str) -> list[str]:
+    """Rules as Claude Code's `--allowedTools`/`--disallowedTools` take them: separated
+    by commas or whitespace outside parentheses, so `"Bash(git log:*) Read,Edit"` is
+    three rules. An unbalanced `(` keeps the rest as one rule (parse_rule refuses it)."""
+    rules: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for ch in value:
+        if ch == "(":
+            depth += 1
+        elif ch == ")" and depth:
+            depth -= 1
+        if depth == 0 and (ch == "," or ch.isspace()):
+            if current:
+                rules.append("".join(current))
+            current = []
+            continue
+        current.append(ch)
+    if current:
+        rules.append("".join(current))
+    return rules
+
+
 def parse_rule(text: object, behavior: RuleBehavior, source: str, where: str) -> Rule:
     """Parse one rule; `where` names the file and key for the error message."""
     if not isinstance(text, str):

@@ -92,8 +92,27 @@ def finish_run(settings: Settings, state: RunState, code: int, outputs: RunOutpu
     return result.exit_code
 
 
+def write_error_outcome(message: str, code: int, *, json_mode: bool, junit: Path | None) -> None:
+    """The result document (and JUnit report) of a run refused before it began."""
+    state = RunState(error=" ".join(message.split())[:MAX_ERROR_CHARS])
+    result = _result(None, state, code, RunOutputs(json_mode=json_mode, junit=junit))
+    if junit is not None:
+        from orchestrator.results.junit import write_junit
+
+        try:
+            write_junit(result, junit)
+        except OSError as exc:
+            click.echo(f"warden: cannot write the JUnit report {junit}: {exc.strerror}", err=True)
+    if json_mode:
+        print(result.model_dump_json(), flush=True)
+
+
 def _result(
-    store: Store | None, state: RunState, code: int, outputs: RunOutputs, state_dir: Path | None = None
+    store: Store | None,
+    state: RunState,
+    code: int,
+    outputs: RunOutputs,
+    state_dir: Path | None = None,
 ) -> RunResult:
     parent_tokens = 0
     if state_dir is not None and state.run_id is not None:

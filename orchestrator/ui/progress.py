@@ -50,8 +50,12 @@ class TaskRow:
 class Progress:
     """An event listener that renders what subagents are doing."""
 
-    def __init__(self, *, json_mode: bool, stream: IO[str] | None = None) -> None:
+    def __init__(
+        self, *, json_mode: bool, events: bool = True, stream: IO[str] | None = None
+    ) -> None:
         self.json_mode = json_mode
+        self.events = events
+        """In JSON mode: print each event as a JSON line (False: only the result follows)."""
         self.stream = stream or (sys.stdout if json_mode else sys.stderr)
         self.rows: dict[str, TaskRow] = {}
         self.live: Live | None = None
@@ -128,8 +132,9 @@ class Progress:
     def __call__(self, event: Event) -> None:
         self._track(event)
         if self.json_mode:
-            self.stream.write(event.model_dump_json() + "\n")
-            self.stream.flush()
+            if self.events:
+                self.stream.write(event.model_dump_json() + "\n")
+                self.stream.flush()
         elif self.console is None:  # no terminal (or it failed): one line per event
             line = self._line(event)
             if line:

@@ -1,0 +1,164 @@
+"""`warden run` takes a job the way CI jobs hand one over: a prompt too long for one
+argument (from a file or stdin), a deadline for the whole run, and Claude Code's
+spellings of the flags people already type. Each is driven through the real CLI
+against the real engine and the scripted model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.config import Settings
+from orchestrator.exit_codes import ExitCode
+from tests.conftest import run_warden, warden_argv, warden_env
+from tests.integration.harness import PARENT_MATCH, containers_of, task, text, tool
+
+pytestmark = pytest.mark.integration
+
+MARKER = "END-OF-THE-LONG-PROMPT"
+LONG_PROMPT = "Review every line below.\n" + "x = 1  # padding\n" * 20_000 + MARKER
+"""About 340 KB: over Linux's 128 KiB limit for one argument."""
+
+
+def _script(tmp_path: Path, conversations: list[dict[str, object]]) -> Path:
+    path = tmp_path / "script.yaml"
+    path.write_text(yaml.safe_dump({"conversations": conversations}))
+    return path
+
+
+def _answering_only_the_whole_prompt(tmp_path: Path) -> Path:
+    return _script(
+        tmp_path,
+        [
+            {
+                "name": "parent",
+                "match": {**PARENT_MATCH, "prompt_contains": MARKER},
+                "turns": [{"content": [text("read all of it")]}],
+            }
+        ],
+    )
+
+
+def test_a_prompt_longer_than_an_argument_arrives_whole_from_a_file(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    prompt_file = tmp_path / "prompt.md"
+    prompt_file.write_text(LONG_PROMPT)
+    script = _answering_only_the_whole_prompt(tmp_path)
+    proc = run_warden(
+        settings, "run", "--prompt-file", str(prompt_file), "--replay", str(script),
+        "--workspace", str(workspace), "--output-format", "json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (line,) = proc.stdout.splitlines()  # `json`: the result document alone, no events
+    result = json.loads(line)
+    assert (result["status"], result["result"]) == ("completed", "read all of it")
+
+
+def test_a_prompt_from_standard_input(settings: Settings, workspace: Path, tmp_path: Path) -> None:
+    script = _answering_only_the_whole_prompt(tmp_path)
+    proc = subprocess.run(
+        warden_argv("run", "-p", "-", "--replay", str(script), "--workspace", str(workspace)),
+        input=LONG_PROMPT,
+        env=warden_env(WARDEN_STATE_DIR=str(settings.state_dir)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "read all of it"
+
+
+@pytest.mark.parametrize(
+    ("argv", "fix"),
+    [
+        (["run", "--json"], "no prompt"),
+        (["run", "--json", "--prompt-file", "/nonexistent/prompt.md"], "cannot read the prompt"),
+        (["run", "--json", "go", "--no-such-flag"], "No such option"),
+        (["run", "--json", "go", "--replay", "/nonexistent/script.yaml"], "does not exist"),
+        (["run", "--output-format", "json", "a", "--prompt-file", "/etc/hostname"], "once"),
+    ],
+)
+def test_a_refused_command_line_still_ends_with_one_result_document(
+    settings: Settings, tmp_path: Path, argv: list[str], fix: str
+) -> None:
+    junit = tmp_path / "j.xml"
+    proc = run_warden(settings, *argv, "--junit", str(junit), timeout=60)
+    assert proc.returncode == ExitCode.USAGE
+    (line,) = proc.stdout.splitlines()
+    result = json.loads(line)
+    assert (result["type"], result["status"], result["exit_code"]) == ("result", "failed", 2)
+    assert fix in result["error"] and fix in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert junit.exists() and b"<failure" in junit.read_bytes()
+
+
+def test_the_run_timeout_stops_every_subagent_and_exits_124(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    script = _script(
+        tmp_path,
+        [
+            {
+                "name": "parent",
+                "match": PARENT_MATCH,
+                "turns": [{"content": [task("NAPPER", "bash")]}],
+            },
+            {
+                "name": "napper",
+                "match": {"prompt_contains": "NAPPER"},
+                "turns": [{"content": [tool("Bash", command="sleep 300", timeout=600000)]}],
+            },
+        ],
+    )
+    proc = run_warden(
+        settings, "run", "go", "--replay", str(script), "--workspace", str(workspace),
+        "--allowedTools", "Bash(sleep:*) Task", "--timeout", "15", "--json",
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.TIMED_OUT, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["status"] == "stopped" and "--timeout of 15 s" in result["error"]
+    assert [t["status"] for t in result["tasks"]] == ["stopped"]
+    assert containers_of(result["run_id"]) == []
+
+
+def test_claude_code_flag_spellings_mean_what_they_mean_there(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """--disallowedTools denies (a list in one value), --max-turns bounds the parent."""
+    script = _script(
+        tmp_path,
+        [
+            {
+                "name": "parent",
+                "match": PARENT_MATCH,
+                "turns": [
+                    {"content": [task("WRITER", "bash")]},
+                    {"content": [task("AGAIN", "bash")]},
+                ],
+            },
+            {
+                "name": "writer",
+                "match": {"prompt_contains": "WRITER"},
+                "turns": [
+                    {"content": [tool("Bash", command="touch made.txt")]},
+                    {"content": [text("{last_tool_result}")]},
+                ],
+            },
+        ],
+    )
+    proc = run_warden(
+        settings, "run", "go", "--replay", str(script), "--workspace", str(workspace),
+        "--permission-mode", "bypassPermissions", "--json", "--max-turns", "1",
+        "--disallowedTools", "Read,Bash(touch:*) Edit",
+    )  # fmt: skip
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert not (workspace / "made.txt").exists()
+    assert [d["tool_name"] for d in result["denials"]] == ["Bash"]
+    assert len(result["tasks"]) == 1  # one parent turn: the second Task was never asked for
+    assert "limit of 1 turns" in result["result"] + (result["error"] or "")
