@@ -20,6 +20,7 @@ from pathlib import Path
 
 from sandbox_tools import watchdog, wire
 from sandbox_tools.broker import MODEL_CALL_TIMEOUT_S, BrokerClient
+from sandbox_tools.caching import cached_messages, cached_tools, system_blocks
 from sandbox_tools.conversation import append_user_text
 from sandbox_tools.errors import (
     BrokerRequestError,
@@ -102,14 +103,16 @@ class AgentLoop:
             log.warning("ignoring tools this runner does not know: %s", ", ".join(unknown))
 
     def _request(self) -> JSONObject:
+        """This turn's request, with prompt-caching breakpoints (`caching`) so it reads
+        everything the previous turn sent from the cache; same order, same JSON."""
         request: JSONObject = {
             "model": self.spec.model,
             "max_tokens": self.spec.max_tokens,
-            "system": self.spec.system_prompt,
-            "messages": list[JSONValue](self.messages),
+            "system": list[JSONValue](system_blocks(self.spec.system_prompt)),
+            "messages": list[JSONValue](cached_messages(self.messages)),
         }
         if tools := tool_params(self.spec.tools):
-            request["tools"] = list[JSONValue](tools)
+            request["tools"] = list[JSONValue](cached_tools(tools))
         return request
 
     def run(self) -> wire.ResultRequest:

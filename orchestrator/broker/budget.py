@@ -18,7 +18,7 @@ A successful answer without usage is charged its estimate plus `max_tokens`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator.broker.images import images_in
 from orchestrator.jsontypes import JSONValue
@@ -92,6 +92,9 @@ class Budget:
     """Tokens (every usage field) the subagent may spend; None = no limit."""
     turns_used: int = 0
     tokens_used: int = 0
+    usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(USAGE_TOKEN_FIELDS, 0))
+    """`tokens_used` field by field: uncached input, cache writes, cache reads and
+    output are billed at different rates, so reports keep them apart."""
     server_tool_requests: int = 0
     exhausted: str | None = None
     """Why the last request was refused for tokens; the task's error when it fails."""
@@ -130,8 +133,15 @@ class Budget:
         """Count one answered call; returns the tokens charged for it."""
         self.turns_used += 1
         charged = usage_tokens(usage)
-        if not isinstance(usage, dict):
+        if isinstance(usage, dict):
+            for name in USAGE_TOKEN_FIELDS:
+                value = usage.get(name)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    self.usage[name] += value
+        else:
             charged = admission.estimated_input + admission.max_tokens
+            self.usage["input_tokens"] += admission.estimated_input
+            self.usage["output_tokens"] += admission.max_tokens
         self.tokens_used += charged
         self.server_tool_requests += server_tool_requests(usage)
         return charged

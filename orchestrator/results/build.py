@@ -21,6 +21,7 @@ from orchestrator.results.models import (
     RunResult,
     RunStatus,
     TaskSummary,
+    TokenUsage,
 )
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ def task_summaries(
                 status=task.status,
                 duration_s=_duration(task, end),
                 tokens=_int(end.get("tokens")),
+                usage=TokenUsage.of(end.get("usage")),
                 turns=_int(end.get("turns")),
                 tool_calls=tool_calls[task.task_id],
                 denials=denied[task.task_id],
@@ -174,6 +176,7 @@ def build_result(
     fail_on: Sequence[Outcome] = (),
     sensitive: JSONObject | None = None,
     parent_tokens: int = 0,
+    parent_usage: TokenUsage | None = None,
 ) -> RunResult:
     """The run's result document; `base_code` is the exit code before `--fail-on`."""
     tasks: list[TaskSummary] = []
@@ -197,6 +200,8 @@ def build_result(
         duration_s=round(time.time() - started, 3),
         tokens=sum(t.tokens for t in tasks),
         parent_tokens=parent_tokens,
+        usage=sum((t.usage for t in tasks), TokenUsage()).with_share(),
+        parent_usage=parent_usage or TokenUsage(),
         tasks=tasks,
         denials=denials,
         fail_on=list(fail_on),

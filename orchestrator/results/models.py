@@ -111,6 +111,55 @@ class EgressUse(BaseModel):
     """Bytes received from it through the proxy."""
 
 
+class TokenUsage(BaseModel):
+    """Tokens by the API's usage fields, which are billed at different rates (cache
+    writes 1.25x the input price for 5 minutes, 2x for an hour; cache reads 0.1x)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    input_tokens: int = 0
+    """Input tokens read neither from nor into the prompt cache."""
+    cache_creation_input_tokens: int = 0
+    """Input tokens written to the prompt cache."""
+    cache_read_input_tokens: int = 0
+    """Input tokens read from the prompt cache."""
+    output_tokens: int = 0
+    """Tokens the model generated."""
+    cache_hit_share: float | None = None
+    """cache_read_input_tokens / all input tokens (0..1); null when there was no input."""
+
+    @classmethod
+    def of(cls, counts: object) -> TokenUsage:
+        """From a `{field: count}` object (missing or malformed counts are 0)."""
+        values = counts if isinstance(counts, dict) else {}
+        fields = {
+            name: value
+            for name in USAGE_COUNT_FIELDS
+            if isinstance(value := values.get(name), int)
+            and not isinstance(value, bool)
+            and value > 0
+        }
+        return cls(**fields).with_share()
+
+    def with_share(self) -> TokenUsage:
+        total = self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+        share = round(self.cache_read_input_tokens / total, 4) if total else None
+        return self.model_copy(update={"cache_hit_share": share})
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            **{name: getattr(self, name) + getattr(other, name) for name in USAGE_COUNT_FIELDS}
+        ).with_share()
+
+
+USAGE_COUNT_FIELDS = (
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "output_tokens",
+)
+
+
 class TaskSummary(BaseModel):
     """One subagent task of the run; `parent_id` makes the list a tree."""
 
@@ -132,7 +181,10 @@ class TaskSummary(BaseModel):
     duration_s: float | None
     """Wall time from creation to end; null when it never ended."""
     tokens: int
-    """Input + output tokens over its model calls."""
+    """Tokens over its model calls (every usage field: input, cache writes, cache reads,
+    output)."""
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    """The same tokens by usage field, with the share read from the prompt cache."""
     turns: int
     """Model calls it made."""
     tool_calls: int
@@ -183,9 +235,13 @@ class RunResult(BaseModel):
     duration_s: float
     """Wall time of the run."""
     tokens: int
-    """Subagent tokens in total (input + output)."""
+    """Subagent tokens in total (every usage field)."""
     parent_tokens: int = 0
-    """The parent agent's own tokens (input + output over its model calls)."""
+    """The parent agent's own tokens (every usage field over its model calls)."""
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    """Subagent tokens by usage field, with the run's cache-hit share."""
+    parent_usage: TokenUsage = Field(default_factory=TokenUsage)
+    """The parent agent's tokens by usage field."""
     tasks: list[TaskSummary]
     """Every subagent task, in creation order."""
     denials: list[Denial]

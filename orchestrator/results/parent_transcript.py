@@ -18,16 +18,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
 from orchestrator.jsontypes import JSONObject, JSONValue
+from sandbox_tools.caching import without_cache_control
 
 if TYPE_CHECKING:
     import anthropic
-    from anthropic.types import Message, MessageParam, ToolParam
+    from anthropic.types import Message, MessageParam, TextBlockParam, ToolParam
 
 TRANSCRIPT_NAME = "parent_transcript.json"
+USAGE_FIELDS = (
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "output_tokens",
+)
+"""The token counts of the API's `usage`, each billed at its own rate."""
 MAX_PARENT_TRANSCRIPT_CHARS = 32_000_000
 """Largest parent transcript kept; beyond it the file keeps the last version that fit
 and says so (the run goes on)."""
-
 
 
 class ModelRequest(TypedDict):
@@ -35,7 +42,7 @@ class ModelRequest(TypedDict):
 
     model: str
     max_tokens: int
-    system: str
+    system: list[JSONObject]
     messages: list[JSONObject]
     tools: list[JSONObject]
 
@@ -51,7 +58,7 @@ class MessagesAPI(Protocol):
         *,
         model: str,
         max_tokens: int,
-        system: str,
+        system: list[JSONObject],
         messages: list[JSONObject],
         tools: list[JSONObject],
     ) -> Message: ...
@@ -81,7 +88,7 @@ class _Messages:
         *,
         model: str,
         max_tokens: int,
-        system: str,
+        system: list[JSONObject],
         messages: list[JSONObject],
         tools: list[JSONObject],
     ) -> Message:
@@ -94,7 +101,7 @@ class _Messages:
         response = await self._inner.messages.create(
             model=model,
             max_tokens=max_tokens,
-            system=system,
+            system=cast("list[TextBlockParam]", system),
             messages=cast("list[MessageParam]", messages),
             tools=cast("list[ToolParam]", tools),
         )
@@ -125,25 +132,35 @@ class ParentTranscript:
         self.path = path
         self.truncated = False
         self.tokens = 0
-        """The parent's input + output tokens over its model calls so far."""
+        """The parent's tokens over its model calls so far (every usage field)."""
+        self.usage: dict[str, int] = dict.fromkeys(USAGE_FIELDS, 0)
+        """The same, field by field (`USAGE_FIELDS`)."""
 
     async def __call__(
         self, request: ModelRequest, response: Message, started: float, ended: float
     ) -> None:
-        usage = response.usage
-        for value in (usage.input_tokens, usage.output_tokens):
-            if value >= 0:
+        for name in USAGE_FIELDS:
+            value = getattr(response.usage, name, None)
+            if isinstance(value, int) and value > 0:
+                self.usage[name] += value
                 self.tokens += value
         content: list[JSONValue] = [
             block.model_dump(mode="json", exclude_none=True) for block in response.content
         ]
+        # Stored as the model saw it: without the prompt-caching breakpoints.
+        system = "".join(str(b.get("text", "")) for b in request["system"])
+        messages = without_cache_control(list[JSONValue](request["messages"]))
         document: JSONObject = {
             "model": request["model"],
-            "system": request["system"],
+            "system": system,
             "tools": [t.get("name") for t in request["tools"]],
-            "messages": [*request["messages"], {"role": "assistant", "content": content}],
+            "messages": [
+                *(messages if isinstance(messages, list) else []),
+                {"role": "assistant", "content": content},
+            ],
             "truncated": False,
             "tokens": self.tokens,
+            "usage": dict[str, JSONValue](self.usage),
         }
         await asyncio.to_thread(self._write, document)
 

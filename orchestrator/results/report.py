@@ -14,7 +14,7 @@ import click
 from orchestrator.exit_codes import FAIL_ON_OUTCOMES
 from orchestrator.jsontypes import JSONObject
 from orchestrator.results.build import build_result
-from orchestrator.results.models import Outcome, RunResult, RunStatus
+from orchestrator.results.models import Outcome, RunResult, RunStatus, TokenUsage
 from orchestrator.ui.untrusted_text import printable
 
 MAX_ERROR_CHARS = 2_000
@@ -115,6 +115,7 @@ def _result(
     state_dir: Path | None = None,
 ) -> RunResult:
     parent_tokens = 0
+    parent_usage = TokenUsage()
     if state_dir is not None and state.run_id is not None:
         from orchestrator.results.parent_transcript import load_parent_transcript
 
@@ -124,6 +125,7 @@ def _result(
             transcript = None
         value = (transcript or {}).get("tokens")
         parent_tokens = value if isinstance(value, int) and value >= 0 else 0
+        parent_usage = TokenUsage.of((transcript or {}).get("usage"))
     return build_result(
         store,
         state.run_id,
@@ -135,6 +137,7 @@ def _result(
         fail_on=outputs.fail_on,
         sensitive=state.sensitive,
         parent_tokens=parent_tokens,
+        parent_usage=parent_usage,
     )
 
 

@@ -1,5 +1,5 @@
-"""The end-of-run summary table: tasks as a tree with status, duration, tokens, tool
-calls, denials and files changed (from the workspace, Bash writes included; marked
+"""The end-of-run summary table: tasks as a tree with status, duration, tokens (and the
+share of input read from the prompt cache), tool calls, denials and files changed (from the workspace, Bash writes included; marked
 `shared` when other tasks ran at the same time). Every container-originated cell is plain text
 (`untrusted_text.plain`), never markup."""
 
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 
-from orchestrator.results.models import RunResult, TaskSummary
+from orchestrator.results.models import RunResult, TaskSummary, TokenUsage
 from orchestrator.ui.untrusted_text import plain
 
 if TYPE_CHECKING:
@@ -55,15 +55,22 @@ def files_cell(task: TaskSummary) -> str:
     return f"{task.files_changed_count}{more}{shared}"
 
 
+def cached_cell(usage: TokenUsage) -> str:
+    """The share of input tokens read from the prompt cache: `87%`, `-` without input."""
+    return "-" if usage.cache_hit_share is None else f"{usage.cache_hit_share:.0%}"
+
+
 def summary_table(result: RunResult) -> Table:
     from rich.table import Table
 
     table = Table(title=f"run {result.run_id or '-'}: {result.status}", title_justify="left")
-    for column in ("task", "agent", "status", "time", "tokens", "tools", "denied", "files"):
+    columns = ("task", "agent", "status", "time", "tokens", "cached", "tools", "denied", "files")
+    for column in columns:
         table.add_column(column, no_wrap=column != "task")
     table.add_row(
         "run (parent agent, totals)", "-", plain(result.status, 20), f"{result.duration_s:.1f}s",
-        str(result.tokens + result.parent_tokens), "-", str(len(result.denials)), "-",
+        str(result.tokens + result.parent_tokens),
+        cached_cell(result.usage + result.parent_usage), "-", str(len(result.denials)), "-",
     )  # fmt: skip
     for level, task in tree_order(result.tasks):
         label = plain(f"{INDENT * (level + 1)}{task.task_id} ", 60)
@@ -74,6 +81,7 @@ def summary_table(result: RunResult) -> Table:
             plain(task.status, 20),
             "-" if task.duration_s is None else f"{task.duration_s:.1f}s",
             str(task.tokens),
+            cached_cell(task.usage),
             str(task.tool_calls),
             str(task.denials),
             files_cell(task),

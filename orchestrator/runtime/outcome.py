@@ -47,6 +47,7 @@ def task_result(
             timeout_s=ctx.timeout_s,
             turns=budget.turns_used if budget else 0,
             tokens=budget.tokens_used if budget else 0,
+            usage=dict(budget.usage) if budget else {},
             queued_s=round(ticket.waited_s, 3) if ticket and ticket.queued else None,
         )
 

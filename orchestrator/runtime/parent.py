@@ -23,6 +23,7 @@ from orchestrator.runtime.parent_tools import (
     tool_schemas,
 )
 from orchestrator.runtime.tasks import TaskInput, TaskResult
+from sandbox_tools.caching import cached_messages, cached_tools, system_blocks
 
 if TYPE_CHECKING:
     from anthropic.types import Message
@@ -121,12 +122,14 @@ class ParentAgent:
         import anthropic
 
         try:
+            # Prompt-caching breakpoints (tools, system, the conversation rolling), on
+            # copies: each turn reads everything the previous turn sent from the cache.
             return await self.client.messages.create(
                 model=self.model,
                 max_tokens=PARENT_MAX_TOKENS,
-                system=self.system_prompt,
-                messages=self.messages,
-                tools=tools,
+                system=system_blocks(self.system_prompt),
+                messages=cached_messages(self.messages),
+                tools=cached_tools(tools),
             )
         except anthropic.APIError as exc:
             raise from_sdk_error(exc, max_retries=self.client.max_retries) from exc

@@ -95,6 +95,7 @@ class TaskRecorder:
             duration_s=result.duration_s,
             turns=result.turns,
             tokens=result.tokens,
+            usage=result.usage,
             result_preview=result.text[:RESULT_PREVIEW_CHARS],
             error=result.error,
         )

@@ -83,6 +83,9 @@ class TaskResult(BaseModel):
     timeout_s: float | None = None
     turns: int = 0
     tokens: int = 0
+    usage: dict[str, int] = Field(default_factory=dict)
+    """`tokens` by usage field (input_tokens, cache_creation_input_tokens,
+    cache_read_input_tokens, output_tokens)."""
     queued_s: float | None = None
     """How long it waited for a slot behind max_concurrent_total; None: not queued."""
 

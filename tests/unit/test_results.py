@@ -80,8 +80,21 @@ def populated(store: Store) -> Store:
     _event(store, "sa_a", "task_running", event="tool_started", tool_name="Write")
     _event(store, "sa_a", "task_running", event="tool_finished", tool_name="Write")
     _event(store, "sa_a", "task_running", event="tool_started", tool_name="Bash")
-    _event(store, "sa_a", "task_completed", status="completed", tokens=120, turns=3, duration_s=1.5)
-    _event(store, "sa_b", "task_failed", status="failed", tokens=30, turns=1, duration_s=0.5)
+    usage_a = {
+        "input_tokens": 10,
+        "cache_creation_input_tokens": 20,
+        "cache_read_input_tokens": 70,
+        "output_tokens": 20,
+    }
+    _event(
+        store, "sa_a", "task_completed", status="completed", tokens=120, turns=3, duration_s=1.5,
+        usage=usage_a,
+    )  # fmt: skip
+    usage_b = {"input_tokens": 20, "output_tokens": 10}
+    _event(
+        store, "sa_b", "task_failed", status="failed", tokens=30, turns=1, duration_s=0.5,
+        usage=usage_b,
+    )  # fmt: skip
     _audit(store, "sa_a", "Write", "allow", file_path="/workspace/a.txt")
     _audit(store, "sa_a", "Edit", "allow", file_path="/workspace/a.txt")
     _audit(store, "sa_b", "Bash", "deny", command="rm -rf /")
@@ -116,6 +129,31 @@ def test_the_result_holds_the_task_tree_tokens_tool_calls_denials_and_files(
     assert (by_id["sa_b"].denials, by_id["sa_b"].asks) == (1, 1)
     assert result.tokens == 150 and result.exit_code == 0 and result.failed_on == []
     assert [(d.task_id, d.tool_name) for d in result.denials] == [("sa_b", "Bash")]
+
+
+def test_usage_fields_are_counted_apart_with_the_cache_hit_share(populated: Store) -> None:
+    """Uncached input, cache writes, cache reads and output are billed at different
+    rates: each task and the run report them apart, with the share of input read from
+    the prompt cache (also a column of the summary table)."""
+    result = _result(populated)
+    by_id = {t.task_id: t for t in result.tasks}  # type: ignore[attr-defined]
+    a = by_id["sa_a"].usage
+    assert (a.input_tokens, a.cache_creation_input_tokens, a.cache_read_input_tokens) == (
+        10,
+        20,
+        70,
+    )
+    assert a.output_tokens == 20 and a.cache_hit_share == 0.7
+    assert by_id["sa_b"].usage.cache_hit_share == 0 and by_id["sa_c"].usage.cache_hit_share is None
+    run = result.usage  # type: ignore[attr-defined]
+    assert (run.input_tokens, run.cache_read_input_tokens, run.output_tokens) == (30, 70, 30)
+    assert run.cache_hit_share == round(70 / 120, 4)
+    out = StringIO()
+    print_summary(result, out)  # type: ignore[arg-type]
+    rows = out.getvalue().splitlines()
+    assert any("cached" in r for r in rows)
+    assert "70%" in next(r for r in rows if "sa_a" in r)
+    assert "58%" in next(r for r in rows if "run (parent" in r)
 
 
 @pytest.mark.parametrize(

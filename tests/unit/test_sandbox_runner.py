@@ -10,6 +10,7 @@ and the exit codes of `python -m sandbox_tools`."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import shutil
 import socket
@@ -29,6 +30,17 @@ from sandbox_tools.runner import EXIT_BROKER, EXIT_OK, run
 from tests.conftest import REPO_ROOT
 
 Policy = Callable[[wire_models.PermissionRequest], wire_models.PermissionResponse]
+
+
+def uncached(value: Any) -> Any:
+    """`value` without `cache_control` anywhere: what the model sees."""
+    if isinstance(value, dict):
+        return {k: uncached(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [uncached(v) for v in value]
+    return value
+
+
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
@@ -148,7 +160,7 @@ class FakeBroker:
         """The tool_result blocks of the last user message of one model request."""
         last = self.model_requests[request_index]["messages"][-1]
         assert last["role"] == "user"
-        return [b for b in last["content"] if b["type"] == "tool_result"]
+        return [uncached(b) for b in last["content"] if b["type"] == "tool_result"]
 
 
 @pytest.fixture
@@ -201,8 +213,17 @@ async def test_fresh_conversation_allowed_tool_runs_and_final_text_is_posted(
     assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
 
     first = broker.model_requests[0]
-    assert first["messages"] == [{"role": "user", "content": "Do the thing."}]
-    assert first["system"] == "You are a careful subagent."
+    cached = {"type": "ephemeral"}
+    assert first["messages"] == [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Do the thing.", "cache_control": cached}],
+        }
+    ]
+    assert first["system"] == [
+        {"type": "text", "text": "You are a careful subagent.", "cache_control": cached}
+    ]
+    assert first["tools"][-1]["cache_control"] == cached
     assert first["model"] == "claude-test"
     assert [t["name"] for t in first["tools"]] == ["Bash", "Read", "Write", "Edit", "Glob", "Grep"]
 
@@ -247,6 +268,49 @@ async def test_transcript_is_checkpointed_after_every_turn(
         "content": [{"type": "text", "text": "done"}],
     }
     assert broker.transcripts[1].messages[-1]["content"][0]["content"].endswith("A")
+
+
+async def test_each_turn_resends_the_previous_request_byte_for_byte_with_breakpoints(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    """Prompt caching: every request starts with exactly the blocks the previous one sent
+    (same JSON once `cache_control` is set aside), carries at most four breakpoints (tools,
+    system, the previous request's last block, the newest block), and the conversation
+    the model sees is the checkpointed transcript, unchanged by caching."""
+    import json
+
+    broker = FakeBroker(
+        make_spec(),
+        [
+            tool_turn("Write", {"file_path": "a.txt", "content": "A"}, "t1"),
+            tool_turn("Read", {"file_path": "a.txt"}, "t2"),
+            tool_turn("Read", {"file_path": "a.txt"}, "t3"),
+            text_turn("done"),
+        ],
+    )
+    assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
+
+    def blocks(request: dict[str, Any]) -> list[str]:
+        out = [json.dumps(uncached(t)) for t in request["tools"]]
+        out += [json.dumps(uncached(b)) for b in request["system"]]
+        for message in request["messages"]:
+            out += [message["role"]] + [json.dumps(uncached(b)) for b in message["content"]]
+        return out
+
+    requests = broker.model_requests
+    for before, after in itertools.pairwise(requests):
+        assert blocks(after)[: len(blocks(before))] == blocks(before)
+    for request in requests:
+        marks = json.dumps(request).count('"cache_control"')
+        assert 3 <= marks <= 4
+        assert request["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    # The last request's conversation is the transcript minus the final answer.
+    sent = [
+        {"role": m["role"], "content": uncached(m["content"])} for m in requests[-1]["messages"]
+    ]
+    final = broker.transcripts[-1].messages[:-1]
+    assert sent[1:] == final[1:]
+    assert sent[0]["content"] == [{"type": "text", "text": final[0]["content"]}]
 
 
 async def test_denied_tool_is_not_run_and_the_model_is_told_why(

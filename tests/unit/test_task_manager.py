@@ -444,10 +444,23 @@ async def test_the_parent_delegates_and_sees_only_the_final_answer(make: Any) ->
         make(runner) as h,
     ):
         sdk = anthropic.AsyncAnthropic(base_url=parent_server.base_url, api_key="k", max_retries=0)
-        parent = ParentAgent(client=ObservedClient(sdk, []), model="m", manager=h.manager)
+        usages: list[Any] = []
+
+        async def seen(request: Any, response: Any, started: float, ended: float) -> None:
+            usages.append(response.usage)
+
+        # A model whose shortest cacheable prefix (512 tokens) the parent's tools and
+        # system prompt exceed.
+        client = ObservedClient(sdk, [seen])
+        parent = ParentAgent(client=client, model="claude-opus-5", manager=h.manager)
         outcome = await parent.run("the user's request")
         await sdk.close()
         assert outcome.text == "all done" and outcome.turns == 2
+        # Prompt caching: the second turn reads everything the first one sent.
+        first, second = usages
+        assert first.cache_read_input_tokens == 0 and first.cache_creation_input_tokens > 512
+        prompt1 = first.input_tokens + first.cache_creation_input_tokens
+        assert second.cache_read_input_tokens == prompt1
         assert [r.text for r in outcome.tasks] == ["FINAL answer to sum it"]
         tool_results = [
             block
