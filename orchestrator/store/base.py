@@ -20,6 +20,7 @@ from typing import Self
 from orchestrator.errors import StoreError, TaskNotFoundError, WardenError
 from orchestrator.store import schema
 from orchestrator.store.records import TaskRecord
+from orchestrator.store.sync import WalSync
 
 DB_FILENAME = "warden.db"
 """The store's file name inside `Settings.state_dir`."""
@@ -60,6 +61,7 @@ class StoreBase:
         self._conn: sqlite3.Connection | None = conn
         self._path = path
         self._lock = threading.RLock()
+        self._wal_sync = WalSync(path)
         conn.row_factory = sqlite3.Row
 
     @classmethod
@@ -118,6 +120,20 @@ class StoreBase:
 
     def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         return self._tx("BEGIN IMMEDIATE")
+
+    def _durable(self) -> None:
+        """Return once every transaction this process committed is on disk (group
+        commit, see `sync`). Call after the commit of a record that must survive a
+        machine crash; the store's lock is not held meanwhile."""
+        ticket = self._wal_sync.committed()
+        try:
+            self._wal_sync.sync(ticket)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot make the state store {self._path} durable ({exc.strerror}); the "
+                "disk may be full, read-only or failing: free space or fix the disk, "
+                "then `warden ps`"
+            ) from exc
 
     def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         return self._tx("BEGIN")  # one consistent snapshot for multi-statement reads

@@ -93,7 +93,8 @@ class Store(StoreBase):
             )
 
     def finish_run(self, run_id: str, status: RunStatus, result: str | None) -> None:
-        """Record how a run ended (any status but `running`)."""
+        """Record how a run ended (any status but `running`), durably: with it every
+        task status and transcript committed before."""
         if status not in RUN_STATUSES or status == "running":
             raise ValueError(f"finish_run needs a final status, not {status!r}")
         result = None if result is None else clip_text(result)
@@ -104,6 +105,7 @@ class Store(StoreBase):
             )
             if cursor.rowcount == 0:
                 raise run_not_found(run_id)
+        self._durable()
 
     def get_run(self, run_id: str) -> RunRecord:
         with self._read() as conn:
@@ -286,9 +288,7 @@ class Store(StoreBase):
 
     # ---- transcripts -------------------------------------------------------------------
 
-    def checkpoint_transcript(
-        self, task_id: str, messages: list[JSONObject], turn: int
-    ) -> bool:
+    def checkpoint_transcript(self, task_id: str, messages: list[JSONObject], turn: int) -> bool:
         """Replace the task's transcript with `messages`, atomically, unless the stored one
         is newer: a lower turn (or the same turn with fewer messages) is ignored, so a
         late or replayed checkpoint cannot erase history. Returns whether it was stored.
@@ -353,9 +353,7 @@ class Store(StoreBase):
 
     # ---- events ------------------------------------------------------------------------
 
-    def append_event(
-        self, run_id: str, task_id: str | None, kind: str, data: JSONObject
-    ) -> int:
+    def append_event(self, run_id: str, task_id: str | None, kind: str, data: JSONObject) -> int:
         """Record an event; returns its id. Data beyond MAX_EVENT_DATA_CHARS is replaced by
         an announced preview (TRUNCATED_KEY)."""
         payload = bounded_json(data, MAX_EVENT_DATA_CHARS)
@@ -390,8 +388,10 @@ class Store(StoreBase):
     # ---- audit -------------------------------------------------------------------------
 
     def record_audit(self, record: AuditRecord) -> int:
-        """Append a decision to the audit trail; returns its id. The tool input beyond
-        MAX_AUDIT_INPUT_CHARS is replaced by an announced preview; input_hash is kept."""
+        """Append a decision to the audit trail; returns its id once the record (and
+        everything committed before it: its run, its task) is on disk. The tool input
+        beyond MAX_AUDIT_INPUT_CHARS is replaced by an announced preview; input_hash is
+        kept. Raises StoreError when it cannot be made durable."""
         values = record.model_dump()
         values["tool_input"] = bounded_json(record.tool_input, MAX_AUDIT_INPUT_CHARS)
         with self._write() as conn:
@@ -405,6 +405,7 @@ class Store(StoreBase):
             )
             audit_id = cursor.lastrowid
         assert audit_id is not None
+        self._durable()  # an allow is answered only once its record is on disk
         return audit_id
 
     def audit(self, run_id: str | None = None) -> list[AuditRecord]:

@@ -10,7 +10,10 @@ Choices, and why:
   away (`Store.open(path, synchronous="FULL")`), but all writers share one write lock and
   measured on the project's machines FULL costs 0.28 vs 0.04 ms per event on a quiet
   disk and 3.3 vs 0.07 ms when the disk is busy (load 6 on 2 cores), which would throttle
-  a fan-out of 50 subagents that commit several times per tool call.
+  a fan-out of 50 subagents that commit several times per tool call. What must
+  survive a machine crash is synced explicitly instead (`sync.WalSync`, group commit,
+  outside the write lock): an audit record before its decision is answered, and a
+  run's end; each sync also covers every commit before it (the run, its tasks).
 - `BEGIN IMMEDIATE` for every write: the write lock is taken up front, so `busy_timeout`
   applies and two writers never deadlock upgrading a read lock.
 - WAL needs shared memory: the state dir must be on a local file system, not NFS.
