@@ -40,6 +40,8 @@ _ALIAS_VARIABLES = {
     "haiku": "ANTHROPIC_DEFAULT_HAIKU_MODEL",
 }
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+CLAUDE_MANAGED_SETTINGS = Path("/etc/claude-code/managed-settings.json")
+"""Where Claude Code reads an enterprise's managed settings on Linux."""
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_QUEUE_LIMIT = 256
 DEFAULT_MAX_CHILDREN = 10
@@ -129,6 +131,12 @@ class Settings(BaseModel):
     managed_policy: Path | None = None
     """An administrator's policy file (WARDEN_MANAGED_POLICY); its deny and ask rules
     and its mode hold whatever any other source says."""
+    claude_managed_settings: Path = CLAUDE_MANAGED_SETTINGS
+    """Claude Code's managed settings file on Linux, deployed by an enterprise; read
+    below `managed_policy`. Deliberately not movable by an environment variable."""
+    claude_dir: Path = Field(default_factory=lambda: Path.home() / ".claude")
+    """Claude Code's user directory (`CLAUDE_CONFIG_DIR`, as Claude Code reads it):
+    `settings.json` and `agents/`."""
     model_aliases: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODEL_ALIASES))
     """Model alias → model id, for `model:` in agent files and `--model`
     (see `DEFAULT_MODEL_ALIASES`)."""
@@ -193,6 +201,8 @@ class Settings(BaseModel):
             values["config_dir"] = Path(env["WARDEN_CONFIG_DIR"])
         elif "XDG_CONFIG_HOME" in env:
             values["config_dir"] = Path(env["XDG_CONFIG_HOME"]) / "warden"
+        if env.get("CLAUDE_CONFIG_DIR"):
+            values["claude_dir"] = Path(env["CLAUDE_CONFIG_DIR"]).expanduser()
         if "WARDEN_BASE_IMAGE" in env:
             values["base_image"] = env["WARDEN_BASE_IMAGE"]
         if "WARDEN_FALLBACK_UID" in env:

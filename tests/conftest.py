@@ -20,7 +20,11 @@ UNPRIVILEGED = 1000
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(state_dir=tmp_path / "state", config_dir=tmp_path / "config")
+    return Settings(
+        state_dir=tmp_path / "state",
+        config_dir=tmp_path / "config",
+        claude_dir=tmp_path / "claude",
+    )
 
 
 @pytest.fixture
@@ -67,6 +71,7 @@ def run_warden(
         env=warden_env(
             WARDEN_STATE_DIR=str(settings.state_dir),
             WARDEN_CONFIG_DIR=str(settings.config_dir),
+            CLAUDE_CONFIG_DIR=str(settings.claude_dir),
             CI="true",
             **env,
         ),

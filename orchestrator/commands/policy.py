@@ -101,3 +101,5 @@ def explain_command(
     for problem in result.problems:
         click.echo(f"not proven: {problem}")
     click.echo("sources:  " + (", ".join(effective.sources) or "(none)"))
+    for note in effective.notes:
+        click.echo(f"note:     {note}")

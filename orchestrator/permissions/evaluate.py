@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.permissions import paths
+from orchestrator.permissions import file_reads, paths
 from orchestrator.permissions.models import (
     EDIT_TOOLS,
     NO_PROMPT_TOOLS,
@@ -236,6 +236,17 @@ class _Evaluator:
         for target in analysis.reads:
             if analysis.changes_dir and not target.startswith("/"):
                 problems.append(f"'{target}' is read after a cd, so its path is unknown")
+        trees: list[tuple[str, list[str]]] = []
+        for cmd in analysis.commands:
+            found = file_reads.reads(cmd, self.cwd)
+            for target in found.files:
+                if analysis.changes_dir and not target.startswith("/"):
+                    trees.append((f"{target} (after a cd)", ["/"]))
+                else:
+                    reads.append((target, paths.spellings(target, self.host, self.cwd)))
+            for target in found.trees:
+                root = "/" if analysis.changes_dir and not target.startswith("/") else target
+                trees.append((target, paths.normalise(root, self.cwd)))
         verdicts: list[SubcommandVerdict] = []
 
         def scan(behavior: str, strict: bool) -> SubcommandVerdict | None:
@@ -294,6 +305,22 @@ class _Evaluator:
                 subcommands=(hit,),
                 **extra,
             )
+
+        for text, roots in trees:
+            for near in [*self.policy.rules_for("deny"), *self.policy.rules_for("ask")]:
+                if near.tool == "Read" and could_reach(near, roots):
+                    hit = SubcommandVerdict(
+                        kind="read", text=text, verdict="ask", rule=near.text, source=near.source
+                    )
+                    return self._done(
+                        "ask",
+                        f"the command may read files under '{text}' that {near.text} "
+                        f"({near.source}) {near.behavior}s; name the files to decide it",
+                        rule_text=near.text,
+                        source=near.source,
+                        subcommands=(hit,),
+                        **extra,
+                    )
 
         allow_rules = [r for r in self.policy.rules_for("allow")]
         uncovered: list[str] = []

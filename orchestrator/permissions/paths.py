@@ -12,8 +12,10 @@ matches a path when it matches the path or any directory above it):
 | `/workspace/x`     | the absolute path (warden's mount point is spelled out)             |
 | `/x`               | `x` at the workspace root (Claude Code: relative to the project); a |
 |                    | deny or ask rule also matches the absolute `/x`, to err safe        |
-| `./x`, `x/y`       | relative to the workspace root                                      |
-| `x` (no slash)     | a file or directory named `x` anywhere in the workspace (gitignore) |
+| `./x/y`, `x/y`     | relative to the workspace root                                      |
+| `x`, `./x`         | a file or directory named `x` anywhere in the workspace (gitignore: |
+|                    | a pattern without an inner slash is not anchored; Claude Code drops |
+|                    | the `./`, so `Read(./.env)` also covers `sub/.env`)                 |
 
 A tool path is compared in every spelling it might take: lexically normalised
 (`..` collapsed) and, when the host workspace is known, with symlinks inside the
@@ -122,22 +124,26 @@ def rule_patterns(specifier: str, *, strict: bool) -> list[str]:
     """Absolute container glob patterns a path specifier stands for. `strict` (deny
     and ask rules) also reads `/x` as the absolute path."""
     spec = specifier.strip()
-    if spec.endswith("/") and len(spec) > 1:
-        spec = spec.rstrip("/") + "/**"
+    dir_only = spec.endswith("/") and len(spec) > 1
+    if dir_only:
+        spec = spec.rstrip("/")
+    suffix = "/**" if dir_only else ""
     if spec.startswith("//"):
-        return [_clean_pattern("/" + spec.lstrip("/"))]
+        return [_clean_pattern("/" + spec.lstrip("/") + suffix)]
     if spec.startswith("~/") or spec == "~":
-        return [_clean_pattern(posixpath.join(h, spec[2:])) for h in HOME_DIRS]
+        return [_clean_pattern(posixpath.join(h, spec[2:]) + suffix) for h in HOME_DIRS]
     if spec == WORKSPACE or spec.startswith(WORKSPACE + "/"):
-        return [_clean_pattern(spec)]
+        return [_clean_pattern(spec + suffix)]
     if spec.startswith("/"):
-        pats = [_clean_pattern(WORKSPACE + spec)]
-        return [*pats, _clean_pattern(spec)] if strict else pats
-    if spec.startswith("./"):
-        return [_clean_pattern(posixpath.join(WORKSPACE, spec[2:]))]
-    if "/" not in spec:
-        return [_clean_pattern(posixpath.join(WORKSPACE, "**", spec))]
-    return [_clean_pattern(posixpath.join(WORKSPACE, spec))]
+        pats = [_clean_pattern(WORKSPACE + spec + suffix)]
+        return [*pats, _clean_pattern(spec + suffix)] if strict else pats
+    while spec.startswith("./"):  # Claude Code drops `./`, then reads it as gitignore does
+        spec = spec[2:]
+    if spec in ("", "."):
+        return [_clean_pattern(WORKSPACE + "/**")]
+    if "/" not in spec:  # gitignore: a pattern with no inner slash matches at any depth
+        return [_clean_pattern(posixpath.join(WORKSPACE, "**", spec) + suffix)]
+    return [_clean_pattern(posixpath.join(WORKSPACE, spec) + suffix)]
 
 
 def _clean_pattern(pattern: str) -> str:

@@ -29,6 +29,11 @@ class EffectivePolicy(BaseModel):
     """Tools this agent may use at all (its definition ∩ its parent's); None = no limit."""
     sources: tuple[str, ...] = Field(default_factory=tuple)
     """Every source that was read, highest first (for explanations)."""
+    notes: tuple[str, ...] = ()
+    """What was read but not applied, and why (unknown keys, untrusted workspace,
+    managed-only keys): printed by `warden policy explain` and logged by runs."""
+    bypass_disabled: bool = False
+    """`disableBypassPermissionsMode` is in force: no agent may enter bypassPermissions."""
 
     def rules_for(self, behavior: str) -> list[Rule]:
         return [r for r in self.rules if r.behavior == behavior]

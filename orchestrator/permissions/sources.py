@@ -23,6 +23,7 @@ from orchestrator.errors import PolicyError
 from orchestrator.permissions.models import MODES, Mode
 from orchestrator.permissions.policy import EffectivePolicy
 from orchestrator.permissions.rules import Rule, RuleBehavior, parse_rule
+from orchestrator.permissions.settings_files import SettingsFile, load_stack
 
 SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
 """The policies warden ships (`default`, `ci`, `strict`)."""
@@ -32,6 +33,7 @@ MAX_POLICY_BYTES = 1024 * 1024
 PERMISSION_KEYS = frozenset({"allow", "deny", "ask", "defaultMode", "additionalDirectories"})
 COMMENT_KEYS = frozenset({"description", "$comment", "comment", "comments"})
 IGNORED_CLAUDE_KEYS = frozenset({"disableBypassPermissionsMode"})
+"""Read by `settings_files.managed_keys`, not as rules."""
 BUILT_IN_SOURCE = "built-in"
 BUILT_IN_ASK = (
     "Edit(/workspace/.claude/**)",
@@ -132,18 +134,6 @@ def parse_block(block: Any, source: str, path: Path | None, *, strict_keys: bool
     return PolicySource(source, rules, mode, dirs)
 
 
-def read_settings_file(path: Path, source: str) -> PolicySource | None:
-    """A Claude Code settings file's `permissions` block; None when the file is absent."""
-    if not path.is_file():
-        return None
-    doc = read_document(path)
-    if doc is None:
-        return None
-    if not isinstance(doc, dict):
-        raise PolicyError(f"{path}: a settings file must hold a JSON object")
-    return parse_block(doc.get("permissions"), source, path, strict_keys=False)
-
-
 def read_policy_file(path: Path, source: str) -> PolicySource:
     """A warden policy file (YAML or JSON): the `permissions` keys at the top level,
     or a settings file with a `permissions` block."""
@@ -183,39 +173,86 @@ def load_policy(
     allow: Sequence[str] = (),
     deny: Sequence[str] = (),
     mode: str | None = None,
+    trusted: bool = True,
 ) -> EffectivePolicy:
-    """Read every source and merge them into the workspace's effective policy."""
-    sources: list[PolicySource] = []
-    if settings.managed_policy is not None:
-        if not settings.managed_policy.is_file():
-            raise PolicyError(
-                f"managed policy {settings.managed_policy} does not exist; "
-                "fix WARDEN_MANAGED_POLICY or ask your administrator"
-            )
-        sources.append(
-            read_policy_file(settings.managed_policy, f"managed:{settings.managed_policy}")
-        )
+    """Read every source and merge them into the workspace's effective policy.
+
+    `trusted` False (a workspace the user has not trusted): the project's own allow
+    rules and mode are left out; its deny and ask rules still hold."""
+    stack = load_stack(settings, workspace, MAX_POLICY_BYTES)
     if mode is not None and mode not in MODES:
         raise PolicyError(f"--mode {mode!r} is not one of {', '.join(MODES)}")
     cli_rules = [parse_rule(r, "deny", "cli:--deny", f"--deny {r!r}") for r in deny]
     cli_rules += [parse_rule(r, "allow", "cli:--allow", f"--allow {r!r}") for r in allow]
-    sources.append(PolicySource("cli", cli_rules, mode))
+    cli_mode = next((m for m in MODES if m == mode), None)
+    cli = PolicySource("cli", cli_rules, cli_mode)
+    managed = [f for f in stack.files if f.managed]
+    lower = [f for f in stack.files if not f.managed]
+    sources = [_from_file(f) for f in managed]
+    sources.append(cli)
     if policy is not None:
         path = find_policy(settings, policy)
         sources.append(read_policy_file(path, f"policy:{path}"))
-    claude = workspace / ".claude"
-    for filename, kind in (("settings.local.json", "project-local"), ("settings.json", "project")):
-        found = read_settings_file(claude / filename, f"{kind}:{claude / filename}")
-        if found:
-            sources.append(found)
+    notes = stack.notes()
+    for f in lower:
+        src = _from_file(f)
+        if not trusted and f.kind in PROJECT_KINDS:
+            dropped = [r.text for r in src.rules if r.behavior == "allow"]
+            if dropped or src.mode:
+                notes.append(
+                    f"{f.path}: the workspace is not trusted, so its allow rules "
+                    f"({', '.join(dropped) or 'none'}) and mode are not applied; its deny "
+                    "and ask rules are (trust it with --trust-workspace)"
+                )
+            src = PolicySource(src.name, [r for r in src.rules if r.behavior != "allow"])
+        sources.append(src)
     builtin = [parse_rule(r, "ask", BUILT_IN_SOURCE, BUILT_IN_SOURCE) for r in BUILT_IN_ASK]
-    user = read_settings_file(
-        settings.config_dir / "settings.json", f"user:{settings.config_dir / 'settings.json'}"
-    )
-    if user:
-        sources.append(user)
     sources.append(PolicySource(BUILT_IN_SOURCE, builtin))
-    return merge(sources)
+    if stack.managed.permission_rules_only:
+        sources, dropped_allows = _managed_rules_only(sources)
+        if dropped_allows:
+            notes.append(
+                "allowManagedPermissionRulesOnly (managed settings): allow rules outside the "
+                f"managed settings are not applied: {', '.join(dropped_allows)}"
+            )
+    merged = merge(sources)
+    if stack.managed.bypass_disabled_by and merged.mode == "bypassPermissions":
+        notes.append(
+            f"bypassPermissions (from {merged.mode_source}) is disabled by "
+            f"disableBypassPermissionsMode in {stack.managed.bypass_disabled_by}; "
+            "the default mode applies"
+        )
+        merged = merged.with_mode("default", f"{stack.managed.bypass_disabled_by} "
+                                  "(disableBypassPermissionsMode)")
+    return merged.model_copy(
+        update={
+            "notes": tuple(notes),
+            "bypass_disabled": stack.managed.bypass_disabled_by is not None,
+        }
+    )
+
+
+PROJECT_KINDS = frozenset({"project", "project-local"})
+"""Settings files the workspace itself provides (and so only a trusted one may loosen)."""
+
+
+def _from_file(f: SettingsFile) -> PolicySource:
+    return parse_block(f.doc.get("permissions"), f.source, f.path, strict_keys=False)
+
+
+def _managed_rules_only(sources: list[PolicySource]) -> tuple[list[PolicySource], list[str]]:
+    """Only managed sources' allow rules; every deny and ask rule is kept (stricter
+    than Claude Code, which drops lower levels' deny rules too)."""
+    out: list[PolicySource] = []
+    dropped: list[str] = []
+    for src in sources:
+        if src.name.startswith("managed:"):
+            out.append(src)
+            continue
+        dropped += [r.text for r in src.rules if r.behavior == "allow"]
+        kept = [r for r in src.rules if r.behavior != "allow"]
+        out.append(PolicySource(src.name, kept, src.mode, src.additional_directories))
+    return out, dropped
 
 
 def merge(sources: Sequence[PolicySource]) -> EffectivePolicy:

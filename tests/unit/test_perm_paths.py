@@ -43,6 +43,8 @@ def decide(
 
 
 ENV = policy(deny=["Read(./.env)"])
+ROOT_ENV = policy(deny=["Read(/.env)"])
+"""Anchored at the workspace root: `sub/.env` is not this file."""
 
 
 @pytest.mark.parametrize(
@@ -56,7 +58,7 @@ ENV = policy(deny=["Read(./.env)"])
         ("/workspace/src/../.env", "deny"),
         ("/workspace/./.env", "deny"),
         ("/tmp/../workspace/.env", "deny"),
-        ("src/.env", "allow"),  # `./.env` is anchored at the workspace root
+        ("src/.env", "deny"),  # gitignore, as Claude Code: no inner slash, so any depth
         (".env.example", "allow"),
         ("README.md", "allow"),
     ],
@@ -134,9 +136,9 @@ def ws(tmp_path: Path) -> Path:
     "path", ["src/link", "/workspace/src/abslink", "src/up/.env", "src/up/src/link"]
 )
 def test_symlinks_cannot_dodge_a_deny(ws: Path, path: str) -> None:
-    assert decide(ENV, "Read", path, ws) == "deny"
+    assert decide(ROOT_ENV, "Read", path, ws) == "deny"
     assert (
-        decide(ENV, "Read", path, None) == "allow"
+        decide(ROOT_ENV, "Read", path, None) == "allow"
     )  # lexically it is not .env: the host view matters
 
 
@@ -159,7 +161,8 @@ def test_accept_edits_allows_edits_inside_the_workspace_only(ws: Path) -> None:
 
 def test_grep_over_a_tree_holding_a_denied_file_asks(ws: Path) -> None:
     assert decide(ENV, "Grep", "/workspace", ws) == "ask"
-    assert decide(ENV, "Grep", "/workspace/src", ws) == "allow"
+    assert decide(ENV, "Grep", "/workspace/src", ws) == "ask"  # src/.env would be denied
+    assert decide(ROOT_ENV, "Grep", "/workspace/src", ws) == "allow"
     assert decide(policy(deny=["Read(.env)"]), "Grep", "src/ok.py", ws) == "allow"  # one file
     assert decide(policy(deny=["Read(.env)"]), "Grep", "src/ok.py", None) == "ask"  # unknown
     assert decide(policy(deny=["Read(.env)"]), "Grep", "src/link", ws) == "deny"

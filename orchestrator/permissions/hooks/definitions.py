@@ -36,7 +36,8 @@ from typing import Literal, TypedDict
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
 from orchestrator.jsontypes import JSONObject
-from orchestrator.permissions.sources import read_document
+from orchestrator.permissions.settings_files import load_stack
+from orchestrator.permissions.sources import MAX_POLICY_BYTES
 
 DEFAULT_HOOK_TIMEOUT_S = 60.0
 """Claude Code's default hook timeout."""
@@ -88,25 +89,31 @@ class HookSet:
         return out
 
 
-def load_hooks(settings: Settings, workspace: Path) -> HookSet:
-    """Hooks from the managed policy, the workspace's settings and the user's settings."""
-    files: list[tuple[Path, str]] = []
-    if settings.managed_policy is not None and settings.managed_policy.is_file():
-        files.append((settings.managed_policy, "managed"))
-    files.append((workspace / ".claude" / "settings.local.json", "project-local"))
-    files.append((workspace / ".claude" / "settings.json", "project"))
-    files.append((settings.config_dir / "settings.json", "user"))
+def load_hooks(settings: Settings, workspace: Path, *, trusted: bool = True) -> HookSet:
+    """Hooks from every settings file (`settings_files`), highest first. Managed
+    `allowManagedHooksOnly` or `strictPluginOnlyCustomization` keep only managed
+    hooks, managed `disableAllHooks` none; an untrusted workspace's own hooks are
+    skipped (and said so)."""
+    stack = load_stack(settings, workspace, MAX_POLICY_BYTES)
+    locked = stack.managed.hooks_only or "hooks" in stack.managed.plugin_only
     hooks: list[HookCommand] = []
     warnings: list[str] = []
     env_names: list[str] = []
-    for path, kind in files:
-        if path.is_file():
-            doc = read_document(path)
-            if isinstance(doc, dict):
-                found, warned = parse_hooks(doc.get("hooks"), f"{kind}:{path}")
-                hooks.extend(found)
-                warnings.extend(warned)
-                env_names += _hook_env(doc, path)
+    for f in stack.files:
+        if stack.managed.disable_all_hooks:
+            break
+        found, warned = parse_hooks(f.doc.get("hooks"), f.source)
+        if found and locked and not f.managed:
+            warnings.append(f"{f.path}: its hooks are not run: managed settings allow only "
+                            "managed hooks (allowManagedHooksOnly)")
+            continue
+        if found and not trusted and f.kind in ("project", "project-local"):
+            warnings.append(f"{f.path}: its hooks are not run: the workspace is not trusted "
+                            "(trust it with --trust-workspace)")
+            continue
+        hooks.extend(found)
+        warnings.extend(warned)
+        env_names += _hook_env(f.doc, f.path)
     names = tuple(dict.fromkeys(env_names))
     return HookSet(tuple(replace(h, env_names=names) for h in hooks), tuple(warnings))
 

@@ -1,0 +1,252 @@
+"""Claude Code's settings files are found where Claude Code finds them and read
+completely: a restriction in one of them is never dropped because the file is
+unusual. Managed-only keys narrow every lower level."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import Settings
+from orchestrator.errors import PolicyError
+from orchestrator.permissions import ToolCall, evaluate, load_hooks, load_policy
+from orchestrator.permissions.models import Behavior
+
+
+def write_json(path: Path, doc: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2))
+    return path
+
+
+def bash(pol, command: str) -> Behavior:  # type: ignore[no-untyped-def]
+    return evaluate(
+        pol, ToolCall(tool_name="Bash", tool_input={"command": command})
+    ).decision.behavior
+
+
+def read(pol, path: str) -> Behavior:  # type: ignore[no-untyped-def]
+    return evaluate(
+        pol, ToolCall(tool_name="Read", tool_input={"file_path": path})
+    ).decision.behavior
+
+
+@pytest.fixture
+def managed(settings: Settings, tmp_path: Path) -> Settings:
+    """Settings whose Claude Code managed file lives under tmp_path."""
+    return settings.model_copy(
+        update={"claude_managed_settings": tmp_path / "etc/claude-code/managed-settings.json"}
+    )
+
+
+def test_claude_user_settings_deny_protects(settings: Settings, workspace: Path) -> None:
+    write_json(settings.claude_dir / "settings.json", {"permissions": {"deny": ["Bash(rm:*)"]}})
+    pol = load_policy(settings, workspace, allow=["Bash"])
+    assert bash(pol, "rm -rf x") == "deny"
+    exp = evaluate(pol, ToolCall(tool_name="Bash", tool_input={"command": "rm x"}))
+    assert exp.decision.source == f"user:{settings.claude_dir / 'settings.json'}"
+
+
+def test_claude_config_dir_moves_the_user_directory(tmp_path: Path) -> None:
+    moved = tmp_path / "elsewhere"
+    s = Settings.from_env({"CLAUDE_CONFIG_DIR": str(moved), "HOME": str(tmp_path)})
+    assert s.claude_dir == moved
+
+
+def test_claude_managed_settings_are_read(managed: Settings, workspace: Path) -> None:
+    write_json(managed.claude_managed_settings, {"permissions": {"deny": ["Bash(curl:*)"]}})
+    write_json(workspace / ".claude/settings.json", {"permissions": {"allow": ["Bash(curl:*)"]}})
+    assert bash(load_policy(managed, workspace), "curl example.test") == "deny"
+
+
+def test_managed_file_without_permissions_block_is_fine(managed: Settings, workspace: Path) -> None:
+    write_json(managed.claude_managed_settings, {"allowManagedHooksOnly": True, "model": "x"})
+    assert bash(load_policy(managed, workspace), "ls") == "ask"
+    warden_managed = managed.claude_managed_settings.with_name("warden.json")
+    write_json(warden_managed, {"companyAnnouncements": ["hi"]})
+    s = managed.model_copy(update={"managed_policy": warden_managed})
+    assert load_policy(s, workspace).mode == "default"
+
+
+def test_disable_bypass_keeps_the_default_mode(managed: Settings, workspace: Path) -> None:
+    write_json(
+        managed.claude_managed_settings,
+        {"permissions": {"disableBypassPermissionsMode": "disable"}},
+    )
+    pol = load_policy(managed, workspace, mode="bypassPermissions")
+    assert pol.mode == "default"
+    assert bash(pol, "touch x") == "ask"
+    assert any("disableBypassPermissionsMode" in n for n in pol.notes)
+
+
+def test_disable_bypass_with_a_wrong_value_is_refused(managed: Settings, workspace: Path) -> None:
+    write_json(
+        managed.claude_managed_settings, {"permissions": {"disableBypassPermissionsMode": True}}
+    )
+    with pytest.raises(PolicyError, match=r'managed-settings.json: .*line 3.*"disable"'):
+        load_policy(managed, workspace)
+
+
+def test_managed_rules_only_drops_lower_allow_rules(managed: Settings, workspace: Path) -> None:
+    write_json(
+        managed.claude_managed_settings,
+        {"allowManagedPermissionRulesOnly": True, "permissions": {"allow": ["Bash(ls:*)"]}},
+    )
+    write_json(
+        workspace / ".claude/settings.json",
+        {"permissions": {"allow": ["Bash(make:*)"], "deny": ["Bash(rm:*)"]}},
+    )
+    pol = load_policy(managed, workspace, allow=["Bash(git:*)"])
+    assert bash(pol, "ls") == "allow"
+    assert bash(pol, "make all") == "ask"
+    assert bash(pol, "git push") == "ask"
+    assert bash(pol, "rm x") == "deny"  # lower deny rules still hold (stricter)
+    assert any("Bash(make:*)" in n for n in pol.notes)
+
+
+def test_managed_only_key_in_user_settings_does_not_restrict(
+    settings: Settings, workspace: Path
+) -> None:
+    write_json(settings.claude_dir / "settings.json", {"allowManagedPermissionRulesOnly": True})
+    write_json(workspace / ".claude/settings.json", {"permissions": {"allow": ["Bash(make:*)"]}})
+    assert bash(load_policy(settings, workspace), "make") == "allow"
+
+
+def test_restricting_key_of_the_wrong_type_is_refused(managed: Settings, workspace: Path) -> None:
+    write_json(managed.claude_managed_settings, {"allowManagedPermissionRulesOnly": "yes"})
+    with pytest.raises(PolicyError, match=r"allowManagedPermissionRulesOnly.*true or false"):
+        load_policy(managed, workspace)
+
+
+def test_managed_hooks_only(managed: Settings, workspace: Path) -> None:
+    hook = {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "true"}]}]}
+    write_json(managed.claude_managed_settings, {"allowManagedHooksOnly": True})
+    write_json(workspace / ".claude/settings.json", {"hooks": hook})
+    hooks = load_hooks(managed, workspace)
+    assert hooks.hooks == ()
+    assert any("allowManagedHooksOnly" in w for w in hooks.warnings)
+
+
+def test_unknown_keys_are_kept_and_reported(settings: Settings, workspace: Path) -> None:
+    write_json(
+        workspace / ".claude/settings.json",
+        {"permisions": {"allow": ["Bash"]}, "futureKey": 1, "permissions": {"deny": ["Read(x)"]}},
+    )
+    pol = load_policy(settings, workspace)
+    assert read(pol, "x") == "deny"
+    assert any("'permisions'" in n and "did you mean 'permissions'" in n for n in pol.notes)
+    assert any("'futureKey'" in n for n in pol.notes)
+
+
+@pytest.mark.parametrize("where", ["project", "local", "user"])
+def test_a_settings_path_that_is_a_directory_refuses(
+    settings: Settings, workspace: Path, where: str
+) -> None:
+    path = {
+        "project": workspace / ".claude/settings.json",
+        "local": workspace / ".claude/settings.local.json",
+        "user": settings.claude_dir / "settings.json",
+    }[where]
+    path.mkdir(parents=True)
+    with pytest.raises(PolicyError, match=f"{path}: a directory.*replace it"):
+        load_policy(settings, workspace)
+    with pytest.raises(PolicyError, match="a directory"):
+        load_hooks(settings, workspace)
+
+
+def test_a_dangling_link_refuses(settings: Settings, workspace: Path) -> None:
+    (workspace / ".claude").mkdir()
+    os.symlink("/nonexistent/settings.json", workspace / ".claude/settings.json")
+    with pytest.raises(PolicyError, match=r"symbolic link to .*/nonexistent/settings\.json"):
+        load_policy(settings, workspace)
+
+
+def test_malformed_settings_refuse_with_the_line(settings: Settings, workspace: Path) -> None:
+    path = workspace / ".claude/settings.json"
+    path.parent.mkdir()
+    path.write_text('{\n  "permissions": {\n    "deny": ["Read(.env)",]\n  }\n}\n')
+    with pytest.raises(PolicyError, match=r"settings.json: line 3, column \d+: invalid JSON"):
+        load_policy(settings, workspace)
+    path.write_text('["Read(.env)"]')
+    with pytest.raises(PolicyError, match="not an object"):
+        load_policy(settings, workspace)
+
+
+def test_unreadable_settings_refuse(settings: Settings, workspace: Path) -> None:
+    path = write_json(workspace / ".claude/settings.json", {"permissions": {"deny": ["Bash"]}})
+    path.write_bytes(b'{"permissions": {"deny": ["\xff"]}}')
+    with pytest.raises(PolicyError, match="not UTF-8"):
+        load_policy(settings, workspace)
+
+
+def test_gitignore_style_dot_slash(settings: Settings, workspace: Path) -> None:
+    write_json(workspace / ".claude/settings.json", {"permissions": {"deny": ["Read(./.env)"]}})
+    pol = load_policy(settings, workspace)
+    assert read(pol, ".env") == "deny"
+    assert read(pol, "sub/.env") == "deny"
+    assert read(pol, "sub/deeper/.env") == "deny"
+    assert read(pol, "sub/.env.example") == "allow"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat .env",
+        "cat sub/.env",
+        "head -n 5 .env",
+        "tail -f .env",
+        "less .env",
+        "grep SECRET .env",
+        "grep -e x -- .env",
+        "wc -l < .env",
+        "sort -o out .env",
+        "cp .env /tmp/copy",
+        "timeout 5 cat .env",
+        "cat README.md .env",
+    ],
+)
+def test_bash_reading_a_denied_file_is_denied(
+    settings: Settings, workspace: Path, command: str
+) -> None:
+    write_json(
+        workspace / ".claude/settings.json",
+        {
+            "permissions": {
+                "deny": ["Read(./.env)"],
+                "allow": [
+                    f"Bash({w}:*)"
+                    for w in ("cat", "head", "tail", "less", "grep", "wc", "sort", "cp", "timeout")
+                ],
+            }
+        },
+    )
+    assert bash(load_policy(settings, workspace), command) == "deny"
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("cat README.md", "allow"),
+        ("grep -e .env README.md", "allow"),  # .env is the pattern here
+        ("grep .env README.md", "allow"),
+        ("grep -r SECRET .", "ask"),  # may read .env below .
+        ("cat *", "ask"),
+        ("ls | xargs cat", "ask"),
+    ],
+)
+def test_bash_reads_that_may_reach_a_denied_file(
+    settings: Settings, workspace: Path, command: str, expected: Behavior
+) -> None:
+    write_json(
+        workspace / ".claude/settings.json",
+        {
+            "permissions": {
+                "deny": ["Read(./.env)"],
+                "allow": ["Bash(cat:*)", "Bash(grep:*)", "Bash(ls:*)", "Bash(xargs:*)"],
+            }
+        },
+    )
+    assert bash(load_policy(settings, workspace), command) == expected
