@@ -4,8 +4,9 @@ reading what it said (`run`), and what a sandboxed hook needs from the run
 (`sandbox`, a protocol the run implements).
 
 May import: `config`, `errors`, `permissions.models` (outcomes, calls),
-`permissions.sources` (settings documents), `permissions.shell` (what a hook
-command runs), and `sandbox_tools.wire` (input limits).
+`permissions.sources` and `permissions.settings_files` (settings documents),
+`permissions.shell` (what a hook command runs), and `sandbox_tools.wire` (input
+limits).
 """
 
 from orchestrator.permissions.hooks.definitions import (
