@@ -5,6 +5,7 @@ prints is exactly what the engine decides (hooks aside)."""
 
 from __future__ import annotations
 
+import logging
 import posixpath
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +26,11 @@ from orchestrator.permissions.rules import PATH_TOOLS, Rule, bash_matches, could
 from orchestrator.permissions.shell import analyse
 from sandbox_tools.wire import WORKSPACE
 
+log = logging.getLogger(__name__)
+
 MODE_SOURCE = "mode"
+FAILURE_SOURCE = "evaluation"
+"""The source of a decision taken because a call could not be evaluated (it asks)."""
 
 
 class SubcommandVerdict(BaseModel):
@@ -71,8 +76,16 @@ def evaluate(
     workspace_host: Path | None = None,
     cwd: str = WORKSPACE,
 ) -> Explanation:
-    """Decide `call` from the policy's rules and mode."""
-    return _Evaluator(policy, call, workspace_host, cwd).run()
+    """Decide `call` from the policy's rules and mode. Never raises: a call that
+    cannot be evaluated (a path longer than PATH_MAX, any failure) asks."""
+    evaluator = _Evaluator(policy, call, workspace_host, cwd)
+    try:
+        return evaluator.run()
+    except paths.PathTooLongError as exc:
+        return evaluator.failed(f"{exc}, so no file can be opened by it")
+    except Exception as exc:  # a bug or a resource limit must not decide the call
+        log.exception("evaluating a %s call failed", call.tool_name)
+        return evaluator.failed(f"warden could not evaluate this call ({type(exc).__name__})")
 
 
 explain = evaluate
@@ -102,6 +115,10 @@ class _Evaluator:
         return Explanation(
             decision=decision, mode=self.mode, mode_source=self.policy.mode_source, **extra
         )
+
+    def failed(self, why: str) -> Explanation:
+        """The decision for a call that could not be evaluated: ask (deny in dontAsk)."""
+        return self._done("ask", why, source=FAILURE_SOURCE, fallback=True)
 
     def _mode_default(self, tool: str, in_workspace: bool, why: str = "") -> Explanation:
         m = self.mode

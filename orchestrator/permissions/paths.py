@@ -29,6 +29,7 @@ import os
 import posixpath
 import re
 import stat
+from collections import deque
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +40,21 @@ HOME_DIRS = ("/root", "/home/*")
 """Where `~` may point inside a container."""
 MAX_SYMLINK_HOPS = 40
 """Symlinks followed while resolving one path (the kernel's own limit)."""
+PATH_MAX = 4096
+"""Longest path the kernel opens (bytes, with its NUL); longer ones fail with
+ENAMETOOLONG. A tool path this long is never resolved or matched: it asks."""
+
+
+class PathTooLongError(ValueError):
+    """A tool path longer than PATH_MAX: no file can be opened by it."""
+
+
+def check_length(path: str) -> None:
+    """Raise PathTooLongError for a path the kernel would refuse as too long."""
+    if len(path.encode("utf-8", "surrogateescape")) >= PATH_MAX:
+        raise PathTooLongError(
+            f"a path of {len(path)} characters is longer than PATH_MAX ({PATH_MAX} bytes)"
+        )
 
 
 def normalise(path: str, cwd: str = WORKSPACE) -> list[str]:
@@ -58,7 +74,9 @@ def _clean(path: str) -> str:
 
 
 def spellings(path: str, workspace_host: Path | None, cwd: str = WORKSPACE) -> list[str]:
-    """Every container path `path` may stand for: lexical, and symlink-resolved."""
+    """Every container path `path` may stand for: lexical, and symlink-resolved.
+    Raises PathTooLongError (before any work) for a path longer than PATH_MAX."""
+    check_length(path)
     out: list[str] = []
     raw = path if path.startswith(("/", "~")) else posixpath.join(cwd, path)
     for lexical in normalise(path, cwd):
@@ -72,38 +90,46 @@ def spellings(path: str, workspace_host: Path | None, cwd: str = WORKSPACE) -> l
 def resolve_symlinks(path: str, workspace_host: Path) -> str | None:
     """Resolve symlinks of a container path inside the workspace, reading them on the
     host. Outside the workspace the path is kept as written (the host cannot see
-    the container's filesystem). None when the links loop."""
-    queue = [p for p in path.split("/") if p]
-    resolved = "/"
+    the container's filesystem). None when the links loop.
+
+    Components are a deque and a list (no prefix rebuilt per component, no list
+    shifted), and below a component that does not exist nothing is looked up."""
+    queue = deque(p for p in path.split("/") if p)
+    parts: list[str] = []
+    missing_at: int | None = None
     hops = 0
     while queue:
-        part = queue.pop(0)
+        part = queue.popleft()
         if part == ".":
             continue
         if part == "..":
-            resolved = posixpath.dirname(resolved)
+            if parts:
+                parts.pop()
+            if missing_at is not None and len(parts) < missing_at:
+                missing_at = None
             continue
-        candidate = posixpath.join(resolved, part)
-        host = to_host(candidate, workspace_host)
+        parts.append(part)
+        if missing_at is not None:
+            continue  # below a missing directory nothing exists
+        host = to_host("/" + "/".join(parts), workspace_host)
         if host is None:
-            resolved = candidate
             continue
         try:
             st = os.lstat(host)
         except OSError:
-            resolved = candidate
+            missing_at = len(parts)
             continue
         if not stat.S_ISLNK(st.st_mode):
-            resolved = candidate
             continue
         hops += 1
         if hops > MAX_SYMLINK_HOPS:
             return None
         target = os.readlink(host)
+        parts.pop()
         if target.startswith("/"):
-            resolved = "/"
-        queue = [p for p in target.split("/") if p] + queue
-    return resolved
+            parts.clear()
+        queue.extendleft(reversed([p for p in target.split("/") if p]))
+    return "/" + "/".join(parts)
 
 
 def to_host(container_path: str, workspace_host: Path) -> Path | None:
@@ -159,22 +185,22 @@ def _clean_pattern(pattern: str) -> str:
 
 
 def matches(pattern: str, path: str) -> bool:
-    """gitignore semantics: the pattern matches the path or a directory above it."""
-    regex = _compile(pattern)
-    probe = path
-    while True:
-        if regex.fullmatch(probe):
-            return True
-        parent = posixpath.dirname(probe)
-        if parent == probe or not parent:
-            return False
-        probe = parent
+    """gitignore semantics: the pattern matches the path or a directory above it
+    (one match of the pattern followed by `(/.*)?`, not one match per parent)."""
+    return _compile_covering(pattern).fullmatch(path) is not None
 
 
 def pattern_regex(pattern: str) -> str:
     """The regular expression (source) a glob pattern compiles to: it matches the
     path itself; append `(?:/.*)?` for the directories above it too."""
     return _compile(pattern).pattern
+
+
+@lru_cache(maxsize=1024)
+def _compile_covering(pattern: str) -> re.Pattern[str]:
+    if pattern == "/":
+        return re.compile("/.*", re.DOTALL)
+    return re.compile(f"(?:{_compile(pattern).pattern})(?:/.*)?", re.DOTALL)
 
 
 @lru_cache(maxsize=1024)

@@ -135,7 +135,7 @@ def _bash_spec_matches(spec: str, words: tuple[str, ...], open_ended: bool, stri
     if "*" in spec:
         if open_ended and not spec.endswith("*") and not strict:
             return False
-        return _bash_glob(spec).fullmatch(text) is not None
+        return _bash_glob_matches(spec, text)
     expected = _spec_words(spec)
     if open_ended:  # more arguments come at run time: only a deny/ask may assume a match
         return strict and list(words[: len(expected)]) == expected
@@ -159,12 +159,25 @@ def _spec_words_uncached(spec: str) -> list[str]:
         return spec.split()
 
 
-@lru_cache(maxsize=1024)
-def _bash_glob(spec: str) -> re.Pattern[str]:
+def _bash_glob_matches(spec: str, text: str) -> bool:
+    """Whether `text` matches a rule whose only wildcard is `*` (any text); a single
+    trailing ` *` is optional. Matched greedily left to right with `str.find`, which
+    is exact for `*`-only patterns and linear in the text: a regular expression
+    of several `.*` backtracks polynomially on a long hostile command."""
     normal = " ".join(spec.split())
     if normal.endswith(" *") and normal.count("*") == 1:
-        return re.compile(re.escape(normal[:-2]) + r"(?: .*)?", re.DOTALL)
-    return re.compile(".*".join(re.escape(part) for part in normal.split("*")), re.DOTALL)
+        head = normal[:-2]
+        return text == head or text.startswith(head + " ")
+    first, *middle, last = normal.split("*")
+    if not text.startswith(first) or len(text) < len(first) + len(last):
+        return False
+    pos, end = len(first), len(text) - len(last)
+    for part in middle:
+        found = text.find(part, pos, end)
+        if found < 0:
+            return False
+        pos = found + len(part)
+    return text.endswith(last) and pos <= end
 
 
 # -- paths --------------------------------------------------------------------------

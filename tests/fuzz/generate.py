@@ -547,8 +547,76 @@ def tricky(r: random.Random, depth: int) -> str:
             f"echo hi 3<{r.choice(['.', 'bin', '/tmp'])} >/dev/fd/3/{r.choice(['../pwn', 'pwn', '../../tmp/pwn', './x'])}"
         ),
         lambda: f"exec 4<.; cat x.txt >>/dev/fd/4/{r.choice(['pwn', 'bin/../y'])}",
+        lambda: reopen(r),
+        lambda: reopen(r),
+        lambda: nested_dialect(r),
+        lambda: digit_descriptor(r),
     ]
     return r.choice(forms)()
+
+
+def reopen(r: random.Random) -> str:
+    """A write through a descriptor path (`/dev/stdin`, `/dev/fd/N`, `/proc/self/fd/N`)
+    after a redirection (of the command, a group or loop around it, or the command
+    running a nested script) gave that descriptor a file: it rewrites the file."""
+    n = r.choice([0, 1, 2, 3, 5])
+    source = r.choice(["x.txt", "README", "gitcfg", ".gitconfig"])
+    give = r.choice([f"{n}<{source}" if n else f"<{source}", f"9<{source} {n}<&9"])
+    target = r.choice(
+        {0: ["/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"], 1: ["/dev/stdout", "/dev/fd/1"],
+         2: ["/dev/stderr", "/dev/fd/2"]}.get(n, [f"/dev/fd/{n}", f"/proc/self/fd/{n}"])
+    )
+    op = r.choice([">", ">>", ">|", "&>"])
+    cmd = allowed_cmd(r)
+    return r.choice(
+        [
+            f"{cmd} {give} {op}{target}",
+            f"{{ {cmd} {op}{target}; }} {give}",
+            f"for i in 1; do {cmd} {op}{target}; done {give}",
+            f"while true; do {cmd} {op}{target}; break; done {give}",
+            f"sh -c {word(r, f'{cmd} >{target}')} {give}",
+            f"bash -c {word(r, f'eval {cmd} >{target}')} {give}",
+            f"( {cmd} {op}{target} ) {give}",
+            f"echo x | xargs -I{{}} sh -c 'echo >{target}' {give}",
+        ]
+    )
+
+
+def nested_dialect(r: random.Random) -> str:
+    """bash-only syntax inside a script dash runs (`sh -c`, `flock -c`, `watch`)."""
+    bad = r.choice(["rm", "touch", "id"])
+    inner = r.choice(
+        [
+            f"env -u{{x,}} {bad} ls",
+            f"echo {{a,b}}; env -u{{HOME,}} {bad} p",
+            f"$'{bad}' p",
+            f"echo $'\\x41'; {bad} p",
+            f"exec -c {bad}",
+            f"exec -a echo {bad} p",
+            f"builtin echo hi; {bad} p",
+            "echo a 12>x.txt",
+            f"[[ a ]] && {bad} p",
+        ]
+    )
+    return r.choice(
+        [
+            f"sh -c {word(r, f'eval {word(r, inner)}')}",
+            f"dash -c {word(r, inner)}",
+            f"sh -c {word(r, inner)}",
+            f"flock x.txt -c {word(r, inner)}",
+            f"bash -c {word(r, f'sh -c {word(r, inner)}')}",
+        ]
+    )
+
+
+def digit_descriptor(r: random.Random) -> str:
+    """A digit run before `<`/`>`: a descriptor in bash only within `int`, in dash
+    only as one digit; otherwise a word of the command."""
+    digits = r.choice(["1", "12", "0001", "2147483647", "2147483648", "99999999999", "2&"])
+    cmd = r.choice(["echo a", "git status", "cat", "ls"])
+    redirect = r.choice([">x.txt", ">/dev/null", "<x.txt", ">&2", "<&0"])
+    text = f"{cmd} {digits}{redirect}"
+    return r.choice([text, f"sh -c {word(r, text)}"])
 
 
 def compound(r: random.Random, depth: int = 0) -> str:

@@ -14,11 +14,15 @@ allowed by a rule (it asks, or is denied in `dontAsk`).
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from orchestrator.permissions.shell.descriptors import descriptor_of, files_held
 from orchestrator.permissions.shell.env import check_prefix, check_variable
 from orchestrator.permissions.shell.parser import (
     BASH,
+    DASH,
     DYNAMIC,
     MAX_COMMAND_CHARS,
     MAX_NESTING,
@@ -33,6 +37,7 @@ from orchestrator.permissions.shell.parser import (
 from orchestrator.permissions.shell.tree import disagreement, loose_commands
 from orchestrator.permissions.shell.words import expand_braces
 from orchestrator.permissions.shell.wrappers import (
+    ANY_SHELL,
     EXECS_ITS_COMMAND,
     RUNS_ITS_ARGUMENTS,
     SHELL_ONLY,
@@ -51,6 +56,11 @@ __all__ = [
     "is_safe_device",
 ]
 
+log = logging.getLogger(__name__)
+
+PATH_MAX = 4096
+"""Longest path the kernel opens (bytes, with its terminating NUL): a longer one
+fails with ENAMETOOLONG, so the analyser asks rather than resolve it."""
 DIR_CHANGERS = frozenset({"cd", "pushd", "popd"})
 STATE_BUILTINS = frozenset(
     {"declare", "typeset", "local", "export", "readonly", "unset", "set", "shopt", "alias",
@@ -102,9 +112,13 @@ def analyse(command: str) -> ShellAnalysis:
     """Split `command` into simple commands, redirect targets and problems."""
     result = ShellAnalysis()
     try:
-        _Analyser(result).unit(command, BASH, 0)
+        _Analyser(result).unit(command, BASH, 0, [])
     except Unprovable as exc:
         result.problems.append(str(exc))
+        _loose(command, result)
+    except Exception as exc:  # a bug or a resource limit: never a crash, always an ask
+        log.exception("the Bash analyser failed on a command of %d characters", len(command))
+        result.problems.append(f"the analyser failed ({type(exc).__name__})")
         _loose(command, result)
     return result
 
@@ -133,9 +147,9 @@ def _loose(command: str, result: ShellAnalysis) -> None:
         loose = ShellAnalysis()
         try:
             _Analyser(loose)._run(
-                [Word(w, w, dynamic=DYNAMIC in w) for w in words], BASH, 0, open_ended=False
+                [Word(w, w, dynamic=DYNAMIC in w) for w in words], BASH, 0, [], open_ended=False
             )
-        except Unprovable:
+        except Exception:  # Unprovable, or any failure: keep the words as they are
             loose.commands.append(SimpleCommand(tuple(words)))
         for cmd in loose.commands:
             if cmd.words not in seen:
@@ -147,19 +161,31 @@ class _Analyser:
     def __init__(self, result: ShellAnalysis) -> None:
         self.result = result
 
-    def unit(self, src: str, dialect: Dialect, depth: int) -> None:
+    def unit(
+        self, src: str, dialect: Dialect, depth: int, inherited: Sequence[Redirect]
+    ) -> None:
+        """Analyse a script; `inherited`: the redirections in force where it runs (the
+        descriptors a nested `sh -c`, `eval` or `bash -c` script starts with)."""
+        if dialect == ANY_SHELL:  # run by $SHELL: it must be proven as bash and as dash
+            self.unit(src, BASH, depth, inherited)
+            self.unit(src, DASH, depth, inherited)
+            return
         parsed = parse(src, dialect, depth)
         for name in parsed.loop_names:
             check_variable(name)
-        for red in parsed.redirects:
-            self._redirect(red)
+        for group in parsed.groups:
+            scope = [*group.scope, *inherited]
+            for red in group.redirects:
+                self._redirect(red, scope)
         for cmd in parsed.commands:
-            self._command(cmd, dialect, depth)
+            self._command(cmd, dialect, depth, [*cmd.group.scope, *inherited])
         why = disagreement(src, parsed)
         if why:
             raise Unprovable(why)
 
-    def _command(self, cmd: Command, dialect: Dialect, depth: int) -> None:
+    def _command(
+        self, cmd: Command, dialect: Dialect, depth: int, scope: Sequence[Redirect]
+    ) -> None:
         if not cmd.words:
             for name, value in cmd.assignments:
                 check_variable(name, value)
@@ -175,13 +201,14 @@ class _Analyser:
                 else [word]
             )
         ]
-        self._run(words, dialect, depth, open_ended=False)
+        self._run(words, dialect, depth, scope, open_ended=False)
 
     def _run(
         self,
         words: list[Word],
         dialect: Dialect,
         depth: int,
+        scope: Sequence[Redirect],
         *,
         open_ended: bool,
         replace: str | None = None,
@@ -204,7 +231,7 @@ class _Analyser:
             raise Unprovable(f"'{head.value}' is run after a cd, so which file it is is unknown")
         if name is not None:
             _check_builtin(name, words)
-        unwrapped = unwrap(name, words) if name is not None else None
+        unwrapped = unwrap(name, words, dialect) if name is not None else None
         if open_ended and name in RUNS_ITS_ARGUMENTS:
             _check_open_wrapper(name, unwrapped)
         record = SimpleCommand(tuple(w.value for w in words), open_ended)
@@ -215,33 +242,34 @@ class _Analyser:
             if replace and replace in w.value:
                 raise Unprovable(f"'{name}' file {w.raw!r} is replaced at run time")
         for w in unwrapped.writes:
-            self._target(w, write=True)
+            self._target(w, scope, write=True)
         for w in unwrapped.reads:
-            self._target(w, write=False)
+            self._target(w, scope, write=False)
         if name == "find":
             self.result.commands.append(record)
             for inner in unwrapped.extra:
                 if "{}" in inner[0].value:
                     raise Unprovable("'find -exec {}' runs a command only known at run time")
                 self._run(
-                    inner, dialect, depth + 1, open_ended=True, replace="{}", execvp=True
+                    inner, dialect, depth + 1, scope, open_ended=True, replace="{}", execvp=True
                 )
             return
         if unwrapped.script is not None:
             if replace and replace in unwrapped.script:
                 raise Unprovable(f"a script with {replace!r}, replaced at run time")
-            self.unit(unwrapped.script, unwrapped.dialect, depth + 1)
+            self.unit(unwrapped.script, unwrapped.dialect, depth + 1, scope)
         elif unwrapped.argv:
             self._run(
                 unwrapped.argv,
                 dialect,
                 depth + 1,
+                scope,
                 open_ended=open_ended or unwrapped.open_ended,
                 replace=unwrapped.replace or replace,
                 execvp=execvp or name in EXECS_ITS_COMMAND,
             )
 
-    def _redirect(self, red: Redirect) -> None:
+    def _redirect(self, red: Redirect, scope: Sequence[Redirect]) -> None:
         op, target = red.op, red.target
         if op in ("<<", "<<-", "<<<"):
             return
@@ -253,12 +281,20 @@ class _Analyser:
             raise Unprovable(f"redirection '{red.fd}{op}{target.raw}'")
         if op == "<" and target.raw.startswith("<(") and target.dynamic:
             return
-        self._target(target, write=op in _WRITE_OPS or op == ">&")
+        self._target(target, scope, write=op in _WRITE_OPS or op == ">&")
 
-    def _target(self, target: Word, *, write: bool) -> None:
+    def _target(self, target: Word, scope: Sequence[Redirect], *, write: bool) -> None:
         if target.dynamic or target.glob or target.tilde or "~" in target.value or not target.value:
             raise Unprovable(f"redirection target {target.raw!r} is not a literal path")
         path = target.value
+        if len(path.encode("utf-8", "surrogateescape")) >= PATH_MAX:
+            raise Unprovable(f"a path longer than PATH_MAX ({PATH_MAX} bytes)")
+        fd = descriptor_of(path)
+        if fd is not None and write:
+            # Opening /dev/fd/N reopens the file N holds, for writing: a write to it.
+            for held in files_held(fd, scope):
+                if held.value not in self.result.writes:
+                    self._target(held, [], write=True)
         if path.startswith("/dev/"):
             if is_safe_device(path):
                 return

@@ -45,6 +45,7 @@ from orchestrator.permissions.shell.words import (
     Command,
     Dialect,
     Redirect,
+    RedirectGroup,
     Unit,
     Unprovable,
     Word,
@@ -61,6 +62,7 @@ __all__ = [
     "Command",
     "Dialect",
     "Redirect",
+    "RedirectGroup",
     "Unit",
     "Unprovable",
     "Word",
@@ -80,6 +82,12 @@ _HEREDOC_DELIM = re.compile(
     r"|\\(?P<bs>[A-Za-z0-9_.+-]+)"
 )
 _SAFE_DEV = re.compile(r"/dev/(null|stdin|stdout|stderr|tty|fd/\d+)")
+_NAMED_FD = re.compile(r"\{[A-Za-z_]\w*\}[<>]")
+MAX_FD = 2**31 - 1
+"""bash reads a digit run before `<`/`>` as a descriptor only when it fits an `int`
+(`2147483648>x` is the word `2147483648` and `>x`); dash only a single digit."""
+MAX_CONDITION_WORDS = 256
+"""Most words and operators in one `[[ … ]]` (beyond it the analyser asks)."""
 
 
 def parse(src: str, dialect: Dialect = BASH, depth: int = 0) -> Unit:
@@ -265,12 +273,17 @@ class _Parser(WordLexer):
             self._compound(self._case)
 
     def _compound(self, body: Callable[[], object]) -> None:
+        first = len(self.unit.groups)
         self._enter()
         try:
             body()
         finally:
             self.depth -= 1
-        self._trailing_redirects()
+        group = RedirectGroup()
+        self._trailing_redirects(group)
+        for inner in self.unit.groups[first:]:
+            inner.enclosing.extend(group.redirects)
+        self.unit.groups.append(group)
 
     def _expect_list(self, closers: frozenset[str], want: str) -> str:
         end = self._list(closers)
@@ -388,6 +401,8 @@ class _Parser(WordLexer):
             if self._peek_word() == "]]":
                 self.pos += 2
                 break
+            if len(tokens) >= MAX_CONDITION_WORDS:
+                raise Unprovable(f"more than {MAX_CONDITION_WORDS} words in one '[[ … ]]'")
             if self._at("&&") or self._at("||"):
                 tokens.append(self.src[self.pos : self.pos + 2])
                 self.pos += 2
@@ -414,7 +429,7 @@ class _Parser(WordLexer):
             raise Unprovable("an empty '[[ ]]'")
         self.unit.conditions.append(tuple(tokens))
 
-    def _trailing_redirects(self) -> None:
+    def _trailing_redirects(self, group: RedirectGroup) -> None:
         while True:
             self._skip_blanks()
             red = self._redirect()
@@ -424,10 +439,12 @@ class _Parser(WordLexer):
                     raise Unprovable(f"text right after a compound command: {c!r}")
                 return
             self.unit.redirects.append(red)
+            group.redirects.append(red)
 
     # -- simple commands --------------------------------------------------------------
     def _simple(self) -> None:
         cmd = Command()
+        cmd.group = RedirectGroup(cmd.redirects)
         while True:
             self._skip_blanks()
             c = self._c()
@@ -458,16 +475,19 @@ class _Parser(WordLexer):
         if not cmd.words and not cmd.assignments and not cmd.redirects:
             raise Unprovable(f"empty command before {self._c()!r}")
         self.unit.commands.append(cmd)
+        self.unit.groups.append(cmd.group)
 
     def _redirect(self) -> Redirect | None:
         if self._at("<(") or self._at(">("):
             return None
         m = _REDIRECT.match(self.src, self.pos)
         if not m:
-            if self._c() == "{" and re.match(r"\{[A-Za-z_]\w*\}[<>]", self.src[self.pos :]):
+            if self._c() == "{" and _NAMED_FD.match(self.src, self.pos):
                 raise Unprovable("a '{name}' file-descriptor redirection")
             return None
         fd, op = m.group(1), m.group(2)
+        if fd and not self._is_fd(fd, op):
+            return None  # the digits are a word of their own (read by `_word`)
         if op in ("&>", "&>>", "<<<", "<>") or (op == ">&" and fd == ""):
             self._bash_only(f"'{op}'")
         if op == "<>":
@@ -490,6 +510,14 @@ class _Parser(WordLexer):
             self.heredocs.append((delim, dm.group("plain") is None, op == "<<-", self.frame))
             return Redirect(fd, op, Word(delim, raw))
         return Redirect(fd, op, target)
+
+    def _is_fd(self, digits: str, op: str) -> bool:
+        """Whether bash (or dash) reads `digits` right before `op` as a descriptor."""
+        if op.startswith("&"):
+            return False  # `2&>x` is the word `2`, then `&>x`
+        if self.dialect == DASH:
+            return len(digits) == 1
+        return int(digits) <= MAX_FD
 
     def _read_heredocs(self) -> None:
         if not self.heredocs:

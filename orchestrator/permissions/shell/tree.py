@@ -202,15 +202,20 @@ class _Walker:
             self.commands[((), tuple(words))] += 1
 
 
-def _flatten_test(node: Node) -> list[str]:
-    if node.type in _TEST_PARTS and node.type != "test_operator":
-        out: list[str] = []
-        for child in node.children:
-            out.extend(_flatten_test(child))
-        return out
-    if node.type in ("test_operator", "regex") or not node.is_named:
-        return [_raw(node)]
-    return [_cook(node)]
+def _flatten_test(root: Node) -> list[str]:
+    """The words and operators of a test expression, in order, without recursion
+    (`[ a -a b -a … ]` nests one level per operator)."""
+    out: list[str] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type in _TEST_PARTS and node.type != "test_operator":
+            stack.extend(reversed(node.children))
+        elif node.type in ("test_operator", "regex") or not node.is_named:
+            out.append(_raw(node))
+        else:
+            out.append(_cook(node))
+    return out
 
 
 def _is_word(t: str) -> bool:

@@ -53,6 +53,21 @@ class Redirect:
     target: Word
 
 
+@dataclass(eq=False)
+class RedirectGroup:
+    """Redirections applied together (one simple command's, or the ones after a
+    compound command), and those of every compound command around them: together
+    they say which file each descriptor may hold while these are opened."""
+
+    redirects: list[Redirect] = field(default_factory=list)
+    enclosing: list[Redirect] = field(default_factory=list)
+    """Redirections of the groups, loops and `if`s this one sits inside."""
+
+    @property
+    def scope(self) -> list[Redirect]:
+        return [*self.redirects, *self.enclosing]
+
+
 @dataclass
 class Command:
     """One simple command as written: prefix assignments, words, redirections."""
@@ -60,6 +75,8 @@ class Command:
     assignments: list[tuple[str, Word]] = field(default_factory=list)
     words: list[Word] = field(default_factory=list)
     redirects: list[Redirect] = field(default_factory=list)
+    group: RedirectGroup = field(default_factory=RedirectGroup)
+    """Its redirections with the enclosing ones (`group.redirects is redirects`)."""
 
 
 @dataclass
@@ -69,6 +86,9 @@ class Unit:
     commands: list[Command] = field(default_factory=list)
     redirects: list[Redirect] = field(default_factory=list)
     """Every redirection, also those on compound commands."""
+    groups: list[RedirectGroup] = field(default_factory=list)
+    """Every redirection again, by the group it is applied with (each simple command
+    has one, even without redirections)."""
     loop_names: list[str] = field(default_factory=list)
     """Variables assigned by `for NAME in`."""
     conditions: list[tuple[str, ...]] = field(default_factory=list)

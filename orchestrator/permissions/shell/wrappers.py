@@ -30,6 +30,11 @@ NOT_PROVEN = frozenset(
     {"sudo", "su", "doas", "pkexec", "runuser", "chroot", "parallel", "sg", "newgrp",
      "setpriv", "unshare", "nsenter", "fakechroot", "busybox"}
 )
+ANY_SHELL: Dialect = "bash or dash"
+"""The dialect of a script run by `$SHELL` (`flock -c`): proven only when it is
+proven both as bash and as dash."""
+DASH_HAS_NO = frozenset({"builtin"})
+"""bash builtins dash lacks: under dash they are programs looked up in PATH."""
 OTHER_SHELLS = frozenset({"zsh", "ksh", "ksh93", "mksh", "ash", "rbash", "fish", "csh", "tcsh",
                           "yash", "posh"})
 
@@ -201,9 +206,17 @@ def parse_options(name: str, grammar: Grammar, args: list[Word]) -> tuple[list[t
     return out, i
 
 
-def unwrap(name: str, argv: list[Word]) -> Unwrapped | None:
-    """For a command that runs another command, what it runs; None for other commands."""
+def unwrap(name: str, argv: list[Word], dialect: Dialect = BASH) -> Unwrapped | None:
+    """For a command that runs another command, what it runs; None for other commands.
+    `dialect`: the shell running `argv` (its builtins differ: dash's `exec` and
+    `eval` take no options, and dash has no `builtin`)."""
     args = argv[1:]
+    if dialect == DASH and name in DASH_HAS_NO:
+        return None
+    if dialect == DASH and name == "exec":
+        if not args:
+            raise Unprovable("'exec' without a command changes the shell's file descriptors")
+        return Unwrapped(argv=args)
     if name in NOT_PROVEN:
         raise Unprovable(f"'{name}' runs commands in a way warden does not analyse")
     if name in ("sh", "dash", "bash"):
@@ -215,7 +228,9 @@ def unwrap(name: str, argv: list[Word]) -> Unwrapped | None:
     if name == "eval":
         if any(a.dynamic for a in args):
             raise Unprovable("'eval' of text only known at run time")
-        return Unwrapped(script=" ".join(a.value for a in args), joins_arguments=True)
+        return Unwrapped(
+            script=" ".join(a.value for a in args), dialect=dialect, joins_arguments=True
+        )
     if name == "builtin":
         return Unwrapped(argv=args) if args else None
     if name == "find":
@@ -303,7 +318,7 @@ def _flock(name: str, opts: list[tuple[str, str | None]], rest: list[Word]) -> U
     if script is not None:
         if rest:
             raise Unprovable("'flock -c' with extra arguments")
-        result.script, result.dialect = script, DASH
+        result.script, result.dialect = script, ANY_SHELL
     elif rest:
         result.argv = rest
     else:
