@@ -122,6 +122,13 @@ class Settings(BaseModel):
     """The model API key (ANTHROPIC_API_KEY). Stays on the host, always."""
     non_interactive: bool = False
     """True under CI=true: nothing waits for a human."""
+    github_step_summary: Path | None = None
+    """Under GitHub Actions (GITHUB_ACTIONS=true): the job's step-summary file
+    (GITHUB_STEP_SUMMARY). A run appends its Markdown summary there and prints
+    workflow-command annotations for denials and failures."""
+    github_annotations: bool = False
+    """True under GitHub Actions: denials and failures become `::error`/`::warning`
+    workflow commands on stderr."""
     disk_write_limit: int = Field(default=DEFAULT_DISK_WRITE_BYTES, ge=0)
     """Most bytes one sandbox may write (WARDEN_DISK_WRITE_LIMIT, e.g. `2g`; 0: no cap).
     Crossing it kills the sandbox with status `disk_limit`."""
@@ -224,6 +231,10 @@ class Settings(BaseModel):
             if env.get(name):
                 values[field] = env[name]
         values["non_interactive"] = env.get("CI", "").lower() in {"1", "true", "yes"}
+        if env.get("GITHUB_ACTIONS", "").lower() == "true":
+            values["github_annotations"] = True
+            if env.get("GITHUB_STEP_SUMMARY"):
+                values["github_step_summary"] = Path(env["GITHUB_STEP_SUMMARY"])
         aliases = dict(DEFAULT_MODEL_ALIASES)
         for alias, variable in _ALIAS_VARIABLES.items():
             if env.get(variable, "").strip():

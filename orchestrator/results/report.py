@@ -89,6 +89,10 @@ def finish_run(settings: Settings, state: RunState, code: int, outputs: RunOutpu
         print(result.model_dump_json(), flush=True)
     else:
         _print_human(result, state)
+    if settings.github_annotations:
+        from orchestrator.results.github import publish
+
+        publish(result, settings.github_step_summary)
     return result.exit_code
 
 

@@ -156,9 +156,14 @@ def test_claude_code_flag_spellings_mean_what_they_mean_there(
         settings, "run", "go", "--replay", str(script), "--workspace", str(workspace),
         "--permission-mode", "bypassPermissions", "--json", "--max-turns", "1",
         "--disallowedTools", "Read,Bash(touch:*) Edit",
+        GITHUB_ACTIONS="true", GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"),
     )  # fmt: skip
-    result = json.loads(proc.stdout.splitlines()[-1])
+    result = json.loads(proc.stdout.splitlines()[-1])  # stdout stays JSON under Actions
     assert not (workspace / "made.txt").exists()
     assert [d["tool_name"] for d in result["denials"]] == ["Bash"]
     assert len(result["tasks"]) == 1  # one parent turn: the second Task was never asked for
     assert "limit of 1 turns" in result["result"] + (result["error"] or "")
+    # Under GitHub Actions: the step summary and an annotation for the denial.
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| `Bash` |" in summary and "test task" in summary
+    assert "::warning title=warden denied Bash::" in proc.stderr
