@@ -56,6 +56,8 @@ class Verdict:
     """What rules and mode said before any approver was asked."""
     addresses: tuple[IPAddress, ...] = field(default=())
     """Where to connect (allowed only): the addresses that were checked."""
+    raw: bool = False
+    """A `tcp://HOST:PORT` rule names this destination: a tunnel needs no TLS."""
 
 
 def _fix(host: str) -> str:
@@ -145,6 +147,7 @@ class Decider:
         return Verdict(
             "allow", host, port, f"allowed by the address rule {rule.text}",
             f"rule: {rule.text}", rule.source, policy="allow", addresses=(address,),
+            raw=self.rules.raw_tcp(host, port) is not None,
         )  # fmt: skip
 
     async def _resolved(self, verdict: Verdict) -> Verdict:
@@ -164,5 +167,5 @@ class Decider:
                 )  # fmt: skip
         return Verdict(
             "allow", host, port, verdict.reason, verdict.decided_by, verdict.source,
-            verdict.policy, tuple(addresses),
+            verdict.policy, tuple(addresses), raw=self.rules.raw_tcp(host, port) is not None,
         )  # fmt: skip

@@ -8,6 +8,7 @@ that crosses a byte cap is cut at the cap, and the cut is recorded and announced
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 DEFAULT_MAX_BYTES_UP = 256 * 1024**2
@@ -59,6 +60,10 @@ class Meter:
     cut: str | None = None
     """The first limit crossed (recorded once; later transfers are refused outright)."""
     destinations: dict[tuple[str, int], Destination] = field(default_factory=dict)
+    _reserved: list[int] = field(default_factory=lambda: [0, 0], repr=False)
+    """Bytes reserved by relays and not yet settled: [up, down]."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    """Relays run on their own threads and share one task's counters."""
 
     def destination(self, host: str, port: int) -> Destination:
         return self.destinations.setdefault((host, port), Destination(host, port))
@@ -81,25 +86,49 @@ class Meter:
 
     def allow_up(self, dest: Destination, n: int) -> int:
         """How many of `n` bytes may go upstream now (the rest crosses the cap)."""
-        ok = self._room(self.bytes_up, self.limits.max_bytes_up, n, "sent")
-        self.bytes_up += ok
-        dest.bytes_up += ok
-        return ok
+        return self._allow(dest, n, up=True)
 
     def allow_down(self, dest: Destination, n: int) -> int:
         """How many of `n` bytes may come back now."""
-        ok = self._room(self.bytes_down, self.limits.max_bytes_down, n, "received")
-        self.bytes_down += ok
-        dest.bytes_down += ok
-        return ok
+        return self._allow(dest, n, up=False)
 
-    def _room(self, used: int, cap: int, n: int, verb: str) -> int:
-        if not cap:
-            return n
-        room = max(0, cap - used)
-        if n > room:
-            self._crossed(f"the task's limit of {cap} bytes {verb}")
-        return min(n, room)
+    def _allow(self, dest: Destination, n: int, up: bool) -> int:
+        granted = self.reserve(dest, n, up=up)
+        self.settle(dest, granted, granted, up=up)
+        if granted < n:
+            self.cross(up=up)
+        return granted
+
+    def reserve(self, dest: Destination, n: int, *, up: bool) -> int:
+        """Room for up to `n` bytes, held until `settle` (no cut is recorded: the
+        caller does not know yet whether that many will come)."""
+        cap = self.limits.max_bytes_up if up else self.limits.max_bytes_down
+        with self._lock:
+            if not cap:
+                return n
+            used = (self.bytes_up if up else self.bytes_down) + self._reserved[0 if up else 1]
+            granted = max(0, min(n, cap - used))
+            self._reserved[0 if up else 1] += granted
+            return granted
+
+    def settle(self, dest: Destination, reserved: int, used: int, *, up: bool) -> None:
+        """`used` of the `reserved` bytes moved; the rest is free again."""
+        cap = self.limits.max_bytes_up if up else self.limits.max_bytes_down
+        with self._lock:
+            if cap:
+                self._reserved[0 if up else 1] -= reserved
+            if up:
+                self.bytes_up += used
+                dest.bytes_up += used
+            else:
+                self.bytes_down += used
+                dest.bytes_down += used
+
+    def cross(self, *, up: bool) -> None:
+        """Record that a transfer met its byte cap with bytes still to move."""
+        cap = self.limits.max_bytes_up if up else self.limits.max_bytes_down
+        with self._lock:
+            self._crossed(f"the task's limit of {cap} bytes {'sent' if up else 'received'}")
 
     def _crossed(self, what: str) -> str:
         if self.cut is None:

@@ -1,26 +1,20 @@
 """The host side of one task's egress: an HTTP proxy on a Unix socket.
 
-Speaks just enough HTTP/1.1 to take one request per connection:
-- `CONNECT host:port`: decided, resolved, connected to the checked address, then
-  `200`; the first TLS record from the client must be a ClientHello whose SNI is
-  the CONNECT host (refused with a TLS `unrecognized_name` alert otherwise, and on
-  port 443 also when there is no SNI or no TLS at all). No interception: bytes are
-  relayed as they are.
-- absolute-form plain HTTP (`GET http://host/path HTTP/1.1`): decided the same way,
-  sent upstream in origin form with `Connection: close`, followed by exactly the
-  body its `Content-Length` announces and nothing else: a second request pipelined
-  behind the first (with another `Host`, for another virtual host behind the same
-  address) never reaches the upstream. Chunked request bodies are refused (`411`;
-  HTTPS through CONNECT carries them).
-Anything refused gets `403` with one line naming the rule or mode and what to do
-(an `X-Warden-Egress` header carries the same line). Bytes and connections are
-metered per task (`limits.Meter`); crossing a cap closes the connection.
-
-Own code rather than an HTTP framework: the proxy must read exactly the request
-head and then hand the raw socket to a byte relay (CONNECT, and plain HTTP after
-the head); aiohttp's server cannot give the socket back, and a forward proxy is
-a few dozen lines of parsing, bounded below. A little over 400 lines, one idea:
-one connection's life (head, decision, connect, SNI check, metered relay, refusal).
+One request per connection, in three phases:
+1. checks, on the event loop: the peer's uid, the connection caps, the request head
+   (`http_head`: h11 plus the refusals that stop request smuggling), the decision
+   (`decide`), the connect to the checked address, and for `CONNECT` the TLS check
+   (`tunnel`: every ClientHello the client sends in the clear names the CONNECT
+   host; a rule `tcp://HOST:PORT` alone opens a raw tunnel);
+2. plain http: upstream gets the head the proxy serialised and exactly the body
+   its `Content-Length` announces; a request pipelined behind it never leaves;
+3. the bytes, in the kernel (`relay.KernelRelay`, splice on a thread of its own),
+   metered against the task's caps.
+Anything refused before `200` gets a `403` (or 4xx) with one line naming the rule
+or mode and what to do (also in `X-Warden-Egress`); a tunnel refused after `200`
+gets a TLS `unrecognized_name` alert. Sockets are plain non-blocking sockets
+driven by the loop's `sock_*` calls, so the proxy owns every byte it has read and
+hands the rest, with the sockets, to the relay.
 """
 
 from __future__ import annotations
@@ -30,18 +24,28 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from orchestrator.broker.listener import peer_uid
 from orchestrator.egress.decide import Decider, Verdict
+from orchestrator.egress.http_head import (
+    MAX_HEAD_BYTES,
+    HeadRefused,
+    ProxyRequest,
+    line_ends_refusal,
+    parse_request_head,
+)
 from orchestrator.egress.limits import Destination, Meter
-from orchestrator.egress.sni import (
-    RECORD_HEADER_BYTES,
-    ClientHelloError,
-    parse_client_hello,
-    record_length,
+from orchestrator.egress.relay import KernelRelay, RelayEnd
+from orchestrator.egress.tunnel import (
+    BufferedSocket,
+    Checked,
+    TunnelEnded,
+    TunnelRefused,
+    first_hello,
+    handshake,
 )
 
 log = logging.getLogger(__name__)
@@ -49,37 +53,28 @@ log = logging.getLogger(__name__)
 SOCKET_NAME = "egress.sock"
 """The proxy's socket, beside the broker's in the task's socket directory."""
 SOCKET_MODE = 0o660
-MAX_HEAD_BYTES = 32 * 1024
-"""Longest request head (request line + headers) read."""
+LISTEN_BACKLOG = 128
 HEAD_TIMEOUT_S = 30.0
 """A request head must arrive within this."""
 CONNECT_TIMEOUT_S = 15.0
 """Longest the proxy waits for an upstream TCP connect (each address)."""
-HELLO_TIMEOUT_S = 30.0
-"""The TLS ClientHello must follow a CONNECT's 200 within this."""
-IDLE_TIMEOUT_S = 300.0
-"""A relay with no bytes either way for this long is closed."""
-CHUNK_BYTES = 256 * 1024
-WRITE_BUFFER_BYTES = 1024 * 1024
-"""Bytes queued towards one side before the relay waits for it (asyncio's default,
-64 KiB, makes every other read wait for a drain)."""
+RELAY_JOIN_TIMEOUT_S = 5.0
+"""How long `close()` waits for stopped relays to release their sockets."""
 TLS_ALERT_UNRECOGNIZED_NAME = bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70])
 """A fatal TLS alert (unrecognized_name): what a TLS client understands after `200`."""
-HOP_HEADERS = frozenset(
-    {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "te", "upgrade"}
-)
+_PHRASES = {
+    400: "Bad Request",
+    403: "Forbidden",
+    411: "Length Required",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    502: "Bad Gateway",
+}
 
 Record = Callable[[Verdict, str], Awaitable[None]]
 """Called with every decision and the request method (audit and events)."""
 Notice = Callable[[str, str], Awaitable[None]]
 """Called with (kind, message) when something should be reported once."""
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 class EgressProxy:
@@ -101,338 +96,278 @@ class EgressProxy:
         self.allowed_uids = allowed_uids
         self.record = record
         self.notice = notice
-        self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        self._relays: dict[KernelRelay, threading.Thread] = {}
         self._cut_reported = False
 
     async def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
-        self._server = await asyncio.start_unix_server(
-            self._accepted, path=str(self.path), limit=MAX_HEAD_BYTES
-        )
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(self.path))
         # Like the broker's: the directory's group is the sandbox's gid, and only the
         # sandbox (and this process) may connect; the peer check follows on accept.
         with contextlib.suppress(PermissionError):
             os.chown(self.path, -1, self.path.parent.stat().st_gid)
         os.chmod(self.path, SOCKET_MODE)
+        listener.listen(LISTEN_BACKLOG)
+        listener.setblocking(False)
+        self._listener = listener
+        self._accepting = asyncio.create_task(self._accept_loop())
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        """Stop accepting, end every open connection and relay; quiet (a closing
+        proxy with open tunnels is normal, not an error to print)."""
+        if self._accepting is not None:
+            self._accepting.cancel()
+            await asyncio.gather(self._accepting, return_exceptions=True)
+        if self._listener is not None:
+            self._listener.close()
+        for relay in list(self._relays):
+            relay.stop()
         for task in list(self._handlers):
             task.cancel()
         if self._handlers:
             await asyncio.gather(*self._handlers, return_exceptions=True)
+        threads = list(self._relays.values())
+        if threads:
+            await asyncio.to_thread(_join_all, threads, RELAY_JOIN_TIMEOUT_S)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
-    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
+    async def _accept_loop(self) -> None:
+        assert self._listener is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(self._listener)
+            except OSError as exc:  # e.g. EMFILE: keep serving the open connections
+                log.warning("egress proxy: accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            task = asyncio.create_task(self._accepted(conn))
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+
+    async def _accepted(self, conn: socket.socket) -> None:
+        owned = [conn]
         try:
-            await self._serve(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            await self._serve(conn, owned)
+        except (OSError, TimeoutError):
             pass
         except asyncio.CancelledError:
-            raise
+            pass  # the proxy is closing: end quietly
         except Exception:  # a proxy bug must not take the run down
             log.exception("egress proxy: connection failed")
         finally:
-            self._handlers.discard(task)
-            writer.close()
+            for sock in owned:
+                sock.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        uid = _peer_uid(sock) if sock is not None else None
+    async def _serve(self, conn: socket.socket, owned: list[socket.socket]) -> None:
+        uid = peer_uid(conn)
         if uid not in self.allowed_uids:
             await self.notice("egress_refused_peer", f"a process with uid {uid} was refused")
             return
         why = self.meter.admit()
         if why is not None:
-            await self._refuse(writer, 429, f"refused: {why} is reached")
+            await _refuse(conn, 429, f"refused: {why} is reached")
             return
         try:
-            await self._request(reader, writer)
+            await self._request(BufferedSocket(conn), owned)
         finally:
             self.meter.closed()
 
-    async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _request(self, client: BufferedSocket, owned: list[socket.socket]) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
-            method, host, port, upstream_head, body_bytes = _parse_head(head)
-        except _Refused as exc:
-            await self._refuse(writer, exc.status, exc.reason)
+            request = parse_request_head(await _read_head(client))
+        except HeadRefused as exc:
+            await _refuse(client.sock, exc.status, exc.reason)
             return
-        except (asyncio.LimitOverrunError, ValueError):
-            await self._refuse(writer, 431, f"request head larger than {MAX_HEAD_BYTES} bytes")
-            return
-        verdict = await self.decider.decide(host, port)
+        verdict = await self.decider.decide(request.host, request.port)
         dest = self.meter.destination(verdict.host, verdict.port)
         if verdict.behavior == "deny":
             dest.refused += 1
-            await self.record(verdict, method)
-            await self._refuse(writer, 403, f"warden egress: {verdict.reason}")
+            await self.record(verdict, request.method)
+            await _refuse(client.sock, 403, f"warden egress: {verdict.reason}")
             return
         try:
-            up_reader, up_writer = await _connect(verdict)
+            up = await _connect(verdict)
         except OSError as exc:
             dest.refused += 1
-            failed = Verdict(
-                "deny", verdict.host, verdict.port,
+            failed = _denied(
+                verdict,
                 f"could not connect to {verdict.host}:{verdict.port} ({exc.strerror or exc})",
-                "proxy: connect", "proxy", verdict.policy,
-            )  # fmt: skip
-            await self.record(failed, method)
-            await self._refuse(writer, 502, f"warden egress: {failed.reason}")
+                "proxy: connect",
+            )
+            await self.record(failed, request.method)
+            await _refuse(client.sock, 502, f"warden egress: {failed.reason}")
             return
-        try:
-            if method == "CONNECT":
-                writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-                await writer.drain()
-                hello = await self._client_hello(reader, writer, verdict)
-                if hello is None:
-                    return
-                upstream_head = hello
-            await self.record(verdict, method)
-            dest.connections += 1
-            if not self._send_up(dest, up_writer, upstream_head):
+        owned.append(up)
+        if request.method == "CONNECT":
+            checked = await self._tunnel(client, BufferedSocket(up), verdict, dest)
+            if checked is None:
                 return
-            await self._relay(reader, writer, up_reader, up_writer, dest, body_bytes)
-        finally:
-            up_writer.close()
-
-    async def _client_hello(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, verdict: Verdict
-    ) -> bytes | None:
-        """The first TLS record, when its SNI is the CONNECT host; else refused (None)."""
-        try:
-            header = await asyncio.wait_for(
-                reader.readexactly(RECORD_HEADER_BYTES), HELLO_TIMEOUT_S
-            )
-            if header[0] != 0x16 and verdict.port != 443:
-                return header  # not TLS, on a port where plain protocols are fine
-            body = await asyncio.wait_for(
-                reader.readexactly(record_length(header)), HELLO_TIMEOUT_S
-            )
-            hello = parse_client_hello(header + body)
-        except ClientHelloError as exc:
-            await self._refuse_tls(writer, verdict, f"the TLS ClientHello is refused: {exc}")
-            return None
-        if hello.server_name is None and verdict.port == 443:
-            await self._refuse_tls(
-                writer, verdict, "the TLS ClientHello names no server (SNI); send the host name"
-            )
-            return None
-        if hello.server_name is not None and hello.server_name != verdict.host:
-            await self._refuse_tls(
-                writer, verdict,
-                f"the TLS server name {hello.server_name[:100]!r} differs from the CONNECT host "
-                f"{verdict.host}; a tunnel reaches only the host it was allowed for",
+            relay = KernelRelay(
+                client.sock, up, self.meter, dest,
+                to_upstream=checked.from_client, to_client=checked.from_server,
             )  # fmt: skip
-            return None
-        return header + body
+        else:
+            relay = self._plain(client, up, request, dest)
+            await self.record(verdict, request.method)
+            dest.connections += 1
+        owned.clear()  # the relay owns (and closes) both sockets from here
+        await self._relay(relay)
 
-    async def _refuse_tls(
-        self, writer: asyncio.StreamWriter, verdict: Verdict, reason: str
-    ) -> None:
-        refused = Verdict(
-            "deny", verdict.host, verdict.port, reason, "proxy: SNI check", "proxy", verdict.policy
-        )
-        self.meter.destination(verdict.host, verdict.port).refused += 1
-        await self.record(refused, "CONNECT")
-        writer.write(TLS_ALERT_UNRECOGNIZED_NAME)
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
+    def _plain(
+        self, client: BufferedSocket, up: socket.socket, request: ProxyRequest, dest: Destination
+    ) -> KernelRelay:
+        """Upstream: the serialised head, then only the announced body."""
+        length = request.body_bytes or 0
+        body_start = bytes(client.buffer[:length])
+        return KernelRelay(
+            client.sock, up, self.meter, dest,
+            to_upstream=request.upstream_head + body_start,
+            up_length=length - len(body_start),
+        )  # fmt: skip
 
-    def _send_up(self, dest: Destination, up: asyncio.StreamWriter, data: bytes) -> bool:
-        allowed = self.meter.allow_up(dest, len(data))
-        up.write(data[:allowed])
-        return allowed == len(data)
+    async def _tunnel(
+        self, client: BufferedSocket, server: BufferedSocket, verdict: Verdict, dest: Destination
+    ) -> Checked | None:
+        """`200`, then (unless a raw-TCP rule allowed it) the TLS check; None when
+        the tunnel was refused or ended."""
+        await client.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        if verdict.raw:
+            await self.record(verdict, "CONNECT")
+            dest.connections += 1
+            return Checked(bytes(client.buffer), b"")
 
-    async def _relay(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        up_reader: asyncio.StreamReader,
-        up_writer: asyncio.StreamWriter,
-        dest: Destination,
-        body_bytes: int | None,
-    ) -> None:
-        """Relay both ways; client to upstream only `body_bytes` when it is known
-        (plain HTTP), until EOF otherwise (a CONNECT tunnel)."""
-        def up(n: int) -> int:
-            return self.meter.allow_up(dest, n)
+        async def up(data: bytes) -> None:
+            await self._forward(server, data, dest, up=True)
 
-        def down(n: int) -> int:
-            return self.meter.allow_down(dest, n)
+        async def down(data: bytes) -> None:
+            await self._forward(client, data, dest, up=False)
 
-        for w in (writer, up_writer):
-            w.transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
-        pumps = [
-            asyncio.create_task(_pump(reader, up_writer, up, body_bytes)),
-            asyncio.create_task(_pump(up_reader, writer, down)),
-        ]
         try:
-            done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-            # One side ended normally: let the other finish (a response after the
-            # request's end); a cap or an error ends both.
-            if all(t.exception() is None and t.result() for t in done):
-                await asyncio.wait(pumps)
-        finally:
-            for task in pumps:
-                task.cancel()
-            await asyncio.gather(*pumps, return_exceptions=True)
+            hello = await first_hello(client, verdict.host, verdict.port)
+            await self.record(verdict, "CONNECT")
+            dest.connections += 1
+            await up(hello)
+            return await handshake(client, server, verdict.host, up, down)
+        except TunnelRefused as exc:
+            dest.refused += 1
+            await self.record(_denied(verdict, str(exc), "proxy: TLS check"), "CONNECT")
+            with contextlib.suppress(OSError):
+                await client.send(TLS_ALERT_UNRECOGNIZED_NAME)
+        except TunnelEnded:
+            pass
+        return None
+
+    async def _forward(self, to: BufferedSocket, data: bytes, dest: Destination, up: bool) -> None:
+        allowed = (
+            self.meter.allow_up(dest, len(data)) if up else self.meter.allow_down(dest, len(data))
+        )
+        await to.send(data[:allowed])
+        if allowed < len(data):
+            await self._report_cut()
+            raise TunnelEnded("a byte cap was crossed")
+
+    async def _relay(self, relay: KernelRelay) -> None:
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[RelayEnd] = loop.create_future()
+
+        def run() -> None:
+            end = relay.run()
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                loop.call_soon_threadsafe(_settle, ended, end)
+
+        thread = threading.Thread(target=run, name="warden-egress-relay", daemon=True)
+        self._relays[relay] = thread
+        thread.start()
+        try:
+            end = await ended
+        except asyncio.CancelledError:
+            relay.stop()
+            raise
+        self._relays.pop(relay, None)
+        if end is RelayEnd.CUT or self.meter.cut is not None:
+            await self._report_cut()
+
+    async def _report_cut(self) -> None:
         if self.meter.cut is not None and not self._cut_reported:
             self._cut_reported = True
             await self.notice("egress_limit", f"egress cut: {self.meter.cut} was crossed")
 
-    async def _refuse(self, writer: asyncio.StreamWriter, status: int, reason: str) -> None:
-        line = " ".join(reason.split())[:1000]
-        body = (line + "\n").encode("utf-8", "replace")
-        phrase = {403: "Forbidden", 411: "Length Required", 429: "Too Many Requests", 431: "Too Large"}.get(
-            status, "Bad Gateway" if status == 502 else "Bad Request"
-        )
-        header_line = line.encode("ascii", "replace").decode("ascii")
-        writer.write(
-            f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            f"X-Warden-Egress: {header_line}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n".encode("ascii")
-            + body
-        )
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
+
+def _settle(future: asyncio.Future[RelayEnd], end: RelayEnd) -> None:
+    if not future.done():
+        future.set_result(end)
 
 
-async def _pump(
-    src: asyncio.StreamReader,
-    dst: asyncio.StreamWriter,
-    allow: Callable[[int], int],
-    length: int | None = None,
-) -> bool:
-    """Copy until EOF (True) or a cap (False); half-close `dst` at EOF. With `length`,
-    copy exactly that many bytes and stop reading (True). Silence for IDLE_TIMEOUT_S
-    raises TimeoutError (one timer per pump, moved on each chunk)."""
+def _join_all(threads: list[threading.Thread], timeout: float) -> None:
+    for thread in threads:
+        thread.join(timeout)
+
+
+def _denied(verdict: Verdict, reason: str, decided_by: str) -> Verdict:
+    return Verdict("deny", verdict.host, verdict.port, reason, decided_by, "proxy", verdict.policy)
+
+
+async def _read_head(client: BufferedSocket) -> bytes:
+    """The request head (through its blank line); HeadRefused when it is too large,
+    slow, or has a bare CR or LF (refused as soon as one arrives)."""
     loop = asyncio.get_running_loop()
-    async with asyncio.timeout(IDLE_TIMEOUT_S) as idle:
-        while True:
-            if length == 0:
-                return True
-            data = await src.read(CHUNK_BYTES if length is None else min(CHUNK_BYTES, length))
-            idle.reschedule(loop.time() + IDLE_TIMEOUT_S)
-            if not data:
-                if dst.can_write_eof():
-                    with contextlib.suppress(OSError):
-                        dst.write_eof()
-                return True
-            if length is not None:
-                length -= len(data)
-            n = allow(len(data))
-            if n:
-                dst.write(data[:n] if n < len(data) else data)
-                if dst.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES:
-                    await dst.drain()
-            if n < len(data):
-                return False
+    try:
+        async with asyncio.timeout(HEAD_TIMEOUT_S):
+            while (end := client.buffer.find(b"\r\n\r\n")) < 0:
+                bad = line_ends_refusal(client.buffer, complete=False)
+                if bad is not None:
+                    raise HeadRefused(400, f"warden egress: {bad}; send CRLF line ends")
+                if len(client.buffer) > MAX_HEAD_BYTES:
+                    raise HeadRefused(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
+                chunk = await loop.sock_recv(client.sock, MAX_HEAD_BYTES)
+                if not chunk:
+                    raise ConnectionError("closed before the request head ended")
+                client.buffer += chunk
+    except TimeoutError:
+        raise HeadRefused(400, f"no request head within {HEAD_TIMEOUT_S:g} s") from None
+    return await client.take(end + 4)
 
 
-async def _connect(verdict: Verdict) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def _connect(verdict: Verdict) -> socket.socket:
     """A connection to the first checked address that answers (never re-resolved)."""
+    loop = asyncio.get_running_loop()
     last: OSError = OSError("no address")
     for address in verdict.addresses:
+        family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
         try:
-            return await asyncio.wait_for(
-                asyncio.open_connection(str(address), verdict.port, limit=CHUNK_BYTES),
-                CONNECT_TIMEOUT_S,
+            await asyncio.wait_for(
+                loop.sock_connect(sock, (str(address), verdict.port)), CONNECT_TIMEOUT_S
             )
         except TimeoutError:
+            sock.close()
             last = OSError(f"no answer from {address} within {CONNECT_TIMEOUT_S:g} s")
+            continue
         except OSError as exc:
+            sock.close()
             last = exc
+            continue
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
     raise last
 
 
-def _parse_head(head: bytes) -> tuple[str, str, int, bytes, int | None]:
-    """(method, host, port, head to send upstream, request body bytes: None for a
-    CONNECT tunnel); `_Refused` for what is not a proxy request we serve."""
-    if len(head) > MAX_HEAD_BYTES:
-        raise _Refused(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes every byte
-        raise _Refused(400, "unreadable request head") from exc
-    lines = text.split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise _Refused(400, "warden egress: not an HTTP/1.x proxy request")
-    method, target, version = parts
-    if method == "CONNECT":
-        host, port = _authority(target, default_port=None)
-        return method, host, port, b"", None
-    if not target.lower().startswith("http://"):
-        raise _Refused(
-            400,
-            "warden egress: only CONNECT and absolute http:// requests are proxied "
-            "(https goes through CONNECT)",
-        )
-    url = urlsplit(target)
-    host, port = _authority(url.netloc, default_port=80)
-    if "@" in url.netloc:
-        raise _Refused(400, "warden egress: credentials in the URL are not forwarded")
-    path = url.path or "/"
-    if url.query:
-        path += "?" + url.query
-    kept = [
-        line
-        for line in lines[1:]
-        if line and line.split(":", 1)[0].strip().lower() not in HOP_HEADERS | {"host"}
-    ]
-    # The Host header is the URL's: the one that was decided on, not another
-    # virtual host behind the same address.
-    out = [f"{method} {path} {version}", f"Host: {url.netloc}", *kept, "Connection: close", "", ""]
-    return method, host, port, "\r\n".join(out).encode("latin-1"), _body_bytes(lines[1:])
-
-
-def _body_bytes(header_lines: list[str]) -> int:
-    """How many body bytes follow a plain HTTP request head: its one Content-Length
-    (0 without one). Chunked bodies and conflicting lengths are refused, so the
-    proxy always knows where the one request it decided on ends."""
-    lengths: set[str] = set()
-    for line in header_lines:
-        name, _, value = line.partition(":")
-        name = name.strip().lower()
-        if name == "transfer-encoding":
-            raise _Refused(
-                411, "warden egress: chunked request bodies are not proxied over plain http "
-                "(send a Content-Length, or use https)",
-            )  # fmt: skip
-        if name == "content-length":
-            lengths.update(v.strip() for v in value.split(","))
-    if not lengths:
-        return 0
-    if len(lengths) > 1 or not all(v.isdigit() and len(v) <= 15 for v in lengths):
-        raise _Refused(400, "warden egress: conflicting or invalid Content-Length")
-    return int(lengths.pop())
-
-
-def _authority(text: str, default_port: int | None) -> tuple[str, int]:
-    host, port_text = text, ""
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            raise _Refused(400, f"warden egress: {text[:100]!r} is not host:port")
-        host, port_text = text[: end + 1], text[end + 1 :].removeprefix(":")
-    elif ":" in text:
-        host, _, port_text = text.rpartition(":")
-    if not port_text:
-        if default_port is None:
-            raise _Refused(400, f"warden egress: CONNECT {text[:100]!r} needs host:port")
-        return host, default_port
-    if not port_text.isdigit() or len(port_text) > 5:
-        raise _Refused(400, f"warden egress: {text[:100]!r} has no valid port")
-    return host, int(port_text)
-
-
-def _peer_uid(sock: socket.socket) -> int | None:
-    return peer_uid(sock)
+async def _refuse(sock: socket.socket, status: int, reason: str) -> None:
+    line = " ".join(reason.split())[:1000]
+    body = (line + "\n").encode("utf-8", "replace")
+    header_line = line.encode("ascii", "replace").decode("ascii")
+    head = (
+        f"HTTP/1.1 {status} {_PHRASES.get(status, 'Bad Request')}\r\n"
+        f"Content-Type: text/plain; charset=utf-8\r\nX-Warden-Egress: {header_line}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    with contextlib.suppress(OSError):
+        await asyncio.get_running_loop().sock_sendall(sock, head.encode("ascii") + body)

@@ -7,7 +7,11 @@ A rule names a host pattern and says allow, ask or deny:
   addresses: the only way to let a sandbox reach an IP literal, or a name that
   resolves to a loopback, link-local or private address;
 - a `:PORT` suffix narrows a rule to one port (`registry.example.com:443`); without
-  it the rule covers every port.
+  it the rule covers every port;
+- `tcp://HOST:PORT` (port required; HOST may be any of the forms above) allows a
+  raw TCP tunnel to that port: without it every CONNECT tunnel must carry TLS whose
+  ClientHello names the host (see `tunnel`), so an allowed name cannot be used to
+  carry another protocol, or another host's requests, to its address.
 
 Deny wins over ask, ask over allow, whatever the sources; a destination no rule
 names follows the permission mode (see `decide.py`). Matching is on the lower-case
@@ -28,6 +32,8 @@ from orchestrator.errors import PolicyError
 
 RuleBehavior = Literal["allow", "ask", "deny"]
 
+RAW_TCP_PREFIX = "tcp://"
+"""Marks a rule that allows raw TCP tunnels to its HOST:PORT."""
 MAX_HOST_CHARS = 253
 """Longest DNS name (RFC 1035)."""
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
@@ -66,6 +72,8 @@ class EgressRule:
     network: Network | None = None
     """The addresses an IP or CIDR rule names."""
     port: int | None = None
+    raw: bool = False
+    """`tcp://HOST:PORT`: a CONNECT tunnel needs no TLS (a raw TCP protocol)."""
 
     def matches(self, host: str, port: int) -> bool:
         """Whether this rule names `host` (already `normal_host`) on `port`."""
@@ -96,13 +104,18 @@ def parse_rule(text: object, behavior: RuleBehavior, source: str, where: str) ->
             f"'*.example.com', got {text!r}"
         )
     pattern = text.strip()
-    host, port = _split_port(pattern, where)
+    raw = pattern.lower().startswith(RAW_TCP_PREFIX)
+    host, port = _split_port(pattern[len(RAW_TCP_PREFIX) :] if raw else pattern, where)
+    if raw and port is None:
+        raise PolicyError(
+            f"{where}: {text!r}: a raw TCP rule names one port, like 'tcp://db.example.com:5432'"
+        )
     try:
         network = ipaddress.ip_network(host.strip("[]"), strict=False)
     except ValueError:
         network = None
     if network is not None:
-        return EgressRule(pattern, behavior, source, network=network, port=port)
+        return EgressRule(pattern, behavior, source, network=network, port=port, raw=raw)
     wildcard = host.startswith("*.")
     bare = host[2:] if wildcard else host
     if "*" in bare:
@@ -113,7 +126,7 @@ def parse_rule(text: object, behavior: RuleBehavior, source: str, where: str) ->
         bare = normal_host(bare)
     except HostError as exc:
         raise PolicyError(f"{where}: {text!r} is not a domain, IP address or CIDR") from exc
-    return EgressRule(pattern, behavior, source, host=bare, wildcard=wildcard, port=port)
+    return EgressRule(pattern, behavior, source, host=bare, wildcard=wildcard, port=port, raw=raw)
 
 
 def _split_port(pattern: str, where: str) -> tuple[str, int | None]:
@@ -163,6 +176,13 @@ class RuleSet:
             return None
         return next(
             (r for r in self.rules if r.behavior == "allow" and r.names_address(address, port)),
+            None,
+        )
+
+    def raw_tcp(self, host: str, port: int) -> EgressRule | None:
+        """The allow or ask rule `tcp://…` naming `host:port` (a raw tunnel), if any."""
+        return next(
+            (r for r in self.rules if r.raw and r.behavior != "deny" and r.matches(host, port)),
             None,
         )
 

@@ -83,11 +83,15 @@ class EgressService:
         base: RuleSet | None = self.rules
         if task.parent_id is not None and task.parent_id in self._effective:
             base = self._effective[task.parent_id]
-        rules = None if base is None else agent_rules(
-            base,
-            task.agent_type,
-            str(getattr(agent, "source", "?")),
-            getattr(agent, "extra", {}) or {},
+        rules = (
+            None
+            if base is None
+            else agent_rules(
+                base,
+                task.agent_type,
+                str(getattr(agent, "source", "?")),
+                getattr(agent, "extra", {}) or {},
+            )
         )
         self._effective[task.task_id] = rules
         if rules is None:

@@ -21,8 +21,19 @@ from dataclasses import dataclass
 RECORD_HEADER_BYTES = 5
 MAX_RECORD_BYTES = 16384 + 256
 """Largest TLS plaintext record body accepted (RFC 8446 §5.1 allows 2^14, +256 slack)."""
+MAX_SERVER_RECORD_BYTES = 16384 + 2048
+"""Largest record body accepted from a server (RFC 8446 §5.2: 2^14 + 2048)."""
+CONTENT_CHANGE_CIPHER_SPEC = 0x14
+CONTENT_ALERT = 0x15
 CONTENT_HANDSHAKE = 0x16
+CONTENT_APPLICATION_DATA = 0x17
 HANDSHAKE_CLIENT_HELLO = 0x01
+HANDSHAKE_SERVER_HELLO = 0x02
+HELLO_RETRY_RANDOM = bytes.fromhex(
+    "CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C"
+)
+"""The ServerHello.random that makes it a HelloRetryRequest (RFC 8446 §4.1.3): the
+client answers with a second ClientHello, which is checked like the first."""
 EXT_SERVER_NAME = 0x0000
 NAME_TYPE_HOST = 0x00
 
@@ -37,19 +48,34 @@ class ClientHello:
     """The SNI host name (lower case), None when the client sent none."""
 
 
-def record_length(header: bytes) -> int:
+def record_length(header: bytes, limit: int = MAX_RECORD_BYTES, *, any_type: bool = False) -> int:
     """Body length of a TLS record from its 5-byte header; ClientHelloError when the
-    header is not a handshake record of an acceptable size."""
+    header is not a record (a handshake record unless `any_type`) of at most `limit`."""
     if len(header) < RECORD_HEADER_BYTES:
         raise ClientHelloError("truncated TLS record header")
-    if header[0] != CONTENT_HANDSHAKE:
+    if not any_type and header[0] != CONTENT_HANDSHAKE:
         raise ClientHelloError("not a TLS handshake")
+    if header[0] not in (
+        CONTENT_CHANGE_CIPHER_SPEC, CONTENT_ALERT, CONTENT_HANDSHAKE, CONTENT_APPLICATION_DATA
+    ):  # fmt: skip
+        raise ClientHelloError("not a TLS record")
     if header[1] != 0x03:
         raise ClientHelloError("unknown TLS record version")
     length = int.from_bytes(header[3:5], "big")
-    if length == 0 or length > MAX_RECORD_BYTES:
+    if length == 0 or length > limit:
         raise ClientHelloError(f"TLS record of {length} bytes")
     return length
+
+
+def is_hello_retry(record: bytes) -> bool:
+    """Whether a server's first handshake record starts with a HelloRetryRequest
+    (True) or a ServerHello (False); ClientHelloError for anything else."""
+    body = record[RECORD_HEADER_BYTES:]
+    if record[:1] != bytes([CONTENT_HANDSHAKE]) or len(body) < 38:
+        raise ClientHelloError("the server did not answer with a ServerHello")
+    if body[0] != HANDSHAKE_SERVER_HELLO:
+        raise ClientHelloError("the server's first handshake message is not a ServerHello")
+    return body[6:38] == HELLO_RETRY_RANDOM
 
 
 class _Reader:

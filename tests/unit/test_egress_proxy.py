@@ -161,7 +161,9 @@ async def test_sni_differing_from_connect_host_is_refused(
 
     def tunnel() -> str:
         with socket.create_connection(("127.0.0.1", proxied.port), timeout=10) as raw:
-            raw.sendall(f"CONNECT allowed.test:{https_port} HTTP/1.1\r\n\r\n".encode())
+            raw.sendall(
+                f"CONNECT allowed.test:{https_port} HTTP/1.1\r\nHost: allowed.test\r\n\r\n".encode()
+            )
             assert raw.recv(4096).startswith(b"HTTP/1.1 200")
             ctx = ssl.create_default_context(cafile=ca.ca_file)
             try:
@@ -273,15 +275,17 @@ async def test_byte_cap_stops_a_large_download(proxied: Proxied, servers: tuple[
 
 
 def test_plain_http_is_sent_in_origin_form_with_the_decided_host() -> None:
-    from orchestrator.egress.proxy import _parse_head
+    from orchestrator.egress.http_head import parse_request_head
 
     head = (
         b"GET http://allowed.test:8080/a?b=1 HTTP/1.1\r\nHost: other.test\r\n"
         b"Proxy-Authorization: x\r\nAccept: */*\r\n\r\n"
     )
-    method, host, port, upstream_head, body = _parse_head(head)
-    assert (method, host, port, body) == ("GET", "allowed.test", 8080, 0)
-    assert upstream_head == (
+    request = parse_request_head(head)
+    assert (request.method, request.host, request.port, request.body_bytes) == (
+        "GET", "allowed.test", 8080, 0
+    )
+    assert request.upstream_head == (
         b"GET /a?b=1 HTTP/1.1\r\nHost: allowed.test:8080\r\nAccept: */*\r\n"
         b"Connection: close\r\n\r\n"
     )
@@ -340,9 +344,9 @@ async def test_a_request_pipelined_behind_an_allowed_one_never_reaches_the_upstr
     ],
 )
 def test_request_bodies_of_unknown_length_are_refused(headers: str, status: str) -> None:
-    from orchestrator.egress.proxy import _parse_head, _Refused
+    from orchestrator.egress.http_head import HeadRefused, parse_request_head
 
-    head = f"POST http://allowed.test/ HTTP/1.1\r\n{headers}\r\n".encode()
-    with pytest.raises(_Refused) as refused:
-        _parse_head(head)
+    head = f"POST http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n{headers}\r\n".encode()
+    with pytest.raises(HeadRefused) as refused:
+        parse_request_head(head)
     assert str(refused.value.status) == status
