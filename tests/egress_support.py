@@ -197,12 +197,16 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 @contextmanager
-def upstream(tls: LocalCA | None = None) -> Iterator[int]:
-    """An HTTP (or, with `tls`, HTTPS) server on 127.0.0.1; yields its port."""
+def upstream(tls: LocalCA | None = None, *, hello_retry: bool = False) -> Iterator[int]:
+    """An HTTP (or, with `tls`, HTTPS) server on 127.0.0.1; yields its port. With
+    `hello_retry` the server accepts only the P-256 group, so a client that offers
+    an X25519 key share first (OpenSSL's default) gets a HelloRetryRequest."""
     server = _Server(("127.0.0.1", 0), _Handler)
     if tls is not None:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(tls.cert_file, tls.key_file)
+        if hello_retry:
+            ctx.set_ecdh_curve("prime256v1")
         server.socket = ctx.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

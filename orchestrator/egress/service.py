@@ -73,6 +73,9 @@ class EgressService:
     workspace: Path | None = None
     """Where "always allow" writes `.claude/settings.local.json`."""
     sandbox_uid: int | None = None
+    _ask_locks: dict[tuple[str, int], asyncio.Lock] = field(default_factory=dict, repr=False)
+    """One question at a time per host:port across the run's tasks, so a "for this
+    run" answer is seen by every connection that was waiting behind it."""
     _effective: dict[str, RuleSet | None] = field(default_factory=dict, repr=False)
     """Each opened task's rules (None: no egress), so a nested task starts from its
     parent's, never from the run's: delegating cannot widen what a subagent reaches."""
@@ -114,6 +117,9 @@ class TaskEgress:
             uids.add(service.sandbox_uid)
         self.proxy: EgressProxy | None = None
         self._uids = frozenset(uids)
+        self._asking: dict[tuple[str, int], asyncio.Future[Answer]] = {}
+        """Questions of this task in flight: parallel connections to one new host
+        share one question and its answer."""
 
     async def start(self, socket_dir: Path) -> None:
         self.proxy = EgressProxy(
@@ -143,6 +149,32 @@ class TaskEgress:
         )
 
     async def _ask(self, host: str, port: int, why: str) -> Answer:
+        """One question per host:port and answer: a connection that arrives while
+        the question is open waits for its answer instead of asking again."""
+        key = (host, port)
+        pending = self._asking.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._asking[key] = answered
+        try:
+            lock = self.service._ask_locks.setdefault(key, asyncio.Lock())
+            async with lock:
+                answer = await self._ask_once(host, port, why)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                answered.set_exception(exc)
+                answered.exception()  # retrieved: waiters see it, nothing logs it
+            else:
+                answered.cancel()
+            raise
+        else:
+            answered.set_result(answer)
+            return answer
+        finally:
+            del self._asking[key]
+
+    async def _ask_once(self, host: str, port: int, why: str) -> Answer:
         gate = self.service.gate
         if gate is None:
             return Answer("deny", "no approver", "")

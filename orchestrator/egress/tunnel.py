@@ -134,10 +134,7 @@ async def handshake(
     after a HelloRetryRequest the client's second ClientHello (checked, relayed) and
     the server's next ServerHello. TunnelRefused / TunnelEnded otherwise."""
     for retry in (False, True):
-        try:
-            reply = await server.record(MAX_SERVER_RECORD_BYTES, any_type=True)
-        except (ClientHelloError, ConnectionError) as exc:
-            raise TunnelEnded(f"the server's TLS answer is unusable ({exc})") from None
+        reply = await _server_record(server, forward_down)
         if reply[0] == CONTENT_ALERT:
             await forward_down(reply)
             raise TunnelEnded("the server answered the ClientHello with an alert")
@@ -152,6 +149,20 @@ async def handshake(
             return Checked(bytes(client.buffer), bytes(server.buffer))
         await _second_hello(client, host, forward_up)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _server_record(server: BufferedSocket, forward_down: Forward) -> bytes:
+    """The server's next record that is not change_cipher_spec (those, sent after a
+    HelloRetryRequest for middlebox compatibility, are relayed)."""
+    for _ in range(MAX_RECORDS_BEFORE_RETRY_HELLO):
+        try:
+            reply = await server.record(MAX_SERVER_RECORD_BYTES, any_type=True)
+        except (ClientHelloError, ConnectionError) as exc:
+            raise TunnelEnded(f"the server's TLS answer is unusable ({exc})") from None
+        if reply[0] != CONTENT_CHANGE_CIPHER_SPEC:
+            return reply
+        await forward_down(reply)
+    raise TunnelEnded("the server sent no ServerHello")
 
 
 async def _second_hello(client: BufferedSocket, host: str, forward_up: Forward) -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
+import logging
 import socket
 import ssl
 import threading
@@ -22,7 +24,7 @@ import pytest
 from orchestrator.egress.limits import EgressLimits
 from orchestrator.egress.resolver import StaticResolver
 from orchestrator.egress.rules import RuleSet, parse_rule
-from orchestrator.egress.service import EgressService
+from orchestrator.egress.service import EgressService, TaskEgress
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
 from sandbox_tools import egress_forward
 from tests.egress_support import LocalCA, make_ca, upstream
@@ -77,6 +79,7 @@ class Proxied:
     port: int
     events: Events
     service: EgressService
+    egress: TaskEgress
 
 
 @pytest.fixture
@@ -92,7 +95,7 @@ async def proxied(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterat
         target=egress_forward.serve, args=(server, str(tmp_path / "egress.sock")), daemon=True
     ).start()
     try:
-        yield Proxied(port, events, svc)
+        yield Proxied(port, events, svc, egress)
     finally:
         server.close()
         await egress.close()
@@ -283,7 +286,10 @@ def test_plain_http_is_sent_in_origin_form_with_the_decided_host() -> None:
     )
     request = parse_request_head(head)
     assert (request.method, request.host, request.port, request.body_bytes) == (
-        "GET", "allowed.test", 8080, 0
+        "GET",
+        "allowed.test",
+        8080,
+        0,
     )
     assert request.upstream_head == (
         b"GET /a?b=1 HTTP/1.1\r\nHost: allowed.test:8080\r\nAccept: */*\r\n"
@@ -318,7 +324,8 @@ async def test_a_request_pipelined_behind_an_allowed_one_never_reaches_the_upstr
         with socket.create_connection(("127.0.0.1", proxied.port), timeout=20) as sock:
             sock.sendall(
                 f"POST http://allowed.test:{port}/up HTTP/1.1\r\nHost: allowed.test\r\n"
-                "Content-Length: 5\r\n\r\nhello".encode() + smuggled
+                "Content-Length: 5\r\n\r\nhello".encode()
+                + smuggled
             )
             reply = b""
             while chunk := sock.recv(4096):
@@ -339,8 +346,16 @@ async def test_a_request_pipelined_behind_an_allowed_one_never_reaches_the_upstr
     ("headers", "status"),
     [
         ("Transfer-Encoding: chunked\r\n", "411"),
+        ("Content-Length: 4\r\nTransfer-Encoding: chunked\r\n", "411"),
         ("Content-Length: 5\r\nContent-Length: 6\r\n", "400"),
+        ("Content-Length: 5\r\nContent-Length: 5\r\n", "400"),
+        ("Content-Length: 5, 5\r\n", "400"),
         ("Content-Length: -1\r\n", "400"),
+        ("X-A: 1\n\nGET / HTTP/1.1\nHost: denied.test\r\n", "400"),
+        ("X-A: 1\rHost: denied.test\r\n", "400"),
+        ("X-A: 1\r\n Host: denied.test\r\n", "400"),
+        ("X-A : 1\r\n", "400"),
+        ("X-A: \x001\r\n", "400"),
     ],
 )
 def test_request_bodies_of_unknown_length_are_refused(headers: str, status: str) -> None:
@@ -350,3 +365,59 @@ def test_request_bodies_of_unknown_length_are_refused(headers: str, status: str)
     with pytest.raises(HeadRefused) as refused:
         parse_request_head(head)
     assert str(refused.value.status) == status
+
+
+@pytest.mark.parametrize("proxied", [ALLOW], indirect=True)
+async def test_closing_a_proxy_with_open_tunnels_is_quiet(
+    proxied: Proxied,
+    servers: tuple[int, int],
+    ca: LocalCA,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A task ends while its sandbox holds tunnels open (and a download runs): the
+    proxy closes them; nothing is printed on the user's terminal."""
+    http_port, https_port = servers
+    caplog.set_level(logging.DEBUG)
+    opened: list[socket.socket] = []
+
+    def open_tunnels() -> None:
+        ctx = ssl.create_default_context(cafile=ca.ca_file)
+        for _ in range(3):
+            raw = socket.create_connection(("127.0.0.1", proxied.port), timeout=10)
+            raw.sendall(
+                f"CONNECT allowed.test:{https_port} HTTP/1.1\r\nHost: allowed.test\r\n\r\n".encode()
+            )
+            assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+            opened.append(ctx.wrap_socket(raw, server_hostname="allowed.test"))
+        raw = socket.create_connection(("127.0.0.1", proxied.port), timeout=10)
+        raw.sendall(
+            f"GET http://allowed.test:{http_port}/bytes/500000000 HTTP/1.1\r\n"
+            "Host: allowed.test\r\n\r\n".encode()
+        )
+        assert raw.recv(65536).startswith(b"HTTP/1.1 200")
+        opened.append(raw)
+
+    await asyncio.to_thread(open_tunnels)
+    await proxied.egress.close()  # the task ends (the fixture's close repeats it)
+
+    def ended(sock: socket.socket) -> bool:
+        sock.settimeout(10)
+        try:
+            while sock.recv(65536):
+                pass
+        except (OSError, ssl.SSLError):
+            pass
+        return True
+
+    assert all(await asyncio.to_thread(lambda: [ended(s) for s in opened]))
+    for s in opened:
+        s.close()
+    await asyncio.sleep(0.2)
+    gc.collect()
+    await asyncio.sleep(0.1)
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not loud, [r.getMessage() for r in loud]
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Task exception" not in err, err

@@ -193,3 +193,15 @@ async def test_a_nested_task_never_reaches_more_than_its_parent(tmp_path: Path) 
         for egress in (parent, child, sibling):
             if egress is not None:
                 await egress.close()
+
+
+def test_a_raw_tcp_rule_names_one_port() -> None:
+    from orchestrator.egress.rules import RuleSet
+
+    rule = parse_rule("tcp://db.example.com:5432", "allow", "test", "test")
+    assert (rule.host, rule.port, rule.raw) == ("db.example.com", 5432, True)
+    rules = RuleSet((rule, parse_rule("db.example.com", "allow", "test", "test")))
+    assert rules.raw_tcp("db.example.com", 5432) is rule
+    assert rules.raw_tcp("db.example.com", 443) is None
+    with pytest.raises(PolicyError, match="names one port"):
+        parse_rule("tcp://db.example.com", "allow", "test", "test")
