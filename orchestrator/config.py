@@ -144,6 +144,10 @@ class Settings(BaseModel):
     claude_dir: Path = Field(default_factory=lambda: Path.home() / ".claude")
     """Claude Code's user directory (`CLAUDE_CONFIG_DIR`, as Claude Code reads it):
     `settings.json` and `agents/`."""
+    devcontainer: bool = True
+    """Run subagents in the workspace's dev container when it has one
+    (WARDEN_DEVCONTAINER=0 turns it off by default; `--devcontainer` /
+    `--no-devcontainer` decide per run)."""
     model_aliases: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODEL_ALIASES))
     """Model alias → model id, for `model:` in agent files and `--model`
     (see `DEFAULT_MODEL_ALIASES`)."""
@@ -221,6 +225,10 @@ class Settings(BaseModel):
         ):
             if env.get(name):
                 values[key] = parse_size(env[name], name)
+        if env.get("WARDEN_DEVCONTAINER", "").strip():
+            values["devcontainer"] = env["WARDEN_DEVCONTAINER"].strip().lower() not in {
+                "0", "false", "no", "off"
+            }
         if env.get("WARDEN_MANAGED_POLICY"):
             values["managed_policy"] = Path(env["WARDEN_MANAGED_POLICY"])
         if env.get("ANTHROPIC_BASE_URL"):

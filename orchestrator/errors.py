@@ -48,6 +48,11 @@ class ImageBuildError(WardenError, RuntimeError):
     """Building an image failed."""
 
 
+class UnsupportedImageError(WardenError, ValueError):
+    """An image warden cannot run a subagent in (another architecture or OS, no
+    bash); found before any sandbox starts."""
+
+
 class ContainerStartError(WardenError, RuntimeError):
     """A sandbox container could not be created or started."""
 

@@ -81,8 +81,9 @@ class AgentDefinition(BaseModel):
     """`hooks` from the file: PreToolUse/PostToolUse hooks for this agent's calls only."""
     max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
     """Most model calls the subagent may make."""
-    image: str = Field(default=IMAGE_AGENT, min_length=1, pattern=r"^\S+$")
-    """`agent`, `bash`, or the name of a local image."""
+    image: str | None = Field(default=None, min_length=1, pattern=r"^\S+$")
+    """`agent`, `bash`, or the name of a local image; None: not set, so the run's
+    choice applies (`--image`, the dev container, else `agent`; see `agents.images`)."""
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     """Wall-clock deadline; the container is killed when it passes."""
     memory: int | None = Field(default=None, ge=MIN_MEMORY_BYTES)

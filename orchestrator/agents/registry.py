@@ -32,7 +32,6 @@ from pathlib import Path
 
 from orchestrator.agents.definition import (
     DEFAULT_TIMEOUT_S,
-    IMAGE_AGENT,
     IMAGE_BASH,
     AgentDefinition,
 )
@@ -88,10 +87,12 @@ else does. The image has the common shell utilities (coreutils, find, grep, \
 sed, awk, and python3 for scripts) but no package manager, compiler or network \
 client: do not try to install anything.
 
-Your only tool is Bash. Each call runs one command line in /workspace and \
-returns its output (long output is cut, and says so): prefer commands with \
-small, precise output (`wc -l`, `grep -n`, `head`, `sed -n 'A,Bp'`). Quote paths. \
-Keep commands non-interactive. A call the host's permission policy refuses \
+Your tools: Bash, and the file tools Read, Write, Edit and Glob. Each Bash call \
+runs one command line in /workspace and returns its output (long output is cut, \
+and says so): prefer commands with small, precise output (`wc -l`, `grep -n`, \
+`head`, `sed -n 'A,Bp'`). Quote paths. Keep commands non-interactive. Use Read \
+to look at a file, Edit for a change to an existing one, Write for a new one, \
+Glob to find files by name. A call the host's permission policy refuses \
 comes back with a reason: adapt, do not repeat it.
 
 You cannot ask questions. When something is ambiguous, choose the reasonable \
@@ -113,18 +114,17 @@ BUILTIN_AGENTS = (
         # Task is offered only while the run's max_depth allows nesting.
         tools=(*TOOL_NAMES, *DELEGATION_TOOL_NAMES),
         max_turns=50,
-        image=IMAGE_AGENT,
         timeout_s=DEFAULT_TIMEOUT_S,
     ),
     AgentDefinition(
         name="bash",
         description=(
-            "Shell specialist with only the Bash tool, in a minimal image without "
-            "package managers, compilers or network clients. Use it for commands, "
-            "counting, searching and small scripted edits."
+            "Shell specialist with Bash and the file tools (Read, Write, Edit, Glob), in "
+            "a minimal image without package managers, compilers or network clients. Use "
+            "it for commands, counting, searching and small edits."
         ),
         system_prompt=BASH_PROMPT,
-        tools=("Bash",),
+        tools=("Bash", "Read", "Write", "Edit", "Glob"),
         max_turns=30,
         image=IMAGE_BASH,
         timeout_s=DEFAULT_TIMEOUT_S,

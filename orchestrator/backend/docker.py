@@ -100,7 +100,10 @@ class DockerBackend(ContainerBackend):
             def create() -> ContainerCreated:
                 created: ContainerCreated = self._api.create_container(
                     spec.image,
-                    command=spec.command,
+                    # The command replaces the image's entrypoint: a project image's
+                    # ENTRYPOINT never runs before (or around) warden's command.
+                    entrypoint=spec.command[:1],
+                    command=spec.command[1:],
                     user=user,
                     environment={"HOME": DEFAULT_HOME, **spec.env},
                     labels=container_labels,

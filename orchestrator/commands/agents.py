@@ -5,9 +5,9 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -16,6 +16,7 @@ from orchestrator.ui.untrusted_text import printable
 
 if TYPE_CHECKING:
     from orchestrator.agents.definition import AgentDefinition
+    from orchestrator.agents.images import ImageChoice, RunImages
     from orchestrator.agents.registry import AgentRegistry
 
 _WORKSPACE = click.option(
@@ -26,6 +27,32 @@ _WORKSPACE = click.option(
     help="Workspace whose .claude/agents/ are read.",
 )
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+F = TypeVar("F", bound=Callable[..., Any])  # Any: any click command function
+
+
+def image_options(command: F) -> F:
+    """`--image`, `--bash-image`, `--devcontainer/--no-devcontainer` (shared by
+    `warden run` and `warden agents list/show`, which show what a run would use)."""
+    command = click.option(
+        "--devcontainer/--no-devcontainer",
+        default=None,
+        help="Run subagents in the workspace's dev container (.devcontainer/devcontainer.json) "
+        "[default: yes when it has one; WARDEN_DEVCONTAINER=0 turns that off].",
+    )(command)
+    command = click.option(
+        "--bash-image",
+        default=None,
+        metavar="IMAGE",
+        help="Give the built-in bash type this image instead of its restricted one "
+        "(package managers, compilers, network clients in it become available to it).",
+    )(command)
+    return click.option(
+        "--image",
+        default=None,
+        metavar="IMAGE",
+        help="Image for subagents whose agent file names none: agent, bash, or any local "
+        "Linux image with bash (it needs no Python) [default: the dev container, else agent].",
+    )(command)
 
 
 @click.group()
@@ -40,7 +67,26 @@ def _registry(workspace: Path) -> AgentRegistry:
     return AgentRegistry.load(Settings.from_env(), workspace.resolve())
 
 
-def _summary(agent: AgentDefinition) -> dict[str, Any]:
+def _run_images(
+    workspace: Path, image: str | None, bash_image: str | None, devcontainer: bool | None
+) -> RunImages:
+    from orchestrator.config import Settings
+    from orchestrator.runtime.run_images import describe_run_images
+
+    return describe_run_images(
+        Settings.from_env(), workspace, image=image, bash_image=bash_image,
+        devcontainer=devcontainer,
+    )  # fmt: skip
+
+
+def _choice(agent: AgentDefinition, run: RunImages) -> ImageChoice:
+    from orchestrator.agents.images import choose_image
+
+    return choose_image(agent, run)
+
+
+def _summary(agent: AgentDefinition, run: RunImages) -> dict[str, Any]:
+    choice = _choice(agent, run)
     return {
         "name": agent.name,
         "source": agent.source,
@@ -49,7 +95,8 @@ def _summary(agent: AgentDefinition) -> dict[str, Any]:
         "model_alias": agent.model_alias,
         "tools": None if agent.tools is None else list(agent.tools),
         "dropped_tools": list(agent.dropped_tools),
-        "image": agent.image,
+        "image": choice.name,
+        "image_from": choice.origin,
         "max_turns": agent.max_turns,
         "timeout_s": agent.timeout_s,
         "memory": agent.memory,
@@ -75,14 +122,23 @@ def _report(warnings: Sequence[str], problems: Sequence[str]) -> None:
 
 @agents.command("list")
 @_WORKSPACE
+@image_options
 @_JSON
-def list_command(workspace: Path, as_json: bool) -> None:
-    """Every subagent type a run in WORKSPACE would have, and where it comes from."""
+def list_command(
+    workspace: Path,
+    image: str | None,
+    bash_image: str | None,
+    devcontainer: bool | None,
+    as_json: bool,
+) -> None:
+    """Every subagent type a run in WORKSPACE would have, where it comes from, and
+    the image it would run in (with the same --image/--bash-image/--devcontainer)."""
     registry = _registry(workspace)
+    run = _run_images(workspace, image, bash_image, devcontainer)
     if as_json:
         emit_json(
             {
-                "agents": [_summary(agent) for agent in registry],
+                "agents": [_summary(agent, run) for agent in registry],
                 "warnings": registry.warnings,
                 "problems": registry.problems,
             }
@@ -92,7 +148,7 @@ def list_command(workspace: Path, as_json: bool) -> None:
         tools = "all" if agent.tools is None else (", ".join(agent.tools) or "none")
         click.echo(
             f"{printable(agent.name, 40)}\t{printable(_model(agent), 60)}\t{tools}\t"
-            f"{printable(agent.image, 40)}\t{printable(agent.source, None)}"
+            f"{printable(_choice(agent, run).name, 60)}\t{printable(agent.source, None)}"
         )
     _report(registry.warnings, registry.problems)
 
@@ -100,14 +156,24 @@ def list_command(workspace: Path, as_json: bool) -> None:
 @agents.command("show")
 @click.argument("name")
 @_WORKSPACE
+@image_options
 @_JSON
-def show_command(name: str, workspace: Path, as_json: bool) -> None:
-    """One subagent type in full: source, model, tools, limits, image, system prompt."""
+def show_command(
+    name: str,
+    workspace: Path,
+    image: str | None,
+    bash_image: str | None,
+    devcontainer: bool | None,
+    as_json: bool,
+) -> None:
+    """One subagent type in full: source, model, tools, limits, the image it would run
+    in and which rule chose it, system prompt."""
     agent = _registry(workspace).get(name)
+    run = _run_images(workspace, image, bash_image, devcontainer)
     if as_json:
-        emit_json({**_summary(agent), "system_prompt": agent.system_prompt})
+        emit_json({**_summary(agent, run), "system_prompt": agent.system_prompt})
         return
-    summary = _summary(agent)
+    summary = _summary(agent, run)
     summary["model"] = _model(agent)
     del summary["model_alias"]
     for key, value in summary.items():

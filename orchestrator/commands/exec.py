@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
     from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec
+    from orchestrator.images.choice import SandboxImage
 
 DEFAULT_IMAGE = "bash"
 DEFAULT_TIMEOUT_S = 300.0
@@ -141,7 +142,12 @@ class _Terminated(BaseException):
     default=None,
     help="Directory mounted read-write at /workspace (default: current directory).",
 )
-@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="agent, bash or a name.")
+@click.option(
+    "--image",
+    default=DEFAULT_IMAGE,
+    show_default=True,
+    help="agent, bash, or any local Linux image of this machine's architecture.",
+)
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
@@ -273,12 +279,13 @@ def _run(
     )
     egress = None
     try:
+        chosen = _resolve_image(client, settings.state_dir, image)
         try:
             spec = SandboxSpec(
-                image=_resolve_image(client, image),
+                image=chosen.ref,
                 command=list(command),
                 workspace=(workspace or Path.cwd()),
-                mounts=guard.mounts(),
+                mounts=[*chosen.mounts, *guard.mounts()],
                 user=user,
                 limits=ResourceLimits(**limits),
                 labels=user_labels,
@@ -407,11 +414,12 @@ def _parse_labels(pairs: tuple[str, ...]) -> dict[str, str]:
     return result
 
 
-def _resolve_image(client: DockerClient, name: str) -> str:
-    """`agent`/`bash` → the current content-addressed tag; other names must exist."""
-    from orchestrator.images import resolve_image
+def _resolve_image(client: DockerClient, state_dir: Path, name: str) -> SandboxImage:
+    """`agent`/`bash` → the current content-addressed tag; any other name must be a
+    local Linux image of this architecture (checked before the container starts)."""
+    from orchestrator.images.choice import SandboxImages
 
-    return resolve_image(client, name)
+    return SandboxImages(client, state_dir).get(name, runner=False)
 
 
 def _log_warnings_to_stderr() -> None:

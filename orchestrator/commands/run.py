@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from orchestrator.commands._frame import OutputFormat, drive, outcome_options, run_to_end
+from orchestrator.commands.agents import image_options
 from orchestrator.commands.exec import SizeType, UserType, disk_limit_options
 from orchestrator.egress.flags import egress_options, limits_from_flags
 from orchestrator.results.models import Outcome
@@ -164,6 +165,7 @@ MAX_PROMPT_BYTES = 4 * 1024 * 1024
     default=None,
     help="uid:gid every sandbox runs as (default: the workspace owner; never root).",
 )
+@image_options
 @disk_limit_options("one subagent", "the subagent is killed (disk_limit)")
 @egress_options("subagents", SizeType(allow_zero=True))
 @click.option(
@@ -210,6 +212,9 @@ def run(
     egress_max_up: int | None,
     egress_max_connections: int | None,
     egress_on: bool,
+    image: str | None,
+    bash_image: str | None,
+    devcontainer: bool | None,
 ) -> None:
     """Run PROMPT with a parent agent whose only tools delegate to subagents.
 
@@ -242,6 +247,9 @@ def run(
         token_budget=token_budget,
         disk=settings.disk_limits(disk_write_limit, disk_free_floor),
         user=user,
+        image=image,
+        bash_image=bash_image,
+        devcontainer=devcontainer,
         egress=EgressRequest(
             allow_domains=allow_domains,
             deny_domains=deny_domains,
@@ -320,6 +328,12 @@ class RunOptions:
     """uid:gid of every sandbox (None: the workspace owner)."""
     egress: EgressRequest | None = None
     """Domain flags and caps of the egress proxy (None: the settings files' only)."""
+    image: str | None = None
+    """`--image` (see `agents.images` for the precedence)."""
+    bash_image: str | None = None
+    """`--bash-image`: the built-in bash type's image instead of the restricted one."""
+    devcontainer: bool | None = None
+    """Use the workspace's dev container; None: the setting (WARDEN_DEVCONTAINER)."""
 
 
 async def _run(
@@ -357,6 +371,9 @@ async def _run(
             ),
             protect=options.protect,
             egress=options.egress,
+            image=options.image,
+            bash_image=options.bash_image,
+            devcontainer=options.devcontainer,
         )
 
     async def work(the_run: Run) -> str:

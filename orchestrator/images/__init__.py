@@ -4,8 +4,11 @@ Public API:
 - `resolve_image(client, name)`: the tag to run for "agent", "bash" or any local image.
 - `build_images(client, settings, *, force=False, log)`: build what is missing.
 - `image_status(client)`: per kind, whether a current image exists (for `warden doctor`).
+- `current_tag(client, kind)`: the current tag of one of warden's kinds.
+- `choice.SandboxImages`: image names to what a sandbox runs (project images too).
 
-May import: `errors`, `labels`, `backend`.
+May import: `errors`, `labels`, `backend`, `ui.untrusted_text` (build output of a dev
+container is shown as plain text).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["KINDS", "ImageState", "build_images", "image_status", "resolve_image"]
+__all__ = ["KINDS", "ImageState", "build_images", "current_tag", "image_status", "resolve_image"]
 
 BUILD_HINT = "run `warden images build`"
 
@@ -49,20 +52,25 @@ def resolve_image(client: DockerClient, name: str) -> str:
     Raises ImageNotFoundError (with the command that fixes it) when there is no such
     image, EngineUnavailableError when the engine does not answer.
     """
-    kind = KINDS.get(name)
-    if kind is not None:
-        found = _current(client, kind)
-        if found is None:
-            raise ImageNotFoundError(
-                f"the warden {name} image is not built for the current sources; {BUILD_HINT}"
-            )
-        return found[0]
+    if name in KINDS:
+        return current_tag(client, name)
     if _image_id(client, name) is None:
         raise ImageNotFoundError(
             f"image {name!r} does not exist locally (warden never pulls); load or build it "
             f"first, or use --image agent / --image bash ({BUILD_HINT} to build those)"
         )
     return name
+
+
+def current_tag(client: DockerClient, kind: str) -> str:
+    """The content tag of warden's image `kind` built from the current sources.
+    Raises ImageNotFoundError naming the build command when there is none."""
+    found = _current(client, KINDS[kind])
+    if found is None:
+        raise ImageNotFoundError(
+            f"the warden {kind} image is not built for the current sources; {BUILD_HINT}"
+        )
+    return found[0]
 
 
 def build_images(

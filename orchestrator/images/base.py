@@ -53,7 +53,9 @@ PROBE_TIMEOUT_S = 60
 PULL_TIMEOUT_S = 15.0
 """Bound on a pull attempt. Without a registry it fails in well under this."""
 
-PROBE_TOOLS = ("bash", "git", "ps", "find", "xargs", "grep", "sed", "awk", "diff", "ls", "cat")
+PROBE_TOOLS = (
+    "bash", "git", "ps", "find", "xargs", "grep", "sed", "awk", "diff", "ls", "cat", "ldd",
+)  # fmt: skip
 _PROBE_CODE = (
     "import json, platform, shutil, sys;"
     "print(json.dumps({'python': list(sys.version_info[:2]), 'machine': platform.machine(),"

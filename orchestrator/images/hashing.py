@@ -74,7 +74,15 @@ KINDS: dict[str, ImageKind] = {
         inputs=("images/bash",),
         required_tools=("bash", "find", "xargs", "grep", "sed", "awk", "diff", "ls", "cat"),
     ),
+    "runtime": ImageKind(
+        name="runtime",
+        dockerfile="images/runtime/Dockerfile",
+        inputs=("images/runtime",),
+        required_tools=("ldd",),
+    ),
 }
+"""`runtime` is never run: it carries the Python that project images borrow
+(`images.runtime`)."""
 
 
 def _files(root: Path, relative: str) -> list[Path]:

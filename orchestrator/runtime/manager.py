@@ -382,7 +382,7 @@ class TaskManager:
                     timeout_s=ctx.timeout_s,
                     limits=agent_limits(ctx.agent),
                     token_budget=budget.max_total_tokens,
-                    image=ctx.agent.image,
+                    image=self.plan.image_resolver(ctx.agent).name,
                     source=ctx.agent.source,
                 ),
             )

@@ -1,6 +1,6 @@
 """What the task manager needs from its collaborators, as small Protocols: a gate
 that decides tool calls (`PermissionGate`), somewhere to send events
-(`EventSink`), and a way to turn an agent's image name into a tag
+(`EventSink`), and a way to find the image an agent runs in
 (`ImageResolver`). `AllowAgentTools` is the minimal gate.
 
 The real implementations live elsewhere (`gate.PolicyGate`, `events.EventLog`,
@@ -18,12 +18,15 @@ from orchestrator.errors import StoreError
 from orchestrator.jsontypes import JSONLike, JSONObject
 
 if TYPE_CHECKING:
+    from orchestrator.agents.definition import AgentDefinition
+    from orchestrator.images.choice import SandboxImage
     from orchestrator.permissions import ToolCall
     from orchestrator.results.models import Event
     from orchestrator.runtime.tasks import TaskContext
 
-ImageResolver = Callable[[str], str]
-"""An agent's image name (`agent`, `bash`, a local image) to the tag to run."""
+ImageResolver = Callable[["AgentDefinition"], "SandboxImage"]
+"""The image an agent's sandbox runs (the run's precedence applied, `agents.images`),
+with the runner command and mounts that image needs (`images.choice`)."""
 
 
 class PermissionGate(Protocol):

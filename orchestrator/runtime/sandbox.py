@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from orchestrator import labels
 from orchestrator.backend.base import DiskLimits, Mount, ResourceLimits, SandboxSpec, parse_user
 from orchestrator.broker import SandboxIdentity
+from orchestrator.images.choice import WARDEN_RUNNER
 from orchestrator.runtime.pool import WARM_WAIT_S, PoolKey
 from sandbox_tools import wire
 
@@ -23,9 +24,10 @@ if TYPE_CHECKING:
     from orchestrator.runtime.protocols import ImageResolver
     from orchestrator.workspace import WorkspaceGuard
 
-RUNNER_COMMAND = ("python3", "-m", "sandbox_tools")
-"""The in-container runner (`sandbox_tools`); only it knows `--wait` (warm starts)."""
-SANDBOX_ENV = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+RUNNER_COMMAND = WARDEN_RUNNER
+"""The in-container runner (`sandbox_tools`); only it knows `--wait` (warm starts).
+A project image starts it through warden's mounted runtime instead (`images.choice`)."""
+SANDBOX_ENV = {"HOME": "/tmp"}
 
 
 def sandbox_identity(
@@ -85,19 +87,23 @@ class SandboxPlan:
         limits = agent_limits(agent).model_copy(
             update={"disk": agent_disk_limits(self.disk, agent)}
         )
-        command = list(self.runner_command)
+        image = self.image_resolver(agent)
+        # A test's own runner command replaces the runner, in warden's images only.
+        runner = image.runner if self.runner_command == RUNNER_COMMAND else self.runner_command
+        command = list(runner)
         extra = {"task": task_id} if task_id else {"warm": "1"}
         if task_id is None:
             command += ["--wait", f"{WARM_WAIT_S:g}"]
         return SandboxSpec(
-            image=self.image_resolver(agent.image),
+            image=image.ref,
             command=command,
             workspace=self.workspace,
             mounts=[
                 Mount(source=socket_dir, target=wire.BROKER_SOCKET_DIR, read_only=True),
+                *image.mounts,
                 *self.guard.mounts(),
             ],
-            env=dict(SANDBOX_ENV),
+            env={**image.env, **SANDBOX_ENV},
             user=f"{self.identity.uid}:{self.identity.gid}",
             limits=limits,
             warden_labels=labels.warden_labels(self.session, run=self.run_id, **extra),
@@ -106,4 +112,4 @@ class SandboxPlan:
     def pool_key(self, agent: AgentDefinition) -> PoolKey:
         """Warm sandboxes are interchangeable within (image, limits); mounts are not
         part of the key because each sandbox computes its own when it starts."""
-        return (self.image_resolver(agent.image), agent_limits(agent).model_dump_json())
+        return (self.image_resolver(agent).ref, agent_limits(agent).model_dump_json())

@@ -113,6 +113,9 @@ async def open_run(
     protect: tuple[str, ...] = (),
     tracer_provider: TracerProvider | None = None,
     egress: EgressRequest | None = None,
+    image: str | None = None,
+    bash_image: str | None = None,
+    devcontainer: bool | None = None,
 ) -> AsyncIterator[Run]:
     """Everything a run needs, started; on exit every container of this run is gone.
 
@@ -120,13 +123,16 @@ async def open_run(
     `policy`/`allow`/`deny`/`mode`, `.claude/settings.json`, user settings) and its
     PreToolUse hooks; questions go to `approver` (default: deny, no human).
     Sandboxes get network egress only as `egress` and the domain rules allow
-    (`orchestrator.egress.setup`). Raises PolicyError/ConfigError before anything
-    starts when they are invalid."""
+    (`orchestrator.egress.setup`). Subagents run in the image the precedence of
+    `agents.images` picks (`image`: `--image`; `bash_image`: `--bash-image`;
+    `devcontainer`: use the workspace's dev container, None: the setting). Raises
+    PolicyError/ConfigError, ImageNotFoundError/UnsupportedImageError/ImageBuildError
+    before anything starts when they are invalid."""
     from orchestrator.agents.registry import AgentRegistry
     from orchestrator.backend.connect import connect, pool_size
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.broker.upstream import model_client
-    from orchestrator.images import resolve_image
+    from orchestrator.runtime.run_images import prepare_run_images
     from orchestrator.store import Store
 
     workspace = check_workspace(workspace)
@@ -151,6 +157,19 @@ async def open_run(
         calls = config.max_concurrent_total * config.max_depth
         client = await asyncio.to_thread(partial(connect, max_pool_size=pool_size(calls)))
         stack.callback(client.close)
+        # Images first: an unusable one (or a dev container that does not build)
+        # stops the run before it is recorded or any sandbox starts.
+        image_for = await asyncio.to_thread(
+            partial(
+                prepare_run_images,
+                client,
+                settings,
+                workspace,
+                image=image,
+                bash_image=bash_image,
+                devcontainer=devcontainer,
+            )
+        )
         if backend is None:
             backend = DockerBackend(client, settings)
         if registry is None:
@@ -205,13 +224,6 @@ async def open_run(
             retry_total_s=settings.model_retry_total_s,
         )
         stack.push_async_callback(anthropic_client.close)
-        images: dict[str, str] = {}
-
-        def image_for(name: str) -> str:
-            if name not in images:
-                images[name] = resolve_image(client, name)
-            return images[name]
-
         manager = TaskManager(
             backend=backend,
             registry=registry,

@@ -120,12 +120,13 @@ def test_builtins_without_any_files(settings: Settings, workspace: Path) -> None
     general = registry.get("general-purpose")
     # Task is in the definition; the TaskManager offers it only while nesting is allowed.
     assert general.tools == ("Bash", "Read", "Write", "Edit", "Glob", "Grep", "Task")
-    assert (general.image, general.max_turns, general.timeout_s) == ("agent", 50, 900.0)
+    # No image of its own: the run's choice applies (agents.images), by default `agent`.
+    assert (general.image, general.max_turns, general.timeout_s) == (None, 50, 900.0)
     assert general.model is None and general.source == "built-in"
     assert "/workspace" in general.system_prompt and "final message" in general.system_prompt
     bash = registry.get("bash")
     assert (bash.tools, bash.image, bash.max_turns, bash.timeout_s) == (
-        ("Bash",),
+        ("Bash", "Read", "Write", "Edit", "Glob"),
         "bash",
         30,
         900.0,

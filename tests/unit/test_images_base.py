@@ -54,7 +54,7 @@ def patched(monkeypatch: pytest.MonkeyPatch) -> None:
 def resolve(host: Host, *, pull: bool = True) -> tuple[dict[str, str], list[str]]:
     lines: list[str] = []
     resolver = BaseResolver(host, "python:3.12-slim", lines.append, pull=pull)
-    chosen = resolver.for_kinds(KINDS.values())
+    chosen = resolver.for_kinds([KINDS["agent"], KINDS["bash"]])
     return {kind: base.origin for kind, base in chosen.items()}, lines
 
 

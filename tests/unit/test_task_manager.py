@@ -35,6 +35,7 @@ from orchestrator.backend.base import SandboxResult, SandboxSpec, SandboxStatus
 from orchestrator.backend.fake import FakeBackend, FakeOutcome
 from orchestrator.broker import Upstream
 from orchestrator.config import Settings
+from orchestrator.images.choice import SandboxImage
 from orchestrator.permissions import load_hooks, load_policy
 from orchestrator.permissions.approvers import NonInteractiveApprover
 from orchestrator.results.models import Event
@@ -216,7 +217,7 @@ def make(tmp_path: Path, server: ScriptedModelServer) -> Callable[..., AsyncIter
             run_id=RUN_ID,
             trace_id="trace",
             default_model="test-model",
-            image_resolver=lambda name: f"image-{name}",
+            image_resolver=lambda agent: SandboxImage(name="agent", ref="image-agent"),
             gate=gate,
             config=config or TaskManagerConfig(warm_pool_size=0),
             runner_command=("fake-runner",),

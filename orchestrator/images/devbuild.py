@@ -1,0 +1,248 @@
+"""Building a dev container's Dockerfile: offline, checked first, cached by
+content hash.
+
+The Dockerfile and its context come from the workspace, which subagents write,
+so the build is treated as hostile input run on the host's engine:
+
+- no network: `network_mode="none"` for every RUN, and the Dockerfile is refused
+  before the build when the engine itself would reach out: `ADD` of a URL or git
+  repository, a `FROM` or `COPY --from` image that is not present locally (the
+  engine would pull it; warden never pulls);
+- no host paths: the context is a tar warden makes of the context directory
+  (honouring `.dockerignore`); links in it stay links, never followed, and the
+  classic builder has no RUN mounts;
+- bounded: memory of each build step (`BUILD_MEMORY_BYTES`), a build timeout,
+  the context size (`MAX_CONTEXT_BYTES`).
+Build steps run as the engine runs them (root in the build container, default
+capabilities, no network); the image that comes out runs with warden's full
+hardening like any other.
+
+The tag is `warden-devcontainer:<hash12>` of the context's files (paths, modes,
+link targets, contents), the Dockerfile path, build args and target, so a second
+run with the same files builds nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tarfile
+import tempfile
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from orchestrator import __version__
+from orchestrator.errors import ConfigError, ImageBuildError
+from orchestrator.images.base import image_id
+from orchestrator.images.devcontainer import DevContainer
+from orchestrator.images.hashing import HASH_LENGTH, LABEL_CONTENT_HASH, LABEL_KIND, LABEL_VERSION
+from orchestrator.ui.untrusted_text import printable
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+Log = Callable[[str], None]
+
+REPOSITORY = "warden-devcontainer"
+LABEL_SOURCE = "warden.devcontainer"
+RECIPE = "devcontainer-build 1"
+MAX_CONTEXT_BYTES = 512 * 1024 * 1024
+"""Largest build context (as a tar) sent to the engine."""
+BUILD_MEMORY_BYTES = 2 * 1024**3
+"""Memory (and swap) of each build step's container."""
+BUILD_TIMEOUT_S = 900
+"""Longest silence tolerated from the engine during the build."""
+ERROR_CONTEXT_LINES = 30
+LOG_LINE_CHARS = 300
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^git@")
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def devcontainer_image(client: DockerClient, dev: DevContainer, log: Log) -> str:
+    """The image the dev container runs: the image it names (which must exist
+    locally; checked when it is resolved), or its Dockerfile built (or found
+    already built). Raises ConfigError for a Dockerfile warden refuses to build,
+    ImageBuildError when the build fails."""
+    if dev.dockerfile is None:
+        if dev.image is None:
+            raise ConfigError(f"{dev.relative} names neither an image nor a Dockerfile")
+        return dev.image
+    assert dev.context is not None
+    with tempfile.TemporaryFile() as context:
+        digest = _context_tar(dev, context)
+        tag = f"{REPOSITORY}:{digest[:HASH_LENGTH]}"
+        if image_id(client, tag) is not None:
+            log(f"dev container: {tag} is up to date (same files); not rebuilding")
+            return tag
+        dockerfile = _dockerfile_in_context(dev)
+        check_dockerfile(client, dev.dockerfile.read_text(errors="replace"), dict(dev.args), dev.relative)
+        log(f"dev container: building {tag} from {dev.relative} (no network)")
+        context.seek(0)
+        _build(client, dev, context, dockerfile, tag, digest, log)
+    return tag
+
+
+def _dockerfile_in_context(dev: DevContainer) -> str:
+    assert dev.dockerfile is not None and dev.context is not None
+    try:
+        return dev.dockerfile.relative_to(dev.context).as_posix()
+    except ValueError:
+        raise ConfigError(
+            f"{dev.relative}: the Dockerfile {dev.dockerfile} is outside the build context "
+            f"{dev.context}; move it into the context (or set build.context)"
+        ) from None
+
+
+def _context_tar(dev: DevContainer, into: IO[bytes]) -> str:
+    """Write the build context as a tar into `into`; its content hash."""
+    from docker.utils.build import tar
+
+    assert dev.context is not None
+    exclude = _dockerignore(dev.context)
+    dockerfile = _dockerfile_in_context(dev)
+    tar(dev.context, exclude=exclude, dockerfile=(dockerfile, None), fileobj=into)
+    made = into
+    size = made.seek(0, 2)
+    if size > MAX_CONTEXT_BYTES:
+        raise ConfigError(
+            f"{dev.relative}: the build context {dev.context} is {size} bytes, more than "
+            f"{MAX_CONTEXT_BYTES}; add a .dockerignore or a smaller build.context"
+        )
+    made.seek(0)
+    digest = hashlib.sha256(f"{RECIPE}\ndockerfile {dockerfile}\n".encode())
+    digest.update(f"args {sorted(dev.args)}\ntarget {dev.target}\n".encode())
+    with tarfile.open(fileobj=made, mode="r") as archive:
+        for member in sorted(archive.getmembers(), key=lambda m: m.name):
+            digest.update(f"{member.name}\0{member.type!r}\0{member.mode:o}\0{member.linkname}\0".encode())
+            if member.isfile():
+                content = archive.extractfile(member)
+                assert content is not None
+                while block := content.read(1 << 20):
+                    digest.update(block)
+    made.seek(0)
+    return digest.hexdigest()
+
+
+def _dockerignore(context: Path) -> list[str] | None:
+    path = context / ".dockerignore"
+    if not path.is_file() or path.is_symlink():
+        return None
+    lines = [line.strip() for line in path.read_text(errors="replace").splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def check_dockerfile(client: DockerClient, text: str, args: dict[str, str], where: str) -> None:
+    """Refuse, before any build, what would make the engine reach a network: `ADD`
+    of a URL, and `FROM` / `COPY --from` images that are not present locally.
+    Parsed with Docker's own parser (the `dockerfile` package wraps BuildKit's)."""
+    import dockerfile  # type: ignore[import-not-found]  # a compiled module without stubs
+
+    try:
+        commands = dockerfile.parse_string(text)
+    except dockerfile.GoParseError as exc:
+        raise ConfigError(f"{where}: its Dockerfile does not parse: {exc}") from exc
+    variables: dict[str, str] = {}
+    stages: set[str] = set()
+    count = 0
+    seen_from = False
+    for command in commands:
+        line = f"{where}: Dockerfile line {command.start_line}"
+        name = command.cmd.upper()
+        if name == "ARG" and not seen_from:
+            for item in command.value:
+                key, _, default = item.partition("=")
+                variables[key] = args.get(key, default)
+        elif name == "FROM":
+            seen_from = True
+            ref = _substitute(command.value[0], variables, line)
+            _check_image(client, ref, stages, line, "FROM")
+            if len(command.value) >= 3 and command.value[1].upper() == "AS":
+                stages.add(command.value[2].lower())
+            stages.add(str(count))  # `COPY --from=0` names the first stage
+            count += 1
+        elif name in ("ADD", "COPY"):
+            for flag in command.flags:
+                if flag.startswith("--from="):
+                    _check_image(client, flag[len("--from="):], stages, line, f"{name} --from")
+            if name == "ADD" and any(_URL.match(source) for source in command.value[:-1]):
+                raise ConfigError(
+                    f"{line}: `ADD` of a URL or git repository makes the engine download it "
+                    "on the host's network, and dev container builds are offline; put the "
+                    "file in the build context and COPY it"
+                )
+
+
+def _substitute(value: str, variables: dict[str, str], line: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        key = match.group(1) or match.group(3)
+        if variables.get(key):
+            return variables[key]
+        if match.group(2) is not None:
+            return match.group(2)
+        raise ConfigError(f"{line}: `FROM` uses ${key}, which has no value; give it a default")
+
+    return _VARIABLE.sub(one, value)
+
+
+def _check_image(client: DockerClient, ref: str, stages: set[str], line: str, what: str) -> None:
+    if ref.lower() in stages or ref == "scratch":
+        return
+    if image_id(client, ref) is None:
+        raise ConfigError(
+            f"{line}: `{what} {printable(ref, 100)}` is not an image present locally, and "
+            "dev container builds never pull (no network, no registry); build or load it "
+            "first (`docker load`), or use a local image"
+        )
+
+
+def _build(
+    client: DockerClient,
+    dev: DevContainer,
+    context: IO[bytes],
+    dockerfile: str,
+    tag: str,
+    digest: str,
+    log: Log,
+) -> None:
+    recent: deque[str] = deque(maxlen=ERROR_CONTEXT_LINES)
+    stream = client.api.build(
+        fileobj=context,
+        custom_context=True,
+        dockerfile=dockerfile,
+        tag=tag,
+        buildargs=dict(dev.args),
+        target=dev.target,
+        labels={
+            LABEL_KIND: "devcontainer",
+            LABEL_CONTENT_HASH: digest,
+            LABEL_VERSION: __version__,
+            LABEL_SOURCE: dev.relative,
+        },
+        network_mode="none",
+        pull=False,
+        rm=True,
+        forcerm=True,
+        container_limits={"memory": BUILD_MEMORY_BYTES, "memswap": BUILD_MEMORY_BYTES},
+        decode=True,
+        timeout=BUILD_TIMEOUT_S,
+    )
+    for chunk in stream:
+        if "error" in chunk:
+            error = printable(str(chunk["error"]), LOG_LINE_CHARS)
+            raise ImageBuildError(
+                f"building the dev container {dev.relative} failed: {error}\nlast build "
+                "output:\n" + "\n".join(recent) + "\nfix its Dockerfile, or run with "
+                "--no-devcontainer"
+            )
+        for line in str(chunk.get("stream", "")).splitlines():
+            if line.strip():
+                shown = printable(line.rstrip(), LOG_LINE_CHARS)
+                recent.append(shown)
+                log(f"  {shown}")
+    if image_id(client, tag) is None:
+        raise ImageBuildError(
+            f"the engine reported no error but {tag} does not exist; last build output:\n"
+            + "\n".join(recent)
+        )
