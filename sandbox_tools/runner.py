@@ -137,7 +137,15 @@ class AgentLoop:
                 return self._failed(last, f"the model call returned a malformed answer: {e}")
             self.turn += 1
             last = content
-            self.messages.append({"role": "assistant", "content": list[JSONValue](last)})
+            # A tool_use whose input is not an object (the model's JSON did not parse)
+            # goes back as `{}` (the API refuses it otherwise); call_tool answers it.
+            echo: list[JSONValue] = [
+                {**b, "input": {}}
+                if b.get("type") == "tool_use" and not isinstance(b.get("input"), dict)
+                else b
+                for b in last
+            ]
+            self.messages.append({"role": "assistant", "content": echo})
             tool_uses = [b for b in last if b.get("type") == "tool_use"]
             if stop_reason == "tool_use" and tool_uses:
                 results = [self.call_tool(b) for b in tool_uses]
@@ -161,7 +169,18 @@ class AgentLoop:
         tool_use_id = str(block.get("id", ""))
         name = str(block.get("name", ""))
         raw = block.get("input")
-        raw_input: JSONObject = raw if isinstance(raw, dict) else {}
+        if not isinstance(raw, dict):
+            return _tool_result(
+                tool_use_id,
+                ToolOutput(
+                    f"Error: the input of this {name[: wire.MAX_TOOL_NAME_CHARS]} call was not "
+                    f"a JSON object (it was {type(raw).__name__}: {json.dumps(raw)[:200]}); it "
+                    "was not run. Call the tool again with its input as an object of named "
+                    "fields.",
+                    is_error=True,
+                ),
+            )
+        raw_input: JSONObject = raw
         if name not in self.spec.tools:
             allowed = ", ".join(self.spec.tools) or "none"
             return _tool_result(

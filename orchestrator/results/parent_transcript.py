@@ -145,7 +145,9 @@ class ParentTranscript:
                 self.usage[name] += value
                 self.tokens += value
         content: list[JSONValue] = [
-            block.model_dump(mode="json", exclude_none=True) for block in response.content
+            # warnings=False: a malformed tool_use (input not an object) is kept as it came
+            block.model_dump(mode="json", exclude_none=True, warnings=False)
+            for block in response.content
         ]
         # Stored as the model saw it: without the prompt-caching breakpoints.
         system = "".join(str(b.get("text", "")) for b in request["system"])

@@ -91,10 +91,13 @@ class ParentAgent:
             response = await self._model_call(tools)
             turns += 1
             stop_reason = response.stop_reason
+            # warnings=False: a malformed tool_use (input not an object) is dumped as it
+            # came, then answered by `_call` and echoed by `_echoable`.
             content: list[JSONObject] = [
-                block.model_dump(mode="json", exclude_none=True) for block in response.content
+                block.model_dump(mode="json", exclude_none=True, warnings=False)
+                for block in response.content
             ]
-            self.messages.append({"role": "assistant", "content": list[JSONValue](content)})
+            self.messages.append({"role": "assistant", "content": _echoable(content)})
             calls = [b for b in content if b.get("type") == "tool_use"]
             if response.stop_reason == "tool_use" and calls:
                 outcomes = await asyncio.gather(*(self._call(block) for block in calls))
@@ -155,7 +158,7 @@ class ParentAgent:
         name = block.get("name")
         raw = block.get("input")
         if not isinstance(raw, dict):
-            raw = {}
+            return _tool_result(tool_use_id, _malformed(name, raw), True)
         try:
             if name == "Task":
                 return await self._task(tool_use_id, raw)
@@ -220,6 +223,35 @@ class ParentAgent:
         return _tool_result(
             tool_use_id, f"Task {task_id} status: {result.status.value}. {result.render()}", False
         )
+
+
+def _echoable(content: list[JSONObject]) -> list[JSONValue]:
+    """The assistant's blocks as they go back to the API next turn: a tool_use whose
+    input is not an object (the model's JSON did not parse) is echoed with `{}`, since
+    the API refuses the request (HTTP 400) otherwise; its call is answered with an
+    error (`_malformed`)."""
+    return [
+        {**b, "input": {}}
+        if b.get("type") == "tool_use" and not isinstance(b.get("input"), dict)
+        else b
+        for b in content
+    ]
+
+
+MALFORMED_PREVIEW_CHARS = 200
+"""How much of a malformed tool input is quoted back to the model."""
+
+
+def _malformed(name: JSONValue | None, raw: JSONValue | None) -> str:
+    shown = json.dumps(raw)
+    if len(shown) > MALFORMED_PREVIEW_CHARS:
+        shown = shown[:MALFORMED_PREVIEW_CHARS] + "… [truncated]"
+    kind = type(raw).__name__ if raw is not None else "missing"
+    return (
+        f"Invalid {name} call: its input must be a JSON object of named fields, but it was "
+        f"a {kind} ({shown}); it was not run. Call {name} again with an object input, "
+        'e.g. {"description": ..., "prompt": ..., "subagent_type": ...} for Task.'
+    )
 
 
 def _tool_result(tool_use_id: str, text: str, is_error: bool) -> JSONObject:

@@ -58,8 +58,9 @@ class ToolUseBlock(_Closed):
     type: Literal["tool_use"] = "tool_use"
     name: str = Field(min_length=1)
     """The tool to call, e.g. `Task` or `Bash`."""
-    input: JSONObject = Field(default_factory=dict)
-    """The tool input; placeholders in its string values are filled too."""
+    input: JSONObject | str = Field(default_factory=dict)
+    """The tool input; placeholders in its string values are filled too. A string is
+    a malformed call (a model whose tool JSON did not parse), for fault tests."""
 
 
 ContentBlock = Annotated[TextBlock | ToolUseBlock, Field(discriminator="type")]

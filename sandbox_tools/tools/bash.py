@@ -176,15 +176,15 @@ def bash(inp: BashInput, ctx: ToolContext) -> ToolOutput:
     timeout_s = inp.timeout / 1000 if inp.timeout is not None else ctx.bash_timeout_s
     ooms_before = oom.oom_kills()
     try:
-        with oom.expendable_children():
-            proc = subprocess.Popen(
-                ["bash", "-c", inp.command],
-                cwd=ctx.root,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        proc = subprocess.Popen(
+            ["bash", "-c", inp.command],
+            cwd=ctx.root,
+            env={**os.environ, **oom.EXPENDABLE_ENV},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     except OSError as e:
         raise ToolError(f"cannot start bash: {e.strerror or e}") from e
     capture = _CappedCapture(BASH_OUTPUT_LIMIT)

@@ -6,6 +6,7 @@ and caps its output with an announcement."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -139,6 +140,38 @@ def test_commands_are_the_oom_killers_first_choice_not_the_runner(ctx: ToolConte
     """Under memory pressure the kernel kills a tool's process, never the runner that
     reports it: commands start with the highest oom_score_adj, the runner keeps its."""
     mine = Path("/proc/self/oom_score_adj").read_text().strip()
-    out = run_tool("Bash", {"command": "cat /proc/$$/oom_score_adj; cat /proc/$PPID/oom_score_adj"}, ctx)
+    out = run_tool(
+        "Bash", {"command": "cat /proc/$$/oom_score_adj; cat /proc/$PPID/oom_score_adj"}, ctx
+    )
     assert out.text.split("\n")[:2] == ["1000", mine]
     assert Path("/proc/self/oom_score_adj").read_text().strip() == mine
+
+
+def test_the_shell_sets_its_own_oom_score_and_the_runner_never_carries_it(
+    ctx: ToolContext,
+) -> None:
+    """The score is set in the child: while a command runs (and reads its parent's),
+    the runner's own value is never raised, not even for a moment after the fork."""
+    score = Path("/proc/self/oom_score_adj")
+    own = score.read_text().strip()
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def watch() -> None:  # what the runner's own score was while it started commands
+        while not done.is_set():
+            seen.add(score.read_text().strip())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    command = (
+        "cat /proc/$$/oom_score_adj /proc/$PPID/oom_score_adj; "
+        "bash -c 'cat /proc/$$/oom_score_adj; echo \"env:${BASH_ENV-unset}\"'"
+    )
+    try:
+        outs = [run_tool("Bash", {"command": command}, ctx) for _ in range(20)]
+    finally:
+        done.set()
+        watcher.join()
+    for out in outs:
+        assert out.text.splitlines()[:4] == ["1000", own, "1000", "env:unset"], out.text
+    assert seen == {own}

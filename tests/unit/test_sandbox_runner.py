@@ -387,6 +387,22 @@ async def test_tool_failure_becomes_an_error_result_and_the_loop_goes_on(
     assert broker.results[0].status == "completed"
 
 
+async def test_a_tool_input_that_is_not_an_object_is_answered_with_an_error(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    broker = FakeBroker(
+        make_spec(),
+        [tool_turn("Bash", "touch pwned", "t1"), text_turn("retried")],  # type: ignore[arg-type]
+    )
+    assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
+    assert not broker.permissions and not (tmp_path / "pwned").exists()
+    [result] = broker.tool_results(1)
+    assert result["is_error"] and "was not a JSON object" in result["content"]
+    echoed = broker.model_requests[1]["messages"][1]["content"]
+    assert [b["input"] for b in echoed if b["type"] == "tool_use"] == [{}]  # the API's shape
+    assert broker.results[0].status == "completed"
+
+
 async def test_max_turns_is_respected(socket_dir: Path, tmp_path: Path) -> None:
     broker = FakeBroker(
         make_spec(max_turns=2),
