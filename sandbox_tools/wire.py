@@ -98,8 +98,16 @@ TOOL_NAMES = ("Bash", "Read", "Write", "Edit", "Glob", "Grep")
 DELEGATION_TOOL_NAMES = ("Task",)
 """Tools that a container asks the host to carry out (nesting)."""
 
-EventKind = Literal["tool_started", "tool_finished", "turn_finished", "log"]
-EVENT_KINDS: tuple[EventKind, ...] = ("tool_started", "tool_finished", "turn_finished", "log")
+EventKind = Literal["tool_started", "tool_finished", "turn_finished", "log", "model_text"]
+EVENT_KINDS: tuple[EventKind, ...] = (
+    "tool_started",
+    "tool_finished",
+    "turn_finished",
+    "log",
+    "model_text",
+)
+"""`model_text` is the model's text as it streams, reported by the broker (the runner
+sends the others)."""
 ResultStatus = Literal["completed", "failed"]
 
 # -- what the runner sends (field names: the host's models must match) ----------

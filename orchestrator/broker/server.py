@@ -44,6 +44,7 @@ from orchestrator.broker.forwarding import (
 )
 from orchestrator.broker.limits import Allowance, flood_allowances
 from orchestrator.broker.listener import BODY_TIMEOUT_S, Listener, SandboxIdentity
+from orchestrator.broker.streaming import TextProgress
 from orchestrator.broker.upstream import (
     Upstream,
     UpstreamAnswer,
@@ -359,6 +360,7 @@ class Broker:
                 forwarded.betas,
                 request.headers.get("anthropic-version"),
                 self.model_failures,
+                TextProgress(self._model_text),
             )
             if answer.retries:
                 await self._report_retries(answer)
@@ -371,6 +373,19 @@ class Broker:
                 ]
                 await self._store_transcript(history, _assistant_turns(history))
         return web.json_response(answer.payload, status=answer.status, headers=answer.headers)
+
+    async def _model_text(self, text: str) -> None:
+        """The model's text as it streams: a progress event (`model_text`)."""
+        try:
+            await self.host.on_event(
+                wire_models.EventRequest(
+                    kind="model_text", detail=text[: wire.MAX_EVENT_DETAIL_CHARS]
+                )
+            )
+        except WardenError as exc:  # e.g. the state disk is full: the run reports it
+            log.info("recording model text failed: %s", exc)
+        except Exception:
+            log.exception("recording model text failed")
 
     async def _report_retries(self, answer: UpstreamAnswer) -> None:
         """A call the SDK retried on the host: one event saying how it went."""

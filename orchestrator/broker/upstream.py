@@ -6,9 +6,11 @@ and every broker. The SDK owns the HTTP layer: retries of 429 (honouring
 `retry-after`), 5xx, 529 and connection errors, bounded in total time by
 `retry.RetryBudget`, which also stops spend limits from being retried; other
 4xx are never retried. The request body goes through the SDK's generic `post`
-(asking for the raw response) as the JSON the runner sent, after the broker's
-checks, so no field is dropped or re-typed on the way, including fields this
-SDK version does not know, and the answer goes back as the API's JSON. Every
+as the JSON the runner sent, after the broker's checks, so no field is dropped or
+re-typed on the way, including fields this SDK version does not know. It is sent
+with `stream: true` (`streaming` assembles the message and reports the text as it
+comes), or plain when `Upstream.stream` is off; either way the answer goes back
+as the API's JSON. Every
 HTTP attempt of a call is recorded (`Attempt`) by `AttemptLog`, SDK middleware
 inside the retry loop, so retries are seen on the host: in the trace
 (`Upstream.on_attempt`), in the task's events and in its error line.
@@ -38,7 +40,8 @@ from orchestrator.broker.retry import (
     RetryBudget,
     RetryBudgetSpent,
 )
-from orchestrator.errors import api_error_type
+from orchestrator.broker.streaming import NotAStreamError, TextProgress, stream_message
+from orchestrator.errors import API_ERROR_TYPES, api_error_type
 from orchestrator.jsontypes import JSONValue
 from sandbox_tools import wire
 
@@ -151,6 +154,8 @@ class Upstream:
     client: anthropic.AsyncAnthropic
     on_attempt: Callable[[str, Attempt], None] | None = None
     """Called with (model, attempt) for each HTTP attempt after a call ends (tracing)."""
+    stream: bool = True
+    """Ask the API with `stream: true` (`streaming`); False sends plain requests."""
 
 
 @dataclass
@@ -202,10 +207,12 @@ async def forward_messages(
     betas: list[str],
     version: str | None,
     failures: UpstreamFailures | None = None,
+    progress: TextProgress | None = None,
 ) -> UpstreamAnswer:
-    """POST one Messages API request upstream through the SDK (which retries).
-    Never raises for what the endpoint did: a failed call is an answer in
-    Anthropic's error shape, counted in `failures`."""
+    """POST one Messages API request upstream through the SDK (which retries),
+    streamed when `upstream.stream` (its text deltas go to `progress`). Never raises
+    for what the endpoint did: a failed call is an answer in Anthropic's error shape,
+    counted in `failures`."""
     headers: dict[str, str] = {}
     if betas:
         headers["anthropic-beta"] = ",".join(betas)
@@ -214,7 +221,7 @@ async def forward_messages(
     attempts: list[Attempt] = []
     token = _CALL_ATTEMPTS.set(attempts)
     try:
-        answer = await _post(upstream.client, body, headers)
+        answer = await _post(upstream.client, body, headers, upstream.stream, progress)
     finally:
         _CALL_ATTEMPTS.reset(token)
     answer.attempts = attempts
@@ -234,10 +241,17 @@ async def forward_messages(
 
 
 async def _post(
-    client: anthropic.AsyncAnthropic, body: dict[str, JSONValue], headers: dict[str, str]
+    client: anthropic.AsyncAnthropic,
+    body: dict[str, JSONValue],
+    headers: dict[str, str],
+    stream: bool,
+    progress: TextProgress | None,
 ) -> UpstreamAnswer:
     url = f"{client.base_url}{MESSAGES_PATH.lstrip('/')}"
     try:
+        if stream:
+            message, response = await stream_message(client, MESSAGES_PATH, body, headers, progress)
+            return UpstreamAnswer(response.status_code, message, _returned(response, failed=False))
         # The SDK's raw-response wrapper: middleware and the retry loop see each
         # attempt's status (a bare `httpx2.Response` cast would bypass both).
         raw = await client.post(
@@ -249,11 +263,15 @@ async def _post(
         response = raw.http_response
         await response.aread()
     except anthropic.APIStatusError as exc:
+        # An `error` event inside a stream arrives on a 200: its type names the status.
+        status = exc.status_code if exc.status_code >= 400 else _status_of(exc.body)
         return UpstreamAnswer(
-            exc.status_code,
-            _error_payload(exc.status_code, exc.body, exc.response),
+            status,
+            _error_payload(status, exc.body, exc.response),
             _returned(exc.response, failed=True),
         )
+    except NotAStreamError as exc:
+        return _not_a_message(url, exc.response)
     except anthropic.APITimeoutError as exc:
         log.warning("model endpoint %s timed out: %s", url, exc)
         return UpstreamAnswer(
@@ -272,6 +290,13 @@ async def _post(
     if not _is_message(payload):
         return _not_a_message(url, response)
     return UpstreamAnswer(response.status_code, payload, _returned(response, failed=False))
+
+
+def _status_of(body: object) -> int:
+    """The HTTP status of an Anthropic error body's type (500 when unknown)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return next((s for s, t in API_ERROR_TYPES.items() if t == kind), 500)
 
 
 def _returned(response: httpx2.Response, *, failed: bool) -> dict[str, str]:

@@ -166,6 +166,8 @@ class Progress:
                 row.tool = f"{event.data.get('tool_name')}: {event.data.get('detail', '')}"
             elif event.data.get("event") == "tool_finished":
                 row.tool = ""
+            elif event.data.get("event") == "model_text":  # its own words, streamed
+                row.tool = f"says: {' '.join(str(event.data.get('detail', '')).split())[-200:]}"
         elif event.kind in TASK_END_KINDS:
             row.status = str(event.data.get("status", event.kind.removeprefix("task_")))
             row.tool = ""
@@ -185,6 +187,8 @@ class Progress:
             return (
                 f"{who} {printable(data.get('tool_name'), 40)}: {printable(data.get('detail', ''))}"
             )
+        if event.kind == "task_running" and data.get("event") == "model_text":
+            return f"{who} says: {printable(data.get('detail', ''), 300)}"
         if event.kind in TASK_END_KINDS:
             status = printable(data.get("status", event.kind.removeprefix("task_")), 40)
             extra = printable(data.get("error") or "", 200)

@@ -135,7 +135,7 @@ async def broker_env(
     broker = Broker(
         socket_dir=socket_dir,
         spec=make_spec(),
-        upstream=Upstream(model_client("http://model.test", REAL_KEY, http_client=upstream_client)),
+        upstream=Upstream(model_client("http://model.test", REAL_KEY, http_client=upstream_client), stream=False),
         host=host,
         budget=Budget(max_turns=2, max_total_tokens=100_000),
     )
@@ -203,7 +203,7 @@ def budget_broker(
     broker = Broker(
         socket_dir=socket_dir,
         spec=make_spec(max_turns=10),
-        upstream=Upstream(model_client("http://model.test", None, http_client=upstream_client)),
+        upstream=Upstream(model_client("http://model.test", None, http_client=upstream_client), stream=False),
         host=RecordingHost(),
         budget=budget,
         **extra,

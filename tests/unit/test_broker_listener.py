@@ -62,7 +62,7 @@ async def served() -> AsyncIterator[tuple[Broker, RecordingHost]]:
     broker = Broker(
         socket_dir=socket_dir,
         spec=make_spec(),
-        upstream=Upstream(model_client("http://model.test", None, http_client=upstream_client)),
+        upstream=Upstream(model_client("http://model.test", None, http_client=upstream_client), stream=False),
         host=host,
         budget=Budget(max_turns=2),
         identity=SANDBOX,

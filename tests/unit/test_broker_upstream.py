@@ -155,7 +155,8 @@ async def test_every_field_reaches_the_api_unchanged_with_the_host_key(
     assert answer["type"] == "message" and answer["content"][0]["text"] == "plain ok"
     (received,) = [r for r in server.requests if r.conversation == "plain"]
     # Exactly what the sandbox sent, but for the model, which the host chooses.
-    assert received.body == {**sent, "model": "host-chosen-model"}
+    assert received.body == {**sent, "model": "host-chosen-model", "stream": True}
+    assert received.stream  # streamed upstream; the sandbox got one message
     assert received.api_key_matched is not False and received.api_key_present
     assert received.headers["anthropic-version"] == "2023-06-01"
     assert retry_notices(sandbox.host) == []
@@ -177,7 +178,7 @@ async def test_fields_the_sdk_does_not_know_pass_through_unchanged(
     await upstream.client.close()
     assert answer.status == 200 and answer.retries == 0
     (received,) = [r for r in server.requests if r.conversation == "unknown-field"]
-    assert received.body == body
+    assert received.body == {**body, "stream": True}
     assert received.headers["anthropic-beta"] == "future-beta-2027-01-01"
 
 

@@ -266,7 +266,11 @@ async def test_a_completed_task_gives_its_answer_tokens_and_records(make: Any) -
             result.text,
             result.tokens,
         )
-        assert h.kinds(result.task_id) == ["task_started", "task_completed"]
+        # The model's text, streamed from the API, is a progress event of the task.
+        assert h.kinds(result.task_id) == ["task_started", "task_running", "task_completed"]
+        said = [e for e in h.events if e.task_id == result.task_id and e.kind == "task_running"]
+        assert said[0].data["event"] == "model_text" and said[0].data["detail"] == "model says hi"
+        assert result.usage["output_tokens"] > 0
         (spec,) = h.backend.started
         assert spec.image == "image-agent" and spec.user != "0:0"
         assert spec.warden_labels["warden.task"] == result.task_id

@@ -80,7 +80,7 @@ async def test_spans_form_the_run_tree_under_the_runs_trace_id(
                   tool_use_id="tu1"))  # fmt: skip
     tracer(_event("task_started", "sa_b", parent="sa_a", ts=3, description="inner"))
     client = model_client("http://model.test", None, http_client=_overloaded_once())
-    upstream = tracer.upstream_for(Upstream(client), "sa_b", "sa_a")
+    upstream = tracer.upstream_for(Upstream(client, stream=False), "sa_b", "sa_a")
     answer = await forward_messages(upstream, {"model": "m-1", "messages": []}, [], None)
     assert answer.status == 200 and answer.retries == 1
     tracer(_event("task_failed", "sa_b", parent="sa_a", ts=4, status="failed", tokens=18,
@@ -96,7 +96,7 @@ async def test_spans_form_the_run_tree_under_the_runs_trace_id(
         type="message",
         usage=Usage(input_tokens=3, output_tokens=0),
     )
-    request = ModelRequest(model="parent-m", max_tokens=1, system="", messages=[], tools=[])
+    request = ModelRequest(model="parent-m", max_tokens=1, system=[], messages=[], tools=[])
     await tracer.parent_model_call(request, response, 1000.0, 1000.5)
     tracer.set_outcome("completed")
     tracer.finish()
