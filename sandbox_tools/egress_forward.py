@@ -2,12 +2,15 @@
 
 The sandbox has no network interface but `lo`. When the host offers egress it
 mounts a second Unix socket beside the broker's (`EGRESS_SOCKET`); this module
-listens on a loopback port and relays each TCP connection, byte for byte, to a
-new connection on that socket. Every decision (which host, which port, how many
-bytes) is made by the proxy on the host; the forwarder knows nothing and decides
-nothing. It sets the proxy variables (`proxy_env`) so HTTP clients, pip, npm and
-git send their traffic through it. Without the socket nothing starts and no
-variable is set.
+listens on a loopback port and hands each accepted TCP connection to the host
+proxy: it connects to that socket and passes the connection itself over it
+(`SCM_RIGHTS`, one marker byte `HANDOVER`), then lets go of it. The proxy reads
+and writes the client's socket directly, so no byte is copied in the container
+and the host can move them in the kernel. Every decision (which host, which port,
+how many bytes) is made by the proxy on the host; the forwarder knows nothing and
+decides nothing. It sets the proxy variables (`proxy_env`) so HTTP clients, pip,
+npm and git send their traffic through it. Without the socket nothing starts and
+no variable is set.
 
 Standard library only (it runs in every image, before anything else is imported).
 
@@ -19,9 +22,9 @@ Standard library only (it runs in every image, before anything else is imported)
 
 from __future__ import annotations
 
+import array
 import contextlib
 import os
-import select
 import socket
 import sys
 import threading
@@ -31,9 +34,8 @@ EGRESS_SOCKET = f"/run/warden/{EGRESS_SOCKET_NAME}"
 """The host proxy's socket inside the container (beside `wire.BROKER_SOCKET`)."""
 LISTEN_HOST = "127.0.0.1"
 LISTEN_BACKLOG = 64
-CHUNK_BYTES = 256 * 1024
-IDLE_TIMEOUT_S = 300.0
-"""A relay with no bytes either way for this long is closed (the proxy has the same)."""
+HANDOVER = b"\0"
+"""The byte that carries a passed connection (the host proxy's `HANDOVER` too)."""
 NO_PROXY = "localhost,127.0.0.1,::1"
 
 
@@ -70,56 +72,30 @@ def listen() -> socket.socket:
 
 
 def serve(server: socket.socket, socket_path: str) -> None:
-    """Accept forever; one thread per connection relays it to a new proxy connection."""
+    """Accept forever; hand each connection to the host proxy."""
     while True:
         try:
             client, _ = server.accept()
         except OSError:
             return
-        threading.Thread(target=_connection, args=(client, socket_path), daemon=True).start()
+        try:
+            hand_over(client, socket_path)
+        finally:
+            client.close()
 
 
-def _connection(client: socket.socket, socket_path: str) -> None:
-    # Small writes (a response's headers) must not wait for the client's delayed ACK.
-    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def hand_over(client: socket.socket, socket_path: str) -> None:
+    """Pass `client` to the proxy over a new connection to its socket (a 502 to the
+    client when the proxy is not reachable)."""
     upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         upstream.connect(socket_path)
+        fds = array.array("i", [client.fileno()])
+        upstream.sendmsg([HANDOVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
     except OSError as exc:
         _answer_unavailable(client, exc)
-        upstream.close()
-        return
-    try:
-        relay(client, upstream)
     finally:
-        client.close()
         upstream.close()
-
-
-def relay(a: socket.socket, b: socket.socket) -> None:
-    """Copy both ways until both sides have ended (or nothing moves for IDLE_TIMEOUT_S)."""
-    peer = {a: b, b: a}
-    reading = [a, b]
-    while reading:
-        ready, _, _ = select.select(reading, [], [], IDLE_TIMEOUT_S)
-        if not ready:
-            return
-        for s in ready:
-            try:
-                data = s.recv(CHUNK_BYTES)
-            except OSError:
-                return
-            if not data:
-                reading.remove(s)
-                try:
-                    peer[s].shutdown(socket.SHUT_WR)
-                except OSError:
-                    return
-                continue
-            try:
-                peer[s].sendall(data)
-            except OSError:
-                return
 
 
 def _answer_unavailable(client: socket.socket, exc: OSError) -> None:

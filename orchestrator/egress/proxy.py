@@ -1,5 +1,10 @@
 """The host side of one task's egress: an HTTP proxy on a Unix socket.
 
+The in-container forwarder passes each accepted TCP connection over the socket
+(`SCM_RIGHTS`, marker byte `HANDOVER`); the proxy then serves the client's own
+socket, validated to be a TCP stream, and no byte is copied in the container. A
+connection that sends anything else is served as the client itself.
+
 One request per connection, in three phases:
 1. checks, on the event loop: the peer's uid, the connection caps, the request head
    (`http_head`: h11 plus the refusals that stop request smuggling), the decision
@@ -24,7 +29,7 @@ import contextlib
 import logging
 import os
 import socket
-import threading
+from array import array
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -38,7 +43,7 @@ from orchestrator.egress.http_head import (
     parse_request_head,
 )
 from orchestrator.egress.limits import Destination, Meter
-from orchestrator.egress.relay import KernelRelay, RelayEnd
+from orchestrator.egress.relay import KernelRelay, RelayEnd, RelayThreads
 from orchestrator.egress.tunnel import (
     BufferedSocket,
     Checked,
@@ -59,7 +64,13 @@ HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 15.0
 """Longest the proxy waits for an upstream TCP connect (each address)."""
 RELAY_JOIN_TIMEOUT_S = 5.0
-"""How long `close()` waits for stopped relays to release their sockets."""
+"""How long `close()` waits for each stopped relay's thread to let go of its sockets."""
+MAX_RELAY_THREADS = 256
+"""Relay threads one proxy keeps at most (a connection beyond waits for one); the
+task's open-connection cap (64 by default) normally binds first. Threads are reused:
+starting one per connection would cost every small request a thread start."""
+HANDOVER = b"\0"
+"""The byte the forwarder sends with a passed connection (`egress_forward.HANDOVER`)."""
 TLS_ALERT_UNRECOGNIZED_NAME = bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70])
 """A fatal TLS alert (unrecognized_name): what a TLS client understands after `200`."""
 _PHRASES = {
@@ -99,7 +110,8 @@ class EgressProxy:
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[None]] = set()
-        self._relays: dict[KernelRelay, threading.Thread] = {}
+        self._relays: set[KernelRelay] = set()
+        self._relay_threads = RelayThreads(MAX_RELAY_THREADS)
         self._cut_reported = False
 
     async def start(self) -> None:
@@ -131,9 +143,8 @@ class EgressProxy:
             task.cancel()
         if self._handlers:
             await asyncio.gather(*self._handlers, return_exceptions=True)
-        threads = list(self._relays.values())
-        if threads:
-            await asyncio.to_thread(_join_all, threads, RELAY_JOIN_TIMEOUT_S)
+        # Stopped relays end at once; wait for their threads to let go of the sockets.
+        await asyncio.to_thread(self._relay_threads.close, RELAY_JOIN_TIMEOUT_S)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
@@ -175,7 +186,9 @@ class EgressProxy:
             await _refuse(conn, 429, f"refused: {why} is reached")
             return
         try:
-            await self._request(BufferedSocket(conn), owned)
+            client = await _client(conn)
+            owned.append(client.sock)
+            await self._request(client, owned)
         finally:
             self.meter.closed()
 
@@ -278,19 +291,23 @@ class EgressProxy:
         ended: asyncio.Future[RelayEnd] = loop.create_future()
 
         def run() -> None:
-            end = relay.run()
+            try:
+                end = relay.run()
+            except Exception:  # a relay bug ends its connection, not the proxy
+                log.exception("egress proxy: relay failed")
+                end = RelayEnd.ERROR
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
                 loop.call_soon_threadsafe(_settle, ended, end)
 
-        thread = threading.Thread(target=run, name="warden-egress-relay", daemon=True)
-        self._relays[relay] = thread
-        thread.start()
+        self._relays.add(relay)
+        self._relay_threads.submit(run)
         try:
             end = await ended
         except asyncio.CancelledError:
             relay.stop()
             raise
-        self._relays.pop(relay, None)
+        finally:
+            self._relays.discard(relay)
         if end is RelayEnd.CUT or self.meter.cut is not None:
             await self._report_cut()
 
@@ -305,13 +322,61 @@ def _settle(future: asyncio.Future[RelayEnd], end: RelayEnd) -> None:
         future.set_result(end)
 
 
-def _join_all(threads: list[threading.Thread], timeout: float) -> None:
-    for thread in threads:
-        thread.join(timeout)
-
-
 def _denied(verdict: Verdict, reason: str, decided_by: str) -> Verdict:
     return Verdict("deny", verdict.host, verdict.port, reason, decided_by, "proxy", verdict.policy)
+
+
+async def _client(conn: socket.socket) -> BufferedSocket:
+    """The client: the TCP connection passed over `conn` (which is then closed), or
+    `conn` itself with the byte it sent. OSError for a passed descriptor that is
+    not a TCP stream (only the sandbox can pass one; it is closed unused)."""
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+
+    def readable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    # Room for one descriptor: the kernel closes any more a client sends.
+    space = socket.CMSG_SPACE(array("i").itemsize)
+    try:
+        data, ancillary, _, _ = conn.recvmsg(1, space)
+    except BlockingIOError:
+        loop.add_reader(conn.fileno(), readable)
+        try:
+            async with asyncio.timeout(HEAD_TIMEOUT_S):
+                await ready
+        finally:
+            loop.remove_reader(conn.fileno())
+        data, ancillary, _, _ = conn.recvmsg(1, space)
+    fds = array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    if not fds:
+        return BufferedSocket(conn, data)
+    passed = socket.socket(fileno=fds[0])
+    for extra in fds[1:]:
+        os.close(extra)
+    if data != HANDOVER or not _is_tcp_stream(passed):
+        passed.close()
+        raise OSError("the forwarder passed something that is not a TCP connection")
+    conn.close()
+    passed.setblocking(False)
+    passed.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return BufferedSocket(passed)
+
+
+def _is_tcp_stream(sock: socket.socket) -> bool:
+    try:
+        protocol = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PROTOCOL)
+    except OSError:
+        return False
+    return (
+        sock.family in (socket.AF_INET, socket.AF_INET6)
+        and sock.type == socket.SOCK_STREAM
+        and protocol == socket.IPPROTO_TCP
+    )
 
 
 async def _read_head(client: BufferedSocket) -> bytes:
@@ -344,9 +409,8 @@ async def _connect(verdict: Verdict) -> socket.socket:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setblocking(False)
         try:
-            await asyncio.wait_for(
-                loop.sock_connect(sock, (str(address), verdict.port)), CONNECT_TIMEOUT_S
-            )
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await loop.sock_connect(sock, (str(address), verdict.port))
         except TimeoutError:
             sock.close()
             last = OSError(f"no answer from {address} within {CONNECT_TIMEOUT_S:g} s")

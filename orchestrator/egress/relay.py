@@ -20,9 +20,11 @@ import contextlib
 import enum
 import fcntl
 import os
+import queue
 import select
 import socket
 import threading
+from collections.abc import Callable
 
 from orchestrator.egress.limits import Destination, Meter
 
@@ -212,3 +214,44 @@ class KernelRelay:
         for s in (self.client, self.upstream):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+
+
+class RelayThreads:
+    """Reused daemon threads that run relays: starting a thread per connection would
+    cost every small request a thread start (and a wait for it to run). A thread
+    beyond `max_threads` is not started; its job waits for a free one. Daemon
+    threads, so a proxy that is never closed cannot hold the process at exit."""
+
+    def __init__(self, max_threads: int) -> None:
+        self.max_threads = max_threads
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+            elif len(self._threads) < self.max_threads:
+                thread = threading.Thread(
+                    target=self._work, name="warden-egress-relay", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+        self._jobs.put(job)
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+            with self._lock:
+                self._idle += 1
+
+    def close(self, timeout: float) -> None:
+        """Let every thread finish its job and end (waiting up to `timeout` each)."""
+        with self._lock:
+            threads = list(self._threads)
+        for _ in threads:
+            self._jobs.put(None)
+        for thread in threads:
+            thread.join(timeout)

@@ -421,3 +421,37 @@ async def test_closing_a_proxy_with_open_tunnels_is_quiet(
     assert not loud, [r.getMessage() for r in loud]
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Task exception" not in err, err
+
+
+@pytest.mark.parametrize("proxied", [ALLOW], indirect=True)
+async def test_a_passed_descriptor_that_is_not_a_tcp_connection_is_refused(
+    proxied: Proxied, tmp_path: Path
+) -> None:
+    """The forwarder passes the client's TCP socket; anything else a sandbox passes
+    (a pipe, a Unix socket) is closed unused."""
+    import array
+    import os
+
+    def pass_fd(fd: int) -> bytes:
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.connect(str(tmp_path / "egress.sock"))
+            conn.sendmsg(
+                [egress_forward.HANDOVER],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))],
+            )
+            conn.settimeout(10)
+            return conn.recv(4096)
+
+    read_end, write_end = os.pipe()
+    a, b = socket.socketpair()
+    try:
+        assert await asyncio.to_thread(pass_fd, write_end) == b""
+        assert await asyncio.to_thread(pass_fd, a.fileno()) == b""
+        b.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            b.recv(10)  # nothing was written to the passed socket
+    finally:
+        for fd in (read_end, write_end):
+            os.close(fd)
+        a.close()
+        b.close()
