@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
@@ -167,11 +168,15 @@ class Settings(BaseModel):
             write_limit_bytes=self.disk_write_limit if write_limit is None else write_limit,
             free_floor_bytes=self.disk_free_floor if free_floor is None else free_floor,
         )
+
     model_max_retries: int = Field(default=wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
     """Retries of one model call on 429/5xx/529, parent and subagents
     (WARDEN_MODEL_MAX_RETRIES); 400/401/402/403 and spend limits are never retried."""
     model_retry_total_s: float = Field(default=wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)
     """Longest one model call keeps retrying (WARDEN_MODEL_RETRY_TOTAL_S)."""
+    model_context_windows: dict[str, Annotated[int, Field(ge=1000)]] = Field(default_factory=dict)
+    """Context window in tokens per model id, for models whose window is not the
+    standard 200,000 (a subagent keeps each request inside its model's window)."""
     max_concurrent: int = Field(default=DEFAULT_MAX_CONCURRENT, ge=1)
     """Subagents running at once per run; more wait in a queue (WARDEN_MAX_CONCURRENT)."""
     queue_limit: int = Field(default=DEFAULT_QUEUE_LIMIT, ge=0)
@@ -227,7 +232,10 @@ class Settings(BaseModel):
                 values[key] = parse_size(env[name], name)
         if env.get("WARDEN_DEVCONTAINER", "").strip():
             values["devcontainer"] = env["WARDEN_DEVCONTAINER"].strip().lower() not in {
-                "0", "false", "no", "off"
+                "0",
+                "false",
+                "no",
+                "off",
             }
         if env.get("WARDEN_MANAGED_POLICY"):
             values["managed_policy"] = Path(env["WARDEN_MANAGED_POLICY"])

@@ -21,6 +21,7 @@ from pathlib import Path
 from sandbox_tools import watchdog, wire
 from sandbox_tools.broker import MODEL_CALL_TIMEOUT_S, BrokerClient
 from sandbox_tools.caching import cached_messages, cached_tools, system_blocks
+from sandbox_tools.context import ContextWindow, estimate_tokens
 from sandbox_tools.conversation import append_user_text
 from sandbox_tools.errors import (
     BrokerRequestError,
@@ -97,23 +98,42 @@ class AgentLoop:
         # The host repaired the history; a resume may end with tool results, so
         # the prompt joins that user message rather than following it.
         self.messages = append_user_text(list(spec.history), spec.prompt)
+        self.context = ContextWindow(spec.context_window_tokens, spec.max_tokens)
+        """What of `messages` is sent (`context`): they stay whole for the transcript."""
         self.turn = 0
         unknown = [t for t in spec.tools if t not in wire.TOOL_NAMES + wire.DELEGATION_TOOL_NAMES]
         if unknown:
             log.warning("ignoring tools this runner does not know: %s", ", ".join(unknown))
 
-    def _request(self) -> JSONObject:
-        """This turn's request, with prompt-caching breakpoints (`caching`) so it reads
-        everything the previous turn sent from the cache; same order, same JSON."""
+    def _request(self, messages: list[JSONObject] | None = None) -> JSONObject:
+        """This turn's request (the context window's view of the conversation, or
+        `messages`), with prompt-caching breakpoints (`caching`) so it reads everything
+        the previous turn sent from the cache; same order, same JSON."""
+        if messages is None:
+            self.context.compact(self.messages, self._size, self._summarize)
+            messages = self.context.view(self.messages)
         request: JSONObject = {
             "model": self.spec.model,
             "max_tokens": self.spec.max_tokens,
             "system": list[JSONValue](system_blocks(self.spec.system_prompt)),
-            "messages": list[JSONValue](cached_messages(self.messages)),
+            "messages": list[JSONValue](cached_messages(messages)),
         }
         if tools := tool_params(self.spec.tools):
             request["tools"] = list[JSONValue](cached_tools(tools))
         return request
+
+    def _size(self, messages: list[JSONObject]) -> int:
+        return estimate_tokens(self._request(messages))
+
+    def _summarize(self, messages: list[JSONObject]) -> str:
+        """One model call for a summary of the oldest turns (`context`); a failure
+        leaves a note instead, and the loop goes on."""
+        self.outbox.event(wire.event_request("log", detail="context: summarising the oldest turns"))
+        try:
+            content, _ = _reply_parts(self.broker.messages(self._request(messages)))
+        except (BrokerRequestError, BrokerTimeoutError, MalformedReplyError) as e:
+            return f"(No summary could be written ({e}); the earlier turns are omitted.)"
+        return final_text(content).strip() or "(The summary came back empty.)"
 
     def run(self) -> wire.ResultRequest:
         spec = self.spec

@@ -88,6 +88,8 @@ DEFAULT_MODEL_RETRY_TOTAL_S = 300.0
 
 DEFAULT_MAX_TOKENS = 8192
 """`max_tokens` of each model call when the spec does not say."""
+DEFAULT_CONTEXT_WINDOW_TOKENS = 200_000
+"""The model's context window when the spec does not say (the Claude models' standard)."""
 
 DEFAULT_BASH_TIMEOUT_S = 120.0
 """Timeout of a Bash call that gives none, when the spec does not say."""
@@ -272,6 +274,7 @@ class TaskSpec(NamedTuple):
     """Earlier messages of this session when resuming (already repaired by the host)."""
     max_tokens: int = DEFAULT_MAX_TOKENS
     bash_timeout_s: float = DEFAULT_BASH_TIMEOUT_S
+    context_window_tokens: int = DEFAULT_CONTEXT_WINDOW_TOKENS
 
     @classmethod
     def from_json(cls, doc: object) -> TaskSpec:
@@ -294,6 +297,9 @@ class TaskSpec(NamedTuple):
             max_tokens=_typed(doc, "max_tokens", int, DEFAULT_MAX_TOKENS),
             bash_timeout_s=float(
                 _typed(doc, "bash_timeout_s", (int, float), DEFAULT_BASH_TIMEOUT_S)
+            ),
+            context_window_tokens=_typed(
+                doc, "context_window_tokens", int, DEFAULT_CONTEXT_WINDOW_TOKENS
             ),
         )
 

@@ -54,6 +54,8 @@ class TaskSpec(_Wire):
     """`max_tokens` for each model call."""
     bash_timeout_s: float = Field(default=wire.DEFAULT_BASH_TIMEOUT_S, gt=0)
     """Default timeout of one Bash tool call."""
+    context_window_tokens: int = Field(default=wire.DEFAULT_CONTEXT_WINDOW_TOKENS, ge=1000)
+    """The model's context window: the runner keeps each request inside it."""
     model_max_retries: int = Field(default=wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
     """Retries of one model call on 429/5xx/529 (the host SDK's retry layer)."""
     model_retry_total_s: float = Field(default=wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)

@@ -55,6 +55,7 @@ def runner_spec(
         max_turns=max_turns,
         model_max_retries=config.model_max_retries,
         model_retry_total_s=config.model_retry_total_s,
+        context_window_tokens=config.context_window(model),
     )
 
 

@@ -57,6 +57,12 @@ class TaskManagerConfig:
     """Retries of one subagent model call on 429/5xx/529."""
     model_retry_total_s: float = wire.DEFAULT_MODEL_RETRY_TOTAL_S
     """Longest one subagent model call keeps retrying."""
+    context_windows: dict[str, int] = field(default_factory=dict)
+    """Context window (tokens) per model id; others get
+    `wire.DEFAULT_CONTEXT_WINDOW_TOKENS`."""
+
+    def context_window(self, model: str) -> int:
+        return self.context_windows.get(model, wire.DEFAULT_CONTEXT_WINDOW_TOKENS)
 
     def pool_config(self) -> PoolConfig:
         """The warm pool's sizing (`warm_pool_size`, when given, fixes it)."""
@@ -78,6 +84,7 @@ class TaskManagerConfig:
             queue_limit=settings.queue_limit,
             model_max_retries=settings.model_max_retries,
             model_retry_total_s=settings.model_retry_total_s,
+            context_windows=dict(settings.model_context_windows),
             disk=settings.disk_limits(),
             warm_pool=settings.pool_config(),
         )

@@ -139,6 +139,8 @@ class Match(_Closed):
     """A tool name offered in the request's `tools`."""
     lacks_tool: str | None = None
     """A tool name NOT offered in the request's `tools`."""
+    last_message_contains: str | None = None
+    """Substring of the last message's text (its text blocks and tool results)."""
 
     def describe(self) -> str:
         parts = [f"{key}={value!r}" for key, value in self.model_dump().items() if value]
@@ -254,7 +256,15 @@ class RequestView:
             and (match.prompt_contains is None or match.prompt_contains in self.prompt)
             and (match.has_tool is None or match.has_tool in self.tool_names)
             and (match.lacks_tool is None or match.lacks_tool not in self.tool_names)
+            and (
+                match.last_message_contains is None
+                or match.last_message_contains in self.last_message_text()
+            )
         )
+
+    def last_message_text(self) -> str:
+        """Texts of the last message: its text blocks and tool results."""
+        return _text_of(self.messages[-1].get("content")) if self.messages else ""
 
     def describe(self) -> str:
         def head(text: str) -> str:
