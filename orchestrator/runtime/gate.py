@@ -85,7 +85,7 @@ class PolicyGate:
             )
             hooks = self.hooks
             if task.agent.hooks:  # the agent file's own hooks, for its calls only
-                hooks = HookSet(hooks.hooks + task.agent.hooks, hooks.warnings)
+                hooks = hooks.with_hooks(task.agent.hooks)
             engine = PermissionEngine(
                 narrowed, hooks, workspace_host=self.workspace_host, sandbox=self.hook_sandbox
             )

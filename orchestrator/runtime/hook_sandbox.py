@@ -1,107 +1,364 @@
-"""Run a hook in a hardened sandbox instead of on the host (`"sandbox": true`):
-the `permissions.hooks.HookSandbox` the run gives its permission engines.
+"""The run's hook sandboxes: where every hook not marked trusted runs (the
+`permissions.hooks.HookSandbox` the run gives its permission engines).
 
-The hook gets what a subagent's sandbox gets: no network, no capabilities, a
-read-only root, resource limits, the workspace at `/workspace` with `.claude/`,
-`.git` and the settings' `warden.protect` paths read-only (not `--protect`
-ones: hooks do not see the command line), and nothing else from the host (no key, no home). Its
-input JSON is mounted read-only and fed to its stdin; its stdout, stderr and
-exit code are read back as for a host hook, and its timeout kills the
-container. It goes through the same backend as `warden exec`, in the `agent`
-image (Python, git, coreutils).
+A hook sandbox is what a subagent's sandbox is: no network, no capabilities, a
+read-only root, resource limits, the workspace at `/workspace` with the run's
+protected paths read-only (its spec comes from the run's own parts: backend,
+agent image, workspace guard, sandbox identity; `hook_sandbox_pool`), and
+nothing else from the host (no key, no home, no host environment). Each one
+serves exactly one hook call and is removed after it: nothing a hook leaves
+behind (a process, a file in `/tmp`) reaches the next call.
+
+Kept fast by a warm pool: `HOOK_POOL_READY` containers are started ahead of
+time. Each runs `SHIM` (stdlib Python, `-I -S`), which has already connected to
+a Unix socket the host listens on, in a directory only that container mounts,
+and waits. A call takes a ready one, sends the command, its working directory
+and its stdin as one JSON document, and reads back the exit code and the output
+(each stream cut at the caller's limit, the cut announced); a replacement starts
+after the call. If the orchestrator dies, the connection drops and the shim
+exits; the run's reaper removes what is left (every container carries the run's
+session label). `bench/bench_hooks.py` measures what this adds to a tool call.
 """
 
 from __future__ import annotations
 
 import asyncio
-import secrets
-import tempfile
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator import labels
-from orchestrator.backend.base import Mount, SandboxSpec, SandboxStatus
+from orchestrator.backend.base import DiskLimits, Mount, ResourceLimits, SandboxSpec
+from orchestrator.broker import SandboxIdentity, make_socket_dir
 from orchestrator.errors import WardenError
+from orchestrator.lifecycle import socket_dirs
 from orchestrator.permissions.hooks import SandboxedHookRun
 
+if TYPE_CHECKING:
+    from orchestrator.backend.base import ContainerBackend
+    from orchestrator.workspace import WorkspaceGuard
+
+log = logging.getLogger(__name__)
+
+HOOK_SANDBOX_ENV = {"HOME": "/tmp", "CLAUDE_PROJECT_DIR": "/workspace"}
+"""A sandboxed hook's environment (the image's PATH; nothing from the host)."""
 HOOK_IMAGE = "agent"
-"""The image sandboxed hooks run in."""
-HOOK_INPUT_DIR = "/run/warden-hook"
-HOOK_SHELL = 'exec sh -c "$1" < ' + HOOK_INPUT_DIR + "/input.json"
-"""Runs the hook's command (`$1`) with the event JSON on stdin."""
+"""The image sandboxed hooks run in (Python, git, coreutils)."""
+HOOK_SOCKET_DIR = "/run/warden-hook"
+"""Where a hook sandbox sees its own socket directory (read-only)."""
+HOOK_SOCKET_NAME = "hook.sock"
+HOOK_POOL_READY = 2
+"""Hook sandboxes kept started and waiting (two: a tool call may match two hooks)."""
+HOOK_SANDBOX_MAX_AGE_S = 3000.0
+"""A waiting sandbox older than this is replaced, not used (its shim gives up at
+`SHIM_WAIT_S`)."""
+SHIM_WAIT_S = 3600
+"""How long a shim waits for its one request before it exits by itself."""
+MAX_RESPONSE_OVERHEAD_BYTES = 4096
+"""Room for the response's JSON around the two base64 streams."""
+
+SHIM = r"""
+import base64, json, socket, subprocess, sys, threading
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.settimeout(float(sys.argv[2]))
+data = bytearray()
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+s.settimeout(None)
+req = json.loads(data)
+limit = req["limit"]
+proc = subprocess.Popen(["sh", "-c", req["command"]], cwd=req["cwd"], stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+kept = {}
+def drain(name, stream):
+    buf, cut = bytearray(), False
+    while True:
+        chunk = stream.read1(65536)
+        if not chunk:
+            break
+        room = limit - len(buf)
+        cut = cut or len(chunk) > room
+        buf += chunk[:max(room, 0)]
+    kept[name] = (bytes(buf), cut)
+readers = [threading.Thread(target=drain, args=(n, st)) for n, st in
+           (("out", proc.stdout), ("err", proc.stderr))]
+for t in readers:
+    t.start()
+try:
+    proc.stdin.write(base64.b64decode(req["stdin"]))
+    proc.stdin.close()
+except OSError:
+    pass
+for t in readers:
+    t.join()
+code = proc.wait()
+reply = {"exit": code}
+for n in ("out", "err"):
+    reply[n] = base64.b64encode(kept[n][0]).decode()
+    reply[n + "_cut"] = kept[n][1]
+s.sendall(json.dumps(reply).encode())
+s.close()
+"""
+"""Runs inside a hook sandbox: one request in, one hook run, one reply out."""
 
 
-class ContainerHookSandbox:
-    """Runs sandboxed hooks in containers of the `agent` image."""
+def shim_command(python: str = "python3") -> list[str]:
+    """The command of a waiting hook sandbox."""
+    return [
+        python, "-I", "-S", "-c", SHIM,
+        f"{HOOK_SOCKET_DIR}/{HOOK_SOCKET_NAME}", str(SHIM_WAIT_S),
+    ]  # fmt: skip
+
+
+@dataclass
+class _Warm:
+    """One started hook sandbox and the host end of its socket."""
+
+    socket_dir: Path
+    server: asyncio.Server
+    connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+    started: float
+    container_id: str = ""
+
+
+@dataclass
+class HookSandboxPool:
+    """Hook sandboxes of one run, started ahead of time, each used once.
+
+    `spec_for(socket_dir)` is the run's spec of a hook sandbox whose socket
+    directory is `socket_dir`; `make_dir` / `remove_dir` make and remove such a
+    directory (reachable by the sandbox's group only)."""
+
+    backend: ContainerBackend
+    spec_for: Callable[[Path], SandboxSpec]
+    make_dir: Callable[[], Path]
+    remove_dir: Callable[[Path], None]
+    ready: int = HOOK_POOL_READY
+    _waiting: list[asyncio.Task[_Warm]] = field(default_factory=list, repr=False)
+    _closed: bool = field(default=False, repr=False)
+    _cleanup: set[asyncio.Task[None]] = field(default_factory=set, repr=False)
+
+    def warm(self) -> None:
+        """Start sandboxes until `ready` are started or starting."""
+        if self._closed:
+            return
+        while len(self._waiting) < self.ready:
+            self._waiting.append(asyncio.create_task(self._start_one(), name="hook-sandbox"))
 
     async def run(
+        self, command: str, stdin: bytes, timeout_s: float, *, cwd: str, output_limit: int
+    ) -> SandboxedHookRun:
+        """Run `command` with `sh -c` in a fresh sandbox; never raises for a failing hook."""
+        started = time.monotonic()
+        if self._closed:
+            return SandboxedHookRun(error="the run is ending; no hook sandbox is left")
+        self._drop_stale()
+        if not self._waiting:
+            self.warm()
+        pending = self._take()
+        try:
+            warm = await pending
+        except (WardenError, OSError) as exc:
+            self.warm()
+            return SandboxedHookRun(
+                error=f"could not start its sandbox: {exc}", duration_s=time.monotonic() - started
+            )
+        try:
+            return await self._call(warm, command, stdin, timeout_s, cwd, output_limit, started)
+        finally:
+            # Refill after the call, not during it: starting a container costs CPU
+            # the call would otherwise wait for.
+            self._dispose(warm)
+            self.warm()
+
+    async def close(self) -> None:
+        """Stop every waiting sandbox and remove its directory (idempotent)."""
+        self._closed = True
+        waiting, self._waiting = self._waiting, []
+        for task in waiting:
+            task.cancel()
+        for task in waiting:
+            with contextlib.suppress(BaseException):
+                self._dispose(await task)
+        if self._cleanup:
+            await asyncio.gather(*self._cleanup, return_exceptions=True)
+
+    # -- inside ----------------------------------------------------------------
+
+    def _take(self) -> asyncio.Task[_Warm]:
+        ready = [t for t in self._waiting if t.done() and not t.cancelled() and not t.exception()]
+        chosen = ready[0] if ready else self._waiting[0]
+        self._waiting.remove(chosen)
+        return chosen
+
+    def _drop_stale(self) -> None:
+        now = time.monotonic()
+        for task in list(self._waiting):
+            if not task.done():
+                continue
+            if task.cancelled() or task.exception() is not None:
+                self._waiting.remove(task)
+            elif now - task.result().started > HOOK_SANDBOX_MAX_AGE_S:
+                self._waiting.remove(task)
+                self._dispose(task.result())
+
+    async def _start_one(self) -> _Warm:
+        loop = asyncio.get_running_loop()
+        socket_dir = await asyncio.to_thread(self.make_dir)
+        connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+        connected = loop.create_future()
+
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if connected.done():
+                writer.close()  # one sandbox, one connection
+                return
+            connected.set_result((reader, writer))
+
+        path = socket_dir / HOOK_SOCKET_NAME
+        try:
+            server = await asyncio.start_unix_server(accept, path=str(path))
+            # As for the broker: the directory's group is the sandbox's; only it and we.
+            os.chown(path, -1, socket_dir.stat().st_gid)
+            os.chmod(path, 0o660)
+        except BaseException:
+            await asyncio.to_thread(self.remove_dir, socket_dir)
+            raise
+        warm = _Warm(socket_dir, server, connected, time.monotonic())
+        try:
+            spec = await asyncio.to_thread(self.spec_for, socket_dir)
+            warm.container_id = await asyncio.to_thread(self.backend.start, spec)
+        except BaseException:
+            self._dispose(warm)
+            raise
+        return warm
+
+    async def _call(
         self,
+        warm: _Warm,
         command: str,
         stdin: bytes,
         timeout_s: float,
-        workspace: Path | None,
-        output_limit: int,
+        cwd: str,
+        limit: int,
+        started: float,
     ) -> SandboxedHookRun:
-        """Run `command` with `sh -c` in a fresh sandbox; never raises for a failing hook."""
-        return await asyncio.to_thread(_run, command, stdin, timeout_s, workspace, output_limit)
+        request = {
+            "command": command,
+            "cwd": cwd,
+            "limit": limit,
+            "stdin": base64.b64encode(stdin).decode(),
+        }
+        most = 2 * (limit * 4 // 3 + 4) + MAX_RESPONSE_OVERHEAD_BYTES
 
+        async def talk() -> bytes:
+            reader, writer = await asyncio.shield(warm.connected)
+            writer.write(json.dumps(request).encode())
+            await writer.drain()
+            writer.write_eof()
+            kept = bytearray()
+            while len(kept) <= most and (chunk := await reader.read(65536)):
+                kept += chunk  # the shim sends once and closes
+            return bytes(kept)
 
-def _run(
-    command: str, stdin: bytes, timeout_s: float, workspace: Path | None, output_limit: int
-) -> SandboxedHookRun:
-    from orchestrator.backend.connect import connect
-    from orchestrator.backend.docker import DockerBackend
-    from orchestrator.config import Settings
-    from orchestrator.images import resolve_image
-    from orchestrator.workspace import WorkspaceGuard
-    from orchestrator.workspace.settings import protected_paths
-
-    started = time.monotonic()
-    hook_id = secrets.token_hex(6)
-    with tempfile.TemporaryDirectory(prefix="warden-hook-input-") as tmp:
-        Path(tmp).chmod(0o755)
-        (Path(tmp) / "input.json").write_bytes(stdin)
-        (Path(tmp) / "input.json").chmod(0o644)
         try:
-            client = connect()
-        except WardenError as exc:
-            return SandboxedHookRun(error=f"could not run the hook in a sandbox: {exc}")
-        try:
-            mounts = [Mount(source=Path(tmp), target=HOOK_INPUT_DIR, read_only=True)]
-            if workspace is not None:
-                settings = Settings.from_env()
-                protect = protected_paths(settings, workspace)
-                mounts += WorkspaceGuard.prepare(workspace, optional=protect).mounts()
-            spec = SandboxSpec(
-                image=resolve_image(client, HOOK_IMAGE),
-                command=["sh", "-c", HOOK_SHELL, "warden-hook", command],
-                workspace=workspace,
-                mounts=mounts,
-                env={"CLAUDE_PROJECT_DIR": "/workspace"},
-                warden_labels=labels.warden_labels(f"hook-{hook_id}", exec=hook_id),
-                timeout_s=timeout_s,
-                output_limit_bytes=output_limit,
-            )
-            result = DockerBackend(client, Settings.from_env()).run(spec)
-        except WardenError as exc:
+            raw = await asyncio.wait_for(talk(), timeout_s)
+        except TimeoutError:
             return SandboxedHookRun(
-                error=f"could not run the hook in a sandbox: {exc}",
+                error=f"timed out after {timeout_s:g}s in its sandbox; killed (counts as an "
+                "error, not an allow)",
                 duration_s=time.monotonic() - started,
             )
-        finally:
-            client.close()
-    took = time.monotonic() - started
-    if result.status is SandboxStatus.TIMED_OUT:
+        except OSError as exc:
+            raw = b""
+            log.debug("hook sandbox connection failed: %s", exc)
+        took = time.monotonic() - started
+        return _reply(raw, most, took)
+
+    def _dispose(self, warm: _Warm) -> None:
+        """Close the host end and remove the container and directory in the background."""
+        warm.server.close()
+        if warm.connected.done() and not warm.connected.cancelled():
+            warm.connected.result()[1].close()
+        else:
+            warm.connected.cancel()
+
+        async def remove() -> None:
+            if warm.container_id:
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self.backend.remove, warm.container_id)
+            await asyncio.to_thread(self.remove_dir, warm.socket_dir)
+
+        task = asyncio.get_running_loop().create_task(remove(), name="hook-sandbox-remove")
+        self._cleanup.add(task)
+        task.add_done_callback(self._cleanup.discard)
+
+
+def _reply(raw: bytes, most: int, took: float) -> SandboxedHookRun:
+    """The shim's reply; a missing, oversized or malformed one is an error (never an allow)."""
+    if not raw:
         return SandboxedHookRun(
-            error=f"timed out after {timeout_s:g}s in its sandbox; killed (counts as an "
-            "error, not an allow)",
+            error="its sandbox ended without an answer (killed, or out of memory)",
             duration_s=took,
         )
-    if result.status is SandboxStatus.OOM_KILLED:
-        return SandboxedHookRun(error="ran out of memory in its sandbox", duration_s=took)
-    return SandboxedHookRun(
-        exit_code=result.exit_code,
-        stdout=(result.stdout.encode(), result.truncated),
-        stderr=(result.stderr.encode(), result.truncated),
-        duration_s=took,
+    if len(raw) > most:
+        return SandboxedHookRun(error="its sandbox answered more than it may", duration_s=took)
+    try:
+        doc = json.loads(raw)
+        code = doc["exit"]
+        out = (base64.b64decode(doc["out"], validate=True), bool(doc["out_cut"]))
+        err = (base64.b64decode(doc["err"], validate=True), bool(doc["err_cut"]))
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        return SandboxedHookRun(error="its sandbox gave a malformed answer", duration_s=took)
+    if not isinstance(code, int) or isinstance(code, bool):
+        return SandboxedHookRun(error="its sandbox gave a malformed answer", duration_s=took)
+    if code < 0:
+        return SandboxedHookRun(error=f"killed by signal {-code} in its sandbox", duration_s=took)
+    return SandboxedHookRun(exit_code=code, stdout=out, stderr=err, duration_s=took)
+
+
+def hook_sandbox_pool(
+    *,
+    backend: ContainerBackend,
+    image_for: Callable[[str], str],
+    workspace: Path,
+    guard: WorkspaceGuard,
+    identity: SandboxIdentity,
+    disk: DiskLimits,
+    session: str,
+    run_id: str,
+) -> HookSandboxPool:
+    """The run's pool of hook sandboxes (nothing starts until `warm` or a first hook)."""
+
+    def spec_for(socket_dir: Path) -> SandboxSpec:
+        return SandboxSpec(
+            image=image_for(HOOK_IMAGE),
+            command=shim_command(),
+            workspace=workspace,
+            mounts=[
+                Mount(source=socket_dir, target=HOOK_SOCKET_DIR, read_only=True),
+                *guard.mounts(),
+            ],
+            env=dict(HOOK_SANDBOX_ENV),
+            user=f"{identity.uid}:{identity.gid}",
+            limits=ResourceLimits(disk=disk),
+            warden_labels=labels.warden_labels(session, run=run_id, hook="1"),
+        )
+
+    return HookSandboxPool(
+        backend=backend,
+        spec_for=spec_for,
+        make_dir=lambda: socket_dirs.mark(make_socket_dir(identity)),
+        remove_dir=socket_dirs.remove,
     )

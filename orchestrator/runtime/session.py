@@ -28,10 +28,11 @@ from orchestrator.results.parent_transcript import ObservedClient, ParentTranscr
 from orchestrator.runtime.caps import TaskManagerConfig
 from orchestrator.runtime.events import EventLog
 from orchestrator.runtime.gate import PolicyGate
-from orchestrator.runtime.hook_sandbox import ContainerHookSandbox
+from orchestrator.runtime.hook_sandbox import HookSandboxPool, hook_sandbox_pool
 from orchestrator.runtime.manager import TaskManager
 from orchestrator.runtime.parent import ParentAgent
 from orchestrator.runtime.protocols import PermissionGate
+from orchestrator.runtime.sandbox import sandbox_identity
 from orchestrator.tracing import run_tracer
 from orchestrator.workspace import WorkspaceGuard
 from orchestrator.workspace.report import ExecutedPathsWatch
@@ -205,7 +206,29 @@ async def open_run(
             stack.callback(tracer.finish)  # after the manager has ended every task
         # A run that can no longer record what it does stops (`EventLog.failure`).
         events.on_failure.append(_cancel_on_failure(asyncio.current_task()))
+        images: dict[str, str] = {}
+
+        def image_for(name: str) -> str:
+            if name not in images:
+                images[name] = resolve_image(client, name)
+            return images[name]
+
+        hook_pool: HookSandboxPool | None = None
         if gate is None:
+            for warning in gate_hooks.warnings:
+                log.warning("%s", warning)
+            hook_pool = hook_sandbox_pool(
+                backend=backend,
+                image_for=image_for,
+                workspace=workspace,
+                guard=guard,
+                identity=sandbox_identity(workspace, config.fallback_uid, config.user),
+                disk=config.disk,
+                session=session,
+                run_id=run_id,
+            )
+            if gate_hooks.needs_sandbox():
+                hook_pool.warm()
             gate = PolicyGate(
                 policy=gate_policy,
                 hooks=gate_hooks,
@@ -213,7 +236,7 @@ async def open_run(
                 approver=approver or NonInteractiveApprover(),
                 store=store,
                 events=events,
-                hook_sandbox=ContainerHookSandbox(),
+                hook_sandbox=hook_pool,
             )
         # The orchestrator's one model client (the key is only here): the parent's
         # calls and every broker's go through the SDK, its retries bounded in time.
@@ -258,6 +281,8 @@ async def open_run(
         # last, after the manager has stopped its tasks and emptied its warm pool.
         stack.push_async_callback(_reap, backend, session)
         stack.push_async_callback(manager.close)
+        if hook_pool is not None:  # before the reaper: it removes its own sandboxes
+            stack.push_async_callback(hook_pool.close)
         # The parent's conversation is kept for `warden logs RUN` (and traced).
         observed = ObservedClient(
             anthropic_client, [ParentTranscript(transcript_path(settings.state_dir, run_id))]

@@ -3,6 +3,7 @@ engine, real containers, the real anthropic SDK on both sides."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -93,6 +94,16 @@ def write_agent(workspace: Path, name: str, text_: str) -> None:
     owner = workspace.stat()
     for path in (workspace / ".claude", agents, agents / f"{name}.md"):
         os.chown(path, owner.st_uid, owner.st_gid)
+
+
+def trust_hooks(settings: Settings, *commands: str) -> None:
+    """The person's own settings (outside the workspace) trust these hook commands,
+    so they run on the host instead of in a hook sandbox."""
+    settings.config_dir.mkdir(parents=True, exist_ok=True)
+    path = settings.config_dir / "settings.json"
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    doc.setdefault("warden", {}).setdefault("trustedHooks", []).extend(commands)
+    path.write_text(json.dumps(doc))
 
 
 def containers_of(session: str) -> list[Any]:

@@ -28,7 +28,7 @@ from orchestrator.config import Settings
 from orchestrator.runtime.caps import TaskManagerConfig
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.conftest import warden_argv, warden_env
-from tests.integration.harness import convo, requests_of, scripted_run, text, tool
+from tests.integration.harness import convo, requests_of, scripted_run, text, tool, trust_hooks
 from tests.unit.test_broker_listener import connect_as
 
 pytestmark = pytest.mark.integration
@@ -171,6 +171,7 @@ async def test_forged_transcripts_run_no_hook_and_egress_needs_a_rule(
             }
         )
     )
+    trust_hooks(settings, f"cat >> {hook_log}")
     command = plant(workspace, "forge.py", FORGE)
     script = [
         attacker("forger", command),

@@ -31,6 +31,7 @@ from tests.integration.harness import (
     task,
     text,
     tool,
+    trust_hooks,
 )
 
 pytestmark = pytest.mark.integration
@@ -248,6 +249,7 @@ async def test_host_read_settings_are_read_only_in_the_sandbox_and_post_hooks_ru
     }
     original = json.dumps(settings_doc)
     (claude / "settings.json").write_text(original)
+    trust_hooks(settings, f"cat >> {hook_log}")
     (workspace / ".git" / "hooks").mkdir(parents=True)
     (workspace / ".git" / "config").write_text("[core]\n")
     for path in (claude, claude / "settings.json", workspace / ".git", workspace / ".git" / "hooks",

@@ -34,6 +34,7 @@ from tests.integration.harness import (
     task,
     text,
     tool,
+    trust_hooks,
 )
 
 pytestmark = pytest.mark.integration
@@ -388,16 +389,18 @@ async def test_host_hooks_never_run_planted_binaries_and_see_no_secrets(
     env_log = tmp_path / "hook-env.txt"
     # The user's ordinary format-on-write hook (offline: npx must not reach a registry).
     fmt = "npx --offline --no-install prettier --write \"$(jq -r '.tool_input.command')\""
+    env_hook = f"env > {env_log}; echo cwd=$(pwd) >> {env_log}"
     write_settings(
         workspace,
         {
             "hooks": post_hooks(
                 {"type": "command", "command": fmt},
                 {"type": "command", "command": fmt + " # in the workspace", "cwd": "workspace"},
-                {"type": "command", "command": f"env > {env_log}; echo cwd=$(pwd) >> {env_log}"},
+                {"type": "command", "command": env_hook},
             )
         },
     )
+    trust_hooks(settings, env_hook)  # only this one: it runs on the host
     plant = (
         "mkdir -p node_modules/.bin && "
         f"printf '#!/bin/sh\\ntouch {marker}\\n' > node_modules/.bin/prettier && "
@@ -419,9 +422,10 @@ async def test_host_hooks_never_run_planted_binaries_and_see_no_secrets(
     assert result.status is TaskStatus.COMPLETED
     assert (workspace / "node_modules" / ".bin" / "prettier").exists()
     assert not marker.exists(), "a host hook ran the binary a subagent planted"
+    # The untrusted format hooks ran in hook sandboxes (which have no npx), not here.
     hook_events = [e.data["data"] for e in events if e.kind == "post_tool_use_hook"]
-    in_workspace = [e for e in hook_events if "# in the workspace" in e["hook"]]
-    assert in_workspace and all(e["error"].startswith("refused:") for e in in_workspace)
+    formatters = [e for e in hook_events if e["hook"].startswith("npx")]
+    assert len(formatters) == 4 and all("npx: not found" in e["error"] for e in formatters)
     seen = env_log.read_text()
     assert "sk-ant-HOST-SECRET" not in seen and "ANTHROPIC_API_KEY" not in seen
     assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n" in seen

@@ -1,6 +1,8 @@
-"""A host hook sees an allowlisted environment with a fixed PATH, runs in an empty
-directory unless it asks for the workspace, and is refused when its command
-would run a file a subagent can write (unless the settings mark it trusted)."""
+"""Where a hook runs is decided by trust, never by reading its command: a hook
+runs on the host only when the person marked it trusted in a file no subagent can
+write (the managed policy, or user settings outside the workspace); every other
+hook goes to the sandbox, and with no sandbox it is refused, naming both ways out.
+A host hook sees an allowlisted environment with a fixed PATH."""
 
 from __future__ import annotations
 
@@ -11,84 +13,145 @@ import pytest
 
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
-from orchestrator.permissions import CallContext, ToolCall, load_hooks
+from orchestrator.permissions import CallContext, HookOutcome, HookSet, ToolCall, load_hooks
 from orchestrator.permissions.hooks.definitions import parse_hooks
 from orchestrator.permissions.hooks.run import hook_input, run_hooks
-from orchestrator.permissions.hooks.trust import HOOK_PATH, hook_environment, workspace_code
+from orchestrator.permissions.hooks.sandbox import SandboxedHookRun
+from orchestrator.permissions.hooks.trust import HOOK_PATH, hook_environment
+
+# Commands that pass a tool the project by an option or a stream: each runs what a
+# subagent wrote, and the old command-word reading let every one of them onto the host.
+PROJECT_READING_HOOKS = [
+    'make -C "$CLAUDE_PROJECT_DIR" lint',
+    'npm --prefix "$CLAUDE_PROJECT_DIR" run check',
+    'python3 -X utf8 "$CLAUDE_PROJECT_DIR/check.py"',
+    'sh < "$CLAUDE_PROJECT_DIR/check.sh"',
+    'cat "$CLAUDE_PROJECT_DIR/check.sh" | sh',
+    "jq -r .tool_input.command | grep -q rm && exit 2 || exit 0",
+]
 
 
-def refused(command: str, ws: Path, cwd: Path) -> str | None:
-    return workspace_code(command, ws, cwd)
+class RecordingSandbox:
+    """Stands in for the run's hook sandboxes at this level: records what it was
+    asked to run and answers like a hook that exits 0 (the real pool is tested
+    against real containers in tests/integration/test_hook_sandbox.py)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, float]] = []
+
+    async def run(
+        self, command: str, stdin: bytes, timeout_s: float, *, cwd: str, output_limit: int
+    ) -> SandboxedHookRun:
+        self.calls.append((command, cwd, timeout_s))
+        return SandboxedHookRun(exit_code=0, stdout=(b"", False), stderr=(b"", False))
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    (root / "node_modules" / ".bin").mkdir(parents=True)
-    (root / "node_modules" / ".bin" / "prettier").write_text("#!/bin/sh\n")
-    (root / "bin").mkdir()
-    (root / "bin" / "lint").write_text("#!/bin/sh\n")
-    (root / ".claude" / "hooks").mkdir(parents=True)
-    (root / ".claude" / "hooks" / "check.sh").write_text("#!/bin/sh\n")
-    return root
+def settings_with(tmp_path: Path, user: dict[str, object] | None = None) -> Settings:
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    if user is not None:
+        (config / "settings.json").write_text(json.dumps(user))
+    return Settings(state_dir=tmp_path / "state", config_dir=config)
 
 
-@pytest.mark.parametrize(
-    ("command", "in_workspace"),
-    [
-        ("./bin/lint", True),
-        ("bin/lint --fix", True),
-        ("$CLAUDE_PROJECT_DIR/bin/lint", False),
-        ('"${CLAUDE_PROJECT_DIR}"/bin/lint', False),
-        ("bash -c 'exec $CLAUDE_PROJECT_DIR/bin/lint'", False),
-        ("jq -r .x | xargs $CLAUDE_PROJECT_DIR/node_modules/.bin/prettier", False),
-        ("cd $CLAUDE_PROJECT_DIR && npx --no-install prettier --write x", False),
-        ("cd $CLAUDE_PROJECT_DIR && ./bin/lint", False),
-        ("$UNKNOWN/tool", False),
-    ],
-)
-def test_commands_that_run_workspace_files_are_refused(
-    ws: Path, tmp_path: Path, command: str, in_workspace: bool
+def pre(command: str, **options: object) -> dict[str, object]:
+    entry = {"type": "command", "command": command, **options}
+    return {"PreToolUse": [{"matcher": "Bash", "hooks": [entry]}]}
+
+
+def project(tmp_path: Path, doc: dict[str, object]) -> Path:
+    ws = tmp_path / "ws"
+    (ws / ".claude").mkdir(parents=True, exist_ok=True)
+    (ws / ".claude" / "settings.json").write_text(json.dumps(doc))
+    return ws
+
+
+async def outcome_of(
+    hooks: HookSet, ws: Path, sandbox: RecordingSandbox | None = None
+) -> HookOutcome:
+    call = ToolCall(tool_name="Bash", tool_input={"command": "ls"}, tool_use_id="t")
+    payload = hook_input("PreToolUse", call, CallContext(session_id="s"))
+    matching = hooks.matching("PreToolUse", "Bash")
+    (outcome,) = await run_hooks(
+        matching, payload, tool_name="Bash", workspace_host=ws, sandbox=sandbox
+    )
+    return outcome
+
+
+@pytest.mark.parametrize("command", PROJECT_READING_HOOKS)
+async def test_an_untrusted_hook_never_runs_on_the_host(tmp_path: Path, command: str) -> None:
+    marker = tmp_path / "ran-on-host"
+    ws = project(tmp_path, {"hooks": pre(f"touch {marker}; {command}")})
+    hooks = load_hooks(settings_with(tmp_path), ws)
+    refused = await outcome_of(hooks, ws)
+    assert refused.error is not None and refused.error.startswith("refused:")
+    assert "sandbox" in refused.error and "warden.trustedHooks" in refused.error
+    assert not marker.exists()
+    sandbox = RecordingSandbox()
+    ran = await outcome_of(hooks, ws, sandbox)
+    assert ran.error is None and not marker.exists()
+    assert sandbox.calls == [(f"touch {marker}; {command}", "/tmp", 60.0)]
+
+
+async def test_trust_marked_in_a_project_file_is_ignored_and_said(tmp_path: Path) -> None:
+    marker = tmp_path / "ran-on-host"
+    ws = project(
+        tmp_path,
+        {
+            "hooks": pre(f"touch {marker}", trusted=True, cwd="workspace"),
+            "warden": {"trustedHooks": [f"touch {marker}"]},
+        },
+    )
+    hooks = load_hooks(settings_with(tmp_path), ws)
+    assert len(hooks.warnings) == 2
+    assert all("is ignored" in w and "warden.trustedHooks" in w for w in hooks.warnings)
+    sandbox = RecordingSandbox()
+    await outcome_of(hooks, ws, sandbox)
+    assert sandbox.calls == [(f"touch {marker}", "/workspace", 60.0)] and not marker.exists()
+
+
+async def test_the_user_settings_trust_a_project_hook_by_its_command(tmp_path: Path) -> None:
+    marker = tmp_path / "ran-on-host"
+    ws = project(tmp_path, {"hooks": pre(f"touch {marker}")})
+    settings = settings_with(tmp_path, {"warden": {"trustedHooks": [f"touch {marker}"]}})
+    hooks = load_hooks(settings, ws)
+    sandbox = RecordingSandbox()
+    outcome = await outcome_of(hooks, ws, sandbox)
+    assert outcome.error is None and marker.exists() and sandbox.calls == []
+
+
+async def test_a_trusted_user_hook_runs_on_the_host_unless_it_asks_for_a_sandbox(
+    tmp_path: Path,
 ) -> None:
-    assert refused(command, ws, ws if in_workspace else tmp_path) is not None
+    marker = tmp_path / "ran-on-host"
+    ws = project(tmp_path, {})
+    for sandboxed in (True, False):
+        settings = settings_with(
+            tmp_path, {"hooks": pre(f"touch {marker}", trusted=True, sandbox=sandboxed)}
+        )
+        sandbox = RecordingSandbox()
+        await outcome_of(load_hooks(settings, ws), ws, sandbox)
+        assert (len(sandbox.calls), marker.exists()) == ((1, False) if sandboxed else (0, True))
 
 
-@pytest.mark.parametrize(
-    "command", ["npx --no-install prettier --write x", "make fmt", "python3 -m black ."]
-)
-def test_project_runners_are_refused_in_the_workspace_but_not_elsewhere(
-    ws: Path, tmp_path: Path, command: str
-) -> None:
-    assert "working directory" in (refused(command, ws, ws) or "")
-    assert refused(command, ws, tmp_path) is None
+async def test_user_settings_inside_the_workspace_cannot_trust(tmp_path: Path) -> None:
+    """A config dir a subagent can write (inside the workspace) marks nothing trusted."""
+    ws = project(tmp_path, {})
+    inside = ws / "cfg"
+    inside.mkdir()
+    (inside / "settings.json").write_text(
+        json.dumps({"hooks": pre("true", trusted=True), "warden": {"trustedHooks": ["x"]}})
+    )
+    hooks = load_hooks(Settings(state_dir=tmp_path / "s", config_dir=inside), ws)
+    assert len(hooks.warnings) == 2 and hooks.trusted_commands == frozenset()
+    assert [h.trusted for h in hooks.matching("PreToolUse", "Bash")] == [False]
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        "cat >> /tmp/log",
-        "jq -r .tool_input.command | grep -q rm && exit 2 || exit 0",
-        "$CLAUDE_PROJECT_DIR/.claude/hooks/check.sh",
-        "sh .claude/hooks/check.sh",
-    ],
-)
-def test_ordinary_hooks_and_read_only_workspace_files_are_fine(
-    ws: Path, tmp_path: Path, command: str
-) -> None:
-    cwd = ws if command.startswith("sh ") else tmp_path
-    assert refused(command, ws, cwd) is None
-
-
-def test_hook_variables_are_expanded_before_the_check(ws: Path, tmp_path: Path) -> None:
-    env = {"HOME": str(tmp_path)}
-    assert workspace_code("$HOME/bin/tool --x", ws, tmp_path, env) is None
-    assert workspace_code("${HOME}/x", ws, tmp_path, {"HOME": str(ws)}) is not None
-    assert workspace_code("$UNSET_THING/x", ws, tmp_path, env) is not None
-
-
-def test_a_link_out_of_the_read_only_dirs_is_followed(ws: Path, tmp_path: Path) -> None:
-    (ws / ".claude" / "hooks" / "sneaky.sh").symlink_to(ws / "bin" / "lint")
-    assert refused("$CLAUDE_PROJECT_DIR/.claude/hooks/sneaky.sh", ws, tmp_path) is not None
+def test_agent_file_hooks_are_trusted_only_by_the_user_settings(tmp_path: Path) -> None:
+    found, warned = parse_hooks(pre("lint", trusted=True), "agent a:/ws/.claude/agents/a.md")
+    assert warned and not found[0].trusted
+    hooks = HookSet(trusted_commands=frozenset({"lint"})).with_hooks(tuple(found))
+    assert [h.trusted for h in hooks.matching("PreToolUse", "Bash")] == [True]
 
 
 def test_the_environment_is_an_allowlist_with_a_fixed_path(tmp_path: Path) -> None:
@@ -110,53 +173,12 @@ def test_the_environment_is_an_allowlist_with_a_fixed_path(tmp_path: Path) -> No
     }
 
 
-def test_hook_entry_options_and_hook_env_are_read_from_settings(tmp_path: Path) -> None:
-    settings = Settings(state_dir=tmp_path / "s", config_dir=tmp_path / "c")
-    ws = tmp_path / "ws"
-    (ws / ".claude").mkdir(parents=True)
-    doc = {
-        "warden": {"hookEnv": ["MY_TOKEN"]},
-        "hooks": {
-            "PostToolUse": [
-                {
-                    "matcher": "Write",
-                    "hooks": [
-                        {"type": "command", "command": "a", "cwd": "workspace", "trusted": True},
-                        {"type": "command", "command": "b", "sandbox": True},
-                    ],
-                }
-            ]
-        },
-    }
-    (ws / ".claude" / "settings.json").write_text(json.dumps(doc))
-    a, b = load_hooks(settings, ws).hooks
-    assert (a.cwd, a.trusted, a.sandbox, a.env_names) == ("workspace", True, False, ("MY_TOKEN",))
-    assert (b.cwd, b.trusted, b.sandbox) == ("neutral", False, True)
-    for bad in ({"cwd": "/tmp"}, {"trusted": "yes"}):
+def test_hook_entry_options_are_checked(tmp_path: Path) -> None:
+    for bad in ({"cwd": "/tmp"}, {"trusted": "yes"}, {"sandbox": 1}):
         block = {"PreToolUse": [{"hooks": [{"type": "command", "command": "x", **bad}]}]}
         with pytest.raises(PolicyError):
-            parse_hooks(block, "test")
-
-
-async def test_a_refused_hook_reports_why_and_never_runs(ws: Path, tmp_path: Path) -> None:
-    marker = tmp_path / "ran"
-    (ws / "bin" / "lint").write_text(f"#!/bin/sh\ntouch {marker}\n")
-    (ws / "bin" / "lint").chmod(0o755)
-    block = {
-        "PreToolUse": [
-            {"hooks": [{"type": "command", "command": "./bin/lint", "cwd": "workspace"}]}
-        ]
-    }
-    hooks, _ = parse_hooks(block, "test")
-    call = ToolCall(tool_name="Bash", tool_input={"command": "ls"}, tool_use_id="t")
-    payload = hook_input("PreToolUse", call, CallContext(session_id="s"))
-    (outcome,) = await run_hooks(hooks, payload, tool_name="Bash", workspace_host=ws)
-    assert outcome.error is not None and outcome.error.startswith("refused:")
-    assert '"trusted": true' in outcome.error and not marker.exists()
-    trusted, _ = parse_hooks(
-        {"PreToolUse": [{"hooks": [{"type": "command", "command": "./bin/lint",
-                                     "cwd": "workspace", "trusted": True}]}]},
-        "test",
-    )  # fmt: skip
-    (outcome,) = await run_hooks(trusted, payload, tool_name="Bash", workspace_host=ws)
-    assert outcome.error is None and marker.exists()
+            parse_hooks(block, "test", may_trust=True)
+    ws = project(tmp_path, {})
+    settings = settings_with(tmp_path, {"warden": {"trustedHooks": "make lint"}})
+    with pytest.raises(PolicyError, match="trustedHooks must be a list"):
+        load_hooks(settings, ws)

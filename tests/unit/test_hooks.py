@@ -56,8 +56,10 @@ def hookset(
             }
         ]
     }
+    # These tests are about the protocol on the host: the hooks are trusted there
+    # (as the user's settings would mark them); test_hook_trust covers who may trust.
     found, _ = parse_hooks(block, "test")
-    return HookSet(tuple(found))
+    return HookSet(tuple(found), trusted_commands=frozenset(commands))
 
 
 def engine(
@@ -290,6 +292,9 @@ async def test_documented_jq_logger_example(
     }
     (workspace / ".claude").mkdir()
     (workspace / ".claude/settings.json").write_text(json.dumps(settings_doc))
+    settings.config_dir.mkdir(parents=True)  # the user trusts the project's hook
+    trust = {"warden": {"trustedHooks": [logger]}}
+    (settings.config_dir / "settings.json").write_text(json.dumps(trust))
     eng = PermissionEngine(
         load_policy(settings, workspace), load_hooks(settings, workspace), workspace_host=workspace
     )
@@ -349,7 +354,8 @@ class _RecordingSandbox:
         command: str,
         stdin: bytes,
         timeout_s: float,
-        workspace: Path | None,
+        *,
+        cwd: str,
         output_limit: int,
     ) -> SandboxedHookRun:
         self.commands.append((command, stdin))

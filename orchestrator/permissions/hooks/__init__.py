@@ -5,8 +5,7 @@ reading what it said (`run`), and what a sandboxed hook needs from the run
 
 May import: `config`, `errors`, `permissions.models` (outcomes, calls),
 `permissions.sources` and `permissions.settings_files` (settings documents),
-`permissions.shell` (what a hook command runs), and `sandbox_tools.wire` (input
-limits).
+and `sandbox_tools.wire` (input limits).
 """
 
 from orchestrator.permissions.hooks.definitions import (

@@ -1,33 +1,45 @@
-"""PreToolUse / PostToolUse hooks, with Claude Code's protocol, run on the host.
+"""PreToolUse / PostToolUse hooks, with Claude Code's protocol.
 
 Configured in a settings file as Claude Code does it:
 
     {"hooks": {"PreToolUse": [{"matcher": "Bash",
                                "hooks": [{"type": "command", "command": "...", "timeout": 60}]}]}}
 
-Each matching command runs with `sh -c` in its own process group, with the
-event as JSON on stdin, an environment built from an allowlist and a fixed PATH,
-in an empty temporary directory (`CLAUDE_PROJECT_DIR` names the workspace); see
-`trust` for why, and for the commands refused because they would run
-workspace content. warden's own keys on a hook entry:
+**Where a hook runs.** A hook's command may read or run anything a subagent can
+write (`make -C "$CLAUDE_PROJECT_DIR"`, `python3 FILE`, `sh < FILE`, a tool that
+loads its configuration from the project...), and no reading of a shell command
+can list everything a tool will load. So every hook runs in a hardened sandbox
+(the run's `sandbox.HookSandbox`) unless the person marked it trusted in a file
+no subagent can write: a managed settings file or the user's own settings
+(`~/.claude/settings.json`, warden's `settings.json`), and only while that file
+lies outside the workspace. There a hook entry may say `"trusted": true`, and
+`{"warden": {"trustedHooks": ["COMMAND", ...]}}` trusts hooks of any source
+(project settings, agent files) by their exact command. A trusted hook runs on
+the host, in its own process group, with an allowlisted environment and a fixed
+PATH, in an empty temporary directory (see `trust`). `"trusted": true` or
+`trustedHooks` in a project's settings is ignored with a warning: a subagent of
+a run on a parent directory could have written that file.
+
+warden's own keys on a hook entry:
 
     {"type": "command", "command": "...",
      "cwd": "workspace",   # run in the workspace instead of an empty directory
-     "trusted": true,      # run it even if it runs files a subagent can write
-     "sandbox": true}      # run it in a hardened sandbox, not on the host
+     "trusted": true,      # run it on the host (honoured in managed and user settings)
+     "sandbox": true}      # run it in a sandbox even when trusted
 
 and in a settings file, `{"warden": {"hookEnv": ["MY_TOKEN"]}}` passes those
-host variables to every hook.
+host variables to every host hook (never to a sandboxed one).
 Exit 2 blocks (stderr is the reason the model sees); exit 0 may print JSON with
 `hookSpecificOutput.permissionDecision`; any other exit, a timeout (the whole
-process group is killed), or malformed JSON is a non-blocking error that is
-reported in the outcome and never counts as an allow.
+process group, or the sandbox, is killed), or malformed JSON is a non-blocking
+error that is reported in the outcome and never counts as an allow.
 
 Running a hook and reading what it said is `run`.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,6 +55,14 @@ DEFAULT_HOOK_TIMEOUT_S = 60.0
 """Claude Code's default hook timeout."""
 MAX_HOOK_TIMEOUT_S = 600.0
 """Longest timeout a hook may ask for."""
+
+TRUSTING_KINDS = ("managed", "user", "warden-user")
+"""Settings files whose trust marks count (while they lie outside the workspace)."""
+IGNORED_TRUST = (
+    "is ignored: a subagent could have written this file, so its hooks run in a sandbox. "
+    "To run one on the host, list its command under warden.trustedHooks in your user "
+    "settings (~/.claude/settings.json or warden's settings.json) or a managed settings file"
+)
 
 HookEvent = Literal["PreToolUse", "PostToolUse"]
 EVENTS: tuple[HookEvent, ...] = ("PreToolUse", "PostToolUse")
@@ -60,9 +80,9 @@ class HookCommand:
     cwd: Literal["neutral", "workspace"] = "neutral"
     """Where it runs: an empty temporary directory, or the host workspace."""
     trusted: bool = False
-    """Run it even when its command runs files a subagent can write."""
+    """Marked trusted in a file no subagent can write: it runs on the host."""
     sandbox: bool = False
-    """Run it in a hardened sandbox (the workspace mounted as for a subagent)."""
+    """Run it in a hardened sandbox even when it is trusted."""
     env_names: tuple[str, ...] = ()
     """Host environment variables passed to it (`warden.hookEnv`)."""
 
@@ -78,15 +98,29 @@ class HookSet:
 
     hooks: tuple[HookCommand, ...] = ()
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    trusted_commands: frozenset[str] = frozenset()
+    """Commands the managed or the user's settings trust (`warden.trustedHooks`)."""
 
     def matching(self, event: HookEvent, tool_name: str) -> list[HookCommand]:
+        """The hooks to run, once per command, each marked trusted when it is."""
         seen: set[str] = set()
         out: list[HookCommand] = []
         for hook in self.hooks:
             if hook.event == event and hook.matches(tool_name) and hook.command not in seen:
                 seen.add(hook.command)  # Claude Code runs identical commands once
-                out.append(hook)
+                trusted = hook.trusted or hook.command in self.trusted_commands
+                out.append(replace(hook, trusted=trusted))
         return out
+
+    def needs_sandbox(self) -> bool:
+        """True when some hook here runs in a sandbox (not trusted, or asks for one)."""
+        return any(
+            h.sandbox or not (h.trusted or h.command in self.trusted_commands) for h in self.hooks
+        )
+
+    def with_hooks(self, extra: tuple[HookCommand, ...]) -> HookSet:
+        """These hooks and `extra` (an agent file's), under the same trust."""
+        return replace(self, hooks=self.hooks + extra)
 
 
 def load_hooks(settings: Settings, workspace: Path, *, trusted: bool = True) -> HookSet:
@@ -99,23 +133,54 @@ def load_hooks(settings: Settings, workspace: Path, *, trusted: bool = True) -> 
     hooks: list[HookCommand] = []
     warnings: list[str] = []
     env_names: list[str] = []
+    trusted_commands: set[str] = set()
     for f in stack.files:
         if stack.managed.disable_all_hooks:
             break
-        found, warned = parse_hooks(f.doc.get("hooks"), f.source)
+        may_trust = f.kind in TRUSTING_KINDS and not _inside(f.path, workspace)
+        commands = _trusted_hooks(f.doc, f.path)
+        if commands and not may_trust:
+            warnings.append(f"{f.source}: warden.trustedHooks {IGNORED_TRUST}")
+        elif may_trust:
+            trusted_commands.update(commands)
+        found, warned = parse_hooks(f.doc.get("hooks"), f.source, may_trust=may_trust)
         if found and locked and not f.managed:
-            warnings.append(f"{f.path}: its hooks are not run: managed settings allow only "
-                            "managed hooks (allowManagedHooksOnly)")
+            warnings.append(
+                f"{f.path}: its hooks are not run: managed settings allow only "
+                "managed hooks (allowManagedHooksOnly)"
+            )
             continue
         if found and not trusted and f.kind in ("project", "project-local"):
-            warnings.append(f"{f.path}: its hooks are not run: the workspace is not trusted "
-                            "(trust it with --trust-workspace)")
+            warnings.append(
+                f"{f.path}: its hooks are not run: the workspace is not trusted "
+                "(trust it with --trust-workspace)"
+            )
             continue
         hooks.extend(found)
         warnings.extend(warned)
         env_names += _hook_env(f.doc, f.path)
     names = tuple(dict.fromkeys(env_names))
-    return HookSet(tuple(replace(h, env_names=names) for h in hooks), tuple(warnings))
+    return HookSet(
+        tuple(replace(h, env_names=names) for h in hooks),
+        tuple(warnings),
+        frozenset(trusted_commands),
+    )
+
+
+def _inside(path: Path, workspace: Path) -> bool:
+    real, root = Path(os.path.realpath(path)), Path(os.path.realpath(workspace))
+    return real == root or root in real.parents
+
+
+def _trusted_hooks(doc: JSONObject, path: Path) -> list[str]:
+    block = doc.get("warden")
+    value = block.get("trustedHooks", []) if isinstance(block, dict) else []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise PolicyError(
+            f"{path}: warden.trustedHooks must be a list of hook commands, each exactly as "
+            "it appears in a hook entry"
+        )
+    return [v for v in value if isinstance(v, str)]
 
 
 def _hook_env(doc: JSONObject, path: Path) -> list[str]:
@@ -128,8 +193,11 @@ def _hook_env(doc: JSONObject, path: Path) -> list[str]:
     return [v for v in value if isinstance(v, str)]
 
 
-def parse_hooks(block: object, source: str) -> tuple[list[HookCommand], list[str]]:
-    """Parse a settings file's `hooks` block (events other than tool hooks are skipped)."""
+def parse_hooks(
+    block: object, source: str, *, may_trust: bool = False
+) -> tuple[list[HookCommand], list[str]]:
+    """Parse a settings file's `hooks` block (events other than tool hooks are skipped).
+    `may_trust`: the file is one no subagent can write, so `"trusted": true` counts."""
     if block is None:
         return [], []
     if not isinstance(block, dict):
@@ -177,10 +245,12 @@ def parse_hooks(block: object, source: str) -> tuple[list[HookCommand], list[str
                     raise PolicyError(
                         f"{hw}.timeout must be seconds in (0, {MAX_HOOK_TIMEOUT_S:g}]"
                     )
+                options = _options(spec, hw)
+                if options["trusted"] and not may_trust:
+                    warnings.append(f'{hw}: "trusted": true {IGNORED_TRUST}')
+                    options["trusted"] = False
                 hooks.append(
-                    HookCommand(
-                        event, matcher, command, float(timeout), source, **_options(spec, hw)
-                    )
+                    HookCommand(event, matcher, command, float(timeout), source, **options)
                 )
     return hooks, warnings
 

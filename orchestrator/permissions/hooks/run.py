@@ -1,9 +1,11 @@
 """Running hooks and reading what they said (Claude Code's hook protocol).
 
-A hook gets the event as JSON on stdin (`hook_input`) and runs with `sh -c` in its
-own process group, on the host (an allowlisted environment, a fixed PATH, an empty
-directory; see `trust`) or in a sandbox (the run's `sandbox.HookSandbox`). Exit 2 blocks with
-stderr as the reason; exit 0 may print JSON with
+A hook gets the event as JSON on stdin (`hook_input`) and runs with `sh -c`: in a
+sandbox (the run's `sandbox.HookSandbox`, the default), or, when the person marked
+it trusted in a file no subagent can write (`definitions`), on the host in its own
+process group (an allowlisted environment, a fixed PATH, an empty directory; see
+`trust`). An untrusted hook with no sandbox to run in does not run: its outcome is
+an error naming both ways out. Exit 2 blocks with stderr as the reason; exit 0 may print JSON with
 `hookSpecificOutput.permissionDecision`; anything else, a timeout (the whole group
 is killed) or malformed JSON is a non-blocking error that never counts as allow.
 Output is read up to MAX_HOOK_OUTPUT_BYTES per stream and the cut is announced.
@@ -26,7 +28,7 @@ from typing import TypedDict
 from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions.hooks.definitions import HookCommand, HookEvent
 from orchestrator.permissions.hooks.sandbox import NO_SANDBOX_ERROR, HookSandbox
-from orchestrator.permissions.hooks.trust import hook_environment, workspace_code
+from orchestrator.permissions.hooks.trust import hook_environment
 from orchestrator.permissions.models import (
     REQUIRED_INPUT_KEYS,
     CallContext,
@@ -37,6 +39,8 @@ from sandbox_tools.wire import MAX_TOOL_INPUT_BYTES
 
 MAX_HOOK_OUTPUT_BYTES = 64 * 1024
 """Bytes of stdout and of stderr kept per hook; the rest is dropped and announced."""
+SANDBOX_CWD = {"neutral": "/tmp", "workspace": "/workspace"}
+"""A sandboxed hook's working directory: its own empty /tmp, or the workspace."""
 NEUTRAL_CWD_PREFIX = "warden-hook-"
 """Host hooks run in a fresh empty directory with this prefix, unless they ask for the workspace."""
 MAX_REASON_CHARS = 4000
@@ -114,11 +118,15 @@ async def run_hook(
 ) -> HookOutcome:
     """Run one hook and interpret what it said; never raises for a misbehaving hook."""
     base = _HookId(hook=hook.command, event=hook.event, source=hook.source)
-    if hook.sandbox:
+    if hook.sandbox or not hook.trusted:
         if sandbox is None:
             return HookOutcome(**base, error=NO_SANDBOX_ERROR)
         ran = await sandbox.run(
-            hook.command, stdin, hook.timeout_s, workspace_host, MAX_HOOK_OUTPUT_BYTES
+            hook.command,
+            stdin,
+            hook.timeout_s,
+            cwd=SANDBOX_CWD[hook.cwd],
+            output_limit=MAX_HOOK_OUTPUT_BYTES,
         )
         if ran.error is not None:
             return HookOutcome(**base, error=ran.error, duration_s=ran.duration_s)
@@ -128,14 +136,6 @@ async def run_hook(
         if hook.cwd == "workspace" and workspace_host is not None:
             cwd = workspace_host
         env = hook_environment(workspace_host, hook.env_names)
-        if workspace_host is not None and not hook.trusted:
-            why = workspace_code(hook.command, workspace_host, cwd, env)
-            if why is not None:
-                return HookOutcome(
-                    **base,
-                    error=f'refused: {why}. Mark the hook "trusted": true if you vouch for '
-                    'that file, or run it in a sandbox with "sandbox": true',
-                )
         return await _run_on_host(hook, base, stdin, tool_name, str(cwd), env)
 
 

@@ -1,20 +1,23 @@
-"""What running a hook in a sandbox (`"sandbox": true`) needs from the run.
+"""What running a hook in a sandbox (every hook not trusted) needs from the run.
 
 The permission layer does not build containers: the run hands its engine a
-`HookSandbox` (`runtime.hook_sandbox.ContainerHookSandbox`), and `run.run_hook`
-calls it for each sandboxed hook. Without one, a sandboxed hook is an error
-outcome (never an allow).
+`HookSandbox` (`runtime.hook_sandbox.HookSandboxPool`), and `run.run_hook`
+calls it for each hook that is not trusted or asks for a sandbox. Without one,
+such a hook does not run: its outcome is an error (never an allow) naming both
+ways out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 NO_SANDBOX_ERROR = (
-    "this hook asks for a sandbox, and this permission engine was given none "
-    "(sandboxed hooks run only inside `warden run`); counts as an error, not an allow"
+    "refused: this hook could read or run files a subagent can write, so it runs only in "
+    "a sandbox, and this permission engine was given none (hook sandboxes exist inside "
+    "`warden run`). Run it there, or, if you vouch for everything it runs, list its command "
+    'under warden.trustedHooks in your user settings (or mark it "trusted": true there) to '
+    "run it on the host; counts as an error, not an allow"
 )
 
 
@@ -33,12 +36,8 @@ class HookSandbox(Protocol):
     """Runs one hook command in a fresh hardened sandbox."""
 
     async def run(
-        self,
-        command: str,
-        stdin: bytes,
-        timeout_s: float,
-        workspace: Path | None,
-        output_limit: int,
+        self, command: str, stdin: bytes, timeout_s: float, *, cwd: str, output_limit: int
     ) -> SandboxedHookRun:
-        """Run `command` with `sh -c` and `stdin` on its stdin; never raises for a failing hook."""
+        """Run `command` with `sh -c`, `stdin` on its stdin and `cwd` (a path inside the
+        sandbox) as its directory; never raises for a failing hook."""
         ...

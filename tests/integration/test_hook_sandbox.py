@@ -1,0 +1,167 @@
+"""A hook runs on the host only when the person trusted it in a file no subagent
+can write: a subagent that plants files a project hook reads (by an option, a
+stream or an interpreter flag) gets them run in a hardened hook sandbox, never on
+the host; each hook call gets a fresh sandbox (nothing one call leaves reaches the
+next); a hook the user's settings trust runs on the host. Real engine, real
+images, real runs; only the model is scripted."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import Settings
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
+from tests.conftest import UNPRIVILEGED
+from tests.integration.harness import containers_of, convo, requests_of, scripted_run, text, tool
+
+pytestmark = pytest.mark.integration
+
+
+def bash_task(prompt: str) -> TaskInput:
+    return TaskInput(description="attack", prompt=prompt, subagent_type="general-purpose")
+
+
+def write_project_settings(workspace: Path, doc: dict[str, Any]) -> None:
+    claude = workspace / ".claude"
+    claude.mkdir(exist_ok=True)
+    (claude / "settings.json").write_text(json.dumps(doc))
+    for path in (claude, claude / "settings.json"):
+        os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
+
+
+def pre_hooks(*commands: str, **options: Any) -> dict[str, Any]:
+    entries = [{"type": "command", "command": c, **options} for c in commands]
+    return {"PreToolUse": [{"matcher": "Bash", "hooks": entries}]}
+
+
+def evidence(name: str, marker: Path) -> str:
+    """Shell that tries to touch a host path and records where it ran."""
+    return (
+        f"touch {marker}; echo {name} uid=$(id -u) "
+        "ifaces=$(tail -n +3 /proc/net/dev | wc -l) >> /workspace/ran.txt"
+    )
+
+
+def once_planted(name: str, command: str) -> str:
+    """`command`, once the file exists (before that, exit 2 would block the planting)."""
+    return f'[ ! -f "$CLAUDE_PROJECT_DIR/{name}" ] || {command}'
+
+
+def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    last = body["messages"][-1]["content"]
+    return [b for b in last if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+async def test_project_hooks_run_what_a_subagent_planted_only_inside_a_sandbox(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    markers = {name: tmp_path / f"HOST-RAN-{name}" for name in ("make", "stream", "python")}
+    # A project's ordinary hooks: none names a workspace file as its command, so the
+    # old command-word reading let each of them run on the host.
+    write_project_settings(
+        workspace,
+        {
+            "hooks": pre_hooks(
+                once_planted("Makefile", 'make -s -C "$CLAUDE_PROJECT_DIR" lint'),
+                once_planted("lint.sh", 'sh < "$CLAUDE_PROJECT_DIR/lint.sh"'),
+                once_planted("check.py", 'python3 -X utf8 "$CLAUDE_PROJECT_DIR/check.py"'),
+                # Even marked trusted: a project file is one a subagent could have written.
+                trusted=True,
+            )
+        },
+    )
+    plant = (
+        "printf 'lint:\\n\\t@sh make.sh\\n' > Makefile && "
+        f"printf '%s\\n' '{evidence('make', markers['make'])}' > make.sh && "
+        f"printf '%s\\n' '{evidence('stream', markers['stream'])}' > lint.sh && "
+        f"printf '%s\\n' '{evidence('python', markers['python'])}' > py.sh && "
+        "printf '%s\\n' 'import os' "
+        '\'os.system(open(os.environ["CLAUDE_PROJECT_DIR"] + "/py.sh").read())\' '
+        "> check.py && echo planted"
+    )
+    script = [
+        convo(
+            "planter",
+            {"prompt_contains": "PLANT-HOOK-FOOD"},
+            [tool("Bash", command=plant)],
+            [tool("Bash", command="echo second call")],
+            [text("{tool_results}")],
+        )
+    ]
+    async with scripted_run(settings, workspace, script) as (run, server):
+        result = await run.manager.run_task(bash_task("PLANT-HOOK-FOOD"))
+        session = run.session
+        events = run.store.events(run.run_id)
+
+    assert result.status is TaskStatus.COMPLETED, result
+    assert "planted" in json.dumps(tool_results(requests_of(server, "planter")[1].body))
+    ran_on_host = [name for name, marker in markers.items() if marker.exists()]
+    assert ran_on_host == [], f"hooks ran planted code on the host: {ran_on_host}"
+    # The hooks did run the planted code, inside a sandbox: its uid, only lo ...
+    ran = sorted((workspace / "ran.txt").read_text().splitlines())
+    assert ran == [f"{n} uid={UNPRIVILEGED} ifaces=1" for n in ("python", "stream")]
+    # ... and `make`, which the host has and the agent image does not, ran there too.
+    errors = [e.data["data"]["error"] for e in events if e.kind == "hook_error"]
+    assert errors == ["exited with 127: sh: 1: make: not found"]
+    assert containers_of(session) == []
+
+
+async def test_every_hook_call_gets_a_fresh_sandbox(settings: Settings, workspace: Path) -> None:
+    # A hook that leaves a file and a process behind, and refuses when it finds either.
+    leftover = (
+        "if [ -e /tmp/left ] || pgrep -x sleep >/dev/null; then "
+        "echo 'found what the last call left' >&2; exit 2; fi; "
+        "touch /tmp/left; (sleep 987 >/dev/null 2>&1 &); exit 0"
+    )
+    write_project_settings(workspace, {"hooks": pre_hooks(leftover)})
+    script = [
+        convo(
+            "twice",
+            {"prompt_contains": "FRESH-HOOKS"},
+            [tool("Bash", command="echo one > one.txt")],
+            [tool("Bash", command="echo two > two.txt")],
+            [tool("Bash", command="echo three > three.txt")],
+            [text("done")],
+        )
+    ]
+    async with scripted_run(settings, workspace, script) as (run, _):
+        result = await run.manager.run_task(bash_task("FRESH-HOOKS"))
+        session = run.session
+        events = run.store.events(run.run_id)
+    assert result.status is TaskStatus.COMPLETED
+    assert [e.data for e in events if e.kind == "hook_error"] == []
+    assert [(workspace / f"{n}.txt").read_text() for n in ("one", "two", "three")] == [
+        "one\n",
+        "two\n",
+        "three\n",
+    ]
+    assert containers_of(session) == []
+
+
+async def test_a_hook_the_user_settings_trust_runs_on_the_host(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "TRUSTED-HOOK-RAN-ON-HOST"
+    command = f"touch {marker}"
+    write_project_settings(workspace, {"hooks": pre_hooks(command)})
+    settings.config_dir.mkdir(parents=True)
+    (settings.config_dir / "settings.json").write_text(
+        json.dumps({"warden": {"trustedHooks": [command]}})
+    )
+    script = [
+        convo(
+            "trusted",
+            {"prompt_contains": "TRUSTED-HOOK"},
+            [tool("Bash", command="true")],
+            [text("done")],
+        )
+    ]
+    async with scripted_run(settings, workspace, script) as (run, _):
+        result = await run.manager.run_task(bash_task("TRUSTED-HOOK"))
+    assert result.status is TaskStatus.COMPLETED
+    assert marker.exists()
