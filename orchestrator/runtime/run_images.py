@@ -79,6 +79,11 @@ class RunImageResolver:
     def __call__(self, agent: AgentDefinition) -> SandboxImage:
         return self.images.get(choose_image(agent, self.run).name)
 
+    def named(self, name: str) -> SandboxImage:
+        """One of warden's images by name (`agent` for hook sandboxes), whatever the
+        run's agents use."""
+        return self.images.get(name)
+
 
 def prepare_run_images(
     client: DockerClient,

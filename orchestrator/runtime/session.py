@@ -206,20 +206,13 @@ async def open_run(
             stack.callback(tracer.finish)  # after the manager has ended every task
         # A run that can no longer record what it does stops (`EventLog.failure`).
         events.on_failure.append(_cancel_on_failure(asyncio.current_task()))
-        images: dict[str, str] = {}
-
-        def image_for(name: str) -> str:
-            if name not in images:
-                images[name] = resolve_image(client, name)
-            return images[name]
-
         hook_pool: HookSandboxPool | None = None
         if gate is None:
             for warning in gate_hooks.warnings:
                 log.warning("%s", warning)
             hook_pool = hook_sandbox_pool(
                 backend=backend,
-                image_for=image_for,
+                image_for=lambda name: image_for.named(name).ref,
                 workspace=workspace,
                 guard=guard,
                 identity=sandbox_identity(workspace, config.fallback_uid, config.user),
