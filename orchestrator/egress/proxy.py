@@ -181,13 +181,13 @@ class EgressProxy:
         if uid not in self.allowed_uids:
             await self.notice("egress_refused_peer", f"a process with uid {uid} was refused")
             return
+        client = await _client(conn)
+        owned.append(client.sock)
         why = self.meter.admit()
         if why is not None:
-            await _refuse(conn, 429, f"refused: {why} is reached")
+            await _refuse(client.sock, 429, f"refused: {why} is reached")
             return
         try:
-            client = await _client(conn)
-            owned.append(client.sock)
             await self._request(client, owned)
         finally:
             self.meter.closed()

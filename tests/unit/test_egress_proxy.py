@@ -455,3 +455,17 @@ async def test_a_passed_descriptor_that_is_not_a_tcp_connection_is_refused(
             os.close(fd)
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize(
+    "proxied",
+    [lambda: service(["allowed.test"], limits=EgressLimits(max_connections=1))],
+    indirect=True,
+)
+async def test_a_connection_over_the_cap_gets_429_through_the_forwarder(
+    proxied: Proxied, servers: tuple[int, int]
+) -> None:
+    url = f"http://allowed.test:{servers[0]}/hello"
+    assert (await asyncio.to_thread(fetch, proxied.port, url))[0] == 200
+    status, body, _ = await asyncio.to_thread(fetch, proxied.port, url)
+    assert status == 429 and "connection limit (1)" in body
