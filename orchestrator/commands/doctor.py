@@ -1,10 +1,12 @@
 """`warden doctor [--fix] [--json]`: is the engine up, which runtimes, are the images
-current, how is the warm pool sized."""
+current, which image each agent type of the workspace runs in, how is the warm pool
+sized."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -12,12 +14,20 @@ import click
 from orchestrator.backend.connect import GVISOR_NOTE, EngineInfo, engine_info
 from orchestrator.errors import EngineUnavailableError
 from orchestrator.provision.engine import FixPlan, apply_fix, host_facts, plan_fix
+from orchestrator.ui.untrusted_text import printable
 
 
 @click.command()
 @click.option("--fix", is_flag=True, help="Install and start the engine if needed (root, Debian).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def doctor(fix: bool, as_json: bool) -> None:
+@click.option(
+    "--workspace",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="Workspace whose agent types and dev container decide the images shown.",
+)
+def doctor(fix: bool, as_json: bool, workspace: Path) -> None:
     """Report the engine, its runtimes and warden's images; --fix starts the engine.
 
     --fix (root on Debian) installs docker.io and debootstrap when missing, starts
@@ -40,6 +50,7 @@ def doctor(fix: bool, as_json: bool) -> None:
     else:
         report["notes"].append(GVISOR_NOTE)
         report["images"] = _images_report(client, report, count_as_problem=not fix)
+    report["agents"] = _agents_report(workspace, report)
     report["ok"] = not report["problems"]
     if as_json:
         click.echo(json.dumps(report, indent=2))
@@ -93,6 +104,28 @@ def _images_report(client: Any, report: dict[str, Any], *, count_as_problem: boo
     return rows
 
 
+def _agents_report(workspace: Path, report: dict[str, Any]) -> list[dict[str, str]]:
+    """Which image each agent type of a run in `workspace` would use, and why."""
+    from orchestrator.agents.images import choose_image
+    from orchestrator.agents.registry import AgentRegistry
+    from orchestrator.config import Settings
+    from orchestrator.errors import WardenError
+    from orchestrator.runtime.run_images import describe_run_images
+
+    settings = Settings.from_env()
+    try:
+        run = describe_run_images(settings, workspace)
+        registry = AgentRegistry.load(settings, workspace.resolve())
+    except WardenError as exc:
+        report["problems"].append(f"agent images: {exc}")
+        return []
+    rows = []
+    for agent in registry:
+        choice = choose_image(agent, run)
+        rows.append({"agent": agent.name, "image": choice.name, "from": choice.origin})
+    return rows
+
+
 def _sayer(as_json: bool) -> Callable[[str], None]:
     """Progress lines of --fix go to stderr, and nowhere under --json."""
 
@@ -119,6 +152,11 @@ def _print(report: dict[str, Any]) -> None:
     for row in report.get("images", []):
         tag = row["tag"] or "-"
         click.echo(f"image {row['kind']:<6} {row['state']:<8} {tag}  {row['detail']}")
+    for row in report.get("agents", []):
+        click.echo(
+            f"agent {printable(row['agent'], 40)}: image {printable(row['image'], 80)} "
+            f"({printable(row['from'], None)})"
+        )
     for note in report["notes"]:
         click.echo(f"note: {note}")
     for problem in report["problems"]:

@@ -24,11 +24,14 @@ from pathlib import Path
 
 from orchestrator.backend.mounts import check_confined
 from orchestrator.errors import ConfigError, UnsafeMountError
+from orchestrator.ui.untrusted_text import printable
 
 CONFIG_PATHS = (".devcontainer/devcontainer.json", ".devcontainer.json")
 """Where a dev container is looked for, in this order (as the dev container CLI)."""
 MAX_CONFIG_BYTES = 256 * 1024
 """Largest devcontainer.json read."""
+KEY_CHARS = 60
+"""Longest unknown key shown in a warning (it is workspace text: shown inert)."""
 
 NOT_APPLIED: dict[str, str] = {
     "privileged": "a warden sandbox never runs privileged",
@@ -126,7 +129,7 @@ def parse_devcontainer(workspace: Path, path: Path, relative: str) -> DevContain
         if key in NOT_APPLIED:
             warnings.append(f"{relative}: `{key}` is not applied: {NOT_APPLIED[key]}")
         elif key not in SILENT_KEYS:
-            warnings.append(f"{relative}: `{key}` is not used by warden")
+            warnings.append(f"{relative}: `{printable(key, KEY_CHARS)}` is not used by warden")
     base = path.parent
     image = _text(doc, "image", relative)
     build = doc.get("build") or {}
@@ -136,7 +139,8 @@ def parse_devcontainer(workspace: Path, path: Path, relative: str) -> DevContain
         if key in NOT_APPLIED_BUILD:
             warnings.append(f"{relative}: `build.{key}` is not applied: {NOT_APPLIED_BUILD[key]}")
         elif key not in BUILD_KEYS:
-            warnings.append(f"{relative}: `build.{key}` is not used by warden")
+            shown = printable(key, KEY_CHARS)
+            warnings.append(f"{relative}: `build.{shown}` is not used by warden")
     dockerfile_name = _text(build, "dockerfile", relative) or _text(doc, "dockerFile", relative)
     context_name = _text(build, "context", relative) or _text(doc, "context", relative) or "."
     if image is not None and dockerfile_name is not None:

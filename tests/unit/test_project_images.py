@@ -85,6 +85,14 @@ def test_jsonc_is_read_and_every_weakening_key_warns_once(tmp_path: Path) -> Non
     assert len(found.warnings) == len(keys), "name and customizations are not warned about"
 
 
+def test_an_unknown_key_is_shown_as_inert_text(tmp_path: Path) -> None:
+    write(tmp_path, ".devcontainer.json", '{"image": "a:1", "x\\u001b[2Jy": 1}')
+    found = find_devcontainer(tmp_path)
+    assert found is not None and found.warnings == (
+        ".devcontainer.json: `x\\x1b[2Jy` is not used by warden",
+    )
+
+
 def test_a_duplicate_key_is_refused_not_silently_replaced(tmp_path: Path) -> None:
     write(tmp_path, ".devcontainer.json", '{"image": "a:1", "image": "b:1"}')
     with pytest.raises(ConfigError, match=r"\.devcontainer\.json.*Duplicate key"):

@@ -1,0 +1,243 @@
+"""A subagent runs in the project's own image: any local Linux image with bash,
+even one with no Python (warden's runtime is mounted read-only), and the
+workspace's dev container without a flag; the sandbox around it is the same as
+in warden's own images, proven from inside; unusable images are refused before
+any container of the run starts. Real engine, real images built offline from
+Debian packages, real anthropic SDK; only the model is scripted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import Settings
+from orchestrator.errors import UnsupportedImageError
+from tests.conftest import REPO_ROOT
+from tests.integration.harness import (
+    PARENT_MATCH,
+    containers_of,
+    convo,
+    scripted_run,
+    task,
+    text,
+    tool,
+)
+from tests.integration.project_fixtures import (
+    FACTS,
+    cc_image,
+    engine,
+    facts,
+    foreign_arch_image,
+    no_bash_image,
+    node_image,
+    project_workspace,
+    throwaway_images,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["cc_image", "engine", "foreign_arch_image", "no_bash_image", "node_image",
+           "throwaway_images"]  # fmt: skip
+
+EXPECTED_FACTS = {
+    "net": "lo,",
+    "routes": "0",
+    "CapInh": "0000000000000000",
+    "CapPrm": "0000000000000000",
+    "CapEff": "0000000000000000",
+    "CapBnd": "0000000000000000",
+    "CapAmb": "0000000000000000",
+    "NoNewPrivs": "1",
+    "root": "read-only",
+    "memory": str(512 * 1024 * 1024),
+    "pids": "256",
+    "git": "read-only",
+    "claude": "read-only",
+    "docker.sock": "absent",
+    "home": "/tmp",
+}
+"""What every warden sandbox shows from inside (the defaults: 512 MiB, 256 pids)."""
+
+
+def delegate(*commands: str) -> list[dict[str, Any]]:
+    """A parent that delegates once and repeats the result; a child that runs the
+    Bash commands and answers with their output."""
+    return [
+        convo("parent", PARENT_MATCH, [task("RUN-IN-PROJECT-IMAGE")], [text("{tool_results}")]),
+        convo(
+            "child",
+            {"prompt_contains": "RUN-IN-PROJECT-IMAGE"},
+            [tool("Bash", command=command) for command in commands],
+            [text("{tool_results}")],
+        ),
+    ]
+
+
+def node_project(workspace: Path) -> None:
+    (workspace / "package.json").write_text(json.dumps(
+        {"name": "demo", "version": "1.0.0", "scripts": {"test": "node test.js"}}
+    ))  # fmt: skip
+    (workspace / "test.js").write_text(
+        "const assert = require('assert');\n"
+        "assert.strictEqual([1, 2, 3].reduce((a, b) => a + b), 6);\n"
+        "console.log('npm-suite: 1 passed, 0 failed');\n"
+    )
+
+
+async def test_npm_test_runs_in_a_node_image_without_python_and_reaches_the_parent(
+    settings: Settings, workspace: Path, node_image: str
+) -> None:
+    node_project(workspace)
+    project_workspace(workspace)
+    script = delegate("npm test 2>&1; echo EXIT=$?; command -v python3 || echo no-python3")
+    async with scripted_run(settings, workspace, script, image=node_image) as (run, _):
+        result = await run.parent.run("run the tests")
+        session = run.session
+    assert "npm-suite: 1 passed, 0 failed" in result.text, result.text
+    assert "EXIT=0" in result.text and "no-python3" in result.text
+    assert containers_of(session) == []
+
+
+async def test_make_test_in_a_gcc_image_and_the_sandbox_is_unchanged_inside(
+    settings: Settings, workspace: Path, cc_image: str
+) -> None:
+    (workspace / "hello.c").write_text('#include <stdio.h>\nint main(void){puts("cc-ok");return 0;}\n')
+    (workspace / "Makefile").write_text("test: hello\n\t./hello\nhello: hello.c\n\tgcc -o $@ $<\n")
+    project_workspace(workspace)
+    script = delegate("make test 2>&1; echo EXIT=$?", FACTS + "echo marker=$TOOLCHAIN_MARKER")
+    async with scripted_run(settings, workspace, script, image=cc_image) as (run, _):
+        result = await run.parent.run("build and test")
+    assert "cc-ok" in result.text and "EXIT=0" in result.text, result.text
+    found = facts(result.text)
+    assert {key: found.get(key) for key in EXPECTED_FACTS} == EXPECTED_FACTS
+    assert found["uid"] == f"{workspace.stat().st_uid} gid={workspace.stat().st_gid}"
+    assert found["marker"] == "from-the-image", "the image's environment is kept"
+
+
+def warden(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args], cwd=cwd, capture_output=True, text=True,
+        timeout=180,
+    )  # fmt: skip
+
+
+def test_warden_exec_gives_a_project_image_the_same_sandbox_as_warden_s_own(
+    workspace: Path, node_image: str
+) -> None:
+    project_workspace(workspace)
+    outputs = {}
+    for image in ("bash", node_image):
+        done = warden(
+            "exec", "--json", "--workspace", str(workspace), "--image", image,
+            "--", "bash", "-c", FACTS, cwd=REPO_ROOT,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        outputs[image] = facts(json.loads(done.stdout)["stdout"])
+    assert outputs[node_image] == outputs["bash"]
+    assert {key: outputs["bash"].get(key) for key in EXPECTED_FACTS} == EXPECTED_FACTS
+
+
+async def test_unusable_images_are_refused_before_any_container_of_the_run_starts(
+    settings: Settings, workspace: Path, engine: Any, no_bash_image: str, foreign_arch_image: str
+) -> None:
+    project_workspace(workspace)
+    since = int(time.time()) - 1
+    for image, reason in ((no_bash_image, "has no bash on its PATH"),
+                          (foreign_arch_image, "built for arm64")):  # fmt: skip
+        with pytest.raises(UnsupportedImageError, match=reason) as refused:
+            async with scripted_run(settings, workspace, delegate("true"), image=image):
+                pytest.fail("the run opened")
+        assert "--image agent" in str(refused.value), "the refusal names a fix"
+    # The engine's own record: no container of either image was ever started.
+    started = engine.api.events(
+        since=since, until=int(time.time()) + 1, decode=True,
+        filters={"type": "container", "event": "start"},
+    )  # fmt: skip
+    images = {no_bash_image, foreign_arch_image}
+    assert [e for e in started if e.get("from") in images] == []
+
+
+def dev_container(workspace: Path, config: dict[str, Any], dockerfile: str | None = None) -> None:
+    folder = workspace / ".devcontainer"
+    folder.mkdir()
+    # JSONC, as editors write it: a comment and a trailing comma.
+    (folder / "devcontainer.json").write_text(
+        "// the project's dev container\n" + json.dumps(config, indent=1)[:-2] + ",\n}\n"
+    )
+    if dockerfile is not None:
+        (folder / "Dockerfile").write_text(dockerfile)
+    project_workspace(workspace)
+
+
+async def test_the_dev_container_image_is_used_without_a_flag(
+    settings: Settings, workspace: Path, node_image: str
+) -> None:
+    dev_container(workspace, {"name": "node tools", "image": node_image})
+    listed = warden("agents", "list", "--json", "--workspace", str(workspace), cwd=REPO_ROOT)
+    by_name = {a["name"]: a for a in json.loads(listed.stdout)["agents"]}
+    assert by_name["general-purpose"]["image"] == node_image
+    assert "dev container" in by_name["general-purpose"]["image_from"]
+    assert by_name["bash"]["image"] == "bash", "the bash type stays restricted"
+    script = delegate("node --version; echo marker=$TOOLCHAIN_MARKER")
+    async with scripted_run(settings, workspace, script) as (run, _):
+        result = await run.parent.run("which node?")
+    assert "v18." in result.text and "marker=from-the-image" in result.text, result.text
+
+
+async def test_a_dev_container_dockerfile_is_built_offline_once_and_used(
+    settings: Settings, workspace: Path, cc_image: str, engine: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.runtime.run_images import prepare_run_images
+
+    dockerfile = (
+        f"FROM {cc_image}\nUSER 0\n"
+        "RUN echo built-offline > /etc/devcontainer-marker && "
+        "(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' , > /etc/build-net)\n"
+        "USER 1000\n"
+    )
+    dev_container(workspace, {"build": {"dockerfile": "Dockerfile"}}, dockerfile)
+    caplog.set_level("INFO", logger="warden.images")
+    script = delegate("cat /etc/devcontainer-marker /etc/build-net; make --version | head -1")
+    built: list[str] = []
+    try:
+        async with scripted_run(settings, workspace, script) as (run, _):
+            result = await run.parent.run("what is in the image?")
+            built.append(run.manager.plan.image_resolver.run.devcontainer)  # type: ignore[attr-defined]
+        assert "built-offline" in result.text and "GNU Make" in result.text, result.text
+        assert "lo," in result.text and "eth0" not in result.text, "a build step had a network"
+        assert any("building warden-devcontainer:" in r.message for r in caplog.records)
+        caplog.clear()
+        # The second run builds nothing: same files, same tag.
+        resolver = prepare_run_images(engine, settings, workspace)
+        assert resolver.run.devcontainer is not None
+        assert not any("building warden-devcontainer" in r.message for r in caplog.records)
+        assert any("is up to date" in r.message for r in caplog.records)
+        assert resolver.run.devcontainer == built[0]
+    finally:
+        for tag in built:  # this test's own image (it is content-addressed: no one shares it)
+            engine.images.remove(tag, force=True)
+
+
+async def test_a_dev_container_asking_for_privileges_gets_warnings_and_the_same_sandbox(
+    settings: Settings, workspace: Path, node_image: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    dev_container(workspace, {
+        "image": node_image, "privileged": True, "capAdd": ["SYS_ADMIN", "NET_ADMIN"],
+        "securityOpt": ["seccomp=unconfined"], "runArgs": ["--network=host", "--pid=host"],
+        "mounts": ["source=/,target=/host,type=bind"], "forwardPorts": [8080],
+    })  # fmt: skip
+    caplog.set_level("WARNING", logger="warden.images")
+    script = delegate(FACTS + "test -e /host && echo host=mounted || echo host=absent")
+    async with scripted_run(settings, workspace, script) as (run, _):
+        result = await run.parent.run("check the sandbox")
+    warned = [r.message for r in caplog.records]
+    for key in ("privileged", "capAdd", "securityOpt", "runArgs", "mounts", "forwardPorts"):
+        assert sum(f"`{key}` is not applied" in m for m in warned) == 1, (key, warned)
+    found = facts(result.text)
+    assert {key: found.get(key) for key in EXPECTED_FACTS} == EXPECTED_FACTS, result.text
+    assert found["host"] == "absent" and found["Seccomp"] == "2"
