@@ -20,6 +20,7 @@ import yaml
 
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
+from orchestrator.permissions.executed_paths import ask_rules
 from orchestrator.permissions.models import MODES, Mode
 from orchestrator.permissions.policy import EffectivePolicy
 from orchestrator.permissions.rules import Rule, RuleBehavior, parse_rule
@@ -35,14 +36,11 @@ COMMENT_KEYS = frozenset({"description", "$comment", "comment", "comments"})
 IGNORED_CLAUDE_KEYS = frozenset({"disableBypassPermissionsMode"})
 """Read by `settings_files.managed_keys`, not as rules."""
 BUILT_IN_SOURCE = "built-in"
-BUILT_IN_ASK = (
-    "Edit(/workspace/.claude/**)",
-    "Edit(/workspace/.git/hooks/**)",
-    "Edit(/workspace/.git/config)",
-)
-"""Always asked, in every mode but dontAsk (where they are denied): a subagent that
-could rewrite the workspace's settings, git hooks or git config could loosen the
-next run's policy or get a command run on the host."""
+BUILT_IN_ASK = ask_rules()
+"""Always asked, in every mode but dontAsk (where they are denied): the rows of the
+table of executed paths that ask (`executed_paths.py`: git metadata at any depth,
+settings, editor, shell, hook-manager and package-manager configuration). A subagent
+that could rewrite them could loosen the next run's policy or get code run later."""
 
 
 class PolicySource:

@@ -4,9 +4,12 @@ the host or a developer's tools execute.
 Read-only mounts cover `.claude/`, `.git` and `--protect` paths; everything else
 in the workspace is the subagents' to write, including files that run code the
 next time someone types `make`, `npm test`, `git status` in a subdirectory, or
-opens the folder in an editor. Those are listed at the end of every run (in the
-terminal summary, the `--json` result and the audit), so a person reviews them
-before trusting them.
+opens the folder in an editor. Those are listed at the end of every run, so a
+person reviews them before trusting them: every change in the `--json` result and
+the audit (none is ever dropped), and in the terminal summary at most
+`MAX_PRINTED`, one per table row in turn, with the count of those not printed.
+Which paths: the one table in `permissions.executed_paths`, plus the target of the
+repository's `core.hooksPath` and `--protect` paths.
 
 How: a snapshot (type, mode, size, mtime, ctime, inode, and a SHA-256 of small
 files) of every entry matching `EXECUTED_PATHS` is taken before the first
@@ -34,86 +37,17 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.permissions.paths import pattern_regex
+from orchestrator.permissions.executed_paths import hooks_path_pattern, report_patterns
+from orchestrator.permissions.paths import matches, pattern_regex
 from orchestrator.store.records import AuditRecord
 
 if TYPE_CHECKING:
     from orchestrator.store import Store
 
-EXECUTED_PATHS: tuple[str, ...] = (
-    # git runs hooks, fsmonitor, filters and pagers from its metadata, at any depth
-    "/**/.git",
-    "/**/.gitmodules",
-    "/**/.gitattributes",
-    # warden's and Claude Code's settings, hooks and agents
-    "/.claude",
-    "/**/.claude",
-    # CI, run with the repository's secrets
-    "/.github/workflows",
-    "/.github/actions",
-    "/.gitlab-ci.yml",
-    "/.circleci",
-    "/.buildkite",
-    "/Jenkinsfile",
-    "/azure-pipelines.yml",
-    "/.travis.yml",
-    # editors and shells run these when the folder is opened or entered
-    "/**/.envrc",
-    "/.vscode",
-    "/.idea",
-    "/.devcontainer",
-    "/.bashrc",
-    "/.bash_profile",
-    "/.bash_login",
-    "/.profile",
-    "/.zshrc",
-    "/.zshenv",
-    "/.zprofile",
-    # build and test entry points
-    "/**/node_modules/.bin",
-    "/**/package.json",
-    "/.npmrc",
-    "/.yarnrc",
-    "/.yarnrc.yml",
-    "/.pnpmfile.cjs",
-    "/**/Makefile",
-    "/**/makefile",
-    "/**/GNUmakefile",
-    "/**/*.mk",
-    "/justfile",
-    "/Justfile",
-    "/Taskfile.yml",
-    "/Rakefile",
-    "/Gemfile",
-    "/pyproject.toml",
-    "/setup.py",
-    "/setup.cfg",
-    "/tox.ini",
-    "/noxfile.py",
-    "/pytest.ini",
-    "/**/conftest.py",
-    "/**/sitecustomize.py",
-    "/**/usercustomize.py",
-    "/**/*.pth",
-    "/.pre-commit-config.yaml",
-    "/Cargo.toml",
-    "/build.rs",
-    "/.cargo",
-    "/build.gradle",
-    "/build.gradle.kts",
-    "/settings.gradle",
-    "/gradlew",
-    "/mvnw",
-    "/**/Dockerfile",
-    "/docker-compose.yml",
-    "/docker-compose.yaml",
-    "/compose.yml",
-    "/compose.yaml",
-    "/bin",
-    "/*.sh",
-)
+EXECUTED_PATHS: tuple[str, ...] = report_patterns()
 """Workspace paths (gitignore-style, from the workspace root; a pattern covers
-everything under what it names) that the host or a developer's tools execute."""
+everything under what it names) that the host or a developer's tools execute: the
+rows of `permissions.executed_paths.EXECUTED_PATHS`, the one table."""
 
 MAX_SCAN_ENTRIES = 200_000
 """Directory entries one snapshot visits at most; past it the scan stops and says so."""
@@ -121,8 +55,10 @@ HASH_MAX_BYTES = 64 * 1024
 """Files up to this size are hashed in the snapshot (larger ones compare by metadata)."""
 AUDIT_TOOL_NAME = "WorkspaceChange"
 """The tool name of audit records the end-of-run report writes."""
-MAX_REPORTED = 500
-"""Most changes listed; the rest are counted and announced."""
+MAX_PRINTED = 40
+"""Most changes the terminal summary prints (one per table row in turn, so a change
+under every row shows before a second under any); the rest are counted there, and
+all are in the `--json` result and the audit."""
 
 ChangeKind = Literal["created", "modified", "deleted"]
 
@@ -158,14 +94,15 @@ class SensitiveChange(BaseModel):
     kind: str
     """file, dir, link or other (what it is now; what it was, when deleted)."""
     size: int
+    row: int = 0
+    """Index of the first pattern that covers it (the table's order; extras after)."""
 
 
 class SensitiveReport(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     changes: list[SensitiveChange]
-    omitted: int = 0
-    """Changes found beyond MAX_REPORTED."""
+    """Every change, none dropped (ordered by the table's rows, then by path)."""
     scan_truncated: bool = False
     """A snapshot stopped at MAX_SCAN_ENTRIES: changes deeper in the tree are not listed."""
     scan_limit: int = MAX_SCAN_ENTRIES
@@ -175,18 +112,35 @@ class SensitiveReport(BaseModel):
         lines = []
         if self.changes:
             lines.append(
-                f"review before trusting: {len(self.changes) + self.omitted} file(s) under "
+                f"review before trusting: {len(self.changes)} file(s) under "
                 "paths that git, CI, editors or build tools execute were changed by this run:"
             )
-            lines += [f"  {c.change:<8} {c.kind:<5} {_printable(c.path)}" for c in self.changes]
-            if self.omitted:
-                lines.append(f"  … and {self.omitted} more (see `warden audit`)")
+            shown = _interleaved(self.changes)[:MAX_PRINTED]
+            lines += [f"  {c.change:<8} {c.kind:<5} {_printable(c.path)}" for c in shown]
+            if len(self.changes) > len(shown):
+                lines.append(
+                    f"  … and {len(self.changes) - len(shown)} more not printed here "
+                    "(all are in `warden audit` and the --json result)"
+                )
         if self.scan_truncated:
             lines.append(
                 f"the executed-paths scan stopped at {self.scan_limit} entries; "
                 "changes deeper in the workspace are not listed"
             )
         return lines
+
+
+def _interleaved(changes: list[SensitiveChange]) -> list[SensitiveChange]:
+    """Changes taken one per row in turn (rows in table order): 600 files under one
+    row cannot push a rewritten Makefile or a new `.vscode/tasks.json` out of view."""
+    by_row: dict[int, list[SensitiveChange]] = {}
+    for change in changes:
+        by_row.setdefault(change.row, []).append(change)
+    queues = [by_row[k] for k in sorted(by_row)]
+    out: list[SensitiveChange] = []
+    for i in range(max(len(q) for q in queues)):
+        out += [q[i] for q in queues if i < len(q)]
+    return out
 
 
 def _printable(text: str) -> str:
@@ -290,8 +244,10 @@ def _hash(path: str) -> str | None:
         return hashlib.sha256(handle.read(HASH_MAX_BYTES + 1)).hexdigest()
 
 
-def compare(before: Snapshot, after: Snapshot) -> SensitiveReport:
-    """What changed between two snapshots, paths sorted."""
+def compare(
+    before: Snapshot, after: Snapshot, patterns: Sequence[str] = EXECUTED_PATHS
+) -> SensitiveReport:
+    """What changed between two snapshots: every change, by row of `patterns`, then path."""
     changes: list[SensitiveChange] = []
     for path in sorted(before.entries.keys() | after.entries.keys()):
         old, new = before.entries.get(path), after.entries.get(path)
@@ -304,24 +260,26 @@ def compare(before: Snapshot, after: Snapshot) -> SensitiveReport:
             and (old.mode, old.inode) == (new.mode, new.inode)
         ):
             continue  # a directory's own times change with its entries, listed apart
+        row = _row(patterns, path)
         if old is None:
             assert new is not None
             changes.append(
-                SensitiveChange(path=path, change="created", kind=new.kind, size=new.size)
+                SensitiveChange(path=path, change="created", kind=new.kind, size=new.size, row=row)
             )
         elif new is None:
             changes.append(
-                SensitiveChange(path=path, change="deleted", kind=old.kind, size=old.size)
+                SensitiveChange(path=path, change="deleted", kind=old.kind, size=old.size, row=row)
             )
         else:
             changes.append(
-                SensitiveChange(path=path, change="modified", kind=new.kind, size=new.size)
+                SensitiveChange(path=path, change="modified", kind=new.kind, size=new.size, row=row)
             )
-    return SensitiveReport(
-        changes=changes[:MAX_REPORTED],
-        omitted=max(0, len(changes) - MAX_REPORTED),
-        scan_truncated=before.truncated or after.truncated,
-    )
+    changes.sort(key=lambda c: (c.row, c.path))
+    return SensitiveReport(changes=changes, scan_truncated=before.truncated or after.truncated)
+
+
+def _row(patterns: Sequence[str], path: str) -> int:
+    return next((i for i, p in enumerate(patterns) if matches(p, "/" + path)), len(patterns))
 
 
 class ExecutedPathsWatch:
@@ -329,11 +287,18 @@ class ExecutedPathsWatch:
 
     def __init__(self, workspace: Path, extra: Sequence[str] = ()) -> None:
         self.workspace = workspace
-        self.patterns = (*EXECUTED_PATHS, *("/" + p.strip("/") for p in extra))
+        hooks = hooks_path_pattern(workspace)
+        self.patterns = (
+            *EXECUTED_PATHS,
+            *((hooks,) if hooks else ()),
+            *("/" + p.strip("/") for p in extra),
+        )
         self.before = take_snapshot(workspace, self.patterns)
 
     def report(self) -> SensitiveReport:
-        return compare(self.before, take_snapshot(self.workspace, self.patterns))
+        return compare(
+            self.before, take_snapshot(self.workspace, self.patterns), self.patterns
+        )
 
 
 REVIEW_REASON = (
@@ -343,7 +308,7 @@ REVIEW_REASON = (
 
 
 def audit_records(run_id: str, report: SensitiveReport) -> list[AuditRecord]:
-    """One audit record per reported file (decision "ask": a person should look)."""
+    """One audit record per changed file, every one (decision "ask": a person should look)."""
     records = []
     for change in report.changes:
         data = change.model_dump()

