@@ -147,6 +147,10 @@ class SandboxStatus(enum.StrEnum):
     """Killed by warden for crossing a disk limit (`SandboxResult.reason` says which)."""
     REMOVED = "removed"
     """Removed from outside warden (e.g. `docker rm -f`) while it ran."""
+    KILLED_OUTSIDE = "killed_outside"
+    """Killed or stopped by someone other than this backend (`docker kill`, `docker
+    stop`, `warden stop` from another process); `SandboxResult.reason` says by what
+    when the engine's events tell."""
 
 
 class SandboxResult(_Closed):
@@ -159,7 +163,8 @@ class SandboxResult(_Closed):
     """True when stdout or stderr lost its middle to the output cap."""
     duration_s: float
     reason: str = ""
-    """Why warden ended it, when it did (e.g. the disk limit crossed); else empty."""
+    """Why it was ended, when known (the disk limit crossed; who killed it from
+    outside); else empty."""
 
 
 class ContainerInfo(_Closed):

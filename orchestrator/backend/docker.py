@@ -67,6 +67,25 @@ READER_JOIN_S = 5.0
 START_FAILURE_LOG_LINES = 50
 KILL_SIGNAL_EXITS = frozenset({128 + 9, 128 + 15})
 """Exit codes of an init killed by SIGKILL / SIGTERM from outside."""
+OUTSIDE_KILL_LOOKBACK_S = 3600.0
+"""How far back the engine's events are read for a container whose start was not seen."""
+MAX_KILL_EVENTS = 20
+"""Most kill events read for one container."""
+
+
+def outside_kill_reason(signals: list[str]) -> str:
+    """Who killed a container from outside, from the signals of the engine's `kill`
+    events (in order): `docker stop` sends SIGTERM (15) first, `docker kill` SIGKILL."""
+    if not signals:
+        return "killed from outside warden"
+    if signals[0] == "15":
+        return "stopped from outside warden by `docker stop` (SIGTERM, the engine's events say)"
+    if signals[0] == "9":
+        return "killed from outside warden by `docker kill` (SIGKILL, the engine's events say)"
+    return (
+        f"killed from outside warden by `docker kill --signal {signals[0]}` "
+        "(the engine's events say)"
+    )
 
 
 class DockerBackend(ContainerBackend):
@@ -79,6 +98,7 @@ class DockerBackend(ContainerBackend):
         self._settings = settings
         self._readers: dict[str, OutputReader] = {}
         self._started_at: dict[str, float] = {}
+        self._started_wall: dict[str, float] = {}
         self._killed: set[str] = set()
         self._warned_root_owned: set[Path] = set()
         self._owner: dict[str, str] | None = None
@@ -128,13 +148,16 @@ class DockerBackend(ContainerBackend):
             with self._lock:
                 self._readers[container_id] = reader
             self._started_at[container_id] = time.monotonic()
+            self._started_wall[container_id] = time.time()
             # Starting a started container is a no-op (304): start may be retried.
             self._retrying(lambda: self._api.start(container_id))
         except Exception as exc:
             self._fail_start(container_id, spec, exc)
         return container_id
 
-    def _create(self, create: Callable[[], ContainerCreated], name: str, labels: dict[str, str]) -> str:
+    def _create(
+        self, create: Callable[[], ContainerCreated], name: str, labels: dict[str, str]
+    ) -> str:
         """Create, retried on transient errors; a try whose answer was lost is found
         by its name (and session label) instead of creating a second container."""
 
@@ -245,6 +268,10 @@ class DockerBackend(ContainerBackend):
         ended = time.monotonic()
         status = self._status(container_id, exit_code, timed_out)
         started = self._started_at.pop(container_id, ended)
+        started_wall = self._started_wall.pop(container_id, None)
+        reason = ""
+        if status is SandboxStatus.KILLED_OUTSIDE:
+            reason = self._who_killed(container_id, started_wall)
         with self._lock:
             reader = self._readers.pop(container_id, None)
         stdout = stderr = ""
@@ -260,7 +287,34 @@ class DockerBackend(ContainerBackend):
             stderr=stderr,
             truncated=truncated,
             duration_s=ended - started,
+            reason=reason,
         )
+
+    def _who_killed(self, container_id: str, since: float | None) -> str:
+        """What the engine's events say killed the container from outside: `docker stop`
+        (SIGTERM first) or `docker kill` (another signal); "" when they do not tell."""
+        now = time.time()
+        signals: list[str] = []
+        try:
+            # Whole seconds (the SDK's type); an `until` just ahead makes the engine
+            # wait out the current second (< 1 s, only for a container killed outside).
+            events = self._api.events(
+                since=int(since if since is not None else now - OUTSIDE_KILL_LOOKBACK_S),
+                until=int(now) + 1,
+                filters={"container": container_id, "type": "container", "event": "kill"},
+                decode=True,
+            )
+            for event in events:
+                actor = event.get("Actor") if isinstance(event, dict) else None
+                attributes = actor.get("Attributes") if isinstance(actor, dict) else None
+                signal = attributes.get("signal") if isinstance(attributes, dict) else None
+                if isinstance(signal, str) and signal.isdigit():
+                    signals.append(signal)
+                if len(signals) >= MAX_KILL_EVENTS:
+                    break
+        except Exception:  # the events are a nicety; the status stands without them
+            log.debug("could not read the engine's events for %s", container_id, exc_info=True)
+        return outside_kill_reason(signals)
 
     def _wait_exit_code(self, container_id: str, timeout_s: float | None) -> int:
         """The exit code, once the container has exited; `_WaitTimeout` when it still runs
@@ -300,7 +354,7 @@ class DockerBackend(ContainerBackend):
         if state.get("OOMKilled"):
             return SandboxStatus.OOM_KILLED
         if exit_code in KILL_SIGNAL_EXITS:
-            return SandboxStatus.KILLED
+            return SandboxStatus.KILLED_OUTSIDE  # this backend's own kills returned above
         return SandboxStatus.ERROR
 
     def host_pid(self, container_id: str) -> int | None:
@@ -321,6 +375,7 @@ class DockerBackend(ContainerBackend):
     def _removed(self, container_id: str) -> SandboxResult:
         """The result for a container that vanished before `wait` saw it exit."""
         started = self._started_at.pop(container_id, time.monotonic())
+        self._started_wall.pop(container_id, None)
         with self._lock:
             reader = self._readers.pop(container_id, None)
         if reader is not None:
@@ -345,6 +400,7 @@ class DockerBackend(ContainerBackend):
         with self._lock:
             reader = self._readers.pop(container_id, None)
         self._started_at.pop(container_id, None)
+        self._started_wall.pop(container_id, None)
         self._killed.discard(container_id)
         with classify.engine_errors(self._describe("remove")), classify.tolerate_gone():
             self._retrying(lambda: self._api.remove_container(container_id, force=True, v=True))
@@ -372,7 +428,9 @@ class DockerBackend(ContainerBackend):
         return found
 
     def _retrying(
-        self, call: Callable[[], T], retryable: Callable[[BaseException], bool] = classify.is_transient
+        self,
+        call: Callable[[], T],
+        retryable: Callable[[BaseException], bool] = classify.is_transient,
     ) -> T:
         """Run `call`; retry it, with jittered backoff, on `retryable` (transient) errors."""
         try:

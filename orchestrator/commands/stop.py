@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 
@@ -26,6 +28,14 @@ def stop(task_id: str) -> None:
             return
         backend = DockerBackend(connect(), settings)
         for t in live:
+            # Recorded first, so the orchestrator that runs it sees a stop, not a kill
+            # from outside warden.
+            store.append_event(
+                t.run_id,
+                t.task_id,
+                "task_stop_requested",
+                {"by": "warden stop", "pid": os.getpid()},
+            )
             # A task that took a warm sandbox has no task label: its id is in the store.
             ids = {info.id for info in backend.list({labels.TASK: t.task_id})}
             if t.container_id:

@@ -42,6 +42,7 @@ EVENT_KINDS = (
     "broker_notice",
     "egress_denied",
     "egress_summary",
+    "task_stop_requested",
 )
 """The kinds warden emits today. Readers should ignore kinds they do not know."""
 

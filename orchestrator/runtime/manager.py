@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
-from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec
+from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec, SandboxStatus
 from orchestrator.backend.disk import DiskGuardedBackend
 from orchestrator.broker import Broker, Budget, Upstream, make_socket_dir, wire_models
 from orchestrator.broker.limits import raise_open_file_limit
@@ -421,7 +421,21 @@ class TaskManager:
             if (egress := self._egress_of.pop(ctx.task_id, None)) is not None:
                 await egress.close()
             socket_dirs.remove(socket_dir)
+        if (
+            sandbox is not None
+            and sandbox.status is SandboxStatus.KILLED_OUTSIDE
+            and await self._stop_requested_elsewhere(ctx.task_id)
+        ):
+            ctx.stop_requested = True  # `warden stop` from another process
         await self._conclude(ctx, task_result(ctx, sandbox, budget, failure))
+
+    async def _stop_requested_elsewhere(self, task_id: str) -> bool:
+        if self.store is None:
+            return False
+        try:
+            return await asyncio.to_thread(self.store.stop_requested, task_id)
+        except StoreError:
+            return False  # unreadable store: it is reported as killed from outside
 
     async def _conclude(self, ctx: TaskContext, result: TaskResult) -> None:
         self.results[ctx.task_id] = result

@@ -59,6 +59,8 @@ def task_result(
         return result(TaskStatus.STOPPED)
     if failure is not None:
         return result(TaskStatus.FAILED, error=failure)
+    if sandbox is not None and sandbox.status is SandboxStatus.KILLED_OUTSIDE:
+        return result(TaskStatus.FAILED, error=outside_kill_error(sandbox.reason))
     if sandbox is not None and sandbox.status is SandboxStatus.TIMED_OUT:
         return result(TaskStatus.TIMED_OUT, error="deadline passed")
     if posted is not None and posted.status == "completed":
@@ -74,6 +76,15 @@ def task_result(
     return result(TaskStatus.FAILED, error=exit_error(sandbox))
 
 
+def outside_kill_error(reason: str) -> str:
+    """A container killed by someone else (`docker kill`, `docker stop`): not a stop
+    anyone asked warden for."""
+    return (
+        f"the subagent's container was {reason or 'killed from outside warden'} while it "
+        "ran; its transcript so far is kept: resume the session to continue"
+    )
+
+
 def exit_error(sandbox: SandboxResult | None) -> str:
     """Why a container that posted no result ended, in words."""
     if sandbox is None:
@@ -84,6 +95,8 @@ def exit_error(sandbox: SandboxResult | None) -> str:
         return "the subagent's container was killed"
     if sandbox.status is SandboxStatus.REMOVED:
         return REMOVED_ERROR
+    if sandbox.status is SandboxStatus.KILLED_OUTSIDE:
+        return outside_kill_error(sandbox.reason)
     tail = sandbox.stderr[-STDERR_TAIL_CHARS:].strip()
     return f"the subagent exited with code {sandbox.exit_code} without a result" + (
         f"; its last output: {tail}" if tail else ""

@@ -369,6 +369,16 @@ class Store(StoreBase):
         assert event_id is not None
         return event_id
 
+    def stop_requested(self, task_id: str) -> bool:
+        """Whether `warden stop` (any process) asked for this task to stop: its
+        `task_stop_requested` event, written before it kills the container."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM events WHERE task_id = ? AND kind = 'task_stop_requested' LIMIT 1",
+                (task_id,),
+            ).fetchone()
+        return row is not None
+
     def events(
         self,
         run_id: str | None = None,

@@ -7,12 +7,25 @@ whole and say what happened)."""
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from orchestrator.config import Settings
-from tests.integration.harness import PARENT_MATCH, convo, requests_of, scripted_run, text
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
+from tests.conftest import warden_argv, warden_env
+from tests.integration.harness import (
+    PARENT_MATCH,
+    containers_of,
+    convo,
+    requests_of,
+    scripted_run,
+    text,
+    tool,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -37,3 +50,54 @@ async def test_a_tool_input_that_is_a_string_gets_an_error_result_and_the_run_go
     [echoed] = [b for b in second[1]["content"] if b["type"] == "tool_use"]
     assert echoed["input"] == {}  # what the API accepts; the string was not sent back
     assert not run.manager.tasks
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["docker", "kill"], "killed from outside warden by `docker kill` (SIGKILL"),
+        (["docker", "stop", "-t", "1"], "stopped from outside warden by `docker stop` (SIGTERM"),
+        (warden_argv("stop"), None),
+    ],
+    ids=["docker-kill", "docker-stop", "warden-stop"],
+)
+async def test_a_sandbox_killed_from_outside_says_by_what(
+    settings: Settings, workspace: Path, command: list[str], said: str | None
+) -> None:
+    script = [
+        convo(
+            "victim",
+            {"prompt_contains": "VICTIM"},
+            [tool("Bash", command="touch victim.txt; sleep 300", timeout=600000)],
+            [text("never")],
+        )
+    ]
+    async with scripted_run(settings, workspace, script) as (run, _):
+        running = asyncio.create_task(
+            run.manager.run_task(TaskInput(description="v", prompt="VICTIM", subagent_type="bash"))
+        )
+        deadline = time.monotonic() + 120
+        while not (workspace / "victim.txt").exists():
+            assert time.monotonic() < deadline and not running.done()
+            await asyncio.sleep(0.1)
+        (ctx,) = run.manager.tasks.values()
+        assert ctx.container_id is not None
+        target = ctx.task_id if said is None else ctx.container_id
+        env = warden_env(WARDEN_STATE_DIR=str(settings.state_dir))
+        await asyncio.to_thread(
+            subprocess.run, [*command, target], check=True, capture_output=True, env=env
+        )
+        killed_at = time.monotonic()
+        result = await asyncio.wait_for(running, 60)
+        clean_s = time.monotonic() - killed_at
+        stored = run.store.get_task(result.task_id)
+        transcript = run.store.get_transcript(result.task_id)
+    if said is None:  # warden's own stop, from another process: a stop, as asked
+        assert result.status is TaskStatus.STOPPED and stored.status == "stopped"
+    else:
+        assert result.status is TaskStatus.FAILED and stored.status == "failed"
+        assert result.error is not None and said in result.error
+        assert "resume the session" in result.error and stored.error == result.error
+    assert transcript, "the transcript so far is kept"
+    assert containers_of(run.session) == []
+    assert clean_s < 30

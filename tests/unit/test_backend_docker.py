@@ -216,7 +216,7 @@ def test_explicit_user_and_root_refused(backend: DockerBackend, api: StubAPI) ->
         (0, False, SandboxStatus.OK, False),
         (3, False, SandboxStatus.ERROR, True),
         (137, True, SandboxStatus.OOM_KILLED, True),
-        (137, False, SandboxStatus.KILLED, True),
+        (137, False, SandboxStatus.KILLED_OUTSIDE, True),
     ],
 )
 def test_status_from_exit(
