@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "resume": "orchestrator.commands.resume:resume",
     "agents": "orchestrator.commands.agents:agents",
     "schema": "orchestrator.commands.schema:schema",
+    "completion": "orchestrator.commands.completion:completion",
 }
 
 HELP: dict[str, str] = {
@@ -45,6 +46,7 @@ HELP: dict[str, str] = {
     "resume": "Continue a subagent session with a new instruction.",
     "agents": "List, show and validate subagent types (agent files).",
     "schema": "Print the JSON Schema of the events or the run result.",
+    "completion": "Print the shell completion script (bash, zsh, fish).",
 }
 
 
@@ -91,7 +93,7 @@ def main() -> None:
 
     try:
         # In non-standalone mode click returns ctx.exit()'s code instead of exiting.
-        code = cli(standalone_mode=False)
+        code = cli(standalone_mode=False, prog_name="warden", complete_var="_WARDEN_COMPLETE")
     except click.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import click
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from orchestrator.config import Settings
@@ -22,8 +24,17 @@ RUN_PREFIX = "run_"
 @click.command("logs")
 @click.argument("target_id", metavar="RUN_OR_TASK")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events until it ends.")
+@click.option(
+    "--tail",
+    "-n",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="Only the last N events (and, for a task, the last N transcript messages); "
+    "with --follow, the new ones after them.",
+)
 @click.option("--json", "json_mode", is_flag=True, help="Print events and the transcript as JSON.")
-def logs(target_id: str, follow: bool, json_mode: bool) -> None:
+def logs(target_id: str, follow: bool, tail: int | None, json_mode: bool) -> None:
     """Show a run's parent conversation and events (RUN_ID), or a task's setup (system
     prompt, tools, model, limits), events and transcript (TASK_ID). Events have the
     shape of `warden schema events`."""
@@ -33,13 +44,17 @@ def logs(target_id: str, follow: bool, json_mode: bool) -> None:
     settings = Settings.from_env()
     with open_store(settings) as store:
         if target_id.startswith(RUN_PREFIX):
-            _run_logs(settings, store, target_id, follow, json_mode)
+            _run_logs(settings, store, target_id, follow, json_mode, tail)
         else:
-            _task_logs(store, target_id, follow, json_mode)
+            _task_logs(store, target_id, follow, json_mode, tail)
+
+
+def _last(items: list[T], tail: int | None) -> list[T]:
+    return items if tail is None else items[len(items) - tail :] if tail else []
 
 
 def _run_logs(
-    settings: Settings, store: Store, run_id: str, follow: bool, json_mode: bool
+    settings: Settings, store: Store, run_id: str, follow: bool, json_mode: bool, tail: int | None
 ) -> None:
     from orchestrator.commands._common import emit_json
     from orchestrator.results.build import stored_event
@@ -55,7 +70,8 @@ def _run_logs(
                 "parent_transcript": transcript,
                 "tasks": [t.model_dump(mode="json") for t in store.list_tasks(run_id=run_id)],
                 "events": [
-                    stored_event(e).model_dump(mode="json") for e in store.events(run_id=run_id)
+                    stored_event(e).model_dump(mode="json")
+                    for e in _last(list(store.events(run_id=run_id)), tail)
                 ],
             }
         )
@@ -74,10 +90,12 @@ def _run_logs(
             _print_messages(transcript.get("messages", []))
         click.echo("--- events ---")
     _print_events(store, follow, json_mode, lambda: store.get_run(run_id).status == "running",
-                  run_id=run_id)  # fmt: skip
+                  run_id=run_id, tail=tail)  # fmt: skip
 
 
-def _task_logs(store: Store, task_id: str, follow: bool, json_mode: bool) -> None:
+def _task_logs(
+    store: Store, task_id: str, follow: bool, json_mode: bool, tail: int | None
+) -> None:
     from orchestrator.commands._common import emit_json
     from orchestrator.results.build import stored_event
     from orchestrator.ui.untrusted_text import printable
@@ -93,8 +111,8 @@ def _task_logs(store: Store, task_id: str, follow: bool, json_mode: bool) -> Non
             {
                 "task": task.model_dump(mode="json"),
                 "setup": setup,
-                "events": [e.model_dump(mode="json") for e in events],
-                "transcript": store.get_transcript(task_id),
+                "events": [e.model_dump(mode="json") for e in _last(events, tail)],
+                "transcript": _last(store.get_transcript(task_id), tail),
             }
         )
         return
@@ -113,10 +131,11 @@ def _task_logs(store: Store, task_id: str, follow: bool, json_mode: bool) -> Non
         json_mode,
         lambda: store.get_task(task_id).status in ("pending", "running"),
         task_id=task_id,
+        tail=tail,
     )
     if not json_mode:
         click.echo(f"--- transcript ({printable(store.get_task(task_id).status, 20)}) ---")
-        _print_messages(store.get_transcript(task_id))
+        _print_messages(_last(store.get_transcript(task_id), tail))
 
 
 def _print_setup(setup: JSONObject) -> None:
@@ -152,14 +171,21 @@ def _print_events(
     *,
     run_id: str | None = None,
     task_id: str | None = None,
+    tail: int | None = None,
 ) -> None:
     from orchestrator.lifecycle.recovery import reap_dead_quietly
     from orchestrator.results.build import stored_event
     from orchestrator.ui.untrusted_text import printable
 
     last = 0
+    first = True
     while True:
-        for record in store.events(run_id=run_id, task_id=task_id, after_id=last):
+        records = list(store.events(run_id=run_id, task_id=task_id, after_id=last))
+        if first:
+            if tail is not None and records:
+                last = records[-1].event_id  # what is skipped is not printed later either
+            records, first = _last(records, tail), False
+        for record in records:
             last = record.event_id
             event = stored_event(record)
             if json_mode:

@@ -1,16 +1,42 @@
-"""`warden ps`: the tree of runs and tasks."""
+"""`warden ps`: the tree of runs and tasks, with Docker's `-a`, `-q` and `--format`.
+
+`--format` takes Docker's placeholder spelling (`{{.ID}}`) for the fields in
+`FORMAT_FIELDS`, and nothing else of Go's template language: a substitution, so no
+template engine (jinja2's `{{ x }}` would not read Docker's `{{.ID}}`)."""
 
 from __future__ import annotations
 
+import re
+from typing import TYPE_CHECKING
+
 import click
+
+if TYPE_CHECKING:
+    from orchestrator.store import RunRecord, TaskRecord
+
+FORMAT_FIELDS = ("ID", "Status", "Age", "Tasks", "Model", "Workspace", "Prompt")
+"""What `--format` can name: `{{.ID}}`, `{{.Status}}`, …"""
+MAX_FIELD_CHARS = 200
+"""Longest value one placeholder prints (container or user text is cut, marked `…`)."""
+_PLACEHOLDER = re.compile(r"\{\{\s*\.(\w+)\s*\}\}")
 
 
 @click.command("ps")
 @click.option(
-    "--all", "show_all", is_flag=True, help="Include finished runs (default: the last 10)."
+    "-a", "--all", "show_all", is_flag=True, help="Show up to 1000 runs (default: the last 10)."
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print only run ids, one per line.")
+@click.option(
+    "--format",
+    "fmt",
+    default=None,
+    metavar="TEMPLATE",
+    help="Print each run with TEMPLATE, e.g. '{{.ID}} {{.Status}}' (fields: "
+    + ", ".join(FORMAT_FIELDS)
+    + "), or `json`: one JSON object per line.",
 )
 @click.option("--json", "json_mode", is_flag=True, help="Print runs and tasks as JSON.")
-def ps(show_all: bool, json_mode: bool) -> None:
+def ps(show_all: bool, quiet: bool, fmt: str | None, json_mode: bool) -> None:
     """Show runs and their tasks, as a tree, with status, agent type and age."""
     from rich.text import Text
     from rich.tree import Tree
@@ -20,10 +46,32 @@ def ps(show_all: bool, json_mode: bool) -> None:
     from orchestrator.lifecycle.recovery import open_store
     from orchestrator.ui.untrusted_text import printable
 
+    if fmt is not None and fmt != "json":
+        unknown = sorted(set(_PLACEHOLDER.findall(fmt)) - set(FORMAT_FIELDS))
+        if unknown:
+            raise click.BadParameter(
+                f"unknown field(s) {', '.join(unknown)}; use {', '.join(FORMAT_FIELDS)}",
+                param_hint="--format",
+            )
     store = open_store(Settings.from_env())
     with store:
         runs = store.list_runs(limit=1000 if show_all else 10)
         tasks_by_run = {r.run_id: store.list_tasks(run_id=r.run_id) for r in runs}
+    if quiet:
+        for run in runs:
+            click.echo(run.run_id)
+        return
+    if fmt == "json":
+        import json
+
+        for run in runs:
+            doc = {**run.model_dump(mode="json"), "tasks": len(tasks_by_run[run.run_id])}
+            click.echo(json.dumps(doc))
+        return
+    if fmt is not None:
+        for run in runs:
+            click.echo(render(fmt, run, tasks_by_run[run.run_id]))
+        return
     if json_mode:
         emit_json(
             [
@@ -59,3 +107,20 @@ def ps(show_all: bool, json_mode: bool) -> None:
             )
             nodes[task.task_id] = parent.add(label)
         out.print(tree)
+
+
+def render(template: str, run: RunRecord, tasks: list[TaskRecord]) -> str:
+    """One line of `--format`: each placeholder replaced by its field as plain text."""
+    from orchestrator.commands._common import age
+    from orchestrator.ui.untrusted_text import printable
+
+    values = {
+        "ID": run.run_id,
+        "Status": run.status,
+        "Age": age(run.created_at),
+        "Tasks": str(len(tasks)),
+        "Model": run.model,
+        "Workspace": run.workspace,
+        "Prompt": run.prompt,
+    }
+    return _PLACEHOLDER.sub(lambda m: printable(values[m.group(1)], MAX_FIELD_CHARS), template)
