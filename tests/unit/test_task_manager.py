@@ -17,6 +17,7 @@ tests prove that against a real engine.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import tempfile
 import threading
@@ -26,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx2
 import pytest
 
 from orchestrator.agents.definition import AgentDefinition
@@ -50,34 +50,46 @@ from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from orchestrator.scripted import Script, ScriptedModelServer
 from orchestrator.store import Store
 from sandbox_tools import wire
+from sandbox_tools.broker import UnixHTTPConnection
 
 RUN_ID = "run_unit"
 SESSION = "test-task-manager"
 
 Runner = Callable[["Wire"], None]
+
+
+class BrokerRefused(Exception):
+    """The broker answered a stand-in runner's request with an HTTP error."""
 """What the fake container's runner does, given its connection to the broker."""
 
 
 class Wire:
-    """The runner's side of the broker socket (plain JSON over HTTP, like the runner)."""
+    """The runner's side of the broker socket: plain JSON over HTTP with the standard
+    library, through the runner's own connection class (one connection per request,
+    closed when answered, so no socket outlives its request)."""
 
     def __init__(self, socket_dir: Path) -> None:
-        # No idle pooled connection: each request closes its socket when it is answered.
-        transport = httpx2.HTTPTransport(
-            uds=str(socket_dir / Path(wire.BROKER_SOCKET).name),
-            limits=httpx2.Limits(max_keepalive_connections=0),
-        )
-        self.http = httpx2.Client(transport=transport, base_url=wire.BROKER_BASE_URL, timeout=30)
+        self.socket_path = str(socket_dir / Path(wire.BROKER_SOCKET).name)
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        conn = UnixHTTPConnection(self.socket_path, timeout=30)
+        try:
+            payload = None if body is None else json.dumps(body).encode()
+            headers = {} if body is None else {"Content-Type": "application/json"}
+            conn.request(method, path, body=payload, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+        finally:
+            conn.close()
+        if response.status >= 400:
+            raise BrokerRefused(f"{method} {path}: HTTP {response.status}: {data[:200]!r}")
+        return dict(json.loads(data))
 
     def get(self, path: str) -> dict[str, Any]:
-        response = self.http.get(path)
-        response.raise_for_status()
-        return dict(response.json())
+        return self._request("GET", path, None)
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = self.http.post(path, json=body)
-        response.raise_for_status()
-        return dict(response.json())
+        return self._request("POST", path, body)
 
     def permission(self, tool: str, **tool_input: Any) -> dict[str, Any]:
         body = {"tool_use_id": "tu_1", "tool_name": tool, "tool_input": tool_input}
@@ -116,15 +128,13 @@ class RunnerBackend(FakeBackend):
         return container_id
 
     def _run(self, socket_dir: Path, done: threading.Event) -> None:
-        connection = Wire(socket_dir)
         try:
-            self.runner(connection)
-        except httpx2.HTTPError:
+            self.runner(Wire(socket_dir))
+        except (OSError, http.client.HTTPException):
             pass  # the broker went away: the container was killed
         except BaseException as exc:  # reported by the test
             self.errors.append(exc)
         finally:
-            connection.http.close()
             done.set()
 
     def wait(self, container_id: str, timeout_s: float | None) -> SandboxResult:
@@ -378,7 +388,7 @@ async def test_a_stopped_task_is_stopped_and_its_container_gone(make: Any) -> No
     def runner(w: Wire) -> None:
         w.get("/v1/spec")
         started.set()
-        w.http.get(wire.ALIVE_PATH, timeout=30)  # held until the broker closes
+        w.get(wire.ALIVE_PATH)  # held until the broker closes
 
     async with make(runner) as h:
         ctx = await h.manager.start_background(task())
