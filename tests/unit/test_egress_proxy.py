@@ -469,3 +469,35 @@ async def test_a_connection_over_the_cap_gets_429_through_the_forwarder(
     assert (await asyncio.to_thread(fetch, proxied.port, url))[0] == 200
     status, body, _ = await asyncio.to_thread(fetch, proxied.port, url)
     assert status == 429 and "connection limit (1)" in body
+
+
+async def test_parallel_connections_to_a_new_host_share_one_question(
+    tmp_path: Path, servers: tuple[int, int]
+) -> None:
+    class SlowApprover(ScriptedApprover):
+        async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
+            await asyncio.sleep(0.5)
+            return await super().approve(q)
+
+    svc, _ = asking(tmp_path)
+    approver = SlowApprover(("allow", "session"), ("deny", "once"))
+    assert svc.gate is not None
+    svc.gate.approver = approver
+    svc.events = Events()
+    egress = await svc.open(FakeTask(), None, tmp_path)
+    assert egress is not None
+    server = egress_forward.listen()
+    port = server.getsockname()[1]
+    threading.Thread(
+        target=egress_forward.serve, args=(server, str(tmp_path / "egress.sock")), daemon=True
+    ).start()
+    url = f"http://unknown.test:{servers[0]}/hello"
+    try:
+        results = await asyncio.gather(*(asyncio.to_thread(fetch, port, url) for _ in range(20)))
+        assert [r[0] for r in results] == [200] * 20
+        assert len(approver.questions) == 1
+        assert (await asyncio.to_thread(fetch, port, url))[0] == 200  # for the run
+        assert len(approver.questions) == 1
+    finally:
+        server.close()
+        await egress.close()

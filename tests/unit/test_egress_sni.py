@@ -96,3 +96,28 @@ def test_hello_split_across_records_is_refused() -> None:
 def test_non_printable_server_name_is_refused() -> None:
     with pytest.raises(ClientHelloError, match="printable"):
         parse_client_hello(hello_with_extensions(sni_extension(b"a\x1b[2Jb")))
+
+
+def test_a_hello_retry_request_is_told_from_a_server_hello() -> None:
+    from orchestrator.egress.sni import HELLO_RETRY_RANDOM, is_hello_retry
+
+    def server_hello(random: bytes) -> bytes:
+        body = b"\x03\x03" + random + b"\x00\x13\x01\x00\x00\x00"
+        handshake = b"\x02" + len(body).to_bytes(3, "big") + body
+        return b"\x16\x03\x03" + struct.pack(">H", len(handshake)) + handshake
+
+    assert is_hello_retry(server_hello(HELLO_RETRY_RANDOM)) is True
+    assert is_hello_retry(server_hello(b"\x01" * 32)) is False
+    with pytest.raises(ClientHelloError, match="not a ServerHello"):
+        is_hello_retry(real_hello("pypi.org"))  # a ClientHello is no answer
+    with pytest.raises(ClientHelloError, match="did not answer"):
+        is_hello_retry(b"\x15\x03\x03\x00\x02\x02\x28")  # an alert
+
+
+def test_any_record_type_only_when_asked() -> None:
+    ccs = b"\x14\x03\x03\x00\x01"
+    with pytest.raises(ClientHelloError, match="not a TLS handshake"):
+        record_length(ccs)
+    assert record_length(ccs, any_type=True) == 1
+    with pytest.raises(ClientHelloError, match="not a TLS record"):
+        record_length(b"GET /", any_type=True)
