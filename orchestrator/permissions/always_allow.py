@@ -19,19 +19,30 @@ rules are never offered: no analysis of this command proves what other commands 
 the same first words would do. WebFetch and the other server tools never reach an
 approver (they are allowed or refused by rule alone).
 
+A path rule covers everything below the path it names (gitignore semantics, as in
+Claude Code), and a missing file may later appear as a directory. So a path rule is
+written with its companion ask rule, `Edit(/x/*)` beside `Edit(/x)`: whatever appears
+under `/x` later asks, and the allow matches that one file, now and later.
+
 The workspace is attacker-writable (subagents write there), so the file is written
-without following links: `.claude` and the file must not be symbolic links, and the
-new content replaces the file atomically (a link at the destination is replaced,
-never followed).
+without following links: `.claude` and the file must not be symbolic links, a file
+that is not a regular file (a FIFO, a device, a directory) is refused without being
+opened for a blocking read, and the new content replaces the file atomically (a link
+at the destination is replaced, never followed). Writers are serialised by an
+exclusive `flock` on the `.claude` directory (threads and processes alike), so
+concurrent "always" answers each add their rule; none is lost.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
+import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.errors import ConfigError
@@ -53,6 +64,18 @@ _PLAIN_PATH = re.compile(r"^[A-Za-z0-9_./=+,@%-]+$")
 """A path a rule names literally: no glob characters, `~`, spaces, quotes or parentheses."""
 PATH_RULE_TOOLS = frozenset({"Read", "Edit", "Write"})
 """Tools whose "always allow" rule names the one file of the call."""
+MAX_SETTINGS_BYTES = 1024 * 1024
+"""Largest settings.local.json read back before adding a rule."""
+_PATH_RULE = re.compile(r"^(?P<tool>Read|Edit|Write)\((?P<spec>/[^()*?\[\]]*)\)$")
+
+
+def companion_rules(rule: str) -> list[str]:
+    """The ask rules written beside an allow path rule so that it covers that one
+    file only: `Edit(/x)` -> [`Edit(/x/*)`] (anything that appears below it asks)."""
+    m = _PATH_RULE.match(rule)
+    if m is None:
+        return []
+    return [f"{m['tool']}({m['spec'].rstrip('/')}/*)"]
 
 
 def exact_rule(
@@ -110,8 +133,11 @@ def _proven(
 ) -> bool:
     """True when a policy of just this rule allows this very call by this rule."""
     parsed = parse_rule(rule, "allow", "always-allow", "always-allow")
+    asks = tuple(
+        parse_rule(r, "ask", "always-allow", "always-allow") for r in companion_rules(rule)
+    )
     explanation = evaluate(
-        EffectivePolicy(rules=(parsed,)),
+        EffectivePolicy(rules=(parsed, *asks)),
         ToolCall(tool_name=tool_name, tool_input=tool_input),
         workspace_host=workspace_host,
     )
@@ -119,11 +145,14 @@ def _proven(
 
 
 def add_allow_rule(workspace: Path, rule: str) -> Path:
-    """Add `rule` to `permissions.allow` of the workspace's settings.local.json.
+    """Add `rule` to `permissions.allow` of the workspace's settings.local.json, and
+    its companion ask rules (`companion_rules`) to `permissions.ask`, in one write.
 
     Raises ConfigError when the file is not a JSON object or a path on the way is a
     symbolic link (the file is then left as it was)."""
-    return add_to_settings_list(workspace, ("permissions", "allow"), rule)
+    additions: list[tuple[tuple[str, ...], str]] = [(("permissions", "allow"), rule)]
+    additions += [(("permissions", "ask"), extra) for extra in companion_rules(rule)]
+    return _add_to_settings_lists(workspace, additions)
 
 
 def add_allowed_domain(workspace: Path, host: str) -> Path:
@@ -135,23 +164,69 @@ def add_allowed_domain(workspace: Path, host: str) -> Path:
 def add_to_settings_list(workspace: Path, keys: tuple[str, ...], value: str) -> Path:
     """Append `value` (once) to the list at `keys` in the workspace's
     settings.local.json, written atomically without following links."""
+    return _add_to_settings_lists(workspace, [(keys, value)])
+
+
+def _add_to_settings_lists(
+    workspace: Path, additions: list[tuple[tuple[str, ...], str]]
+) -> Path:
     claude = workspace / SETTINGS_FILE.parent
     target = workspace / SETTINGS_FILE
+    first = additions[0][1]
+    if claude.is_symlink():
+        raise ConfigError(f"{claude} is a symbolic link; not writing {first} there")
+    with contextlib.suppress(FileExistsError):
+        claude.mkdir()
+    with _locked(claude):
+        settings = _read_settings(target, first)
+        for keys, value in additions:
+            _append(settings, keys, value, target)
+        _replace(workspace, claude, target, settings)
+    return target
+
+
+@contextlib.contextmanager
+def _locked(claude: Path) -> Iterator[None]:
+    """An exclusive flock on the `.claude` directory (opened without following a link)."""
+    try:
+        fd = os.open(claude, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"{claude} is not a directory warden can use ({exc.strerror})") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _read_settings(target: Path, value: str) -> JSONObject:
+    """The settings file's object ({} when absent). A link, a FIFO, a device or a
+    directory is refused without blocking: it is opened non-blocking and checked."""
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        what = "a symbolic link" if target.is_symlink() else f"not readable ({exc.strerror})"
+        raise ConfigError(f"{target} is {what}; not writing {value} there") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{target} is not a regular file; remove it or add {value} by hand")
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MAX_SETTINGS_BYTES + 1)
+    if len(data) > MAX_SETTINGS_BYTES:
+        raise ConfigError(f"{target} is larger than {MAX_SETTINGS_BYTES} bytes; add {value} by hand")
+    try:
+        loaded = json.loads(data.decode("utf-8")) if data.strip() else {}
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{target} is not readable JSON ({exc}); add {value} by hand") from exc
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{target} is not a JSON object; add {value} by hand")
+    return loaded
+
+
+def _append(settings: JSONObject, keys: tuple[str, ...], value: str, target: Path) -> None:
     where = ".".join(keys)
-    for path in (claude, target):
-        if path.is_symlink():
-            raise ConfigError(f"{path} is a symbolic link; not writing {value} to {where} there")
-    settings: JSONObject = {}
-    if target.exists():
-        try:
-            loaded = json.loads(target.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(
-                f"{target} is not readable JSON ({exc}); add {value} to {where} by hand"
-            ) from exc
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{target} is not a JSON object; add {value} to {where} by hand")
-        settings = loaded
     node = settings
     for depth, key in enumerate(keys[:-1]):
         child = node.setdefault(key, {})
@@ -161,10 +236,12 @@ def add_to_settings_list(workspace: Path, keys: tuple[str, ...], value: str) -> 
         node = child
     items = node.setdefault(keys[-1], [])
     if not isinstance(items, list):
-        raise ConfigError(f"`{where}` in {target} is not a list; add {value} by hand")
+        raise ConfigError(f"`{where}` in {target} is not a list; add {value} to {where} by hand")
     if value not in items:
         items.append(value)
-    claude.mkdir(exist_ok=True)
+
+
+def _replace(workspace: Path, claude: Path, target: Path, settings: JSONObject) -> None:
     owner = workspace.stat()
     fd, tmp = tempfile.mkstemp(dir=claude, prefix=".settings-")
     try:
@@ -177,4 +254,3 @@ def add_to_settings_list(workspace: Path, keys: tuple[str, ...], value: str) -> 
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return target

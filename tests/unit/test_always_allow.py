@@ -202,7 +202,9 @@ async def test_an_always_edit_rule_covers_that_file_only(tmp_path: Path) -> None
     assert (await gate().decide(task, edit("/workspace/src/a.py"))).behavior == "allow"
     assert [q.always_rule for q in asked] == ["Write(/src/a.py)"]
     written = json.loads((ws / ".claude" / "settings.local.json").read_text())
-    assert written == {"permissions": {"allow": ["Write(/src/a.py)"]}}
+    assert written == {
+        "permissions": {"allow": ["Write(/src/a.py)"], "ask": ["Write(/src/a.py/*)"]}
+    }
     fresh = gate()
     assert (await fresh.decide(task, edit("src/a.py"))).behavior == "allow"
     assert len(asked) == 1  # the same file, however spelled: no question
@@ -212,3 +214,76 @@ async def test_an_always_edit_rule_covers_that_file_only(tmp_path: Path) -> None
     (ws / ".claude" / "settings.json").write_text('{"permissions": {"ask": ["Write(/src/c.py)"]}}')
     await gate().decide(task, edit("/workspace/src/c.py"))
     assert asked[-1].always_rule == ""
+
+
+def test_a_rule_for_a_missing_path_covers_that_one_file_now_and_later(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    settings = Settings(state_dir=tmp_path / "state", config_dir=tmp_path / "cfg")
+    rule = exact_rule("Edit", {"file_path": ".github", "old_string": "", "new_string": ""}, ws)
+    assert rule == "Edit(/.github)"
+    add_allow_rule(ws, rule)
+    written = json.loads((ws / ".claude" / "settings.local.json").read_text())
+    assert written == {"permissions": {"allow": ["Edit(/.github)"], "ask": ["Edit(/.github/*)"]}}
+    from orchestrator.permissions import ToolCall, evaluate
+
+    def decide(path: str) -> str:
+        policy = load_policy(settings, ws, mode="default")
+        call = ToolCall(tool_name="Write", tool_input={"file_path": path, "content": "x"})
+        return evaluate(policy, call, workspace_host=ws).decision.behavior
+
+    assert decide(".github") == "allow"
+    (ws / ".github" / "workflows").mkdir(parents=True)  # later, a directory appears there
+    for below in (".github/workflows/x.yml", ".github/x", "/workspace/.github/a/b/c"):
+        assert decide(below) == "ask", below
+
+
+def test_a_fifo_or_a_directory_at_the_settings_file_is_refused_without_blocking(
+    tmp_path: Path,
+) -> None:
+    import os
+    import threading
+
+    for make in (os.mkfifo, os.mkdir):
+        ws = tmp_path / make.__name__
+        (ws / ".claude").mkdir(parents=True)
+        make(ws / ".claude" / "settings.local.json")
+        outcome: list[BaseException | None] = []
+
+        def write(ws: Path = ws, outcome: list[BaseException | None] = outcome) -> None:
+            try:
+                add_allow_rule(ws, "Bash(make test)")
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        worker = threading.Thread(target=write, daemon=True)
+        worker.start()
+        worker.join(timeout=30)
+        assert not worker.is_alive(), "the writer blocked on the settings file"
+        assert isinstance(outcome[0], ConfigError) and "regular file" in str(outcome[0])
+
+
+def test_concurrent_always_answers_lose_no_rule(tmp_path: Path) -> None:
+    import threading
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    start = threading.Barrier(40)
+    errors: list[BaseException] = []
+
+    def answer(i: int) -> None:
+        start.wait()
+        try:
+            add_allow_rule(ws, f"Bash(make test{i})")
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=answer, args=(i,)) for i in range(40)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors
+    allow = json.loads((ws / ".claude" / "settings.local.json").read_text())["permissions"]["allow"]
+    assert sorted(allow) == sorted(f"Bash(make test{i})" for i in range(40))
