@@ -103,7 +103,7 @@ def main() -> None:
             _result_document_for(sys.argv[1:], exc)
         sys.exit(exc.exit_code)
     except WardenError as exc:
-        from orchestrator.ui.untrusted_text import printable
+        from orchestrator.untrusted_text import printable
 
         # Messages may quote container or workspace text (agent names, paths).
         click.echo(f"warden: error: {printable(exc, None, multiline=True)}", err=True)

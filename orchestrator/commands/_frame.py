@@ -19,7 +19,7 @@ import click
 from orchestrator.errors import WardenError
 from orchestrator.exit_codes import ExitCode, exit_code_for
 from orchestrator.results.report import RunOutputs, RunState, finish_run, one_line, parse_fail_on
-from orchestrator.ui.untrusted_text import printable
+from orchestrator.untrusted_text import printable
 
 if TYPE_CHECKING:
     from orchestrator.config import Settings

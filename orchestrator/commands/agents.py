@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from orchestrator.commands._common import emit_json
-from orchestrator.ui.untrusted_text import printable
+from orchestrator.untrusted_text import printable
 
 if TYPE_CHECKING:
     from orchestrator.agents.definition import AgentDefinition

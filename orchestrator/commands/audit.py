@@ -36,7 +36,7 @@ def audit(
     from orchestrator.commands._common import console, emit_json
     from orchestrator.config import Settings
     from orchestrator.lifecycle.recovery import open_store
-    from orchestrator.ui.untrusted_text import plain, printable
+    from orchestrator.untrusted_text import plain, printable
 
     with open_store(Settings.from_env()) as store:
         if run_id is None and task_id is not None:

@@ -59,7 +59,7 @@ def _run_logs(
     from orchestrator.commands._common import emit_json
     from orchestrator.results.build import stored_event
     from orchestrator.results.parent_transcript import load_parent_transcript
-    from orchestrator.ui.untrusted_text import printable
+    from orchestrator.untrusted_text import printable
 
     run = store.get_run(run_id)
     transcript = load_parent_transcript(settings.state_dir, run_id)
@@ -98,7 +98,7 @@ def _task_logs(
 ) -> None:
     from orchestrator.commands._common import emit_json
     from orchestrator.results.build import stored_event
-    from orchestrator.ui.untrusted_text import printable
+    from orchestrator.untrusted_text import printable
 
     task = store.get_task(task_id)
     events = [stored_event(e) for e in store.events(task_id=task_id)]
@@ -139,7 +139,7 @@ def _task_logs(
 
 
 def _print_setup(setup: JSONObject) -> None:
-    from orchestrator.ui.untrusted_text import printable
+    from orchestrator.untrusted_text import printable
 
     tools = setup.get("tools")
     click.echo(f"model: {printable(setup.get('model'), 100)}")
@@ -175,7 +175,7 @@ def _print_events(
 ) -> None:
     from orchestrator.lifecycle.recovery import reap_dead_quietly
     from orchestrator.results.build import stored_event
-    from orchestrator.ui.untrusted_text import printable
+    from orchestrator.untrusted_text import printable
 
     last = 0
     first = True
@@ -207,7 +207,7 @@ def _print_events(
 
 
 def _print_messages(messages: object) -> None:
-    from orchestrator.ui.untrusted_text import printable
+    from orchestrator.untrusted_text import printable
 
     for message in messages if isinstance(messages, list) else []:
         if not isinstance(message, dict):

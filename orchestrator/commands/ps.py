@@ -44,7 +44,7 @@ def ps(show_all: bool, quiet: bool, fmt: str | None, json_mode: bool) -> None:
     from orchestrator.commands._common import age, console, emit_json
     from orchestrator.config import Settings
     from orchestrator.lifecycle.recovery import open_store
-    from orchestrator.ui.untrusted_text import printable
+    from orchestrator.untrusted_text import printable
 
     if fmt is not None and fmt != "json":
         unknown = sorted(set(_PLACEHOLDER.findall(fmt)) - set(FORMAT_FIELDS))

@@ -16,7 +16,7 @@ socket beside its broker's (`proxy.SOCKET_NAME`), and the in-container forwarder
 
 May import: `config`, `errors`, `backend` (sandbox specs, for `warden exec`),
 `broker` (socket directories and peer checks), `permissions` (rule sources,
-approvals, the settings writer), `store` (audit records), `ui.untrusted_text`;
+approvals, the settings writer), `store` (audit records), `untrusted_text`;
 `runtime` for types only. `runtime` and `commands` import `egress`.
 
 Nothing is imported here: `warden exec` imports `flags` at start-up and must not

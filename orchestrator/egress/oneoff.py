@@ -26,7 +26,7 @@ from orchestrator.egress.resolver import Resolver
 from orchestrator.egress.rules import RuleSet, parse_rule
 from orchestrator.egress.service import EgressService
 from orchestrator.egress.sources import CLI_ALLOW, CLI_DENY, settings_rules
-from orchestrator.ui.untrusted_text import printable
+from orchestrator.untrusted_text import printable
 
 FORWARDER = ("python3", "-m", "sandbox_tools.egress_forward", "--")
 SOCKET_DIR_IN_SANDBOX = "/run/warden"

@@ -7,7 +7,7 @@ Public API:
 - `current_tag(client, kind)`: the current tag of one of warden's kinds.
 - `choice.SandboxImages`: image names to what a sandbox runs (project images too).
 
-May import: `errors`, `labels`, `backend`, `ui.untrusted_text` (build output of a dev
+May import: `errors`, `labels`, `backend`, `untrusted_text` (build output of a dev
 container is shown as plain text).
 """
 

@@ -38,7 +38,7 @@ from orchestrator.errors import ConfigError, ImageBuildError
 from orchestrator.images.base import image_id
 from orchestrator.images.devcontainer import DevContainer
 from orchestrator.images.hashing import HASH_LENGTH, LABEL_CONTENT_HASH, LABEL_KIND, LABEL_VERSION
-from orchestrator.ui.untrusted_text import printable
+from orchestrator.untrusted_text import printable
 
 if TYPE_CHECKING:
     from docker import DockerClient

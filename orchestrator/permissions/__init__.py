@@ -3,7 +3,7 @@
 Two rooms have their own rules: the Bash analyser (`shell`) and hooks (`hooks`;
 a sandboxed hook runs in a container the run provides, `hooks.HookSandbox`).
 
-May import: `config`, `errors`, `labels`, `ui.untrusted_text` (questions show
+May import: `config`, `errors`, `labels`, `untrusted_text` (questions show
 container text). Never `backend`, `images` or `workspace`.
 """
 

@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol, TextIO
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.jsontypes import JSONObject
-from orchestrator.ui.untrusted_text import as_data
+from orchestrator.untrusted_text import as_data
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from orchestrator.results.models import RunResult
 from orchestrator.results.summary import tree_order
-from orchestrator.ui.untrusted_text import as_data
+from orchestrator.untrusted_text import as_data
 
 MAX_CELL_CHARS = 300
 """Longest container text in one summary cell; longer is cut and marked `…`."""

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from orchestrator.results.models import RunResult, TaskSummary
 from orchestrator.results.summary import tree_order
-from orchestrator.ui.untrusted_text import as_data
+from orchestrator.untrusted_text import as_data
 
 FAILING_STATUSES = {
     "failed": "failed",

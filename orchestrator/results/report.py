@@ -15,7 +15,7 @@ from orchestrator.exit_codes import FAIL_ON_OUTCOMES
 from orchestrator.jsontypes import JSONObject
 from orchestrator.results.build import build_result
 from orchestrator.results.models import Outcome, RunResult, RunStatus, TokenUsage
-from orchestrator.ui.untrusted_text import printable
+from orchestrator.untrusted_text import printable
 
 MAX_ERROR_CHARS = 2_000
 """Longest error line kept in the result document."""

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 
 from orchestrator.results.models import RunResult, TaskSummary, TokenUsage
-from orchestrator.ui.untrusted_text import plain
+from orchestrator.untrusted_text import plain
 
 if TYPE_CHECKING:
     from rich.table import Table

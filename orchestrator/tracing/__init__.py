@@ -14,7 +14,7 @@ exporter). Neither the SDK nor the exporter is imported while tracing is off.
 Token counts and durations are span attributes; container text enters a span only
 as a bounded plain string.
 
-May import: `results` (event models), `ui.untrusted_text`; `broker` for types only.
+May import: `results` (event models), `untrusted_text`; `broker` for types only.
 """
 
 from __future__ import annotations

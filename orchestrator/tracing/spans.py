@@ -57,7 +57,7 @@ def otlp_provider() -> TracerProvider:
 
 
 def _text(value: object) -> str:
-    from orchestrator.ui.untrusted_text import printable
+    from orchestrator.untrusted_text import printable
 
     return printable(value, ATTRIBUTE_CHARS)
 

@@ -3,7 +3,7 @@ event otherwise, JSON lines with --json.
 
 Every field of an event may carry container text (agent names come from
 workspace files, tool details from the sandbox), so each is shown through
-`orchestrator.ui.untrusted_text`: never as markup, controls escaped. The display
+`orchestrator.untrusted_text`: never as markup, controls escaped. The display
 is also never allowed to take an approval down with it: a failure to draw is
 logged, the live table is switched off, and the run (and its questions) go on.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 from orchestrator.results.models import TASK_END_KINDS, Event
-from orchestrator.ui.untrusted_text import DETAIL_CHARS, plain, printable
+from orchestrator.untrusted_text import DETAIL_CHARS, plain, printable
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType

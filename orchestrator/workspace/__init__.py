@@ -5,7 +5,7 @@
 execute; `settings` reads warden's own keys (`warden.protect`).
 
 May import: `config`, `errors`, `backend` (mount models), `permissions` (path
-patterns, settings documents), `store.records` (text limits), `ui.untrusted_text`.
+patterns, settings documents), `store.records` (text limits), `untrusted_text`.
 """
 
 from orchestrator.workspace.guard import ALWAYS_PROTECTED, ProtectedPathError, WorkspaceGuard

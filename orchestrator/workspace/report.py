@@ -145,7 +145,7 @@ def _interleaved(changes: list[SensitiveChange]) -> list[SensitiveChange]:
 
 def _printable(text: str) -> str:
     # The one helper for container text on a terminal (paths are written by sandboxes).
-    from orchestrator.ui.untrusted_text import printable
+    from orchestrator.untrusted_text import printable
 
     return printable(text, None)
 

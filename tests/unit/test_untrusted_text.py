@@ -24,7 +24,7 @@ from orchestrator.permissions.approvers import (
 from orchestrator.runtime.events import Event
 from orchestrator.store import AuditRecord, Store, TaskRecord
 from orchestrator.ui.progress import Progress
-from orchestrator.ui.untrusted_text import as_data, plain, printable
+from orchestrator.untrusted_text import as_data, plain, printable
 
 CLOSE_TAG = "[/bold]"
 LINK = "[link=http://127.0.0.1/]x[/link]"

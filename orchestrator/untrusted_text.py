@@ -17,6 +17,10 @@ roles) is attacker-written. Two things can go wrong when it is printed:
 
 Hand-written rather than a library: rich's `escape()` only covers markup, and
 no maintained package makes arbitrary text inert on a terminal in this way.
+
+A foundation beside `errors`: every package that shows container text uses it.
+
+May import: `errors` (and rich).
 """
 
 from __future__ import annotations
