@@ -14,7 +14,7 @@ import click
 from orchestrator.backend.connect import GVISOR_NOTE, EngineInfo, engine_info
 from orchestrator.errors import EngineUnavailableError
 from orchestrator.provision.engine import FixPlan, apply_fix, host_facts, plan_fix
-from orchestrator.ui.untrusted_text import printable
+from orchestrator.untrusted_text import printable
 
 
 @click.command()

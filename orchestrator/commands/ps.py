@@ -112,7 +112,7 @@ def ps(show_all: bool, quiet: bool, fmt: str | None, json_mode: bool) -> None:
 def render(template: str, run: RunRecord, tasks: list[TaskRecord]) -> str:
     """One line of `--format`: each placeholder replaced by its field as plain text."""
     from orchestrator.commands._common import age
-    from orchestrator.ui.untrusted_text import printable
+    from orchestrator.untrusted_text import printable
 
     values = {
         "ID": run.run_id,

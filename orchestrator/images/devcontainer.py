@@ -24,7 +24,7 @@ from pathlib import Path
 
 from orchestrator.backend.mounts import check_confined
 from orchestrator.errors import ConfigError, UnsafeMountError
-from orchestrator.ui.untrusted_text import printable
+from orchestrator.untrusted_text import printable
 
 CONFIG_PATHS = (".devcontainer/devcontainer.json", ".devcontainer.json")
 """Where a dev container is looked for, in this order (as the dev container CLI)."""
