@@ -5,9 +5,10 @@ what is sent each turn is a *view* of it. Before a request would come near the
 window (`context_window_tokens` of the spec, less `max_tokens` for the answer,
 measured with the conservative `BYTES_PER_TOKEN`), room is made in two steps:
 
-1. Clear the old tool results, all but the newest `KEEP_RESULTS`: their content
-   becomes `CLEARED_RESULT` (the `tool_use` that asked for them stays, so the
-   model still sees that the call happened and what it was).
+1. Clear the old tool results, all but the newest `KEEP_RESULTS` (all but the
+   newest one when that is not enough): their content becomes `CLEARED_RESULT`
+   (the `tool_use` that asked for them stays, so the model still sees that the
+   call happened and what it was).
 2. If that is not enough, the subagent summarises the oldest turns itself (one
    extra model call, counted like any other) and they are replaced, in the view,
    by one user message: the task's first message and that summary.
@@ -149,12 +150,15 @@ class ContextWindow:
         if self.fits(request_tokens(self.view(messages))):
             return False
         self.compactions += 1
-        self._clear_results(messages)
-        if not self.fits(request_tokens(self.view(messages))):
+        for keep in (KEEP_RESULTS, 1):
+            self._clear_results(messages, keep)
+            if self.fits(request_tokens(self.view(messages))):
+                break
+        else:
             self._summarize(messages, request_tokens, summarize)
         return True
 
-    def _clear_results(self, messages: list[JSONObject]) -> None:
+    def _clear_results(self, messages: list[JSONObject], keep: int) -> None:
         results = [
             (index, i)
             for index in range(self.summary_upto, len(messages))
@@ -163,7 +167,7 @@ class ContextWindow:
         ]
         # All but the newest: clearing in one large step keeps compactions (and the
         # cache misses each one costs) rare.
-        self.cleared.update(results[: max(0, len(results) - KEEP_RESULTS)])
+        self.cleared.update(results[: max(0, len(results) - keep)])
 
     def _summarize(
         self,

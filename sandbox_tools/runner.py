@@ -118,7 +118,8 @@ class AgentLoop:
             "system": list[JSONValue](system_blocks(self.spec.system_prompt)),
             "messages": list[JSONValue](cached_messages(messages)),
         }
-        if tools := tool_params(self.spec.tools):
+        tools = list(self.spec.tool_definitions) or tool_params(self.spec.tools)
+        if tools:
             request["tools"] = list[JSONValue](cached_tools(tools))
         return request
 

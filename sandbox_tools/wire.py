@@ -275,6 +275,9 @@ class TaskSpec(NamedTuple):
     max_tokens: int = DEFAULT_MAX_TOKENS
     bash_timeout_s: float = DEFAULT_BASH_TIMEOUT_S
     context_window_tokens: int = DEFAULT_CONTEXT_WINDOW_TOKENS
+    tool_definitions: tuple[JSONObject, ...] = ()
+    """Fork mode: the parent's tool definitions, sent as they are (so the request's
+    prefix is the parent's); the tools this runner may run are still `tools`."""
 
     @classmethod
     def from_json(cls, doc: object) -> TaskSpec:
@@ -300,6 +303,9 @@ class TaskSpec(NamedTuple):
             ),
             context_window_tokens=_typed(
                 doc, "context_window_tokens", int, DEFAULT_CONTEXT_WINDOW_TOKENS
+            ),
+            tool_definitions=tuple(
+                t for t in _typed(doc, "tool_definitions", list, []) if isinstance(t, dict)
             ),
         )
 

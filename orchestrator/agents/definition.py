@@ -97,6 +97,9 @@ class AgentDefinition(BaseModel):
     the broker before each model call. The run's `--token-budget` caps it."""
     disk_write_limit: int | None = Field(default=None, ge=1)
     """Most bytes its sandbox may write; lowers the run's cap (never raises it)."""
+    fork: bool = False
+    """Start subagents of this type in fork mode (from the parent's conversation)
+    unless a Task call says `fork: false`; needs a run with fork mode on."""
     source: str = BUILTIN_SOURCE
     """The file it came from, or `built-in`."""
     extra: dict[str, object] = Field(default_factory=dict)

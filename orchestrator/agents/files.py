@@ -13,6 +13,7 @@
     pids: 256                         # warden
     tokenBudget: 200000               # warden: tokens per subagent (all usage fields)
     diskWriteLimit: 500m              # warden: lowers the run's disk write cap
+    fork: true                        # warden: start from the parent's conversation
     ---
     The system prompt.
 
@@ -68,6 +69,7 @@ KNOWN_KEYS = {
     "hooks": "hooks",
     "tokenBudget": "token_budget",
     "diskWriteLimit": "disk_write_limit",
+    "fork": "fork",
 }
 """Frontmatter key → `AgentDefinition` field."""
 
@@ -291,6 +293,12 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
                     f"{path}: `{key}` must be a whole number, not {values[key]!r}"
                 )
             fields[KNOWN_KEYS[key]] = values[key]
+    if values.get("fork") is not None:
+        if not isinstance(values["fork"], bool):
+            raise AgentDefinitionError(
+                f"{path}: `fork` must be true or false, not {values['fork']!r}"
+            )
+        fields["fork"] = values["fork"]
     if values.get("image") is not None:
         fields["image"] = _text(values, "image", path)
     if values.get("timeout") is not None:

@@ -56,6 +56,9 @@ class TaskSpec(_Wire):
     """Default timeout of one Bash tool call."""
     context_window_tokens: int = Field(default=wire.DEFAULT_CONTEXT_WINDOW_TOKENS, ge=1000)
     """The model's context window: the runner keeps each request inside it."""
+    tool_definitions: list[JSONObject] = Field(default_factory=list)
+    """Fork mode: the parent's tool definitions, sent as they are so the subagent's
+    requests begin with the parent's cached prefix; empty: built from `tools`."""
     model_max_retries: int = Field(default=wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
     """Retries of one model call on 429/5xx/529 (the host SDK's retry layer)."""
     model_retry_total_s: float = Field(default=wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)

@@ -160,6 +160,12 @@ MAX_PROMPT_BYTES = 4 * 1024 * 1024
     help="Run Task calls in the background unless the model asks otherwise.",
 )
 @click.option(
+    "--fork",
+    is_flag=True,
+    help="Fork mode: a Task call with fork: true (or an agent file's `fork: true`) starts "
+    "its subagent from the parent's conversation and prompt cache instead of a fresh one.",
+)
+@click.option(
     "--user",
     type=UserType(),
     default=None,
@@ -200,6 +206,7 @@ def run(
     protect: tuple[str, ...],
     token_budget: int | None,
     background: bool,
+    fork: bool,
     user: str | None,
     fail_on: tuple[Outcome, ...],
     junit_path: Path | None,
@@ -241,6 +248,7 @@ def run(
             "queue_limit": queue_limit,
         },
         background=background,
+        fork=fork,
         non_interactive=print_mode,
         max_turns=max_turns,
         protect=protect,
@@ -316,6 +324,8 @@ class RunOptions:
     mode: str | None = None
     approval_timeout: float | None = None
     background: bool = False
+    fork: bool = False
+    """`--fork`: fork mode is on (the parent offers it and its tool list allows it)."""
     non_interactive: bool = False
     """`-p`: nobody is asked on the terminal."""
     max_turns: int | None = None
@@ -378,6 +388,7 @@ async def _run(
 
     async def work(the_run: Run) -> str:
         the_run.parent.background_default = options.background
+        the_run.parent.fork = options.fork
         if options.max_turns is not None:
             the_run.parent.max_turns = options.max_turns
         # Warm the built-in agents' sandboxes while the parent's first model call runs.

@@ -4,7 +4,9 @@ conversation a resumed session continues from (`session_history`).
 The runner gets the agent's system prompt, the tools it may call (`Task` only
 while it may still delegate), its turn cap and retry budget; a resumed session
 also gets its stored transcript, repaired, since a crash can leave unanswered
-tool calls or broken alternation behind.
+tool calls or broken alternation behind. A fork-mode subagent gets the parent's
+conversation instead (`fork_history`), with the parent's system prompt, tool
+definitions and model, so its first request reads the parent's cached prefix.
 """
 
 from __future__ import annotations
@@ -14,15 +16,46 @@ from typing import TYPE_CHECKING
 
 from orchestrator.broker import wire_models
 from orchestrator.errors import TaskNotFoundError
-from orchestrator.jsontypes import JSONObject
+from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.runtime.caps import CapError, TaskManagerConfig
-from orchestrator.runtime.tasks import TaskContext, TaskInput
+from orchestrator.runtime.tasks import ForkPrefix, TaskContext, TaskInput
 from sandbox_tools import conversation, wire
 
 if TYPE_CHECKING:
     from orchestrator.store import Store
 
 DELEGATION_TOOL = "Task"
+
+
+FORK_RESULT = "Forked: a subagent carries this call out from here."
+"""The result a fork child sees for each Task call of the parent's last turn (the
+same for every call, so every fork of one turn shares that prefix too)."""
+
+FORK_DIRECTIVE = (
+    "[Fork mode] You are a subagent forked from the conversation above: you have its "
+    "context, but you work in your own sandbox, and only your final answer goes back. "
+    "Tools you may run: {tools}. Other tools listed above are not available to you; do "
+    "not try to delegate further. Your task:\n\n{prompt}"
+)
+"""The first instruction of a fork-mode subagent (its Task prompt inside)."""
+
+
+def fork_history(messages: list[JSONObject]) -> list[JSONObject]:
+    """The parent's messages, its last turn's tool calls answered by `FORK_RESULT`."""
+    history = list(messages)
+    last = history[-1] if history else {}
+    content = last.get("content")
+    uses = [
+        b.get("id")
+        for b in (content if isinstance(content, list) else [])
+        if isinstance(b, dict) and b.get("type") == "tool_use"
+    ]
+    if last.get("role") == "assistant" and uses:
+        results: list[JSONValue] = [
+            {"type": "tool_result", "tool_use_id": use, "content": FORK_RESULT} for use in uses
+        ]
+        history.append({"role": "user", "content": results})
+    return history
 
 
 def runner_spec(
@@ -34,13 +67,23 @@ def runner_spec(
     may_delegate: bool,
     model: str,
     config: TaskManagerConfig,
+    fork: ForkPrefix | None = None,
 ) -> wire_models.TaskSpec:
-    """The spec a task's broker hands its runner."""
+    """The spec a task's broker hands its runner; in fork mode its conversation
+    begins with `fork` (the parent's system prompt, tools, messages and model)."""
     agent = ctx.agent
     listed = wire.TOOL_NAMES if agent.tools is None else agent.tools
     tools = [t for t in listed if t != DELEGATION_TOOL]
     if may_delegate and (agent.tools is None or DELEGATION_TOOL in agent.tools):
         tools.append(DELEGATION_TOOL)
+    prompt = task_input.prompt
+    system_prompt = agent.system_prompt
+    tool_definitions: list[JSONObject] = []
+    if fork is not None:
+        model, system_prompt = fork.model, fork.system_prompt
+        tool_definitions = fork.tool_definitions
+        history = fork_history(fork.messages)
+        prompt = FORK_DIRECTIVE.format(tools=", ".join(tools) or "none", prompt=prompt)
     return wire_models.TaskSpec(
         task_id=ctx.task_id,
         parent_id=ctx.parent_id,
@@ -48,10 +91,11 @@ def runner_spec(
         agent_type=agent.name,
         description=task_input.description,
         model=model,
-        system_prompt=agent.system_prompt,
-        prompt=task_input.prompt,
+        system_prompt=system_prompt,
+        prompt=prompt,
         history=history,
         tools=tools,
+        tool_definitions=tool_definitions,
         max_turns=max_turns,
         model_max_retries=config.model_max_retries,
         model_retry_total_s=config.model_retry_total_s,

@@ -34,7 +34,9 @@ class TaskHost:
         self.manager = manager
         self.ctx = ctx
 
-    async def decide_permission(self, request: wire_models.PermissionRequest) -> wire_models.PermissionResponse:
+    async def decide_permission(
+        self, request: wire_models.PermissionRequest
+    ) -> wire_models.PermissionResponse:
         await self.ctx.announced.wait()
         return await self.manager.gate.decide(self.ctx, request)
 
@@ -46,6 +48,12 @@ class TaskHost:
             task_input = TaskInput.model_validate(request.input)
         except ValueError as exc:
             return wire_models.DelegateResponse(text=f"Invalid Task input: {exc}", is_error=True)
+        if task_input.fork:
+            return wire_models.DelegateResponse(
+                text="Task failed. Error: fork mode is for the parent agent's Task calls; "
+                "leave out fork to start a fresh subagent.",
+                is_error=True,
+            )
         try:
             result = await self.manager.run_task(
                 task_input.model_copy(update={"run_in_background": False}), parent=self.ctx

@@ -49,6 +49,7 @@ from orchestrator.runtime.sandbox import (
 )
 from orchestrator.runtime.tasks import (
     ACTIVE_STATUSES,
+    ForkPrefix,
     TaskContext,
     TaskInput,
     TaskResult,
@@ -176,7 +177,11 @@ class TaskManager:
     # -- the Task tool ----------------------------------------------------
 
     async def run_task(
-        self, task_input: TaskInput, *, parent: TaskContext | None = None
+        self,
+        task_input: TaskInput,
+        *,
+        parent: TaskContext | None = None,
+        fork: ForkPrefix | None = None,
     ) -> TaskResult:
         """Run one subagent to the end and return its result.
 
@@ -184,14 +189,19 @@ class TaskManager:
         of an unknown session) before anything starts; what the subagent does never
         raises.
         """
-        ctx, spec = await self._prepare(task_input, parent)
+        ctx, spec = await self._prepare(task_input, parent, fork)
         return await self._supervise(ctx, spec)
 
     async def start_background(
-        self, task_input: TaskInput, *, parent: TaskContext | None = None
+        self,
+        task_input: TaskInput,
+        *,
+        parent: TaskContext | None = None,
+        fork: ForkPrefix | None = None,
     ) -> TaskContext:
-        """Start a subagent and return at once; its result arrives as a notification."""
-        ctx, spec = await self._prepare(task_input, parent)
+        """Start a subagent and return at once; its result arrives as a notification.
+        `fork`: start it in fork mode from that prefix (see `briefing.fork_history`)."""
+        ctx, spec = await self._prepare(task_input, parent, fork)
         runner = asyncio.create_task(self._supervise(ctx, spec), name=ctx.task_id)
         self.background.add(ctx, runner)
         return ctx
@@ -200,7 +210,7 @@ class TaskManager:
         return sum(1 for c in self.tasks.values() if c.status in ACTIVE_STATUSES)
 
     async def _prepare(
-        self, task_input: TaskInput, parent: TaskContext | None
+        self, task_input: TaskInput, parent: TaskContext | None, fork: ForkPrefix | None = None
     ) -> tuple[TaskContext, wire_models.TaskSpec]:
         agent = self.registry.get(task_input.subagent_type)
         check_caps(self.config, parent, self.children_started)
@@ -237,6 +247,7 @@ class TaskManager:
             may_delegate=depth < self.config.max_depth,
             model=agent.model or self.default_model,
             config=self.config,
+            fork=fork,
         )
         try:
             await self.recorder.created(ctx, task_input.prompt)

@@ -22,8 +22,10 @@ from orchestrator.runtime.parent_tools import (
     TaskStopInput,
     tool_schemas,
 )
-from orchestrator.runtime.tasks import TaskInput, TaskResult
+from orchestrator.runtime.tasks import ForkPrefix, TaskInput, TaskResult
+from sandbox_tools import wire
 from sandbox_tools.caching import cached_messages, cached_tools, system_blocks
+from sandbox_tools.tools.inputs import tool_params
 
 if TYPE_CHECKING:
     from anthropic.types import Message
@@ -67,24 +69,32 @@ class ParentAgent:
         max_turns: int = DEFAULT_PARENT_MAX_TURNS,
         system_prompt: str = PARENT_SYSTEM_PROMPT,
         background_default: bool = False,
+        fork: bool = False,
     ) -> None:
+        """`fork` turns fork mode on for this run: the parent's tool list also holds the
+        subagents' tools (which only a fork can run), so a fork's requests begin with
+        exactly the parent's prefix and read it from the prompt cache."""
         self.client = client
         self.model = model
         self.manager = manager
         self.max_turns = max_turns
         self.system_prompt = system_prompt
         self.background_default = background_default
+        self.fork = fork
         self.messages: list[JSONObject] = []
+        self._tools: list[JSONObject] = []
         self.results: list[TaskResult] = []
 
     def tools(self) -> list[JSONObject]:
         registry = self.manager.registry
         lines = [f"- {name}: {registry.get(name).description}" for name in registry.names()]
-        return tool_schemas(lines)
+        if not self.fork:
+            return tool_schemas(lines)
+        return [*tool_schemas(lines, fork=True), *tool_params(list(wire.TOOL_NAMES))]
 
     async def run(self, prompt: str) -> ParentResult:
         self.messages.append({"role": "user", "content": prompt})
-        tools = self.tools()
+        tools = self._tools = self.tools()
         turns = 0
         stop_reason: str | None = None
         while turns < self.max_turns:
@@ -175,6 +185,13 @@ class ParentAgent:
             return _tool_result(tool_use_id, f"Invalid {name} input: {_brief(exc)}", True)
         except WardenError as exc:
             return _tool_result(tool_use_id, f"{name} failed. Error: {exc}", True)
+        if self.fork and name in wire.TOOL_NAMES:
+            return _tool_result(
+                tool_use_id,
+                f"You cannot run {name} yourself: delegate it with Task (fork: true gives "
+                "the subagent this conversation and these tools).",
+                True,
+            )
         return _tool_result(
             tool_use_id, f"Unknown tool {name!r}; the tools are Task, TaskOutput, TaskStop.", True
         )
@@ -183,8 +200,11 @@ class ParentAgent:
         if "run_in_background" not in raw and self.background_default:
             raw = {**raw, "run_in_background": True}
         task_input = TaskInput.model_validate(raw)
+        fork = self._fork_prefix(task_input)
+        if isinstance(fork, str):
+            return _tool_result(tool_use_id, fork, True)
         if task_input.run_in_background:
-            ctx = await self.manager.start_background(task_input)
+            ctx = await self.manager.start_background(task_input, fork=fork)
             queued = ""
             if ctx.ticket is not None and ctx.ticket.queued:
                 queued = (
@@ -199,9 +219,31 @@ class ParentAgent:
                 "this id.",
                 False,
             )
-        result = await self.manager.run_task(task_input)
+        result = await self.manager.run_task(task_input, fork=fork)
         self.results.append(result)
         return _tool_result(tool_use_id, result.render(), result.is_error)
+
+    def _fork_prefix(self, task_input: TaskInput) -> ForkPrefix | str | None:
+        """The prefix a fork-mode call starts from; None for a fresh subagent; a
+        string says why the call is refused."""
+        wanted = task_input.fork
+        if wanted is None:
+            wanted = self.manager.registry.get(task_input.subagent_type).fork and self.fork
+        if not wanted:
+            return None
+        if not self.fork:
+            return (
+                "Task failed. Error: fork mode is off for this run; start a fresh subagent "
+                "(leave out fork), or run warden with --fork."
+            )
+        if task_input.session_id is not None:
+            return "Task failed. Error: fork and session_id exclude each other; pass one."
+        return ForkPrefix(
+            model=self.model,
+            system_prompt=self.system_prompt,
+            tool_definitions=list(self._tools),
+            messages=list(self.messages),
+        )
 
     async def _task_output(self, tool_use_id: str, raw: JSONObject) -> JSONObject:
         request = TaskOutputInput.model_validate(raw)

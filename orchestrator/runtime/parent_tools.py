@@ -64,8 +64,22 @@ def _clean(node: JSONValue) -> JSONValue:
     return {k: _clean(v) for k, v in node.items() if k not in ("title", "default")}
 
 
-def tool_schemas(agent_lines: list[str]) -> list[JSONObject]:
-    """The parent's tools, with Claude Code's names and input schemas."""
+FORK_NOTE = (
+    "\n\nFork mode: with fork: true the subagent starts from this whole conversation "
+    "instead of a fresh one (cheaper: it reuses the cached prompt) and the prompt is its "
+    "directive; it runs the tools listed after TaskStop in its own sandbox. You cannot "
+    "run those tools yourself."
+)
+
+
+def tool_schemas(agent_lines: list[str], *, fork: bool = False) -> list[JSONObject]:
+    """The parent's tools, with Claude Code's names and input schemas (`fork`: the
+    Task description tells of fork mode; without it the `fork` field is not offered)."""
+    task_schema = input_schema(TaskInput)
+    if not fork:
+        properties = task_schema.get("properties")
+        if isinstance(properties, dict):
+            properties.pop("fork", None)
     return [
         {
             "name": "Task",
@@ -75,9 +89,9 @@ def tool_schemas(agent_lines: list[str]) -> list[JSONObject]:
                 "answer. With run_in_background it returns a task id at once and you are "
                 "notified when it finishes (no need to poll). Pass session_id (a task id "
                 "from an earlier Task result) to continue that subagent's conversation.\n\n"
-                "Available agent types:\n" + "\n".join(agent_lines)
+                "Available agent types:\n" + "\n".join(agent_lines) + (FORK_NOTE if fork else "")
             ),
-            "input_schema": input_schema(TaskInput),
+            "input_schema": task_schema,
         },
         {
             "name": "TaskOutput",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.broker import wire_models
+from orchestrator.jsontypes import JSONObject
 
 if TYPE_CHECKING:
     from orchestrator.agents.definition import AgentDefinition
@@ -65,6 +66,21 @@ class TaskInput(BaseModel):
     """Return at once with a task id; the result arrives later."""
     session_id: str | None = Field(default=None, max_length=100)
     """Resume that subagent session (its task id) instead of starting a new one."""
+    fork: bool | None = None
+    """Fork mode: the subagent starts from this whole conversation (and its prompt
+    cache) instead of a fresh one; the prompt is its directive. Off by default."""
+
+
+@dataclass(frozen=True)
+class ForkPrefix:
+    """What a fork-mode subagent's conversation begins with: the parent's request as
+    the parent sent it (system prompt, tool definitions, messages so far, model)."""
+
+    model: str
+    system_prompt: str
+    tool_definitions: list[JSONObject]
+    messages: list[JSONObject]
+    """Ending with the parent's assistant message that holds the Task call."""
 
 
 class TaskResult(BaseModel):

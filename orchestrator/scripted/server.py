@@ -89,6 +89,8 @@ class RecordedRequest(BaseModel):
     """HTTP status answered; None while still in progress."""
     stream: bool = False
     """Whether the answer was streamed."""
+    usage: JSONValue = None
+    """The usage billed for the answer (as in its body); None for errors."""
 
 
 def _error(status: int, kind: str, message: str, request_id: str) -> web.Response:
@@ -336,6 +338,7 @@ class ScriptedModelServer:
                 return self._scripted_error(turn.error, record.request_id)
             bill = self.cache.bill(prompt)
             message_body = render_message(turn, conversation.name, view, body, bill)
+            record.usage = dict[str, JSONValue](message_body["usage"])
             if body.get("stream") is True:
                 record.stream = True
                 return await self._stream(request, message_body, record.request_id)

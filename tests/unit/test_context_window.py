@@ -151,7 +151,7 @@ def test_the_view_keeps_calls_drops_old_results_and_stays_a_valid_conversation()
         summaries.append(head)
         return "the summary"
 
-    tight = ContextWindow(window_tokens=4000, max_tokens=1000)
+    tight = ContextWindow(window_tokens=2500, max_tokens=1000)
     assert tight.compact(messages, size, summarize)
     view = tight.view(messages)
     check_messages(view)  # type: ignore[arg-type]

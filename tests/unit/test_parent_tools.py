@@ -21,8 +21,14 @@ MODELS: dict[str, type[BaseModel]] = {
 }
 
 
-def _schemas() -> dict[str, dict[str, Any]]:
-    return {tool["name"]: tool["input_schema"] for tool in tool_schemas(["- bash: runs"])}
+def _schemas(fork: bool = True) -> dict[str, dict[str, Any]]:
+    tools = tool_schemas(["- bash: runs"], fork=fork)
+    return {tool["name"]: tool["input_schema"] for tool in tools}
+
+
+def test_fork_is_offered_only_in_a_fork_mode_run() -> None:
+    assert "fork" in _schemas()["Task"]["properties"]
+    assert "fork" not in _schemas(fork=False)["Task"]["properties"]
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

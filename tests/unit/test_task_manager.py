@@ -47,7 +47,15 @@ from orchestrator.runtime.manager import TaskManager
 from orchestrator.runtime.parent import ParentAgent
 from orchestrator.runtime.protocols import PermissionGate
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
-from orchestrator.scripted import Script, ScriptedModelServer
+from orchestrator.scripted import (
+    Conversation,
+    Match,
+    Script,
+    ScriptedModelServer,
+    TextBlock,
+    ToolUseBlock,
+    Turn,
+)
 from orchestrator.store import Store
 from sandbox_tools import wire
 from sandbox_tools.broker import UnixHTTPConnection
@@ -207,6 +215,7 @@ def make(tmp_path: Path, server: ScriptedModelServer) -> Callable[..., AsyncIter
         agents: tuple[AgentDefinition, ...] = (agent(),),
         gate: PermissionGate | None = None,
         config: TaskManagerConfig | None = None,
+        model_server: ScriptedModelServer | None = None,
     ) -> AsyncIterator[Harness]:
         workspace = tmp_path / "ws"
         workspace.mkdir(exist_ok=True)
@@ -215,7 +224,8 @@ def make(tmp_path: Path, server: ScriptedModelServer) -> Callable[..., AsyncIter
         store.create_run(RUN_ID, prompt="p", workspace=str(workspace), model="m", pid=1)
         events = EventLog(RUN_ID, state / "events.jsonl", store)
         backend = RunnerBackend(runner)
-        client = anthropic.AsyncAnthropic(base_url=server.base_url, api_key="k", max_retries=0)
+        base_url = (model_server or server).base_url
+        client = anthropic.AsyncAnthropic(base_url=base_url, api_key="k", max_retries=0)
         manager = TaskManager(
             backend=backend,
             registry=AgentRegistry(list(agents)),
@@ -488,6 +498,89 @@ async def test_the_parent_delegates_and_sees_only_the_final_answer(make: Any) ->
             "Task Succeeded. Result: FINAL answer to sum it"
         ]
         assert "INTERMEDIATE" not in json.dumps(parent.messages)
+
+
+async def test_fork_mode_subagents_start_from_the_parents_cached_prefix(
+    make: Any, tmp_path: Path
+) -> None:
+    """Fork mode: five subagents started in one parent turn with `fork: true` begin with
+    the parent's own request, byte for byte (tools, system prompt, messages), so at
+    least 80 % of their first request is read from the parent's prompt cache; each
+    runs only its own tools and only its final answer comes back."""
+    from sandbox_tools.runner import run
+
+    calls = [
+        {"description": f"part {i}", "prompt": f"do part {i}", "subagent_type": "worker"}
+        for i in range(5)
+    ]
+    script = Script(
+        conversations=[
+            Conversation(
+                name="fork",
+                match=Match(last_message_contains="[Fork mode]"),
+                # A fork's first request holds the parent's assistant message: turn 1.
+                turns=[
+                    Turn(content=[TextBlock(text="-")]),
+                    Turn(content=[TextBlock(text="fork answer")]),
+                ],
+            ),
+            Conversation(
+                name="parent",
+                match=Match(has_tool="TaskStop"),
+                turns=[
+                    Turn(
+                        content=[
+                            ToolUseBlock(name="Task", input={**c, "fork": True}) for c in calls
+                        ]
+                    ),
+                    Turn(content=[TextBlock(text="all done")]),
+                ],
+            ),
+        ]
+    )
+    workspace = tmp_path / "ws"
+
+    def runner(w: Wire) -> None:
+        run(w.socket_path, workspace)
+
+    async with (
+        ScriptedModelServer(script) as model_server,
+        make(runner, model_server=model_server) as h,
+    ):
+        sdk = anthropic.AsyncAnthropic(base_url=model_server.base_url, api_key="k", max_retries=0)
+        parent = ParentAgent(
+            client=ObservedClient(sdk, []), model="claude-opus-5", manager=h.manager, fork=True
+        )
+        outcome = await parent.run("split the work in five")
+        await sdk.close()
+    assert outcome.text == "all done"
+    assert [r.text for r in outcome.tasks] == ["fork answer"] * 5
+    parent_first = next(r for r in model_server.requests if r.conversation == "parent")
+    forks = [r for r in model_server.requests if r.conversation == "fork"]
+    assert len(forks) == 5
+
+    def plain(value: Any) -> Any:
+        return json.loads(json.dumps(value).replace(', "cache_control": {"type": "ephemeral"}', ""))
+
+    assert isinstance(parent_first.body, dict)
+    for record in forks:
+        body = record.body
+        assert isinstance(body, dict) and isinstance(record.usage, dict)
+        assert body["model"] == "claude-opus-5"
+        assert plain(body["tools"]) == plain(parent_first.body["tools"])
+        assert plain(body["system"]) == plain(parent_first.body["system"])
+        assert plain(body["messages"][:1]) == plain(parent_first.body["messages"])
+        assert "Tools you may run: Bash, Read." in json.dumps(body["messages"][-1])
+        usage = record.usage
+        prompt = sum(
+            int(usage[k])
+            for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )  # type: ignore[call-overload]
+        assert int(usage["cache_read_input_tokens"]) / prompt >= 0.8  # type: ignore[call-overload]
+    # Fork mode is off unless the run turns it on: the call is refused, saying so.
+    closed = ParentAgent(client=ObservedClient(sdk, []), model="m", manager=h.manager)
+    refusal = closed._fork_prefix(TaskInput(**calls[0], fork=True))
+    assert isinstance(refusal, str) and "fork mode is off" in refusal
 
 
 async def _wait(flag: threading.Event, timeout_s: float = 10) -> bool:

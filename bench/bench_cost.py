@@ -1,0 +1,329 @@
+"""What a subagent costs with the Messages API's prompt caching, whether a long one
+stays inside its context window, and what streaming adds, all through the real
+runner, broker and anthropic SDK against the scripted model (which bills like the
+API: orchestrator/scripted/billing.py). Every figure is read from the usage the
+server reported for each request, as a bill would be; nothing here does the
+server's arithmetic.
+
+    python3 bench/bench_cost.py            # the issue's sizes
+    python3 bench/bench_cost.py --quick    # smaller, for a smoke run
+
+1. Caching: a fixed 30-turn task (the shipped general-purpose system prompt and
+   tools, tool results of a few KB) run as shipped and with every breakpoint
+   removed. Billed input-token equivalents (uncached x1, cache writes x1.25, reads
+   x0.1) against the ideal (every prefix token written once, read on every later
+   turn). Target: <= 1.15x the ideal.
+2. Forks: a parent turn that starts 5 fork-mode subagents: the share of their first
+   requests' input read from the cache. Target: >= 80 %.
+3. Context: a 200-turn subagent with 20 KB tool results against a 200k window: no
+   "prompt is too long", and it finishes.
+4. Streaming: p50 time of one model call through the broker, streamed upstream vs
+   plain, interleaved in the same run. Target: <= 2 ms more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import median, pct, verdict
+
+from orchestrator.agents.registry import GENERAL_PURPOSE_PROMPT
+from orchestrator.broker.wire_models import TaskSpec
+from orchestrator.config import DEFAULT_MODEL
+from orchestrator.scripted import (
+    Conversation,
+    Match,
+    Script,
+    ScriptedModelServer,
+    TextBlock,
+    ToolUseBlock,
+    Turn,
+)
+from sandbox_tools import runner as runner_module
+from sandbox_tools import wire
+from tests.unit.host_subagent import run_subagent
+
+WRITE, READ = 1.25, 0.1
+"""Prices of a 5-minute cache write and a cache read, relative to uncached input."""
+CACHE_TARGET, FORK_TARGET, STREAM_TARGET_MS = 1.15, 0.80, 2.0
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+def billed(usage: dict[str, Any]) -> float:
+    return (
+        usage.get("input_tokens", 0)
+        + WRITE * usage.get("cache_creation_input_tokens", 0)
+        + READ * usage.get("cache_read_input_tokens", 0)
+    )
+
+
+def prompt_tokens(usage: dict[str, Any]) -> int:
+    return int(
+        usage.get("input_tokens", 0)
+        + usage.get("cache_creation_input_tokens", 0)
+        + usage.get("cache_read_input_tokens", 0)
+    )
+
+
+def usages(server: ScriptedModelServer, start: int = 0) -> list[dict[str, Any]]:
+    return [r.usage for r in server.requests[start:] if isinstance(r.usage, dict)]
+
+
+def ideal(prompts: list[int]) -> float:
+    """Each prompt token written once (x1.25) and read on every later request (x0.1)."""
+    total, previous = 0.0, 0
+    for size in prompts:
+        total += WRITE * max(0, size - previous) + READ * min(previous, size)
+        previous = size
+    return total
+
+
+@contextlib.contextmanager
+def no_breakpoints() -> Iterator[None]:
+    """The runner as it was before caching: no `cache_control` anywhere."""
+
+    def plain_system(text: str) -> list[Any]:
+        return [{"type": "text", "text": text}]
+
+    def plain(items: list[Any]) -> list[Any]:
+        return list(items)
+
+    with (
+        mock.patch.object(runner_module, "system_blocks", plain_system),
+        mock.patch.object(runner_module, "cached_messages", plain),
+        mock.patch.object(runner_module, "cached_tools", plain),
+    ):
+        yield
+
+
+def spec(prompt: str, max_turns: int, **extra: Any) -> TaskSpec:
+    return TaskSpec.model_validate(
+        {
+            "task_id": "sa_bench",
+            "trace_id": "t",
+            "agent_type": "general-purpose",
+            "model": DEFAULT_MODEL,
+            "system_prompt": GENERAL_PURPOSE_PROMPT,
+            "prompt": prompt,
+            "tools": list(wire.TOOL_NAMES),
+            "max_turns": max_turns,
+            **extra,
+        }
+    )
+
+
+def workspace(files: int, size: int) -> Path:
+    root = Path(tempfile.mkdtemp(prefix="warden-bench-cost-"))
+    (root / "src").mkdir()
+    for i in range(files):
+        body = "".join(
+            f"def handler_{i}_{n}(request):\n    return process(request, {n})  # step {n}\n\n"
+            for n in range(size // 70)
+        )
+        (root / "src" / f"module_{i}.py").write_text(body)
+    return root
+
+
+# -- 1. caching -------------------------------------------------------------------
+
+
+def review_script(turns: int) -> Script:
+    steps: list[Turn] = []
+    for n in range(turns - 1):
+        tool = [
+            ToolUseBlock(name="Read", input={"file_path": f"src/module_{n % 10}.py"}),
+            ToolUseBlock(name="Grep", input={"pattern": f"step {n % 40}", "path": "src"}),
+            ToolUseBlock(name="Glob", input={"pattern": "src/*.py"}),
+        ][n % 3]
+        steps.append(Turn(content=[TextBlock(text=f"Step {n + 1}: checking."), tool]))
+    steps.append(Turn(content=[TextBlock(text="Review done: every handler calls process().")]))
+    return Script(conversations=[Conversation(name="review", match=Match(), turns=steps)])
+
+
+async def caching(turns: int) -> None:
+    print(f"\n1. caching: a {turns}-turn subagent (shipped system prompt and tools)")
+    root = workspace(10, 3000)
+    rows = []
+    for label, patch in (("cached", contextlib.nullcontext()), ("no caching", no_breakpoints())):
+        with ScriptedModelServer(review_script(turns)).in_thread() as server, patch:
+            run = await run_subagent(
+                server.base_url, spec("Review the handlers in src/.", turns + 2), root
+            )
+            assert run.host.results[-1].status == "completed", run.host.results
+            calls = usages(server)
+        rows.append((label, calls))
+    cached, plain = rows[0][1], rows[1][1]
+    prompts = [prompt_tokens(u) for u in cached]
+    best = ideal(prompts)
+    got, base = sum(billed(u) for u in cached), sum(billed(u) for u in plain)
+    assert [prompt_tokens(u) for u in plain] == prompts, "caching changed what was sent"
+    print(f"   requests {len(cached)}, prompt tokens {prompts[0]} .. {prompts[-1]}")
+    print(f"   billed input equivalents: cached {got:,.0f}, no caching {base:,.0f}")
+    print(f"   ideal {best:,.0f}: cached / ideal = {got / best:.3f} (target <= {CACHE_TARGET})")
+    print(f"   no caching / cached = {base / got:.1f}x   {verdict(got / best, CACHE_TARGET)}")
+
+
+# -- 3. context -------------------------------------------------------------------
+
+
+def long_script(calls: int) -> Script:
+    step = (
+        "n=$(( $(cat count 2>/dev/null || echo 0) + 1 )); echo $n > count; "
+        f'head -c 20000 big.log; echo " [call $n]"; if [ $n -ge {calls} ]; then echo ALL DONE; fi'
+    )
+    return Script(
+        conversations=[
+            Conversation(
+                name="stop",
+                match=Match(last_message_contains="ALL DONE"),
+                turns=[Turn(content=[TextBlock(text="Finished the log.")])] * (calls + 50),
+            ),
+            Conversation(
+                name="summary",
+                match=Match(last_message_contains="outgrow the context window"),
+                turns=[Turn(content=[TextBlock(text="Summary: read the log chunk by chunk.")])]
+                * (calls + 50),
+            ),
+            Conversation(
+                name="reader",
+                match=Match(),
+                turns=[Turn(content=[ToolUseBlock(name="Bash", input={"command": step})])]
+                * (calls + 50),
+            ),
+        ]
+    )
+
+
+async def context(calls: int, window: int) -> None:
+    print(f"\n3. context: {calls} turns with 20 KB tool results, a {window:,}-token window")
+    root = Path(tempfile.mkdtemp(prefix="warden-bench-ctx-"))
+    (root / "big.log").write_text("2026-11-26 12:00:00 INFO request served in 12 ms\n" * 500)
+    model = "claude-bench-window"
+    with ScriptedModelServer(long_script(calls), context_windows={model: window}).in_thread() as s:
+        started = time.monotonic()
+        run = await run_subagent(
+            s.base_url,
+            spec(
+                "Read big.log a chunk at a time until it is over.",
+                calls * 2,
+                model=model,
+                context_window_tokens=window,
+            ),
+            root,
+        )
+        took = time.monotonic() - started
+        too_long = sum(
+            1
+            for r in s.requests
+            if r.status == 400 and "prompt is too long" in json.dumps(r.body or "")
+        )
+        refused = sum(1 for r in s.requests if r.status != 200)
+        biggest = max(prompt_tokens(u) for u in usages(s))
+        summaries = sum(1 for r in s.requests if r.conversation == "summary")
+        read_share = sum(u.get("cache_read_input_tokens", 0) for u in usages(s)) / sum(
+            prompt_tokens(u) for u in usages(s)
+        )
+    result = run.host.results[-1]
+    print(f"   {len(s.requests)} requests in {took:.1f} s, {summaries} summaries, largest prompt")
+    print(f"   {biggest:,} tokens; refused {refused} ({too_long} 'prompt is too long');")
+    print(f"   cache reads {read_share:.0%} of input; result: {result.status} ({result.text!r})")
+    print(f"   {'meets target' if refused == 0 and result.status == 'completed' else 'MISSES'}")
+
+
+# -- 4. streaming -----------------------------------------------------------------
+
+
+async def streaming(calls: int) -> None:
+    import httpx2
+
+    from orchestrator.broker import Broker, Budget, Upstream
+    from orchestrator.broker.upstream import model_client
+    from tests.unit.test_broker import RecordingHost
+
+    print(f"\n4. streaming: {calls} model calls through the broker, each way, interleaved")
+    text = "The handler validates the request, then calls process() once. " * 12
+    script = Script(
+        conversations=[
+            Conversation(name="a", match=Match(), turns=[Turn(content=[TextBlock(text=text)])])
+        ]
+    )
+    body = {"max_tokens": 500, "messages": [{"role": "user", "content": "explain the handler"}]}
+    timings: dict[bool, list[float]] = {True: [], False: []}
+    with ScriptedModelServer(script).in_thread() as server:
+        brokers = {}
+        stack = contextlib.AsyncExitStack()
+        async with stack:
+            for streamed in (True, False):
+                directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="wbs-"))
+                upstream = Upstream(model_client(server.base_url, None), stream=streamed)
+                broker = Broker(
+                    socket_dir=Path(directory),
+                    spec=spec("x", calls + 10),
+                    upstream=upstream,
+                    host=RecordingHost(),
+                    budget=Budget(max_turns=calls + 10),
+                )
+                await stack.enter_async_context(broker)
+                client = httpx2.AsyncClient(
+                    transport=httpx2.AsyncHTTPTransport(uds=str(broker.socket_path)),
+                    base_url=wire.BROKER_BASE_URL,
+                    timeout=60,
+                )
+                brokers[streamed] = (client, upstream)
+            for n in range(calls + 5):
+                for streamed in (n % 2 == 0, n % 2 == 1):
+                    client, _ = brokers[streamed]
+                    started = time.perf_counter()
+                    response = await client.post("/v1/messages", json=body)
+                    elapsed = time.perf_counter() - started
+                    assert response.status_code == 200, response.text
+                    if n >= 5:  # warm-up
+                        timings[streamed].append(elapsed)
+            for client, upstream in brokers.values():
+                await client.aclose()
+                await upstream.client.close()
+    s50, p50 = median(timings[True]) * 1000, median(timings[False]) * 1000
+    extra = s50 - p50
+    print(f"   p50 streamed {s50:.2f} ms, plain {p50:.2f} ms: +{extra:.2f} ms per call")
+    print(
+        f"   p90 streamed {pct(timings[True], 90) * 1000:.2f} ms, plain {pct(timings[False], 90) * 1000:.2f} ms"
+    )
+    print(
+        f"   {'meets target' if extra <= STREAM_TARGET_MS else 'MISSES target'} (<= {STREAM_TARGET_MS} ms)"
+    )
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    await caching(args.turns)
+    await context(args.long_turns, args.window)
+    await streaming(args.calls)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--long-turns", type=int, default=200)
+    parser.add_argument("--window", type=int, default=200_000)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    args = parser.parse_args()
+    if args.quick:
+        args.long_turns, args.window, args.calls = 40, 30_000, 40
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
