@@ -43,6 +43,7 @@ from orchestrator.egress.limits import EgressLimits  # noqa: E402
 from orchestrator.egress.oneoff import start_exec_egress  # noqa: E402
 from orchestrator.egress.resolver import StaticResolver  # noqa: E402
 from orchestrator.images import resolve_image  # noqa: E402
+from orchestrator.lifecycle import socket_dirs  # noqa: E402
 
 TARGET_DOWNLOAD = 1.3
 TARGET_SMALL = 1.5
@@ -113,7 +114,11 @@ def sandbox_times(
     )
     flags = EgressFlags(("bench.test",), (), EgressLimits(max_bytes_down=0, max_connections=0))
     egress = start_exec_egress(
-        settings, spec, flags, resolver=StaticResolver({"bench.test": "127.0.0.1"})
+        settings,
+        spec,
+        flags,
+        socket_root=socket_dirs.socket_root(),
+        resolver=StaticResolver({"bench.test": "127.0.0.1"}),
     )
     try:
         result = backend.run(egress.sandbox_spec(spec))

@@ -21,7 +21,10 @@ from orchestrator.errors import ConfigError
 from sandbox_tools import wire
 
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
-DEFAULT_FALLBACK_UID = 1000
+DEFAULT_FALLBACK_UID = 2_100_000_000
+"""uid (and gid) of sandboxes in a root-owned workspace: above the ranges accounts and
+directory services (SSSD: up to 2,000,200,000) hand out, so no host user shares it
+(a user with the sandbox's uid could connect to its sockets, or ptrace it)."""
 DEFAULT_MODEL = "claude-sonnet-5"
 """The parent's model (and its subagents') unless `--model` or an agent file says otherwise."""
 DEFAULT_MODEL_ALIASES: dict[str, str] = {

@@ -38,7 +38,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SOCKET_ROOT_PREFIX = "warden-sock-"
-"""Broker socket directories live under the temp dir: Unix socket paths must stay short."""
+"""Socket directories live under the caller's socket root (short: Unix socket paths
+are limited to 107 bytes)."""
 DIR_MODE = 0o750
 SOCKET_MODE = 0o660
 MAX_CONNECTIONS_PER_SOCKET = 32
@@ -72,9 +73,10 @@ class SandboxIdentity:
         return frozenset({self.uid, os.getuid()})
 
 
-def make_socket_dir(identity: SandboxIdentity) -> Path:
-    """A fresh socket directory only the sandbox's group (and its owner) can enter."""
-    path = Path(tempfile.mkdtemp(prefix=SOCKET_ROOT_PREFIX, dir=tempfile.gettempdir()))
+def make_socket_dir(identity: SandboxIdentity, root: Path) -> Path:
+    """A fresh socket directory under `root` (`lifecycle.socket_dirs.socket_root()`)
+    only the sandbox's group (and its owner) can enter."""
+    path = Path(tempfile.mkdtemp(prefix=SOCKET_ROOT_PREFIX, dir=root))
     try:
         os.chown(path, -1, identity.gid)
         path.chmod(DIR_MODE)

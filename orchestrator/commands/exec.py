@@ -258,9 +258,11 @@ def _run(
     from orchestrator.backend.disk import DiskGuardedBackend
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.config import Settings
+    from orchestrator.lifecycle import socket_dirs
     from orchestrator.workspace.guard import WorkspaceGuard
 
     settings = Settings.from_env()
+    socket_dirs.check_workspace_excludes(workspace or Path.cwd(), settings)
     client = connect()
     limits: dict[str, Any] = {"disk": settings.disk_limits(*disk)}
     if memory is not None:
@@ -297,7 +299,9 @@ def _run(
         if egress_flags is not None:  # the proxy's imports are paid only here
             from orchestrator.egress.oneoff import start_exec_egress
 
-            egress = start_exec_egress(settings, spec, egress_flags)
+            egress = start_exec_egress(
+                settings, spec, egress_flags, socket_root=socket_dirs.socket_root()
+            )
             spec = egress.sandbox_spec(spec)
         result = run_interruptible(DiskGuardedBackend(DockerBackend(client, settings)), spec)
     finally:

@@ -84,9 +84,11 @@ def start_exec_egress(
     spec: SandboxSpec,
     flags: EgressFlags,
     *,
+    socket_root: Path,
     resolver: Resolver | None = None,
 ) -> ExecEgress:
-    """Start the proxy for one command. PolicyError for a malformed domain."""
+    """Start the proxy for one command, its socket directory under `socket_root`
+    (`lifecycle.socket_dirs.socket_root()`). PolicyError for a malformed domain."""
     rules = []
     if settings.managed_policy is not None and settings.managed_policy.is_file():
         rules += settings_rules(settings.managed_policy, f"managed:{settings.managed_policy}")
@@ -103,7 +105,7 @@ def start_exec_egress(
         resolver=resolver or Resolver(),
         sandbox_uid=identity.uid,
     )
-    socket_dir = make_socket_dir(identity)
+    socket_dir = make_socket_dir(identity, socket_root)
     background = BackgroundEgress(service, OneOffTask(task_id=f"exec-{os.getpid()}"), socket_dir)
     try:
         background.start()

@@ -1,7 +1,19 @@
-"""Broker socket directories a dead orchestrator left behind.
+"""Where broker socket directories live, which workspaces may not include them,
+and the ones a dead orchestrator left behind.
 
-Each broker socket directory (`$TMPDIR/warden-sock-XXXX`, made by
-`broker.listener.make_socket_dir`) gets a sibling marker `warden-sock-XXXX.warden-owner`
+**Where.** Every socket directory (broker, egress, warm-pool hold, hook sandbox)
+is made by `broker.listener.make_socket_dir` under `socket_root()`: `/run/warden`
+for root, `$XDG_RUNTIME_DIR/warden` for a user who has one, else
+`$TMPDIR/warden-<uid>`. The root is this user's own (never a link, not writable by
+anyone else; mode 0711: a sandbox's group may pass through to its own directory,
+nobody may list or create entries), so no other local user can plant or pre-create
+anything in it. Each directory is mounted into exactly one container;
+`check_workspace_excludes` refuses a workspace that contains the socket root or
+warden's state dir (a sandbox of that workspace would reach every other
+sandbox's socket, transcripts and store).
+
+**Leftovers.** Each socket directory (`ROOT/warden-sock-XXXX`) gets a sibling
+marker `warden-sock-XXXX.warden-owner`
 (written by `mark`, which the task manager calls) holding the identity of the process
 that made it (`lifecycle.owner.Owner`, JSON,
 mode 0600). The marker sits beside the directory, not in it: the directory is
@@ -29,16 +41,77 @@ import stat
 import tempfile
 from pathlib import Path
 
+from orchestrator.config import Settings
+from orchestrator.errors import ConfigError
 from orchestrator.lifecycle import owner
 
 log = logging.getLogger(__name__)
 
+ROOT_SOCKET_ROOT = Path("/run/warden")
+"""The socket root of a warden run as root."""
+SOCKET_ROOT_MODE = 0o711
+"""Others may pass through (a sandbox to its own directory), never list or create."""
 MARKER_SUFFIX = ".warden-owner"
 """Marks the entry named before it as a directory some warden process made."""
 MAX_MARKER_CHARS = 4096
 """A marker is a few hundred bytes; a longer one is not ours and is not parsed whole."""
 MAX_SOCKET_DIRS_SCANNED = 10_000
-"""Markers one sweep looks at; past that it stops and says so (the next sweep goes on)."""
+"""This user's markers one sweep looks at (other users' entries are not counted);
+past that it stops and says so (the next sweep goes on)."""
+
+
+def socket_root() -> Path:
+    """This user's socket root, made if missing; ConfigError when it exists but is not
+    provably this user's own (a link, another owner, writable by others)."""
+    uid = os.geteuid()
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if uid == 0:
+        root = ROOT_SOCKET_ROOT
+    elif runtime and _owned_dir(Path(runtime)):
+        root = Path(runtime) / "warden"
+    else:
+        root = Path(tempfile.gettempdir()) / f"warden-{uid}"
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(root, SOCKET_ROOT_MODE)
+    if not _owned_dir(root):
+        raise ConfigError(
+            f"{root} (where warden keeps its sockets) is not a directory of this user's "
+            "own that only it can write: another user may have made it, to see or hijack "
+            "warden's sockets. Remove it (as its owner or root), or point TMPDIR at a "
+            "directory of your own"
+        )
+    os.chmod(root, SOCKET_ROOT_MODE)
+    return root
+
+
+def _owned_dir(path: Path) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def check_workspace_excludes(workspace: Path, settings: Settings) -> None:
+    """ConfigError when `workspace` contains (or lies inside) warden's sockets or
+    state: a sandbox of it would reach other sandboxes' brokers and every run's
+    records."""
+    ws = Path(os.path.realpath(workspace))
+    for what, path, fix in (
+        ("broker sockets", socket_root(), "point TMPDIR (or XDG_RUNTIME_DIR) elsewhere"),
+        ("state (store, run logs)", settings.state_dir, "move it with WARDEN_STATE_DIR"),
+    ):
+        real = Path(os.path.realpath(path))
+        if _within(real, ws) or _within(ws, real):
+            raise ConfigError(
+                f"workspace {workspace} contains warden's {what} at {real}: a sandbox "
+                "there could reach other sandboxes' sockets and every run's records. "
+                f"Run warden from a project directory (--workspace DIR), or {fix}"
+            )
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
 
 
 def marker_of(socket_dir: Path) -> Path:
@@ -71,9 +144,16 @@ def remove(socket_dir: Path) -> None:
 
 
 def sweep(root: Path | None = None) -> list[Path]:
-    """Remove the socket directories under `root` (default: the temp dir) whose owner
-    is provably dead; return them. Blocking; never raises for one bad entry."""
-    root = root or Path(tempfile.gettempdir())
+    """Remove the socket directories under `root` (default: the socket root, then the
+    temp dir, where older wardens kept them) whose owner is provably dead; return
+    them. Blocking; never raises for one bad entry."""
+    if root is None:
+        try:
+            own = socket_root()
+        except ConfigError as exc:
+            log.warning("%s", exc)
+            return sweep(Path(tempfile.gettempdir()))
+        return sweep(own) + sweep(Path(tempfile.gettempdir()))
     removed: list[Path] = []
     try:
         entries = os.scandir(root)
@@ -85,6 +165,11 @@ def sweep(root: Path | None = None) -> list[Path]:
         for entry in entries:
             name = entry.name
             if not name.endswith(MARKER_SUFFIX) or name == MARKER_SUFFIX:
+                continue
+            try:  # only this user's markers count toward the cap
+                if entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                    continue
+            except OSError:
                 continue
             scanned += 1
             if scanned > MAX_SOCKET_DIRS_SCANNED:

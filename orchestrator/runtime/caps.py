@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from orchestrator.backend.base import DiskLimits
-from orchestrator.config import PoolConfig
+from orchestrator.config import DEFAULT_FALLBACK_UID, PoolConfig
 from orchestrator.errors import WardenError
 from sandbox_tools import wire
 
@@ -32,7 +32,7 @@ class TaskManagerConfig:
     max_total_tokens: int | None = None
     """Token budget of each subagent (every usage field over all its model calls,
     checked before each call); an agent's `tokenBudget` may lower it, never raise it."""
-    fallback_uid: int = 1000
+    fallback_uid: int = DEFAULT_FALLBACK_UID
     """uid:gid sandboxes run as when the workspace is owned by root."""
     user: str | None = None
     """`uid:gid` every sandbox runs as (`warden run --user`; never root); default:

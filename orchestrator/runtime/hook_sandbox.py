@@ -359,6 +359,6 @@ def hook_sandbox_pool(
     return HookSandboxPool(
         backend=backend,
         spec_for=spec_for,
-        make_dir=lambda: socket_dirs.mark(make_socket_dir(identity)),
+        make_dir=lambda: socket_dirs.mark(make_socket_dir(identity, socket_dirs.socket_root())),
         remove_dir=socket_dirs.remove,
     )

@@ -339,7 +339,7 @@ class TaskManager:
     def _new_socket_dir(self) -> Path:
         """A broker socket directory, marked as this process's so a cleanup after a
         kill -9 can tell it is a dead owner's (`lifecycle.socket_dirs`)."""
-        return socket_dirs.mark(make_socket_dir(self.identity))
+        return socket_dirs.mark(make_socket_dir(self.identity, socket_dirs.socket_root()))
 
     async def _run_sandbox(self, ctx: TaskContext, spec: wire_models.TaskSpec) -> TaskResult:
         key = self.plan.pool_key(ctx.agent)

@@ -20,7 +20,7 @@ from orchestrator.broker import Upstream
 from orchestrator.config import DEFAULT_MODEL, Settings
 from orchestrator.egress.setup import EgressRequest, run_egress
 from orchestrator.errors import ConfigError
-from orchestrator.lifecycle import owner
+from orchestrator.lifecycle import owner, socket_dirs
 from orchestrator.lifecycle.recovery import recover
 from orchestrator.permissions import EffectivePolicy, load_hooks, load_policy
 from orchestrator.permissions.approvers import NonInteractiveApprover
@@ -137,6 +137,7 @@ async def open_run(
     from orchestrator.store import Store
 
     workspace = check_workspace(workspace)
+    socket_dirs.check_workspace_excludes(workspace, settings)
     model = settings.resolve_model(model or DEFAULT_MODEL)
     if config is None:
         config = TaskManagerConfig(fallback_uid=settings.fallback_uid)

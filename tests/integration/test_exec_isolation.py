@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import subprocess
 import tempfile
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.config import DEFAULT_FALLBACK_UID
 from tests.conftest import UNPRIVILEGED, warden_argv, warden_env
 from tests.integration.sandbox_fixtures import (  # noqa: F401
     docker_client,
@@ -230,7 +232,10 @@ def test_root_owned_workspace_runs_unprivileged_with_a_warning(
     root_ws.mkdir()
     proc, out = sh(root_ws, sandbox_image, no_leftovers, "id -u; id -g; touch /workspace/x")
     uid, gid = out["stdout"].split()[:2]
-    assert (uid, gid) == ("1000", "1000")  # settings.fallback_uid, never 0
+    # settings.fallback_uid: never 0, and no host account's (it could reach the sockets)
+    assert (uid, gid) == (str(DEFAULT_FALLBACK_UID),) * 2
+    with pytest.raises(KeyError):
+        pwd.getpwuid(DEFAULT_FALLBACK_UID)
     assert "Permission denied" in out["stderr"]  # the consequence the warning names
     assert "owned by root" in proc.stderr and "chown" in proc.stderr and "--user" in proc.stderr
 

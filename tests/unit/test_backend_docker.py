@@ -20,7 +20,7 @@ from docker.errors import APIError
 from orchestrator import labels as wl
 from orchestrator.backend.base import SandboxSpec, SandboxStatus
 from orchestrator.backend.docker import DockerBackend
-from orchestrator.config import Settings
+from orchestrator.config import DEFAULT_FALLBACK_UID, Settings
 from orchestrator.errors import (
     ConfigError,
     ContainerStartError,
@@ -196,7 +196,8 @@ def test_root_owned_workspace_uses_fallback_and_warns_once(
     with caplog.at_level(logging.WARNING, logger="warden.backend"):
         backend.run(spec(root_owned))
         backend.run(spec(root_owned))
-    assert [c[2]["user"] for c in api.calls if c[0] == "create_container"] == ["1000:1000"] * 2
+    fallback = f"{DEFAULT_FALLBACK_UID}:{DEFAULT_FALLBACK_UID}"  # no host account's uid
+    assert [c[2]["user"] for c in api.calls if c[0] == "create_container"] == [fallback] * 2
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1
     assert "owned by root" in warnings[0] and "chown" in warnings[0] and "--user" in warnings[0]

@@ -11,6 +11,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ def _connect_in_child(path: Path, uid: int, gid: int, out: int) -> None:
 
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[Broker, RecordingHost]]:
-    socket_dir = make_socket_dir(SANDBOX)
+    socket_dir = make_socket_dir(SANDBOX, Path(tempfile.gettempdir()))
     model = FakeModel()
     upstream_client = httpx2.AsyncClient(transport=httpx2.MockTransport(model.handler))
     host = RecordingHost()

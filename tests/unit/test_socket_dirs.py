@@ -19,9 +19,10 @@ from tests.conftest import warden_env
 
 MAKE_DIR = """
 import os, sys, time
+from pathlib import Path
 from orchestrator.broker import SandboxIdentity, make_socket_dir
 from orchestrator.lifecycle import socket_dirs
-path = socket_dirs.mark(make_socket_dir(SandboxIdentity(os.getuid(), os.getgid())))
+path = socket_dirs.mark(make_socket_dir(SandboxIdentity(os.getuid(), os.getgid()), Path(sys.argv[1])))
 (path / "broker.sock").write_text("")
 print(path, flush=True)
 time.sleep(600)
@@ -30,7 +31,7 @@ time.sleep(600)
 
 def _owner_process(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", MAKE_DIR],
+        [sys.executable, "-c", MAKE_DIR, str(tmp_path)],
         env=warden_env(TMPDIR=str(tmp_path)),
         stdout=subprocess.PIPE,
         text=True,
@@ -95,3 +96,58 @@ def test_recovery_at_the_start_of_a_run_sweeps_them(
     with Store.open(tmp_path / "state" / "warden.db") as store:
         assert recover(store, FakeBackend()).socket_dirs == 1
     assert not path.exists()
+
+
+def test_the_socket_root_is_this_users_own_or_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.errors import ConfigError
+
+    root = tmp_path / "warden-root"
+    monkeypatch.setattr(socket_dirs, "ROOT_SOCKET_ROOT", root)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    made = socket_dirs.socket_root()
+    assert made.is_dir() and (made.stat().st_mode & 0o777) == 0o711
+    made.chmod(0o777)  # writable by others: someone could plant entries
+    with pytest.raises(ConfigError, match="only it can write"):
+        socket_dirs.socket_root()
+    made.rmdir()
+    made.symlink_to(tmp_path)  # a link another user planted
+    with pytest.raises(ConfigError, match="another user may have made it"):
+        socket_dirs.socket_root()
+
+
+def test_no_other_user_can_plant_a_marker_in_the_socket_root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root: it acts as another user")
+    root = socket_dirs.socket_root()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(4242)
+            os.setuid(4242)
+            (root / ("warden-sock-guess" + socket_dirs.MARKER_SUFFIX)).write_text("{}")
+        except PermissionError:
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_other_users_markers_do_not_count_toward_the_sweep_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(socket_dirs, "MAX_SOCKET_DIRS_SCANNED", 5)
+    foreign = [tmp_path / f"warden-sock-{i:02d}{socket_dirs.MARKER_SUFFIX}" for i in range(10)]
+    for path in foreign:
+        path.write_text("{}")
+        os.chown(path, 4242, 4242)
+    dead, dead_dir = _owner_process(tmp_path)
+    dead.kill()
+    dead.wait(timeout=10)
+    assert socket_dirs.sweep(tmp_path) == [dead_dir]
+    assert all(p.exists() for p in foreign)
