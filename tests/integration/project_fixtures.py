@@ -79,7 +79,7 @@ def throwaway_images(engine: DockerClient) -> Iterator[dict[str, str]]:
     yield label
     key, value = next(iter(label.items()))
     for image in engine.images.list(filters={"label": f"{key}={value}"}):
-        engine.images.remove(image.id, force=True)
+        engine.images.remove(str(image.id), force=True)
 
 
 @pytest.fixture(scope="session")

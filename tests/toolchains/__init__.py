@@ -108,7 +108,7 @@ def _build(context: Path, tag: str, base: str, name: str) -> None:
     )  # fmt: skip
     image.build()
     for line in image.get_logs():
-        if "error" in line:
+        if isinstance(line, dict) and "error" in line:
             raise ImageBuildError(f"building {tag} failed: {line['error']}")
     image.get_docker_client().client.close()
 

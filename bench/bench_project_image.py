@@ -1,0 +1,187 @@
+"""What a project image costs (issue 21): a subagent in an image with no Python
+(Debian's nodejs + npm, `tests.toolchains`), whose runner comes from warden's
+runtime mounted read-only, against a bare `docker run` of the same image, and
+against warden's own agent image, all interleaved in one run.
+
+1. Cold start: from the `Task` call to the subagent's first model request, warm
+   pool off (container start + the borrowed interpreter through its own loader +
+   runner imports + spec fetch), against `docker run --rm --network none
+   --entrypoint true IMAGE` (CLI, start to exit) of the same image.
+   Target: project cold <= 1.5 x bare.
+2. Warm start: the same with a warm pool of one (the sandbox started and its
+   runner imported ahead of the task). Target: project warm ~ agent warm ("as
+   today").
+3. Dev container: preparing a run whose workspace has a `.devcontainer/` with a
+   Dockerfile, twice. The second must build nothing (same files, same tag).
+
+    python3 bench/bench_project_image.py [-n 10]
+
+Exits 0 whether or not a target is met; the table says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_spawn import Recorder, conversation, settle_warm, spawn_task
+from benchlib import agent_image, chown_tree, median, ms, pct, scripted, temp_env, verdict
+
+from orchestrator import labels as wl
+from orchestrator.backend.connect import connect
+from orchestrator.runtime.caps import TaskManagerConfig
+from tests.integration.harness import text
+from tests.toolchains import ensure_toolchain
+
+WARMUP = 1
+COLD_TARGET = 1.5
+"""Project image cold start / bare docker run of the same image."""
+WARM_TARGET = 1.2
+"""Project image warm start / agent image warm start ("as today", with noise)."""
+
+
+def script(total: int) -> list[dict[str, Any]]:
+    return [
+        conversation(f"{kind}-{i}", [{"content": [text("done")]}])
+        for i in range(total)
+        for kind in ("warm", "cold")
+    ]
+
+
+async def bare(image: str, session: str) -> float:
+    argv = ["docker", "run", "--rm", "--network", "none", "--label", f"{wl.SESSION}={session}",
+            "--entrypoint", "true", image]  # fmt: skip
+    started = time.perf_counter()
+    await asyncio.to_thread(subprocess.run, argv, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+async def spawns(image: str, label: str, total: int, session: str) -> dict[str, list[float]]:
+    """bare / cold / warm samples for one image, interleaved per iteration."""
+    out: dict[str, list[float]] = {"bare": [], "cold": [], "warm": []}
+    convos = script(total)
+    run_image = None if image == "agent" else image
+    with temp_env(f"bench-{label}-warm") as (warm_settings, workspace), \
+            temp_env(f"bench-{label}-cold") as (cold_settings, _):  # fmt: skip
+        async with (
+            scripted(warm_settings, workspace, convos, image=run_image,
+                     config=TaskManagerConfig(warm_pool_size=1)) as (warm, warm_srv),
+            scripted(cold_settings, workspace, convos, image=run_image,
+                     config=TaskManagerConfig(warm_pool_size=0)) as (cold, cold_srv),
+        ):  # fmt: skip
+            recorder = Recorder()
+            warm.events.listeners.append(recorder)
+            cold.events.listeners.append(recorder)
+            warm.manager.prewarm("general-purpose")
+            ref = warm.manager.plan.image_resolver(warm.manager.registry.get("general-purpose")).ref
+            for i in range(total):
+                await settle_warm(warm)
+                got = {"bare": await bare(ref, session)}
+                got["cold"] = (await spawn_task(cold, cold_srv, recorder, f"cold-{i}"))["spawn"]
+                got["warm"] = (await spawn_task(warm, warm_srv, recorder, f"warm-{i}"))["spawn"]
+                if i >= WARMUP:
+                    for key, value in got.items():
+                        out[key].append(value)
+                print(f"  {label} {i + 1}/{total}: " + ", ".join(
+                    f"{k} {v * 1000:.0f} ms" for k, v in got.items()), file=sys.stderr)  # fmt: skip
+    return out
+
+
+def devcontainer_twice(node: str) -> dict[str, Any]:
+    """Prepare a run with a Dockerfile dev container twice; what each did."""
+    from orchestrator.runtime.run_images import prepare_run_images
+
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    logger = logging.getLogger("warden.images")
+    logger.addHandler(handler := Keep())
+    logger.setLevel(logging.INFO)
+    client = connect()
+    out: dict[str, Any] = {}
+    tag = None
+    try:
+        with temp_env("bench-devcontainer") as (settings, workspace):
+            folder = workspace / ".devcontainer"
+            folder.mkdir()
+            (folder / "devcontainer.json").write_text(
+                '// bench\n{"build": {"dockerfile": "Dockerfile"},}\n'
+            )
+            (folder / "Dockerfile").write_text(
+                f"FROM {node}\nUSER 0\nRUN echo {uuid.uuid4().hex} > /etc/bench-marker\nUSER 1000\n"
+            )
+            chown_tree(workspace)
+            for attempt in ("first", "second"):
+                records.clear()
+                started = time.perf_counter()
+                resolver = prepare_run_images(client, settings, workspace)
+                out[attempt] = {
+                    "seconds": time.perf_counter() - started,
+                    "built": any("building warden-devcontainer" in r for r in records),
+                }
+                tag = resolver.run.devcontainer
+    finally:
+        logger.removeHandler(handler)
+        if tag is not None:
+            client.images.remove(tag, force=True)
+        client.close()
+    return out
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    client = connect()
+    node = ensure_toolchain(client, "node")
+    client.close()
+    session = f"bench-{uuid.uuid4().hex[:12]}"
+    total = args.iterations + WARMUP
+    results = {}
+    for label, image in (("agent", "agent"), ("project", node)):
+        results[label] = await spawns(image, label, total, session)
+    dev = await asyncio.to_thread(devcontainer_twice, node)
+
+    print(f"\nimages: agent = {agent_image()}, project = {node} (nodejs + npm, no Python)")
+    print(f"{args.iterations} iterations after {WARMUP} warm-up, interleaved; medians (p95)\n")
+    for label in ("agent", "project"):
+        for kind in ("bare", "cold", "warm"):
+            values = results[label][kind]
+            print(f"  {label:<8} {kind:<5} median {ms(median(values))}   p95 {ms(pct(values, 95))}")
+    cold_ratio = median(results["project"]["cold"]) / median(results["project"]["bare"])
+    warm_ratio = median(results["project"]["warm"]) / median(results["agent"]["warm"])
+    cold_agent = median(results["agent"]["cold"]) / median(results["agent"]["bare"])
+    print("\n| figure | ratio | target |")
+    print("|---|---|---|")
+    print(f"| project cold start / bare docker run of the project image | {cold_ratio:.2f} | "
+          f"<= {COLD_TARGET} {verdict(cold_ratio, COLD_TARGET)} |")  # fmt: skip
+    print(f"| (reference) agent cold start / bare docker run of the agent image | {cold_agent:.2f} | - |")
+    print(f"| project warm start / agent warm start | {warm_ratio:.2f} | "
+          f"<= {WARM_TARGET} {verdict(warm_ratio, WARM_TARGET)} |")  # fmt: skip
+    print(f"| dev container, first prepare | {dev['first']['seconds']:.1f} s | "
+          f"built: {'yes' if dev['first']['built'] else 'no'} |")  # fmt: skip
+    print(f"| dev container, second prepare | {dev['second']['seconds']:.2f} s | built: "
+          f"{'yes (FAIL)' if dev['second']['built'] else 'no (met)'} |")  # fmt: skip
+    if args.json:
+        print(json.dumps({"results": results, "devcontainer": dev}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", "--iterations", type=int, default=10)
+    parser.add_argument("--json", action="store_true", help="also print the samples as JSON")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
