@@ -17,7 +17,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_TREES = ("orchestrator", "sandbox_tools")
 TEST_TREES = ("tests", "bench")
-FIRST_PARTY = {"orchestrator", "sandbox_tools", "tests", "bench", "benchlib"}
+FIRST_PARTY = {"orchestrator", "sandbox_tools", "tests", "bench"} | {
+    path.stem for path in (ROOT / "bench").glob("*.py")
+}
+"""warden's packages, and the benchmarks' modules (they import one another by name)."""
 NOT_CODE = ("orchestrator/demo/",)
 """The demo's sample project is a user's files, not warden's code."""
 TOOLS_NOT_IMPORTED = {"pytest-asyncio", "mypy", "ruff", "types-pyyaml", "types-docker", "types-requests"}
