@@ -155,11 +155,8 @@ def run_to_end(
 
 def make_approver(settings: Settings, progress: Progress, timeout_s: float | None) -> Approver:
     """A human on a terminal if there is one; otherwise every question is denied."""
-    from orchestrator.permissions.approvers import (
-        NonInteractiveApprover,
-        TerminalApprover,
-        TimeoutApprover,
-    )
+    from orchestrator.permissions.approvers import NonInteractiveApprover, TimeoutApprover
+    from orchestrator.ui.approval_prompt import TerminalApprover
 
     approver: Approver
     if settings.non_interactive or not (sys.stdin.isatty() and sys.stdout.isatty()):

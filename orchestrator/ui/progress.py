@@ -259,7 +259,7 @@ class _PausingApprover:
         self.waiting = 0
 
     async def approve(self, question: ApprovalQuestion) -> ApprovalAnswer:
-        from orchestrator.permissions.approvers import describe_answer
+        from orchestrator.ui.approval_prompt import describe_answer
 
         self.waiting += 1
         asking = False

@@ -18,9 +18,10 @@ from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
 from orchestrator.permissions import load_hooks, load_policy
 from orchestrator.permissions.always_allow import add_allow_rule, exact_rule
-from orchestrator.permissions.approvers import ApprovalQuestion, TerminalApprover
+from orchestrator.permissions.approvers import ApprovalQuestion
 from orchestrator.runtime.gate import PolicyGate
 from orchestrator.runtime.tasks import TaskContext
+from orchestrator.ui.approval_prompt import TerminalApprover
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from orchestrator.permissions.approvers import (
+from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
+from orchestrator.ui.approval_prompt import (
     PLAIN_CHOICES,
-    ApprovalAnswer,
-    ApprovalQuestion,
     chain_text,
     describe_answer,
     render_question,

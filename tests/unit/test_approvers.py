@@ -17,11 +17,11 @@ from orchestrator.permissions.approvers import (
     CallbackApprover,
     NonInteractiveApprover,
     SessionApprovals,
-    TerminalApprover,
     TimeoutApprover,
-    as_data,
     input_hash,
 )
+from orchestrator.ui.approval_prompt import TerminalApprover
+from orchestrator.untrusted_text import as_data
 
 
 def question(

@@ -15,14 +15,10 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from orchestrator.permissions.approvers import (
-    ApprovalAnswer,
-    ApprovalQuestion,
-    TerminalApprover,
-    input_hash,
-)
+from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, input_hash
 from orchestrator.runtime.events import Event
 from orchestrator.store import AuditRecord, Store, TaskRecord
+from orchestrator.ui.approval_prompt import TerminalApprover
 from orchestrator.ui.progress import Progress
 from orchestrator.untrusted_text import as_data, plain, printable
 
