@@ -54,6 +54,16 @@ def pool_size(concurrent_calls: int) -> int:
     return max(DEFAULT_POOL_SIZE, concurrent_calls + EXECUTOR_THREADS)
 
 
+REMOTE_ENGINE_REFUSED = (
+    "DOCKER_HOST={host} names a remote engine, which warden does not support: every "
+    "sandbox bind-mounts the workspace and its broker socket from this machine's file "
+    "system, and a remote engine (tcp://, ssh://, a docker:dind service) would mount its "
+    "own paths instead. Run warden on the engine's host: unset DOCKER_HOST, or point it "
+    "at a local socket (unix:///var/run/docker.sock); in GitLab CI use a shell executor, "
+    "or a docker executor with the host's socket mounted"
+)
+
+
 def connect(
     timeout_s: float = ENGINE_TIMEOUT_S, *, max_pool_size: int = DEFAULT_POOL_SIZE
 ) -> DockerClient:
@@ -64,6 +74,9 @@ def connect(
     is the one round trip made here, and it is what proves the engine answers.
     Raises EngineUnavailableError, naming the fix, when it does not.
     """
+    host = os.environ.get("DOCKER_HOST") or "unix://"
+    if not host.startswith("unix://"):
+        raise EngineUnavailableError(REMOTE_ENGINE_REFUSED.format(host=host[:200]))
     from docker import DockerClient  # deferred: importing the SDK costs start-up time
     from docker.errors import DockerException
 
@@ -75,10 +88,9 @@ def connect(
         raise EngineUnavailableError(
             f"the Docker engine does not answer ({_short(exc)}); {ENGINE_FIX}"
         ) from exc
-    if (os.environ.get("DOCKER_HOST") or "unix://").startswith("unix://"):
-        # requests would look up proxy variables and ~/.netrc on every request; neither
-        # applies to a Unix socket (1-5 ms per request here).
-        client.api.trust_env = False
+    # requests would look up proxy variables and ~/.netrc on every request; neither
+    # applies to a Unix socket (1-5 ms per request here).
+    client.api.trust_env = False
     return client
 
 

@@ -156,3 +156,17 @@ def test_connect_sizes_the_pools_and_speaks_the_engines_api_version(
         assert api.get_adapter(api.base_url).max_pool_size == 100 + EXECUTOR_THREADS
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("host", ["tcp://docker:2375", "ssh://user@build-host", "npipe:////./pipe/x"])
+def test_a_remote_engine_is_refused_before_any_connection_naming_the_fix(
+    monkeypatch: pytest.MonkeyPatch, host: str
+) -> None:
+    """A docker:dind service or any remote engine would mount its own paths, not the
+    workspace and socket warden shares: refused up front, with what to do instead."""
+    from orchestrator.backend.connect import connect
+    from orchestrator.errors import EngineUnavailableError
+
+    monkeypatch.setenv("DOCKER_HOST", host)
+    with pytest.raises(EngineUnavailableError, match=r"remote engine.*unset DOCKER_HOST"):
+        connect()
