@@ -81,6 +81,10 @@ class TaskNotFoundError(WardenError, LookupError):
     """A task or session id that the store does not know."""
 
 
+class SessionBusyError(WardenError, RuntimeError):
+    """A subagent session is already being continued by a live orchestrator."""
+
+
 class UnsafeMountError(ConfigError):
     """A mount source is a symbolic link, has one on its way, or lies outside the
     workspace: mounting it could expose host files to a sandbox."""

@@ -214,20 +214,37 @@ class TaskManager:
     ) -> tuple[TaskContext, wire_models.TaskSpec]:
         agent = self.registry.get(task_input.subagent_type)
         check_caps(self.config, parent, self.children_started)
+        task_id = new_task_id()
+        session_id = task_input.session_id or task_id
+        # The one live continuation of the session, across processes: taken before its
+        # transcript is read, so a second resume cannot continue the same history.
+        await self._claim(session_id, task_id)
+        try:
+            return await self._prepare_claimed(task_input, parent, agent, task_id, session_id)
+        except BaseException:
+            await self._release(session_id, task_id)
+            raise
+
+    async def _prepare_claimed(
+        self,
+        task_input: TaskInput,
+        parent: TaskContext | None,
+        agent: AgentDefinition,
+        task_id: str,
+        session_id: str,
+    ) -> tuple[TaskContext, wire_models.TaskSpec]:
         history: list[JSONObject] = []
-        session_id: str | None = None
         if task_input.session_id is not None:
-            session_id, history = await self._load_session(task_input.session_id, agent.name)
+            history = await self._load_session(task_input.session_id, agent.name)
         # Past max_concurrent_total the task queues (QueueFullError when the queue is full).
         ticket = self.admission.take(parent.ticket if parent else None)
         max_turns = agent.max_turns
         if task_input.max_turns is not None:
             max_turns = min(max_turns, task_input.max_turns)
-        task_id = new_task_id()
         depth = (parent.depth + 1) if parent else 1
         ctx = TaskContext(
             task_id=task_id,
-            session_id=session_id or task_id,
+            session_id=session_id,
             run_id=self.run_id,
             trace_id=self.trace_id,
             parent_id=parent.task_id if parent else None,
@@ -256,14 +273,23 @@ class TaskManager:
             raise
         return ctx, spec
 
-    async def _load_session(self, session_id: str, agent_type: str) -> tuple[str, list[JSONObject]]:
+    async def _claim(self, session_id: str, task_id: str) -> None:
+        if self.store is not None:
+            await asyncio.to_thread(self.store.claim_session, session_id, self.run_id, task_id)
+
+    async def _release(self, session_id: str, task_id: str) -> None:
+        if self.store is None:
+            return
+        try:
+            await asyncio.to_thread(self.store.release_session, session_id, task_id)
+        except StoreError as exc:  # a dead owner's claim is taken over anyway
+            log.warning("could not release session %s: %s", session_id, exc)
+
+    async def _load_session(self, session_id: str, agent_type: str) -> list[JSONObject]:
         if self.store is None:
             raise TaskNotFoundError(f"cannot resume {session_id}: this run has no store")
         running = self.background.running_ids()
-        history = await asyncio.to_thread(
-            session_history, self.store, session_id, agent_type, running
-        )
-        return session_id, history
+        return await asyncio.to_thread(session_history, self.store, session_id, agent_type, running)
 
     # -- results, stop ------------------------------------------------------
 
@@ -455,6 +481,7 @@ class TaskManager:
         except StoreError as exc:  # state disk full or unwritable: the run reports it
             if self.events.failure is None:
                 log.warning("could not record the end of %s: %s", ctx.task_id, exc)
+        await self._release(ctx.session_id, ctx.task_id)
         await self.background.ended(ctx, result)
 
     def _token_budget(self, agent: AgentDefinition) -> int | None:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Unpack
 
-from orchestrator.errors import StoreError, TaskNotFoundError
+from orchestrator.errors import SessionBusyError, StoreError, TaskNotFoundError
 from orchestrator.jsontypes import JSONObject
 from orchestrator.lifecycle.owner import pid_alive
 from orchestrator.store.base import (
@@ -285,6 +285,50 @@ class Store(StoreBase):
                     (clip_text(error), now, task_id, *_ACTIVE),
                 ).rowcount
         return count
+
+    # ---- sessions ----------------------------------------------------------------------
+
+    def claim_session(
+        self,
+        session_id: str,
+        run_id: str,
+        task_id: str,
+        is_alive: Callable[[int], bool] = pid_alive,
+    ) -> None:
+        """Make `task_id` of `run_id` the one live continuation of `session_id`, across
+        processes. A claim held by another run whose orchestrator is alive is refused
+        with SessionBusyError naming it; a dead owner's claim is taken over."""
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT run_id, task_id, claimed_at FROM session_claims WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+            if row is not None and row["run_id"] != run_id:
+                held = conn.execute("SELECT * FROM runs WHERE run_id = ?", (row["run_id"],))
+                holder = RunRecord.model_validate(dict(held.fetchone()))
+                if holder.status == "running" and not _owner_dead(holder, is_alive):
+                    since = time.strftime("%H:%M:%S", time.localtime(row["claimed_at"]))
+                    raise SessionBusyError(
+                        f"session {session_id} is already being continued by task "
+                        f"{row['task_id']} of run {row['run_id']} (warden pid {holder.pid}, "
+                        f"since {since}); wait for it to end or stop it "
+                        f"(`warden stop {row['task_id']}`), then resume again"
+                    )
+            conn.execute(
+                "INSERT INTO session_claims (session_id, run_id, task_id, claimed_at)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET"
+                " run_id = excluded.run_id, task_id = excluded.task_id,"
+                " claimed_at = excluded.claimed_at",
+                (session_id, run_id, task_id, time.time()),
+            )
+
+    def release_session(self, session_id: str, task_id: str) -> None:
+        """Drop `task_id`'s claim on `session_id` (no-op when another holds it)."""
+        with self._write() as conn:
+            conn.execute(
+                "DELETE FROM session_claims WHERE session_id = ? AND task_id = ?",
+                (session_id, task_id),
+            )
 
     # ---- transcripts -------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from typing import Literal
 
 from orchestrator.errors import StoreError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """`PRAGMA user_version` of the schema this code writes."""
 APPLICATION_ID = 0x5744524E  # "WDRN"
 """`PRAGMA application_id` that marks a file as a warden store."""
@@ -139,6 +139,15 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # v4: the owning orchestrator's identity (`orchestrator.lifecycle.owner.Owner` as JSON).
     ("ALTER TABLE runs ADD COLUMN owner TEXT",),
+    # v5: the one live continuation of each session (`Store.claim_session`).
+    (
+        """CREATE TABLE session_claims (
+            session_id TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs (run_id),
+            task_id TEXT NOT NULL,
+            claimed_at REAL NOT NULL
+        )""",
+    ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -8,6 +8,7 @@ whole and say what happened)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -16,13 +17,15 @@ import pytest
 
 from orchestrator.config import Settings
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
-from tests.conftest import warden_argv, warden_env
+from orchestrator.store import DB_FILENAME, Store
+from tests.conftest import result_document, run_warden, warden_argv, warden_env, write_script
 from tests.integration.harness import (
     PARENT_MATCH,
     containers_of,
     convo,
     requests_of,
     scripted_run,
+    task,
     text,
     tool,
 )
@@ -101,3 +104,57 @@ async def test_a_sandbox_killed_from_outside_says_by_what(
     assert transcript, "the transcript so far is kept"
     assert containers_of(run.session) == []
     assert clean_s < 30
+
+
+RESUMED_TURNS = (
+    [text("first answer")],
+    [tool("Bash", command="true")],
+    [text("resumed and done")],
+)
+
+
+def test_two_resumes_of_one_session_at_once_one_runs_the_other_is_refused(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    first = write_script(
+        tmp_path / "first.yaml",
+        [
+            convo("parent", PARENT_MATCH, [task("KEEPER start", "bash")], [text("started")]),
+            convo("keeper", {"prompt_contains": "KEEPER"}, *RESUMED_TURNS),
+        ],
+    )
+    ran = run_warden(
+        settings, "run", "go", "--replay", str(first), "--workspace", str(workspace), "--json"
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    (keeper,) = result_document(ran)["tasks"]
+    # The continuation's first model call takes a while, so the two overlap for sure.
+    slow = convo("keeper", {"prompt_contains": "KEEPER"}, *RESUMED_TURNS)
+    slow["turns"][1]["delay_s"] = 8
+    again = write_script(tmp_path / "again.yaml", [slow])
+    argv = warden_argv("resume", keeper["task_id"], "go on", "--replay", str(again), "--json")
+    env = warden_env(
+        WARDEN_STATE_DIR=str(settings.state_dir),
+        WARDEN_CONFIG_DIR=str(settings.config_dir),
+        CLAUDE_CONFIG_DIR=str(settings.claude_dir),
+        CI="true",
+    )
+    procs = [
+        subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    done = [p.communicate(timeout=300) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 1], done
+    winner, loser = (done[0], done[1]) if procs[0].returncode == 0 else (done[1], done[0])
+    assert json.loads(winner[0].splitlines()[-1])["result"] == "resumed and done"
+    refused = json.loads(loser[0].splitlines()[-1])
+    assert "is already being continued by task" in refused["error"]
+    assert "warden pid" in refused["error"] and "Traceback" not in loser[1]
+    with Store.open(settings.state_dir / DB_FILENAME) as store:
+        session = store.list_tasks(session_id=keeper["task_id"])
+        bash_calls = [a for a in store.audit() if a.tool_name == "Bash"]
+    assert len(session) == 2  # the first task and one continuation
+    assert len(bash_calls) == 1  # the resumed tool call was put to the gate once
+    assert containers_of(keeper["task_id"]) == []
