@@ -220,7 +220,7 @@ class TaskManager:
         # transcript is read, so a second resume cannot continue the same history.
         await self._claim(session_id, task_id)
         try:
-            return await self._prepare_claimed(task_input, parent, agent, task_id, session_id)
+            return await self._prepare_claimed(task_input, parent, agent, task_id, session_id, fork)
         except BaseException:
             await self._release(session_id, task_id)
             raise
@@ -232,6 +232,7 @@ class TaskManager:
         agent: AgentDefinition,
         task_id: str,
         session_id: str,
+        fork: ForkPrefix | None,
     ) -> tuple[TaskContext, wire_models.TaskSpec]:
         history: list[JSONObject] = []
         if task_input.session_id is not None:
