@@ -43,6 +43,28 @@ def check_confined(root: Path, source: Path) -> os.stat_result:
             f"workspace {root} has a symbolic link in its path; pass its resolved path "
             f"({os.path.realpath(root)})"
         )
+    try:
+        opened = _walk(root, relative)
+        now = os.stat(source)  # what the engine will mount: the path, followed
+    except OSError as exc:
+        # A component was removed, or flipped between a directory and a link, while
+        # it was checked (ENOENT, ENOTDIR, ELOOP...): refuse this mount, say why.
+        raise UnsafeMountError(
+            f"mount source {source} changed while being checked ({exc.strerror or exc}); "
+            "something is rewriting the workspace (a sandbox may be swapping a directory "
+            "for a link): stop it and run again"
+        ) from None
+    if (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):
+        raise UnsafeMountError(
+            f"mount source {source} changed while being checked (swapped for another file); "
+            "something is rewriting the workspace: stop it and run again"
+        )
+    return opened
+
+
+def _walk(root: Path, relative: Path) -> os.stat_result:
+    """Open `relative` under `root` one component at a time with O_NOFOLLOW; the stat
+    of what was opened. UnsafeMountError for a link; OSError when the tree changes."""
     fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         walked = root
@@ -61,19 +83,14 @@ def check_confined(root: Path, source: Path) -> os.stat_result:
             nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             os.close(fd)
             fd = nxt
-        opened = os.fstat(fd)
+            if stat.S_ISLNK(os.fstat(fd).st_mode):  # flipped to a link after the stat
+                raise UnsafeMountError(
+                    f"{walked} became a symbolic link while being checked; warden refuses "
+                    "to mount through links in the workspace"
+                )
+        return os.fstat(fd)
     finally:
         os.close(fd)
-    try:
-        now = os.stat(source)  # what the engine will mount: the path, followed
-    except FileNotFoundError:
-        raise UnsafeMountError(f"mount source {source} disappeared while being checked") from None
-    if (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):
-        raise UnsafeMountError(
-            f"mount source {source} changed while being checked (swapped for another file); "
-            "something is rewriting the workspace: stop it and run again"
-        )
-    return opened
 
 
 def _target(path: Path) -> str:

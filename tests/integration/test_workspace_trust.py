@@ -280,6 +280,50 @@ async def test_a_protected_path_swapped_for_a_link_mid_run_stops_the_next_sandbo
     assert containers_of(session) == []
 
 
+async def test_a_sandbox_flipping_a_protected_parent_only_refuses_the_mounts(
+    settings: Settings, workspace: Path
+) -> None:
+    """A subagent flips the parent of a protected path between a directory and a link
+    while other subagents start: each of those starts or is refused with a clear
+    reason; the run goes on (no internal error, no subagent stopped)."""
+    (workspace / "cfg" / "ci").mkdir(parents=True)
+    (workspace / "other" / "ci").mkdir(parents=True)
+    chown_tree(workspace)
+    settings.config_dir.mkdir(parents=True)
+    (settings.config_dir / "settings.json").write_text(
+        json.dumps({"warden": {"protect": ["cfg/ci"]}})
+    )
+    flip = (
+        "end=$(($(date +%s) + 6)); n=0; while [ $(date +%s) -lt $end ]; do "
+        "if mv -T cfg cfg.d 2>/dev/null; then ln -s other cfg; n=$((n+1)); rm -f cfg; "
+        "mv -T cfg.d cfg; fi; done; echo flipped $n"
+    )
+    script = [
+        convo("flipper", {"prompt_contains": "FLIP"}, [tool("Bash", command=flip)],
+              [text("{last_tool_result}")]),
+        convo("starter", {"prompt_contains": "START"}, [text("started")]),
+    ]  # fmt: skip
+    async with scripted_run(
+        settings, workspace, script, config=TaskManagerConfig(warm_pool_size=0)
+    ) as (run, _):
+        flipper = asyncio.create_task(run.manager.run_task(bash_task("FLIP")))
+        await asyncio.sleep(1.5)
+        starters = [await run.manager.run_task(bash_task(f"START {i}")) for i in range(8)]
+        flipped = await flipper
+        session = run.session
+
+    assert flipped.status is TaskStatus.COMPLETED and "flipped" in flipped.text, flipped
+    for result in starters:
+        if result.status is not TaskStatus.COMPLETED:
+            assert result.status is TaskStatus.FAILED, result
+            assert "internal error" not in (result.error or "")
+            # refused by warden's check, or (the flip landing between the check and
+            # the engine's mount) by the engine, naming the mount
+            reasons = r"symbolic link|changed while being checked|does not exist|error mounting"
+            assert re.search(reasons, result.error or ""), result.error
+    assert containers_of(session) == []
+
+
 def cli_run(
     settings: Settings, workspace: Path, tmp_path: Path, script: list[dict[str, Any]], *flags: str
 ) -> subprocess.CompletedProcess[str]:

@@ -118,3 +118,29 @@ def test_the_settings_key_adds_up_across_files(tmp_path: Path) -> None:
     (ws / ".claude" / "settings.json").write_text(json.dumps({"warden": {"protect": "b"}}))
     with pytest.raises(ConfigError, match="must be a list"):
         protected_paths(settings, ws)
+
+
+@pytest.mark.parametrize("flip", ["to_link", "removed"])
+def test_a_parent_flipped_while_being_checked_refuses_the_mount(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flip: str
+) -> None:
+    """A sandbox flipping a protected path's parent between a directory and a link
+    (or removing it) between warden's stat and open refuses that mount with an
+    UnsafeMountError, never an OSError that ends the run as an internal error."""
+    from orchestrator.backend import mounts
+
+    ws = tmp_path / "ws"
+    (ws / "cfg" / "ci").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "ci").mkdir(parents=True)
+    real_open = os.open
+
+    def racing_open(path: str, flags: int, *args: object, **kwargs: object) -> int:
+        if path == "cfg" and kwargs.get("dir_fd") is not None:
+            (ws / "cfg").rename(ws / "cfg.d")
+            if flip == "to_link":
+                (ws / "cfg").symlink_to(tmp_path / "elsewhere")
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mounts.os, "open", racing_open)
+    with pytest.raises(UnsafeMountError, match="cfg"):
+        check_confined(ws, ws / "cfg" / "ci")
