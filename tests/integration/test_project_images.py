@@ -241,3 +241,37 @@ async def test_a_dev_container_asking_for_privileges_gets_warnings_and_the_same_
     found = facts(result.text)
     assert {key: found.get(key) for key in EXPECTED_FACTS} == EXPECTED_FACTS, result.text
     assert found["host"] == "absent" and found["Seccomp"] == "2"
+
+
+async def test_the_bash_type_has_the_file_tools_under_the_same_rules(
+    settings: Settings, workspace: Path
+) -> None:
+    from orchestrator.runtime.tasks import TaskInput, TaskStatus
+
+    (workspace / "notes.txt").write_text("alpha\n")
+    project_workspace(workspace)
+    script = [
+        convo(
+            "filer",
+            {"prompt_contains": "FILE-TOOLS"},
+            [tool("Read", file_path="/workspace/notes.txt")],
+            [tool("Edit", file_path="/workspace/notes.txt", old_string="alpha", new_string="beta")],
+            [tool("Write", file_path="/workspace/blocked/x.txt", content="no")],
+            [tool("Glob", pattern="*.txt")],
+            [text("{last_tool_result}")],
+        )
+    ]
+    async with scripted_run(
+        settings, workspace, script, mode="acceptEdits", deny=("Write(./blocked/**)",)
+    ) as (run, server):
+        result = await run.manager.run_task(
+            TaskInput(description="files", prompt="FILE-TOOLS", subagent_type="bash")
+        )
+        audit = run.store.audit(run.run_id)
+    assert result.status is TaskStatus.COMPLETED, result.render()
+    assert (workspace / "notes.txt").read_text() == "beta\n"
+    assert not (workspace / "blocked").exists(), "the deny rule held for the bash type's Write"
+    decided = {(row.tool_name, row.final) for row in audit if row.agent_type == "bash"}
+    assert {("Read", "allow"), ("Edit", "allow"), ("Write", "deny"), ("Glob", "allow")} <= decided
+    glob_result = [r for r in server.requests if r.conversation == "filer"][-1].body
+    assert "notes.txt" in json.dumps(glob_result["messages"][-1])
