@@ -152,6 +152,9 @@ class Settings(BaseModel):
     """Run subagents in the workspace's dev container when it has one
     (WARDEN_DEVCONTAINER=0 turns it off by default; `--devcontainer` /
     `--no-devcontainer` decide per run)."""
+    trust_workspace: bool = False
+    """Treat every workspace as trusted (WARDEN_TRUST_WORKSPACE=1, for CI): its own
+    allow rules, mode, hooks and agent files apply (see `workspace.trust`)."""
     model_aliases: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODEL_ALIASES))
     """Model alias → model id, for `model:` in agent files and `--model`
     (see `DEFAULT_MODEL_ALIASES`)."""
@@ -254,6 +257,9 @@ class Settings(BaseModel):
             values["github_annotations"] = True
             if env.get("GITHUB_STEP_SUMMARY"):
                 values["github_step_summary"] = Path(env["GITHUB_STEP_SUMMARY"])
+        values["trust_workspace"] = env.get("WARDEN_TRUST_WORKSPACE", "").lower() in {
+            "1", "true", "yes"
+        }
         aliases = dict(DEFAULT_MODEL_ALIASES)
         for alias, variable in _ALIAS_VARIABLES.items():
             if env.get(variable, "").strip():

@@ -73,7 +73,8 @@ def run_warden(
             WARDEN_CONFIG_DIR=str(settings.config_dir),
             CLAUDE_CONFIG_DIR=str(settings.claude_dir),
             CI="true",
-            **env,
+            # The tests' own workspaces: their .claude/ settings apply (trust tests say "0").
+            **{"WARDEN_TRUST_WORKSPACE": "1", **env},
         ),
         stdin=subprocess.DEVNULL,
         capture_output=True,

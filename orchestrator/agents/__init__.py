@@ -2,6 +2,6 @@
 registry that merges them with Claude Code agent files (`registry`), and reading
 those files leniently, as Claude Code does (`files`).
 
-May import: `config`, `errors`, `permissions` (for modes), `sandbox_tools.wire`
+May import: `config`, `errors`, `permissions` (for modes and settings files), `sandbox_tools.wire`
 (tool names). Never imports `runtime` or `backend`.
 """

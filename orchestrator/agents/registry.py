@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 PROJECT_AGENTS_DIR = Path(".claude") / "agents"
 """Project subagent files, relative to the workspace."""
 USER_AGENTS_DIR = "agents"
-"""User subagent files, relative to `Settings.config_dir`."""
+"""User subagent files, relative to `Settings.claude_dir` and `Settings.config_dir`."""
 
 GENERAL_PURPOSE_PROMPT = """\
 You are a general-purpose subagent. A parent agent delegated one task to you; \
@@ -160,12 +160,36 @@ class AgentRegistry:
         self.failed.pop(agent.name, None)
 
     @classmethod
-    def load(cls, settings: Settings, workspace: Path | None) -> AgentRegistry:
-        """Built-ins, then the user's agent files, then the project's (see the module doc)."""
+    def load(
+        cls, settings: Settings, workspace: Path | None, *, trusted: bool = True
+    ) -> AgentRegistry:
+        """Built-ins, then the user's agent files (Claude Code's `~/.claude/agents/`,
+        then warden's), then the project's (see the module doc). The project's are
+        read only in a trusted workspace; managed `strictPluginOnlyCustomization`
+        (agents) keeps only the built-ins."""
+        from orchestrator.permissions.settings_files import load_stack
+        from orchestrator.permissions.sources import MAX_POLICY_BYTES
+
         registry = cls()
-        sources: list[tuple[Path, Path | None]] = [(settings.config_dir / USER_AGENTS_DIR, None)]
+        locked = "agents" in load_stack(settings, workspace, MAX_POLICY_BYTES).managed.plugin_only
+        sources: list[tuple[Path, Path | None]] = [
+            (settings.claude_dir / USER_AGENTS_DIR, None),
+            (settings.config_dir / USER_AGENTS_DIR, None),
+        ]
         if workspace is not None:
             sources.append((workspace / PROJECT_AGENTS_DIR, workspace))
+        for directory, confine_to in list(sources):
+            why = None
+            if locked:
+                why = "managed settings allow no user or project agents (strictPluginOnlyCustomization)"
+            elif confine_to is not None and not trusted:
+                why = "the workspace is not trusted (trust it with --trust-workspace)"
+            if why and directory.is_dir() and any(directory.glob("*.md")):
+                sources.remove((directory, confine_to))
+                registry.warnings.append(f"{directory}: agent files not loaded: {why}")
+                log.warning("%s: agent files not loaded: %s", directory, why)
+            elif why:
+                sources.remove((directory, confine_to))
         for directory, confine_to in sources:
             loaded = load_agent_dir(directory, confine_to=confine_to)
             for warning in loaded.warnings:

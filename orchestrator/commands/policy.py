@@ -28,6 +28,11 @@ def _tool_input(tool: str, raw: str) -> dict[str, Any]:
             return {"file_path": raw}
         if tool in ("Glob", "Grep"):
             return {"pattern": raw}
+        if tool == "WebFetch":
+            return {"url": raw}
+        if tool == "Network":
+            host, _, port = raw.rpartition(":") if raw.count(":") == 1 else (raw, "", "")
+            return {"host": host, "port": int(port)} if port.isdigit() else {"host": raw}
         raise PolicyError(
             f'INPUT for {tool} must be a JSON object, e.g. \'{{"key": "value"}}\''
         ) from None
@@ -60,6 +65,12 @@ def _tool_input(tool: str, raw: str) -> dict[str, Any]:
 @click.option("--deny", multiple=True, metavar="RULE", help="An extra deny rule (repeatable).")
 @click.option("--mode", type=click.Choice(_MODES), help="The permission mode.")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
+@click.option(
+    "--trust-workspace/--no-trust-workspace",
+    "trust",
+    default=None,
+    help="Decide as in a trusted (or untrusted) workspace; default: as recorded.",
+)
 def explain_command(
     tool: str,
     tool_input: str,
@@ -69,20 +80,26 @@ def explain_command(
     deny: tuple[str, ...],
     mode: str | None,
     as_json: bool,
+    trust: bool | None,
 ) -> None:
     """Show how TOOL with INPUT is decided, by which rule from which source, and why.
 
     INPUT is the tool input as JSON; for Bash a plain command string works too,
-    for Read/Write/Edit a path. Hooks are not run.
+    for Read/Write/Edit a path, for WebFetch a URL. `WebFetch`/`WebSearch` are
+    decided as the broker forwards them, `Network HOST[:PORT]` as the egress
+    proxy would. Hooks are not run.
     """
+    from orchestrator.commands._explain import explain_call
     from orchestrator.config import Settings
-    from orchestrator.permissions import ToolCall, explain, load_policy
+    from orchestrator.workspace.trust import is_trusted
 
     settings = Settings.from_env()
     ws = workspace.resolve()
-    effective = load_policy(settings, ws, policy=policy_name, allow=allow, deny=deny, mode=mode)
-    call = ToolCall(tool_name=tool, tool_input=_tool_input(tool, tool_input), tool_use_id="explain")
-    result = explain(effective, call, workspace_host=ws)
+    trusted = is_trusted(settings, ws) if trust is None else trust
+    result, effective = explain_call(
+        settings, ws, tool, _tool_input(tool, tool_input), policy_name=policy_name,
+        allow=allow, deny=deny, mode=mode, trusted=trusted,
+    )  # fmt: skip
     if as_json:
         click.echo(result.model_dump_json(indent=2))
         return

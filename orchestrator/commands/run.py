@@ -181,6 +181,13 @@ MAX_PROMPT_BYTES = 4 * 1024 * 1024
     help="Give subagents the egress proxy even when no rule allows a domain: every "
     "destination is then a question (denied in dontAsk and CI).",
 )
+@click.option(
+    "--trust-workspace",
+    "trust_workspace",
+    is_flag=True,
+    help="Trust the workspace: its .claude/ allow rules, mode, hooks and agent files apply "
+    "(asked on first use at a terminal; CI: this flag or WARDEN_TRUST_WORKSPACE=1).",
+)
 @outcome_options("the run")
 def run(
     prompt: str | None,
@@ -222,6 +229,7 @@ def run(
     image: str | None,
     bash_image: str | None,
     devcontainer: bool | None,
+    trust_workspace: bool,
 ) -> None:
     """Run PROMPT with a parent agent whose only tools delegate to subagents.
 
@@ -235,7 +243,10 @@ def run(
 
     text = read_prompt(prompt, prompt_file)
     settings = Settings.from_env()
+    interactive = not print_mode and not settings.non_interactive and sys.stdin.isatty()
+    trusted = decide_trust(settings, workspace, trust_workspace, interactive)
     options = RunOptions(
+        trusted=trusted,
         policy=policy,
         allow=allow + tuple(r for v in allowed_tools for r in split_tool_rules(v)),
         deny=deny + tuple(r for v in disallowed_tools for r in split_tool_rules(v)),
@@ -274,6 +285,31 @@ def run(
         lambda state: _run(settings, text, workspace, model, output, replay, options, state),
         timeout_s=run_timeout,
     )
+
+
+def decide_trust(settings: Settings, workspace: Path, flag: bool, interactive: bool) -> bool:
+    """Trusted by the flag, the environment or a record; else, at a terminal, asked
+    once (a yes is recorded); else not trusted, and the run says what it leaves out."""
+    from orchestrator.workspace.trust import is_trusted, needs_trust, remember
+
+    ws = workspace.resolve()
+    if flag or is_trusted(settings, ws):
+        return True
+    wants = needs_trust(ws)
+    if interactive:
+        click.echo(f"The workspace {ws} has its own settings:", err=True)
+        for item in wants:
+            click.echo(f"  - {item}", err=True)
+        if click.confirm("Do you trust this workspace's settings to apply?", err=True):
+            remember(settings, ws)
+            return True
+    click.echo(
+        f"warden: {ws} is not trusted, so its own allow rules, mode, hooks and agent files "
+        f"are not applied ({'; '.join(wants)}); its deny and ask rules are. Trust it with "
+        "--trust-workspace (CI: WARDEN_TRUST_WORKSPACE=1).",
+        err=True,
+    )
+    return False
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
@@ -344,6 +380,8 @@ class RunOptions:
     """`--bash-image`: the built-in bash type's image instead of the restricted one."""
     devcontainer: bool | None = None
     """Use the workspace's dev container; None: the setting (WARDEN_DEVCONTAINER)."""
+    trusted: bool | None = None
+    """Whether the workspace's own loosening settings apply (None: as recorded)."""
 
 
 async def _run(
@@ -384,6 +422,7 @@ async def _run(
             image=options.image,
             bash_image=options.bash_image,
             devcontainer=options.devcontainer,
+            trusted=options.trusted,
         )
 
     async def work(the_run: Run) -> str:

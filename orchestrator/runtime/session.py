@@ -117,6 +117,7 @@ async def open_run(
     image: str | None = None,
     bash_image: str | None = None,
     devcontainer: bool | None = None,
+    trusted: bool | None = None,
 ) -> AsyncIterator[Run]:
     """Everything a run needs, started; on exit every container of this run is gone.
 
@@ -128,7 +129,9 @@ async def open_run(
     `agents.images` picks (`image`: `--image`; `bash_image`: `--bash-image`;
     `devcontainer`: use the workspace's dev container, None: the setting). Raises
     PolicyError/ConfigError, ImageNotFoundError/UnsupportedImageError/ImageBuildError
-    before anything starts when they are invalid."""
+    before anything starts when they are invalid. `trusted` (None: as
+    recorded, see `workspace.trust`): whether the workspace's own allow rules,
+    mode, hooks and agent files apply."""
     from orchestrator.agents.registry import AgentRegistry
     from orchestrator.backend.connect import connect, pool_size
     from orchestrator.backend.docker import DockerBackend
@@ -138,14 +141,20 @@ async def open_run(
 
     workspace = check_workspace(workspace)
     socket_dirs.check_workspace_excludes(workspace, settings)
+    if trusted is None:
+        from orchestrator.workspace.trust import is_trusted
+
+        trusted = is_trusted(settings, workspace)
     model = settings.resolve_model(model or DEFAULT_MODEL)
     if config is None:
         config = TaskManagerConfig(fallback_uid=settings.fallback_uid)
     if gate is None:
         gate_policy = load_policy(
-            settings, workspace, policy=policy, allow=allow, deny=deny, mode=mode
+            settings, workspace, policy=policy, allow=allow, deny=deny, mode=mode, trusted=trusted
         )
-        gate_hooks = load_hooks(settings, workspace)
+        gate_hooks = load_hooks(settings, workspace, trusted=trusted)
+        for note in gate_policy.notes:
+            log.warning("policy: %s", note)
     guard = prepare_guard(settings, workspace, protect)
     run_id = new_run_id()
     session = run_id
@@ -175,7 +184,7 @@ async def open_run(
         if backend is None:
             backend = DockerBackend(client, settings)
         if registry is None:
-            registry = AgentRegistry.load(settings, workspace)
+            registry = AgentRegistry.load(settings, workspace, trusted=trusted)
         store = await asyncio.to_thread(Store.open, settings.state_dir / "warden.db")
         stack.callback(store.close)
         recovered = await asyncio.to_thread(recover, store, backend)

@@ -237,8 +237,12 @@ class RequestView:
         system = body.get("system", "")
         self.system = _text_of(system)
         messages = body.get("messages")
+        # Claude Code puts `role: "system"` entries among the messages; they are
+        # instructions, not turns of the conversation.
         self.messages: list[JSONObject] = [
-            m for m in (messages if isinstance(messages, list) else []) if isinstance(m, dict)
+            m
+            for m in (messages if isinstance(messages, list) else [])
+            if isinstance(m, dict) and m.get("role") != "system"
         ]
         tools = body.get("tools")
         self.tool_names = [

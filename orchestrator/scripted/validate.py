@@ -71,10 +71,13 @@ def check_messages(messages: list[JSONValue]) -> None:
         if not isinstance(message, dict):
             raise InvalidRequest(f"{where}: Input should be a valid dictionary")
         role = message.get("role")
-        if role not in ("user", "assistant"):
-            raise InvalidRequest(f"{where}.role: Input should be 'user' or 'assistant'")
-        if index == 0 and role != "user":
+        if role not in ("user", "assistant", "system"):
+            raise InvalidRequest(f"{where}.role: Input should be 'user', 'assistant' or 'system'")
+        if previous_role is None and role != "user":
             raise InvalidRequest('messages: first message must use the "user" role')
+        if role == "system":
+            _check_system(message.get("content"), where)
+            continue
         if role == previous_role:
             raise InvalidRequest(
                 f'messages: roles must alternate between "user" and "assistant", but found '
@@ -90,6 +93,13 @@ def check_messages(messages: list[JSONValue]) -> None:
             if previous_uses and index + 1 == len(messages):
                 raise _unanswered(previous_uses, where)
         previous_role = role
+
+
+def _check_system(content: JSONValue, where: str) -> None:
+    blocks = _content_blocks(content, where, final_assistant=False)
+    for position, block in enumerate(blocks):
+        if block.get("type") != "text":
+            raise InvalidRequest(f"{where}.content.{position}: a system message holds text only")
 
 
 def _content_blocks(content: JSONValue, where: str, final_assistant: bool) -> list[JSONObject]:

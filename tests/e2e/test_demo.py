@@ -59,6 +59,7 @@ def test_the_readme_demo_runs_end_to_end(demo_workspace: Path, tmp_path: Path) -
         str(DEMO_SCRIPT),
         "--workspace",
         str(demo_workspace),
+        "--trust-workspace",
         "--json",
         "Survey the sample project",
     )

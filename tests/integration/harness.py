@@ -74,6 +74,8 @@ async def scripted_run(
     # These tests are about containers, not policy: unless a test says otherwise,
     # every tool call is allowed (the permission tests pass their own policy).
     run_kwargs.setdefault("mode", "bypassPermissions")
+    # ... and the workspace's own settings apply, as in a workspace the person trusted.
+    run_kwargs.setdefault("trusted", True)
     script = Script.model_validate({"conversations": conversations})
     async with ScriptedModelServer(script, expected_api_key=API_KEY) as server:
         configured = settings.model_copy(

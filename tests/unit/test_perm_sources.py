@@ -212,7 +212,11 @@ def test_warden_policy_explain_cli(workspace: Path, tmp_path: Path) -> None:
         workspace / ".claude/settings.json",
         {"permissions": {"allow": ["Bash(git diff:*)"], "deny": ["Bash(curl:*)"]}},
     )
-    env = warden_env(WARDEN_CONFIG_DIR=str(tmp_path / "cfg"), WARDEN_STATE_DIR=str(tmp_path / "st"))
+    env = warden_env(
+        WARDEN_CONFIG_DIR=str(tmp_path / "cfg"),
+        WARDEN_STATE_DIR=str(tmp_path / "st"),
+        WARDEN_TRUST_WORKSPACE="1",
+    )
     out = subprocess.run(
         warden_argv(
             "policy", "explain", "Bash", "git diff && curl x", "--workspace", str(workspace)

@@ -1,0 +1,105 @@
+"""Workspace trust: a project's own allow rules, mode, hooks and agent files take
+effect only in a workspace the person has trusted, as in Claude Code. Deny and
+ask rules always apply (they only narrow).
+
+A workspace is trusted when any of these says so:
+- `--trust-workspace` (or the API's `trusted=True`), or `WARDEN_TRUST_WORKSPACE=1`
+  (`Settings.trust_workspace`, for CI);
+- warden's record, `~/.config/warden/trusted-workspaces.json`, written when the
+  person answers yes to the prompt `warden run` shows on first use;
+- Claude Code's own record: `hasTrustDialogAccepted` for the directory or one
+  above it in `~/.claude.json` (`$CLAUDE_CONFIG_DIR/.claude.json`).
+A workspace with nothing to trust (no project allow rules, mode, hooks or agent
+files) needs no answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from orchestrator.config import Settings
+from orchestrator.errors import ConfigError
+
+TRUST_FILE = "trusted-workspaces.json"
+MAX_TRUST_FILE_BYTES = 4 * 1024 * 1024
+"""Largest trust record read (Claude Code's `.claude.json` grows with history)."""
+PROJECT_SETTINGS = (".claude/settings.json", ".claude/settings.local.json")
+PROJECT_AGENTS = ".claude/agents"
+
+
+def _load(path: Path) -> object:
+    try:
+        if path.stat().st_size > MAX_TRUST_FILE_BYTES:
+            return None
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # an unreadable record trusts nothing
+
+
+def _claude_record(settings: Settings) -> Path:
+    if settings.claude_dir.name == ".claude":
+        return settings.claude_dir.parent / ".claude.json"
+    return settings.claude_dir / ".claude.json"  # CLAUDE_CONFIG_DIR
+
+
+def recorded(settings: Settings, workspace: Path) -> bool:
+    """True when warden's or Claude Code's record trusts `workspace`."""
+    ws = workspace.resolve()
+    mine = _load(settings.config_dir / TRUST_FILE)
+    if isinstance(mine, dict) and str(ws) in (mine.get("workspaces") or []):
+        return True
+    claude = _load(_claude_record(settings))
+    projects = claude.get("projects") if isinstance(claude, dict) else None
+    if not isinstance(projects, dict):
+        return False
+    for place in (ws, *ws.parents):
+        entry = projects.get(str(place))
+        if isinstance(entry, dict) and entry.get("hasTrustDialogAccepted") is True:
+            return True
+    return False
+
+
+def is_trusted(settings: Settings, workspace: Path) -> bool:
+    """Whether the workspace's own loosening settings apply (see the module doc)."""
+    return settings.trust_workspace or recorded(settings, workspace) or not needs_trust(workspace)
+
+
+def needs_trust(workspace: Path) -> list[str]:
+    """What the workspace itself would add that only trust lets in, in words."""
+    found: list[str] = []
+    for rel in PROJECT_SETTINGS:
+        doc = _load(workspace / rel)
+        if not isinstance(doc, dict):
+            continue
+        perms = doc.get("permissions")
+        if isinstance(perms, dict) and (perms.get("allow") or perms.get("defaultMode")):
+            found.append(f"{rel}: allow rules or a permission mode")
+        if doc.get("hooks"):
+            found.append(f"{rel}: hooks")
+    agents = workspace / PROJECT_AGENTS
+    if agents.is_dir() and any(p.suffix == ".md" for p in agents.iterdir()):
+        found.append(f"{PROJECT_AGENTS}/: agent definitions")
+    return found
+
+
+def remember(settings: Settings, workspace: Path) -> None:
+    """Record the person's yes, so the prompt is not shown again."""
+    path = settings.config_dir / TRUST_FILE
+    doc = _load(path)
+    listed = doc.get("workspaces") if isinstance(doc, dict) else None
+    workspaces = [w for w in (listed or []) if isinstance(w, str)]
+    ws = str(workspace.resolve())
+    if ws not in workspaces:
+        workspaces.append(ws)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"workspaces": workspaces}, indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot record the trusted workspace in {path} ({exc.strerror}); "
+            "pass --trust-workspace instead"
+        ) from exc

@@ -1,0 +1,112 @@
+"""A project's allow rules, mode, hooks and agent files apply only in a workspace
+the person trusted (as Claude Code does); its deny and ask rules always apply."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from orchestrator.agents.registry import AgentRegistry
+from orchestrator.config import Settings
+from orchestrator.permissions import ToolCall, evaluate, load_hooks, load_policy
+from orchestrator.workspace.trust import is_trusted, needs_trust, remember
+from tests.conftest import warden_argv, warden_env
+
+HOOK = {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "true"}]}]}
+AGENT = "---\nname: helper\ndescription: helps\ntools: Bash\n---\nHelp.\n"
+
+
+def project(workspace: Path) -> None:
+    claude = workspace / ".claude"
+    (claude / "agents").mkdir(parents=True)
+    (claude / "settings.json").write_text(
+        json.dumps(
+            {
+                "permissions": {
+                    "allow": ["Bash(touch:*)"],
+                    "deny": ["Read(./.env)"],
+                    "ask": ["Bash(ls:*)"],
+                    "defaultMode": "bypassPermissions",
+                },
+                "hooks": HOOK,
+            }
+        )
+    )
+    (claude / "agents" / "helper.md").write_text(AGENT)
+
+
+def bash(pol, command: str) -> str:  # type: ignore[no-untyped-def]
+    return evaluate(
+        pol, ToolCall(tool_name="Bash", tool_input={"command": command})
+    ).decision.behavior
+
+
+def test_untrusted_workspace_keeps_only_its_restrictions(
+    settings: Settings, workspace: Path
+) -> None:
+    project(workspace)
+    pol = load_policy(settings, workspace, trusted=False)
+    assert pol.mode == "default"
+    assert bash(pol, "touch x") == "ask"
+    assert bash(pol, "ls") == "ask"
+    read = ToolCall(tool_name="Read", tool_input={"file_path": ".env"})
+    assert evaluate(pol, read).decision.behavior == "deny"
+    assert any("not trusted" in n for n in pol.notes)
+    assert load_hooks(settings, workspace, trusted=False).hooks == ()
+    registry = AgentRegistry.load(settings, workspace, trusted=False)
+    assert "helper" not in registry
+    assert any("not trusted" in w for w in registry.warnings)
+
+
+def test_trusted_workspace_applies_everything(settings: Settings, workspace: Path) -> None:
+    project(workspace)
+    pol = load_policy(settings, workspace, trusted=True)
+    assert pol.mode == "bypassPermissions"
+    assert bash(pol, "touch x") == "allow"
+    assert len(load_hooks(settings, workspace, trusted=True).hooks) == 1
+    assert "helper" in AgentRegistry.load(settings, workspace, trusted=True)
+
+
+def test_trust_records(settings: Settings, workspace: Path) -> None:
+    assert is_trusted(settings, workspace)  # nothing to trust
+    project(workspace)
+    assert needs_trust(workspace)
+    assert not is_trusted(settings, workspace)
+    remember(settings, workspace)
+    assert is_trusted(settings, workspace)
+
+
+def test_claude_codes_trust_record_counts(settings: Settings, workspace: Path) -> None:
+    project(workspace)
+    record = settings.claude_dir / ".claude.json"  # CLAUDE_CONFIG_DIR's record
+    record.parent.mkdir(parents=True)
+    record.write_text(
+        json.dumps({"projects": {str(workspace.parent): {"hasTrustDialogAccepted": True}}})
+    )
+    assert is_trusted(settings, workspace)
+    assert is_trusted(settings.model_copy(update={"trust_workspace": True}), workspace)
+
+
+def test_user_agents_come_from_claude_codes_directory(settings: Settings) -> None:
+    agents = settings.claude_dir / "agents"
+    agents.mkdir(parents=True)
+    (agents / "helper.md").write_text(AGENT)
+    assert "helper" in AgentRegistry.load(settings, None)
+
+
+def test_policy_explain_in_an_untrusted_workspace(settings: Settings, workspace: Path) -> None:
+    project(workspace)
+    env = warden_env(
+        WARDEN_STATE_DIR=str(settings.state_dir),
+        WARDEN_CONFIG_DIR=str(settings.config_dir),
+        CLAUDE_CONFIG_DIR=str(settings.claude_dir),
+        WARDEN_TRUST_WORKSPACE="0",
+    )
+    argv = warden_argv("policy", "explain", "Bash", "touch x", "--workspace", str(workspace))
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    assert "decision: ASK" in out and "not trusted" in out
+    trusted = subprocess.run(
+        [*argv, "--trust-workspace"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert "decision: ALLOW" in trusted
