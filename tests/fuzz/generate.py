@@ -244,8 +244,15 @@ def word(r: random.Random, text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
+FAMILY_SHARE = 0.06
+"""Share of simple commands drawn from the families added for issue 19 (descriptor
+reopening, nested dialects, digit descriptors), so a short run reaches them."""
+
+
 def simple(r: random.Random, depth: int) -> str:
     """A simple command, maybe with prefixes, redirections and wrappers."""
+    if r.random() < FAMILY_SHARE:
+        return r.choice([reopen, reopen, nested_dialect, digit_descriptor])(r)
     k = r.random()
     if k < 0.4:
         base = allowed_cmd(r)

@@ -127,3 +127,21 @@ def test_a_case_that_kills_the_driver_fails_alone_and_the_oracle_recovers(oracle
     assert oracle.restarts >= 1
     after = oracle.observe("echo hi > made")
     assert [v.kind for v in violations(after)] == ["write"]
+
+
+def test_the_new_families_are_seen_by_the_oracle_and_never_allowed_when_they_write(
+    oracle: Oracle,
+) -> None:
+    """Descriptor reopening, nested dialects and digit descriptors (issue 19): every case
+    of a fixed seed runs in the oracle, allowed or not; the ones where bash wrote a file
+    or ran an unallowed program are never allowed, and the family does reach writes."""
+    import random
+
+    from tests.fuzz.generate import digit_descriptor, nested_dialect, reopen
+
+    rnd = random.Random(SLICE_SEED)
+    cases = [f(rnd) for f in (reopen, nested_dialect, digit_descriptor) for _ in range(12)]
+    harmful = [c for c in cases if violations(oracle.observe(c))]
+    assert any("/dev/" in c or "/proc/" in c for c in harmful), "no reopen case wrote a file"
+    allowed = [c for c in harmful if decide(c)[0] == "allow"]
+    assert not allowed, allowed
