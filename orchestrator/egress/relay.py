@@ -66,9 +66,9 @@ class _Direction:
         self.length = length
         """Bytes still to read from `src` (None: until EOF)."""
         self.meter, self.dest, self.up = meter, dest, up
-        self.pipe_r, self.pipe_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(self.pipe_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        self._pipe: tuple[int, int] | None = None
+        """(read end, write end), made when the first byte is spliced (a request
+        with no body never needs one)."""
         self.in_pipe = 0
         self.reading = length != 0
         self.eof = False
@@ -95,8 +95,11 @@ class _Direction:
                 self.pending = self.pending[n:]
                 moved = True
             while self.in_pipe:
+                assert self._pipe is not None
                 try:
-                    n = os.splice(self.pipe_r, self.dst.fileno(), self.in_pipe, flags=_SPLICE_FLAGS)
+                    n = os.splice(
+                        self._pipe[0], self.dst.fileno(), self.in_pipe, flags=_SPLICE_FLAGS
+                    )
                 except BlockingIOError:
                     return moved
                 self.in_pipe -= n
@@ -126,7 +129,7 @@ class _Direction:
             self.reading, self.eof = False, True
             return True
         try:
-            n = os.splice(self.src.fileno(), self.pipe_w, granted, flags=_SPLICE_FLAGS)
+            n = os.splice(self.src.fileno(), self.pipe()[1], granted, flags=_SPLICE_FLAGS)
         except BlockingIOError:
             self.meter.settle(self.dest, granted, 0, up=self.up)
             return False
@@ -140,8 +143,15 @@ class _Direction:
             self.reading = self.length > 0
         return True
 
+    def pipe(self) -> tuple[int, int]:
+        if self._pipe is None:
+            self._pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(self._pipe[1], fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        return self._pipe
+
     def close(self) -> None:
-        for fd in (self.pipe_r, self.pipe_w):
+        for fd in self._pipe or ():
             with contextlib.suppress(OSError):
                 os.close(fd)
 
