@@ -152,8 +152,9 @@ class Upstream:
     """Where model calls go. Shared by every broker of one orchestrator."""
 
     client: anthropic.AsyncAnthropic
-    on_attempt: Callable[[str, Attempt], None] | None = None
-    """Called with (model, attempt) for each HTTP attempt after a call ends (tracing)."""
+    on_attempt: Callable[[dict[str, JSONValue], Attempt], None] | None = None
+    """Called with (request body, attempt) for each HTTP attempt after a call ends
+    (tracing)."""
     stream: bool = True
     """Ask the API with `stream: true` (`streaming`); False sends plain requests."""
 
@@ -234,9 +235,8 @@ async def forward_messages(
         else:
             failures.observe(answer.status, answer.payload, attempts)
     if upstream.on_attempt is not None:
-        model = str(body.get("model"))
         for attempt in attempts:
-            upstream.on_attempt(model, attempt)
+            upstream.on_attempt(body, attempt)
     return answer
 
 

@@ -391,6 +391,7 @@ class TaskManager:
         sandbox: SandboxResult | None = None
         failure: str | None = None
         ctx.status = TaskStatus.RUNNING
+        starting = time.monotonic()
         try:
             await self.recorder.sandbox_starting(ctx)
             await broker.start()
@@ -415,6 +416,10 @@ class TaskManager:
                 description=ctx.description,
                 container_id=ctx.container_id[:12],
                 background=ctx.task_id in self.background,
+                # For the trace: the task's span covers its queue and container start.
+                since_created_s=round(time.monotonic() - ctx.started, 3),
+                container_start_s=round(time.monotonic() - starting, 3),
+                queued_s=round(ctx.ticket.waited_s, 3) if ctx.ticket and ctx.ticket.queued else 0.0,
                 setup=task_setup(
                     spec,
                     timeout_s=ctx.timeout_s,

@@ -12,7 +12,10 @@ that endpoint; the exporter reads the other `OTEL_EXPORTER_OTLP_*` variables its
 or a caller passes its own `TracerProvider` (the tests use the SDK's in-memory
 exporter). Neither the SDK nor the exporter is imported while tracing is off.
 Token counts and durations are span attributes; container text enters a span only
-as a bounded plain string.
+as a bounded plain string. Names and attributes follow OpenTelemetry's generative-AI
+semantic conventions (`spans`); `TRACEPARENT` continues a caller's trace;
+`OTEL_SERVICE_NAME` names the service; a dead collector costs a few seconds at most
+and one warning (`export`).
 
 May import: `results` (event models), `untrusted_text`; `broker` for types only.
 """
@@ -39,10 +42,25 @@ def otlp_configured(environ: Mapping[str, str] | None = None) -> bool:
     return any(env.get(name) for name in OTLP_ENDPOINT_VARS)
 
 
-def run_tracer(run_id: str, trace_id: str, provider: TracerProvider | None = None) -> RunTracer | None:
-    """The run's tracer, or None when tracing is off (nothing imported then)."""
+def run_tracer(
+    run_id: str, trace_id: str, provider: TracerProvider | None = None
+) -> RunTracer | None:
+    """The run's tracer, or None when tracing is off (nothing imported then). A W3C
+    `TRACEPARENT` in the environment (as CI systems and `otel-cli` set it) makes the
+    run a child of that span, in that trace: the run's trace id is then the caller's."""
     if provider is None and not otlp_configured():
         return None
     from orchestrator.tracing.spans import RunTracer
 
-    return RunTracer.create(run_id, trace_id, provider)
+    parent = None
+    traceparent = os.environ.get("TRACEPARENT", "").strip()
+    if traceparent:
+        from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        context = TraceContextTextMapPropagator().extract(
+            {"traceparent": traceparent, "tracestate": os.environ.get("TRACESTATE", "")}
+        )
+        if trace.get_current_span(context).get_span_context().is_valid:
+            parent = context
+    return RunTracer.create(run_id, trace_id, provider, parent)

@@ -22,7 +22,7 @@ from orchestrator.broker.upstream import forward_messages, model_client
 from orchestrator.results.models import Event
 from orchestrator.results.parent_transcript import ModelRequest
 from orchestrator.tracing import otlp_configured, run_tracer
-from orchestrator.tracing.spans import _RunIds
+from orchestrator.tracing.ids import _RunIds
 from tests.conftest import warden_env
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -41,9 +41,11 @@ def provider(exporter: InMemorySpanExporter) -> TracerProvider:
 
 
 def _event(kind: str, task_id: str, parent: str | None = None, ts: float = 0, **data: Any) -> Event:
+    agent_type = data.pop("agent_type", None)
     return Event(
-        kind=kind, run_id="run_1", task_id=task_id, parent_id=parent, ts=1000 + ts, data=data
-    )
+        kind=kind, run_id="run_1", task_id=task_id, parent_id=parent, ts=1000 + ts, data=data,
+        agent_type=agent_type,
+    )  # fmt: skip
 
 
 def _overloaded_once() -> httpx2.AsyncClient:
@@ -73,28 +75,40 @@ async def test_spans_form_the_run_tree_under_the_runs_trace_id(
 ) -> None:
     tracer = run_tracer("run_1", TRACE_ID, provider)
     assert tracer is not None and tracer.trace_id == TRACE_ID
-    tracer(_event("task_started", "sa_a", agent_type="bash", description="outer"))
+    tracer(_event("task_started", "sa_a", agent_type="bash", description="outer",
+                  since_created_s=0.5, container_start_s=0.2, queued_s=0.25))  # fmt: skip
     tracer(_event("task_running", "sa_a", ts=1, event="tool_started", tool_name="Bash",
                   tool_use_id="tu1", detail="ls"))  # fmt: skip
     tracer(_event("task_running", "sa_a", ts=2, event="tool_finished", tool_name="Bash",
                   tool_use_id="tu1"))  # fmt: skip
-    tracer(_event("task_started", "sa_b", parent="sa_a", ts=3, description="inner"))
+    tracer(_event("task_running", "sa_a", ts=2.5, event="tool_started", tool_name="Task",
+                  tool_use_id="tu2"))  # fmt: skip
+    tracer(_event("task_started", "sa_b", parent="sa_a", ts=3, agent_type="general-purpose",
+                  description="inner"))  # fmt: skip
     client = model_client("http://model.test", None, http_client=_overloaded_once())
     upstream = tracer.upstream_for(Upstream(client, stream=False), "sa_b", "sa_a")
-    answer = await forward_messages(upstream, {"model": "m-1", "messages": []}, [], None)
+    body = {"model": "m-1", "max_tokens": 64, "messages": []}
+    answer = await forward_messages(upstream, body, [], None)  # type: ignore[arg-type]
     assert answer.status == 200 and answer.retries == 1
     tracer(_event("task_failed", "sa_b", parent="sa_a", ts=4, status="failed", tokens=18,
                   turns=1, duration_s=1.0, error="boom"))  # fmt: skip
+    tracer(_event("task_running", "sa_a", ts=4.5, event="tool_finished", tool_name="Task",
+                  tool_use_id="tu2"))  # fmt: skip
     tracer(_event("task_completed", "sa_a", ts=5, status="completed", tokens=100, turns=2,
                   duration_s=5.0))  # fmt: skip
     response = Message(
         id="msg_1",
         content=[],
-        model="parent-m",
+        model="parent-m-2025",
         role="assistant",
         stop_reason="end_turn",
         type="message",
-        usage=Usage(input_tokens=3, output_tokens=0),
+        usage=Usage(
+            input_tokens=3,
+            output_tokens=0,
+            cache_read_input_tokens=40,
+            cache_creation_input_tokens=9,
+        ),
     )
     request = ModelRequest(model="parent-m", max_tokens=1, system=[], messages=[], tools=[])
     await tracer.parent_model_call(request, response, 1000.0, 1000.5)
@@ -102,26 +116,71 @@ async def test_spans_form_the_run_tree_under_the_runs_trace_id(
     tracer.finish()
 
     spans = _by_name(exporter.get_finished_spans())
-    (run,) = spans["warden.run"]
-    tasks = {s.attributes["warden.task_id"]: s for s in spans["warden.task"]}  # type: ignore[index]
-    (tool,) = spans["tool Bash"]
-    models = spans["model call"]
+    (run,) = spans["invoke_agent parent"]
+    (outer,) = spans["invoke_agent bash"]
+    (inner,) = spans["invoke_agent general-purpose"]
+    (bash,) = spans["execute_tool Bash"]
+    (parent_call,) = spans["chat parent-m"]
     assert {f"{s.context.trace_id:032x}" for group in spans.values() for s in group} == {TRACE_ID}
     assert run.parent is None and run.attributes["warden.tokens"] == 118  # type: ignore[index]
-    assert tasks["sa_a"].parent.span_id == run.context.span_id  # type: ignore[union-attr]
-    assert tasks["sa_b"].parent.span_id == tasks["sa_a"].context.span_id  # type: ignore[union-attr]
-    assert tool.parent.span_id == tasks["sa_a"].context.span_id  # type: ignore[union-attr]
-    assert (tool.end_time - tool.start_time) == 1_000_000_000  # type: ignore[operator]
-    assert tasks["sa_b"].attributes["warden.tokens"] == 18  # type: ignore[index]
-    assert not tasks["sa_b"].status.is_ok and tasks["sa_a"].status.is_unset
-    busy, sub_call = (s for s in models if s.parent.span_id == tasks["sa_b"].context.span_id)  # type: ignore[union-attr]
+    assert run.attributes["gen_ai.operation.name"] == "invoke_agent"  # type: ignore[index]
+    assert run.attributes["gen_ai.provider.name"] == "anthropic"  # type: ignore[index]
+    # The parent agent's Task call is a span, and the task it started is its child.
+    top_call = next(s for s in spans["execute_tool Task"] if s.parent.span_id == run.context.span_id)  # type: ignore[union-attr]
+    assert outer.parent.span_id == top_call.context.span_id  # type: ignore[union-attr]
+    # A nested task is the child of the subagent's Task tool span that started it.
+    nested_call = next(s for s in spans["execute_tool Task"] if s is not top_call)
+    assert nested_call.parent.span_id == outer.context.span_id  # type: ignore[union-attr]
+    assert inner.parent.span_id == nested_call.context.span_id  # type: ignore[union-attr]
+    assert bash.parent.span_id == outer.context.span_id  # type: ignore[union-attr]
+    assert bash.attributes["gen_ai.tool.name"] == "Bash"  # type: ignore[index]
+    assert bash.attributes["gen_ai.tool.call.id"] == "tu1"  # type: ignore[index]
+    assert (bash.end_time - bash.start_time) == 1_000_000_000  # type: ignore[operator]
+    assert outer.attributes["gen_ai.agent.name"] == "bash"  # type: ignore[index]
+    assert outer.attributes["gen_ai.agent.id"] == "sa_a"  # type: ignore[index]
+    # The task's span starts when its Task call was accepted: queue and container start
+    # are children inside it, so its length agrees with its duration.
+    assert outer.start_time == 999_500_000_000  # type: ignore[comparison-overlap]
+    (queue,) = spans["queue"]
+    (start,) = spans["container start"]
+    assert queue.parent.span_id == start.parent.span_id == outer.context.span_id  # type: ignore[union-attr]
+    assert (queue.start_time, queue.end_time) == (999_550_000_000, 999_800_000_000)
+    assert (start.start_time, start.end_time) == (999_800_000_000, 1_000_000_000_000)
+    assert inner.attributes["warden.tokens"] == 18  # type: ignore[index]
+    assert inner.attributes["error.type"] == "failed"  # type: ignore[index]
+    assert not inner.status.is_ok and outer.status.is_unset
+    busy, sub_call = spans["chat m-1"]
+    assert busy.parent.span_id == sub_call.parent.span_id == inner.context.span_id  # type: ignore[union-attr]
     # One span per attempt: the SDK's retry on the host shows in the trace.
     assert busy.attributes["http.response.status_code"] == 529 and not busy.status.is_ok  # type: ignore[index]
+    assert busy.attributes["error.type"] == "overloaded_error"  # type: ignore[index]
     assert sub_call.attributes["warden.attempt"] == 2  # type: ignore[index]
     assert sub_call.attributes["gen_ai.usage.input_tokens"] == 11  # type: ignore[index]
     assert sub_call.attributes["gen_ai.request.model"] == "m-1"  # type: ignore[index]
-    parent_call = next(s for s in models if s.parent.span_id == run.context.span_id)  # type: ignore[union-attr]
-    assert parent_call.attributes["warden.duration_s"] == 0.5  # type: ignore[index]
+    assert sub_call.attributes["gen_ai.request.max_tokens"] == 64  # type: ignore[index]
+    assert sub_call.kind.name == "CLIENT"
+    assert parent_call.parent.span_id == run.context.span_id  # type: ignore[union-attr]
+    attrs = parent_call.attributes or {}
+    assert attrs["warden.duration_s"] == 0.5
+    assert attrs["gen_ai.response.model"] == "parent-m-2025"
+    assert attrs["gen_ai.response.id"] == "msg_1"
+    assert tuple(attrs["gen_ai.response.finish_reasons"]) == ("end_turn",)  # type: ignore[arg-type]
+    assert attrs["gen_ai.request.max_tokens"] == 1
+    assert attrs["gen_ai.usage.cache_read.input_tokens"] == 40
+    assert attrs["gen_ai.usage.cache_creation.input_tokens"] == 9
+
+
+def test_a_traceparent_makes_the_run_a_child_in_the_callers_trace(
+    provider: TracerProvider, exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ci_trace, ci_span = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    monkeypatch.setenv("TRACEPARENT", f"00-{ci_trace}-{ci_span}-01")
+    tracer = run_tracer("run_1", TRACE_ID, provider)
+    assert tracer is not None and tracer.trace_id == ci_trace
+    tracer.finish()
+    (run,) = exporter.get_finished_spans()
+    assert f"{run.context.trace_id:032x}" == ci_trace
+    assert run.parent is not None and f"{run.parent.span_id:016x}" == ci_span
 
 
 def test_tracing_is_off_unless_an_otlp_endpoint_is_configured() -> None:
