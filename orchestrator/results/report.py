@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.exit_codes import FAIL_ON_OUTCOMES
+from orchestrator.errors import StoreError
+from orchestrator.exit_codes import FAIL_ON_OUTCOMES, ExitCode
 from orchestrator.jsontypes import JSONObject
 from orchestrator.results.build import build_result
 from orchestrator.results.models import Outcome, RunResult, RunStatus, TokenUsage
@@ -72,7 +73,15 @@ def finish_run(settings: Settings, state: RunState, code: int, outputs: RunOutpu
     """Build the result, write it where asked, and return the process's exit code."""
     from orchestrator.lifecycle.recovery import open_store
 
-    store_cm = open_store(settings) if state.run_id is not None else None
+    store_cm: Store | None = None
+    if state.run_id is not None:
+        try:
+            store_cm = open_store(settings)
+        except StoreError as exc:
+            # The state disk failed (full, read-only): the result is built from what
+            # this process knows, and the run still ends with one error and its document.
+            state.error = state.error or one_line(exc)
+            code = code or int(ExitCode.RUN_ERROR)
     if store_cm is not None:
         with store_cm as store:
             result = _result(store, state, code, outputs, settings.state_dir)

@@ -284,7 +284,7 @@ class TaskManager:
         try:
             await asyncio.to_thread(self.store.release_session, session_id, task_id)
         except StoreError as exc:  # a dead owner's claim is taken over anyway
-            log.warning("could not release session %s: %s", session_id, exc)
+            log.debug("could not release session %s: %s", session_id, exc)
 
     async def _load_session(self, session_id: str, agent_type: str) -> list[JSONObject]:
         if self.store is None:

@@ -42,6 +42,8 @@ QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
 MiB with a warm page cache); larger ones only the header check, so opening a big
 store stays cheap. `warden doctor`-style full checks are `Store.check()`."""
 SQLITE_MAGIC = b"SQLite format 3\x00"
+MIN_FREE_BYTES = 2 * 1024 * 1024
+"""Free space the state dir's file system must have when the store is opened."""
 BUSY_TIMEOUT_S = 10.0
 """How long a write waits for another process's write to finish before giving up."""
 DIR_MODE = 0o700
@@ -215,6 +217,13 @@ def connect(path: Path, synchronous: Synchronous = DEFAULT_SYNCHRONOUS) -> sqlit
         raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
     try:
         _make_dirs(path.parent)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create the state store {path} ({exc.strerror}); check the permissions "
+            "of its directory or set WARDEN_STATE_DIR"
+        ) from exc
+    _check_free_space(path)
+    try:
         fd = os.open(path, os.O_CREAT | os.O_RDWR, FILE_MODE)  # before SQLite, for the mode
         os.close(fd)
     except OSError as exc:
@@ -237,6 +246,29 @@ def connect(path: Path, synchronous: Synchronous = DEFAULT_SYNCHRONOUS) -> sqlit
         conn.close()
         raise
     return conn
+
+
+def _is_write_failure(exc: sqlite3.Error) -> bool:
+    """A full, read-only or failing disk, not a damaged file."""
+    lowered = str(exc).lower()
+    return any(m in lowered for m in ("disk is full", "readonly", "disk i/o", "locked"))
+
+
+def _check_free_space(path: Path) -> None:
+    """Refuse up front when the state dir's file system is (nearly) full: SQLite's
+    shared-memory file is mapped into memory, and a page of it that a full file
+    system cannot back kills the process with SIGBUS instead of raising an error."""
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return  # the open below reports what is wrong
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise StoreError(
+            f"cannot write the state store {path}: its file system has {free // 1024} KiB "
+            f"free, less than the {MIN_FREE_BYTES // (1024 * 1024)} MiB warden needs to "
+            "record a run; free disk space, or set WARDEN_STATE_DIR to another disk"
+        )
 
 
 def _check_header(path: Path) -> None:
@@ -263,7 +295,7 @@ def _quick_check(conn: sqlite3.Connection, path: Path) -> None:
             return
         rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check(5)")]
     except sqlite3.DatabaseError as exc:
-        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower():
+        if _is_write_failure(exc):
             raise translate(path, exc) from exc
         raise corrupt_error(path, exc) from exc
     if rows != ["ok"]:
@@ -283,7 +315,7 @@ def _configure(conn: sqlite3.Connection, path: Path, synchronous: Synchronous) -
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA trusted_schema=OFF")
     except sqlite3.DatabaseError as exc:
-        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower():
+        if _is_write_failure(exc):
             raise translate(path, exc) from exc
         raise corrupt_error(path, exc) from exc
 

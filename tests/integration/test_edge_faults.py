@@ -158,3 +158,72 @@ def test_two_resumes_of_one_session_at_once_one_runs_the_other_is_refused(
     assert len(session) == 2  # the first task and one continuation
     assert len(bash_calls) == 1  # the resumed tool call was put to the gate once
     assert containers_of(keeper["task_id"]) == []
+
+
+FILL_MIDRUN = """
+set -u
+mount -t tmpfs -o size=8m tmpfs "$STATE_FS"
+mkdir "$STATE_FS/state"
+WARDEN_STATE_DIR="$STATE_FS/state" "$@" >"$OUT" 2>"$ERR" &
+pid=$!
+while [ ! -e "$WORKSPACE/started" ]; do sleep 0.05; done
+dd if=/dev/zero of="$STATE_FS/fill" bs=4k 2>/dev/null
+date +%s.%N >"$FILLED"
+wait $pid
+"""
+"""Runs warden with its state dir on a small tmpfs in a private mount namespace, and
+fills that file system while a subagent's command runs."""
+
+
+@pytest.mark.parametrize("json_mode", [True, False], ids=["json", "text"])
+def test_a_state_disk_that_fills_mid_run_ends_with_one_error_exit_1_and_a_result(
+    settings: Settings, workspace: Path, tmp_path: Path, json_mode: bool
+) -> None:
+    script = write_script(
+        tmp_path / "fill.yaml",
+        [
+            convo("parent", PARENT_MATCH, [task("FILLER go", "bash")], [text("parent done")]),
+            convo(
+                "filler",
+                {"prompt_contains": "FILLER"},
+                [tool("Bash", command="touch started; sleep 3")],
+                [tool("Bash", command="echo second")],
+                [text("filler done")],
+            ),
+        ],
+    )
+    state_fs, out, err, filled = (tmp_path / n for n in ("statefs", "out", "err", "filled"))
+    state_fs.mkdir()
+    argv = warden_argv("run", "go", "--replay", str(script), "--workspace", str(workspace))
+    argv += ["--allow", "Bash", *(["--json"] if json_mode else [])]
+    sockets_before = set(Path("/tmp").glob("warden-sock-*"))
+    env = warden_env(
+        STATE_FS=str(state_fs), OUT=str(out), ERR=str(err), FILLED=str(filled),
+        WORKSPACE=str(workspace), CI="true", WARDEN_CONFIG_DIR=str(settings.config_dir),
+        CLAUDE_CONFIG_DIR=str(settings.claude_dir), TMPDIR="/tmp",
+    )  # fmt: skip
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", FILL_MIDRUN, "sh", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    clean_s = time.time() - float(filled.read_text())
+    stderr, stdout = err.read_text(), out.read_text()
+    assert proc.returncode == 1, (proc.stderr, stderr)
+    errors = [line for line in stderr.splitlines() if line.startswith("warden: error:")]
+    assert len(errors) == 1 and "free disk space" in errors[0], stderr
+    assert "Traceback" not in stderr and "could not" not in stderr, stderr
+    if json_mode:
+        final = json.loads(stdout.splitlines()[-1])
+        assert final["type"] == "result" and final["status"] == "failed"
+        assert final["exit_code"] == 1 and "free disk space" in final["error"]
+        run_id = final["run_id"]
+    else:
+        both = stdout + stderr
+        assert ": failed" in both, both
+        run_id = "run_" + both.split("run run_", 1)[1].split(":", 1)[0].split(";")[0]
+    assert containers_of(run_id) == []
+    assert set(Path("/tmp").glob("warden-sock-*")) - sockets_before == set()
+    assert clean_s < 60

@@ -104,3 +104,19 @@ def test_a_disk_that_refuses_the_sync_is_an_error_not_a_silent_allow(
     monkeypatch.setattr(os, "fsync", failing)
     with pytest.raises(StoreError, match=r"cannot make the state store .* durable.*free space"):
         store.record_audit(_audit("r1", 1))
+
+
+def test_a_nearly_full_state_disk_is_refused_at_open_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = os.statvfs
+
+    def full(path: object) -> os.statvfs_result:
+        st = real(str(path))
+        return os.statvfs_result((st.f_bsize, st.f_frsize, st.f_blocks, 0, 3, *st[5:]))
+
+    monkeypatch.setattr(os, "statvfs", full)
+    with pytest.raises(StoreError, match=r"has \d+ KiB free.*free disk space") as refused:
+        Store.open(tmp_path / "state" / "warden.db")
+    assert "damaged" not in str(refused.value)
+    assert not (tmp_path / "state" / "warden.db").exists()  # nothing half-created
