@@ -26,8 +26,12 @@ import secrets
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator import labels
+
+if TYPE_CHECKING:
+    from orchestrator.store.records import RunRecord
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 MACHINE_ID_PATH = Path("/etc/machine-id")
@@ -185,6 +189,17 @@ def is_dead(owner: Owner) -> bool:
     if start is None:
         return not pid_alive(owner.pid)  # /proc may hide other users' processes
     return owner.start != 0 and start != owner.start
+
+
+def run_owner_dead(run: RunRecord) -> bool:
+    """True when the orchestrator that recorded `run` is provably gone (never this
+    process). A run without a recorded identity is judged by its pid alone."""
+    if run.pid == os.getpid():
+        return False
+    identity = Owner.from_json(run.owner)
+    if identity is None:
+        return not pid_alive(run.pid)
+    return is_dead(identity)
 
 
 def pid_alive(pid: int) -> bool:

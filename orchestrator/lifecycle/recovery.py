@@ -45,13 +45,13 @@ def reap_dead(store: Store) -> Recovery:
     """Blocking, store only. Safe to call from any process at any time: a run whose
     orchestrator is alive (or cannot be checked from here) is left alone."""
     found = Recovery()
-    for run in store.stale_runs():
+    for run in store.stale_runs(owner.run_owner_dead):
         tasks = [t.task_id for t in store.list_tasks(run_id=run.run_id) if t.status in _LIVE]
         store.mark_interrupted(tasks)
         store.finish_run(run.run_id, "interrupted", run.result or RUN_INTERRUPTED)
         found.runs.append(run.run_id)
         found.tasks.extend(tasks)
-    for run in store.ended_runs_with_live_tasks():
+    for run in store.ended_runs_with_live_tasks(owner.run_owner_dead):
         tasks = [t.task_id for t in store.list_tasks(run_id=run.run_id) if t.status in _LIVE]
         store.mark_interrupted(tasks)
         found.tasks.extend(tasks)

@@ -3,10 +3,10 @@
 store = Store.open(settings.state_dir / DB_FILENAME)
 await asyncio.to_thread(store.append_event, run_id, task_id, "tool_started", {...})
 
-May import: `errors`, `lifecycle.owner` (pid liveness of a run's owner).
+May import: `errors`. Whether a run's owner is alive is `lifecycle.owner`'s to say
+(`Store.stale_runs(owner_dead)`): the store knows rows, not processes.
 """
 
-from orchestrator.lifecycle.owner import pid_alive
 from orchestrator.store.base import (
     DB_FILENAME,
     RunNotFoundError,
@@ -69,5 +69,4 @@ __all__ = [
     "TaskStatus",
     "TaskUpdate",
     "TranscriptTooLargeError",
-    "pid_alive",
 ]

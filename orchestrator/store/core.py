@@ -8,14 +8,12 @@ connection handling `base`."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Unpack
 
 from orchestrator.errors import SessionBusyError, StoreError, TaskNotFoundError
 from orchestrator.jsontypes import JSONObject
-from orchestrator.lifecycle.owner import pid_alive
 from orchestrator.store.base import (
     StoreBase,
     TranscriptTooLargeError,
@@ -51,17 +49,6 @@ _IMMUTABLE_TASK_FIELDS = frozenset(
 )
 _ACTIVE = tuple(sorted(ACTIVE_TASK_STATUSES))
 _INTERRUPTED_ERROR = "the orchestrator stopped before this task ended"
-
-
-def _owner_dead(run: RunRecord, is_alive: Callable[[int], bool]) -> bool:
-    from orchestrator.lifecycle import owner
-
-    if run.pid == os.getpid():
-        return False
-    identity = owner.Owner.from_json(run.owner)
-    if identity is None:
-        return not is_alive(run.pid)
-    return owner.is_dead(identity)
 
 
 class Store(StoreBase):
@@ -122,16 +109,17 @@ class Store(StoreBase):
             ).fetchall()
         return [RunRecord.model_validate(dict(r)) for r in rows]
 
-    def stale_runs(self, is_alive: Callable[[int], bool] = pid_alive) -> list[RunRecord]:
-        """Runs still marked `running` whose orchestrator process is gone (crash recovery).
-        Runs without a recorded owner identity are judged by `is_alive(pid)`."""
+    def stale_runs(self, owner_dead: Callable[[RunRecord], bool]) -> list[RunRecord]:
+        """Runs still marked `running` whose orchestrator is gone (crash recovery), as
+        `owner_dead` judges it (`lifecycle.owner.run_owner_dead`: the store does not
+        know processes)."""
         with self._read() as conn:
             rows = conn.execute("SELECT * FROM runs WHERE status = 'running'").fetchall()
         runs = [RunRecord.model_validate(dict(r)) for r in rows]
-        return [r for r in runs if _owner_dead(r, is_alive)]
+        return [r for r in runs if owner_dead(r)]
 
     def ended_runs_with_live_tasks(
-        self, is_alive: Callable[[int], bool] = pid_alive
+        self, owner_dead: Callable[[RunRecord], bool]
     ) -> list[RunRecord]:
         """Runs that have ended, whose orchestrator is gone, but that still have tasks
         `pending` or `running` (it died, or could not write, between the two)."""
@@ -142,7 +130,7 @@ class Store(StoreBase):
                 _ACTIVE,
             ).fetchall()
         runs = [RunRecord.model_validate(dict(r)) for r in rows]
-        return [r for r in runs if _owner_dead(r, is_alive)]
+        return [r for r in runs if owner_dead(r)]
 
     # ---- tasks ------------------------------------------------------------------------
 

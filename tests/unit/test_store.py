@@ -129,7 +129,7 @@ def test_stale_runs_are_those_whose_process_is_gone(store: Store) -> None:
     store.create_run("dead", prompt="p", workspace="/w", model="m", pid=424242)
     store.create_run("done", prompt="p", workspace="/w", model="m", pid=424243)
     store.finish_run("done", "completed", None)
-    stale = store.stale_runs(is_alive=lambda pid: pid != 424242)
+    stale = store.stale_runs(lambda run: run.pid == 424242)
     assert [r.run_id for r in stale] == ["dead"]
 
 
