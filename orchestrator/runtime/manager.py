@@ -31,6 +31,7 @@ from orchestrator.config import PoolConfig
 from orchestrator.errors import StoreError, TaskNotFoundError, WardenError
 from orchestrator.jsontypes import JSONObject
 from orchestrator.lifecycle import socket_dirs
+from orchestrator.lifecycle.owner import run_owner_dead
 from orchestrator.results.task_setup import task_setup
 from orchestrator.runtime.admission import AdmissionQueue
 from orchestrator.runtime.background import BackgroundTasks
@@ -276,7 +277,9 @@ class TaskManager:
 
     async def _claim(self, session_id: str, task_id: str) -> None:
         if self.store is not None:
-            await asyncio.to_thread(self.store.claim_session, session_id, self.run_id, task_id)
+            await asyncio.to_thread(
+                self.store.claim_session, session_id, self.run_id, task_id, run_owner_dead
+            )
 
     async def _release(self, session_id: str, task_id: str) -> None:
         if self.store is None:

@@ -281,11 +281,12 @@ class Store(StoreBase):
         session_id: str,
         run_id: str,
         task_id: str,
-        is_alive: Callable[[int], bool] = pid_alive,
+        owner_dead: Callable[[RunRecord], bool],
     ) -> None:
         """Make `task_id` of `run_id` the one live continuation of `session_id`, across
         processes. A claim held by another run whose orchestrator is alive is refused
-        with SessionBusyError naming it; a dead owner's claim is taken over."""
+        with SessionBusyError naming it; a dead owner's claim (as `owner_dead` judges
+        it, `lifecycle.owner.run_owner_dead`) is taken over."""
         with self._write() as conn:
             row = conn.execute(
                 "SELECT run_id, task_id, claimed_at FROM session_claims WHERE session_id = ?",
@@ -294,7 +295,7 @@ class Store(StoreBase):
             if row is not None and row["run_id"] != run_id:
                 held = conn.execute("SELECT * FROM runs WHERE run_id = ?", (row["run_id"],))
                 holder = RunRecord.model_validate(dict(held.fetchone()))
-                if holder.status == "running" and not _owner_dead(holder, is_alive):
+                if holder.status == "running" and not owner_dead(holder):
                     since = time.strftime("%H:%M:%S", time.localtime(row["claimed_at"]))
                     raise SessionBusyError(
                         f"session {session_id} is already being continued by task "

@@ -23,25 +23,25 @@ def store(tmp_path: Path) -> Store:
 
 
 def test_a_live_holder_refuses_a_second_continuation(store: Store) -> None:
-    store.claim_session("sa_s", "run_live", "sa_first", is_alive=lambda pid: True)
+    store.claim_session("sa_s", "run_live", "sa_first", owner_dead=lambda run: False)
     with pytest.raises(SessionBusyError) as refused:
-        store.claim_session("sa_s", "run_other", "sa_second", is_alive=lambda pid: True)
+        store.claim_session("sa_s", "run_other", "sa_second", owner_dead=lambda run: False)
     text = str(refused.value)
     assert "already being continued by task sa_first of run run_live" in text
     assert f"warden pid {os.getpid() + 1}" in text and "warden stop sa_first" in text
 
 
 def test_a_dead_holder_is_taken_over_and_a_release_frees_the_session(store: Store) -> None:
-    store.claim_session("sa_s", "run_live", "sa_first", is_alive=lambda pid: True)
-    store.claim_session("sa_s", "run_other", "sa_second", is_alive=lambda pid: False)
+    store.claim_session("sa_s", "run_live", "sa_first", owner_dead=lambda run: False)
+    store.claim_session("sa_s", "run_other", "sa_second", owner_dead=lambda run: True)
     store.release_session("sa_s", "sa_first")  # no longer the holder: nothing changes
     with pytest.raises(SessionBusyError, match="task sa_second of run run_other"):
-        store.claim_session("sa_s", "run_live", "sa_third", is_alive=lambda pid: True)
+        store.claim_session("sa_s", "run_live", "sa_third", owner_dead=lambda run: False)
     store.release_session("sa_s", "sa_second")
-    store.claim_session("sa_s", "run_live", "sa_third", is_alive=lambda pid: True)
+    store.claim_session("sa_s", "run_live", "sa_third", owner_dead=lambda run: False)
 
 
 def test_an_ended_run_holds_nothing(store: Store) -> None:
-    store.claim_session("sa_s", "run_live", "sa_first", is_alive=lambda pid: True)
+    store.claim_session("sa_s", "run_live", "sa_first", owner_dead=lambda run: False)
     store.finish_run("run_live", "completed", "done")
-    store.claim_session("sa_s", "run_other", "sa_second", is_alive=lambda pid: True)
+    store.claim_session("sa_s", "run_other", "sa_second", owner_dead=lambda run: False)
