@@ -176,6 +176,100 @@ async def caching(turns: int) -> None:
     print(f"   no caching / cached = {base / got:.1f}x   {verdict(got / best, CACHE_TARGET)}")
 
 
+# -- 2. forks ---------------------------------------------------------------------
+
+
+async def forks(count: int) -> None:
+    """A parent (the real parent loop, fork mode on) whose first turn starts `count`
+    fork-mode subagents; each runs the real runner behind its own broker (the
+    containers are threads here: `RunnerBackend` of the task-manager tests)."""
+    from orchestrator.agents.registry import AgentRegistry
+    from orchestrator.broker import Upstream
+    from orchestrator.broker.upstream import model_client
+    from orchestrator.images.choice import SandboxImage
+    from orchestrator.results.parent_transcript import ObservedClient
+    from orchestrator.runtime.caps import TaskManagerConfig
+    from orchestrator.runtime.events import EventLog
+    from orchestrator.runtime.manager import TaskManager
+    from orchestrator.runtime.parent import ParentAgent
+    from orchestrator.store import Store
+    from tests.unit.test_task_manager import RunnerBackend, Wire
+
+    print(f"\n2. forks: one parent turn starts {count} fork-mode subagents")
+    calls = [
+        ToolUseBlock(
+            name="Task",
+            input={
+                "description": f"review part {i}",
+                "prompt": f"Review src/module_{i}.py and report problems.",
+                "subagent_type": "general-purpose",
+                "fork": True,
+            },
+        )
+        for i in range(count)
+    ]
+    history = "We are reviewing the request handlers in src/ before the release. " * 40
+    script = Script(
+        conversations=[
+            Conversation(
+                name="fork",
+                match=Match(last_message_contains="[Fork mode]"),
+                turns=[Turn(content=[TextBlock(text="-")])]
+                + [Turn(content=[TextBlock(text="No problems found.")])] * 2,
+            ),
+            Conversation(
+                name="parent",
+                match=Match(has_tool="TaskStop"),
+                turns=[
+                    Turn(content=[TextBlock(text="Splitting the review."), *calls]),
+                    Turn(content=[TextBlock(text="All parts reviewed.")]),
+                ],
+            ),
+        ]
+    )
+    root = workspace(count, 3000)
+    state = Path(tempfile.mkdtemp(prefix="warden-bench-fork-"))
+    store = Store.open(state / "warden.db")
+    store.create_run("run_bench", prompt="p", workspace=str(root), model=DEFAULT_MODEL, pid=1)
+    with ScriptedModelServer(script).in_thread() as server:
+
+        def runner(w: Wire) -> None:
+            runner_module.run(w.socket_path, root)
+
+        backend = RunnerBackend(runner)
+        client = model_client(server.base_url, None, max_retries=0)
+        manager = TaskManager(
+            backend=backend,
+            registry=AgentRegistry(),
+            upstream=Upstream(client=client),
+            events=EventLog("run_bench", state / "events.jsonl", store),
+            store=store,
+            workspace=root,
+            session="bench-cost",
+            run_id="run_bench",
+            trace_id="trace",
+            default_model=DEFAULT_MODEL,
+            image_resolver=lambda agent: SandboxImage(name="agent", ref="image-agent"),
+            config=TaskManagerConfig(warm_pool_size=0),
+            runner_command=("in-thread-runner",),
+        )
+        parent = ParentAgent(
+            client=ObservedClient(client, []), model=DEFAULT_MODEL, manager=manager, fork=True
+        )
+        outcome = await parent.run(f"{history}\nReview every module, one subagent per module.")
+        await manager.close()
+        await client.close()
+        store.close()
+        firsts = [r.usage for r in server.requests if r.conversation == "fork" and r.turn == 1]
+    assert outcome.text == "All parts reviewed.", outcome.text
+    reads = sum(u.get("cache_read_input_tokens", 0) for u in firsts if isinstance(u, dict))
+    total = sum(prompt_tokens(u) for u in firsts if isinstance(u, dict))
+    share = reads / total
+    print(f"   {len(firsts)} first requests, {total:,} input tokens, {reads:,} read from cache")
+    print(f"   cache-read share {share:.1%} (target >= {FORK_TARGET:.0%})   "
+          f"{'meets target' if share >= FORK_TARGET else 'MISSES target'}")
+
+
 # -- 3. context -------------------------------------------------------------------
 
 
@@ -308,6 +402,7 @@ async def streaming(calls: int) -> None:
 
 async def main_async(args: argparse.Namespace) -> None:
     await caching(args.turns)
+    await forks(args.forks)
     await context(args.long_turns, args.window)
     await streaming(args.calls)
 
@@ -318,6 +413,7 @@ def main() -> None:
     parser.add_argument("--long-turns", type=int, default=200)
     parser.add_argument("--window", type=int, default=200_000)
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--forks", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     args = parser.parse_args()
     if args.quick:

@@ -182,7 +182,8 @@ class Settings(BaseModel):
     """Longest one model call keeps retrying (WARDEN_MODEL_RETRY_TOTAL_S)."""
     model_context_windows: dict[str, Annotated[int, Field(ge=1000)]] = Field(default_factory=dict)
     """Context window in tokens per model id, for models whose window is not the
-    standard 200,000 (a subagent keeps each request inside its model's window)."""
+    standard 200,000 (a subagent keeps each request inside its model's window;
+    WARDEN_CONTEXT_WINDOWS=model=tokens,...)."""
     max_concurrent: int = Field(default=DEFAULT_MAX_CONCURRENT, ge=1)
     """Subagents running at once per run; more wait in a queue (WARDEN_MAX_CONCURRENT)."""
     queue_limit: int = Field(default=DEFAULT_QUEUE_LIMIT, ge=0)
@@ -260,6 +261,8 @@ class Settings(BaseModel):
         values["trust_workspace"] = env.get("WARDEN_TRUST_WORKSPACE", "").lower() in {
             "1", "true", "yes"
         }
+        if env.get("WARDEN_CONTEXT_WINDOWS", "").strip():
+            values["model_context_windows"] = _context_windows(env["WARDEN_CONTEXT_WINDOWS"])
         aliases = dict(DEFAULT_MODEL_ALIASES)
         for alias, variable in _ALIAS_VARIABLES.items():
             if env.get(variable, "").strip():
@@ -284,3 +287,17 @@ def parse_size(text: str, what: str) -> int:
     if not 0 <= number < float("inf"):
         raise ConfigError(f"{what}={text!r} is not a size; use bytes or 512m, 1g, 2GiB (0: off)")
     return int(number * _SIZE_UNITS[unit])
+
+
+def _context_windows(text: str) -> dict[str, int]:
+    """`model=tokens,model=tokens` (WARDEN_CONTEXT_WINDOWS) as a dict."""
+    windows: dict[str, int] = {}
+    for item in text.split(","):
+        model, _, tokens = item.strip().partition("=")
+        if not model.strip() or not tokens.strip().isdigit():
+            raise ConfigError(
+                f"WARDEN_CONTEXT_WINDOWS: {item.strip()!r} is not model=tokens; write e.g. "
+                "WARDEN_CONTEXT_WINDOWS=claude-sonnet-5=1000000,my-model=32000"
+            )
+        windows[model.strip()] = int(tokens)
+    return windows

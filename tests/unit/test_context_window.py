@@ -160,3 +160,19 @@ def test_the_view_keeps_calls_drops_old_results_and_stays_a_valid_conversation()
     )
     assert "outgrow the context window" in json.dumps(summaries[0][-1])
     assert tight.fits(size(view))
+
+
+def test_a_models_window_comes_from_the_settings_and_reaches_the_runner() -> None:
+    """WARDEN_CONTEXT_WINDOWS sets a model's window; others keep the standard 200,000;
+    a malformed value is refused with the fix."""
+    from orchestrator.config import Settings
+    from orchestrator.errors import ConfigError
+    from orchestrator.runtime.caps import TaskManagerConfig
+
+    settings = Settings.from_env({"WARDEN_CONTEXT_WINDOWS": "big-model=1000000, small=32000"})
+    config = TaskManagerConfig.from_settings(settings)
+    assert config.context_window("big-model") == 1_000_000
+    assert config.context_window("small") == 32_000
+    assert config.context_window("claude-sonnet-5") == 200_000
+    with pytest.raises(ConfigError, match="model=tokens"):
+        Settings.from_env({"WARDEN_CONTEXT_WINDOWS": "big-model:lots"})
