@@ -92,44 +92,94 @@ def resolve_symlinks(path: str, workspace_host: Path) -> str | None:
     host. Outside the workspace the path is kept as written (the host cannot see
     the container's filesystem). None when the links loop.
 
-    Components are a deque and a list (no prefix rebuilt per component, no list
-    shifted), and below a component that does not exist nothing is looked up."""
+    Linear in the path: the walk holds one `O_PATH` descriptor of the directory it
+    is in and looks each component up relative to it (never a whole prefix again),
+    and below a component that does not exist nothing is looked up."""
     queue = deque(p for p in path.split("/") if p)
     parts: list[str] = []
-    missing_at: int | None = None
+    walk = _Walk(workspace_host)
     hops = 0
-    while queue:
-        part = queue.popleft()
-        if part == ".":
-            continue
-        if part == "..":
-            if parts:
-                parts.pop()
-            if missing_at is not None and len(parts) < missing_at:
-                missing_at = None
-            continue
-        parts.append(part)
-        if missing_at is not None:
-            continue  # below a missing directory nothing exists
-        host = to_host("/" + "/".join(parts), workspace_host)
-        if host is None:
-            continue
-        try:
-            st = os.lstat(host)
-        except OSError:
-            missing_at = len(parts)
-            continue
-        if not stat.S_ISLNK(st.st_mode):
-            continue
-        hops += 1
-        if hops > MAX_SYMLINK_HOPS:
+    try:
+        while queue:
+            part = queue.popleft()
+            if part == ".":
+                continue
+            if part == "..":
+                if parts:
+                    parts.pop()
+                walk.up_to(len(parts))
+                continue
+            parts.append(part)
+            st = walk.lookup(parts)
+            if st is None or not stat.S_ISLNK(st.st_mode):
+                continue
+            hops += 1
+            if hops > MAX_SYMLINK_HOPS:
+                return None
+            target = walk.readlink(part)
+            parts.pop()
+            if target.startswith("/"):
+                parts.clear()
+                walk.up_to(0)
+            queue.extendleft(reversed([p for p in target.split("/") if p]))
+        return "/" + "/".join(parts)
+    finally:
+        walk.close()
+
+
+class _Walk:
+    """An `O_PATH` descriptor of the deepest existing workspace directory on the way
+    (`depth` components of the container path: 1 is `/workspace` itself)."""
+
+    def __init__(self, workspace_host: Path) -> None:
+        self.host = workspace_host
+        self.fd: int | None = None
+        self.depth = 0
+
+    def lookup(self, parts: list[str]) -> os.stat_result | None:
+        """lstat of the last of `parts`, or None when it is outside the workspace, below
+        something missing, or missing; steps into it when it is a directory."""
+        if len(parts) == 1:
+            if parts[0] != WORKSPACE.strip("/"):
+                return None
+            self._set(self._open(str(self.host), None), 1)
+            return os.stat(self.fd) if self.fd is not None else None
+        if self.fd is None or self.depth != len(parts) - 1:
             return None
-        target = os.readlink(host)
-        parts.pop()
-        if target.startswith("/"):
-            parts.clear()
-        queue.extendleft(reversed([p for p in target.split("/") if p]))
-    return "/" + "/".join(parts)
+        try:
+            st = os.lstat(parts[-1], dir_fd=self.fd)
+        except OSError:
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            self._set(self._open(parts[-1], self.fd), len(parts))
+        return st
+
+    def readlink(self, name: str) -> str:
+        assert self.fd is not None
+        return os.readlink(name, dir_fd=self.fd)
+
+    def up_to(self, depth: int) -> None:
+        """Leave directories until the walk is at most `depth` deep."""
+        while self.fd is not None and self.depth > depth:
+            parent = self._open("..", self.fd) if self.depth > 1 else None
+            self._set(parent, self.depth - 1)
+
+    def _open(self, name: str, dir_fd: int | None) -> int | None:
+        flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+        if dir_fd is not None and name != "..":
+            flags |= os.O_NOFOLLOW
+        try:
+            return os.open(name, flags, dir_fd=dir_fd)
+        except OSError:
+            return None
+
+    def _set(self, fd: int | None, depth: int) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd, self.depth = fd, depth if fd is not None else 0
+
+    def close(self) -> None:
+        self._set(None, 0)
 
 
 def to_host(container_path: str, workspace_host: Path) -> Path | None:
