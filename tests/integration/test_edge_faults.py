@@ -8,17 +8,30 @@ whole and say what happened)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from orchestrator.backend.base import DiskLimits
 from orchestrator.config import Settings
+from orchestrator.runtime.caps import TaskManagerConfig
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from orchestrator.store import DB_FILENAME, Store
-from tests.conftest import result_document, run_warden, warden_argv, warden_env, write_script
+from sandbox_tools.tools.replace import TEMP_PREFIX
+from tests.conftest import (
+    UNPRIVILEGED,
+    result_document,
+    run_warden,
+    warden_argv,
+    warden_env,
+    write_script,
+)
 from tests.integration.harness import (
     PARENT_MATCH,
     containers_of,
@@ -227,3 +240,67 @@ def test_a_state_disk_that_fills_mid_run_ends_with_one_error_exit_1_and_a_result
     assert containers_of(run_id) == []
     assert set(Path("/tmp").glob("warden-sock-*")) - sockets_before == set()
     assert clean_s < 60
+
+
+ORIGINAL = "original line\n" * 2000  # 28 KB: more than the 4 KB a truncation used to keep
+
+
+@pytest.fixture
+def full_workspace(tmp_path: Path) -> Iterator[Path]:
+    """A workspace on its own 1 MiB tmpfs (mounted where the engine sees it, unmounted
+    after), holding a.txt and b.txt, then filled to the last block."""
+    ws = tmp_path / "fullws"
+    ws.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size=1m,uid={UNPRIVILEGED},gid={UNPRIVILEGED}",
+         "tmpfs", str(ws)],
+        check=True,
+    )  # fmt: skip
+    try:
+        for name in ("a.txt", "b.txt"):
+            (ws / name).write_text(ORIGINAL)
+            os.chown(ws / name, UNPRIVILEGED, UNPRIVILEGED)
+        with contextlib.suppress(OSError), (ws / "filler").open("wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        yield ws
+    finally:
+        subprocess.run(["umount", "-l", str(ws)], check=False)
+
+
+async def test_write_and_edit_on_a_full_workspace_keep_every_file_whole(
+    settings: Settings, full_workspace: Path
+) -> None:
+    ws = full_workspace
+    script = [
+        convo(
+            "writer",
+            {"prompt_contains": "WRITER"},
+            [
+                tool("Write", file_path="/workspace/a.txt", content="new " * 20000),
+                tool(
+                    "Edit",
+                    file_path="/workspace/b.txt",
+                    old_string="original",
+                    new_string="x" * 40,
+                    replace_all=True,
+                ),
+            ],
+            [text("writer saw: {tool_results}")],
+        )
+    ]
+    config = TaskManagerConfig(disk=DiskLimits(free_floor_bytes=0))
+    async with scripted_run(settings, ws, script, config=config) as (run, _):
+        result = await run.manager.run_task(
+            TaskInput(description="w", prompt="WRITER", subagent_type="general-purpose")
+        )
+        session = run.session
+    assert result.status is TaskStatus.COMPLETED, result.error
+    assert result.text.count("no space left on the device") == 2, result.text
+    assert "a.txt is unchanged" in result.text and "b.txt is unchanged" in result.text
+    assert "internal error" not in result.text and "bug in the runner" not in result.text
+    assert (ws / "a.txt").read_text() == ORIGINAL
+    assert (ws / "b.txt").read_text() == ORIGINAL
+    assert [p.name for p in ws.iterdir() if p.name.startswith(TEMP_PREFIX)] == []
+    assert containers_of(session) == []
