@@ -23,12 +23,21 @@ from orchestrator.permissions.models import (
 )
 from orchestrator.permissions.policy import AGENT_DEFINITION_SOURCE, EffectivePolicy
 from orchestrator.permissions.rules import PATH_TOOLS, Rule, bash_matches, could_reach, path_matches
-from orchestrator.permissions.shell import analyse
+from orchestrator.permissions.shell import SimpleCommand, analyse
 from sandbox_tools.wire import WORKSPACE
 
 log = logging.getLogger(__name__)
 
 MODE_SOURCE = "mode"
+TRANSPARENT_WRAPPERS = frozenset({"timeout", "time", "nice", "nohup", "stdbuf"})
+"""Wrappers an allow rule looks through, as Claude Code does: `timeout 5 npm test` is
+allowed by `Bash(npm test:*)`. Every other command that runs a command (`sh -c`,
+`bash -c`, `xargs`, `env`, `flock`, ...) must be allowed itself, as well as what it
+runs: Claude Code asks for `sh -c 'echo hi'` even with `Bash(echo:*)` allowed."""
+
+
+def _base(command: SimpleCommand) -> str:
+    return posixpath.basename(command.words[0]) if command.words else ""
 FAILURE_SOURCE = "evaluation"
 """The source of a decision taken because a call could not be evaluated (it asks)."""
 
@@ -125,10 +134,12 @@ class _Evaluator:
         lead = f"{why}; " if why else "no rule matches; "
         if m == "bypassPermissions" or (tool in NO_PROMPT_TOOLS and m != "plan"):
             b: Behavior = "allow"
+        elif tool in READ_TOOLS and in_workspace:
+            b = "allow"  # as Claude Code: reading the working directories needs no rule
         elif m == "dontAsk":
             b = "deny"
         elif tool in READ_TOOLS:
-            b = "allow"
+            b = "ask"  # outside the workspace (and additionalDirectories)
         elif m == "plan":
             b = "deny"
         elif m == "acceptEdits" and tool in EDIT_TOOLS and in_workspace:
@@ -181,7 +192,9 @@ class _Evaluator:
         if not rule.applies_to(self.call.tool_name):
             return False
         if rule.whole_tool:
-            return True
+            # As Claude Code: a bare `Edit` allows the Edit tool only; deny and ask
+            # rules for a tool also hold for the tools it covers.
+            return strict or rule.tool == self.call.tool_name
         if rule.tool in PATH_TOOLS:
             if target is None:
                 return False
@@ -268,7 +281,7 @@ class _Evaluator:
 
         def scan(behavior: str, strict: bool) -> SubcommandVerdict | None:
             for rule in self.policy.rules_for(behavior):
-                for cmd in analysis.commands:
+                for cmd in [*analysis.commands, *analysis.wrappers]:
                     if rule.tool == "Bash" and bash_matches(rule, cmd, strict=strict):
                         return SubcommandVerdict(
                             kind="command",
@@ -342,7 +355,8 @@ class _Evaluator:
         allow_rules = [r for r in self.policy.rules_for("allow")]
         uncovered: list[str] = []
         used: list[Rule] = []
-        for cmd in analysis.commands:
+        named = [w for w in analysis.wrappers if _base(w) not in TRANSPARENT_WRAPPERS]
+        for cmd in [*analysis.commands, *named]:
             rule = next(
                 (r for r in allow_rules if r.tool == "Bash" and bash_matches(r, cmd, strict=False)),
                 None,

@@ -239,13 +239,13 @@ def _from_file(f: SettingsFile) -> PolicySource:
 
 
 def _managed_rules_only(sources: list[PolicySource]) -> tuple[list[PolicySource], list[str]]:
-    """Only managed sources' allow rules; every deny and ask rule is kept (stricter
-    than Claude Code, which drops lower levels' deny rules too)."""
+    """Only managed sources' and the command line's allow rules; every deny and ask
+    rule is kept (stricter than Claude Code, which drops lower levels' deny rules too)."""
     out: list[PolicySource] = []
     dropped: list[str] = []
     for src in sources:
-        if src.name.startswith("managed:"):
-            out.append(src)
+        if src.name.startswith(("managed:", "cli", "policy:")):
+            out.append(src)  # the person's own flags still count, as in Claude Code
             continue
         dropped += [r.text for r in src.rules if r.behavior == "allow"]
         kept = [r for r in src.rules if r.behavior != "allow"]

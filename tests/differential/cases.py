@@ -57,11 +57,30 @@ def _group(gid: str, calls: list[dict[str, Any]], **settings: Any) -> Group:
 def read_rule_groups() -> list[Group]:
     """Path rule forms (`./`, `/`, `//`, `~/`, `**`, bare names, trailing `/`) x deny/ask."""
     specs = [
-        "./.env", ".env", "/.env", "/{ws}/.env", "**/.env", "sub/**", "./sub/", "*.pem",
-        "./src/gen/**", "secrets", "/sub/*.txt", "sub/deep/",
+        "./.env",
+        ".env",
+        "/.env",
+        "/{ws}/.env",
+        "**/.env",
+        "sub/**",
+        "./sub/",
+        "*.pem",
+        "./src/gen/**",
+        "secrets",
+        "/sub/*.txt",
+        "sub/deep/",
     ]
-    targets = [".env", "sub/.env", "sub/deep/.env", "README.md", "sub/notes.txt", "key.pem",
-               "sub/key.pem", "src/gen/out.py", "secrets/token"]
+    targets = [
+        ".env",
+        "sub/.env",
+        "sub/deep/.env",
+        "README.md",
+        "sub/notes.txt",
+        "key.pem",
+        "sub/key.pem",
+        "src/gen/out.py",
+        "secrets/token",
+    ]
     groups = []
     for i, (spec, behavior) in enumerate(itertools.product(specs, ("deny", "ask"))):
         project = {"permissions": {behavior: [f"Read({spec})"]}}
@@ -166,22 +185,31 @@ def level_groups() -> list[Group]:
 
 def managed_key_groups() -> list[Group]:
     """Managed-only keys and `disableBypassPermissionsMode`."""
-    calls = [_bash("touch x"), _write("w.txt"), _read("README.md"), _bash("ls"),
-             _bash("echo hi")]
+    calls = [_bash("touch x"), _write("w.txt"), _read("README.md"), _bash("ls"), _bash("echo hi")]
     groups = []
     for i, level in enumerate(("managed", "user", "project")):
         doc = {"permissions": {"disableBypassPermissionsMode": "disable"}}
         groups.append(_group(f"bypassoff{i}", calls, mode="bypassPermissions", **{level: doc}))
     for i, allow_at in enumerate(("user", "project", "local", "cli")):
-        g = _group(f"rulesonly{i}", calls,
-                   managed={"allowManagedPermissionRulesOnly": True,
-                            "permissions": {"allow": ["Bash(echo:*)"]}})
+        g = _group(
+            f"rulesonly{i}",
+            calls,
+            managed={
+                "allowManagedPermissionRulesOnly": True,
+                "permissions": {"allow": ["Bash(echo:*)"]},
+            },
+        )
         _place(allow_at, "allow", "Bash(touch:*)", g)
         _place(allow_at, "allow", "Bash(ls:*)", g)
         groups.append(g)
-    groups.append(_group("managed-nopermissions", calls,
-                         managed={"allowManagedHooksOnly": True},
-                         project={"permissions": {"allow": ["Bash(ls:*)"]}}))
+    groups.append(
+        _group(
+            "managed-nopermissions",
+            calls,
+            managed={"allowManagedHooksOnly": True},
+            project={"permissions": {"allow": ["Bash(ls:*)"]}},
+        )
+    )
     return groups
 
 
@@ -202,8 +230,11 @@ def trust_groups() -> list[Group]:
 
 def webfetch_groups() -> list[Group]:
     """WebFetch domain rules in each mode."""
-    calls = [_fetch("https://example.com/a"), _fetch("https://docs.example.com/b"),
-             _fetch("https://other.org/c")]
+    calls = [
+        _fetch("https://example.com/a"),
+        _fetch("https://docs.example.com/b"),
+        _fetch("https://other.org/c"),
+    ]
     rulesets = [
         {"allow": ["WebFetch(domain:example.com)"]},
         {"deny": ["WebFetch(domain:example.com)"]},
@@ -235,13 +266,27 @@ def mode_groups() -> list[Group]:
 
 def all_groups() -> list[Group]:
     return [
-        *read_rule_groups(), *edit_rule_groups(), *bash_groups(), *level_groups(),
-        *managed_key_groups(), *trust_groups(), *webfetch_groups(), *mode_groups(),
+        *read_rule_groups(),
+        *edit_rule_groups(),
+        *bash_groups(),
+        *level_groups(),
+        *managed_key_groups(),
+        *trust_groups(),
+        *webfetch_groups(),
+        *mode_groups(),
     ]
 
 
 SLICE = (
-    "read00", "read05", "bash00", "bash09", "lvl07", "bypassoff0", "rulesonly1", "trust0u",
-    "fetch01", "mode0",
+    "read00",
+    "read05",
+    "bash00",
+    "bash09",
+    "lvl07",
+    "bypassoff0",
+    "rulesonly1",
+    "trust0u",
+    "fetch01",
+    "mode0",
 )
 """The groups CI runs (about a minute): one of each kind."""

@@ -69,8 +69,15 @@ def private_etc(work: Path) -> None:
     upper.mkdir()
     lower_work.mkdir()
     subprocess.run(
-        ["mount", "-t", "overlay", "overlay", "-o",
-         f"lowerdir=/etc,upperdir={upper},workdir={lower_work}", "/etc"],
+        [
+            "mount",
+            "-t",
+            "overlay",
+            "overlay",
+            "-o",
+            f"lowerdir=/etc,upperdir={upper},workdir={lower_work}",
+            "/etc",
+        ],
         check=True,
     )
     MANAGED_DIR.mkdir(exist_ok=True)
@@ -161,8 +168,9 @@ def run_group(group: dict[str, Any], claude: str) -> dict[str, Any]:
     ask_log.touch()
     os.chown(ask_log, RUN_AS, RUN_AS)
     calls = group["calls"]
-    turns = [{"content": [{"type": "tool_use", "name": c["tool"], "input": c["input"]}]}
-             for c in calls]
+    turns = [
+        {"content": [{"type": "tool_use", "name": c["tool"], "input": c["input"]}]} for c in calls
+    ]
     turns.append({"content": [{"type": "text", "text": "done"}]})
     script = Script.model_validate(
         {
@@ -172,12 +180,26 @@ def run_group(group: dict[str, Any], claude: str) -> dict[str, Any]:
             ]
         }
     )
-    mcp = {"mcpServers": {"warden-diff": {
-        "command": sys.executable, "args": ["-m", "tests.differential.prompt_server"],
-        "env": {"DIFF_ASK_LOG": str(ask_log), "PYTHONPATH": os.getcwd()}}}}
-    argv = [claude, "-p", f"{MARK} {group['id']}: make the calls", "--output-format", "json",
-            "--mcp-config", json.dumps(mcp),
-            "--permission-prompt-tool", "mcp__warden-diff__approve"]
+    mcp = {
+        "mcpServers": {
+            "warden-diff": {
+                "command": sys.executable,
+                "args": ["-m", "tests.differential.prompt_server"],
+                "env": {"DIFF_ASK_LOG": str(ask_log), "PYTHONPATH": os.getcwd()},
+            }
+        }
+    }
+    argv = [
+        claude,
+        "-p",
+        f"{MARK} {group['id']}: make the calls",
+        "--output-format",
+        "json",
+        "--mcp-config",
+        json.dumps(mcp),
+        "--permission-prompt-tool",
+        "mcp__warden-diff__approve",
+    ]
     if group.get("mode"):
         argv += ["--permission-mode", group["mode"]]
     if group.get("cli_allow"):
@@ -185,11 +207,20 @@ def run_group(group: dict[str, Any], claude: str) -> dict[str, Any]:
     if group.get("cli_deny"):
         argv += ["--disallowedTools", *group["cli_deny"]]
     with ScriptedModelServer(script).in_thread() as server:
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "USER": "diff",
-               "ANTHROPIC_BASE_URL": server.base_url, **QUIET_ENV}
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(home),
+            "USER": "diff",
+            "ANTHROPIC_BASE_URL": server.base_url,
+            **QUIET_ENV,
+        }
         proc = subprocess.run(
             ["setpriv", f"--reuid={RUN_AS}", f"--regid={RUN_AS}", "--clear-groups", "--", *argv],
-            cwd=ws, env=env, capture_output=True, text=True, timeout=CLAUDE_TIMEOUT_S,
+            cwd=ws,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CLAUDE_TIMEOUT_S,
             check=False,
         )
         if os.environ.get("DIFF_DEBUG"):
@@ -210,8 +241,9 @@ def run_group(group: dict[str, Any], claude: str) -> dict[str, Any]:
         nxt = by_turn.get(i + 1)
         results = tool_results(nxt.body) if nxt is not None else []
         result = results[0] if results else None
-        was_asked = any(a.get("tool_name") == call["tool"] and a.get("input") == call["input"]
-                        for a in asked)
+        was_asked = any(
+            a.get("tool_name") == call["tool"] and a.get("input") == call["input"] for a in asked
+        )
         decision, text = classify(result, was_asked, denied)
         outcomes.append({"id": group["calls"][i]["id"], "claude": decision, "text": text[:400]})
     return {

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.permissions.shell import analyse
 from tests.differential.warden_side import decide_group
 
 CLAUDE_CODE_VERSION = "2.1.197"
@@ -36,6 +37,8 @@ HARNESS = "2"
 """Bumped when `claude_side` changes what it measures (invalidates the cache)."""
 RETRIES = 3
 MCP_RACE = "passed via --permission-prompt-tool) not found"
+NOT_DECIDED = ("No such tool available",)
+"""Tool results that show Claude Code made no permission decision (the tool is absent)."""
 STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
 
 
@@ -112,6 +115,64 @@ def _tool(call: dict[str, Any]) -> str:
     return str(call["tool"])
 
 
+CLAUDE_READ_ONLY = frozenset(
+    {
+        "echo",
+        "ls",
+        "cat",
+        "head",
+        "tail",
+        "wc",
+        "grep",
+        "find",
+        "pwd",
+        "git",
+        "sort",
+        "uniq",
+        "cut",
+        "tr",
+        "printf",
+        "true",
+        "date",
+        "which",
+        "file",
+        "stat",
+        "du",
+        "df",
+        "less",
+        "more",
+        "diff",
+        "tree",
+    }
+)
+"""Commands Claude Code (2.1.x) runs without a rule when it judges them read-only."""
+CLAUDE_ACCEPT_EDITS = frozenset({"mkdir", "touch", "rm", "rmdir", "mv", "cp", "sed"})
+"""File commands Claude Code's acceptEdits mode runs without a rule in the workspace."""
+
+
+def _names(call: dict[str, Any]) -> set[str] | None:
+    command = call["input"].get("command")
+    if call["tool"] != "Bash" or not isinstance(command, str):
+        return None
+    found = analyse(command)
+    return {c.words[0].rsplit("/", 1)[-1] for c in [*found.commands, *found.wrappers] if c.words}
+
+
+def _read_only(group: dict[str, Any], call: dict[str, Any], w: str, cl: str) -> bool:
+    names = _names(call)
+    if names is None or cl != "allow":
+        return False
+    allowed = CLAUDE_READ_ONLY | {"timeout", "nice", "nohup", "stdbuf", "time"}
+    if group.get("mode") == "acceptEdits":
+        allowed |= CLAUDE_ACCEPT_EDITS
+    return names <= allowed
+
+
+def _reads_denied_file(group: dict[str, Any], call: dict[str, Any], w: str, cl: str) -> bool:
+    reason = call.get("_reason", "")
+    return call["tool"] == "Bash" and w == "deny" and ("read '" in reason or "may read" in reason)
+
+
 KNOWN: list[Known] = [
     Known(
         "webfetch-needs-allow",
@@ -121,13 +182,66 @@ KNOWN: list[Known] = [
         lambda g, c, w, cl: _tool(c) in ("WebFetch", "WebSearch") and w == "deny",
     ),
     Known(
-        "bash-reads-under-a-denied-tree",
-        "A command that may read under a directory holding a file a Read rule denies "
-        "(a glob, a variable, `grep -r`, `xargs`) is asked about: warden cannot name the "
-        "files it will read.",
-        lambda g, c, w, cl: _tool(c) == "Bash" and w == "ask" and cl == "allow",
+        "read-only-commands",
+        "Claude Code runs commands it judges read-only (ls, cat, echo, git status, ...) and, "
+        "in acceptEdits, file commands (touch, rm, mkdir, ...) without a rule; warden runs "
+        "a command only when a rule allows every part of it.",
+        _read_only,
+    ),
+    Known(
+        "bash-reads-a-denied-file",
+        "A command that reads a file a Read rule denies is denied (or asked about when its "
+        "paths are only known at run time), also through an input redirection or a "
+        "command substitution; Claude Code lets some of these run.",
+        _reads_denied_file,
+    ),
+    Known(
+        "unproven-commands-ask",
+        "A command the analyser cannot prove (an environment prefix such as FOO=1, ...) is "
+        "asked about whatever rule names it.",
+        lambda g, c, w, cl: _tool(c) == "Bash" and "cannot prove" in c.get("_reason", ""),
+    ),
+    Known(
+        "wrapped-commands-need-their-rule",
+        "`timeout 5 X` allowed by `Bash(timeout:*)` alone in Claude Code; warden also needs "
+        "a rule for X.",
+        lambda g, c, w, cl: (
+            _tool(c) == "Bash"
+            and "no allow rule covers" in c.get("_reason", "")
+            and bool(_names(c) & {"timeout", "sh", "bash", "xargs", "env", "find"})
+        ),
+    ),
+    Known(
+        "plan-mode-denies-changes",
+        "In plan mode warden denies writes and commands (a plan is read-only); Claude Code "
+        "asks, since approving ends its plan.",
+        lambda g, c, w, cl: (
+            g.get("mode") == "plan" and "plan mode is read-only" in c.get("_reason", "")
+        ),
+    ),
+    Known(
+        "write-rules-apply",
+        "`Write(path)` rules hold for Write and Edit in warden; Claude Code reads path rules "
+        "only for Read and Edit, so it ignores them.",
+        lambda g, c, w, cl: "Write(" in c.get("_reason", ""),
     ),
 ]
+"""Where warden is stricter than Claude Code, and why (policies/README.md has the same
+table)."""
+KNOWN_LOOSER: list[Known] = [
+    Known(
+        "webfetch-subdomains",
+        "WebFetch runs on the model API's servers: the broker can only pass the allowed "
+        "domains on, and the API's `allowed_domains` include subdomains; Claude Code asks "
+        "for a subdomain that no rule names.",
+        lambda g, c, w, cl: (
+            _tool(c) == "WebFetch"
+            and w == "allow"
+            and "example.com" in str(c["input"].get("url", ""))
+        ),
+    ),
+]
+"""Where warden cannot be as strict as Claude Code (reported apart, never hidden)."""
 
 
 @dataclass
@@ -137,12 +251,14 @@ class Summary:
     agree: int = 0
     documented: dict[str, int] = field(default_factory=dict)
     fail_open: list[dict[str, Any]] = field(default_factory=list)
+    looser: list[dict[str, Any]] = field(default_factory=list)
+    """warden allows what Claude Code asks or denies, documented in KNOWN_LOOSER."""
     other: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def undocumented(self) -> int:
-        return self.compared - sum(self.documented.values())
+        return self.compared - sum(self.documented.values()) - len(self.looser)
 
     @property
     def agreement(self) -> float:
@@ -156,7 +272,9 @@ class Summary:
             f"= {100 * self.agreement:.1f}%",
             f"documented (warden stricter): {sum(self.documented.values())} "
             + json.dumps(self.documented),
-            f"warden allows what Claude Code denies or asks: {len(self.fail_open)}",
+            f"warden allows what Claude Code denies or asks: {len(self.fail_open)} "
+            f"(and {len(self.looser)} documented: "
+            f"{', '.join(sorted({r['known'] for r in self.looser})) or 'none'})",
             f"other differences: {len(self.other)}",
         ]
         for row in [*self.fail_open, *self.other][:60]:
@@ -177,18 +295,37 @@ def compare(groups: Iterable[dict[str, Any]], claude: str, use_cache: bool = Tru
         for call, outcome in zip(group["calls"], theirs["outcomes"], strict=True):
             summary.cases += 1
             cl, w = outcome["claude"], ours[call["id"]]["warden"]
-            row = {"id": call["id"], "tool": call["tool"], "input": call["input"], "claude": cl,
-                   "warden": w, "reason": ours[call["id"]]["reason"], "text": outcome["text"]}
-            if cl not in STRICTNESS:
+            row = {
+                "id": call["id"],
+                "tool": call["tool"],
+                "input": call["input"],
+                "claude": cl,
+                "warden": w,
+                "reason": ours[call["id"]]["reason"],
+                "text": outcome["text"],
+            }
+            if cl not in STRICTNESS or any(m in outcome["text"] for m in NOT_DECIDED):
                 summary.skipped.append(row)
                 continue
             summary.compared += 1
             if w == cl:
                 summary.agree += 1
                 continue
-            known = next((k for k in KNOWN if w in STRICTNESS and STRICTNESS[w] >
-                          STRICTNESS[cl] and k.applies(group, call, w, cl)), None)
-            if known is not None:
+            probe = {**call, "_reason": row["reason"]}
+            known = next(
+                (
+                    k
+                    for k in KNOWN
+                    if w in STRICTNESS
+                    and STRICTNESS[w] > STRICTNESS[cl]
+                    and k.applies(group, probe, w, cl)
+                ),
+                None,
+            )
+            looser = next((k for k in KNOWN_LOOSER if k.applies(group, probe, w, cl)), None)
+            if looser is not None and w == "allow":
+                summary.looser.append({**row, "known": looser.name})
+            elif known is not None:
                 summary.documented[known.name] = summary.documented.get(known.name, 0) + 1
             elif w == "allow":
                 summary.fail_open.append(row)

@@ -66,7 +66,7 @@ def bash(command: str, pol: EffectivePolicy = GIT) -> Behavior:
         ('git diff "$(evil)"', "ask"),
         ("git diff `evil`", "ask"),
         ("git diff <(evil)", "ask"),
-        ("eval git diff", "allow"),  # eval of literal text is analysed
+        ("eval git diff", "ask"),  # analysed, but eval itself needs a rule (Claude Code asks)
         ("eval 'git diff; rm -rf /'", "ask"),
         ('eval "$CMD"', "ask"),
         ("git diff > /etc/x", "ask"),
@@ -78,11 +78,11 @@ def bash(command: str, pol: EffectivePolicy = GIT) -> Behavior:
         ("git diff & rm x", "ask"),
         ("(git diff; rm x)", "ask"),
         ("{ git diff; rm x; }", "ask"),
-        ("bash -c 'git diff'", "allow"),
+        ("bash -c 'git diff'", "ask"),  # bash itself needs a rule, as in Claude Code
         ("sh -c 'git diff; rm -rf /'", "ask"),
         ('sh -c "$X"', "ask"),
         ("exec rm x", "ask"),
-        ("env git diff", "allow"),
+        ("env git diff", "ask"),  # env itself needs a rule
         ("env rm x", "ask"),
         ("PATH=/tmp/evil git diff", "ask"),  # changes what `git` is
         ("GIT_EXTERNAL_DIFF=/tmp/x git diff", "ask"),
@@ -114,7 +114,7 @@ def bash(command: str, pol: EffectivePolicy = GIT) -> Behavior:
         ("git diff <<< $(rm x)", "ask"),
         ("cat <<EOF; rm x\nbody\nEOF", "ask"),
         ("ls\r", "ask"),  # bash would look for a command named 'ls\r'
-        ("setsid git diff", "allow"),
+        ("setsid git diff", "ask"),  # setsid itself needs a rule
         ("git diff '$(rm x)'", "allow"),  # single quotes: data
         ('git diff "\\`rm x\\`"', "allow"),  # escaped backticks: data
         ('git diff "`rm x`"', "ask"),

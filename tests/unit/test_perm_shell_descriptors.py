@@ -25,7 +25,10 @@ from orchestrator.permissions.shell import analyse
 from orchestrator.permissions.sources import BUILT_IN_ASK, BUILT_IN_SOURCE
 
 FILES = ("a.txt", "b.txt", "c.txt")
-ALLOW = ("Bash(echo:*)", "Bash(printf:*)", "Bash(ls:*)", "Bash(cat:*)", "Bash(true)")
+ALLOW = ("Bash(echo:*)", "Bash(printf:*)", "Bash(ls:*)", "Bash(cat:*)", "Bash(true)",
+         "Bash(sh:*)", "Bash(bash:*)", "Bash(dash:*)", "Bash(exec:*)")
+"""Shells and `exec` are allowed too: a command that runs another needs its own rule
+(as in Claude Code), and these tests are about what the nested command does."""
 
 
 def _policy(mode: str = "default", rules: tuple[str, ...] = ALLOW) -> EffectivePolicy:

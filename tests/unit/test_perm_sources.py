@@ -108,7 +108,7 @@ def test_managed_policy_cannot_be_overridden(tmp_path: Path, workspace: Path) ->
     [
         ("default", "allow", "ask", "ask"),
         ("acceptEdits", "allow", "allow", "ask"),
-        ("dontAsk", "deny", "deny", "deny"),
+        ("dontAsk", "allow", "deny", "deny"),  # reading the workspace needs no rule
         ("plan", "allow", "deny", "deny"),
         ("bypassPermissions", "allow", "allow", "allow"),
     ],
@@ -118,6 +118,8 @@ def test_mode_defaults(
 ) -> None:
     pol = load_policy(settings, workspace, mode=mode)
     assert call(pol, "Read", file_path="a.txt") == read
+    outside = {"bypassPermissions": "allow", "dontAsk": "deny"}.get(mode, "ask")
+    assert call(pol, "Read", file_path="/etc/hostname") == outside  # as Claude Code
     assert call(pol, "Write", file_path="a.txt", content="") == edit
     assert bash(pol, "make") == bash_cmd
 

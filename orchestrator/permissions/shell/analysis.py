@@ -102,6 +102,9 @@ class ShellAnalysis:
     """What the analyser could not prove; empty when it proved everything."""
     changes_dir: bool = False
     """A `cd`/`pushd`/`popd` makes later relative paths unknowable."""
+    wrappers: list[SimpleCommand] = field(default_factory=list)
+    """Commands that run another command (`sh -c`, `timeout`, `xargs`, `env`, ...), as
+    written; what they run is in `commands`."""
 
     @property
     def understood(self) -> bool:
@@ -238,6 +241,8 @@ class _Analyser:
         if unwrapped is None:
             self.result.commands.append(record)
             return
+        if name != "find":
+            self.result.wrappers.append(record)
         for w in [*unwrapped.writes, *unwrapped.reads]:
             if replace and replace in w.value:
                 raise Unprovable(f"'{name}' file {w.raw!r} is replaced at run time")
