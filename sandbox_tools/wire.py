@@ -64,6 +64,9 @@ ANTHROPIC_VERSION = "2023-06-01"
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """Largest request body the broker reads on any endpoint."""
+MAX_JSON_DEPTH = 128
+"""Deepest nesting of arrays and objects the broker accepts in a request body (the
+Messages API's own documents nest a few levels; a tool input a few more)."""
 
 MAX_TOOL_INPUT_BYTES = 256 * 1024
 """Largest tool input (as JSON) a permission request may carry."""

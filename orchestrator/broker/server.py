@@ -287,12 +287,22 @@ class Broker:
             raise RequestRejected(
                 408, "timeout_error", f"the request body did not arrive within {BODY_TIMEOUT_S:g} s"
             ) from None
+        too_deep = RequestRejected(
+            400,
+            "invalid_request_error",
+            f"body is nested deeper than {wire.MAX_JSON_DEPTH} levels of arrays and objects",
+        )
         try:
-            return json.loads(raw), len(raw)
+            body = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise RequestRejected(
                 400, "invalid_request_error", f"body is not JSON: {exc}"
             ) from None
+        except RecursionError:  # deeper than the parser's own stack allows
+            raise too_deep from None
+        if json_depth(body) > wire.MAX_JSON_DEPTH:
+            raise too_deep
+        return body, len(raw)
 
     async def _parse(self, request: web.Request, model: type[M]) -> M:
         return self._validate(model, await self._read_json(request))
@@ -519,3 +529,21 @@ class Broker:
 
 def _assistant_turns(messages: list[JSONObject]) -> int:
     return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+
+
+def json_depth(value: JSONValue) -> int:
+    """How deeply arrays and objects nest in `value` (a scalar is 0); iterative, so
+    any depth the parser accepted is measured without recursion."""
+    deepest = 0
+    stack: list[tuple[JSONValue, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: list[JSONValue] = list(node.values())
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest

@@ -428,3 +428,31 @@ async def test_connection_floods_neither_exhaust_the_host_nor_stall_others(
     # No traceback spam: a handful of warning lines at most.
     broker_lines = [r for r in caplog.records if r.name.startswith("orchestrator.broker")]
     assert len(broker_lines) <= 5 and not any(r.exc_info for r in caplog.records)
+
+
+NEST = r"""
+out = {}
+for depth in (200, 5_000, 200_000):
+    for path, head, tail in (("/v1/messages", '{"model":"m","max_tokens":5,"messages":', "}"),
+                             ("/v1/events", '{"kind":"x","data":', "}"), ("/v1/permission", "", "")):
+        body = (head + "[" * depth + "]" * depth + tail).encode()
+        status, answer = request("POST", path, body)
+        out[f"{path}@{depth}"] = [status, str(answer)[:200]]
+report(out)
+"""
+
+
+async def test_json_nesting_bombs_are_refused_without_a_traceback(
+    settings: Settings, workspace: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    command = plant(workspace, "nest.py", NEST)
+    async with scripted_run(settings, workspace, [attacker("nester", command)]) as (run, server):
+        with caplog.at_level(logging.INFO):
+            result = await run_one(run, "nester")
+    assert result.status is TaskStatus.COMPLETED, result
+    out = report_of(result.text)
+    assert all(v[0] == 400 and "nested deeper" in v[1] for v in out.values()), out
+    # no bomb reached the model endpoint: only the subagent's own two turns did
+    assert len(requests_of(server, "nester")) == 2
+    tracebacks = [r for r in caplog.records if r.exc_info or "RecursionError" in r.getMessage()]
+    assert tracebacks == []

@@ -6,6 +6,7 @@ requests with a 4xx without disturbing the host."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -135,7 +136,9 @@ async def broker_env(
     broker = Broker(
         socket_dir=socket_dir,
         spec=make_spec(),
-        upstream=Upstream(model_client("http://model.test", REAL_KEY, http_client=upstream_client), stream=False),
+        upstream=Upstream(
+            model_client("http://model.test", REAL_KEY, http_client=upstream_client), stream=False
+        ),
         host=host,
         budget=Budget(max_turns=2, max_total_tokens=100_000),
     )
@@ -203,7 +206,9 @@ def budget_broker(
     broker = Broker(
         socket_dir=socket_dir,
         spec=make_spec(max_turns=10),
-        upstream=Upstream(model_client("http://model.test", None, http_client=upstream_client), stream=False),
+        upstream=Upstream(
+            model_client("http://model.test", None, http_client=upstream_client), stream=False
+        ),
         host=RecordingHost(),
         budget=budget,
         **extra,
@@ -519,3 +524,28 @@ async def test_refused_requests_cannot_flood_the_audit(broker_env: Any) -> None:
     # At most 20 decisions per request, and requests past the allowance are not audited.
     assert len(host.forwarding) <= 20 * (FORWARDING_AUDITS_BURST + 10)
     assert [k for k, _ in host.notices] == ["flood/forwarding-audit"]
+
+
+@pytest.mark.parametrize("depth", [100_000, 5_000, 900])
+async def test_a_json_nesting_bomb_is_a_400_without_a_traceback(
+    broker_env: Any, depth: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Deeply nested JSON on any endpoint is refused as too deep, with no
+    RecursionError (nor its traceback) anywhere on the host."""
+    _, _, model, client = broker_env
+    for endpoint, bomb in (
+        (
+            "/v1/messages",
+            '{"model":"m","max_tokens":5,"messages":' + "[" * depth + "]" * depth + "}",
+        ),
+        ("/v1/events", '{"kind":"x","data":' + '{"a":' * depth + "1" + "}" * depth + "}"),
+        ("/v1/permission", "[" * depth + "]" * depth),
+    ):
+        with caplog.at_level(logging.DEBUG):
+            response = await client.post(
+                endpoint, content=bomb, headers={"content-type": "application/json"}
+            )
+        assert response.status_code == 400, (endpoint, response.text)
+        assert "nested" in response.json()["error"]["message"]
+    assert not model.requests
+    assert not [r for r in caplog.records if r.exc_info or "RecursionError" in r.getMessage()]
