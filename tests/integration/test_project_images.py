@@ -275,3 +275,37 @@ async def test_the_bash_type_has_the_file_tools_under_the_same_rules(
     assert {("Read", "allow"), ("Edit", "allow"), ("Write", "deny"), ("Glob", "allow")} <= decided
     glob_result = [r for r in server.requests if r.conversation == "filer"][-1].body
     assert "notes.txt" in json.dumps(glob_result["messages"][-1])
+
+
+async def test_granted_egress_works_in_a_project_image_and_stays_allowlisted(
+    settings: Settings, workspace: Path, node_image: str
+) -> None:
+    from orchestrator.egress.resolver import StaticResolver
+    from orchestrator.egress.setup import EgressRequest
+    from tests.egress_support import upstream
+
+    project_workspace(workspace)
+    # Plain HTTP through the proxy the runner forwards to, with bash's /dev/tcp:
+    # the image has no curl, no Python.
+    fetch = (
+        'p=${HTTP_PROXY##*:}; p=${p%%/*}; for host in allowed.test denied.test; do '
+        'exec 3<>/dev/tcp/127.0.0.1/$p; '
+        'printf "GET http://$host:%s/hello HTTP/1.1\\r\\nHost: $host\\r\\nConnection: close\\r\\n\\r\\n" '
+        'PORT >&3; echo "$host: $(head -1 <&3 | tr -d "\\r")"; exec 3<&-; done; '
+        "echo net=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ,)"
+    )
+    with upstream() as port:
+        script = delegate(fetch.replace("PORT", str(port)))
+        egress = EgressRequest(
+            allow_domains=("allowed.test",),
+            deny_domains=("denied.test",),
+            resolver=StaticResolver(dict.fromkeys(("allowed.test", "denied.test"), "127.0.0.1")),
+        )
+        async with scripted_run(settings, workspace, script, image=node_image, egress=egress) as (
+            run,
+            _,
+        ):
+            result = await run.parent.run("fetch")
+    assert "allowed.test: HTTP/1.1 200" in result.text, result.text
+    assert "denied.test: HTTP/1.1 403" in result.text, result.text
+    assert "net=lo," in result.text, "egress adds no network interface"
