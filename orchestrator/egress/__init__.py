@@ -2,15 +2,18 @@
 
 A sandbox still has no network interface; with egress it gets a second Unix
 socket beside its broker's (`proxy.SOCKET_NAME`), and the in-container forwarder
-(`sandbox_tools.egress_forward`) relays 127.0.0.1 connections to it.
+(`sandbox_tools.egress_forward`) passes each 127.0.0.1 connection over it.
 
 - `rules`: host patterns (allow / ask / deny) and how they match
 - `sources`: where rules come from (settings, CLI, WebFetch rules, agent files)
 - `addresses`: which IP addresses are refused unless a rule names them
 - `resolver`: the proxy's own name resolution (the container never resolves)
 - `decide`: one connection's decision, as a `Verdict`
-- `sni`: the TLS ClientHello's server name, checked against the CONNECT host
+- `http_head`: one request head, parsed with h11, and the head sent upstream
+- `sni`: TLS records: the ClientHello's server name, ServerHello or HelloRetryRequest
+- `tunnel`: a CONNECT tunnel's TLS check (every ClientHello names the host)
 - `limits`: per-task caps on bytes and connections, and the meter
+- `relay`: the checked connection's bytes, moved in the kernel (splice)
 - `proxy`: the HTTP CONNECT / plain-HTTP proxy on the Unix socket
 - `service`: one run's egress: a proxy per task, approvals, audit, summaries
 
