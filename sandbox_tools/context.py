@@ -147,16 +147,28 @@ class ContextWindow:
     ) -> bool:
         """Make room when the request for `messages` would not fit; True when the view
         changed. `request_tokens` estimates a whole request for a view."""
+        before = self.compactions
+        if self.clear(messages, request_tokens):
+            return self.compactions != before
+        wanted = self.summary_request(messages, request_tokens)
+        if wanted is not None:
+            head, upto = wanted
+            self.set_summary(summarize(head), upto)
+        return True
+
+    def clear(
+        self, messages: list[JSONObject], request_tokens: Callable[[list[JSONObject]], int]
+    ) -> bool:
+        """Step 1: True when the request fits (clearing old tool results if needed);
+        False when only a summary can make room (`summary_request`)."""
         if self.fits(request_tokens(self.view(messages))):
-            return False
+            return True
         self.compactions += 1
         for keep in (KEEP_RESULTS, 1):
             self._clear_results(messages, keep)
             if self.fits(request_tokens(self.view(messages))):
-                break
-        else:
-            self._summarize(messages, request_tokens, summarize)
-        return True
+                return True
+        return False
 
     def _clear_results(self, messages: list[JSONObject], keep: int) -> None:
         results = [
@@ -169,12 +181,12 @@ class ContextWindow:
         # cache misses each one costs) rare.
         self.cleared.update(results[: max(0, len(results) - keep)])
 
-    def _summarize(
-        self,
-        messages: list[JSONObject],
-        request_tokens: Callable[[list[JSONObject]], int],
-        summarize: Summarize,
-    ) -> None:
+    def summary_request(
+        self, messages: list[JSONObject], request_tokens: Callable[[list[JSONObject]], int]
+    ) -> tuple[list[JSONObject], int] | None:
+        """Step 2: the messages to ask for a summary of (ending with the instruction),
+        and how far into `messages` that summary reaches (for `set_summary`); None
+        when there is nothing old enough to summarise."""
         view = self.view(messages)
         offset = self.summary_upto - (1 if self.summary is not None else 0)
         # Keep the newest turns that fit in half the target; summarise what is before.
@@ -191,7 +203,7 @@ class ContextWindow:
                 default=len(view),
             )
         if keep <= 1 or keep >= len(view):
-            return  # nothing before the kept turns to summarise
+            return None  # nothing before the kept turns to summarise
         head = [_cut_texts(m) for m in view[:keep]]
         last = head[-1]
         content = last.get("content")
@@ -204,5 +216,8 @@ class ContextWindow:
         )
         blocks.append({"type": "text", "text": SUMMARY_INSTRUCTION})
         head[-1] = {**last, "content": blocks}
-        self.summary = summarize(head)
-        self.summary_upto = offset + keep
+        return head, offset + keep
+
+    def set_summary(self, text: str, upto: int) -> None:
+        """The summary (written for `summary_request`) now stands for messages[:upto]."""
+        self.summary, self.summary_upto = text, upto

@@ -25,6 +25,7 @@ from orchestrator.runtime.parent_tools import (
 from orchestrator.runtime.tasks import ForkPrefix, TaskInput, TaskResult
 from sandbox_tools import wire
 from sandbox_tools.caching import cached_messages, cached_tools, system_blocks
+from sandbox_tools.context import ContextWindow, estimate_tokens
 from sandbox_tools.tools.inputs import tool_params
 
 if TYPE_CHECKING:
@@ -83,6 +84,8 @@ class ParentAgent:
         self.fork = fork
         self.messages: list[JSONObject] = []
         self._tools: list[JSONObject] = []
+        self.context = ContextWindow(manager.config.context_window(model), PARENT_MAX_TOKENS)
+        """What of `messages` is sent (`sandbox_tools.context`); they stay whole."""
         self.results: list[TaskResult] = []
 
     def tools(self) -> list[JSONObject]:
@@ -130,10 +133,15 @@ class ParentAgent:
             self.results,
         )
 
-    async def _model_call(self, tools: list[JSONObject]) -> Message:
-        """One model turn; an API error (after the SDK's retries) is a ModelError."""
+    async def _model_call(
+        self, tools: list[JSONObject], messages: list[JSONObject] | None = None
+    ) -> Message:
+        """One model turn (of the context window's view of the conversation, or of
+        `messages`); an API error (after the SDK's retries) is a ModelError."""
         import anthropic
 
+        if messages is None:
+            messages = await self._view(tools)
         try:
             # Prompt-caching breakpoints (tools, system, the conversation rolling), on
             # copies: each turn reads everything the previous turn sent from the cache.
@@ -141,11 +149,32 @@ class ParentAgent:
                 model=self.model,
                 max_tokens=PARENT_MAX_TOKENS,
                 system=system_blocks(self.system_prompt),
-                messages=cached_messages(self.messages),
+                messages=cached_messages(messages),
                 tools=cached_tools(tools),
             )
         except anthropic.APIError as exc:
             raise from_sdk_error(exc, max_retries=self.client.max_retries) from exc
+
+    async def _view(self, tools: list[JSONObject]) -> list[JSONObject]:
+        """The conversation as sent: inside the model's window (old tool results
+        cleared, then the oldest turns summarised by the model itself)."""
+
+        def size(view: list[JSONObject]) -> int:
+            request: JSONValue = {
+                "system": self.system_prompt,
+                "tools": list[JSONValue](tools),
+                "messages": list[JSONValue](view),
+            }
+            return estimate_tokens(request)
+
+        if not self.context.clear(self.messages, size):
+            wanted = self.context.summary_request(self.messages, size)
+            if wanted is not None:
+                head, upto = wanted
+                reply = await self._model_call(tools, head)
+                text = _text([b.model_dump(mode="json") for b in reply.content])
+                self.context.set_summary(text or "(The summary came back empty.)", upto)
+        return self.context.view(self.messages)
 
     def _notifications(self) -> list[JSONObject]:
         blocks: list[JSONObject] = []

@@ -68,6 +68,8 @@ Runner = Callable[["Wire"], None]
 
 class BrokerRefused(Exception):
     """The broker answered a stand-in runner's request with an HTTP error."""
+
+
 """What the fake container's runner does, given its connection to the broker."""
 
 
@@ -581,6 +583,55 @@ async def test_fork_mode_subagents_start_from_the_parents_cached_prefix(
     closed = ParentAgent(client=ObservedClient(sdk, []), model="m", manager=h.manager)
     refusal = closed._fork_prefix(TaskInput(**calls[0], fork=True))
     assert isinstance(refusal, str) and "fork mode is off" in refusal
+
+
+async def test_the_parent_keeps_its_conversation_inside_a_small_window(make: Any) -> None:
+    """The parent loop, like the runner, never sends a request over its model's
+    window: old Task results are cleared, then old turns summarised, and the run
+    ends normally with no "prompt is too long"."""
+    window, rounds = 9000, 25
+    counter = iter(range(1, 1000))
+
+    def runner(w: Wire) -> None:
+        w.get("/v1/spec")
+        w.result(f"RESULT {next(counter)}: " + "finding " * 400)
+
+    call = {"description": "d", "prompt": "look again", "subagent_type": "worker"}
+    script = Script(
+        conversations=[
+            Conversation(
+                name="stop",
+                match=Match(last_message_contains=f"RESULT {rounds}:"),
+                turns=[Turn(content=[TextBlock(text="all done")])] * 200,
+            ),
+            Conversation(
+                name="summary",
+                match=Match(last_message_contains="outgrow the context window"),
+                turns=[Turn(content=[TextBlock(text="Summary: many looks, all fine.")])] * 200,
+            ),
+            Conversation(
+                name="parent",
+                match=Match(has_tool="TaskStop"),
+                turns=[Turn(content=[ToolUseBlock(name="Task", input=call)])] * 200,
+            ),
+        ]
+    )
+    config = TaskManagerConfig(warm_pool_size=0, context_windows={"claude-small": window})
+    async with (
+        ScriptedModelServer(script, context_windows={"claude-small": window}) as model_server,
+        make(runner, model_server=model_server, config=config) as h,
+    ):
+        sdk = anthropic.AsyncAnthropic(base_url=model_server.base_url, api_key="k", max_retries=0)
+        parent = ParentAgent(
+            client=ObservedClient(sdk, []), model="claude-small", manager=h.manager
+        )
+        outcome = await parent.run("look " + "carefully " * 50)
+        await sdk.close()
+    assert outcome.text == "all done" and len(outcome.tasks) == rounds
+    assert {r.status for r in model_server.requests} == {200}
+    assert any(r.conversation == "summary" for r in model_server.requests)
+    # Its own conversation keeps every result whole.
+    assert json.dumps(parent.messages).count("finding " * 400) == rounds
 
 
 async def _wait(flag: threading.Event, timeout_s: float = 10) -> bool:
