@@ -117,6 +117,16 @@ class AgentDefinition(BaseModel):
             raise ValueError(f"unknown tools {unknown}; valid tools: {', '.join(VALID_TOOLS)}")
         return tuple(dict.fromkeys(tools))
 
+    def offered_tools(self, *, may_delegate: bool) -> list[str]:
+        """The tools a task of this type is given: its listed ones (all sandbox tools
+        when it lists none), with Task only where the run's depth still allows
+        nesting (`may_delegate`) and the type does not exclude it."""
+        listed = TOOL_NAMES if self.tools is None else self.tools
+        tools = [t for t in listed if t not in DELEGATION_TOOL_NAMES]
+        if may_delegate and (self.tools is None or "Task" in self.tools):
+            tools.extend(DELEGATION_TOOL_NAMES)
+        return tools
+
 
 TOOL_ALIASES = {"Agent": "Task"}
 """Claude Code's newer names for tools warden has under another name."""

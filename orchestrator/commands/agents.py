@@ -61,10 +61,29 @@ def agents() -> None:
 
 
 def _registry(workspace: Path) -> AgentRegistry:
+    """The registry a run would load. Its warnings are reported once, by the command
+    (`_report`), not also by the registry's own log lines."""
+    import logging
+
     from orchestrator.agents.registry import AgentRegistry
     from orchestrator.config import Settings
 
-    return AgentRegistry.load(Settings.from_env(), workspace.resolve())
+    logger = logging.getLogger("orchestrator.agents")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return AgentRegistry.load(Settings.from_env(), workspace.resolve())
+    finally:
+        logger.setLevel(level)
+
+
+def _may_delegate() -> bool:
+    """Whether a task the parent starts gets Task: only below the run's max depth
+    (WARDEN_MAX_DEPTH; default 1, so no)."""
+    from orchestrator.config import Settings
+    from orchestrator.runtime.caps import TaskManagerConfig
+
+    return TaskManagerConfig.from_settings(Settings.from_env()).max_depth > 1
 
 
 def _run_images(
@@ -85,7 +104,7 @@ def _choice(agent: AgentDefinition, run: RunImages) -> ImageChoice:
     return choose_image(agent, run)
 
 
-def _summary(agent: AgentDefinition, run: RunImages) -> dict[str, Any]:
+def _summary(agent: AgentDefinition, run: RunImages, may_delegate: bool) -> dict[str, Any]:
     choice = _choice(agent, run)
     return {
         "name": agent.name,
@@ -93,7 +112,8 @@ def _summary(agent: AgentDefinition, run: RunImages) -> dict[str, Any]:
         "description": agent.description,
         "model": agent.model,
         "model_alias": agent.model_alias,
-        "tools": None if agent.tools is None else list(agent.tools),
+        "tools": agent.offered_tools(may_delegate=may_delegate),
+        "listed_tools": None if agent.tools is None else list(agent.tools),
         "dropped_tools": list(agent.dropped_tools),
         "image": choice.name,
         "image_from": choice.origin,
@@ -135,19 +155,21 @@ def list_command(
     the image it would run in (with the same --image/--bash-image/--devcontainer)."""
     registry = _registry(workspace)
     run = _run_images(workspace, image, bash_image, devcontainer)
+    may_delegate = _may_delegate()
     if as_json:
         emit_json(
             {
-                "agents": [_summary(agent, run) for agent in registry],
+                "agents": [_summary(agent, run, may_delegate) for agent in registry],
                 "warnings": registry.warnings,
                 "problems": registry.problems,
             }
         )
         return
     for agent in registry:
-        tools = "all" if agent.tools is None else (", ".join(agent.tools) or "none")
+        # Whole names (piped into `show`, they must work); tabs separate the columns.
+        tools = ", ".join(agent.offered_tools(may_delegate=may_delegate)) or "none"
         click.echo(
-            f"{printable(agent.name, 40)}\t{printable(_model(agent), 60)}\t{tools}\t"
+            f"{printable(agent.name, None)}\t{printable(_model(agent), 60)}\t{tools}\t"
             f"{printable(_choice(agent, run).name, 60)}\t{printable(agent.source, None)}"
         )
     _report(registry.warnings, registry.problems)
@@ -168,12 +190,17 @@ def show_command(
 ) -> None:
     """One subagent type in full: source, model, tools, limits, the image it would run
     in and which rule chose it, system prompt."""
-    agent = _registry(workspace).get(name)
+    registry = _registry(workspace)
+    agent = registry.get(name)
     run = _run_images(workspace, image, bash_image, devcontainer)
+    may_delegate = _may_delegate()
     if as_json:
-        emit_json({**_summary(agent, run), "system_prompt": agent.system_prompt})
+        emit_json({**_summary(agent, run, may_delegate), "system_prompt": agent.system_prompt})
         return
-    summary = _summary(agent, run)
+    summary = _summary(agent, run, may_delegate)
+    del summary["listed_tools"]
+    if not may_delegate and (agent.tools is None or "Task" in agent.tools):
+        summary["tools"] = [*summary["tools"], "(Task with WARDEN_MAX_DEPTH / --max-depth >= 2)"]
     summary["model"] = _model(agent)
     del summary["model_alias"]
     for key, value in summary.items():

@@ -19,12 +19,10 @@ from orchestrator.errors import TaskNotFoundError
 from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.runtime.caps import CapError, TaskManagerConfig
 from orchestrator.runtime.tasks import ForkPrefix, TaskContext, TaskInput
-from sandbox_tools import conversation, wire
+from sandbox_tools import conversation
 
 if TYPE_CHECKING:
     from orchestrator.store import Store
-
-DELEGATION_TOOL = "Task"
 
 
 FORK_RESULT = "Forked: a subagent carries this call out from here."
@@ -72,10 +70,7 @@ def runner_spec(
     """The spec a task's broker hands its runner; in fork mode its conversation
     begins with `fork` (the parent's system prompt, tools, messages and model)."""
     agent = ctx.agent
-    listed = wire.TOOL_NAMES if agent.tools is None else agent.tools
-    tools = [t for t in listed if t != DELEGATION_TOOL]
-    if may_delegate and (agent.tools is None or DELEGATION_TOOL in agent.tools):
-        tools.append(DELEGATION_TOOL)
+    tools = agent.offered_tools(may_delegate=may_delegate)
     prompt = task_input.prompt
     system_prompt = agent.system_prompt
     tool_definitions: list[JSONObject] = []

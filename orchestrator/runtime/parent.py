@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from orchestrator.agents.registry import BUILTIN_AGENTS
 from orchestrator.errors import WardenError
 from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.runtime.manager import TaskManager
@@ -20,6 +21,7 @@ from orchestrator.runtime.parent_tools import (
     TASK_ID_WARNING,
     TaskOutputInput,
     TaskStopInput,
+    agent_listing,
     tool_schemas,
 )
 from orchestrator.runtime.tasks import ForkPrefix, TaskInput, TaskResult
@@ -90,7 +92,11 @@ class ParentAgent:
 
     def tools(self) -> list[JSONObject]:
         registry = self.manager.registry
-        lines = [f"- {name}: {registry.get(name).description}" for name in registry.names()]
+        # Built-in types first, then the rest by name: a stable order (the prompt cache
+        # needs the same bytes every turn) that a budget cut never takes the built-ins out of.
+        builtin = {agent.name for agent in BUILTIN_AGENTS}
+        names = sorted(registry.names(), key=lambda n: (n not in builtin, n))
+        lines = agent_listing([(n, registry.get(n).description) for n in names])
         if not self.fork:
             return tool_schemas(lines)
         return [*tool_schemas(lines, fork=True), *tool_params(list(wire.TOOL_NAMES))]

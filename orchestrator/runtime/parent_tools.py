@@ -72,6 +72,46 @@ FORK_NOTE = (
 )
 
 
+MAX_AGENT_LISTING_CHARS = 8_000
+"""Budget of the Task description's agent list: every turn sends it, so a large agent
+library must not cost tens of thousands of tokens a turn."""
+MAX_AGENT_LINE_CHARS = 240
+"""Longest line of one agent type: its name and the start of its description's first
+line (cut, marked `…`)."""
+
+
+def agent_listing(agents: list[tuple[str, str]]) -> list[str]:
+    """`- name: description` lines for (name, description) pairs in the given order,
+    within MAX_AGENT_LISTING_CHARS: past the budget the rest are listed by name only,
+    and past that counted, so every type stays callable by its name."""
+    lines: list[str] = []
+    used = 0
+    rest: list[str] = []
+    for name, description in agents:
+        first = " ".join((description.strip().splitlines() or [""])[0].split())
+        line = f"- {name}: {first}"
+        if len(line) > MAX_AGENT_LINE_CHARS:
+            line = line[: MAX_AGENT_LINE_CHARS - 1] + "…"
+        if not rest and used + len(line) + 1 <= MAX_AGENT_LISTING_CHARS * 3 // 4:
+            lines.append(line)
+            used += len(line) + 1
+        else:
+            rest.append(name)
+    if rest:
+        names: list[str] = []
+        for name in rest:
+            if used + len(name) + 2 > MAX_AGENT_LISTING_CHARS:
+                break
+            names.append(name)
+            used += len(name) + 2
+        more = len(rest) - len(names)
+        line = f"- {len(rest)} more types (use them by name): {', '.join(names)}"
+        if more:
+            line += f", and {more} more (an unknown subagent_type's error lists them all)"
+        lines.append(line)
+    return lines
+
+
 def tool_schemas(agent_lines: list[str], *, fork: bool = False) -> list[JSONObject]:
     """The parent's tools, with Claude Code's names and input schemas (`fork`: the
     Task description tells of fork mode; without it the `fork` field is not offered)."""

@@ -83,3 +83,36 @@ def test_agent_file_text_is_printed_inert(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout
     assert "\\x1b]8;;" in proc.stdout and "[link=http://127.0.0.1/]x[/link]" in proc.stdout
+
+
+LONG_NAME = "a-reviewer-whose-name-is-longer-than-forty-characters-by-far"
+
+
+def test_list_prints_whole_names_and_each_warning_once(tmp_path: Path) -> None:
+    """Piped, a name must be whole to be fed to `show`; a warning is said once."""
+    odd = f"---\nname: {LONG_NAME}\ndescription: d\ntools: Read, WebFetch\n---\nx\n"
+    ws = _workspace(tmp_path, long=odd)
+    proc = _cli(tmp_path, "list", "--workspace", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    names = [line.split("\t")[0] for line in proc.stdout.splitlines()]
+    assert LONG_NAME in names
+    shown = _cli(tmp_path, "show", names[names.index(LONG_NAME)], "--workspace", str(ws))
+    assert shown.returncode == 0, shown.stderr
+    assert sum("dropped tool 'WebFetch'" in line for line in proc.stderr.splitlines()) == 1, (
+        proc.stderr
+    )
+
+
+def test_list_shows_task_only_where_the_run_depth_offers_it(tmp_path: Path) -> None:
+    def tools_of(*env: str) -> list[str]:
+        extra = dict(e.split("=", 1) for e in env)
+        proc = subprocess.run(
+            warden_argv("agents", "list", "--workspace", str(tmp_path), "--json"),
+            capture_output=True, text=True, check=True,
+            env=warden_env(WARDEN_CONFIG_DIR=str(tmp_path / "config"), **extra),
+        )  # fmt: skip
+        agents = {a["name"]: a for a in json.loads(proc.stdout)["agents"]}
+        return list(agents["general-purpose"]["tools"])
+
+    assert "Task" not in tools_of()  # default depth 1: subagents may not delegate
+    assert "Task" in tools_of("WARDEN_MAX_DEPTH=2")

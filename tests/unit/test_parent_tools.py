@@ -60,3 +60,22 @@ def test_limits_in_the_schema_are_the_models_limits() -> None:
         TaskOutputInput.model_validate({"task_id": "sa_1", "timeout": -1})
     with pytest.raises(ValidationError):
         TaskStopInput.model_validate({"task_id": "sa_1", "force": True})
+
+
+def test_a_large_agent_library_keeps_the_task_description_within_its_budget() -> None:
+    """200 agent files with long descriptions: the parent's Task tool (sent every turn)
+    stays bounded, and every type is still named so the model can call it."""
+    from orchestrator.runtime.parent_tools import MAX_AGENT_LISTING_CHARS, agent_listing
+
+    agents = [(f"agent-{i:03d}", f"Does task {i}. " + "Lots of detail. " * 20 + "\nMore.")
+              for i in range(200)]  # fmt: skip
+    lines = agent_listing(agents)
+    text = "\n".join(lines)
+    assert len(text) <= MAX_AGENT_LISTING_CHARS
+    assert lines[0].startswith("- agent-000: Does task 0.") and "More." not in text
+    assert "more types (use them by name)" in lines[-1]
+    named = sum(f"agent-{i:03d}" in text for i in range(200))
+    counted = int(lines[-1].split("and ")[-1].split(" more")[0]) if "and " in lines[-1] else 0
+    assert named + counted == 200
+    small = agent_listing([("bash", "Shell specialist.\nSecond line.")])
+    assert small == ["- bash: Shell specialist."]
