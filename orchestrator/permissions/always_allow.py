@@ -66,12 +66,14 @@ PATH_RULE_TOOLS = frozenset({"Read", "Edit", "Write"})
 """Tools whose "always allow" rule names the one file of the call."""
 MAX_SETTINGS_BYTES = 1024 * 1024
 """Largest settings.local.json read back before adding a rule."""
-_PATH_RULE = re.compile(r"^(?P<tool>Read|Edit|Write)\((?P<spec>/[^()*?\[\]]*)\)$")
+_PATH_RULE = re.compile(r"^(?P<tool>Edit|Write)\((?P<spec>/[^()*?\[\]]*)\)$")
 
 
 def companion_rules(rule: str) -> list[str]:
     """The ask rules written beside an allow path rule so that it covers that one
-    file only: `Edit(/x)` -> [`Edit(/x/*)`] (anything that appears below it asks)."""
+    file only: `Edit(/x)` -> [`Edit(/x/*)`] (anything that appears below it asks).
+    Not for Read rules: a Read ask rule makes every Grep that could reach it ask, and
+    reads are the mode's default outside dontAsk anyway."""
     m = _PATH_RULE.match(rule)
     if m is None:
         return []

@@ -288,3 +288,18 @@ def test_concurrent_always_answers_lose_no_rule(tmp_path: Path) -> None:
     assert not errors
     allow = json.loads((ws / ".claude" / "settings.local.json").read_text())["permissions"]["allow"]
     assert sorted(allow) == sorted(f"Bash(make test{i})" for i in range(40))
+
+
+def test_an_always_read_rule_leaves_searches_of_the_workspace_alone(tmp_path: Path) -> None:
+    from orchestrator.permissions import ToolCall, evaluate
+
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    (ws / "src" / "a.py").write_text("x")
+    settings = Settings(state_dir=tmp_path / "state", config_dir=tmp_path / "cfg")
+    rule = exact_rule("Read", {"file_path": "src/a.py"}, ws)
+    assert rule == "Read(/src/a.py)"
+    add_allow_rule(ws, rule)
+    policy = load_policy(settings, ws, mode="default")
+    grep = ToolCall(tool_name="Grep", tool_input={"pattern": "x", "path": "."})
+    assert evaluate(policy, grep, workspace_host=ws).decision.behavior == "allow"
