@@ -110,10 +110,12 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
     settings = Settings.from_env()
     backend = DockerBackend(connect(), settings)
     interrupted: list[str] = []
+    recovered = 0  # containers of crashed runs that the recovery step removed
     db = settings.state_dir / "warden.db"
     if db.exists():
         with Store.open(db) as store:
-            interrupted = recover(store, backend, sweep=False).tasks
+            recovery = recover(store, backend, sweep=False)
+            interrupted, recovered = recovery.tasks, recovery.containers
     plan = plan_cleanup(backend, session, include_live)
     if include_live and plan.remove:
         _confirm(plan.remove, yes, as_json)
@@ -126,8 +128,9 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
         click.echo(
             json.dumps(
                 {
-                    "removed": len(removed),
+                    "removed": len(removed) + recovered,
                     "ids": removed,
+                    "removed_with_crashed_runs": recovered,
                     "kept_live": len(plan.keep_live),
                     "kept_unknown_owner": len(plan.keep_unknown),
                     "interrupted_tasks": interrupted,
@@ -136,8 +139,9 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
             )
         )
         return
-    noun = "container" if len(removed) == 1 else "containers"
-    click.echo(f"removed {len(removed)} warden {noun}")
+    total = len(removed) + recovered
+    noun = "container" if total == 1 else "containers"
+    click.echo(f"removed {total} warden {noun}")
     if sockets:
         click.echo(f"removed {len(sockets)} broker socket dir(s) of dead warden processes")
     if interrupted:

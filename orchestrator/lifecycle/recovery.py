@@ -64,8 +64,25 @@ def open_store(settings: Settings) -> Store:
     from orchestrator.store import DB_FILENAME, Store
 
     store = Store.open(settings.state_dir / DB_FILENAME)
-    reap_dead_quietly(store)
+    found = reap_dead_quietly(store)
+    if found.runs:
+        _remove_containers_quietly(settings, found.runs)
     return store
+
+
+def _remove_containers_quietly(settings: Settings, run_ids: list[str]) -> None:
+    """The stopped containers of runs just found dead go with them (a SIGKILLed run's
+    would otherwise wait for the next `run` or `cleanup`); an engine that does not
+    answer leaves them to those, with no error for a read-only command."""
+    from orchestrator.backend.connect import connect
+    from orchestrator.backend.docker import DockerBackend
+
+    try:
+        backend = DockerBackend(connect(), settings)
+        for run_id in run_ids:
+            backend.cleanup({labels.RUN: run_id})
+    except Exception as exc:  # the engine is optional here: report, never fail ps
+        log.warning("could not remove the containers of crashed runs: %s", exc)
 
 
 def reap_dead_quietly(store: Store) -> Recovery:

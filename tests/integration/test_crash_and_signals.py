@@ -149,11 +149,12 @@ def test_dead_owner_stops_by_itself_cleanup_spares_live_runs_and_sigterm_stops(
     (after_b,) = ps(state_b)  # any command that reads the store notices the dead owner
     assert after_b["status"] == "interrupted"
     assert [t["status"] for t in after_b["tasks"]] == ["interrupted"]
+    assert of_run(engine, run_b["run_id"]) == [], "ps left the dead run's containers"
 
     # 1: cleanup against state dir B, then a bare one, keep A's live run...
     cleaned = cli(state_b, "cleanup", "--json")
     assert cleaned.returncode == 0, cleaned.stderr
-    assert json.loads(cleaned.stdout)["removed"] >= 1
+    assert json.loads(cleaned.stdout)["removed"] == 0  # ps removed them already
     assert of_run(engine, run_b["run_id"]) == []
     assert cli(state_c, "cleanup").returncode == 0
     assert of_run(engine, run_a["run_id"], running_only=True), "cleanup removed a live run"
@@ -176,6 +177,30 @@ def test_dead_owner_stops_by_itself_cleanup_spares_live_runs_and_sigterm_stops(
     assert of_run(engine, run_a["run_id"]) == []
     print(f"self-stop after SIGKILL: {stopped_after:.1f} s; SIGTERM stop: "
           f"{time.monotonic() - began:.1f} s")  # fmt: skip
+
+
+def test_cleanup_counts_the_containers_its_recovery_step_removed(
+    tmp_path: Path, engine: Any, procs: list[subprocess.Popen[str]]
+) -> None:
+    state = tmp_path / "state"
+    ws = new_workspace(tmp_path / "ws")
+    doomed = start_run(state, ws, napper_script(tmp_path / "d.yaml", "nap-d"))
+    procs.append(doomed)
+    wait_for(ws / "nap-d", doomed)
+    (run,) = ps(state)
+    doomed.send_signal(signal.SIGKILL)
+    doomed.communicate(timeout=10)
+    killed_at = time.monotonic()
+    while of_run(engine, run["run_id"], running_only=True):
+        assert time.monotonic() - killed_at < SELF_STOP_S
+        time.sleep(0.2)
+    left = len(of_run(engine, run["run_id"]))
+    assert left >= 1  # stopped, not removed: the store has not noticed the death yet
+    cleaned = cli(state, "cleanup", "--json")  # the first command after the crash
+    assert cleaned.returncode == 0, cleaned.stderr
+    report = json.loads(cleaned.stdout)
+    assert report["removed"] == left == report["removed_with_crashed_runs"]
+    assert of_run(engine, run["run_id"]) == []
 
 
 def test_sighup_stops_a_run_with_129(
