@@ -73,6 +73,46 @@ KNOWN_KEYS = {
 }
 """Frontmatter key → `AgentDefinition` field."""
 
+RESTRICTING_KEYS = frozenset(
+    {"tools", "disallowedTools", "network", "permissionMode", "maxTurns", "timeout", "memory",
+     "cpus", "pids", "tokenBudget", "diskWriteLimit", "hooks"}
+)
+"""Keys that narrow what an agent may do: malformed or misspelt, the file is refused."""
+NETWORK_KEYS = ("allowedDomains", "deniedDomains")
+
+
+def _line(text: str, key: str) -> str:
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith(f"{key}:") or line.lstrip().startswith(f'"{key}":'):
+            return f": line {number}"
+    return ""
+
+
+def check_network(block: object, path: Path, text: str) -> None:
+    """`network:` is none/off/false, or a mapping of allowedDomains/deniedDomains lists
+    of domain strings; anything else is refused (it would keep the run's allowlist)."""
+    if block is None or block is False:
+        return
+    if isinstance(block, str) and block.strip().lower() in ("none", "off"):
+        return
+    if not isinstance(block, dict):
+        raise AgentDefinitionError(
+            f"{path}{_line(text, 'network')}: `network` must be `none` or a mapping with "
+            f"{' and/or '.join(NETWORK_KEYS)}, not {block!r}"
+        )
+    for key, value in block.items():
+        if key not in NETWORK_KEYS:
+            raise AgentDefinitionError(
+                f"{path}{_line(text, str(key))}: `network.{key}` is not read, so the agent would "
+                f"keep the run's whole allowlist; use {' or '.join(NETWORK_KEYS)}"
+            )
+        if not isinstance(value, list) or not all(isinstance(d, str) for d in value):
+            raise AgentDefinitionError(
+                f"{path}{_line(text, str(key))}: `network.{key}` must be a list of domains "
+                f"(`[]` for none), not {value!r}"
+            )
+
+
 _FIELD_TO_KEY = {field: key for key, field in KNOWN_KEYS.items()} | {
     "system_prompt": "the body (system prompt)"
 }
@@ -124,10 +164,13 @@ def split_frontmatter(text: str, file: Path) -> tuple[dict[str, object], str, li
     try:
         values = yaml.safe_load(front) if front.strip() else {}
     except yaml.YAMLError as exc:
+        # Claude Code reads agent files whose text values hold `: ` (most published
+        # ones); so does warden, key by key, but a restricting key is never guessed:
+        # a guess at `disallowedTools: [Bash, Edit` would hand Bash over.
         values = _read_key_by_key(front, file, exc)
         warnings.append(
             f"{file}: frontmatter is not valid YAML ({str(exc).splitlines()[0]}); "
-            "read it key by key. Quote the value to silence this."
+            "read its text keys one by one. Quote the value to silence this."
         )
     if not isinstance(values, dict):
         raise AgentDefinitionError(
@@ -138,24 +181,32 @@ def split_frontmatter(text: str, file: Path) -> tuple[dict[str, object], str, li
 
 
 def _read_key_by_key(front: str, file: Path, error: yaml.YAMLError) -> dict[str, object]:
-    """Frontmatter that is not YAML as a whole: each top-level key on its own."""
-    chunks: list[tuple[str, list[str]]] = []
+    """Frontmatter that is not YAML as a whole: each top-level key on its own. A key
+    that restricts the agent must be valid YAML by itself, or the file is refused."""
+    chunks: list[tuple[str, int, list[str]]] = []
     for number, line in enumerate(front.splitlines(), start=2):
         found = _KEY_LINE.match(line)
         if found:
-            chunks.append((found.group(1), [line]))
+            chunks.append((found.group(1), number, [line]))
         elif chunks and (not line.strip() or line[0] in " \t#"):
-            chunks[-1][1].append(line)
+            chunks[-1][2].append(line)
         elif line.strip() and not line.lstrip().startswith("#"):
             raise AgentDefinitionError(
                 f"{file}: line {number} of the frontmatter is not `key: value` ({line[:60]!r}); "
                 f"the YAML parser says: {error}"
             )
     values: dict[str, object] = {}
-    for key, chunk in chunks:
+    for key, number, chunk in chunks:
         try:
             parsed = yaml.safe_load("\n".join(chunk))
-        except yaml.YAMLError:
+        except yaml.YAMLError as exc:
+            if key in RESTRICTING_KEYS or key.lower() in {k.lower() for k in RESTRICTING_KEYS}:
+                problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+                raise AgentDefinitionError(
+                    f"{file}: line {number}: `{key}` is not valid YAML ({problem}); it "
+                    "restricts the agent, so it is never guessed: close every [ ] and { } "
+                    "(e.g. `disallowedTools: [Bash, Edit]`)"
+                ) from exc
             parsed = None
         if isinstance(parsed, dict) and key in parsed:
             values[key] = parsed[key]
@@ -320,11 +371,19 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
 
     extra = {key: value for key, value in values.items() if key not in KNOWN_KEYS}
     fields["extra"] = extra
-    folded = {key.lower().replace("_", "").replace("-", ""): key for key in KNOWN_KEYS}
+    folded = {
+        key.lower().replace("_", "").replace("-", ""): key for key in [*KNOWN_KEYS, "network"]
+    }
     for key in extra:
         near = folded.get(str(key).lower().replace("_", "").replace("-", ""))
-        if near:
+        if near and near != key and near in RESTRICTING_KEYS:
+            raise AgentDefinitionError(
+                f"{path}{_line(text, str(key))}: key {key!r} is not read, so what it restricts "
+                f"would not hold; write it as {near!r}"
+            )
+        if near and near != key:
             warnings.append(f"{path}: key {key!r} is not read; did you mean {near!r}?")
+    check_network(values.get("network"), path, text)
     try:
         return AgentDefinition.model_validate(fields), warnings
     except ValidationError as exc:

@@ -120,6 +120,8 @@ def agent_rules(
     if block is False or (isinstance(block, str) and block.strip().lower() in ("none", "off")):
         return None
     who = f"agent {name} ({source})"
+    if isinstance(block, dict) and block.get("allowedDomains") == []:
+        return None  # `allowedDomains: []` means no domain at all
     rules = network_block(block, who, f"{source}: network")  # type: ignore[arg-type]
     allowed = [r for r in rules if r.behavior == "allow"]
     denied = [r for r in rules if r.behavior == "deny"]

@@ -93,7 +93,7 @@ tools:
   - Write
 disallowedTools: [Write]
 image: bash
-max_turns: 5
+maxTurns: 5
 ---
 Search for secrets with grep; never print a full secret, only its location.
 """
@@ -187,13 +187,12 @@ def test_real_world_files_load(settings: Settings, workspace: Path) -> None:
     assert auditor.tools == ("Bash", "Read", "Grep")  # Write is disallowed
     assert auditor.image == "bash"
     assert "<example>\nuser:" in auditor.description
-    assert auditor.max_turns == 50  # `max_turns` is not a frontmatter key...
+    assert auditor.max_turns == 5
 
     warnings = "\n".join(registry.warnings)
     assert "code-reviewer.md: frontmatter is not valid YAML" in warnings
     assert "dropped tool 'WebFetch'" in warnings
     assert "dropped tool 'mcp__github__get_issue'" in warnings
-    assert "key 'max_turns' is not read; did you mean 'maxTurns'?" in warnings  # ...said here
 
 
 def test_project_beats_user_beats_builtin(settings: Settings, workspace: Path) -> None:
