@@ -5,7 +5,10 @@
   whose process runs with that gid); the socket is 0660. On every accept the
   peer's credentials (SO_PEERCRED) are checked: only the sandbox's uid and the
   orchestrator's own uid are served; anyone else is closed and reported once.
-- Connections: at most `MAX_CONNECTIONS_PER_SOCKET` at once. When a new one
+- Connections: at most `MAX_CONNECTIONS_PER_SOCKET` at once per socket, and at
+  most `ConnectionBudget.limit` over every socket of the run (half the process's
+  open-file limit, so connections can never take the descriptors the store, the
+  events file and the engine client need). When a new one
   arrives at the cap, the oldest connection with no request in progress is
   closed to make room (a half-open flood cannot lock out real requests); only
   when every connection is busy is the new one closed. Either way it is
@@ -55,7 +58,38 @@ LISTEN_BACKLOG = 128
 MAX_REFUSED_PEERS_RECORDED = 20
 """Refused peers reported per socket; later ones are only counted."""
 
+MAX_CONNECTIONS_PER_RUN = 4096
+"""Most broker connections open at once over a whole run (all sockets)."""
+MIN_CONNECTIONS_PER_RUN = 8
+FD_SHARE_FOR_CONNECTIONS = 2
+"""Connections may take at most 1/this of the open-file limit; the rest is kept for
+files, pipes and the engine client."""
+
 _PEERCRED = struct.Struct("3i")
+
+
+@dataclass
+class ConnectionBudget:
+    """Broker connections open at once over every socket of a run."""
+
+    limit: int
+    open: int = 0
+
+    @classmethod
+    def for_limit(cls, open_files: int) -> ConnectionBudget:
+        """A budget within `open_files` (the process's soft RLIMIT_NOFILE)."""
+        share = open_files // FD_SHARE_FOR_CONNECTIONS
+        return cls(max(MIN_CONNECTIONS_PER_RUN, min(MAX_CONNECTIONS_PER_RUN, share)))
+
+    def take(self) -> bool:
+        if self.open >= self.limit:
+            return False
+        self.open += 1
+        return True
+
+    def give(self) -> None:
+        self.open = max(0, self.open - 1)
+
 
 Notice = Callable[[str, str], Awaitable[None]]
 """(kind, message): report something once; the callee records it."""
@@ -118,6 +152,8 @@ class Listener:
     identity: SandboxIdentity | None
     notice: Notice
     max_connections: int = MAX_CONNECTIONS_PER_SOCKET
+    run_budget: ConnectionBudget | None = None
+    """Shared by every socket of the run; None: this socket's cap only."""
     refused_peers: int = 0
     evicted: int = 0
     over_cap: int = 0
@@ -158,9 +194,8 @@ class Listener:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        for conn in self._conns.values():
-            conn.transport.close()
-        self._conns.clear()
+        for key in list(self._conns):
+            self._forget(key).transport.close()
 
     # -- request tracking (called by the server's middleware) -----------------
 
@@ -220,6 +255,16 @@ class Listener:
                     )
                 return
         self._prune()
+        if not self._within_run_budget():
+            conn.close()
+            self.over_cap += 1
+            await self._notice_once(
+                "run_connection_cap",
+                f"more than {self.run_budget.limit if self.run_budget else 0} broker "
+                "connections open over the whole run, all busy: new connections are closed "
+                "(the cap keeps descriptors for the run's own files)",
+            )
+            return
         if len(self._conns) >= self.max_connections:
             victim = self._oldest_idle()
             if victim is None:
@@ -232,7 +277,7 @@ class Listener:
                 )
                 return
             victim.transport.close()
-            self._conns.pop(victim.transport, None)
+            self._forget(victim.transport)
             self.evicted += 1
             await self._notice_once(
                 "connection_cap",
@@ -243,10 +288,32 @@ class Listener:
         transport, _ = await loop.connect_accepted_socket(self.protocol_factory, conn)
         now = time.monotonic()
         self._conns[transport] = _Conn(transport, now, now)
+        if self.run_budget is not None:
+            self.run_budget.take()
 
     def _prune(self) -> None:
         for key in [k for k, c in self._conns.items() if c.transport.is_closing()]:
-            del self._conns[key]
+            self._forget(key)
+
+    def _within_run_budget(self) -> bool:
+        """Room for one more connection in the run's budget, closing this socket's
+        oldest idle connection to make it when needed."""
+        budget = self.run_budget
+        if budget is None or budget.open < budget.limit:
+            return True
+        victim = self._oldest_idle()
+        if victim is None:
+            return False
+        victim.transport.close()
+        self._forget(victim.transport)
+        self.evicted += 1
+        return True
+
+    def _forget(self, key: asyncio.BaseTransport) -> _Conn:
+        conn = self._conns.pop(key)
+        if self.run_budget is not None:
+            self.run_budget.give()
+        return conn
 
     def _oldest_idle(self) -> _Conn | None:
         idle = [c for c in self._conns.values() if c.active == 0]

@@ -43,7 +43,12 @@ from orchestrator.broker.forwarding import (
     check_request,
 )
 from orchestrator.broker.limits import Allowance, flood_allowances
-from orchestrator.broker.listener import BODY_TIMEOUT_S, Listener, SandboxIdentity
+from orchestrator.broker.listener import (
+    BODY_TIMEOUT_S,
+    ConnectionBudget,
+    Listener,
+    SandboxIdentity,
+)
 from orchestrator.broker.streaming import TextProgress
 from orchestrator.broker.upstream import (
     Upstream,
@@ -131,6 +136,8 @@ class Broker:
     forwarding: ForwardingPolicy = field(default_factory=ForwardingPolicy)
     identity: SandboxIdentity | None = None
     """Who may connect (None: only the orchestrator's uid; tests, no sandbox)."""
+    connections: ConnectionBudget | None = None
+    """The run's connection budget, shared by every broker of the run."""
     result: wire_models.ResultRequest | None = None
     rejections: int = 0
     calls: ApprovedCalls = field(default_factory=ApprovedCalls, repr=False)
@@ -176,6 +183,7 @@ class Broker:
             protocol_factory=server,
             identity=self.identity,
             notice=self.notice,
+            run_budget=self.connections,
         )
         await self._listener.start()
 

@@ -27,6 +27,7 @@ from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSp
 from orchestrator.backend.disk import DiskGuardedBackend
 from orchestrator.broker import Broker, Budget, Upstream, make_socket_dir, wire_models
 from orchestrator.broker.limits import raise_open_file_limit
+from orchestrator.broker.listener import ConnectionBudget
 from orchestrator.config import PoolConfig
 from orchestrator.errors import StoreError, TaskNotFoundError, WardenError
 from orchestrator.jsontypes import JSONObject
@@ -114,7 +115,8 @@ class TaskManager:
         self.default_model = default_model
         self.gate: PermissionGate = gate or AllowAgentTools()
         self.config = config or TaskManagerConfig()
-        raise_open_file_limit()
+        self.connections = ConnectionBudget.for_limit(raise_open_file_limit())
+        """Broker connections open at once over every socket of the run."""
         self.identity = sandbox_identity(workspace, self.config.fallback_uid, self.config.user)
         """The uid:gid every sandbox of this run runs as; its broker admits only it."""
         self.plan = SandboxPlan(
@@ -389,6 +391,7 @@ class TaskManager:
             budget=budget,
             identity=self.identity,
             forwarding=self.gate.forwarding_policy(ctx),
+            connections=self.connections,
         )
         ctx.broker = broker
         sandbox: SandboxResult | None = None

@@ -6,6 +6,7 @@ request within the header timeout; the orchestrator raises its descriptor limit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import stat
@@ -63,7 +64,9 @@ async def served() -> AsyncIterator[tuple[Broker, RecordingHost]]:
     broker = Broker(
         socket_dir=socket_dir,
         spec=make_spec(),
-        upstream=Upstream(model_client("http://model.test", None, http_client=upstream_client), stream=False),
+        upstream=Upstream(
+            model_client("http://model.test", None, http_client=upstream_client), stream=False
+        ),
         host=host,
         budget=Budget(max_turns=2),
         identity=SANDBOX,
@@ -149,3 +152,63 @@ def test_the_open_file_limit_is_raised_to_the_hard_limit() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
     )
     assert out.stdout.strip() == "True"
+
+
+async def test_busy_connections_are_capped_over_the_whole_run() -> None:
+    """Every broker of a run shares one connection budget (half the open-file limit):
+    sandboxes holding busy connections on many sockets can never take the
+    descriptors the run's own files need; past the budget new ones are closed."""
+    budget = listener_module.ConnectionBudget(limit=5)
+    assert listener_module.ConnectionBudget.for_limit(256).limit == 128
+    brokers, hosts, dirs, held = [], [], [], []
+    model = FakeModel()
+    upstream_client = httpx2.AsyncClient(transport=httpx2.MockTransport(model.handler))
+    try:
+        for _ in range(2):
+            socket_dir = make_socket_dir(
+                SandboxIdentity(os.getuid(), os.getgid()), Path(tempfile.gettempdir())
+            )
+            host = RecordingHost()
+            broker = Broker(
+                socket_dir=socket_dir,
+                spec=make_spec(),
+                upstream=Upstream(model_client("http://m.test", None, http_client=upstream_client)),
+                host=host,
+                budget=Budget(max_turns=2),
+                connections=budget,
+            )
+            await broker.start()
+            brokers.append(broker)
+            hosts.append(host)
+            dirs.append(socket_dir)
+        for i in range(8):  # busy: each holds an alive request open
+            reader, writer = await asyncio.open_unix_connection(str(brokers[i % 2].socket_path))
+            with contextlib.suppress(ConnectionError):
+                writer.write(f"GET {wire.ALIVE_PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                await writer.drain()
+            held.append((reader, writer))
+            await asyncio.sleep(0.05)
+        assert budget.open == 5
+        closed = 0
+        for reader, _ in held:
+            try:
+                got = await asyncio.wait_for(reader.read(1), 0.2)
+                closed += got == b""
+            except ConnectionResetError:
+                closed += 1
+            except TimeoutError:
+                pass  # still open and waiting: served
+        assert closed == 3
+        notices = [k for host in hosts for k, _ in host.notices]
+        assert "run_connection_cap" in notices
+    finally:
+        for _, writer in held:
+            writer.close()
+        for broker in brokers:
+            await broker.close()
+        await upstream_client.aclose()
+        for socket_dir in dirs:
+            for child in socket_dir.iterdir():
+                child.unlink()
+            socket_dir.rmdir()
+    assert budget.open == 0
