@@ -52,7 +52,7 @@ from orchestrator.scripted import (
 )
 from sandbox_tools import runner as runner_module
 from sandbox_tools import wire
-from tests.unit.host_subagent import run_subagent
+from tests.unit.broker.host_subagent import run_subagent
 
 WRITE, READ = 1.25, 0.1
 """Prices of a 5-minute cache write and a cache read, relative to uncached input."""
@@ -345,7 +345,7 @@ async def streaming(calls: int) -> None:
 
     from orchestrator.broker import Broker, Budget, Upstream
     from orchestrator.broker.upstream import model_client
-    from tests.unit.test_broker import RecordingHost
+    from tests.unit.broker.test_server import RecordingHost
 
     print(f"\n4. streaming: {calls} model calls through the broker, each way, interleaved")
     text = "The handler validates the request, then calls process() once. " * 12

@@ -4,7 +4,7 @@ them, so tests and benchmarks see what a run really costs.
 The rules (Anthropic, "Prompt caching" and "Context windows",
 https://platform.claude.com/docs/en/build-with-claude/prompt-caching and
 .../context-windows; each one is pinned by a test in
-tests/unit/test_scripted_billing.py):
+tests/unit/scripted/test_billing.py):
 
 - A prompt is one prefix in the order tools -> system -> messages; a block carrying
   `cache_control` (a breakpoint) marks the end of a prefix to cache. A top-level

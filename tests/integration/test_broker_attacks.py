@@ -29,7 +29,7 @@ from orchestrator.runtime.caps import TaskManagerConfig
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.conftest import warden_argv, warden_env
 from tests.integration.harness import convo, requests_of, scripted_run, text, tool, trust_hooks
-from tests.unit.test_broker_listener import connect_as
+from tests.unit.broker.test_listener import connect_as
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.config import Settings
 from tests.conftest import run_warden
-from tests.unit.test_socket_dirs import _owner_process
+from tests.unit.lifecycle.test_socket_dirs import _owner_process
 
 pytestmark = pytest.mark.integration
 

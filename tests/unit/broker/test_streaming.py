@@ -20,7 +20,7 @@ from orchestrator.results.models import Event
 from orchestrator.scripted import Conversation, Match, Script, ScriptedModelServer, TextBlock, Turn
 from orchestrator.scripted.replies import STREAM_TEXT_CHUNK_CHARS
 from orchestrator.ui.progress import Progress
-from tests.unit.test_broker_upstream import Sandbox, _sandbox, body_for
+from tests.unit.broker.test_upstream import Sandbox, _sandbox, body_for
 
 LONG = " ".join(f"word{i}" for i in range(200))
 

@@ -31,7 +31,7 @@ from orchestrator.permissions.hooks.definitions import parse_hooks
 from orchestrator.permissions.hooks.run import MAX_HOOK_OUTPUT_BYTES
 from orchestrator.permissions.hooks.sandbox import SandboxedHookRun
 
-HOOKS = Path(__file__).parent / "hooks"
+HOOKS = Path(__file__).parent / "scripts"
 CTX = CallContext(
     session_id="sess-1",
     agent_id="sa_1",

@@ -25,7 +25,7 @@ from orchestrator.broker import listener as listener_module
 from orchestrator.broker.upstream import model_client
 from sandbox_tools import wire
 from tests.conftest import REPO_ROOT
-from tests.unit.test_broker import FakeModel, RecordingHost, make_spec
+from tests.unit.broker.test_server import FakeModel, RecordingHost, make_spec
 
 SANDBOX = SandboxIdentity(uid=1000, gid=1000)
 

@@ -15,7 +15,7 @@ import pytest
 from orchestrator.broker.retry import STOP_HEADER, RetryBudget
 from orchestrator.runtime.model_errors import ModelError, describe, from_sdk_error
 from orchestrator.scripted import Script, ScriptedModelServer
-from tests.unit.test_broker_upstream import _convo
+from tests.unit.broker.test_upstream import _convo
 
 MODEL = "claude-scripted"
 

@@ -15,7 +15,7 @@ from orchestrator.broker.limits import TRANSCRIPT_BYTES_PER_TASK, Allowance
 from orchestrator.broker.upstream import model_client
 from orchestrator.broker.wire_models import TaskSpec
 from sandbox_tools.runner import run
-from tests.unit.test_broker import RecordingHost
+from tests.unit.broker.test_server import RecordingHost
 
 
 @dataclass

@@ -26,7 +26,7 @@ from orchestrator.scripted import (
 from orchestrator.scripted.validate import check_messages
 from sandbox_tools.context import CLEARED_RESULT, SUMMARY_HEADER, ContextWindow
 from sandbox_tools.runner import EXIT_OK
-from tests.unit.host_subagent import run_subagent
+from tests.unit.broker.host_subagent import run_subagent
 
 MODEL = "claude-small-window"
 WINDOW = 12_000

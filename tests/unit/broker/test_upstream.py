@@ -31,7 +31,7 @@ from orchestrator.scripted import (
     Turn,
 )
 from sandbox_tools import wire
-from tests.unit.test_broker import RecordingHost, make_spec
+from tests.unit.broker.test_server import RecordingHost, make_spec
 
 KEY = "sk-host-only"
 
