@@ -193,7 +193,7 @@ async def forks(count: int) -> None:
     from orchestrator.runtime.manager import TaskManager
     from orchestrator.runtime.parent import ParentAgent
     from orchestrator.store import Store
-    from tests.unit.test_task_manager import RunnerBackend, Wire
+    from tests.unit.runtime.test_manager import RunnerBackend, Wire
 
     print(f"\n2. forks: one parent turn starts {count} fork-mode subagents")
     calls = [
