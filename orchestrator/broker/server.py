@@ -60,6 +60,7 @@ from orchestrator.broker.upstream import (
 from orchestrator.errors import WardenError
 from orchestrator.jsontypes import JSONObject, JSONValue
 from sandbox_tools import wire
+from sandbox_tools.caching import without_cache_control
 
 log = logging.getLogger(__name__)
 
@@ -385,8 +386,10 @@ class Broker:
             if answer.status == 200 and isinstance(answer.payload, dict):
                 await self._count(answer.payload, admission)
                 # The API answered 200, so every message was an object.
+                # Stored as the model saw it: prompt-caching breakpoints are billing,
+                # not conversation.
                 history: list[JSONObject] = [
-                    *(m for m in messages if isinstance(m, dict)),
+                    *(uncached(m) for m in messages if isinstance(m, dict)),
                     {"role": "assistant", "content": answer.payload.get("content", [])},
                 ]
                 await self._store_transcript(history, _assistant_turns(history))
@@ -533,6 +536,12 @@ class Broker:
         else:
             answer = await self.host.delegate(req)
         return web.json_response(answer.model_dump(mode="json"))
+
+
+def uncached(message: JSONObject) -> JSONObject:
+    """`message` without `cache_control` keys (what the model saw)."""
+    plain = without_cache_control(message)
+    return plain if isinstance(plain, dict) else message
 
 
 def _assistant_turns(messages: list[JSONObject]) -> int:

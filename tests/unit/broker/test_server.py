@@ -188,6 +188,20 @@ async def test_model_call_gets_the_real_key_only_upstream_and_host_model(broker_
     assert turn == 1 and messages[-1]["role"] == "assistant"
 
 
+async def test_the_stored_transcript_leaves_out_prompt_caching_breakpoints(
+    broker_env: Any,
+) -> None:
+    """Breakpoints are billing, not conversation: the transcript the broker stores
+    after a model call is what the model saw, without `cache_control`."""
+    _, host, model, client = broker_env
+    block = {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}
+    body = messages_body(messages=[{"role": "user", "content": [block]}])
+    assert (await client.post("/v1/messages", json=body)).status_code == 200
+    assert json.loads(model.requests[0].content)["messages"][0]["content"][0] == block
+    _, messages = host.transcripts[-1]
+    assert messages[0] == {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+
+
 async def test_max_turns_is_enforced_by_the_broker(broker_env: Any) -> None:
     _broker, host, model, client = broker_env
     for _ in range(2):
