@@ -100,6 +100,9 @@ class BaseResolver:
     log: Log
     pull: bool = True
     root: Path = SOURCE_ROOT
+    owner_labels: dict[str, str] = field(default_factory=dict)
+    """The building process's owner labels, put on the probe container so a cleanup
+    removes it once that process is dead (a SIGKILL between create and remove)."""
     _probes: dict[str, BaseProbe] = field(default_factory=dict)
     _pull_tried: bool = False
 
@@ -137,7 +140,7 @@ class BaseResolver:
     def probe(self, base: BaseImage) -> BaseProbe:
         """Run `base` once (no network, unprivileged) to learn its Python and tools."""
         if base.image_id not in self._probes:
-            self._probes[base.image_id] = probe_image(self.client, base.ref)
+            self._probes[base.image_id] = probe_image(self.client, base.ref, self.owner_labels)
         return self._probes[base.image_id]
 
     def _take_suitable(
@@ -200,7 +203,9 @@ def image_id(client: DockerClient, ref: str) -> str | None:
     return str(found.id)
 
 
-def probe_image(client: DockerClient, ref: str) -> BaseProbe:
+def probe_image(
+    client: DockerClient, ref: str, owner_labels: dict[str, str] | None = None
+) -> BaseProbe:
     """Run `ref` with no network as an unprivileged uid and report what it offers."""
     session = f"images-probe-{uuid.uuid4().hex[:8]}"
     container = client.containers.create(
@@ -208,7 +213,7 @@ def probe_image(client: DockerClient, ref: str) -> BaseProbe:
         entrypoint=["python3", "-c", _PROBE_CODE],
         network_disabled=True,
         user="65534:65534",
-        labels=warden_labels(session, images="probe"),
+        labels={**warden_labels(session, images="probe"), **(owner_labels or {})},
     )
     try:
         container.start()

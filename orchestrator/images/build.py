@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import tempfile
@@ -60,9 +61,18 @@ def build_images(
     `force` rebuilds even when the tag exists. `pull=False` never asks a registry
     for the base. Raises ImageBuildError saying what failed and what to do.
     """
+    from orchestrator.lifecycle import owner
+
     _check_sources()
+    _remove_leftovers(client, log)
     kinds = list(KINDS.values())
-    resolver = BaseResolver(client, settings.base_image, log, pull=pull)
+    resolver = BaseResolver(
+        client,
+        settings.base_image,
+        log,
+        pull=pull,
+        owner_labels=owner.current(settings.state_dir).labels(),
+    )
     bases = resolver.for_kinds(kinds)
     tags: dict[str, str] = {}
     for kind in kinds:
@@ -101,6 +111,31 @@ def _assemble_context(kind: ImageKind, into: Path) -> None:
     shutil.copy2(SOURCE_ROOT / kind.dockerfile, into / "Dockerfile")
 
 
+CONTEXT_PREFIX = "warden-{kind}-context-{pid}-"
+"""Build contexts in the temp dir carry the building process's pid, so a later build
+can remove those a killed build left (`_remove_leftovers`)."""
+_CONTEXT_PATTERN = re.compile(r"^warden-[a-z0-9-]+?-context-(\d+)-")
+
+
+def _remove_leftovers(client: DockerClient, log: Log) -> None:
+    """What a build killed midway (SIGKILL) left: probe containers whose owner is dead
+    and build contexts whose process is gone."""
+    from orchestrator.labels import NAMESPACE
+    from orchestrator.lifecycle import owner
+
+    for container in client.containers.list(all=True, filters={"label": f"{NAMESPACE}images"}):
+        identity = owner.Owner.from_labels(dict(container.labels))
+        if identity is not None and owner.is_dead(identity):
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+                log(f"removed probe container {container.short_id} of a build that died")
+    for path in Path(tempfile.gettempdir()).glob("warden-*-context-*"):
+        match = _CONTEXT_PATTERN.match(path.name)
+        if match and path.is_dir() and not owner.pid_alive(int(match.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            log(f"removed the build context {path} of a build that died")
+
+
 def _build_one(
     client: DockerClient,
     kind: ImageKind,
@@ -122,7 +157,8 @@ def _build_one(
     recent: deque[str] = deque(maxlen=ERROR_CONTEXT_LINES)
     stage_images: list[str] = []
     last_layer: str | None = None
-    with tempfile.TemporaryDirectory(prefix=f"warden-{kind.name}-context-") as tmp:
+    prefix = CONTEXT_PREFIX.format(kind=kind.name, pid=os.getpid())
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         context = Path(tmp)
         _assemble_context(kind, context)
         stream = client.api.build(

@@ -88,7 +88,9 @@ class SandboxImages:
         if not runner:
             checked = check_project_image(self._client, name, host_machine(), need_bash=False)
             return SandboxImage(name=name, ref=checked.image_id, runner=(), project=True)
-        runtime = ensure_runtime(self._client, current_tag(self._client, "runtime"), self._state_dir)
+        runtime = ensure_runtime(
+            self._client, current_tag(self._client, "runtime"), self._state_dir
+        )
         checked = check_project_image(self._client, name, runtime.machine)
         return SandboxImage(
             name=name,

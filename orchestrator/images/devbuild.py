@@ -77,7 +77,9 @@ def devcontainer_image(client: DockerClient, dev: DevContainer, log: Log) -> str
             log(f"dev container: {tag} is up to date (same files); not rebuilding")
             return tag
         dockerfile = _dockerfile_in_context(dev)
-        check_dockerfile(client, dev.dockerfile.read_text(errors="replace"), dict(dev.args), dev.relative)
+        check_dockerfile(
+            client, dev.dockerfile.read_text(errors="replace"), dict(dev.args), dev.relative
+        )
         log(f"dev container: building {tag} from {dev.relative} (no network)")
         context.seek(0)
         _build(client, dev, context, dockerfile, tag, digest, log)
@@ -115,7 +117,9 @@ def _context_tar(dev: DevContainer, into: IO[bytes]) -> str:
     digest.update(f"args {sorted(dev.args)}\ntarget {dev.target}\n".encode())
     with tarfile.open(fileobj=made, mode="r") as archive:
         for member in sorted(archive.getmembers(), key=lambda m: m.name):
-            digest.update(f"{member.name}\0{member.type!r}\0{member.mode:o}\0{member.linkname}\0".encode())
+            digest.update(
+                f"{member.name}\0{member.type!r}\0{member.mode:o}\0{member.linkname}\0".encode()
+            )
             if member.isfile():
                 content = archive.extractfile(member)
                 assert content is not None
@@ -165,7 +169,7 @@ def check_dockerfile(client: DockerClient, text: str, args: dict[str, str], wher
         elif name in ("ADD", "COPY"):
             for flag in command.flags:
                 if flag.startswith("--from="):
-                    _check_image(client, flag[len("--from="):], stages, line, f"{name} --from")
+                    _check_image(client, flag[len("--from=") :], stages, line, f"{name} --from")
             if name == "ADD" and any(_URL.match(source) for source in command.value[:-1]):
                 raise ConfigError(
                     f"{line}: `ADD` of a URL or git repository makes the engine download it "

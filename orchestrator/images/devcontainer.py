@@ -123,7 +123,9 @@ def parse_devcontainer(workspace: Path, path: Path, relative: str) -> DevContain
             "--no-devcontainer"
         ) from exc
     if not isinstance(doc, dict):
-        raise ConfigError(f"{relative} must hold a JSON object; fix it, or run with --no-devcontainer")
+        raise ConfigError(
+            f"{relative} must hold a JSON object; fix it, or run with --no-devcontainer"
+        )
     warnings: list[str] = []
     for key in doc:
         if key in NOT_APPLIED:
@@ -144,7 +146,9 @@ def parse_devcontainer(workspace: Path, path: Path, relative: str) -> DevContain
     dockerfile_name = _text(build, "dockerfile", relative) or _text(doc, "dockerFile", relative)
     context_name = _text(build, "context", relative) or _text(doc, "context", relative) or "."
     if image is not None and dockerfile_name is not None:
-        warnings.append(f"{relative}: both `image` and a Dockerfile are set; the Dockerfile is built")
+        warnings.append(
+            f"{relative}: both `image` and a Dockerfile are set; the Dockerfile is built"
+        )
     if dockerfile_name is None:
         if image is None:
             warnings.append(f"{relative}: names neither `image` nor `build.dockerfile`; not used")

@@ -304,3 +304,42 @@ async def test_write_and_edit_on_a_full_workspace_keep_every_file_whole(
     assert (ws / "b.txt").read_text() == ORIGINAL
     assert [p.name for p in ws.iterdir() if p.name.startswith(TEMP_PREFIX)] == []
     assert containers_of(session) == []
+
+
+def test_a_build_killed_midway_leaves_nothing_the_next_build_keeps(tmp_path: Path) -> None:
+    """SIGKILL between the probe container's create and remove, or while a build
+    context sits in the temp dir: both carry the dead builder's identity, and the next
+    build removes them (a live builder's are kept)."""
+    import docker
+
+    from orchestrator.images.build import CONTEXT_PREFIX, _remove_leftovers
+    from orchestrator.labels import warden_labels
+    from orchestrator.lifecycle import owner
+
+    client = docker.from_env()
+    dead = subprocess.Popen(["sleep", "0"])
+    dead_owner = owner.Owner(**{**owner.current(tmp_path).__dict__, "pid": dead.pid})
+    dead.wait()  # the builder is gone; its pid is not reused this soon
+    image = next(t for i in client.images.list() for t in i.tags if t.startswith("warden-agent:"))
+    probe = client.containers.create(
+        image, command=["true"], labels={**warden_labels("images-probe-x", images="probe"),
+                                         **dead_owner.labels()},
+    )  # fmt: skip
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    left = tmp / (CONTEXT_PREFIX.format(kind="agent", pid=dead.pid) + "x")
+    mine = tmp / (CONTEXT_PREFIX.format(kind="agent", pid=os.getpid()) + "y")
+    left.mkdir()
+    mine.mkdir()
+    said: list[str] = []
+    try:
+        _remove_leftovers(client, said.append)
+        remaining = [c.id for c in client.containers.list(all=True, filters={"id": probe.id})]
+        assert remaining == [] and not left.exists() and mine.exists()
+        assert any("probe container" in s for s in said) and any("context" in s for s in said)
+    finally:
+        with contextlib.suppress(Exception):
+            probe.remove(force=True)
+        for path in (left, mine):
+            if path.exists():
+                path.rmdir()
+        client.close()

@@ -41,7 +41,11 @@ class Host:
 def patched(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(base_module, "image_id", lambda client, ref: client.present.get(ref))
     probes = {SLIM_ID: SLIM, BOOT_ID: FULL}
-    monkeypatch.setattr(base_module, "probe_image", lambda client, ref: probes[client.present[ref]])
+    monkeypatch.setattr(
+        base_module,
+        "probe_image",
+        lambda client, ref, owner_labels=None: probes[client.present[ref]],
+    )
 
     def fake_bootstrap(client: Host, tag: str, log: Any, **_: Any) -> str:
         client.bootstraps.append(tag)
