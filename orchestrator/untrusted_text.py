@@ -14,6 +14,9 @@ roles) is attacker-written. Two things can go wrong when it is printed:
   paragraph separators and lone surrogates (which make a UTF-8 stream raise) are
   shown as visible escapes by `as_data()`, so text can neither redraw the screen
   nor fake a prompt line.
+- **Invisible characters.** Zero-width and other format characters (category Cf),
+  spaces other than the ASCII one and blank letters are escaped too, so padding
+  cannot hide or disguise what a command does.
 
 Hand-written rather than a library: rich's `escape()` only covers markup, and
 no maintained package makes arbitrary text inert on a terminal in this way.
@@ -25,6 +28,7 @@ May import: `errors` (and rich).
 
 from __future__ import annotations
 
+import unicodedata
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,27 +37,34 @@ if TYPE_CHECKING:
 DETAIL_CHARS = 60
 """Default width of untrusted text in a one-line cell; longer text is cut with `…`."""
 
-_BIDI_AND_SEPARATORS = frozenset(
-    [0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
-)
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Co", "Cn", "Cs", "Zl", "Zp", "Zs"})
+"""Unicode categories shown as escapes: format characters (zero-width space and
+joiners, bidi controls, word joiner, soft hyphen, tag characters), private use,
+unassigned code points, lone surrogates, line/paragraph separators and every
+space but the ASCII one; each can hide or disguise what a command does."""
+
+_BLANK_LETTERS = frozenset([0x115F, 0x1160, 0x2800, 0x3164, 0xFFA0])
+"""Characters that draw nothing although their category says letter or symbol."""
 
 
 def as_data(text: object) -> str:
     """Make untrusted text inert on a terminal: every control character (C0 except
-    newline, DEL, C1, so also ESC, CR, BEL and tab), bidi control, line/paragraph
-    separator and lone surrogate becomes a visible escape; newlines are kept."""
+    newline, DEL, C1, so also ESC, CR, BEL and tab), format character (Unicode
+    category Cf: zero-width characters, bidi controls, tags), separator, space other
+    than ASCII space, blank letter, private-use, unassigned code point and lone
+    surrogate becomes a visible escape; newlines are kept."""
     value = text if isinstance(text, str) else str(text)
     out: list[str] = []
     for ch in value:
         code = ord(ch)
-        if ch == "\n":
+        if ch in "\n ":
             out.append(ch)
         elif ch == "\t":
             out.append("\\t")
         elif code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0:
             out.append(f"\\x{code:02x}")
-        elif code in _BIDI_AND_SEPARATORS or 0xD800 <= code <= 0xDFFF:
-            out.append(f"\\u{code:04x}")
+        elif code in _BLANK_LETTERS or unicodedata.category(ch) in _INVISIBLE_CATEGORIES:
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
         else:
             out.append(ch)
     return "".join(out)

@@ -35,6 +35,8 @@ class ApprovalQuestion(BaseModel):
     """The asking task's ancestors' ids, root first, ending with the task itself."""
     chain_agents: tuple[str, ...] = ()
     """The agent type of each task in `chain` (may be shorter when not known)."""
+    chain_descriptions: tuple[str, ...] = ()
+    """The description of each task in `chain` (untrusted; may be shorter when not known)."""
     run_id: str = ""
     """The run the task belongs to."""
     always_rule: str = ""

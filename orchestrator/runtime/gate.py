@@ -202,6 +202,10 @@ class PolicyGate:
         task = self.known_tasks.get(task_id) or self._tasks.get(task_id)
         return task.agent_type if task is not None else "?"
 
+    def _description_of(self, task_id: str) -> str:
+        task = self.known_tasks.get(task_id) or self._tasks.get(task_id)
+        return task.description if task is not None else ""
+
     async def _ask(
         self,
         task: TaskContext,
@@ -243,6 +247,7 @@ class PolicyGate:
             description=task.description,
             chain=tuple(chain),
             chain_agents=tuple(self._agent_of(t) for t in chain),
+            chain_descriptions=tuple(self._description_of(t) for t in chain),
             run_id=task.run_id,
             always_rule=always_rule,
             always_file=always_file,

@@ -1,5 +1,6 @@
 """What a person sees on a terminal: the live task tree (`progress`) and the
-approval prompt (`approval_prompt.TerminalApprover`). Container text is made
+approval prompt (`approval_prompt.TerminalApprover`, its text in `question_text`).
+Container text is made
 safe to print by `orchestrator.untrusted_text`, which every package uses.
 
 May import: `config`, `errors`, `untrusted_text`, `results`,

@@ -9,48 +9,27 @@ so a subagent cannot clear the screen, move the cursor or print a fake prompt.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+import shutil
 import sys
 from collections.abc import Callable
 from typing import TextIO
 
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
+from orchestrator.ui.question_text import (
+    DEFAULT_WIDTH,
+    chain_text,
+    render_full_input,
+    render_question,
+)
 from orchestrator.untrusted_text import as_data
+
+__all__ = ["TerminalApprover", "chain_text", "choices_text", "describe_answer", "render_question"]
 
 log = logging.getLogger(__name__)
 
-MAX_SHOWN_INPUT_CHARS = 4000
-"""Tool input shown in a prompt; longer input is cut and the cut announced."""
-
-
-def chain_text(q: ApprovalQuestion) -> str:
-    """`run R → parent agent → sa_A (general-purpose) → sa_B (bash)`: who asks, through whom."""
-    ids = list(q.chain) if q.chain and q.chain[-1] == q.task_id else [*q.chain, q.task_id]
-    agents = [*q.chain_agents, *["?"] * len(ids)][: len(ids)]
-    agents[-1] = q.agent_type
-    hops = [f"{task_id} ({agent})" for task_id, agent in zip(ids, agents, strict=True)]
-    head = [f"run {q.run_id}"] if q.run_id else []
-    return " → ".join([*head, "parent agent", *hops])
-
-
-def render_question(q: ApprovalQuestion) -> str:
-    """The question as plain text, container-originated parts quoted as data."""
-    shown = json.dumps(q.tool_input, indent=2, ensure_ascii=False)
-    cut = ""
-    if len(shown) > MAX_SHOWN_INPUT_CHARS:
-        cut = f"\n  [input cut at {MAX_SHOWN_INPUT_CHARS} of {len(shown)} characters]"
-        shown = shown[:MAX_SHOWN_INPUT_CHARS]
-    body = "\n".join("  │ " + line for line in as_data(shown).split("\n"))
-    desc = "\n".join("  │ " + line for line in as_data(q.description).split("\n"))
-    return (
-        f"Permission request from task {as_data(q.task_id)} ({as_data(q.agent_type)})\n"
-        f"  chain: {as_data(chain_text(q))}\n"
-        f"  task description (from the agent, shown as data):\n{desc}\n"
-        f"  tool: {as_data(q.tool_name)}   input sha256: {q.input_hash[:16]}\n"
-        f"  input (from the agent, shown as data):\n{body}{cut}\n"
-        f"  asked by: {as_data(q.asked_by)} — {as_data(q.reason)}"
-    )
+PANEL_FRAME_COLUMNS = 4
+"""Columns the panel's border and padding take from the terminal's width."""
 
 
 class TerminalApprover:
@@ -63,6 +42,7 @@ class TerminalApprover:
         self._out = stdout or sys.stdout
         self._user = user
         self._lock = asyncio.Lock()  # one prompt at a time; other subagents keep running
+        self._width = DEFAULT_WIDTH
 
     async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
         async with self._lock:
@@ -103,6 +83,9 @@ class TerminalApprover:
                 if self._in.readline().strip().lower() in ("y", "yes"):
                     return ApprovalAnswer(behavior="allow", scope="always", decided_by=self._user)
                 continue
+            if choice in ("v", "view"):
+                self._write(render_full_input(q, self._width) + "\n")
+                continue
             if choice in ("d", "deny"):
                 self._write("Reason (told to the agent): ")
                 reason = self._in.readline().strip() or "denied by the user"
@@ -114,13 +97,16 @@ class TerminalApprover:
         from rich.text import Text
 
         console = Console(file=self._out, highlight=False, emoji=False, markup=False)
-        # Text, never a markup string: the question carries container text.
-        console.print(Panel(Text(render_question(q)), title="warden: approval needed"))
+        self._width = max(console.width - PANEL_FRAME_COLUMNS, 1)
+        # Text, never a markup string: the question carries container text. Lines are
+        # already wrapped to fit, so the panel never wraps agent text off its quote bar.
+        console.print(Panel(Text(render_question(q, self._width)), title="warden: approval needed"))
         choices = Text.assemble(("[a]", "bold"), choices_text(q).removeprefix("[a]"))
         return lambda: console.print(choices, end="")
 
     def _show_plain(self, q: ApprovalQuestion) -> Callable[[], None]:
-        self._write(f"warden: approval needed\n{render_question(q)}\n")
+        self._width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+        self._write(f"warden: approval needed\n{render_question(q, self._width)}\n")
         return lambda: self._write(choices_text(q))
 
     def _write(self, text: str) -> None:
@@ -149,7 +135,10 @@ def describe_answer(q: ApprovalQuestion, answer: ApprovalAnswer) -> str:
     return f"warden: {what}: {as_data(q.tool_name)} for {as_data(q.task_id)} ({as_data(q.agent_type)}){reason}"
 
 
-PLAIN_CHOICES = "[a]llow once  [s] allow this exact input again for the rest of this run  [d]eny > "
+PLAIN_CHOICES = (
+    "[a]llow once  [s] allow this exact input again for the rest of this run  "
+    "[v]iew the whole input  [d]eny > "
+)
 
 
 def choices_text(q: ApprovalQuestion) -> str:

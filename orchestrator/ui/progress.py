@@ -262,6 +262,9 @@ class _PausingApprover:
         from orchestrator.ui.approval_prompt import describe_answer
 
         self.waiting += 1
+        if self._lock.locked():  # a question is on screen: say at once that this one waits
+            # On a new line: the one on screen ends with its choices, awaiting an answer.
+            self._note(f"\nwarden: {self.waiting} more question(s) waiting after this one")
         asking = False
         try:
             async with self._lock:

@@ -163,21 +163,28 @@ def test_a_person_answers_queued_nested_questions_on_a_terminal(
         "once.txt", "always.txt", "session.txt", "third.txt",
     }  # fmt: skip
 
-    # The chain names the run, the parent agent and every ancestor of the asker.
-    chains = [
-        (run_id, hops.rstrip("│ "))  # the panel's right border
-        for run_id, hops in re.findall(r"chain: run (run_\w+) → parent agent → (.*)", shown)
-    ]
-    assert {c[0] for c in chains} == {_run_id(state)}
-    nested = [hops for _, hops in chains if "(general-purpose)" in hops]
-    assert nested and re.fullmatch(r"sa_\w+ \(general-purpose\) → sa_\w+ \(bash\)", nested[0])
-    assert any(re.fullmatch(r"sa_\w+ \(bash\)", hops) for _, hops in chains)
+    # The chain names the run, the parent agent and every ancestor of the asker, one
+    # quoted line each with its description, the asker last.
+    assert set(re.findall(r"chain \(run (run_\w+)\): parent agent →", shown)) == {
+        _run_id(state)
+    }
+    hops = [line.strip("│ ") for line in screen if re.match(r"│\s+│ sa_", line)]
+    assert any(re.fullmatch(r"sa_\w+ \(general-purpose\): lead →", h) for h in hops), hops
+    nested = r"sa_\w+ \(bash\): ask one \[bold\]x\[/bold\] \\x1b\[31mred ← asks"
+    assert any(re.fullmatch(nested, h) for h in hops), hops
+    top = [i for i, line in enumerate(screen) if re.search(r"\(bash\): ask two ← asks", line)]
+    assert top and all("parent agent →" in screen[i - 1] for i in top)
     # The asker's description, container text, is printed inert.
     assert "│ ask one [bold]x[/bold] \\x1b[31mred" in shown
     assert b"\x1b[31mred" not in raw and "│ ask two" in shown
 
     # The queue is announced, every answer echoed, each choice says what it covers.
     assert re.search(r"^warden: [12] more question\(s\) waiting after this one$", shown, re.M)
+    # ... already while the first question is on screen, before it is answered.
+    waiting = [i for i, line in enumerate(screen) if "more question(s) waiting" in line]
+    echo = re.compile(r"warden: (allowed|denied|always allowed)")
+    first_echo = next(i for i, line in enumerate(screen) if echo.match(line))
+    assert waiting and waiting[0] < first_echo, screen
     assert "[s] allow this exact input again for the rest of this run" in shown
     echoes = [line for line in screen if line.startswith("warden: ")]
     assert sum("allowed once: Bash for sa_" in e for e in echoes) == 2

@@ -80,7 +80,10 @@ async def test_queued_questions_are_counted_and_each_answer_echoed() -> None:
     # The first was asked before the others arrived; each later prompt counts the
     # questions still behind it.
     assert inner.notes == [
-        # Two arrived while the first was on screen: its echo says so.
+        # Two arrived while the first was on screen: each is announced as it arrives
+        # (on a line of its own, below the choices), and the echo counts them again.
+        "\nwarden: 1 more question(s) waiting after this one",
+        "\nwarden: 2 more question(s) waiting after this one",
         "warden: allowed this exact input for the rest of this run: Bash for sa_a (bash)"
         " (2 more waiting)",
         "warden: 1 more question(s) waiting after this one",
