@@ -116,3 +116,33 @@ def test_list_shows_task_only_where_the_run_depth_offers_it(tmp_path: Path) -> N
 
     assert "Task" not in tools_of()  # default depth 1: subagents may not delegate
     assert "Task" in tools_of("WARDEN_MAX_DEPTH=2")
+
+PINNED = "---\nname: pinned\ndescription: d\nimage: pinned-tools:1\n---\nx\n"
+
+
+def _images(tmp_path: Path, *flags: str, **env: str) -> dict[str, tuple[str, str]]:
+    proc = subprocess.run(
+        warden_argv("agents", "list", "--json", "--workspace", str(tmp_path / "ws"), *flags),
+        capture_output=True,
+        text=True,
+        env=warden_env(WARDEN_CONFIG_DIR=str(tmp_path / "config"), **env),
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return {a["name"]: (a["image"], a["image_from"]) for a in json.loads(proc.stdout)["agents"]}
+
+
+def test_list_shows_each_type_s_image_by_the_written_precedence(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path, pinned=PINNED)
+    (ws / ".devcontainer.json").write_text('// dev\n{"image": "dev-tools:1",}\n')
+    found = _images(tmp_path)
+    assert found["pinned"][0] == "pinned-tools:1"  # the agent file wins
+    assert found["general-purpose"] == ("dev-tools:1", "the dev container (.devcontainer.json)")
+    assert found["bash"][0] == "bash"  # restricted unless --bash-image
+    assert _images(tmp_path, "--image", "cli:1")["general-purpose"] == ("cli:1", "--image")
+    assert _images(tmp_path, "--no-devcontainer")["general-purpose"][0] == "agent"
+    assert _images(tmp_path, WARDEN_DEVCONTAINER="0")["general-purpose"][0] == "agent"
+    off_then_on = _images(tmp_path, "--devcontainer", WARDEN_DEVCONTAINER="0")
+    assert off_then_on["general-purpose"][0] == "dev-tools:1"
+    bash = _images(tmp_path, "--bash-image", "cli:1")["bash"]
+    assert bash[0] == "cli:1" and "instead of the restricted bash image" in bash[1]
