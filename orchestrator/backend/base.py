@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator import labels as _labels
+from sandbox_tools.wire import WORKSPACE
 
 DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024
 DEFAULT_CPUS = 1.0
@@ -95,7 +96,7 @@ class SandboxSpec(_Closed):
     timeout_s: float | None = Field(default=None, gt=0)
     """Deadline for `run`; on expiry the container is killed."""
     output_limit_bytes: int = Field(default=DEFAULT_OUTPUT_LIMIT_BYTES, gt=0)
-    workdir: str = "/workspace"
+    workdir: str = WORKSPACE
     runtime: str | None = None
     """OCI runtime (e.g. `runsc`); None is the engine default."""
 

@@ -18,12 +18,13 @@ from docker.types import LogConfig, Ulimit
 from orchestrator.backend.base import SandboxSpec
 from orchestrator.backend.mounts import check_confined
 from orchestrator.errors import ConfigError
+from sandbox_tools.wire import WORKSPACE
 
 if TYPE_CHECKING:
     from docker import APIClient
     from docker.types import HostConfig
 
-WORKSPACE_TARGET = "/workspace"
+WORKSPACE_TARGET = WORKSPACE
 LOG_MAX_SIZE = "1m"
 """json-file log cap per container (output is captured over attach, not from logs)."""
 LOG_MAX_FILES = "1"

@@ -74,7 +74,7 @@ MAX_DECISIONS_AUDITED_PER_REQUEST = 20
 
 
 class BrokerHost(Protocol):
-    """What the broker needs from the host side (the TaskManager implements it)."""
+    """What the broker needs from the host side (`runtime.host.TaskHost` implements it)."""
 
     async def decide_permission(
         self, request: wire_models.PermissionRequest

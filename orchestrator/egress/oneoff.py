@@ -27,9 +27,10 @@ from orchestrator.egress.rules import RuleSet, parse_rule
 from orchestrator.egress.service import EgressService
 from orchestrator.egress.sources import CLI_ALLOW, CLI_DENY, settings_rules
 from orchestrator.untrusted_text import printable
+from sandbox_tools import wire
 
 FORWARDER = ("python3", "-m", "sandbox_tools.egress_forward", "--")
-SOCKET_DIR_IN_SANDBOX = "/run/warden"
+SOCKET_DIR_IN_SANDBOX = wire.BROKER_SOCKET_DIR
 
 
 @dataclass

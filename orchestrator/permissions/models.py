@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.jsontypes import JSONObject
+from sandbox_tools.wire import WORKSPACE
 
 Behavior = Literal["allow", "deny", "ask"]
 Mode = Literal["default", "acceptEdits", "dontAsk", "plan", "bypassPermissions"]
@@ -58,7 +59,7 @@ class CallContext(_Value):
     """The subagent type, e.g. `general-purpose`."""
     transcript_path: str = ""
     """Host path of the transcript file (may be empty when there is none yet)."""
-    cwd: str = "/workspace"
+    cwd: str = WORKSPACE
     """The agent's working directory (a container path)."""
     permission_mode: Mode = "default"
     """The mode the call is decided under."""

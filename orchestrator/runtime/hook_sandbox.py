@@ -41,6 +41,7 @@ from orchestrator.broker import SandboxIdentity, make_socket_dir
 from orchestrator.errors import WardenError
 from orchestrator.lifecycle import socket_dirs
 from orchestrator.permissions.hooks import SandboxedHookRun
+from sandbox_tools.wire import WORKSPACE
 
 if TYPE_CHECKING:
     from orchestrator.backend.base import ContainerBackend
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HOOK_SANDBOX_ENV = {"HOME": "/tmp", "CLAUDE_PROJECT_DIR": "/workspace"}
+HOOK_SANDBOX_ENV = {"HOME": "/tmp", "CLAUDE_PROJECT_DIR": WORKSPACE}
 """A sandboxed hook's environment (the image's PATH; nothing from the host)."""
 HOOK_IMAGE = "agent"
 """The image sandboxed hooks run in (Python, git, coreutils)."""

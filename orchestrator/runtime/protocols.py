@@ -30,7 +30,8 @@ with the runner command and mounts that image needs (`images.choice`)."""
 
 
 class PermissionGate(Protocol):
-    """Decides the tool calls of one task (the permissions layer implements it)."""
+    """Decides the tool calls of one task (`runtime.gate.PolicyGate` implements it, with
+    the permissions layer's engine)."""
 
     async def decide(
         self, task: TaskContext, request: wire_models.PermissionRequest

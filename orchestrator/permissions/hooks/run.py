@@ -35,11 +35,11 @@ from orchestrator.permissions.models import (
     HookOutcome,
     ToolCall,
 )
-from sandbox_tools.wire import MAX_TOOL_INPUT_BYTES
+from sandbox_tools.wire import MAX_TOOL_INPUT_BYTES, WORKSPACE
 
 MAX_HOOK_OUTPUT_BYTES = 64 * 1024
 """Bytes of stdout and of stderr kept per hook; the rest is dropped and announced."""
-SANDBOX_CWD = {"neutral": "/tmp", "workspace": "/workspace"}
+SANDBOX_CWD = {"neutral": "/tmp", "workspace": WORKSPACE}
 """A sandboxed hook's working directory: its own empty /tmp, or the workspace."""
 NEUTRAL_CWD_PREFIX = "warden-hook-"
 """Host hooks run in a fresh empty directory with this prefix, unless they ask for the workspace."""
