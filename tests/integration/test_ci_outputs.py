@@ -175,16 +175,19 @@ async def test_a_run_is_traced_with_spans_for_run_task_model_and_tool_calls(
 
     spans = exporter.get_finished_spans()
     names = [s.name for s in spans]
-    (run_span,) = [s for s in spans if s.name == "warden.run"]
-    (task_span,) = [s for s in spans if s.name == "warden.task"]
-    (tool_span,) = [s for s in spans if s.name == "tool Bash"]
-    model_spans = [s for s in spans if s.name == "model call"]
-    assert names.count("model call") == 4, names  # two parent turns, two subagent turns
+    (run_span,) = [s for s in spans if s.name == "invoke_agent parent"]
+    (call_span,) = [s for s in spans if s.name == "execute_tool Task"]
+    (task_span,) = [s for s in spans if s.name.startswith("invoke_agent ") and s is not run_span]
+    (tool_span,) = [s for s in spans if s.name == "execute_tool Bash"]
+    model_spans = [s for s in spans if s.name.startswith("chat ")]
+    assert len(model_spans) == 4, names  # two parent turns, two subagent turns
     # One W3C trace: the same id on every span and every event of the run.
     trace_ids = {f"{s.context.trace_id:032x}" for s in spans}
     assert trace_ids == {e.data["trace_id"] for e in events if e.data.get("trace_id")}
     assert len(next(iter(trace_ids))) == 32
-    assert task_span.parent is not None and task_span.parent.span_id == run_span.context.span_id
+    # run > the parent's Task call > the task > its tool call.
+    assert call_span.parent is not None and call_span.parent.span_id == run_span.context.span_id
+    assert task_span.parent is not None and task_span.parent.span_id == call_span.context.span_id
     assert tool_span.parent is not None and tool_span.parent.span_id == task_span.context.span_id
     under_task = [
         s for s in model_spans if s.parent and s.parent.span_id == task_span.context.span_id

@@ -6,7 +6,6 @@ flattened, labelled, usable by any uid with a read-only root; a second build is 
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import time
 from collections.abc import Iterator
@@ -39,8 +38,6 @@ FORBIDDEN_EXACT = {
 }  # fmt: skip
 FORBIDDEN_PREFIXES = ("gcc-", "g++-", "clang-", "pip3.", "dpkg-", "apt-", "git-")
 FORBIDDEN_SUFFIXES = ("-gcc", "-ld", "-as", "-g++")
-RESOLVE_BUDGET_S = 0.05
-"""resolve_image runs on every `warden exec`: a few ms, never a container run."""
 SECOND_BUILD_BUDGET_S = 15.0
 
 
@@ -233,16 +230,24 @@ def test_images_are_flat_and_labelled(client: Any, tags: dict[str, str], kind: s
     assert tags[kind].endswith(":" + labels[LABEL_CONTENT_HASH][:12])
 
 
-def test_resolve_image_returns_the_built_tags_fast(client: Any, tags: dict[str, str]) -> None:
+def test_resolve_image_returns_the_built_tags_with_one_engine_call(
+    client: Any, tags: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resolving is on every task's start path: it reads the engine once and never
+    builds (its speed is measured in bench/, not asserted here)."""
+    requests: list[str] = []
+    send = client.api.send
+
+    def counted(request: Any, **kwargs: Any) -> Any:
+        requests.append(f"{request.method} {request.path_url}")
+        return send(request, **kwargs)
+
+    monkeypatch.setattr(client.api, "send", counted)
     assert resolve_image(client, "agent") == tags["agent"]
     assert resolve_image(client, "bash") == tags["bash"]
     assert resolve_image(client, tags["bash"]) == tags["bash"]
-    timings = []
-    for _ in range(20):
-        started = time.perf_counter()
-        resolve_image(client, "bash")
-        timings.append(time.perf_counter() - started)
-    assert statistics.median(timings) < RESOLVE_BUDGET_S, timings
+    assert len(requests) == 3, requests
+    assert not any("/build" in r for r in requests)
 
 
 def test_doctor_reports_the_images_current(client: Any, tags: dict[str, str]) -> None:
