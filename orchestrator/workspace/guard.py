@@ -160,6 +160,10 @@ class WorkspaceGuard:
 
         Raises UnsafeMountError when a source became a link or left the workspace.
         """
+        # Another run on this workspace may have ended and removed the placeholder it
+        # made (it was empty): this run's next sandbox gets its own, never an unguarded
+        # root where a repository could be planted.
+        self._ensure_dir(GIT_DIR, placeholder=True)
         mounts = []
         for relative in self.protected:
             source = self.workspace / relative
@@ -178,7 +182,7 @@ class WorkspaceGuard:
 
     def release(self) -> None:
         """Remove the placeholders this run created, if they are still empty."""
-        for relative in self.placeholders:
+        for relative in dict.fromkeys(self.placeholders):
             with contextlib.suppress(OSError):
                 os.rmdir(self.workspace / relative)
         self.placeholders.clear()

@@ -144,3 +144,21 @@ def test_a_parent_flipped_while_being_checked_refuses_the_mount(
     monkeypatch.setattr(mounts.os, "open", racing_open)
     with pytest.raises(UnsafeMountError, match="cfg"):
         check_confined(ws, ws / "cfg" / "ci")
+
+
+def test_a_run_keeps_its_git_placeholder_when_another_run_on_the_workspace_ends(
+    tmp_path: Path,
+) -> None:
+    """Two runs on a workspace without .git: the first made the placeholder, the
+    second found it; when the first ends and removes it, the second's next sandbox
+    still gets a read-only .git (a new placeholder), which it removes at its end."""
+    first = WorkspaceGuard.prepare(tmp_path)
+    second = WorkspaceGuard.prepare(tmp_path)
+    assert (tmp_path / ".git").is_dir()
+    first.release()
+    assert not (tmp_path / ".git").exists()
+    mounts = {m.target: m for m in second.mounts()}
+    assert (tmp_path / ".git").is_dir()
+    assert mounts["/workspace/.git"].read_only
+    second.release()
+    assert not (tmp_path / ".git").exists()
