@@ -10,6 +10,7 @@ import hashlib
 import inspect
 import json
 import logging
+import shlex
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
@@ -109,26 +110,56 @@ class NonInteractiveApprover:
     async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
         return ApprovalAnswer(
             behavior="deny",
-            reason=(
-                f"{q.tool_name} needs approval ({q.asked_by}) but no human is available to "
-                "approve it (non-interactive run). To allow it, add an allow rule to the "
-                f"policy, e.g. --allow {_suggest_rule(q)!r}, or to the `allow` list of "
-                ".claude/settings.json."
-            ),
+            reason=_advice(q),
             decided_by="non-interactive",
         )
 
 
-def _suggest_rule(q: ApprovalQuestion) -> str:
+MAX_SUGGESTED_CHARS = 200
+"""Longest command or path a suggested rule spells out."""
+GLOB_CHARS = frozenset("*?[")
+
+
+def _advice(q: ApprovalQuestion) -> str:
+    lead = (
+        f"{q.tool_name} needs approval ({q.asked_by}) but no human is available to "
+        "approve it (non-interactive run)."
+    )
+    rule = _suggest_rule(q)
+    if rule is None:
+        return (
+            f"{lead} No rule can allow just this call; `warden policy explain` shows what "
+            "decides it."
+        )
+    return (
+        f"{lead} To allow exactly this call, add --allow {rule} (or the same rule to the "
+        "`allow` list of .claude/settings.json)."
+    )
+
+
+def _suggest_rule(q: ApprovalQuestion) -> str | None:
+    """Rules that allow exactly this one call and nothing more, or None when no rule
+    can say that (never a prefix like `Bash(python3 -c:*)`, which allows any code)."""
+    from orchestrator.permissions.paths import normalise
+    from orchestrator.permissions.shell import DYNAMIC, analyse
+
     command = q.tool_input.get("command")
-    if q.tool_name == "Bash" and isinstance(command, str) and len(command) <= 80:
-        first = command.split()[:2]
-        if first:
-            return f"Bash({' '.join(first)}:*)"
+    if q.tool_name == "Bash" and isinstance(command, str) and len(command) <= MAX_SUGGESTED_CHARS:
+        found = analyse(command)
+        parts = [*found.commands, *found.wrappers]
+        if found.problems or found.writes or found.reads or not parts:
+            return None
+        if any(c.open_ended or any(DYNAMIC in w or "*" in w or "(" in w or ")" in w
+                                   for w in c.words) for c in parts):
+            return None
+        rules = dict.fromkeys(f"Bash({shlex.join(c.words)})" for c in parts)
+        return " --allow ".join(shlex.quote(r) for r in rules)
     path = q.tool_input.get("file_path")
-    if isinstance(path, str) and len(path) <= 120:
-        return f"{q.tool_name}({path})"
-    return q.tool_name
+    if q.tool_name in ("Read", "Edit", "Write") and isinstance(path, str):
+        if len(path) > MAX_SUGGESTED_CHARS or GLOB_CHARS & set(path) or path.startswith("~"):
+            return None
+        return shlex.quote(f"{q.tool_name}(/{normalise(path)[0]})")
+    return None
 
 
 class CallbackApprover:
