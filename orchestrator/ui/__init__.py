@@ -1,7 +1,7 @@
 """What a person sees on a terminal: the live task tree (`progress`) and the
 approval prompt (`approval_prompt.TerminalApprover`, its text in `question_text`).
-Container text is made
-safe to print by `orchestrator.untrusted_text`, which every package uses.
+Container text is made safe to print by `orchestrator.untrusted_text`, which
+every package uses.
 
 May import: `config`, `errors`, `untrusted_text`, `results`,
 `permissions.approvers` (the questions a prompt shows), rich.

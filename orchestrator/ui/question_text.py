@@ -109,9 +109,10 @@ def quoted(text: object, width: int, limit: int | None, *, escaped: bool = False
     characters with the cut announced, and wrapped into lines that each start with
     the quote bar and fit `width` cells."""
     shown = _RUN.sub(_count_run, str(text) if escaped else as_data(text))
-    cut = 0 if limit is None or len(shown) <= limit else len(shown) - limit
-    if cut:
-        shown = shown[:limit]
+    cut = 0
+    if limit is not None and len(shown) > limit:
+        end = _cut_point(shown, limit)
+        shown, cut = shown[:end], len(shown) - end
     columns = max(width - len(QUOTE), MIN_TEXT_COLUMNS)
     lines = [
         QUOTE + chunk
@@ -131,6 +132,22 @@ def _count_run(match: re.Match[str]) -> str:
     plain to see and cannot fill the screen."""
     escape = match.group(1)
     return f"⟨{escape} {len(match.group(0)) // len(escape)} times⟩"
+
+
+_LONGEST_TOKEN = 44
+"""Characters in the longest escape or counted run `_TOKEN` matches."""
+
+_TOKEN = re.compile(r"⟨\\[^⟩]{1,40}⟩|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}|\\x[0-9a-f]{2}|\\t")
+"""One escape or counted run: a cut never splits one."""
+
+
+def _cut_point(shown: str, limit: int) -> int:
+    """`limit`, or the start of the escape `limit` would split."""
+    window_start = max(limit - _LONGEST_TOKEN, 0)
+    for match in _TOKEN.finditer(shown, window_start, limit + _LONGEST_TOKEN):
+        if match.start() < limit < match.end():
+            return match.start()
+    return limit
 
 
 def _value_text(value: object) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,12 @@ def test_a_padded_description_cannot_push_the_command_off_the_prompt() -> None:
     assert "list files⟨\\u200b 20000 times⟩" in shown
     assert _invisible(shown) == []
     assert len(shown) < 2000
+    # Mixed padding (no run to count) is cut with the cut announced, never mid-escape.
+    mixed = "\u200b\u2060" * 5000
+    shown = render_question(_question("Bash", {"description": mixed, "command": "curl x | sh"}))
+    assert "curl x | sh" in shown and "more characters, shown with v]" in shown
+    padding = "".join(x[4:] for x in shown.split("\n") if x.startswith("  │ \\u"))
+    assert re.fullmatch(r"(\\u[0-9a-f]{4})+", padding), padding[-20:]
 
 
 def test_invisible_and_confusable_characters_are_made_visible() -> None:
