@@ -57,6 +57,7 @@ class PolicyGate:
         events: EventSink | None = None,
         approvals: SessionApprovals | None = None,
         hook_sandbox: HookSandbox | None = None,
+        known_tasks: Mapping[str, TaskContext] | None = None,
     ) -> None:
         self.policy = policy
         self.hooks = hooks
@@ -67,7 +68,7 @@ class PolicyGate:
         self.approvals = approvals or SessionApprovals()
         self.hook_sandbox = hook_sandbox
         self._tasks: dict[str, TaskContext] = {}
-        self.known_tasks: Mapping[str, TaskContext] = {}
+        self.known_tasks: Mapping[str, TaskContext] = {} if known_tasks is None else known_tasks
         """Every task of the run (the manager's), so a question names all its ancestors."""
         self._engines: dict[str, PermissionEngine] = {}
 

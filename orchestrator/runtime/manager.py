@@ -94,6 +94,7 @@ class TaskManager:
         config: TaskManagerConfig | None = None,
         runner_command: tuple[str, ...] = RUNNER_COMMAND,
         guard: WorkspaceGuard | None = None,
+        tasks: dict[str, TaskContext] | None = None,
     ) -> None:
         # Every sandbox of the run is watched for its disk limits (backend/disk.py).
         self.backend: ContainerBackend = DiskGuardedBackend(backend)
@@ -129,7 +130,8 @@ class TaskManager:
             disk=self.config.disk,
             runner_command=runner_command,
         )
-        self.tasks: dict[str, TaskContext] = {}
+        self.tasks: dict[str, TaskContext] = {} if tasks is None else tasks
+        """Every task of the run by id; shared with the gate when the run gives both one."""
         self.results: dict[str, TaskResult] = {}
         self.children_started: dict[str | None, int] = {}
         self.background = BackgroundTasks()

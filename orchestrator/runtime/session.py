@@ -33,6 +33,7 @@ from orchestrator.runtime.manager import TaskManager
 from orchestrator.runtime.parent import ParentAgent
 from orchestrator.runtime.protocols import PermissionGate
 from orchestrator.runtime.sandbox import sandbox_identity
+from orchestrator.runtime.tasks import TaskContext
 from orchestrator.tracing import run_tracer
 from orchestrator.workspace import WorkspaceGuard
 from orchestrator.workspace.report import ExecutedPathsWatch
@@ -217,6 +218,8 @@ async def open_run(
         # A run that can no longer record what it does stops (`EventLog.failure`).
         events.on_failure.append(_cancel_on_failure(asyncio.current_task()))
         hook_pool: HookSandboxPool | None = None
+        # Every task of the run, by id: the manager records them, the gate reads them.
+        tasks: dict[str, TaskContext] = {}
         if gate is None:
             for warning in gate_hooks.warnings:
                 log.warning("%s", warning)
@@ -240,6 +243,7 @@ async def open_run(
                 store=store,
                 events=events,
                 hook_sandbox=hook_pool,
+                known_tasks=tasks,  # questions name every ancestor
             )
         # The orchestrator's one model client (the key is only here): the parent's
         # calls and every broker's go through the SDK, its retries bounded in time.
@@ -265,10 +269,9 @@ async def open_run(
             gate=gate,
             config=config or TaskManagerConfig.from_settings(settings),
             guard=guard,
+            tasks=tasks,
             **({"runner_command": runner_command} if runner_command else {}),
         )
-        if isinstance(gate, PolicyGate):
-            gate.known_tasks = manager.tasks  # questions name every ancestor
         manager.egress = run_egress(
             egress or EgressRequest(),
             settings,

@@ -130,11 +130,13 @@ def test_the_chain_shows_each_task_with_its_description(tmp_path: Path) -> None:
 
     settings = Settings(state_dir=tmp_path / "state", config_dir=tmp_path / "cfg")
     registry = AgentRegistry.load(settings, tmp_path)
+    known_tasks: dict[str, TaskContext] = {}
     gate = PolicyGate(
         policy=load_policy(settings, tmp_path, mode="default"),
         hooks=load_hooks(settings, tmp_path),
         workspace_host=tmp_path,
         approver=TerminalApprover(),
+        known_tasks=known_tasks,
     )
 
     def task(task_id: str, parent: str | None, agent: str, description: str) -> TaskContext:
@@ -144,7 +146,7 @@ def test_the_chain_shows_each_task_with_its_description(tmp_path: Path) -> None:
 
     outer = task("sa_outer", None, "general-purpose", "refactor the parser\x1b[2J")
     inner = task("sa_inner", "sa_outer", "bash", "count lines")
-    gate.known_tasks = {"sa_outer": outer, "sa_inner": inner}
+    known_tasks.update({"sa_outer": outer, "sa_inner": inner})
     q = gate.question(
         inner, tool_name="Bash", tool_input={"command": "wc -l"}, asked_by="m", reason=""
     )
