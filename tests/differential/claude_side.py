@@ -84,18 +84,30 @@ def private_etc(work: Path) -> None:
 
 
 def python_for_everyone(work: Path) -> None:
-    """When this Python lives under root's private home (pyenv), show only that
-    directory under /root in this mount namespace, so the unprivileged Claude Code
-    can start the prompt server with the same interpreter and packages."""
-    if not sys.prefix.startswith("/root/"):
+    """When this Python (the interpreter behind a virtual environment included), the
+    environment or the checkout lives under root's private home (pyenv, a clone in
+    ~), show only those directories under /root in this mount namespace, so the
+    unprivileged Claude Code can start the prompt server with the same interpreter
+    and packages."""
+    tops = sorted(
+        {
+            Path("/root") / Path(where).relative_to("/root").parts[0]
+            for where in (sys.prefix, sys.base_prefix, os.getcwd())
+            if where.startswith("/root/")
+        }
+    )
+    if not tops:
         return
-    top = Path("/root") / Path(sys.prefix).relative_to("/root").parts[0]
-    keep = work / "python"
-    keep.mkdir()
-    subprocess.run(["mount", "--bind", str(top), str(keep)], check=True)
+    kept = []
+    for i, top in enumerate(tops):
+        keep = work / f"python{i}"
+        keep.mkdir()
+        subprocess.run(["mount", "--bind", str(top), str(keep)], check=True)
+        kept.append((top, keep))
     subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/root"], check=True)
-    top.mkdir()
-    subprocess.run(["mount", "--bind", str(keep), str(top)], check=True)
+    for top, keep in kept:
+        top.mkdir()
+        subprocess.run(["mount", "--bind", str(keep), str(top)], check=True)
 
 
 def write(path: Path, doc: dict[str, Any] | None) -> None:
