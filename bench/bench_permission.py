@@ -177,6 +177,7 @@ async def main_async(args: argparse.Namespace) -> None:
             allow=("Bash(echo:*)",),
             mode="default",
             runner_command=command,
+            trusted=True,  # the bench wrote this workspace's agent file itself
         ) as run:
             for r in range(args.rounds):
                 result = await run.manager.run_task(
