@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.agents.images import RunImages, choose_image
 from orchestrator.config import Settings
+from orchestrator.errors import ConfigError
 from orchestrator.images.choice import SandboxImage, SandboxImages
 
 if TYPE_CHECKING:
@@ -41,6 +42,26 @@ def dev_container_of(
     if found.image is None and found.dockerfile is None:
         return None
     return found
+
+
+def untrusted_devcontainer(workspace: Path) -> bool:
+    """In a workspace the person has not trusted, the dev container is not used
+    unless asked for: its image or Dockerfile is workspace content, which a subagent
+    of an earlier run may have written, and building a Dockerfile runs its steps.
+    Says so once when there is one; returns the `devcontainer` choice (False)."""
+    from orchestrator.images.devcontainer import find_devcontainer
+
+    try:
+        found = find_devcontainer(workspace)
+    except ConfigError:  # unreadable: not used either way, and nothing more to say
+        found = None
+    if found is not None:
+        log.warning(
+            "%s: the dev container is not used: the workspace is not trusted (trust it "
+            "with --trust-workspace, or ask for it with --devcontainer)",
+            found.relative,
+        )
+    return False
 
 
 def describe_run_images(

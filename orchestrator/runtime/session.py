@@ -137,7 +137,7 @@ async def open_run(
     from orchestrator.backend.connect import connect, pool_size
     from orchestrator.backend.docker import DockerBackend
     from orchestrator.broker.upstream import model_client
-    from orchestrator.runtime.run_images import prepare_run_images
+    from orchestrator.runtime.run_images import prepare_run_images, untrusted_devcontainer
     from orchestrator.store import Store
 
     workspace = check_workspace(workspace)
@@ -169,6 +169,10 @@ async def open_run(
         calls = config.max_concurrent_total * config.max_depth
         client = await asyncio.to_thread(partial(connect, max_pool_size=pool_size(calls)))
         stack.callback(client.close)
+        # A dev container is workspace content a subagent may have written: used by
+        # default only where the person trusted the workspace (or asked for it).
+        if devcontainer is None and not trusted:
+            devcontainer = untrusted_devcontainer(workspace)
         # Images first: an unusable one (or a dev container that does not build)
         # stops the run before it is recorded or any sandbox starts.
         image_for = await asyncio.to_thread(

@@ -9,8 +9,9 @@ A workspace is trusted when any of these says so:
   person answers yes to the prompt `warden run` shows on first use;
 - Claude Code's own record: `hasTrustDialogAccepted` for the directory or one
   above it in `~/.claude.json` (`$CLAUDE_CONFIG_DIR/.claude.json`).
-A workspace with nothing to trust (no project allow rules, mode, hooks or agent
-files) needs no answer.
+A workspace with nothing to trust (no project allow rules, mode, hooks, agent
+files or dev container) needs no answer. An untrusted workspace's dev container is
+not used unless `--devcontainer` asks for it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ MAX_TRUST_FILE_BYTES = 4 * 1024 * 1024
 """Largest trust record read (Claude Code's `.claude.json` grows with history)."""
 PROJECT_SETTINGS = (".claude/settings.json", ".claude/settings.local.json")
 PROJECT_AGENTS = ".claude/agents"
+PROJECT_DEVCONTAINERS = (".devcontainer/devcontainer.json", ".devcontainer.json")
 
 
 def _load(path: Path) -> object:
@@ -81,6 +83,10 @@ def needs_trust(workspace: Path) -> list[str]:
     agents = workspace / PROJECT_AGENTS
     if agents.is_dir() and any(p.suffix == ".md" for p in agents.iterdir()):
         found.append(f"{PROJECT_AGENTS}/: agent definitions")
+    for rel in PROJECT_DEVCONTAINERS:
+        if (workspace / rel).exists():
+            found.append(f"{rel}: a dev container (its image, or a Dockerfile warden builds)")
+            break
     return found
 
 

@@ -189,6 +189,21 @@ async def test_the_dev_container_image_is_used_without_a_flag(
     assert "v18." in result.text and "marker=from-the-image" in result.text, result.text
 
 
+async def test_an_untrusted_workspaces_dev_container_is_neither_built_nor_used(
+    settings: Settings, workspace: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dev container is workspace content an earlier subagent may have written: in a
+    workspace nobody trusted, its Dockerfile is not built and its image not used."""
+    dev_container(
+        workspace, {"build": {"dockerfile": "Dockerfile"}}, "FROM scratch-never-built\nRUN false\n"
+    )
+    script = delegate("echo ran")
+    async with scripted_run(settings, workspace, script, trusted=False) as (run, _):
+        result = await run.parent.run("run it")
+    assert "ran" in result.text, result.text
+    assert "the dev container is not used: the workspace is not trusted" in caplog.text
+
+
 async def test_a_dev_container_dockerfile_is_built_offline_once_and_used(
     settings: Settings, workspace: Path, cc_image: str, engine: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
