@@ -142,9 +142,12 @@ def _egress_bytes(uses: dict[tuple[str, int], EgressUse], data: JSONObject) -> N
             use.bytes_down = _int(item.get("bytes_down"))
 
 
-def outcomes(tasks: Sequence[TaskSummary]) -> set[Outcome]:
-    """Which `--fail-on` outcomes happened."""
+def outcomes(tasks: Sequence[TaskSummary], denials: Sequence[Denial] = ()) -> set[Outcome]:
+    """Which `--fail-on` outcomes happened (a Task call refused before any task
+    existed is a denial of the parent's, `task_id` None)."""
     found: set[Outcome] = set()
+    if any(d.task_id is None for d in denials):
+        found.add("denied")
     for task in tasks:
         if task.status in ("failed", "disk_limit"):  # disk_limit: killed, so it failed
             found.add("failed")
@@ -187,7 +190,7 @@ def build_result(
             (stored_event(e) for e in store.events(run_id=run_id)),
             store.audit(run_id),
         )
-    happened = outcomes(tasks)
+    happened = outcomes(tasks, denials)
     failed_on = [o for o in fail_on if o in happened]
     if is_interrupted(base_code) and status == "completed":
         status = "stopped"

@@ -67,10 +67,20 @@ def junit_xml(result: RunResult) -> bytes:
         name=PARENT_CASE,
         time=f"{result.duration_s:.3f}",
     )
+    refused = [
+        f"refused {text(d.tool_name)} ({text(d.decided_by)}): {text(d.reason)}"
+        for d in result.denials
+        if d.task_id is None
+    ]
     if result.status != "completed":
         failures += 1
         failure = ET.SubElement(parent, "failure", type=result.status)
         failure.set("message", text(result.error or f"the run {result.status}")[:MAX_MESSAGE_CHARS])
+    elif refused:  # a Task call of the parent's that warden refused
+        failures += 1
+        failure = ET.SubElement(parent, "failure", type="denied")
+        failure.set("message", refused[0][:MAX_MESSAGE_CHARS])
+        failure.text = "\n".join(refused)
     for task in result.tasks:
         case = ET.SubElement(
             suite,

@@ -43,6 +43,7 @@ EVENT_KINDS = (
     "egress_denied",
     "egress_summary",
     "task_stop_requested",
+    "task_refused",
 )
 """The kinds warden emits today. Readers should ignore kinds they do not know."""
 

@@ -217,9 +217,15 @@ class ParentAgent:
                 )
                 return _tool_result(tool_use_id, text, False)
         except ValidationError as exc:
-            return _tool_result(tool_use_id, f"Invalid {name} input: {_brief(exc)}", True)
+            text = f"Invalid {name} input: {_brief(exc)}"
+            if name == "Task":
+                await self.manager.recorder.task_refused(tool_use_id, raw, text)
+            return _tool_result(tool_use_id, text, True)
         except WardenError as exc:
-            return _tool_result(tool_use_id, f"{name} failed. Error: {exc}", True)
+            text = f"{name} failed. Error: {exc}"
+            if name == "Task":
+                await self.manager.recorder.task_refused(tool_use_id, raw, text)
+            return _tool_result(tool_use_id, text, True)
         if self.fork and name in wire.TOOL_NAMES:
             return _tool_result(
                 tool_use_id,
@@ -237,6 +243,7 @@ class ParentAgent:
         task_input = TaskInput.model_validate(raw)
         fork = self._fork_prefix(task_input)
         if isinstance(fork, str):
+            await self.manager.recorder.task_refused(tool_use_id, raw, fork)
             return _tool_result(tool_use_id, fork, True)
         if task_input.run_in_background:
             ctx = await self.manager.start_background(task_input, fork=fork)

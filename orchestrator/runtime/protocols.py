@@ -51,8 +51,22 @@ class PermissionGate(Protocol):
 class EventSink(Protocol):
     """Where run events go (`EventLog` is the real one)."""
 
+    run_id: str
     failure: StoreError | None
     """Set once events could not be recorded (the run is stopping)."""
+
+    async def emit(
+        self,
+        kind: str,
+        *,
+        task_id: str | None = None,
+        parent_id: str | None = None,
+        agent_type: str | None = None,
+        trace_id: str | None = None,
+        **data: JSONLike,
+    ) -> Event:
+        """Record one event of the run (one of no task: leave the ids out)."""
+        ...
 
     async def emit_for(self, kind: str, task: TaskContext, **data: JSONLike) -> Event:
         """Record one event about `task` (its ids, agent type and trace go with it)."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Unpack
 from orchestrator.runtime.tasks import TaskContext, TaskResult, TaskStatus
 
 if TYPE_CHECKING:
-    from orchestrator.jsontypes import JSONLike
+    from orchestrator.jsontypes import JSONLike, JSONObject
     from orchestrator.runtime.protocols import EventSink
     from orchestrator.store import Store, TaskUpdate
     from orchestrator.workspace.changes import TaskChanges
@@ -54,6 +54,41 @@ class TaskRecorder:
     async def update(self, task_id: str, **fields: Unpack[TaskUpdate]) -> None:
         if self.store is not None:
             await asyncio.to_thread(self.store.update_task, task_id, **fields)
+
+    async def task_refused(
+        self, tool_use_id: str, tool_input: JSONObject, reason: str, by: str = "parent"
+    ) -> None:
+        """A Task call warden refused before any task existed (an unknown subagent type,
+        a cap, invalid input): a `task_refused` event and a denial in the audit, so CI
+        sees it (`denials`, `--fail-on denied`, the JUnit report)."""
+        import hashlib
+        import json
+
+        await self.events.emit(
+            "task_refused", tool_use_id=tool_use_id, reason=reason, requested_by=by
+        )
+        if self.store is None:
+            return
+        from orchestrator.store import AuditRecord
+
+        digest = hashlib.sha256(
+            json.dumps(tool_input, sort_keys=True, default=str).encode()
+        ).hexdigest()
+        record = AuditRecord(
+            run_id=self.events.run_id,
+            task_id=None,
+            agent_type=by,
+            tool_name="Task",
+            tool_use_id=tool_use_id[:200] or None,
+            input_hash=digest,
+            tool_input=tool_input,
+            decision="deny",
+            final="deny",
+            decided_by="warden: Task refused",
+            source="warden",
+            reason=reason,
+        )
+        await asyncio.to_thread(self.store.record_audit, record)
 
     async def created(self, ctx: TaskContext, prompt: str) -> None:
         if self.store is None:

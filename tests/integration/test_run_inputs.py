@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,40 @@ def test_claude_code_flag_spellings_mean_what_they_mean_there(
     summary = (tmp_path / "summary.md").read_text()
     assert "| `Bash` |" in summary and "test task" in summary
     assert "::warning title=warden denied Bash::" in proc.stderr
+
+
+def test_a_refused_task_call_is_visible_to_ci(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """The model asked for a subagent type that does not exist: no task ever starts,
+    yet CI sees it: an event, a denial, an outcome --fail-on selects, a JUnit failure."""
+    script = _script(
+        tmp_path,
+        [
+            {
+                "name": "parent",
+                "match": PARENT_MATCH,
+                "turns": [
+                    {"content": [task("anything", "no-such-agent")]},
+                    {"content": [text("gave up")]},
+                ],
+            }
+        ],
+    )
+    junit = tmp_path / "j.xml"
+    proc = run_warden(
+        settings, "run", "go", "--replay", str(script), "--workspace", str(workspace),
+        "--json", "--fail-on", "denied", "--junit", str(junit),
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.OUTCOME, proc.stderr[-2000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    result = lines[-1]
+    assert result["tasks"] == [] and result["failed_on"] == ["denied"]
+    (denial,) = result["denials"]
+    assert (denial["task_id"], denial["tool_name"]) == (None, "Task")
+    assert "no-such-agent" in denial["reason"]
+    assert [e["kind"] for e in lines[:-1]].count("task_refused") == 1
+    parent_case = ET.parse(junit).getroot().find("testsuite/testcase[@name='parent agent']")
+    assert parent_case is not None
+    failure = parent_case.find("failure")
+    assert failure is not None and failure.get("type") == "denied"
