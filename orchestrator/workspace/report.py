@@ -176,7 +176,8 @@ def take_snapshot(
                     info = child.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                entries[rel.lstrip("/")] = _describe(child.path, info)
+                if not _placeholder(child.name, child.path, info):
+                    entries[rel.lstrip("/")] = _describe(child.path, info)
             try:
                 if not child.is_dir(follow_symlinks=False):
                     continue
@@ -213,6 +214,23 @@ class _Matcher:
         if name in self.names or (self.names and not self.names.isdisjoint(rel.split("/"))):
             return True
         return self.regex.fullmatch(rel) is not None
+
+
+PLACEHOLDER_NAMES = frozenset({".git", ".claude"})
+"""Directories warden itself creates empty (read-only mount points, `workspace.guard`)
+and removes again; another run on the workspace may do so at any time."""
+
+
+def _placeholder(name: str, path: str, info: os.stat_result) -> bool:
+    """An empty `.git` or `.claude` directory: a placeholder, which runs nothing, so its
+    coming and going (a concurrent run's) is no change of this run's."""
+    if name not in PLACEHOLDER_NAMES or not stat.S_ISDIR(info.st_mode):
+        return False
+    try:
+        with os.scandir(path) as it:
+            return next(it, None) is None
+    except OSError:
+        return False
 
 
 def _describe(path: str, info: os.stat_result) -> _Entry:

@@ -154,3 +154,19 @@ def test_rendering_is_plain_text_and_the_audit_gets_one_record_per_file(tmp_path
     assert [r.tool_input["path"] for r in records] == [".vscode", ".vscode/tasks\x1b[31m.json"]
     assert {r.decision for r in records} == {"ask"}
     assert ExecutedPathsWatch(tmp_path).report().render() == []
+
+
+def test_an_empty_placeholder_coming_and_going_is_no_change(tmp_path: Path) -> None:
+    """Another run on the workspace creates and removes its empty `.git` placeholder:
+    not this run's change. A real repository's `.git` going is still one."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "sub" / ".git").mkdir(parents=True)
+    write(tmp_path / "sub" / ".git" / "HEAD", "ref: refs/heads/main\n")
+    watch = ExecutedPathsWatch(tmp_path)
+    (tmp_path / ".git").rmdir()
+    for name in ("HEAD",):
+        (tmp_path / "sub" / ".git" / name).unlink()
+    (tmp_path / "sub" / ".git").rmdir()
+    found = changes(watch.report())
+    assert ("deleted", ".git") not in found
+    assert ("deleted", "sub/.git/HEAD") in found
