@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -125,8 +127,20 @@ def spec(prompt: str, max_turns: int, **extra: Any) -> TaskSpec:
     )
 
 
+_TEMP_DIRS: list[Path] = []
+
+
+def temp_dir(prefix: str) -> Path:
+    """A temporary directory removed when the benchmark exits (whatever way it ends)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    if not _TEMP_DIRS:
+        atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _TEMP_DIRS])
+    _TEMP_DIRS.append(path)
+    return path
+
+
 def workspace(files: int, size: int) -> Path:
-    root = Path(tempfile.mkdtemp(prefix="warden-bench-cost-"))
+    root = temp_dir("warden-bench-cost-")
     (root / "src").mkdir()
     for i in range(files):
         body = "".join(
@@ -228,7 +242,7 @@ async def forks(count: int) -> None:
         ]
     )
     root = workspace(count, 3000)
-    state = Path(tempfile.mkdtemp(prefix="warden-bench-fork-"))
+    state = temp_dir("warden-bench-fork-")
     store = Store.open(state / "warden.db")
     store.create_run("run_bench", prompt="p", workspace=str(root), model=DEFAULT_MODEL, pid=1)
     with ScriptedModelServer(script).in_thread() as server:
@@ -303,7 +317,7 @@ def long_script(calls: int) -> Script:
 
 async def context(calls: int, window: int) -> None:
     print(f"\n3. context: {calls} turns with 20 KB tool results, a {window:,}-token window")
-    root = Path(tempfile.mkdtemp(prefix="warden-bench-ctx-"))
+    root = temp_dir("warden-bench-ctx-")
     (root / "big.log").write_text("2026-11-26 12:00:00 INFO request served in 12 ms\n" * 500)
     model = "claude-bench-window"
     with ScriptedModelServer(long_script(calls), context_windows={model: window}).in_thread() as s:
