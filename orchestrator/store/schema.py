@@ -329,9 +329,11 @@ def _read_version(conn: sqlite3.Connection) -> tuple[int, int]:
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     try:
         version, app_id = _read_version(conn)
-        _check_identity(conn, path, version, app_id)
-        if version == SCHEMA_VERSION:
+        if version == SCHEMA_VERSION and app_id == APPLICATION_ID:
             return
+        # Everything else is decided under the write lock: read outside it, the
+        # version and the tables can come from either side of another process's
+        # migration (version 0, yet tables: a fresh store looked foreign).
         conn.execute("BEGIN IMMEDIATE")
         try:
             version, app_id = _read_version(conn)  # another process may have done it
