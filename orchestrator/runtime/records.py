@@ -61,8 +61,7 @@ class TaskRecorder:
         """A Task call warden refused before any task existed (an unknown subagent type,
         a cap, invalid input): a `task_refused` event and a denial in the audit, so CI
         sees it (`denials`, `--fail-on denied`, the JUnit report)."""
-        import hashlib
-        import json
+        from orchestrator.permissions.approvers import input_hash
 
         await self.events.emit(
             "task_refused", tool_use_id=tool_use_id, reason=reason, requested_by=by
@@ -71,16 +70,13 @@ class TaskRecorder:
             return
         from orchestrator.store import AuditRecord
 
-        digest = hashlib.sha256(
-            json.dumps(tool_input, sort_keys=True, default=str).encode()
-        ).hexdigest()
         record = AuditRecord(
             run_id=self.events.run_id,
             task_id=None,
             agent_type=by,
             tool_name="Task",
             tool_use_id=tool_use_id[:200] or None,
-            input_hash=digest,
+            input_hash=input_hash("Task", tool_input),
             tool_input=tool_input,
             decision="deny",
             final="deny",
