@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
     from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec
+    from orchestrator.config import Settings
     from orchestrator.images.choice import SandboxImage
 
 DEFAULT_IMAGE = "bash"
@@ -144,9 +145,17 @@ class _Terminated(BaseException):
 )
 @click.option(
     "--image",
-    default=DEFAULT_IMAGE,
-    show_default=True,
-    help="agent, bash, or any local Linux image of this machine's architecture.",
+    default=None,
+    metavar="IMAGE",
+    help="agent, bash, or any local Linux image of this machine's architecture "
+    f"[default: the workspace's dev container, else {DEFAULT_IMAGE}].",
+)
+@click.option(
+    "--devcontainer/--no-devcontainer",
+    default=None,
+    help="Run the command in the workspace's dev container (.devcontainer/devcontainer.json) "
+    "[default: yes when it has one and the workspace is trusted; WARDEN_DEVCONTAINER=0 "
+    "turns that off].",
 )
 @click.option(
     "--timeout",
@@ -187,7 +196,8 @@ class _Terminated(BaseException):
 @click.argument("command", nargs=-1, required=True)
 def exec_command(
     workspace: Path | None,
-    image: str,
+    image: str | None,
+    devcontainer: bool | None,
     timeout: float,
     memory: int | None,
     cpus: float | None,
@@ -215,7 +225,7 @@ def exec_command(
     try:
         code = _run(
             workspace,
-            image,
+            (image, devcontainer),
             timeout,
             memory,
             cpus,
@@ -239,7 +249,7 @@ def exec_command(
 
 def _run(
     workspace: Path | None,
-    image: str,
+    image: tuple[str | None, bool | None],
     timeout: float,
     memory: int | None,
     cpus: float | None,
@@ -281,7 +291,7 @@ def _run(
     )
     egress = None
     try:
-        chosen = _resolve_image(client, settings.state_dir, image)
+        chosen = _resolve_image(client, settings, workspace or Path.cwd(), *image)
         try:
             spec = SandboxSpec(
                 image=chosen.ref,
@@ -418,12 +428,30 @@ def _parse_labels(pairs: tuple[str, ...]) -> dict[str, str]:
     return result
 
 
-def _resolve_image(client: DockerClient, state_dir: Path, name: str) -> SandboxImage:
-    """`agent`/`bash` → the current content-addressed tag; any other name must be a
-    local Linux image of this architecture (checked before the container starts)."""
+def _resolve_image(
+    client: DockerClient,
+    settings: Settings,
+    workspace: Path,
+    image: str | None,
+    devcontainer: bool | None,
+) -> SandboxImage:
+    """The command's image by `warden run`'s precedence without the agent file
+    (`--image` > the dev container > `bash`); `agent`/`bash` → the current
+    content-addressed tag; any other name must be a local Linux image of this
+    architecture (checked before the container starts)."""
     from orchestrator.images.choice import SandboxImages
+    from orchestrator.runtime.run_images import command_image
 
-    return SandboxImages(client, state_dir).get(name, runner=False)
+    name = command_image(
+        client,
+        settings,
+        workspace,
+        image=image,
+        devcontainer=devcontainer,
+        default=DEFAULT_IMAGE,
+        progress=lambda line: click.echo(f"warden: {line}", err=True),
+    )
+    return SandboxImages(client, settings.state_dir).get(name, runner=False)
 
 
 def _log_warnings_to_stderr() -> None:

@@ -1,14 +1,17 @@
 """The run's image choices, made once before any sandbox starts: `--image`,
 `--bash-image`, and the workspace's dev container (built offline when it has a
-Dockerfile). The precedence between them and agent files is `agents.images`."""
+Dockerfile). The precedence between them and agent files is `agents.images`;
+`warden exec` follows the same order without the agent file (`command_image`).
+
+Imports of `agents` are deferred: `warden exec` uses this module and stays light."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.agents.images import RunImages, choose_image
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
 from orchestrator.images.choice import SandboxImage, SandboxImages
@@ -17,6 +20,7 @@ if TYPE_CHECKING:
     from docker import DockerClient
 
     from orchestrator.agents.definition import AgentDefinition
+    from orchestrator.agents.images import RunImages
     from orchestrator.images.devcontainer import DevContainer
 
 log = logging.getLogger("warden.images")
@@ -74,6 +78,8 @@ def describe_run_images(
 ) -> RunImages:
     """The run's choices as `warden agents list/show` and `warden doctor` show them,
     without building anything (a dev container Dockerfile is named, not built)."""
+    from orchestrator.agents.images import RunImages
+
     found = dev_container_of(settings, workspace, image=image, devcontainer=devcontainer)
     dev_name = None
     if found is not None:
@@ -98,6 +104,8 @@ class RunImageResolver:
         self.run = run
 
     def __call__(self, agent: AgentDefinition) -> SandboxImage:
+        from orchestrator.agents.images import choose_image
+
         return self.images.get(choose_image(agent, self.run).name)
 
     def named(self, name: str) -> SandboxImage:
@@ -118,6 +126,7 @@ def prepare_run_images(
     """Build the dev container if needed and check every run-level image now, so an
     unusable one stops the run before any sandbox starts. Raises ImageNotFoundError,
     UnsupportedImageError, ConfigError, ImageBuildError (each naming the fix)."""
+    from orchestrator.agents.images import RunImages
     from orchestrator.images.devbuild import devcontainer_image
 
     found = dev_container_of(settings, workspace, image=image, devcontainer=devcontainer)
@@ -133,3 +142,38 @@ def prepare_run_images(
         if name is not None:
             images.get(name)
     return RunImageResolver(images, run)
+
+
+def command_image(
+    client: DockerClient,
+    settings: Settings,
+    workspace: Path,
+    *,
+    image: str | None,
+    devcontainer: bool | None,
+    default: str,
+    progress: Callable[[str], None] = log.info,
+) -> str:
+    """The image of a one-off command (`warden exec`) by the run's precedence without
+    the agent file: `--image`, else the workspace's dev container (built if needed;
+    used by default only in a trusted workspace, as for `warden run`), else
+    `default`. Nothing is imported or read beyond two `stat`s when the workspace has
+    no dev container. A build's output goes to `progress`. Raises ConfigError,
+    ImageBuildError."""
+    from orchestrator.images.devcontainer import CONFIG_PATHS
+
+    if image is not None or devcontainer is False:
+        return image or default
+    if not any((workspace / path).exists() for path in CONFIG_PATHS):
+        return default
+    if devcontainer is None:
+        from orchestrator.workspace.trust import is_trusted
+
+        if not is_trusted(settings, workspace):
+            devcontainer = untrusted_devcontainer(workspace)
+    found = dev_container_of(settings, workspace, image=None, devcontainer=devcontainer)
+    if found is None:
+        return default
+    from orchestrator.images.devbuild import devcontainer_image
+
+    return devcontainer_image(client, found, progress)

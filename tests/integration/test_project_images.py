@@ -8,6 +8,7 @@ Debian packages, real anthropic SDK; only the model is scripted."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -119,10 +120,12 @@ async def test_make_test_in_a_gcc_image_and_the_sandbox_is_unchanged_inside(
     assert found["marker"] == "from-the-image", "the image's environment is kept"
 
 
-def warden(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def warden(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", *args], cwd=cwd, capture_output=True, text=True,
-        timeout=180,
+        timeout=180, env=None if env is None else {**os.environ, **env},
     )  # fmt: skip
 
 
@@ -187,6 +190,32 @@ async def test_the_dev_container_image_is_used_without_a_flag(
     async with scripted_run(settings, workspace, script) as (run, _):
         result = await run.parent.run("which node?")
     assert "v18." in result.text and "marker=from-the-image" in result.text, result.text
+
+
+def test_warden_exec_follows_the_run_s_image_precedence(workspace: Path, node_image: str) -> None:
+    """`warden exec` picks its image as `warden run` does, minus the agent file:
+    `--image` > the dev container (by default only in a trusted workspace) > bash."""
+    dev_container(workspace, {"name": "node tools", "image": node_image})
+    probe = ("--", "bash", "-c", "echo marker=${TOOLCHAIN_MARKER:-none}; node --version || true")
+    trusted = {"WARDEN_TRUST_WORKSPACE": "1"}
+    untrusted = {"WARDEN_TRUST_WORKSPACE": "0"}
+
+    def run(env: dict[str, str], *flags: str) -> tuple[str, str]:
+        done = warden("exec", "--workspace", str(workspace), *flags, *probe, cwd=REPO_ROOT,
+                      env=env)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout, done.stderr
+
+    out, _ = run(trusted)
+    assert "marker=from-the-image" in out and "v18." in out, "the dev container, without a flag"
+    out, _ = run(trusted, "--image", "bash")
+    assert "marker=none" in out and "v18." not in out, "--image comes first"
+    out, _ = run(trusted, "--no-devcontainer")
+    assert "marker=none" in out, "--no-devcontainer: warden's bash image"
+    out, err = run(untrusted)
+    assert "marker=none" in out and "the workspace is not trusted" in err, err
+    out, _ = run(untrusted, "--devcontainer")
+    assert "marker=from-the-image" in out, "--devcontainer asks for it in any workspace"
 
 
 async def test_an_untrusted_workspaces_dev_container_is_neither_built_nor_used(
