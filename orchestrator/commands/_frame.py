@@ -23,6 +23,7 @@ from orchestrator.untrusted_text import printable
 
 if TYPE_CHECKING:
     from orchestrator.config import Settings
+    from orchestrator.permissions.approval_hub import ApproverHub
     from orchestrator.permissions.approvers import Approver
     from orchestrator.runtime.session import Run
     from orchestrator.ui.progress import Progress
@@ -153,19 +154,17 @@ def run_to_end(
     sys.exit(finish_run(settings, state, code, outputs))
 
 
-def make_approver(settings: Settings, progress: Progress, timeout_s: float | None) -> Approver:
-    """A human on a terminal if there is one; otherwise every question is denied."""
-    from orchestrator.permissions.approvers import NonInteractiveApprover, TimeoutApprover
+def make_approver(settings: Settings, progress: Progress, timeout_s: float | None) -> ApproverHub:
+    """The run's approver: a hub that offers every question to each live channel (the
+    terminal when there is a person at one; others add theirs with `add_channel`).
+    With no channel at all, every question is denied with advice."""
+    from orchestrator.permissions.approval_hub import ApproverHub
     from orchestrator.ui.approval_prompt import TerminalApprover
 
-    approver: Approver
-    if settings.non_interactive or not (sys.stdin.isatty() and sys.stdout.isatty()):
-        approver = NonInteractiveApprover()
-    else:
-        approver = progress.pausing(TerminalApprover())
-    if timeout_s is not None:
-        approver = TimeoutApprover(approver, timeout_s)
-    return approver
+    hub = ApproverHub(timeout_s=timeout_s)
+    if not settings.non_interactive and sys.stdin.isatty() and sys.stdout.isatty():
+        hub.add_channel(progress.pausing(TerminalApprover()))
+    return hub
 
 
 async def model_endpoint(

@@ -10,11 +10,12 @@ import hashlib
 import inspect
 import json
 import logging
+import secrets
 import shlex
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.jsontypes import JSONObject
 
@@ -26,6 +27,9 @@ class ApprovalQuestion(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    question_id: str = Field(default_factory=lambda: new_question_id())
+    """Names this question on every channel it is offered to (terminal, page, webhook);
+    an answer is bound to it, so a repeated or late answer changes nothing."""
     task_id: str
     """The asking subagent's task id."""
     agent_type: str
@@ -68,8 +72,33 @@ class ApprovalAnswer(BaseModel):
     `always`: also write the question's `always_rule` to the workspace settings."""
     reason: str = ""
     """For a deny, what the subagent's model is told."""
-    decided_by: str
-    """Who answered: `terminal:USER`, `non-interactive`, `callback`, `timeout`."""
+    channel: str = ""
+    """Where the answer came from: `terminal`, `web`, `webhook`, `mcp`, `callback`, or
+    warden itself (`non-interactive`, `timeout`, `approver error`)."""
+    person: str = ""
+    """Who answered on that channel: the OS user at the terminal, the name a page or a
+    webhook receiver gave (untrusted for `web`/`webhook`: shown as data)."""
+    decided_by: str = ""
+    """Who answered, as the audit records it: `CHANNEL:PERSON` (`terminal:alice`,
+    `web:bob`, `webhook:ci-bot`) or warden's own `non-interactive`, `timeout`; built
+    from `channel` and `person` when not given."""
+
+    @model_validator(mode="after")
+    def _named(self) -> Self:
+        if not self.decided_by:
+            if not self.channel:
+                raise ValueError("an ApprovalAnswer needs a channel (or decided_by)")
+            who = f"{self.channel}:{self.person}" if self.person else self.channel
+            object.__setattr__(self, "decided_by", who)
+        return self
+
+
+QUESTION_ID_BYTES = 8
+"""Random bytes in a question id (`q_` and 16 hex digits)."""
+
+
+def new_question_id() -> str:
+    return f"q_{secrets.token_hex(QUESTION_ID_BYTES)}"
 
 
 class Approver(Protocol):
@@ -111,7 +140,7 @@ class NonInteractiveApprover:
         return ApprovalAnswer(
             behavior="deny",
             reason=_advice(q),
-            decided_by="non-interactive",
+            channel="non-interactive",
         )
 
 
@@ -163,7 +192,10 @@ def _suggest_rule(q: ApprovalQuestion) -> str | None:
 
 
 class CallbackApprover:
-    """Embedding: a sync or async callable answers. A sync one runs in a worker thread."""
+    """Embedding: a sync or async callable answers. A sync one runs in a worker thread.
+    An answer that names no channel is recorded as channel `callback`."""
+
+    name = "callback"
 
     def __init__(self, fn: Callable[[ApprovalQuestion], Any]) -> None:
         self._fn = fn
@@ -179,6 +211,8 @@ class CallbackApprover:
             raise TypeError(
                 f"approval callback returned {type(result).__name__}, not ApprovalAnswer"
             )
+        if not result.channel:
+            result = result.model_copy(update={"channel": "callback"})
         return result
 
 
@@ -196,5 +230,5 @@ class TimeoutApprover:
             return ApprovalAnswer(
                 behavior="deny",
                 reason=f"no approval within {self._seconds:g}s, so it is denied",
-                decided_by="timeout",
+                channel="timeout",
             )

@@ -266,6 +266,7 @@ class PolicyGate:
         await self._emit(
             "approval_requested",
             task,
+            question_id=question.question_id,
             tool_name=question.tool_name,
             input_hash=question.input_hash,
             asked_by=question.asked_by,
@@ -279,18 +280,21 @@ class PolicyGate:
             log.exception("approver failed")
             answer = ApprovalAnswer(
                 behavior="deny",
-                decided_by="approver error",
+                channel="approver error",
                 reason=f"the approver failed ({type(exc).__name__}); denied",
             )
         self.approvals.remember(question, answer)
         await self._emit(
             "approval_answered",
             task,
+            question_id=question.question_id,
             tool_name=question.tool_name,
             input_hash=question.input_hash,
             behavior=answer.behavior,
             scope=answer.scope,
             decided_by=answer.decided_by,
+            channel=answer.channel,
+            person=answer.person,
         )
         return answer
 

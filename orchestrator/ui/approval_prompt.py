@@ -9,11 +9,12 @@ so a subagent cannot clear the screen, move the cursor or print a fake prompt.
 from __future__ import annotations
 
 import asyncio
+import getpass
 import logging
 import shutil
 import sys
 from collections.abc import Callable
-from typing import TextIO
+from typing import Literal, TextIO
 
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
 from orchestrator.ui.question_text import (
@@ -22,9 +23,17 @@ from orchestrator.ui.question_text import (
     render_full_input,
     render_question,
 )
+from orchestrator.ui.terminal_input import LineReader
 from orchestrator.untrusted_text import as_data
 
-__all__ = ["TerminalApprover", "chain_text", "choices_text", "describe_answer", "render_question"]
+__all__ = [
+    "TerminalApprover",
+    "answered_elsewhere",
+    "chain_text",
+    "choices_text",
+    "describe_answer",
+    "render_question",
+]
 
 log = logging.getLogger(__name__)
 
@@ -33,27 +42,52 @@ PANEL_FRAME_COLUMNS = 4
 
 
 class TerminalApprover:
-    """Asks a person on a TTY: allow once, allow for the session, or deny with a reason."""
+    """Asks a person on a TTY: allow once, allow for the session, or deny with a reason.
+
+    Answers are `terminal:USER` (the OS user). A question answered on another channel
+    meanwhile (the page, a webhook) is withdrawn: its prompt is cancelled, the hub's
+    `withdraw` says who answered, and a line typed for it is not taken as the answer
+    to the next question."""
+
+    name = "terminal"
 
     def __init__(
-        self, *, stdin: TextIO | None = None, stdout: TextIO | None = None, user: str = "terminal"
+        self, *, stdin: TextIO | None = None, stdout: TextIO | None = None, user: str | None = None
     ) -> None:
-        self._in = stdin or sys.stdin
+        self._lines = LineReader(stdin or sys.stdin)
         self._out = stdout or sys.stdout
-        self._user = user
+        self._user = user if user is not None else _os_user()
         self._lock = asyncio.Lock()  # one prompt at a time; other subagents keep running
         self._width = DEFAULT_WIDTH
 
     async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
         async with self._lock:
-            return await asyncio.to_thread(self._ask, q)
+            try:
+                return await self._ask(q)
+            except asyncio.CancelledError:
+                self._lines.withdrawn()  # what was typed for this prompt answers nothing else
+                raise
 
-    def _ask(self, q: ApprovalQuestion) -> ApprovalAnswer:
+    def withdraw(self, question_id: str, answer: ApprovalAnswer) -> None:
+        """The question was answered on another channel: say so, by whom."""
+        self.note(f"\n{answered_elsewhere(answer)}")
+
+    def _answer(
+        self,
+        behavior: Literal["allow", "deny"],
+        scope: Literal["once", "session", "always"] = "once",
+        reason: str = "",
+    ) -> ApprovalAnswer:
+        return ApprovalAnswer(
+            behavior=behavior, scope=scope, reason=reason, channel="terminal", person=self._user
+        )
+
+    async def _ask(self, q: ApprovalQuestion) -> ApprovalAnswer:
         """Show the question, then read answers. A display failure never becomes a
         silent deny: the prompt falls back to plain writes, and only when even those
         fail is the call denied, with a reason that says so."""
         try:
-            show_prompt = self._show_rich(q)
+            show_prompt = await asyncio.to_thread(self._show_rich, q)
         except Exception as exc:  # a rendering bug must not cost the user the question
             log.warning("approval panel could not be drawn (%s); asking in plain text", exc)
             try:
@@ -65,31 +99,30 @@ class TerminalApprover:
                 show_prompt()
             except Exception as exc:
                 return _display_failed(exc, self._user)
-            line = self._in.readline()
+            self._lines.prompt_shown()
+            line = await self._lines.readline()
             if not line:
-                return ApprovalAnswer(
-                    behavior="deny", reason="no answer (end of input)", decided_by=self._user
-                )
+                return self._answer(behavior="deny", reason="no answer (end of input)")
             choice = line.strip().lower()
             if choice in ("a", "allow"):
-                return ApprovalAnswer(behavior="allow", scope="once", decided_by=self._user)
+                return self._answer(behavior="allow", scope="once")
             if choice in ("s", "session"):
-                return ApprovalAnswer(behavior="allow", scope="session", decided_by=self._user)
+                return self._answer(behavior="allow", scope="session")
             if choice in ("w", "always") and q.always_rule:
                 self._write(
                     f"Always allow: add the rule {as_data(q.always_rule)} to "
                     f"{as_data(q.always_file)}? [y/N] "
                 )
-                if self._in.readline().strip().lower() in ("y", "yes"):
-                    return ApprovalAnswer(behavior="allow", scope="always", decided_by=self._user)
+                if (await self._lines.readline()).strip().lower() in ("y", "yes"):
+                    return self._answer(behavior="allow", scope="always")
                 continue
             if choice in ("v", "view"):
                 self._write(render_full_input(q, self._width) + "\n")
                 continue
             if choice in ("d", "deny"):
                 self._write("Reason (told to the agent): ")
-                reason = self._in.readline().strip() or "denied by the user"
-                return ApprovalAnswer(behavior="deny", reason=reason, decided_by=self._user)
+                reason = (await self._lines.readline()).strip() or "denied by the user"
+                return self._answer(behavior="deny", reason=reason)
 
     def _show_rich(self, q: ApprovalQuestion) -> Callable[[], None]:
         from rich.console import Console
@@ -151,6 +184,22 @@ def choices_text(q: ApprovalQuestion) -> str:
     )
 
 
+def answered_elsewhere(answer: ApprovalAnswer) -> str:
+    """One line for a question another channel answered: where, by whom, what."""
+    what = "allowed" if answer.behavior == "allow" else "denied"
+    where = as_data(answer.channel or answer.decided_by)
+    who = f" by {as_data(answer.person)}" if answer.person else ""
+    reason = f": {as_data(answer.reason)}" if answer.behavior == "deny" and answer.reason else ""
+    return f"warden: answered on {where}{who}: {what}{reason}"
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no USER/LOGNAME and no passwd entry (a bare container)
+        return "unknown"
+
+
 def _display_failed(exc: Exception, user: str) -> ApprovalAnswer:
     log.error("the approval prompt could not be shown: %r", exc)
     return ApprovalAnswer(
@@ -159,5 +208,6 @@ def _display_failed(exc: Exception, user: str) -> ApprovalAnswer:
             f"the approval prompt could not be shown on the terminal (display failed: "
             f"{type(exc).__name__}), so the call is denied; nobody saw it"
         ),
-        decided_by=user,
+        channel="terminal",
+        person=user,
     )

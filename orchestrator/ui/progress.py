@@ -257,6 +257,22 @@ class _PausingApprover:
         self.progress = progress
         self._lock = asyncio.Lock()
         self.waiting = 0
+        self.name = getattr(inner, "name", "terminal")
+
+    def withdraw(self, question_id: str, answer: ApprovalAnswer) -> None:
+        """Another channel answered: the inner prompt says so (the live table is
+        already stopped when the question is on screen or waiting behind one)."""
+        withdraw = getattr(self.inner, "withdraw", None)
+        if withdraw is None:
+            return
+        drawing = self.progress.live is not None
+        if drawing:
+            self.progress.pause()
+        try:
+            withdraw(question_id, answer)
+        finally:
+            if drawing:
+                self.progress.resume()
 
     async def approve(self, question: ApprovalQuestion) -> ApprovalAnswer:
         from orchestrator.ui.approval_prompt import describe_answer

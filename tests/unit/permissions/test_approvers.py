@@ -43,7 +43,7 @@ def question(
 
 def terminal(answers: str) -> tuple[TerminalApprover, io.StringIO]:
     out = io.StringIO()
-    return TerminalApprover(stdin=io.StringIO(answers), stdout=out, user="terminal:alice"), out
+    return TerminalApprover(stdin=io.StringIO(answers), stdout=out, user="alice"), out
 
 
 @pytest.mark.parametrize(
