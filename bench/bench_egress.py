@@ -139,7 +139,9 @@ def main() -> None:
     size = args.megabytes * 1000 * 1000
     settings = Settings.from_env()
     client = connect()
-    backend = DockerBackend(client, settings)
+    backend = DockerBackend(
+        client, state_dir=settings.state_dir, fallback_uid=settings.fallback_uid
+    )
     image = resolve_image(client, "agent")
     server = subprocess.Popen(
         [sys.executable, "-c", SERVER, str(REPO_ROOT)], stdin=subprocess.PIPE,

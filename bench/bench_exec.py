@@ -72,7 +72,10 @@ def main() -> None:
     label = f"{wl.SESSION}={session}"
     client = connect()
     api = client.api
-    backend = DockerBackend(client, Settings.from_env())
+    settings = Settings.from_env()
+    backend = DockerBackend(
+        client, state_dir=settings.state_dir, fallback_uid=settings.fallback_uid
+    )
     from orchestrator.images import resolve_image
 
     args.image = resolve_image(client, args.image)

@@ -285,7 +285,10 @@ async def main_async(args: argparse.Namespace) -> None:
     config = TaskManagerConfig(max_concurrent_total=MAX_CONCURRENT, warm_pool_size=0)
     results: dict[tuple[str, int], list[Burst]] = {}
     client = connect()
-    backend = DockerBackend(client, Settings.from_env())
+    settings = Settings.from_env()
+    backend = DockerBackend(
+        client, state_dir=settings.state_dir, fallback_uid=settings.fallback_uid
+    )
     bare_api = bare_client()
     t_start = time.monotonic()
     try:

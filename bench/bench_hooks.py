@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import median, ms, pct, temp_env, verdict
 
 from orchestrator.backend.connect import connect
-from orchestrator.backend.docker import DockerBackend
+from orchestrator.backend.factory import make_backend
 from orchestrator.images import resolve_image
 from orchestrator.permissions import (
     CallContext,
@@ -69,7 +69,7 @@ def hookset(trusted: bool) -> HookSet:
 async def measure(calls: int, gap_s: float) -> dict[str, list[float]]:
     with temp_env("hooks") as (settings, workspace):
         client = await asyncio.to_thread(connect)
-        backend = DockerBackend(client, settings)
+        backend = make_backend(client, settings)
         guard = prepare_guard(settings, workspace, ())
         config = TaskManagerConfig(fallback_uid=settings.fallback_uid)
         pool = hook_sandbox_pool(

@@ -304,7 +304,10 @@ async def main_async(args: argparse.Namespace) -> None:
     emit_samples: list[float] = []
     idle_cpu = float("nan")
     client = connect()
-    backend = DockerBackend(client, Settings.from_env())
+    settings = Settings.from_env()
+    backend = DockerBackend(
+        client, state_dir=settings.state_dir, fallback_uid=settings.fallback_uid
+    )
     started = time.monotonic()
     try:
         with (

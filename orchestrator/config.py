@@ -1,6 +1,6 @@
 """warden's settings: one closed model, filled from the environment in one place.
 
-May import: `errors`, `backend.base` (the limit models settings build).
+May import: `errors`.
 """
 
 from __future__ import annotations
@@ -12,11 +12,6 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from orchestrator.backend.base import (
-    DEFAULT_DISK_FREE_FLOOR_BYTES,
-    DEFAULT_DISK_WRITE_BYTES,
-    DiskLimits,
-)
 from orchestrator.errors import ConfigError
 from sandbox_tools import wire
 
@@ -25,6 +20,11 @@ DEFAULT_FALLBACK_UID = 2_100_000_000
 """uid (and gid) of sandboxes in a root-owned workspace: above the ranges accounts and
 directory services (SSSD: up to 2,000,200,000) hand out, so no host user shares it
 (a user with the sandbox's uid could connect to its sockets, or ptrace it)."""
+DEFAULT_DISK_WRITE_BYTES = 2 * 1024**3
+"""Most bytes one sandbox may write (and the largest file it may make); see
+`backend.disk`."""
+DEFAULT_DISK_FREE_FLOOR_BYTES = 1024**3
+"""Least free space the workspace's file system must keep while a sandbox runs."""
 DEFAULT_MODEL = "claude-sonnet-5"
 """The parent's model (and its subagents') unless `--model` or an agent file says otherwise."""
 DEFAULT_MODEL_ALIASES: dict[str, str] = {
@@ -165,15 +165,6 @@ class Settings(BaseModel):
         if alias.endswith("[1m]"):
             alias = alias[: -len("[1m]")]
         return self.model_aliases.get(alias, name.strip())
-
-    def disk_limits(
-        self, write_limit: int | None = None, free_floor: int | None = None
-    ) -> DiskLimits:
-        """The sandboxes' disk limits: these settings, overridden by CLI values given."""
-        return DiskLimits(
-            write_limit_bytes=self.disk_write_limit if write_limit is None else write_limit,
-            free_floor_bytes=self.disk_free_floor if free_floor is None else free_floor,
-        )
 
     model_max_retries: int = Field(default=wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
     """Retries of one model call on 429/5xx/529, parent and subagents

@@ -1,9 +1,10 @@
-"""Container backends. Import the concrete ones from their modules
+"""Container backends. Build the run's with `factory.make_backend` (the engine's,
+disk-guarded); import the concrete ones from their modules
 (`orchestrator.backend.docker`, `orchestrator.backend.fake`): the docker SDK is
 only imported by code that needs it.
 
-May import: `config`, `errors`, `labels`, `lifecycle.owner` (the owner label
-every container carries).
+May import: `config`, `errors`, `labels`, `owner` (the owner labels every
+container carries).
 """
 
 from orchestrator.backend.base import (

@@ -16,16 +16,13 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator import labels as _labels
+from orchestrator.config import DEFAULT_DISK_FREE_FLOOR_BYTES, DEFAULT_DISK_WRITE_BYTES, Settings
 from sandbox_tools.wire import WORKSPACE
 
 DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024
 DEFAULT_CPUS = 1.0
 DEFAULT_PIDS = 256
 DEFAULT_TMP_BYTES = 64 * 1024 * 1024
-DEFAULT_DISK_WRITE_BYTES = 2 * 1024**3
-"""Most bytes one sandbox may write (and the largest file it may make); see disk.py."""
-DEFAULT_DISK_FREE_FLOOR_BYTES = 1024**3
-"""Least free space the workspace's file system must keep while a sandbox runs."""
 DEFAULT_OUTPUT_LIMIT_BYTES = 1024 * 1024
 """stdout and stderr are each capped at this; head and tail are kept."""
 
@@ -58,6 +55,16 @@ class DiskLimits(_Closed):
     """Most bytes the sandbox may write; also the largest file it may make. 0: no cap."""
     free_floor_bytes: int = Field(default=DEFAULT_DISK_FREE_FLOOR_BYTES, ge=0)
     """Free bytes the workspace's file system must keep. 0: no floor."""
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, write_limit: int | None = None, free_floor: int | None = None
+    ) -> DiskLimits:
+        """The sandboxes' disk limits: `settings`, overridden by the CLI values given."""
+        return cls(
+            write_limit_bytes=settings.disk_write_limit if write_limit is None else write_limit,
+            free_floor_bytes=settings.disk_free_floor if free_floor is None else free_floor,
+        )
 
 
 class ResourceLimits(_Closed):

@@ -37,7 +37,6 @@ from orchestrator.backend.engine_json import (
     ContainerInspect,
     ContainerRow,
 )
-from orchestrator.config import Settings
 from orchestrator.errors import (
     ConfigError,
     ContainerStartError,
@@ -93,9 +92,13 @@ class DockerBackend(ContainerBackend):
     `max_pool_size` covers the calls made at once); only its `.api` is used.
     Thread-safe: sandboxes may be started, waited for and removed from many threads."""
 
-    def __init__(self, client: DockerClient, settings: Settings) -> None:
+    def __init__(self, client: DockerClient, *, state_dir: Path, fallback_uid: int) -> None:
+        """`state_dir`: the state dir this process records to (its identity is in the
+        owner labels every container carries); `fallback_uid`: the uid:gid a sandbox
+        runs as when its workspace is root-owned or absent and its spec names no user."""
         self._api: APIClient = client.api
-        self._settings = settings
+        self._state_dir = state_dir
+        self._fallback_uid = fallback_uid
         self._readers: dict[str, OutputReader] = {}
         self._started_at: dict[str, float] = {}
         self._started_wall: dict[str, float] = {}
@@ -221,13 +224,13 @@ class DockerBackend(ContainerBackend):
 
     def _owner_labels(self) -> dict[str, str]:
         if self._owner is None:
-            from orchestrator.lifecycle import owner
+            from orchestrator import owner
 
-            self._owner = owner.current(self._settings.state_dir).labels()
+            self._owner = owner.current(self._state_dir).labels()
         return self._owner
 
     def _user(self, spec: SandboxSpec) -> str:
-        fallback = self._settings.fallback_uid
+        fallback = self._fallback_uid
         if spec.user is not None:
             uid, gid = parse_user(spec.user)  # the spec validated it; re-check anyway
             return f"{uid}:{gid}"

@@ -2,7 +2,7 @@
 
 Engines are shared (several users, CI jobs, state dirs), so a container is removed
 only when its owner, named by its `warden.owner.*` labels, is provably dead
-(`orchestrator.lifecycle.owner.is_dead`). Containers of live owners, of owners this machine
+(`orchestrator.owner.is_dead`). Containers of live owners, of owners this machine
 cannot check (another host or pid namespace) and of older wardens (no owner labels)
 are kept unless `--all` is given; `--all` first lists what it will remove, then asks
 on a terminal, and needs `--yes` when nobody can answer.
@@ -37,8 +37,7 @@ def plan_cleanup(
 ) -> CleanupPlan:
     """Every container labelled `warden.session` or `warden.exec` (only that session's
     when `session` is given), sorted by what may be removed."""
-    from orchestrator import labels
-    from orchestrator.lifecycle import owner
+    from orchestrator import labels, owner
 
     if session is not None:
         selectors: list[dict[str, str | None]] = [{labels.SESSION: session}]
@@ -101,14 +100,14 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
     interrupted (resumable). Containers of live owners, including other users' and
     other state dirs' runs on a shared engine, are kept unless --all is given."""
     from orchestrator.backend.connect import connect
-    from orchestrator.backend.docker import DockerBackend
+    from orchestrator.backend.factory import make_backend
     from orchestrator.config import Settings
     from orchestrator.lifecycle import socket_dirs
     from orchestrator.lifecycle.recovery import recover
     from orchestrator.store import Store
 
     settings = Settings.from_env()
-    backend = DockerBackend(connect(), settings)
+    backend = make_backend(connect(), settings)
     interrupted: list[str] = []
     recovered = 0  # containers of crashed runs that the recovery step removed
     db = settings.state_dir / "warden.db"

@@ -263,10 +263,9 @@ def _run(
     egress_flags: EgressFlags | None = None,
 ) -> int:
     from orchestrator import labels
-    from orchestrator.backend.base import ResourceLimits, SandboxSpec
+    from orchestrator.backend.base import DiskLimits, ResourceLimits, SandboxSpec
     from orchestrator.backend.connect import connect
-    from orchestrator.backend.disk import DiskGuardedBackend
-    from orchestrator.backend.docker import DockerBackend
+    from orchestrator.backend.factory import make_backend
     from orchestrator.config import Settings
     from orchestrator.lifecycle import socket_dirs
     from orchestrator.workspace.guard import WorkspaceGuard
@@ -274,7 +273,7 @@ def _run(
     settings = Settings.from_env()
     socket_dirs.check_workspace_excludes(workspace or Path.cwd(), settings)
     client = connect()
-    limits: dict[str, Any] = {"disk": settings.disk_limits(*disk)}
+    limits: dict[str, Any] = {"disk": DiskLimits.from_settings(settings, *disk)}
     if memory is not None:
         limits["memory_bytes"] = memory
     if cpus is not None:
@@ -313,7 +312,7 @@ def _run(
                 settings, spec, egress_flags, socket_root=socket_dirs.socket_root()
             )
             spec = egress.sandbox_spec(spec)
-        result = run_interruptible(DiskGuardedBackend(DockerBackend(client, settings)), spec)
+        result = run_interruptible(make_backend(client, settings), spec)
     finally:
         if egress is not None:
             egress.close()

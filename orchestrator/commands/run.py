@@ -237,6 +237,7 @@ def run(
     the policy marks "ask" waits for you on a terminal, and is denied when no one
     can answer (CI=true, no TTY). Ctrl-C, SIGTERM and SIGHUP stop every subagent the
     run started and record the run as stopped (exit 130, 143, 129)."""
+    from orchestrator.backend.base import DiskLimits
     from orchestrator.config import Settings
     from orchestrator.egress.setup import EgressRequest
     from orchestrator.permissions.rules import split_tool_rules
@@ -264,7 +265,7 @@ def run(
         max_turns=max_turns,
         protect=protect,
         token_budget=token_budget,
-        disk=settings.disk_limits(disk_write_limit, disk_free_floor),
+        disk=DiskLimits.from_settings(settings, disk_write_limit, disk_free_floor),
         user=user,
         image=image,
         bash_image=bash_image,
@@ -395,6 +396,7 @@ async def _run(
     state: RunState,
 ) -> int:
     """The parent agent's run (`drive` frames it as every run is framed)."""
+    from orchestrator.backend.base import DiskLimits
     from orchestrator.runtime.caps import TaskManagerConfig
     from orchestrator.runtime.session import open_run
 
@@ -413,7 +415,7 @@ async def _run(
                 settings,
                 max_total_tokens=options.token_budget,
                 fallback_uid=settings.fallback_uid,
-                disk=options.disk or settings.disk_limits(),
+                disk=options.disk or DiskLimits.from_settings(settings),
                 user=options.user,
                 **options.caps,
             ),

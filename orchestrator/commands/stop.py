@@ -14,7 +14,7 @@ def stop(task_id: str) -> None:
     them records them as stopped; their transcripts so far are kept."""
     from orchestrator import labels
     from orchestrator.backend.connect import connect
-    from orchestrator.backend.docker import DockerBackend
+    from orchestrator.backend.factory import make_backend
     from orchestrator.config import Settings
     from orchestrator.lifecycle.recovery import open_store
 
@@ -26,7 +26,7 @@ def stop(task_id: str) -> None:
         if not live:
             click.echo(f"{task_id} is not running (status: {task.status}); nothing to stop")
             return
-        backend = DockerBackend(connect(), settings)
+        backend = make_backend(connect(), settings)
         for t in live:
             # Recorded first, so the orchestrator that runs it sees a stop, not a kill
             # from outside warden.

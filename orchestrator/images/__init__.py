@@ -8,7 +8,7 @@ Public API:
 - `choice.SandboxImages`: image names to what a sandbox runs (project images too).
 
 May import: `errors`, `labels`, `backend`, `untrusted_text` (build output of a dev
-container is shown as plain text), `lifecycle.owner` (the owner labels of a build's
+container is shown as plain text), `owner` (the owner labels of a build's
 probe container).
 """
 

@@ -61,7 +61,7 @@ def build_images(
     `force` rebuilds even when the tag exists. `pull=False` never asks a registry
     for the base. Raises ImageBuildError saying what failed and what to do.
     """
-    from orchestrator.lifecycle import owner
+    from orchestrator import owner
 
     _check_sources()
     _remove_leftovers(client, log)
@@ -120,8 +120,8 @@ _CONTEXT_PATTERN = re.compile(r"^warden-[a-z0-9-]+?-context-(\d+)-")
 def _remove_leftovers(client: DockerClient, log: Log) -> None:
     """What a build killed midway (SIGKILL) left: probe containers whose owner is dead
     and build contexts whose process is gone."""
+    from orchestrator import owner
     from orchestrator.labels import NAMESPACE
-    from orchestrator.lifecycle import owner
 
     for container in client.containers.list(all=True, filters={"label": f"{NAMESPACE}images"}):
         identity = owner.Owner.from_labels(dict(container.labels))

@@ -3,7 +3,7 @@
 
 `reap_dead` is the one function every command that opens the store calls
 (`open_store`, `session.open_run`): runs whose owner is provably
-dead (`orchestrator.lifecycle.owner.is_dead`) become `interrupted`, and so do their tasks
+dead (`orchestrator.owner.is_dead`) become `interrupted`, and so do their tasks
 that never ended, including tasks left `running` under a run that did end (the
 orchestrator died, or could not write, between the two). `recover` adds the
 engine: it also removes those runs' containers.
@@ -15,9 +15,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from orchestrator import labels
+from orchestrator import labels, owner
 from orchestrator.errors import StoreError
-from orchestrator.lifecycle import owner, socket_dirs
+from orchestrator.lifecycle import socket_dirs
 
 if TYPE_CHECKING:
     from orchestrator.backend.base import ContainerBackend
@@ -75,10 +75,10 @@ def _remove_containers_quietly(settings: Settings, run_ids: list[str]) -> None:
     would otherwise wait for the next `run` or `cleanup`); an engine that does not
     answer leaves them to those, with no error for a read-only command."""
     from orchestrator.backend.connect import connect
-    from orchestrator.backend.docker import DockerBackend
+    from orchestrator.backend.factory import make_backend
 
     try:
-        backend = DockerBackend(connect(), settings)
+        backend = make_backend(connect(), settings)
         for run_id in run_ids:
             backend.cleanup({labels.RUN: run_id})
     except Exception as exc:  # the engine is optional here: report, never fail ps

@@ -15,7 +15,7 @@ sandbox's socket, transcripts and store).
 **Leftovers.** Each socket directory (`ROOT/warden-sock-XXXX`) gets a sibling
 marker `warden-sock-XXXX.warden-owner`
 (written by `mark`, which the task manager calls) holding the identity of the process
-that made it (`lifecycle.owner.Owner`, JSON,
+that made it (`owner.Owner`, JSON,
 mode 0600). The marker sits beside the directory, not in it: the directory is
 mounted into a sandbox, and the sandbox has no business reading host identities.
 
@@ -41,9 +41,9 @@ import stat
 import tempfile
 from pathlib import Path
 
+from orchestrator import owner
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
-from orchestrator.lifecycle import owner
 
 log = logging.getLogger(__name__)
 

@@ -85,7 +85,7 @@ class TaskManagerConfig:
             model_max_retries=settings.model_max_retries,
             model_retry_total_s=settings.model_retry_total_s,
             context_windows=dict(settings.model_context_windows),
-            disk=settings.disk_limits(),
+            disk=DiskLimits.from_settings(settings),
             warm_pool=settings.pool_config(),
         )
         for name, value in overrides.items():

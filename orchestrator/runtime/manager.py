@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec, SandboxStatus
-from orchestrator.backend.disk import DiskGuardedBackend
 from orchestrator.broker import Broker, Budget, Upstream, make_socket_dir, wire_models
 from orchestrator.broker.limits import raise_open_file_limit
 from orchestrator.broker.listener import ConnectionBudget
@@ -32,7 +31,7 @@ from orchestrator.config import PoolConfig
 from orchestrator.errors import StoreError, TaskNotFoundError, WardenError
 from orchestrator.jsontypes import JSONObject
 from orchestrator.lifecycle import socket_dirs
-from orchestrator.lifecycle.owner import run_owner_dead
+from orchestrator.owner import run_owner_dead
 from orchestrator.results.task_setup import task_setup
 from orchestrator.runtime.admission import AdmissionQueue
 from orchestrator.runtime.background import BackgroundTasks
@@ -96,8 +95,9 @@ class TaskManager:
         guard: WorkspaceGuard | None = None,
         tasks: dict[str, TaskContext] | None = None,
     ) -> None:
-        # Every sandbox of the run is watched for its disk limits (backend/disk.py).
-        self.backend: ContainerBackend = DiskGuardedBackend(backend)
+        self.backend = backend
+        """Where the run's sandboxes start: the run's one backend, already guarded
+        (`backend.factory`), so every sandbox is watched for its disk limits."""
         self.guard = guard or WorkspaceGuard.prepare(workspace)
         """What sandboxes may not write (made before the first sandbox starts)."""
         self.registry = registry

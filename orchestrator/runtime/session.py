@@ -15,12 +15,12 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator import labels
+from orchestrator import labels, owner
 from orchestrator.broker import Upstream
 from orchestrator.config import DEFAULT_MODEL, Settings
 from orchestrator.egress.setup import EgressRequest, run_egress
 from orchestrator.errors import ConfigError
-from orchestrator.lifecycle import owner, socket_dirs
+from orchestrator.lifecycle import socket_dirs
 from orchestrator.lifecycle.recovery import recover
 from orchestrator.permissions import EffectivePolicy, load_hooks, load_policy
 from orchestrator.permissions.approvers import NonInteractiveApprover
@@ -135,7 +135,7 @@ async def open_run(
     mode, hooks and agent files apply."""
     from orchestrator.agents.registry import AgentRegistry
     from orchestrator.backend.connect import connect, pool_size
-    from orchestrator.backend.docker import DockerBackend
+    from orchestrator.backend.factory import guarded, make_backend
     from orchestrator.broker.upstream import model_client
     from orchestrator.runtime.run_images import prepare_run_images, untrusted_devcontainer
     from orchestrator.store import Store
@@ -186,8 +186,9 @@ async def open_run(
                 devcontainer=devcontainer,
             )
         )
-        if backend is None:
-            backend = DockerBackend(client, settings)
+        # One backend for every sandbox of the run (tasks, warm pool, hook sandboxes),
+        # each watched for its disk limits.
+        backend = make_backend(client, settings) if backend is None else guarded(backend)
         if registry is None:
             registry = AgentRegistry.load(settings, workspace, trusted=trusted)
         store = await asyncio.to_thread(Store.open, settings.state_dir / "warden.db")

@@ -3,7 +3,7 @@
 store = Store.open(settings.state_dir / DB_FILENAME)
 await asyncio.to_thread(store.append_event, run_id, task_id, "tool_started", {...})
 
-May import: `errors`. Whether a run's owner is alive is `lifecycle.owner`'s to say
+May import: `errors`. Whether a run's owner is alive is `owner`'s to say
 (`Store.stale_runs(owner_dead)`): the store knows rows, not processes.
 """
 

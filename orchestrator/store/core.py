@@ -111,7 +111,7 @@ class Store(StoreBase):
 
     def stale_runs(self, owner_dead: Callable[[RunRecord], bool]) -> list[RunRecord]:
         """Runs still marked `running` whose orchestrator is gone (crash recovery), as
-        `owner_dead` judges it (`lifecycle.owner.run_owner_dead`: the store does not
+        `owner_dead` judges it (`owner.run_owner_dead`: the store does not
         know processes)."""
         with self._read() as conn:
             rows = conn.execute("SELECT * FROM runs WHERE status = 'running'").fetchall()
@@ -286,7 +286,7 @@ class Store(StoreBase):
         """Make `task_id` of `run_id` the one live continuation of `session_id`, across
         processes. A claim held by another run whose orchestrator is alive is refused
         with SessionBusyError naming it; a dead owner's claim (as `owner_dead` judges
-        it, `lifecycle.owner.run_owner_dead`) is taken over."""
+        it, `owner.run_owner_dead`) is taken over."""
         with self._write() as conn:
             row = conn.execute(
                 "SELECT run_id, task_id, claimed_at FROM session_claims WHERE session_id = ?",

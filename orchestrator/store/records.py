@@ -129,7 +129,7 @@ class RunRecord(_Record):
     pid: int
     """Process id of the orchestrator that owns the run (for crash recovery)."""
     owner: str | None = None
-    """The owning orchestrator's full identity (`orchestrator.lifecycle.owner.Owner` as JSON):
+    """The owning orchestrator's full identity (`orchestrator.owner.Owner` as JSON):
     host, boot id, pid and its start time, state dir; None for runs of older wardens."""
     status: RunStatus = "running"
     """running until `finish_run`."""

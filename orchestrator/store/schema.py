@@ -139,7 +139,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "DROP TABLE _warden_schema_bump",
         "PRAGMA writable_schema=RESET",
     ),
-    # v4: the owning orchestrator's identity (`orchestrator.lifecycle.owner.Owner` as JSON).
+    # v4: the owning orchestrator's identity (`orchestrator.owner.Owner` as JSON).
     ("ALTER TABLE runs ADD COLUMN owner TEXT",),
     # v5: the one live continuation of each session (`Store.claim_session`).
     (

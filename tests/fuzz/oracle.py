@@ -118,7 +118,10 @@ class Oracle:
     def __init__(self, client: Any, image: str, *, case_timeout_s: float = CASE_TIMEOUT_S) -> None:
         self._client = client
         self._image = image
-        self._backend = DockerBackend(client, Settings.from_env())
+        settings = Settings.from_env()
+        self._backend = DockerBackend(
+            client, state_dir=settings.state_dir, fallback_uid=settings.fallback_uid
+        )
         self.session = SESSION_PREFIX + uuid.uuid4().hex[:12]
         self.case_timeout_s = case_timeout_s
         self._dir: Path | None = None

@@ -76,7 +76,9 @@ def harness(
 
     client = request.getfixturevalue("docker_client")
     user_labels = request.getfixturevalue("no_leftovers")
-    backend = DockerBackend(client, settings)
+    backend = DockerBackend(
+        client, state_dir=settings.state_dir, fallback_uid=settings.fallback_uid
+    )
     yield Harness(backend, sandbox_image, workspace, test_session, user_labels)
     backend.cleanup({wl.SESSION: test_session})
 
@@ -176,7 +178,10 @@ def test_extra_mounts_honour_read_only(
     shared.mkdir()
     (shared / "data").write_text("42\n")
     harness = Harness(
-        DockerBackend(docker_client, settings), sandbox_image, workspace,
+        DockerBackend(
+            docker_client, state_dir=settings.state_dir, fallback_uid=settings.fallback_uid
+        ),
+        sandbox_image, workspace,
         test_session,
         no_leftovers,
     )  # fmt: skip

@@ -46,7 +46,9 @@ def test_sixty_lifecycles_at_once_on_one_client(
 ) -> None:  # fmt: skip
     api = fan_out_client.api
     assert api.get_adapter(api.base_url).max_pool_size >= FAN_OUT  # a pool is never full
-    backend = DockerBackend(fan_out_client, settings)
+    backend = DockerBackend(
+        fan_out_client, state_dir=settings.state_dir, fallback_uid=settings.fallback_uid
+    )
     go = threading.Barrier(FAN_OUT)
     results: dict[int, SandboxResult] = {}
     errors: list[BaseException] = []

@@ -312,9 +312,9 @@ def test_a_build_killed_midway_leaves_nothing_the_next_build_keeps(tmp_path: Pat
     build removes them (a live builder's are kept)."""
     import docker
 
+    from orchestrator import owner
     from orchestrator.images.build import CONTEXT_PREFIX, _remove_leftovers
     from orchestrator.labels import warden_labels
-    from orchestrator.lifecycle import owner
 
     client = docker.from_env()
     dead = subprocess.Popen(["sleep", "0"])

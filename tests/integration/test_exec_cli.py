@@ -108,9 +108,11 @@ def test_cleanup_removes_orphans_of_a_session(
     settings: Settings, sandbox_image: str, no_leftovers: Any, docker_client: Any,
     test_session: str,
 ) -> None:  # fmt: skip
-    from orchestrator.lifecycle import owner
+    from orchestrator import owner
 
-    backend = DockerBackend(docker_client, settings)
+    backend = DockerBackend(
+        docker_client, state_dir=settings.state_dir, fallback_uid=settings.fallback_uid
+    )
     child = subprocess.Popen(["sleep", "0"])  # their owner: a process that has exited
     start = owner.process_start(child.pid) or 1
     child.wait()

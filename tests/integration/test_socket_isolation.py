@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import owner
 from orchestrator.config import DEFAULT_FALLBACK_UID, Settings
-from orchestrator.lifecycle import owner, socket_dirs
+from orchestrator.lifecycle import socket_dirs
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.conftest import run_warden
 from tests.integration.harness import convo, requests_of, scripted_run, text, tool

@@ -224,6 +224,38 @@ def test_no_import_cycles(graph_edges: list[Edge]) -> None:
     assert not found, "import cycles:\n" + "\n".join(report)
 
 
+def package_cycles(known: Mapping[str, Path], graph_edges: list[Edge]) -> list[str]:
+    """Packages (and rooms) that import each other, even through different modules:
+    each such cycle is one package pointing back at a floor above it."""
+    stated = rules(known)
+    graph: dict[str, set[str]] = {}
+    for edge in graph_edges:
+        source, target = _owner(edge.source, stated), _owner(edge.target, stated)
+        if source != target and not target.startswith(source + "."):
+            graph.setdefault(source, set()).add(target)
+    report = []
+    for component in cycles(graph):
+        members = set(component)
+        report.append(
+            " | ".join(
+                f"{e.source}:{e.line} -> {e.target}"
+                for e in graph_edges
+                if _owner(e.source, stated) in members
+                and _owner(e.target, stated) in members
+                and _owner(e.source, stated) != _owner(e.target, stated)
+            )
+        )
+    return report
+
+
+def test_no_package_imports_one_that_imports_it(
+    known: dict[str, Path], graph_edges: list[Edge]
+) -> None:
+    """No back edges between packages (docs/architecture.md: the floors go one way)."""
+    found = package_cycles(known, graph_edges)
+    assert not found, "packages that import each other:\n" + "\n".join(found)
+
+
 def test_every_package_states_what_it_may_import(known: dict[str, Path]) -> None:
     stated = rules(known)
     owners = {_owner(m) for m in known if m != PACKAGE}
@@ -259,7 +291,8 @@ def test_packages_import_only_what_they_state(
 
 def test_the_checks_catch_a_cycle_and_a_forbidden_import(tmp_path: Path) -> None:
     """The checker itself: a two-module cycle through a function-level import is
-    found, and so is an import a docstring does not allow."""
+    found, so is a cycle between packages through different modules, and so is an
+    import a docstring does not allow."""
     pkg = tmp_path / PACKAGE
     (pkg / "a").mkdir(parents=True)
     (pkg / "b").mkdir()
@@ -290,6 +323,14 @@ def test_the_checks_catch_a_cycle_and_a_forbidden_import(tmp_path: Path) -> None
     for e in found:
         graph.setdefault(e.source, set()).add(e.target)
     assert cycles(graph) == [["orchestrator.a.one", "orchestrator.b.two"]]
+    (pkg / "b" / "two.py").write_text("")
+    (pkg / "b" / "four.py").write_text("from orchestrator.a import one\n")
+    known["orchestrator.b.four"] = pkg / "b" / "four.py"
+    # No module cycle any more, yet the packages still point at each other.
+    assert cycles({"orchestrator.a.one": {"orchestrator.b.two"}}) == []
+    assert package_cycles(known, edges(known)) == [
+        "orchestrator.a.one:2 -> orchestrator.b.two | orchestrator.b.four:1 -> orchestrator.a.one"
+    ]
     stated = rules(known)
     assert stated["orchestrator.a"] == frozenset()  # `errors` is not a module here
     assert stated["orchestrator.b"] == frozenset({"orchestrator.a"})

@@ -154,8 +154,10 @@ def test_guarded_backend_leaves_other_endings_alone(tmp_path: Path) -> None:
 
 def test_limits_from_settings_and_cli() -> None:
     settings = Settings.from_env({"WARDEN_DISK_WRITE_LIMIT": "500m", "WARDEN_DISK_FREE_FLOOR": "0"})
-    assert settings.disk_limits() == DiskLimits(write_limit_bytes=500 * MIB, free_floor_bytes=0)
-    assert settings.disk_limits(MIB, None).write_limit_bytes == MIB
+    assert DiskLimits.from_settings(settings) == DiskLimits(
+        write_limit_bytes=500 * MIB, free_floor_bytes=0
+    )
+    assert DiskLimits.from_settings(settings, MIB, None).write_limit_bytes == MIB
     with pytest.raises(ConfigError, match="WARDEN_DISK_FREE_FLOOR='lots' is not a size"):
         Settings.from_env({"WARDEN_DISK_FREE_FLOOR": "lots"})
 

@@ -139,7 +139,7 @@ def api() -> Any:
 def backend(api: StubAPI, settings: Settings) -> DockerBackend:
     client = StubClient()
     client.api = api
-    return DockerBackend(client, settings)
+    return DockerBackend(client, state_dir=settings.state_dir, fallback_uid=settings.fallback_uid)
 
 
 def spec(workspace: Path | None = None, **overrides: Any) -> SandboxSpec:
@@ -167,11 +167,11 @@ def test_container_is_hardened(backend: DockerBackend, api: StubAPI, workspace: 
     assert "size=67108864" in host["tmpfs"]["/tmp"] and "mode=1777" in host["tmpfs"]["/tmp"]
     assert host["log_config"]["Config"]["max-size"] and host["log_config"]["Type"] == "json-file"
     assert host["binds"] == [f"{workspace.resolve()}:/workspace:rw"]
-    from orchestrator.lifecycle import owner
+    from orchestrator import owner
 
     assert created["labels"] == {
         "team": "x", wl.SESSION: "s1", wl.EXEC: "e1", wl.VERSION: wl.warden_labels("s")[wl.VERSION],
-        **owner.current(backend._settings.state_dir).labels(),  # who owns it, for cleanup
+        **owner.current(backend._state_dir).labels(),  # who owns it, for cleanup
     }  # fmt: skip
     assert created["environment"]["HOME"] == "/tmp"
     assert created["working_dir"] == "/workspace"
@@ -358,3 +358,24 @@ def test_mount_paths_are_checked(backend: DockerBackend, tmp_path: Path) -> None
     for source, target in ((tmp_path, "relative"), (tmp_path / "a:b", "/x"), (tmp_path, "/x:y")):
         with pytest.raises(ConfigError, match="absolute"):
             backend.start(spec(mounts=[Mount(source=source, target=target)]))
+
+
+def test_the_factory_builds_the_engine_backend_from_settings_and_guards_it(
+    api: StubAPI, settings: Settings
+) -> None:
+    """Every command and run gets its backend from `make_backend`: the sandboxes it
+    starts run as the settings' fallback uid, carry this state dir's owner labels, and
+    are watched for their disk limits."""
+    from orchestrator import owner
+    from orchestrator.backend.disk import DiskGuardedBackend
+    from orchestrator.backend.factory import make_backend
+
+    client = StubClient()
+    client.api = api
+    backend = make_backend(client, settings.model_copy(update={"fallback_uid": 12345}))
+    assert isinstance(backend, DiskGuardedBackend)
+    result = backend.run(spec())
+    created = api.calls[0][2]
+    assert created["user"] == "12345:12345"
+    assert owner.current(settings.state_dir).labels().items() <= created["labels"].items()
+    assert result.status is SandboxStatus.OK

@@ -75,7 +75,7 @@ def _dead_owner() -> dict[str, str]:
     """Owner labels of a process that has exited (its pid is gone)."""
     import subprocess
 
-    from orchestrator.lifecycle import owner
+    from orchestrator import owner
 
     child = subprocess.Popen(["sleep", "0"])
     start = owner.process_start(child.pid) or 1
@@ -104,7 +104,7 @@ def test_cleanup_all_or_one_session(workspace: Path) -> None:
 
 
 def test_cleanup_keeps_live_and_uncheckable_owners_unless_all(tmp_path: Path) -> None:
-    from orchestrator.lifecycle import owner
+    from orchestrator import owner
 
     backend = FakeBackend()
     me = owner.current(tmp_path).labels()

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator import labels as wl
+from orchestrator import owner
 from orchestrator.backend.base import SandboxSpec
 from orchestrator.backend.fake import FakeBackend
 from orchestrator.errors import StoreError
-from orchestrator.lifecycle import owner
 from orchestrator.lifecycle.recovery import reap_dead, recover
 from orchestrator.runtime.events import EventLog
 from orchestrator.runtime.pool import Hold

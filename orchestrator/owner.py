@@ -15,6 +15,9 @@ so that a pid reused after a crash or a reboot is never mistaken for it:
 another pid namespace, or one whose identity is incomplete, counts as alive.
 Written by hand: no library models this (psutil could read the start time, but it
 would be a dependency for one field of one file).
+
+A foundation: the backend labels containers with it, `lifecycle` judges runs and
+containers by it. May import: `errors`, `labels`.
 """
 
 from __future__ import annotations
