@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from orchestrator.permissions.approvers import Approver
     from orchestrator.runtime.session import Run
     from orchestrator.ui.progress import Progress
+    from orchestrator.web.guard import ListenConfig
 
 OpenRun = Callable[["Settings", "Approver"], AbstractAsyncContextManager["Run"]]
 """Opens the run, given the settings pointing at the model and the approver."""
@@ -202,9 +203,11 @@ async def drive(
     open_run: OpenRun,
     work: Work,
     non_interactive: bool = False,
+    page: ListenConfig | None = None,
 ) -> int:
     """Open the run, do `work`, record how it ended; what it leaves in `state` becomes
-    the result document (`finish_run`)."""
+    the result document (`finish_run`). With `page`, the run's web page is served
+    there and is where questions are answered (`--ui`)."""
     from orchestrator.ui.progress import Progress
     from orchestrator.workspace.report import end_of_run_report
 
@@ -214,9 +217,22 @@ async def drive(
             settings = settings.model_copy(update={"non_interactive": True})
         json_mode = output != "text"
         progress = Progress(json_mode=json_mode, events=output == "stream-json")
+        web = None
+        if page is not None:
+            from orchestrator.web.approver import WebApprover
+
+            web = WebApprover()
         approver = make_approver(settings, progress, approval_timeout)
+        if web is not None:  # the page is one more channel: the first answer wins
+            approver.add_channel(web)
         the_run = await stack.enter_async_context(open_run(settings, approver))
         state.run_id, state.events_path = the_run.run_id, the_run.events_path
+        if page is not None and web is not None:
+            from orchestrator.commands._page import open_page
+
+            url = await open_page(stack, the_run, web, page)
+            # Printed once and kept nowhere: the link is the key to the page.
+            click.echo(f"warden: the run's page (its link is its key): {url}", err=True)
         stack.enter_context(progress)
         the_run.events.listeners.append(progress)
         code = ExitCode.RUN_ERROR

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from orchestrator.commands._frame import OutputFormat, drive, outcome_options, run_to_end
+from orchestrator.commands._page import listen_config, listen_options
 from orchestrator.commands.agents import image_options
 from orchestrator.commands.exec import SizeType, UserType, disk_limit_options
 from orchestrator.egress.flags import egress_options, limits_from_flags
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from orchestrator.permissions.approvers import Approver
     from orchestrator.runtime.caps import TaskCaps
     from orchestrator.runtime.session import Run
+    from orchestrator.web.guard import ListenConfig
 
 
 MAX_PROMPT_BYTES = 4 * 1024 * 1024
@@ -188,6 +190,14 @@ MAX_PROMPT_BYTES = 4 * 1024 * 1024
     help="Trust the workspace: its .claude/ allow rules, mode, hooks and agent files apply "
     "(asked on first use at a terminal; CI: this flag or WARDEN_TRUST_WORKSPACE=1).",
 )
+@click.option(
+    "--ui",
+    "ui",
+    is_flag=True,
+    help="Serve the run's web page (live task tree, questions, events, transcripts, audit) "
+    "and answer questions there; its link, printed once, is its key.",
+)
+@listen_options
 @outcome_options("the run")
 def run(
     prompt: str | None,
@@ -230,6 +240,11 @@ def run(
     bash_image: str | None,
     devcontainer: bool | None,
     trust_workspace: bool,
+    ui: bool,
+    ui_listen: str,
+    ui_tls_cert: Path | None,
+    ui_tls_key: Path | None,
+    ui_host_name: tuple[str, ...],
 ) -> None:
     """Run PROMPT with a parent agent whose only tools delegate to subagents.
 
@@ -243,6 +258,7 @@ def run(
     from orchestrator.permissions.rules import split_tool_rules
 
     text = read_prompt(prompt, prompt_file)
+    page = listen_config(ui_listen, ui_tls_cert, ui_tls_key, ui_host_name) if ui else None
     settings = Settings.from_env()
     interactive = not print_mode and not settings.non_interactive and sys.stdin.isatty()
     trusted = decide_trust(settings, workspace, trust_workspace, interactive)
@@ -276,6 +292,7 @@ def run(
             enabled=egress_on,
             limits=limits_from_flags(egress_max_down, egress_max_up, egress_max_connections),
         ),
+        page=page,
     )
     outputs = RunOutputs(
         json_mode=output != "text", fail_on=fail_on, junit=junit_path, audit=audit_out
@@ -383,6 +400,8 @@ class RunOptions:
     """Use the workspace's dev container; None: the setting (WARDEN_DEVCONTAINER)."""
     trusted: bool | None = None
     """Whether the workspace's own loosening settings apply (None: as recorded)."""
+    page: ListenConfig | None = None
+    """`--ui`: where the run's web page listens (None: no page)."""
 
 
 async def _run(
@@ -445,4 +464,5 @@ async def _run(
         open_run=opened,
         work=work,
         non_interactive=options.non_interactive,
+        page=options.page,
     )

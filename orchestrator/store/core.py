@@ -462,3 +462,9 @@ class Store(StoreBase):
             AuditRecord.model_validate(dict(r) | {"tool_input": json.loads(r["tool_input"])})
             for r in rows
         ]
+
+    def audit_count(self, run_id: str) -> int:
+        """How many audit records the run has (cheap: the live page polls it)."""
+        with self._read() as conn:
+            row = conn.execute("SELECT COUNT(*) FROM audit WHERE run_id = ?", (run_id,)).fetchone()
+        return int(row[0])

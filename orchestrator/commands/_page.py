@@ -1,0 +1,91 @@
+"""The page flags `warden run --ui` and `warden ui` share, and opening a live
+run's page (`orchestrator.web`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from orchestrator.runtime.session import Run
+    from orchestrator.web.approver import WebApprover
+    from orchestrator.web.guard import ListenConfig
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def listen_options(fn: F) -> F:
+    """`--ui-listen`, `--ui-tls-cert`, `--ui-tls-key`, `--ui-host-name`."""
+    for option in reversed(
+        [
+            click.option(
+                "--ui-listen",
+                default="127.0.0.1:0",
+                show_default=True,
+                metavar="HOST:PORT",
+                help="Where the page listens (port 0: a free one). Anything but loopback "
+                "needs --ui-tls-cert and --ui-tls-key.",
+            ),
+            click.option(
+                "--ui-tls-cert",
+                type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                default=None,
+                help="Serve the page over HTTPS with this PEM certificate chain.",
+            ),
+            click.option(
+                "--ui-tls-key",
+                type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                default=None,
+                help="The private key of --ui-tls-cert (PEM).",
+            ),
+            click.option(
+                "--ui-host-name",
+                multiple=True,
+                metavar="NAME",
+                help="A further host name browsers reach the page by (the Host check; repeatable).",
+            ),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def listen_config(
+    listen: str, cert: Path | None, key: Path | None, names: tuple[str, ...]
+) -> ListenConfig:
+    """The flags as a checked ListenConfig (a usage error names what is wrong)."""
+    from orchestrator.errors import ConfigError
+    from orchestrator.web.guard import ListenConfig, parse_listen
+
+    try:
+        host, port = parse_listen(listen)
+        config = ListenConfig(host=host, port=port, tls_cert=cert, tls_key=key, names=names)
+        config.check()
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    return config
+
+
+async def open_page(
+    stack: AsyncExitStack, the_run: Run, approver: WebApprover, listen: ListenConfig
+) -> str:
+    """Start the run's page and its link for `warden ui`; both stop with `stack`.
+    Returns the page's URL (with its secret)."""
+    from orchestrator.web.approver import LocalQuestions
+    from orchestrator.web.link import RunLink
+    from orchestrator.web.server import PageServer
+
+    the_run.events.listeners.append(approver.changes)
+    server = PageServer(
+        the_run.store, LocalQuestions(approver), listen=listen, run_id=the_run.run_id
+    )
+    url = await server.start()
+    stack.push_async_callback(server.close)
+    link = RunLink(approver, the_run.settings.state_dir, the_run.run_id)
+    await link.start()
+    stack.push_async_callback(link.close)
+    return url
