@@ -14,6 +14,7 @@ The set is deterministic; `SLICE` names the groups CI runs.
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 Group = dict[str, Any]
@@ -264,6 +265,130 @@ def mode_groups() -> list[Group]:
     return [_group(f"mode{i}", calls, mode=m) for i, m in enumerate(MODES)]
 
 
+def _hook_output(decision: str, reason: str) -> str:
+    out = {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": decision,
+            "permissionDecisionReason": reason,
+        }
+    }
+    return "cat >/dev/null; echo '" + json.dumps(out) + "'"
+
+
+HOOKS: dict[str, dict[str, Any]] = {
+    "allow": {"command": _hook_output("allow", "hook allows")},
+    "deny": {"command": _hook_output("deny", "hook denies")},
+    "ask": {"command": _hook_output("ask", "hook asks")},
+    "exit2": {"command": "cat >/dev/null; echo 'hook blocks' >&2; exit 2"},
+    "exit2-allow-json": {"command": _hook_output("allow", "x") + "; exit 2"},
+    "error": {"command": "cat >/dev/null; echo 'hook broke' >&2; exit 1"},
+    "timeout": {"command": "cat >/dev/null; sleep 4", "timeout": 1},
+    "bad-json": {"command": "cat >/dev/null; echo '{\"hookSpecificOutput\": {'"},
+    "bad-decision": {"command": _hook_output("maybe", "unknown decision")},
+    "plain-output": {"command": "cat >/dev/null; echo looks fine"},
+    "legacy-approve": {"command": "cat >/dev/null; echo '{\"decision\": \"approve\", \"reason\": \"ok\"}'"},
+    "legacy-block": {"command": "cat >/dev/null; echo '{\"decision\": \"block\", \"reason\": \"no\"}'"},
+    "no-touch": {"command": "if grep -q touch; then echo 'no touch' >&2; exit 2; fi"},
+}
+"""PreToolUse hook commands (POSIX sh; each reads its stdin, as Claude Code writes it)."""
+HOOK_RULES: list[dict[str, list[str]]] = [
+    {},
+    {"allow": ["Bash(touch:*)", "Bash(echo:*)", "Write"]},
+    {"deny": ["Bash(touch:*)"], "allow": ["Bash(echo:*)"]},
+    {"ask": ["Bash(echo:*)"], "allow": ["Bash(touch:*)"]},
+]
+
+
+def _hooks(*entries: tuple[str, list[str]]) -> dict[str, Any]:
+    """A settings `hooks` block: (matcher, [hook names]) per entry."""
+    return {
+        "hooks": {
+            "PreToolUse": [
+                {"matcher": matcher, "hooks": [{"type": "command", **HOOKS[n]} for n in names]}
+                for matcher, names in entries
+            ]
+        }
+    }
+
+
+def _hook_calls(n: str) -> list[dict[str, Any]]:
+    return [_bash(f"touch {n}.txt"), _bash("echo hi"), _read("README.md"), _write(f"{n}_w.txt")]
+
+
+def hook_groups() -> list[Group]:
+    """PreToolUse hooks in settings (allow/deny/ask by JSON and exit codes, errors,
+    timeouts, malformed output, matchers, several hooks, levels) x rules x modes."""
+    groups = []
+    decisive = ("allow", "deny", "ask", "exit2")
+    i = 0
+    for name, perms, mode in itertools.product(
+        decisive, HOOK_RULES, ("default", "dontAsk", "bypassPermissions")
+    ):
+        doc = {"permissions": perms, **_hooks(("Bash|Write", [name]))}
+        groups.append(_group(f"hook{i:02d}", _hook_calls(f"h{i}"), user=doc, mode=mode))
+        i += 1
+    odd = ("exit2-allow-json", "error", "timeout", "bad-json", "bad-decision",
+           "plain-output", "legacy-approve", "legacy-block", "no-touch")  # fmt: skip
+    for name, perms in itertools.product(odd, HOOK_RULES[:2]):
+        doc = {"permissions": perms, **_hooks(("", [name]))}
+        groups.append(_group(f"hook{i:02d}", _hook_calls(f"h{i}"), user=doc))
+        i += 1
+    for matcher in ("Bash", "Write|Edit", "*", "Bas", "B.*", "bash", "Read", "^Bash$"):
+        doc = {"permissions": HOOK_RULES[1], **_hooks((matcher, ["exit2"]))}
+        groups.append(_group(f"hookm{i:02d}", _hook_calls(f"h{i}"), user=doc))
+        i += 1
+    several = [
+        (("Bash", ["allow", "deny"]),),
+        (("Bash", ["ask", "allow"]),),
+        (("Bash", ["allow", "error"]),),
+        (("Bash", ["allow"]), ("*", ["ask"])),
+        (("Bash", ["ask", "timeout"]),),
+        (("Bash", ["allow", "no-touch"]),),
+    ]
+    for entries in several:
+        doc = {"permissions": HOOK_RULES[0], **_hooks(*entries)}
+        groups.append(_group(f"hooks{i:02d}", _hook_calls(f"h{i}"), user=doc))
+        i += 1
+    for level, trusted, name in itertools.product(
+        ("managed", "project", "local"), (True, False), ("allow", "exit2")
+    ):
+        if level == "managed" and not trusted:
+            continue
+        g = _group(f"hookl{i:02d}", _hook_calls(f"h{i}"), trusted=trusted)
+        g[level] = _hooks(("Bash", [name]))
+        groups.append(g)
+        i += 1
+    for managed, user in (
+        ({"allowManagedHooksOnly": True}, _hooks(("Bash", ["allow"]))),
+        ({"allowManagedHooksOnly": True}, _hooks(("Bash", ["exit2"]))),
+        ({"disableAllHooks": True}, _hooks(("Bash", ["allow"]))),
+        (None, {"disableAllHooks": True, **_hooks(("Bash", ["allow"]))}),
+        (None, {"disableAllHooks": True, **_hooks(("Bash", ["exit2"]))}),
+        ({**_hooks(("Bash", ["exit2"]))}, {"disableAllHooks": True}),
+    ):
+        g = _group(f"hookk{i:02d}", _hook_calls(f"h{i}"), user=user)
+        if managed is not None:
+            g["managed"] = managed
+        groups.append(g)
+        i += 1
+    for project, local, name in (
+        ({"disableAllHooks": True}, None, "allow"),
+        ({"disableAllHooks": True}, None, "exit2"),
+        (None, {"disableAllHooks": False}, "exit2"),
+    ):
+        user = _hooks(("Bash", [name]))
+        if local is not None:
+            user["disableAllHooks"] = True
+        g = _group(f"hookk{i:02d}", _hook_calls(f"h{i}"), user=user)
+        for level, doc in (("project", project), ("local", local)):
+            if doc is not None:
+                g[level] = doc
+        groups.append(g)
+        i += 1
+    return groups
+
+
 def all_groups() -> list[Group]:
     return [
         *read_rule_groups(),
@@ -274,6 +399,7 @@ def all_groups() -> list[Group]:
         *trust_groups(),
         *webfetch_groups(),
         *mode_groups(),
+        *hook_groups(),
     ]
 
 
@@ -288,5 +414,14 @@ SLICE = (
     "trust0u",
     "fetch01",
     "mode0",
+    "hook09",
+    "hook27",
+    "hook41",
+    "hook53",
+    "hooks74",
+    "hookl85",
+    "hookk93",
 )
-"""The groups CI runs (about a minute): one of each kind."""
+"""The groups CI runs (about a minute): one of each kind, and hooks: an allow against
+an ask rule, an ask against an allow rule, exit 2 in bypassPermissions, a timeout,
+allow and deny together, an untrusted workspace's block, a user's disableAllHooks."""

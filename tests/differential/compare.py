@@ -168,6 +168,10 @@ def _read_only(group: dict[str, Any], call: dict[str, Any], w: str, cl: str) -> 
     return names <= allowed
 
 
+def _workspace_hooks(group: dict[str, Any]) -> bool:
+    return any("hooks" in (group.get(level) or {}) for level in ("project", "local"))
+
+
 def _reads_denied_file(group: dict[str, Any], call: dict[str, Any], w: str, cl: str) -> bool:
     reason = call.get("_reason", "")
     return call["tool"] == "Bash" and w == "deny" and ("read '" in reason or "may read" in reason)
@@ -218,6 +222,20 @@ KNOWN: list[Known] = [
         lambda g, c, w, cl: (
             g.get("mode") == "plan" and "plan mode is read-only" in c.get("_reason", "")
         ),
+    ),
+    Known(
+        "hook-ask-in-dontAsk",
+        "A PreToolUse hook that asks is refused in dontAsk mode: the mode promises that "
+        "nothing waits for a person; Claude Code asks.",
+        lambda g, c, w, cl: (
+            g.get("mode") == "dontAsk" and "the dontAsk mode never asks" in c.get("_reason", "")
+        ),
+    ),
+    Known(
+        "untrusted-workspace-hooks-only-restrict",
+        "The hooks of a workspace the person has not trusted may deny or ask, never allow "
+        "(as its rules); Claude Code's -p runs them with full effect without a trust dialog.",
+        lambda g, c, w, cl: g.get("trusted") is False and _workspace_hooks(g),
     ),
     Known(
         "write-rules-apply",

@@ -1,10 +1,17 @@
 """warden's decisions for a group: the same settings files laid out where warden
 reads them, each call put to `warden policy explain`'s decision function
 (`commands._explain.explain_call`) with `{ws}` read as `/workspace` and `{home}`
-as `/root` (the sandbox's paths)."""
+as `/root` (the sandbox's paths).
+
+A group whose settings configure hooks is decided by the permission engine
+itself (rules and PreToolUse hooks, `PermissionEngine.decide`), as a run decides
+it. Its hooks run on the host, as Claude Code runs them: warden's own user
+settings list their commands under `warden.trustedHooks` (where a hook runs is
+warden's choice, not part of the decision; Claude Code's files stay as they are)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import tempfile
 from pathlib import Path
@@ -13,6 +20,7 @@ from typing import Any
 from orchestrator.commands._explain import explain_call
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
+from orchestrator.permissions import CallContext, PermissionEngine, ToolCall, load_hooks, load_policy
 from tests.differential.claude_side import fill
 
 WS = "/workspace"
@@ -45,6 +53,10 @@ def decide_group(group: dict[str, Any]) -> list[dict[str, Any]]:
         _write(settings.claude_dir / "settings.json", group.get("user"))
         _write(ws / ".claude" / "settings.json", group.get("project"))
         _write(ws / ".claude" / "settings.local.json", group.get("local"))
+        if _hook_commands(group):
+            trusting = {"warden": {"trustedHooks": sorted(_hook_commands(group))}}
+            _write(settings.config_dir / "settings.json", trusting)
+            return _engine_decisions(group, settings, ws)
         out = []
         for call in group["calls"]:
             tool_input = fill(call["input"], WS, HOME)
@@ -66,3 +78,41 @@ def decide_group(group: dict[str, Any]) -> list[dict[str, Any]]:
                 {"id": call["id"], "warden": exp.decision.behavior, "reason": exp.decision.reason}
             )
         return out
+
+
+LEVELS = ("managed", "user", "project", "local")
+
+
+def _hook_commands(group: dict[str, Any]) -> set[str]:
+    found = set()
+    for level in LEVELS:
+        events = (group.get(level) or {}).get("hooks", {})
+        for entry in events.get("PreToolUse", []):
+            found.update(h["command"] for h in entry.get("hooks", []))
+    return found
+
+
+def _engine_decisions(group: dict[str, Any], settings: Settings, ws: Path) -> list[dict[str, Any]]:
+    trusted = group.get("trusted", True)
+    try:
+        policy = load_policy(
+            settings,
+            ws,
+            allow=fill(group.get("cli_allow", []), WS, HOME),
+            deny=fill(group.get("cli_deny", []), WS, HOME),
+            mode=group.get("mode"),
+            trusted=trusted,
+        )
+        hooks = load_hooks(settings, ws, trusted=trusted)
+    except PolicyError as exc:
+        return [{"id": c["id"], "warden": "refused", "reason": str(exc)} for c in group["calls"]]
+    engine = PermissionEngine(policy, hooks, workspace_host=ws)
+    ctx = CallContext(session_id="differential", permission_mode=policy.mode)
+    out = []
+    for call in group["calls"]:
+        tool_call = ToolCall(
+            tool_name=call["tool"], tool_input=fill(call["input"], WS, HOME), tool_use_id=call["id"]
+        )
+        decision = asyncio.run(engine.decide(tool_call, ctx))
+        out.append({"id": call["id"], "warden": decision.behavior, "reason": decision.reason})
+    return out

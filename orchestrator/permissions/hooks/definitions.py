@@ -48,7 +48,7 @@ from typing import Literal, TypedDict
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
 from orchestrator.jsontypes import JSONObject
-from orchestrator.permissions.settings_files import load_stack
+from orchestrator.permissions.settings_files import SettingsFile, load_stack
 from orchestrator.permissions.sources import MAX_POLICY_BYTES
 
 DEFAULT_HOOK_TIMEOUT_S = 60.0
@@ -63,6 +63,10 @@ IGNORED_TRUST = (
     "To run one on the host, list its command under warden.trustedHooks in your user "
     "settings (~/.claude/settings.json or warden's settings.json) or a managed settings file"
 )
+
+PROJECT_KINDS = ("project", "project-local")
+"""Settings files that belong to the workspace (and count only once it is trusted)."""
+DISABLE_ALL_HOOKS = "disableAllHooks"
 
 HookEvent = Literal["PreToolUse", "PostToolUse"]
 EVENTS: tuple[HookEvent, ...] = ("PreToolUse", "PostToolUse")
@@ -85,6 +89,9 @@ class HookCommand:
     """Run it in a hardened sandbox even when it is trusted."""
     env_names: tuple[str, ...] = ()
     """Host environment variables passed to it (`warden.hookEnv`)."""
+    restrict_only: bool = False
+    """Configured by a workspace the person has not trusted: its deny and ask count,
+    its allow and `updatedInput` do not (as with the workspace's rules)."""
 
     def matches(self, tool_name: str) -> bool:
         if self.matcher in ("", "*"):
@@ -103,14 +110,17 @@ class HookSet:
 
     def matching(self, event: HookEvent, tool_name: str) -> list[HookCommand]:
         """The hooks to run, once per command, each marked trusted when it is."""
-        seen: set[str] = set()
-        out: list[HookCommand] = []
+        found: dict[str, HookCommand] = {}
         for hook in self.hooks:
-            if hook.event == event and hook.matches(tool_name) and hook.command not in seen:
-                seen.add(hook.command)  # Claude Code runs identical commands once
-                trusted = hook.trusted or hook.command in self.trusted_commands
-                out.append(replace(hook, trusted=trusted))
-        return out
+            if hook.event != event or not hook.matches(tool_name):
+                continue
+            trusted = hook.trusted or hook.command in self.trusted_commands
+            first = found.get(hook.command)  # Claude Code runs identical commands once
+            if first is None:
+                found[hook.command] = replace(hook, trusted=trusted)
+            elif first.restrict_only and not hook.restrict_only:
+                found[hook.command] = replace(first, restrict_only=False)
+        return list(found.values())
 
     def needs_sandbox(self) -> bool:
         """True when some hook here runs in a sandbox (not trusted, or asks for one)."""
@@ -126,10 +136,14 @@ class HookSet:
 def load_hooks(settings: Settings, workspace: Path, *, trusted: bool = True) -> HookSet:
     """Hooks from every settings file (`settings_files`), highest first. Managed
     `allowManagedHooksOnly` or `strictPluginOnlyCustomization` keep only managed
-    hooks, managed `disableAllHooks` none; an untrusted workspace's own hooks are
-    skipped (and said so)."""
+    hooks, managed `disableAllHooks` none; `disableAllHooks: true` in the user's or
+    (trusted) workspace's settings switches off every hook but the managed ones, as
+    in Claude Code, when it is the highest such file that sets the key. An untrusted
+    workspace's own hooks may only restrict: their deny and ask count, their allow
+    and `updatedInput` do not (and the run says so)."""
     stack = load_stack(settings, workspace, MAX_POLICY_BYTES)
     locked = stack.managed.hooks_only or "hooks" in stack.managed.plugin_only
+    switched_off = _disabled_by(stack.files, trusted)
     hooks: list[HookCommand] = []
     warnings: list[str] = []
     env_names: list[str] = []
@@ -150,12 +164,15 @@ def load_hooks(settings: Settings, workspace: Path, *, trusted: bool = True) -> 
                 "managed hooks (allowManagedHooksOnly)"
             )
             continue
-        if found and not trusted and f.kind in ("project", "project-local"):
-            warnings.append(
-                f"{f.path}: its hooks are not run: the workspace is not trusted "
-                "(trust it with --trust-workspace)"
-            )
+        if found and switched_off is not None and not f.managed:
+            warnings.append(f"{f.path}: its hooks are not run: disableAllHooks in {switched_off}")
             continue
+        if found and not trusted and f.kind in PROJECT_KINDS:
+            warnings.append(
+                f"{f.path}: the workspace is not trusted, so its hooks may deny or ask but "
+                "never allow a call or change its input (trust it with --trust-workspace)"
+            )
+            found = [replace(h, restrict_only=True) for h in found]
         hooks.extend(found)
         warnings.extend(warned)
         env_names += _hook_env(f.doc, f.path)
@@ -165,6 +182,26 @@ def load_hooks(settings: Settings, workspace: Path, *, trusted: bool = True) -> 
         tuple(warnings),
         frozenset(trusted_commands),
     )
+
+
+def _disabled_by(files: tuple[SettingsFile, ...], trusted: bool) -> str | None:
+    """The non-managed file whose `disableAllHooks: true` switches off the hooks of
+    every non-managed file: the highest one that sets the key (Claude Code merges
+    settings so; `false` higher up turns them back on). An untrusted workspace's
+    files have no say."""
+    for f in files:
+        if f.managed or (not trusted and f.kind in PROJECT_KINDS):
+            continue
+        value = f.doc.get(DISABLE_ALL_HOOKS)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise PolicyError(
+                f"{f.path}{f.line_of(DISABLE_ALL_HOOKS)}: {DISABLE_ALL_HOOKS} is {value!r}, "
+                f'not true or false; write "{DISABLE_ALL_HOOKS}": true (or remove it)'
+            )
+        return f.source if value else None
+    return None
 
 
 def _inside(path: Path, workspace: Path) -> bool:

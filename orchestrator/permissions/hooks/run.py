@@ -46,6 +46,11 @@ NEUTRAL_CWD_PREFIX = "warden-hook-"
 MAX_REASON_CHARS = 4000
 """Longest hook reason passed on to the model."""
 
+UNTRUSTED_ALLOW = (
+    "its allow (or updatedInput) is ignored: the workspace that configured this hook is not "
+    "trusted (trust it with --trust-workspace)"
+)
+
 _LEGACY_DECISIONS = {"approve": "allow", "block": "deny"}
 
 
@@ -117,6 +122,30 @@ async def run_hook(
     sandbox: HookSandbox | None = None,
 ) -> HookOutcome:
     """Run one hook and interpret what it said; never raises for a misbehaving hook."""
+    outcome = await _run_hook(hook, stdin, tool_name, workspace_host, sandbox)
+    return _restricted(outcome) if hook.restrict_only else outcome
+
+
+def _restricted(outcome: HookOutcome) -> HookOutcome:
+    """A hook of an untrusted workspace: its allow and new input are dropped, said so."""
+    if outcome.decision != "allow" and outcome.updated_input is None:
+        return outcome
+    return outcome.model_copy(
+        update={
+            "decision": None if outcome.decision == "allow" else outcome.decision,
+            "updated_input": None,
+            "error": UNTRUSTED_ALLOW,
+        }
+    )
+
+
+async def _run_hook(
+    hook: HookCommand,
+    stdin: bytes,
+    tool_name: str,
+    workspace_host: Path | None,
+    sandbox: HookSandbox | None,
+) -> HookOutcome:
     base = _HookId(hook=hook.command, event=hook.event, source=hook.source)
     if hook.sandbox or not hook.trusted:
         if sandbox is None:

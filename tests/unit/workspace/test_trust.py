@@ -53,7 +53,8 @@ def test_untrusted_workspace_keeps_only_its_restrictions(
     read = ToolCall(tool_name="Read", tool_input={"file_path": ".env"})
     assert evaluate(pol, read).decision.behavior == "deny"
     assert any("not trusted" in n for n in pol.notes)
-    assert load_hooks(settings, workspace, trusted=False).hooks == ()
+    untrusted_hooks = load_hooks(settings, workspace, trusted=False).hooks
+    assert untrusted_hooks and all(h.restrict_only for h in untrusted_hooks)
     registry = AgentRegistry.load(settings, workspace, trusted=False)
     assert "helper" not in registry
     assert any("not trusted" in w for w in registry.warnings)
