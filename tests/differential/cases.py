@@ -287,8 +287,10 @@ HOOKS: dict[str, dict[str, Any]] = {
     "bad-json": {"command": "cat >/dev/null; echo '{\"hookSpecificOutput\": {'"},
     "bad-decision": {"command": _hook_output("maybe", "unknown decision")},
     "plain-output": {"command": "cat >/dev/null; echo looks fine"},
-    "legacy-approve": {"command": "cat >/dev/null; echo '{\"decision\": \"approve\", \"reason\": \"ok\"}'"},
-    "legacy-block": {"command": "cat >/dev/null; echo '{\"decision\": \"block\", \"reason\": \"no\"}'"},
+    "legacy-approve": {
+        "command": 'cat >/dev/null; echo \'{"decision": "approve", "reason": "ok"}\''
+    },
+    "legacy-block": {"command": 'cat >/dev/null; echo \'{"decision": "block", "reason": "no"}\''},
     "no-touch": {"command": "if grep -q touch; then echo 'no touch' >&2; exit 2; fi"},
 }
 """PreToolUse hook commands (POSIX sh; each reads its stdin, as Claude Code writes it)."""

@@ -20,7 +20,13 @@ from typing import Any
 from orchestrator.commands._explain import explain_call
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
-from orchestrator.permissions import CallContext, PermissionEngine, ToolCall, load_hooks, load_policy
+from orchestrator.permissions import (
+    CallContext,
+    PermissionEngine,
+    ToolCall,
+    load_hooks,
+    load_policy,
+)
 from tests.differential.claude_side import fill
 
 WS = "/workspace"

@@ -14,12 +14,20 @@ import pytest
 
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
-from orchestrator.permissions import CallContext, PermissionEngine, ToolCall, load_hooks, load_policy
+from orchestrator.permissions import (
+    CallContext,
+    PermissionEngine,
+    ToolCall,
+    load_hooks,
+    load_policy,
+)
 
 BLOCK = "cat >/dev/null; echo 'blocked by the hook' >&2; exit 2"
 ALLOW = (
     "cat >/dev/null; echo '"
-    + json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow"}})
+    + json.dumps(
+        {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow"}}
+    )
     + "'"
 )
 
@@ -59,8 +67,14 @@ def layout(
     return settings
 
 
-async def decide(settings: Settings, workspace: Path, command: str, *, trusted: bool = True,
-                 mode: str | None = None) -> str:
+async def decide(
+    settings: Settings,
+    workspace: Path,
+    command: str,
+    *,
+    trusted: bool = True,
+    mode: str | None = None,
+) -> str:
     policy = load_policy(settings, workspace, trusted=trusted, mode=mode)
     engine = PermissionEngine(
         policy, load_hooks(settings, workspace, trusted=trusted), workspace_host=workspace
