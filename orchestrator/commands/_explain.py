@@ -48,13 +48,15 @@ def explain_call(
     if tool in SERVER_TOOLS:
         return server_tool(effective, tool, tool_input), effective
     if tool == NETWORK_TOOL:
-        return network(settings, workspace, effective, tool_input, policy_name), effective
+        explained = network(settings, workspace, effective, tool_input, policy_name, trusted)
+        return explained, effective
     call = ToolCall(tool_name=tool, tool_input=tool_input, tool_use_id="explain")
     return explain(effective, call, workspace_host=workspace), effective
 
 
-def _done(effective: EffectivePolicy, allowed: bool, reason: str, rule: str | None,
-          source: str) -> Explanation:
+def _done(
+    effective: EffectivePolicy, allowed: bool, reason: str, rule: str | None, source: str
+) -> Explanation:
     decision = Decision(
         behavior="allow" if allowed else "deny", reason=reason, rule=rule, source=source
     )
@@ -74,11 +76,16 @@ def server_tool(effective: EffectivePolicy, tool: str, tool_input: JSONObject) -
         domains = [host]
     rules = ForwardingPolicy.from_rules(effective.rules)
     decided, _, _ = rules.decide_domains(tool, domains, {})
-    rule = decided.decided_by.removeprefix("rule: ") if decided.decided_by.startswith("rule: ") else None
+    rule = (
+        decided.decided_by.removeprefix("rule: ")
+        if decided.decided_by.startswith("rule: ")
+        else None
+    )
     source = next((r.source for r in effective.rules if r.text == rule), "broker")
     why = decided.reason + (
-        "" if decided.allowed else
-        f" (the broker refuses it in every mode, {effective.mode} included: the model API "
+        ""
+        if decided.allowed
+        else f" (the broker refuses it in every mode, {effective.mode} included: the model API "
         "would fetch, and an ask rule cannot wait for a person in a model request)"
     )
     return _done(effective, decided.allowed, why, rule, source)
@@ -90,6 +97,7 @@ def network(
     effective: EffectivePolicy,
     tool_input: JSONObject,
     policy_name: str | None,
+    trusted: bool = True,
 ) -> Explanation:
     """The egress proxy's decision on `host[:port]` (before DNS)."""
     from orchestrator.egress.decide import DENY_MODES
@@ -103,22 +111,28 @@ def network(
     if not isinstance(port, int):
         raise PolicyError(f"Network port must be a number, got {port!r}")
     host = normal_host(raw)
-    rules = load_rules(settings, workspace, effective, policy_file=policy_name)
+    rules = load_rules(settings, workspace, effective, policy_file=policy_name, trusted=trusted)
     found = match(rules, host, port)
     if found.behavior == "deny":
         text = found.rule.text if found.rule else None
         src = found.rule.source if found.rule else str(found.narrowed_by)
         return _done(effective, False, f"{host}:{port} is denied ({text or src})", text, src)
     if found.behavior == "allow" and found.rule is not None:
-        return _done(effective, True, f"allowed by {found.rule.text}", found.rule.text,
-                     found.rule.source)
+        return _done(
+            effective, True, f"allowed by {found.rule.text}", found.rule.text, found.rule.source
+        )
     why = f"the rule {found.rule.text} asks" if found.rule else f"{host} is in no allowedDomains"
+    if found.rule is None and rules.notes:
+        why += " (" + "; ".join(rules.notes) + ")"
     m = effective.mode
     if m == "bypassPermissions" and found.rule is None:
         return _done(effective, True, f"{why}; mode bypassPermissions allows it", None, "mode")
     if m in DENY_MODES:
         return _done(effective, False, f"{why} and mode {m} denies it", None, "mode")
-    decision = Decision(behavior="ask", reason=f"{why}; the run's approver is asked",
-                        rule=found.rule.text if found.rule else None,
-                        source=found.rule.source if found.rule else "mode")
+    decision = Decision(
+        behavior="ask",
+        reason=f"{why}; the run's approver is asked",
+        rule=found.rule.text if found.rule else None,
+        source=found.rule.source if found.rule else "mode",
+    )
     return Explanation(decision=decision, mode=m, mode_source=effective.mode_source)

@@ -18,7 +18,7 @@ from typing import Literal
 
 from orchestrator.egress.addresses import IPAddress, parse_ip
 from orchestrator.egress.resolver import ResolveError, Resolver
-from orchestrator.egress.rules import HostError, RuleSet, match, normal_host
+from orchestrator.egress.rules import MANAGED_ONLY, HostError, RuleSet, match, normal_host
 
 TOOL_NAME = "Network"
 """`tool_name` of egress decisions in the audit and in approval questions."""
@@ -95,10 +95,14 @@ class Decider:
                     "deny rules cannot be overridden",
                     f"rule: {found.rule.text}", found.rule.source,
                 )  # fmt: skip
+            fix = (
+                "only your administrator can add it to the managed allowedDomains"
+                if str(found.narrowed_by).startswith(MANAGED_ONLY)
+                else "widen that agent file's network.allowedDomains"
+            )
             return Verdict(
                 "deny", host, port,
-                f"{host} is outside the domains {found.narrowed_by} may reach; "
-                "widen that agent file's network.allowedDomains",
+                f"{host} is outside the domains {found.narrowed_by} may reach; {fix}",
                 f"agent: {found.narrowed_by}", str(found.narrowed_by),
             )  # fmt: skip
         if found.behavior == "allow" and found.rule is not None:
@@ -143,6 +147,11 @@ class Decider:
                 f"{host} is an IP address; ask for the host by name, or allow the address "
                 f"explicitly (`--allow-domain {host}`)",
                 "proxy: IP literal", "proxy",
+            )  # fmt: skip
+        if who := self.rules.outside_filter(host, port):
+            return Verdict(
+                "deny", host, port, f"{host} is outside the domains {who} may reach",
+                f"filter: {who}", who,
             )  # fmt: skip
         return Verdict(
             "allow", host, port, f"allowed by the address rule {rule.text}",

@@ -23,9 +23,8 @@ from orchestrator.config import Settings
 from orchestrator.egress.background import BackgroundEgress, OneOffTask
 from orchestrator.egress.flags import EgressFlags
 from orchestrator.egress.resolver import Resolver
-from orchestrator.egress.rules import RuleSet, parse_rule
 from orchestrator.egress.service import EgressService
-from orchestrator.egress.sources import CLI_ALLOW, CLI_DENY, settings_rules
+from orchestrator.egress.sources import exec_rules
 from orchestrator.untrusted_text import printable
 from sandbox_tools import wire
 
@@ -90,17 +89,13 @@ def start_exec_egress(
 ) -> ExecEgress:
     """Start the proxy for one command, its socket directory under `socket_root`
     (`lifecycle.socket_dirs.socket_root()`). PolicyError for a malformed domain."""
-    rules = []
-    if settings.managed_policy is not None and settings.managed_policy.is_file():
-        rules += settings_rules(settings.managed_policy, f"managed:{settings.managed_policy}")
-    rules += [parse_rule(d, "deny", CLI_DENY, f"--deny-domain {d!r}") for d in flags.deny_domains]
-    rules += [
-        parse_rule(d, "allow", CLI_ALLOW, f"--allow-domain {d!r}") for d in flags.allow_domains
-    ]
+    rules = exec_rules(settings, flags.allow_domains, flags.deny_domains)
+    for note in rules.notes:
+        sys.stderr.write(f"warden: egress: {printable(note, 300)}\n")
     workspace = (spec.workspace or Path.cwd()).resolve()
     identity = identity_for(workspace, spec.user, settings.fallback_uid)
     service = EgressService(
-        rules=RuleSet(tuple(rules)),
+        rules=rules,
         mode="dontAsk",
         limits=flags.limits,
         resolver=resolver or Resolver(),

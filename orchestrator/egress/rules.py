@@ -57,6 +57,11 @@ def normal_host(host: str) -> str:
     return text
 
 
+MANAGED_ONLY = "allowManagedDomainsOnly"
+"""Claude Code's managed-only `sandbox.network` key: only the managed settings'
+allowed domains count (the name of the filter it sets, `RuleSet.only`)."""
+
+
 @dataclass(frozen=True)
 class EgressRule:
     """One host pattern with its behaviour and where it came from."""
@@ -156,6 +161,8 @@ class RuleSet:
     only: tuple[tuple[str, tuple[EgressRule, ...]], ...] = ()
     """Narrowing filters (an agent file's `network.allowedDomains`), each with the
     name of who set it: a destination must match one rule of every filter."""
+    notes: tuple[str, ...] = ()
+    """Rules read but not applied, and why (managed-only domains, an untrusted workspace)."""
 
     def first(self, behavior: RuleBehavior, host: str, port: int) -> EgressRule | None:
         return next(
@@ -195,7 +202,7 @@ class RuleSet:
     ) -> RuleSet:
         """These rules, with `denied` added and (when given) only `allowed` reachable."""
         only = (*self.only, (who, tuple(allowed))) if allowed else self.only
-        return RuleSet(rules=(*self.rules, *denied), only=only)
+        return RuleSet(rules=(*self.rules, *denied), only=only, notes=self.notes)
 
 
 @dataclass

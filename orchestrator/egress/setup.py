@@ -48,8 +48,10 @@ def run_egress(
     store: object,
     events: object,
     sandbox_uid: int,
+    trusted: bool = False,
 ) -> EgressService | None:
-    """The run's egress service, or None when egress is off.
+    """The run's egress service, or None when egress is off. `trusted`: the person
+    trusted the workspace, so its allowed domains count (its denies always do).
     Raises PolicyError for a malformed domain rule in any source."""
     rules = load_rules(
         settings,
@@ -58,6 +60,7 @@ def run_egress(
         allow_domains=request.allow_domains,
         deny_domains=request.deny_domains,
         policy_file=policy_file,
+        trusted=trusted,
     )
     if not (request.enabled or rules.any_allow):
         return None

@@ -287,6 +287,7 @@ async def open_run(
             store=store,
             events=events,
             sandbox_uid=manager.identity.uid,
+            trusted=trusted,
         )
         # Whatever happens, no container of this run outlives it: the reaper runs
         # last, after the manager has stopped its tasks and emptied its warm pool.

@@ -307,3 +307,37 @@ def test_warden_exec_allow_domain(tmp_path: Path, local: tuple[LocalCA, int, int
     assert "B 403 warden egress: denied.test is in no allowedDomains" in done.stdout
     assert "IF 1" in done.stdout  # only lo
     assert "warden: egress refused: denied.test" in done.stderr
+
+
+def test_warden_exec_managed_domains_only(tmp_path: Path, local: tuple[LocalCA, int, int]) -> None:
+    """Managed `sandbox.network.allowManagedDomainsOnly`: the command line's
+    `--allow-domain` no longer opens a destination, from inside a real sandbox."""
+    _, http_port, _ = local
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chown(workspace, 1000, 1000)
+    managed = tmp_path / "managed-settings.json"
+    only = {"allowManagedDomainsOnly": True, "allowedDomains": ["127.0.0.1:1"]}
+    managed.write_text(json.dumps({"sandbox": {"network": only}}))
+    code = (
+        "import urllib.request, urllib.error\n"
+        "def get(u):\n"
+        "    try:\n"
+        "        return urllib.request.urlopen(u, timeout=30).read().decode()\n"
+        "    except urllib.error.HTTPError as e:\n"
+        "        return f'{e.code} ' + e.read().decode()\n"
+        f"print('A', get('http://127.0.0.1:{http_port}/hello'), end='')\n"
+        f"print('B', get('http://named.test:{http_port}/hello'), end='')\n"
+    )
+    argv = [
+        *warden_argv(), "exec", "--image", "agent", "--workspace", str(workspace),
+        "--allow-domain", "127.0.0.1", "--timeout", "120",
+        "--", "env", "-u", "NO_PROXY", "-u", "no_proxy", "python3", "-c", code,
+    ]  # fmt: skip
+    env = warden_env(WARDEN_MANAGED_POLICY=str(managed))
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=180)
+    assert "A 403 warden egress: 127.0.0.1" in done.stdout, (done.stdout, done.stderr)
+    assert "B 403 warden egress: named.test is outside the domains allowManagedDomainsOnly" in (
+        done.stdout
+    )
+    assert "allowed domains 127.0.0.1 not applied" in done.stderr

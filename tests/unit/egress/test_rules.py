@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import Settings
+from orchestrator.egress.decide import Answer, Decider
+from orchestrator.egress.resolver import Resolver
 from orchestrator.egress.rules import HostError, RuleSet, match, normal_host, parse_rule
 from orchestrator.egress.sources import agent_rules, load_rules
 from orchestrator.errors import PolicyError
@@ -91,6 +93,24 @@ def test_agent_network_narrows_never_widens() -> None:
     # listed by the agent but not by the run: still no rule allows it
     assert match(narrowed, "evil.com", 443).behavior is None
     assert match(narrowed, "x.org", 443).behavior == "deny"
+
+
+async def test_an_agents_narrowing_holds_for_an_address_the_run_allows() -> None:
+    base = rules(("10.1.2.3", "allow"), ("pypi.org", "allow"))
+    narrowed = agent_rules(
+        base, "pip-only", "agents/pip.md", {"network": {"allowedDomains": ["pypi.org"]}}
+    )
+    assert narrowed is not None
+
+    async def never_asked(host: str, port: int, why: str) -> Answer:
+        raise AssertionError("asked")
+
+    decider = Decider(narrowed, "bypassPermissions", Resolver(), never_asked)
+    verdict = await decider.decide("10.1.2.3", 443)
+    assert verdict.behavior == "deny" and "pip-only" in verdict.reason
+    assert (
+        await Decider(base, "default", Resolver(), never_asked).decide("10.1.2.3", 443)
+    ).behavior == "allow"
 
 
 def test_agent_network_none_takes_egress_away() -> None:
