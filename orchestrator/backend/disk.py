@@ -193,10 +193,14 @@ class DiskWatch:
         kill: Callable[[], None],
         poll_s: float = POLL_S,
         name: str = "",
+        find_meter: Callable[[], ProcessTreeMeter | None] | None = None,
     ) -> None:
         self.limits = limits
         self.workspace = workspace
         self.meter = meter if limits.write_limit_bytes else None
+        self._find_meter = find_meter if limits.write_limit_bytes else None
+        """Makes the meter in the watcher's thread, so the engine round trip it may
+        need (the init's host PID) is not on the path that starts the sandbox."""
         self.kill = kill
         self.poll_s = poll_s
         self.breach: DiskBreach | None = None
@@ -207,7 +211,11 @@ class DiskWatch:
         self._thread = threading.Thread(target=self._loop, name=f"warden-disk-{name}", daemon=True)
 
     def start(self) -> DiskWatch:
-        if self.meter is not None or (self.workspace and self.limits.free_floor_bytes):
+        if (
+            self.meter is not None
+            or self._find_meter is not None
+            or (self.workspace and self.limits.free_floor_bytes)
+        ):
             self._thread.start()
         return self
 
@@ -221,6 +229,8 @@ class DiskWatch:
     def _loop(self) -> None:
         # No last sample on stop: a sandbox that ended on its own was not killed,
         # so its status stays its own.
+        if self._find_meter is not None and not self._stop.is_set():
+            self.meter = self._find_meter()
         while not self._stop.is_set():
             try:
                 breach = self.check()
@@ -268,14 +278,11 @@ class DiskGuardedBackend(ContainerBackend):
 
     def start(self, spec: SandboxSpec) -> str:
         container_id = self.inner.start(spec)
-        limits = spec.limits.disk
-        meter = None
-        if limits.write_limit_bytes:
-            meter = self._meter(container_id)
         watch = DiskWatch(
-            limits=limits,
+            limits=spec.limits.disk,
             workspace=spec.workspace,
-            meter=meter,
+            meter=None,
+            find_meter=lambda: self._meter(container_id),
             kill=lambda: self.inner.kill(container_id),
             poll_s=self.poll_s,
             name=container_id[:12],

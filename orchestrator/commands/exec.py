@@ -282,6 +282,9 @@ def _run(
         limits["pids"] = pids
     from pydantic import ValidationError
 
+    from orchestrator import start_up_done
+
+    start_up_done()  # the docker SDK, pydantic and warden's modules are imported
     exec_id = os.urandom(8).hex()  # 16 hex digits; `uuid` would cost ~2 ms of imports
     # The command is untrusted and the workspace outlives it: .claude (settings,
     # hooks, agents) and .git (hooks, config) stay read-only, as in `warden run`.

@@ -72,9 +72,12 @@ async def _resume(
     output: OutputFormat,
     replay: Path | None,
 ) -> int:
+    from orchestrator import start_up_done
     from orchestrator.lifecycle.recovery import open_store
     from orchestrator.runtime.session import open_run
     from orchestrator.runtime.tasks import TaskInput, TaskStatus
+
+    start_up_done()  # the model SDK and the rest of the run are imported
 
     with open_store(settings) as store:
         tasks = store.list_tasks(session_id=session_id)

@@ -415,9 +415,12 @@ async def _run(
     state: RunState,
 ) -> int:
     """The parent agent's run (`drive` frames it as every run is framed)."""
+    from orchestrator import start_up_done
     from orchestrator.backend.base import DiskLimits
     from orchestrator.runtime.caps import TaskManagerConfig
     from orchestrator.runtime.session import open_run
+
+    start_up_done()  # the model SDK and the rest of the run are imported
 
     def opened(settings: Settings, approver: Approver) -> AbstractAsyncContextManager[Run]:
         return open_run(

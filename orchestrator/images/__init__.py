@@ -4,7 +4,8 @@ Public API:
 - `resolve_image(client, name)`: the tag to run for "agent", "bash" or any local image.
 - `build_images(client, settings, *, force=False, log)`: build what is missing.
 - `image_status(client)`: per kind, whether a current image exists (for `warden doctor`).
-- `current_tag(client, kind)`: the current tag of one of warden's kinds.
+- `current_tag(client, kind, state_dir)`: the current tag of one of warden's kinds
+  (`hints`: the tag found last time, confirmed by one inspect).
 - `choice.SandboxImages`: image names to what a sandbox runs (project images too).
 
 May import: `errors`, `labels`, `backend`, `untrusted_text` (build output of a dev
@@ -16,11 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar
 
 from orchestrator.backend.classify import is_connection_error, status_code
 from orchestrator.backend.connect import ENGINE_FIX
 from orchestrator.errors import EngineUnavailableError, ImageNotFoundError
+from orchestrator.images import hints
 from orchestrator.images.hashing import (
     KINDS,
     LABEL_BASE,
@@ -43,7 +46,7 @@ __all__ = ["KINDS", "ImageState", "build_images", "current_tag", "image_status",
 BUILD_HINT = "run `warden images build`"
 
 
-def resolve_image(client: DockerClient, name: str) -> str:
+def resolve_image(client: DockerClient, name: str, state_dir: Path | None = None) -> str:
     """The image reference to run for `name`.
 
     "agent" / "bash": the content-addressed tag of the image built from the current
@@ -51,10 +54,11 @@ def resolve_image(client: DockerClient, name: str) -> str:
     is ever consulted). Hashes a few small files and makes one engine call.
 
     Raises ImageNotFoundError (with the command that fixes it) when there is no such
-    image, EngineUnavailableError when the engine does not answer.
+    image, EngineUnavailableError when the engine does not answer. With `state_dir`,
+    the tag found last time is tried first (`hints`).
     """
     if name in KINDS:
-        return current_tag(client, name)
+        return current_tag(client, name, state_dir)
     if _image_id(client, name) is None:
         raise ImageNotFoundError(
             f"image {name!r} does not exist locally (warden never pulls); load or build it "
@@ -63,14 +67,24 @@ def resolve_image(client: DockerClient, name: str) -> str:
     return name
 
 
-def current_tag(client: DockerClient, kind: str) -> str:
+def current_tag(client: DockerClient, kind: str, state_dir: Path | None = None) -> str:
     """The content tag of warden's image `kind` built from the current sources.
+    With `state_dir`, the tag found last time is tried first and the one found is kept
+    there (`hints`: one inspect instead of a listing of every image).
     Raises ImageNotFoundError naming the build command when there is none."""
-    found = _current(client, KINDS[kind])
+    image_kind = KINDS[kind]
+    inputs = inputs_hash(image_kind)
+    if state_dir is not None:
+        tag = hints.hinted_tag(client, image_kind, inputs, state_dir)
+        if tag is not None:
+            return tag
+    found = _current(client, image_kind, inputs)
     if found is None:
         raise ImageNotFoundError(
             f"the warden {kind} image is not built for the current sources; {BUILD_HINT}"
         )
+    if state_dir is not None:
+        hints.remember(state_dir, image_kind, inputs, found[0])
     return found[0]
 
 
@@ -134,8 +148,11 @@ class _ImageRow(TypedDict, total=False):
     Labels: dict[str, str] | None
 
 
-def _current(client: DockerClient, kind: ImageKind) -> tuple[str, _ImageRow] | None:
-    filters = {"label": [f"{LABEL_KIND}={kind.name}", f"{LABEL_INPUTS_HASH}={inputs_hash(kind)}"]}
+def _current(
+    client: DockerClient, kind: ImageKind, inputs: str | None = None
+) -> tuple[str, _ImageRow] | None:
+    inputs = inputs_hash(kind) if inputs is None else inputs
+    filters = {"label": [f"{LABEL_KIND}={kind.name}", f"{LABEL_INPUTS_HASH}={inputs}"]}
     for row in _rows(client, filters):
         tag = _tag_of(kind, row)
         if tag is not None:

@@ -83,13 +83,15 @@ class SandboxImages:
             )
         if name in KINDS:
             return SandboxImage(
-                name=name, ref=resolve_image(self._client, name), env=dict(WARDEN_RUNNER_ENV)
+                name=name,
+                ref=resolve_image(self._client, name, self._state_dir),
+                env=dict(WARDEN_RUNNER_ENV),
             )
         if not runner:
             checked = check_project_image(self._client, name, host_machine(), need_bash=False)
             return SandboxImage(name=name, ref=checked.image_id, runner=(), project=True)
         runtime = ensure_runtime(
-            self._client, current_tag(self._client, "runtime"), self._state_dir
+            self._client, current_tag(self._client, "runtime", self._state_dir), self._state_dir
         )
         checked = check_project_image(self._client, name, runtime.machine)
         return SandboxImage(

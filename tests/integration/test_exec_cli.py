@@ -54,6 +54,18 @@ def test_exit_status_and_output_pass_through(
     assert (ok.returncode, ok.stdout, ok.stderr) == (0, "fine\n", "")
 
 
+def test_large_output_arrives_whole_through_a_pipe(
+    workspace: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    """`warden exec` ends without the interpreter's teardown (`cli.FAST_EXIT_COMMANDS`):
+    everything written must still reach a pipe, past the pipe's own buffer."""
+    proc = cli(*exec_args(workspace, sandbox_image, no_leftovers), "--",
+               "sh", "-c", "head -c 900000 /dev/zero | tr '\\0' x; echo; echo done >&2; exit 5")  # fmt: skip
+    assert proc.returncode == 5
+    assert proc.stdout == "x" * 900_000 + "\n"
+    assert proc.stderr.startswith("done\n")
+
+
 def test_json_is_exactly_one_object(workspace: Path, sandbox_image: str, no_leftovers: Any) -> None:
     proc = cli(*exec_args(workspace, sandbox_image, no_leftovers), "--json", "--",
                "sh", "-c", "printf 'a\\nb'; exit 3")  # fmt: skip

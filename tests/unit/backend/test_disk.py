@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -218,7 +219,38 @@ def test_a_failing_pid_lookup_still_returns_the_container(tmp_path: Path) -> Non
 
     backend = DiskGuardedBackend(NoPid(), poll_s=0.01)
     container = backend.start(spec(tmp_path, DiskLimits(free_floor_bytes=0)))
-    assert backend._watches[container].meter is None  # per-file limit and floor only
+    watch = backend._watches[container]
+    deadline = time.monotonic() + 10
+    while watch.samples == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert watch.samples > 0 and watch.meter is None  # per-file limit and floor only
+    backend.kill(container)
+    backend.wait(container, timeout_s=10)
+    backend.remove(container)
+
+
+def test_start_does_not_wait_for_the_pid_lookup(tmp_path: Path) -> None:
+    """Finding the sandbox's processes takes an engine round trip (inspect); it happens
+    in the watcher's thread, not on the path that starts the sandbox."""
+    looked_up = threading.Event()
+    release = threading.Event()
+
+    class SlowPid(FakeBackend):
+        def host_pid(self, container_id: str) -> int | None:
+            looked_up.set()
+            release.wait(10)
+            return os.getpid()  # some live process: the meter binds to its namespace
+
+    backend = DiskGuardedBackend(SlowPid(), poll_s=0.01)
+    container = backend.start(spec(tmp_path, DiskLimits(free_floor_bytes=0)))
+    assert looked_up.wait(10)
+    watch = backend._watches[container]
+    assert watch.meter is None  # start returned while the lookup was still waiting
+    release.set()
+    deadline = time.monotonic() + 10
+    while watch.meter is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert isinstance(watch.meter, ProcessTreeMeter)
     backend.kill(container)
     backend.wait(container, timeout_s=10)
     backend.remove(container)

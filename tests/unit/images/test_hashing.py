@@ -4,6 +4,7 @@ and `resolve_image` finds the current tag with one engine call."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import ImageNotFoundError
-from orchestrator.images import resolve_image
+from orchestrator.images import hints, resolve_image
 from orchestrator.images.base import BaseProbe, bootstrap_hash
 from orchestrator.images.hashing import (
     KINDS,
@@ -146,29 +147,35 @@ class FakeAPI:
         self.rows = rows
         self.present = present
         self.calls = 0
+        self.inspected: list[str] = []
 
     def images(self, filters: dict[str, list[str]]) -> list[dict[str, Any]]:
         self.calls += 1
         wanted = dict(item.split("=", 1) for item in filters["label"])
         return [r for r in self.rows if all(r["Labels"].get(k) == v for k, v in wanted.items())]
 
-    def inspect_image(self, ref: str) -> dict[str, str]:
+    def inspect_image(self, ref: str) -> dict[str, Any]:
         from docker.errors import ImageNotFound
 
         self.calls += 1
+        self.inspected.append(ref)
+        for row in self.rows:
+            if ref in row["RepoTags"]:
+                return {"Id": "sha256:" + "d" * 64, "Config": {"Labels": row["Labels"]}}
         if ref not in self.present:
             raise ImageNotFound(f"no such image: {ref}")
-        return {"Id": "sha256:" + "c" * 64}
+        return {"Id": "sha256:" + "c" * 64, "Config": {"Labels": {}}}
 
 
 class FakeImages:
-    """`client.images.get(ref)`: one inspect, the image's id."""
+    """`client.images.get(ref)`: one inspect, the image's id and labels."""
 
     def __init__(self, api: FakeAPI) -> None:
         self._api = api
 
     def get(self, ref: str) -> SimpleNamespace:
-        return SimpleNamespace(id=self._api.inspect_image(ref)["Id"])
+        found = self._api.inspect_image(ref)
+        return SimpleNamespace(id=found["Id"], labels=found["Config"]["Labels"])
 
 
 class FakeClient:
@@ -190,6 +197,45 @@ def test_resolve_image_picks_the_newest_image_built_from_the_current_inputs() ->
     api = FakeAPI(rows, set())
     assert resolve_image(FakeClient(api), "bash") == "warden-bash:222222222222"
     assert api.calls == 1
+
+
+def bash_rows(tag: str, inputs: str) -> list[dict[str, Any]]:
+    return [{"Created": 1, "RepoTags": [tag], "Labels": {LABEL_KIND: "bash", LABEL_INPUTS_HASH: inputs}}]
+
+
+def test_the_tag_found_is_kept_and_the_next_lookup_inspects_only_it(tmp_path: Path) -> None:
+    """Listing every image costs the engine ~50 ms with a few dozen images; one
+    inspect ~2 ms. The second lookup asks about the kept tag only."""
+    api = FakeAPI(bash_rows("warden-bash:222222222222", inputs_hash(BASH)), set())
+    assert resolve_image(FakeClient(api), "bash", tmp_path) == "warden-bash:222222222222"
+    assert (api.calls, api.inspected) == (1, [])  # the listing
+    api.calls = 0
+    assert resolve_image(FakeClient(api), "bash", tmp_path) == "warden-bash:222222222222"
+    assert (api.calls, api.inspected) == (1, ["warden-bash:222222222222"])
+
+
+@pytest.mark.parametrize("why", ["image removed", "sources changed", "labels differ", "garbage"])
+def test_a_hint_the_engine_does_not_confirm_falls_back_to_the_listing(
+    tmp_path: Path, why: str
+) -> None:
+    current = inputs_hash(BASH)
+    api = FakeAPI(bash_rows("warden-bash:222222222222", current), set())
+    resolve_image(FakeClient(api), "bash", tmp_path)  # keeps the hint
+    hint = tmp_path / hints.HINTS_FILE
+    if why == "image removed":
+        api.rows = bash_rows("warden-bash:333333333333", current)
+    elif why == "sources changed":
+        hint.write_text(json.dumps({"bash": {"inputs": "older", "tag": "warden-bash:222222222222"}}))
+    elif why == "labels differ":  # a hint naming another image is not believed
+        api.rows = [*bash_rows("warden-bash:333333333333", current),
+                    *bash_rows("warden-bash:222222222222", "other inputs")]  # fmt: skip
+    else:
+        hint.write_text("{not json")
+    found = resolve_image(FakeClient(api), "bash", tmp_path)
+    expected = "warden-bash:222222222222" if why in ("sources changed", "garbage") else (
+        "warden-bash:333333333333")  # fmt: skip
+    assert found == expected
+    assert json.loads(hint.read_text())["bash"] == {"inputs": current, "tag": expected}
 
 
 def test_resolve_image_names_the_build_command_when_not_built() -> None:
