@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from orchestrator.errors import ConfigError
 from sandbox_tools import wire
@@ -54,6 +54,10 @@ DEFAULT_POOL_MIN = 1
 DEFAULT_POOL_MAX = 8
 DEFAULT_POOL_IDLE_S = 60.0
 DEFAULT_POOL_MEMORY_BYTES = 4 * 1024**3
+DEFAULT_WEBHOOK_TIMEOUT_S = 300.0
+"""A webhook question unanswered this long is denied (five minutes)."""
+DEFAULT_WEBHOOK_LISTEN = "127.0.0.1:0"
+"""Where webhook answers are taken: loopback, any free port."""
 """Memory limits of all warm sandboxes together: 8 at the default 512 MiB each."""
 
 
@@ -98,6 +102,7 @@ _NUMBERS = {
     "WARDEN_MAX_CONCURRENT": "max_concurrent",
     "WARDEN_QUEUE_LIMIT": "queue_limit",
     "WARDEN_MAX_DEPTH": "max_depth",
+    "WARDEN_WEBHOOK_TIMEOUT_S": "webhook_timeout_s",
     "WARDEN_MAX_CHILDREN": "max_children",
     "WARDEN_WARM_POOL_MIN": "warm_pool_min",
     "WARDEN_WARM_POOL_MAX": "warm_pool_max",
@@ -155,6 +160,30 @@ class Settings(BaseModel):
     trust_workspace: bool = False
     """Treat every workspace as trusted (WARDEN_TRUST_WORKSPACE=1, for CI): its own
     allow rules, mode, hooks and agent files apply (see `workspace.trust`)."""
+    approvers: tuple[str, ...] = ()
+    """Who answers questions (WARDEN_APPROVERS, comma list; `warden run --approver`
+    replaces it): `terminal`, `webhook:URL`. Empty: the terminal when there is one."""
+    webhook_secret: SecretStr | None = None
+    """The shared secret of `webhook:` approvers (WARDEN_WEBHOOK_SECRET): questions and
+    answers are signed with HMAC-SHA256 of it. Never on the command line (`ps` shows it)."""
+    webhook_timeout_s: float = Field(default=DEFAULT_WEBHOOK_TIMEOUT_S, gt=0)
+    """A webhook question nobody answers within this is denied (WARDEN_WEBHOOK_TIMEOUT_S)."""
+    webhook_listen: str = DEFAULT_WEBHOOK_LISTEN
+    """HOST:PORT where warden takes webhook answers (WARDEN_WEBHOOK_LISTEN; port 0: any free
+    one). Loopback unless you put a proxy or tunnel in front: answers are signed, not secret."""
+    webhook_callback_url: str | None = None
+    """The answer URL sent to the receiver when it is not the listening address itself,
+    e.g. behind a reverse proxy (WARDEN_WEBHOOK_CALLBACK_URL)."""
+
+    @field_validator("approvers")
+    @classmethod
+    def _known_approvers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for spec in value:
+            problem = approver_spec_problem(spec)
+            if problem:
+                raise ValueError(problem)
+        return value
+
     model_aliases: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODEL_ALIASES))
     """Model alias → model id, for `model:` in agent files and `--model`
     (see `DEFAULT_MODEL_ALIASES`)."""
@@ -249,6 +278,16 @@ class Settings(BaseModel):
             values["github_annotations"] = True
             if env.get("GITHUB_STEP_SUMMARY"):
                 values["github_step_summary"] = Path(env["GITHUB_STEP_SUMMARY"])
+        if env.get("WARDEN_APPROVERS", "").strip():
+            values["approvers"] = tuple(
+                a.strip() for a in env["WARDEN_APPROVERS"].split(",") if a.strip()
+            )
+        if env.get("WARDEN_WEBHOOK_SECRET"):
+            values["webhook_secret"] = env["WARDEN_WEBHOOK_SECRET"]
+        if env.get("WARDEN_WEBHOOK_LISTEN", "").strip():
+            values["webhook_listen"] = env["WARDEN_WEBHOOK_LISTEN"].strip()
+        if env.get("WARDEN_WEBHOOK_CALLBACK_URL", "").strip():
+            values["webhook_callback_url"] = env["WARDEN_WEBHOOK_CALLBACK_URL"].strip()
         values["trust_workspace"] = env.get("WARDEN_TRUST_WORKSPACE", "").lower() in {
             "1", "true", "yes"
         }
@@ -265,6 +304,22 @@ class Settings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             raise ConfigError(f"invalid warden environment: {exc}") from exc
+
+
+APPROVER_KINDS = ("terminal", "webhook:URL")
+"""The approver channels `--approver` and WARDEN_APPROVERS name."""
+
+
+def approver_spec_problem(spec: str) -> str | None:
+    """Why `spec` names no approver channel (None: it does)."""
+    if spec == "terminal":
+        return None
+    if spec.startswith("webhook:"):
+        url = spec.removeprefix("webhook:")
+        if url.startswith(("http://", "https://")) and len(url) > len("https://"):
+            return None
+        return f"approver {spec!r}: the webhook URL must start with http:// or https://"
+    return f"unknown approver {spec!r}: use {' or '.join(APPROVER_KINDS)}"
 
 
 def parse_size(text: str, what: str) -> int:

@@ -155,17 +155,76 @@ def run_to_end(
     sys.exit(finish_run(settings, state, code, outputs))
 
 
-def make_approver(settings: Settings, progress: Progress, timeout_s: float | None) -> ApproverHub:
+def check_approvers(specs: tuple[str, ...]) -> tuple[str, ...]:
+    """`--approver` values, each a channel warden knows (a usage error names the bad one)."""
+    from orchestrator.config import approver_spec_problem
+
+    for spec in specs:
+        problem = approver_spec_problem(spec)
+        if problem:
+            raise click.BadParameter(problem, param_hint="--approver")
+    return specs
+
+
+def make_approver(
+    settings: Settings,
+    progress: Progress,
+    timeout_s: float | None,
+    chosen: tuple[str, ...] = (),
+) -> ApproverHub:
     """The run's approver: a hub that offers every question to each live channel (the
     terminal when there is a person at one; others add theirs with `add_channel`).
-    With no channel at all, every question is denied with advice."""
+    With no channel at all, every question is denied with advice. `chosen` are the
+    `--approver` values (else the settings'); webhooks are added by `open_webhooks`."""
     from orchestrator.permissions.approval_hub import ApproverHub
     from orchestrator.ui.approval_prompt import TerminalApprover
 
     hub = ApproverHub(timeout_s=timeout_s)
-    if not settings.non_interactive and sys.stdin.isatty() and sys.stdout.isatty():
+    has_terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    if chosen:  # asked for by name: there must be a terminal
+        terminal = "terminal" in chosen
+        if terminal and not has_terminal:
+            raise click.UsageError(
+                "--approver terminal needs a terminal on stdin and stdout; use --approver "
+                "webhook:URL (or --ui) to answer from elsewhere"
+            )
+    else:  # the default (or WARDEN_APPROVERS): the terminal when a person is at one
+        wanted = "terminal" in settings.approvers if settings.approvers else True
+        terminal = wanted and has_terminal and not settings.non_interactive
+    if terminal:
         hub.add_channel(progress.pausing(TerminalApprover()))
     return hub
+
+
+async def open_webhooks(
+    stack: AsyncExitStack, settings: Settings, hub: ApproverHub, chosen: tuple[str, ...]
+) -> None:
+    """Add a channel to `hub` for each `webhook:URL` approver; each serves its answer
+    URL until the run ends."""
+    from orchestrator.permissions.webhook import WebhookApprover
+
+    urls = [s.removeprefix("webhook:") for s in chosen or settings.approvers if s != "terminal"]
+    if urls and settings.webhook_secret is None:
+        raise click.UsageError(
+            "a webhook approver needs the shared secret its receiver checks: set "
+            "WARDEN_WEBHOOK_SECRET (never on the command line, where `ps` shows it)"
+        )
+    for url in urls:
+        assert settings.webhook_secret is not None
+        hook = WebhookApprover(
+            url,
+            secret=settings.webhook_secret.get_secret_value().encode(),
+            timeout_s=settings.webhook_timeout_s,
+            listen=settings.webhook_listen,
+            callback_url=settings.webhook_callback_url,
+        )
+        try:
+            hub.add_channel(await stack.enter_async_context(hook))
+        except OSError as exc:
+            raise click.UsageError(
+                f"cannot take webhook answers on {settings.webhook_listen} ({exc}); "
+                "set WARDEN_WEBHOOK_LISTEN to a free HOST:PORT"
+            ) from exc
 
 
 async def model_endpoint(
@@ -204,6 +263,7 @@ async def drive(
     work: Work,
     non_interactive: bool = False,
     page: ListenConfig | None = None,
+    approvers: tuple[str, ...] = (),
 ) -> int:
     """Open the run, do `work`, record how it ended; what it leaves in `state` becomes
     the result document (`finish_run`). With `page`, the run's web page is served
@@ -222,7 +282,8 @@ async def drive(
             from orchestrator.web.approver import WebApprover
 
             web = WebApprover()
-        approver = make_approver(settings, progress, approval_timeout)
+        approver = make_approver(settings, progress, approval_timeout, approvers)
+        await open_webhooks(stack, settings, approver, approvers)
         if web is not None:  # the page is one more channel: the first answer wins
             approver.add_channel(web)
         the_run = await stack.enter_async_context(open_run(settings, approver))

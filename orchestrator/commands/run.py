@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.commands._frame import OutputFormat, drive, outcome_options, run_to_end
+from orchestrator.commands._frame import (
+    OutputFormat,
+    check_approvers,
+    drive,
+    outcome_options,
+    run_to_end,
+)
 from orchestrator.commands._page import listen_config, listen_options
 from orchestrator.commands.agents import image_options
 from orchestrator.commands.exec import SizeType, UserType, disk_limit_options
@@ -117,6 +123,16 @@ MAX_PROMPT_BYTES = 4 * 1024 * 1024
     help="Deny a question nobody answers within this time.",
 )
 @click.option(
+    "--approver",
+    "approvers",
+    multiple=True,
+    metavar="CHANNEL",
+    callback=lambda _ctx, _param, value: check_approvers(value),
+    help="Who answers questions (repeatable; all are asked, the first answer wins): "
+    "terminal, webhook:URL (signed with WARDEN_WEBHOOK_SECRET; docs/webhook.md). "
+    "Default: WARDEN_APPROVERS, else the terminal.",
+)
+@click.option(
     "--max-depth",
     type=click.IntRange(min=1),
     default=None,
@@ -216,6 +232,7 @@ def run(
     deny: tuple[str, ...],
     permission_mode: str | None,
     approval_timeout: float | None,
+    approvers: tuple[str, ...],
     max_depth: int | None,
     max_concurrent: int | None,
     max_children: int | None,
@@ -269,6 +286,7 @@ def run(
         deny=deny + tuple(r for v in disallowed_tools for r in split_tool_rules(v)),
         mode=permission_mode,
         approval_timeout=approval_timeout,
+        approvers=approvers,
         caps={
             "max_depth": max_depth,
             "max_concurrent_total": max_concurrent,
@@ -377,6 +395,8 @@ class RunOptions:
     deny: tuple[str, ...] = ()
     mode: str | None = None
     approval_timeout: float | None = None
+    approvers: tuple[str, ...] = ()
+    """`--approver`: the channels that answer questions (empty: the settings' or the terminal)."""
     background: bool = False
     fork: bool = False
     """`--fork`: fork mode is on (the parent offers it and its tool list allows it)."""
@@ -464,6 +484,7 @@ async def _run(
         output=output,
         replay=replay,
         approval_timeout=options.approval_timeout,
+        approvers=options.approvers,
         open_run=opened,
         work=work,
         non_interactive=options.non_interactive,
