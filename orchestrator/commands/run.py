@@ -456,7 +456,6 @@ async def _run(
             config=TaskManagerConfig.from_settings(
                 settings,
                 max_total_tokens=options.token_budget,
-                fallback_uid=settings.fallback_uid,
                 disk=options.disk or DiskLimits.from_settings(settings),
                 user=options.user,
                 **options.caps,

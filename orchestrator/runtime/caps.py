@@ -78,6 +78,7 @@ class TaskManagerConfig:
         """The caps and retry budget of `Settings`; overrides (flags) that are not
         None win."""
         config = cls(
+            fallback_uid=settings.fallback_uid,
             max_depth=settings.max_depth,
             max_children_per_task=settings.max_children,
             max_concurrent_total=settings.max_concurrent,

@@ -7,7 +7,7 @@ import asyncio
 import errno
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -49,13 +49,22 @@ class EventLog:
 
     Raises StoreError at construction when the events file cannot be created."""
 
-    def __init__(self, run_id: str, jsonl_path: Path, store: Store | None = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        jsonl_path: Path,
+        store: Store | None = None,
+        *,
+        listeners: Iterable[Listener] = (),
+        on_failure: Iterable[Callable[[StoreError], None]] = (),
+    ) -> None:
         self.run_id = run_id
         self.jsonl_path = jsonl_path
         self.store = store
-        self.listeners: list[Listener] = []
+        self.listeners: list[Listener] = list(listeners)
+        """Called with each event (a front door may subscribe later: `_frame.drive`)."""
         self.failure: StoreError | None = None
-        self.on_failure: list[Callable[[StoreError], None]] = []
+        self.on_failure: list[Callable[[StoreError], None]] = list(on_failure)
         try:
             jsonl_path.parent.mkdir(parents=True, exist_ok=True)
             with jsonl_path.open("a", encoding="utf-8"):

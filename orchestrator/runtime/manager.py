@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec, SandboxStatus
-from orchestrator.broker import Broker, Budget, Upstream, make_socket_dir, wire_models
+from orchestrator.broker import (
+    Broker,
+    Budget,
+    SandboxIdentity,
+    Upstream,
+    make_socket_dir,
+    wire_models,
+)
 from orchestrator.broker.limits import raise_open_file_limit
 from orchestrator.broker.listener import ConnectionBudget
 from orchestrator.config import PoolConfig
@@ -94,6 +101,9 @@ class TaskManager:
         runner_command: tuple[str, ...] = RUNNER_COMMAND,
         guard: WorkspaceGuard | None = None,
         tasks: dict[str, TaskContext] | None = None,
+        egress: EgressService | None = None,
+        upstream_for: Callable[[Upstream, str, str | None], Upstream] | None = None,
+        identity: SandboxIdentity | None = None,
     ) -> None:
         self.backend = backend
         """Where the run's sandboxes start: the run's one backend, already guarded
@@ -102,9 +112,9 @@ class TaskManager:
         """What sandboxes may not write (made before the first sandbox starts)."""
         self.registry = registry
         self.upstream = upstream
-        self.upstream_for: Callable[[Upstream, str, str | None], Upstream] | None = None
+        self.upstream_for = upstream_for
         """Wraps the upstream a task's broker forwards model calls with (tracing)."""
-        self.egress: EgressService | None = None
+        self.egress = egress
         """The run's egress proxy service; None: sandboxes have no network at all."""
         self._egress_of: dict[str, TaskEgress] = {}
         self.events = events
@@ -118,8 +128,11 @@ class TaskManager:
         self.config = config or TaskManagerConfig()
         self.connections = ConnectionBudget.for_limit(raise_open_file_limit())
         """Broker connections open at once over every socket of the run."""
-        self.identity = sandbox_identity(workspace, self.config.fallback_uid, self.config.user)
-        """The uid:gid every sandbox of this run runs as; its broker admits only it."""
+        self.identity = identity or sandbox_identity(
+            workspace, self.config.fallback_uid, self.config.user
+        )
+        """The uid:gid every sandbox of this run runs as; its broker admits only it (the
+        run's egress proxy too, so the run computes it once and passes it to both)."""
         self.plan = SandboxPlan(
             workspace=workspace,
             guard=self.guard,

@@ -147,8 +147,10 @@ async def open_run(
 
         trusted = is_trusted(settings, workspace)
     model = settings.resolve_model(model or DEFAULT_MODEL)
-    if config is None:
-        config = TaskManagerConfig(fallback_uid=settings.fallback_uid)
+    if config is None:  # a library caller gets the environment's limits, as the CLI does
+        config = TaskManagerConfig.from_settings(settings)
+    # What egress decides by: the run's policy or, behind a caller's own gate, never asking.
+    gate_policy = EffectivePolicy(mode="dontAsk")
     if gate is None:
         gate_policy = load_policy(
             settings, workspace, policy=policy, allow=allow, deny=deny, mode=mode, trusted=trusted
@@ -202,8 +204,21 @@ async def open_run(
                 ", ".join(recovered.runs),
                 recovered.containers,
             )
+        # A W3C trace id: the run's span and every event of the run carry it.
+        trace_id = secrets.token_hex(16)
+        tracer = run_tracer(run_id, trace_id, tracer_provider)
+        if tracer is not None:
+            trace_id = tracer.trace_id  # the same id also under a caller's own provider
+            stack.callback(tracer.finish)  # after the manager has ended every task
         # Before the run is recorded: an unwritable events file is one clear error.
-        events = EventLog(run_id, settings.state_dir / "runs" / run_id / "events.jsonl", store)
+        # A run that can no longer record what it does stops (`EventLog.failure`).
+        events = EventLog(
+            run_id,
+            settings.state_dir / "runs" / run_id / "events.jsonl",
+            store,
+            listeners=[tracer] if tracer is not None else [],
+            on_failure=[_cancel_on_failure(asyncio.current_task())],
+        )
         me = await asyncio.to_thread(owner.current, settings.state_dir)
         await asyncio.to_thread(
             store.create_run,
@@ -214,15 +229,11 @@ async def open_run(
             pid=os.getpid(),
             owner=me.to_json(),
         )
-        # A W3C trace id: the run's span and every event of the run carry it.
-        trace_id = secrets.token_hex(16)
-        tracer = run_tracer(run_id, trace_id, tracer_provider)
-        if tracer is not None:
-            trace_id = tracer.trace_id  # the same id also under a caller's own provider
-            stack.callback(tracer.finish)  # after the manager has ended every task
-        # A run that can no longer record what it does stops (`EventLog.failure`).
-        events.on_failure.append(_cancel_on_failure(asyncio.current_task()))
+        # The uid:gid of every sandbox of the run: its broker, hook sandboxes and
+        # egress proxy admit only it.
+        identity = sandbox_identity(workspace, config.fallback_uid, config.user)
         hook_pool: HookSandboxPool | None = None
+        policy_gate: PolicyGate | None = None
         # Every task of the run, by id: the manager records them, the gate reads them.
         tasks: dict[str, TaskContext] = {}
         if gate is None:
@@ -233,14 +244,14 @@ async def open_run(
                 image_for=lambda name: image_for.named(name).ref,
                 workspace=workspace,
                 guard=guard,
-                identity=sandbox_identity(workspace, config.fallback_uid, config.user),
+                identity=identity,
                 disk=config.disk,
                 session=session,
                 run_id=run_id,
             )
             if gate_hooks.needs_sandbox():
                 hook_pool.warm()
-            gate = PolicyGate(
+            gate = policy_gate = PolicyGate(
                 policy=gate_policy,
                 hooks=gate_hooks,
                 workspace_host=workspace,
@@ -250,6 +261,18 @@ async def open_run(
                 hook_sandbox=hook_pool,
                 known_tasks=tasks,  # questions name every ancestor
             )
+        run_egress_service = run_egress(
+            egress or EgressRequest(),
+            settings,
+            workspace,
+            gate_policy,
+            policy_file=policy,
+            gate=policy_gate,
+            store=store,
+            events=events,
+            sandbox_uid=identity.uid,
+            trusted=trusted,
+        )
         # The orchestrator's one model client (the key is only here): the parent's
         # calls and every broker's go through the SDK, its retries bounded in time.
         anthropic_client = model_client(
@@ -272,22 +295,13 @@ async def open_run(
             default_model=model,
             image_resolver=image_for,
             gate=gate,
-            config=config or TaskManagerConfig.from_settings(settings),
+            config=config,
             guard=guard,
             tasks=tasks,
+            egress=run_egress_service,
+            upstream_for=tracer.upstream_for if tracer is not None else None,
+            identity=identity,
             **({"runner_command": runner_command} if runner_command else {}),
-        )
-        manager.egress = run_egress(
-            egress or EgressRequest(),
-            settings,
-            workspace,
-            gate.policy if isinstance(gate, PolicyGate) else EffectivePolicy(mode="dontAsk"),
-            policy_file=policy,
-            gate=gate if isinstance(gate, PolicyGate) else None,
-            store=store,
-            events=events,
-            sandbox_uid=manager.identity.uid,
-            trusted=trusted,
         )
         # Whatever happens, no container of this run outlives it: the reaper runs
         # last, after the manager has stopped its tasks and emptied its warm pool.
@@ -297,12 +311,12 @@ async def open_run(
             stack.push_async_callback(hook_pool.close)
         # The parent's conversation is kept for `warden logs RUN` (and traced).
         observed = ObservedClient(
-            anthropic_client, [ParentTranscript(transcript_path(settings.state_dir, run_id))]
+            anthropic_client,
+            [
+                ParentTranscript(transcript_path(settings.state_dir, run_id)),
+                *([tracer.parent_model_call] if tracer is not None else []),
+            ],
         )
-        if tracer is not None:
-            events.listeners.append(tracer)
-            observed.hooks.append(tracer.parent_model_call)
-            manager.upstream_for = tracer.upstream_for
         parent = ParentAgent(client=observed, model=model, manager=manager)
         yield Run(
             run_id, session, workspace, model, settings, store, events, manager, parent, watch,

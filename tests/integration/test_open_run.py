@@ -1,0 +1,42 @@
+"""A library caller's run (`open_run` without its own `TaskManagerConfig`) is held to
+the limits its `Settings` carry (the environment's, `Settings.from_env`), exactly as
+`warden run` is, not to built-in defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import Settings
+from orchestrator.runtime.caps import TaskManagerConfig
+from orchestrator.runtime.session import open_run
+
+pytestmark = pytest.mark.integration
+
+MIB = 1024 * 1024
+
+
+async def test_a_run_opened_without_a_config_gets_the_settings_limits(
+    settings: Settings, workspace: Path
+) -> None:
+    configured = settings.model_copy(
+        update={
+            "max_concurrent": 3,
+            "queue_limit": 5,
+            "max_depth": 2,
+            "max_children": 4,
+            "disk_write_limit": 64 * MIB,
+            "model_max_retries": 7,
+            "warm_pool_min": 0,
+            "warm_pool_max": 0,
+            "fallback_uid": 2_100_000_123,
+        }
+    )
+    async with open_run(configured, workspace=workspace, prompt="p") as run:
+        config = run.manager.config
+    assert config == TaskManagerConfig.from_settings(configured)
+    assert (config.max_concurrent_total, config.queue_limit) == (3, 5)
+    assert (config.max_depth, config.max_children_per_task) == (2, 4)
+    assert config.disk.write_limit_bytes == 64 * MIB and config.model_max_retries == 7
+    assert not config.pool_config().enabled and config.fallback_uid == 2_100_000_123
