@@ -1,8 +1,9 @@
 """The broker's view of the host for one task (implements `BrokerHost`).
 
 It turns what a subagent's broker reports into host actions: permission
-decisions and nested tasks go to the TaskManager and its gate; events,
-transcripts, usage, limits and forwarding decisions are recorded. Transcripts
+decisions go to the run's gate, nested tasks to `delegate` (the TaskManager's
+`run_child`, handed in: the host never holds the manager); events, transcripts,
+usage, limits and forwarding decisions are recorded. Transcripts
 are stored as data only: PostToolUse hooks run on `on_tool_finished`, which the
 broker calls only for calls the gate approved.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
 from orchestrator.broker import ApprovedCall, Budget, ForwardDecision, wire_models
@@ -18,8 +20,13 @@ from orchestrator.errors import WardenError
 from orchestrator.jsontypes import JSONObject
 
 if TYPE_CHECKING:
-    from orchestrator.runtime.manager import TaskManager
-    from orchestrator.runtime.tasks import TaskContext
+    from orchestrator.runtime.protocols import PermissionGate
+    from orchestrator.runtime.records import TaskRecorder
+    from orchestrator.runtime.tasks import TaskContext, TaskInput, TaskResult
+    from orchestrator.store import Store
+
+Delegate = Callable[["TaskInput", "TaskContext"], Awaitable["TaskResult"]]
+"""Runs a nested task under its parent to the end (`TaskManager.run_child`)."""
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +37,26 @@ FORWARDING_AUDIT_SOURCE = "broker forwarding"
 class TaskHost:
     """Host side of one task's broker."""
 
-    def __init__(self, manager: TaskManager, ctx: TaskContext) -> None:
-        self.manager = manager
+    def __init__(
+        self,
+        ctx: TaskContext,
+        *,
+        gate: PermissionGate,
+        recorder: TaskRecorder,
+        store: Store | None,
+        delegate: Delegate,
+    ) -> None:
         self.ctx = ctx
+        self.gate = gate
+        self.recorder = recorder
+        self.store = store
+        self._delegate = delegate
 
     async def decide_permission(
         self, request: wire_models.PermissionRequest
     ) -> wire_models.PermissionResponse:
         await self.ctx.announced.wait()
-        return await self.manager.gate.decide(self.ctx, request)
+        return await self.gate.decide(self.ctx, request)
 
     async def delegate(self, request: wire_models.DelegateRequest) -> wire_models.DelegateResponse:
         """A nested Task call: same checks and caps as the root's, run in the foreground."""
@@ -55,8 +73,8 @@ class TaskHost:
                 is_error=True,
             )
         try:
-            result = await self.manager.run_task(
-                task_input.model_copy(update={"run_in_background": False}), parent=self.ctx
+            result = await self._delegate(
+                task_input.model_copy(update={"run_in_background": False}), self.ctx
             )
         except WardenError as exc:
             return wire_models.DelegateResponse(text=f"Task failed. Error: {exc}", is_error=True)
@@ -70,7 +88,7 @@ class TaskHost:
             )
         elif event.kind == "tool_finished":
             self.ctx.current_tool = None
-        await self.manager.recorder.emit(
+        await self.recorder.emit(
             "task_running",
             self.ctx,
             event=event.kind,
@@ -81,14 +99,14 @@ class TaskHost:
         )
 
     async def on_transcript(self, messages: list[JSONObject], turn: int) -> None:
-        store = self.manager.store
+        store = self.store
         if store is not None:
             await asyncio.to_thread(store.checkpoint_transcript, self.ctx.task_id, messages, turn)
 
     async def on_tool_finished(self, call: ApprovedCall, response: JSONObject) -> None:
         from orchestrator.permissions import ToolCall
 
-        await self.manager.gate.tool_finished(
+        await self.gate.tool_finished(
             self.ctx,
             ToolCall(
                 tool_name=call.tool_name, tool_input=call.tool_input, tool_use_id=call.tool_use_id
@@ -100,21 +118,21 @@ class TaskHost:
         self.ctx.result = result
 
     async def on_rejected(self, endpoint: str, status: int, reason: str) -> None:
-        await self.manager.recorder.emit(
+        await self.recorder.emit(
             "broker_rejected", self.ctx, endpoint=endpoint, status=status, reason=reason[:500]
         )
 
     async def on_notice(self, kind: str, message: str) -> None:
-        await self.manager.recorder.emit(
+        await self.recorder.emit(
             "broker_notice", self.ctx, notice=kind, message=message[:500]
         )
 
     async def on_usage(self, budget: Budget) -> None:
         self.ctx.tokens = budget.tokens_used
-        await self.manager.recorder.update(self.ctx.task_id, tokens=budget.tokens_used)
+        await self.recorder.update(self.ctx.task_id, tokens=budget.tokens_used)
 
     async def on_forwarding(self, decisions: list[ForwardDecision]) -> None:
-        store = self.manager.store
+        store = self.store
         if store is None:
             return
         from orchestrator.permissions.approvers import input_hash

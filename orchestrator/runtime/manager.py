@@ -194,6 +194,10 @@ class TaskManager:
 
     # -- the Task tool ----------------------------------------------------
 
+    async def run_child(self, task_input: TaskInput, parent: TaskContext) -> TaskResult:
+        """A nested Task call of `parent`'s (its broker's `/v1/task`), run to the end."""
+        return await self.run_task(task_input, parent=parent)
+
     async def run_task(
         self,
         task_input: TaskInput,
@@ -402,7 +406,13 @@ class TaskManager:
             upstream=self.upstream
             if self.upstream_for is None
             else self.upstream_for(self.upstream, ctx.task_id, ctx.parent_id),
-            host=TaskHost(self, ctx),
+            host=TaskHost(
+                ctx,
+                gate=self.gate,
+                recorder=self.recorder,
+                store=self.store,
+                delegate=self.run_child,
+            ),
             budget=budget,
             identity=self.identity,
             forwarding=self.gate.forwarding_policy(ctx),
