@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "agents": "orchestrator.commands.agents:agents",
     "schema": "orchestrator.commands.schema:schema",
     "completion": "orchestrator.commands.completion:completion",
+    "mcp": "orchestrator.commands.mcp:mcp",
 }
 
 HELP: dict[str, str] = {
@@ -47,6 +48,7 @@ HELP: dict[str, str] = {
     "agents": "List, show and validate subagent types (agent files).",
     "schema": "Print the JSON Schema of the events or the run result.",
     "completion": "Print the shell completion script (bash, zsh, fish).",
+    "mcp": "Serve warden's Task tools to an MCP client (Claude Code, …).",
 }
 
 

@@ -88,3 +88,9 @@ class SessionBusyError(WardenError, RuntimeError):
 class UnsafeMountError(ConfigError):
     """A mount source is a symbolic link, has one on its way, or lies outside the
     workspace: mounting it could expose host files to a sandbox."""
+
+
+class TaskRefusedError(WardenError, ValueError):
+    """A Task call warden refused before any task existed (invalid input, an unknown
+    subagent type, a cap, an unknown session): the message says why and what to do.
+    It is recorded as a `task_refused` event and a denial, as the parent's refusals are."""

@@ -71,6 +71,28 @@ def one_line(exc: BaseException) -> str:
 
 def finish_run(settings: Settings, state: RunState, code: int, outputs: RunOutputs) -> int:
     """Build the result, write it where asked, and return the process's exit code."""
+    result = write_outcome(settings, state, code, outputs)
+    if outputs.json_mode:
+        print(result.model_dump_json(), flush=True)
+    else:
+        _print_human(result, state)
+    if settings.github_annotations:
+        from orchestrator.results.github import publish
+
+        publish(result, settings.github_step_summary)
+    return result.exit_code
+
+
+def write_outcome(
+    settings: Settings,
+    state: RunState,
+    code: int,
+    outputs: RunOutputs,
+    result_file: Path | None = None,
+) -> RunResult:
+    """Build the run's result document and write the files asked for (`--audit-out`,
+    `--junit`, and `result_file`: the document itself), printing nothing: the
+    library API and `warden mcp` (whose stdout is the protocol) end runs with it."""
     from orchestrator.lifecycle.recovery import open_store
 
     store_cm: Store | None = None
@@ -94,15 +116,9 @@ def finish_run(settings: Settings, state: RunState, code: int, outputs: RunOutpu
         from orchestrator.results.junit import write_junit
 
         write_junit(result, outputs.junit)
-    if outputs.json_mode:
-        print(result.model_dump_json(), flush=True)
-    else:
-        _print_human(result, state)
-    if settings.github_annotations:
-        from orchestrator.results.github import publish
-
-        publish(result, settings.github_step_summary)
-    return result.exit_code
+    if result_file is not None:
+        result_file.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return result
 
 
 def write_error_outcome(message: str, code: int, *, json_mode: bool, junit: Path | None) -> None:

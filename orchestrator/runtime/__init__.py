@@ -14,5 +14,5 @@
 
 May import: `config`, `errors`, `jsontypes`, `labels`, `owner`, `agents`, `backend`,
 `broker`, `egress`, `images`, `permissions`, `store`, `results`, `tracing`, `workspace`,
-`lifecycle`, and `sandbox_tools.wire`. Only `commands` imports `runtime`.
+`lifecycle`, and `sandbox_tools.wire`. Only `commands` and `api` import `runtime`.
 """

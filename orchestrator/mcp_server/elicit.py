@@ -1,0 +1,122 @@
+"""Questions ("ask") as MCP elicitation: the client shows the question (the same text
+the terminal prompt shows) and its person answers allow, allow for this session, or
+deny. A client that did not declare elicitation, or cannot take a request now (no
+channel, an error), gets none: the question goes to the run's other approver, which
+is the mode's answer (deny) unless the run has another channel."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import mcp.types as types
+
+from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, Approver
+from orchestrator.ui.question_text import render_question
+from orchestrator.untrusted_text import printable
+
+if TYPE_CHECKING:
+    from mcp.server.session import ServerSession
+
+log = logging.getLogger(__name__)
+
+ALLOW, ALLOW_SESSION, DENY = "allow", "allow for this session", "deny"
+MAX_REASON_CHARS = 1_000
+"""Of a deny reason the client sends, what the subagent's model is told."""
+
+ANSWER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {
+            "type": "string",
+            "title": "Decision",
+            "description": "allow once, allow this exact call for the rest of the session, or deny",
+            "enum": [ALLOW, ALLOW_SESSION, DENY],
+        },
+        "reason": {
+            "type": "string",
+            "title": "Reason (for a deny: the subagent is told)",
+        },
+    },
+    "required": ["decision"],
+}
+"""What the client's form asks for (flat primitives, as elicitation allows)."""
+
+
+class ElicitChannel:
+    """Where one MCP connection's questions can go: the stream of a tool call still in
+    flight (so an HTTP client gets it on the response it is reading), else the
+    connection's own channel (stdio; HTTP with its GET stream open)."""
+
+    def __init__(self) -> None:
+        self._calls: dict[types.RequestId, ServerSession] = {}
+        self._last: ServerSession | None = None
+
+    def call_started(self, request_id: types.RequestId, session: ServerSession) -> None:
+        self._calls[request_id] = session
+        self._last = session
+
+    def call_ended(self, request_id: types.RequestId) -> None:
+        self._calls.pop(request_id, None)
+
+    def target(self) -> tuple[ServerSession, types.RequestId | None] | None:
+        for request_id, session in reversed(self._calls.items()):
+            return session, request_id
+        return (self._last, None) if self._last is not None else None
+
+
+def client_elicits(session: ServerSession) -> bool:
+    capabilities = session.client_capabilities
+    return capabilities is not None and capabilities.elicitation is not None
+
+
+class ElicitationApprover:
+    """An `Approver` that asks the MCP client's person; `fallback` answers whatever
+    it cannot ask."""
+
+    def __init__(self, channel: ElicitChannel, fallback: Approver) -> None:
+        self.channel = channel
+        self.fallback = fallback
+
+    async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
+        target = self.channel.target()
+        if target is None or not client_elicits(target[0]):
+            return await self.fallback.approve(q)
+        session, request_id = target
+        client = _client_name(session)
+        try:
+            reply = await session.elicit_form(
+                "warden: a sandboxed subagent asks to run this.\n\n" + render_question(q),
+                ANSWER_SCHEMA,
+                related_request_id=request_id,
+            )
+        except Exception as exc:  # no channel, an error reply, a malformed one
+            log.warning(
+                "elicitation to %s failed (%s); asking the run's other approver", client, exc
+            )
+            return await self.fallback.approve(q)
+        return answer_from(reply, client)
+
+
+def answer_from(reply: types.ElicitResult, client: str) -> ApprovalAnswer:
+    """The client's reply as an answer: anything but an accepted allow is a deny."""
+    by = f"mcp-elicitation:{client}"
+    content = reply.content or {}
+    decision = content.get("decision")
+    if reply.action == "accept" and decision == ALLOW:
+        return ApprovalAnswer(behavior="allow", decided_by=by)
+    if reply.action == "accept" and decision == ALLOW_SESSION:
+        return ApprovalAnswer(behavior="allow", scope="session", decided_by=by)
+    reason = content.get("reason")
+    told = (
+        printable(reason, MAX_REASON_CHARS)
+        if isinstance(reason, str) and reason.strip()
+        else f"the person using {client} did not approve it ({reply.action})"
+    )
+    return ApprovalAnswer(behavior="deny", reason=told, decided_by=by)
+
+
+def _client_name(session: ServerSession) -> str:
+    params = session.client_params
+    name = params.client_info.name if params is not None else "the MCP client"
+    return printable(name, 80)

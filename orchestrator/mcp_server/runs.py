@@ -1,0 +1,123 @@
+"""One warden run per MCP session. A run lives in a task of its own (so the SDK's
+bounded per-connection teardown never cuts its cleanup short): it opens with the
+server's `RunConfig`, serves the session's tool calls, and when the session ends
+(the client disconnects, deletes the session, or goes idle) every task still running
+is stopped as Ctrl-C stops it, every container of the run is removed and the run's
+result files are written. Stopping the server (a signal) stops every run the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.api import RunConfig, WardenRun, open_session
+from orchestrator.config import Settings
+from orchestrator.mcp_server.elicit import ElicitationApprover, ElicitChannel
+from orchestrator.permissions.approvers import Approver, NonInteractiveApprover
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SessionRun:
+    """The run of one MCP session, and where its questions go."""
+
+    channel: ElicitChannel = field(default_factory=ElicitChannel)
+    ready: asyncio.Future[WardenRun] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    ending: asyncio.Event = field(default_factory=asyncio.Event)
+    holder: asyncio.Task[None] | None = None
+
+    async def run(self) -> WardenRun:
+        """The open run (raises what opening it raised: a ConfigError, PolicyError…)."""
+        return await asyncio.shield(self.ready)
+
+    def end(self) -> None:
+        """The session is over: stop its tasks and close its run."""
+        self.ending.set()
+
+
+class SessionRuns:
+    """The server's runs, one per MCP session."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        settings: Settings,
+        *,
+        fallback: Approver | None = None,
+        one_session: bool = False,
+    ) -> None:
+        """`fallback` answers questions the client cannot (default: the mode's answer,
+        deny). `one_session` (stdio): the transport carries exactly one session, so its
+        run starts at once, before the client's first call."""
+        self.config = config
+        self.settings = settings
+        self.fallback = fallback or NonInteractiveApprover()
+        self._runs: list[SessionRun] = []
+        self._sessions = 0
+        self._spare: SessionRun | None = self._start() if one_session else None
+
+    def claim(self) -> SessionRun:
+        """A run for a new session (the one started ahead, if any)."""
+        spare, self._spare = self._spare, None
+        return spare or self._start()
+
+    def _start(self) -> SessionRun:
+        slot = SessionRun()
+        self._sessions += 1
+        config = self.config
+        if self._sessions > 1:  # several sessions (HTTP): each writes its own files
+            config = config.model_copy(
+                update={
+                    k: _numbered(v, self._sessions)
+                    for k in ("junit", "result_file", "audit_out")
+                    if (v := getattr(config, k)) is not None
+                }
+            )
+        slot.holder = asyncio.create_task(self._hold(slot, config), name="warden-mcp-run")
+        self._runs.append(slot)
+        return slot
+
+    async def _hold(self, slot: SessionRun, config: RunConfig) -> None:
+        approver = ElicitationApprover(slot.channel, self.fallback)
+        try:
+            async with open_session(config, settings=self.settings, approver=approver) as run:
+                slot.ready.set_result(run)
+                log.info("MCP session opened warden run %s", run.run_id)
+                await slot.ending.wait()
+                stopped = await run.stop_all()
+                if stopped:
+                    log.warning(
+                        "the MCP session ended: stopped %d task(s) %s",
+                        len(stopped),
+                        " ".join(stopped),
+                    )
+        except asyncio.CancelledError:
+            if not slot.ready.done():
+                slot.ready.cancel()
+            raise
+        except Exception as exc:
+            if not slot.ready.done():
+                slot.ready.set_exception(exc)
+                slot.ready.exception()  # retrieved here; run() raises it to each caller
+            log.error("the MCP session's run failed: %s", exc)
+
+    async def close(self, *, stopping: bool) -> None:
+        """End every run: as its session ends (tasks still running are stopped, the
+        run completes), or, `stopping` (a signal), as Ctrl-C ends a run."""
+        holders = [s.holder for s in self._runs if s.holder is not None]
+        for slot in self._runs:
+            slot.end()
+        if stopping:
+            for holder in holders:
+                holder.cancel()
+        await asyncio.gather(*holders, return_exceptions=True)
+
+
+def _numbered(path: Path, n: int) -> Path:
+    """`results.json` → `results-2.json` for the server's second session."""
+    return path.with_name(f"{path.stem}-{n}{path.suffix}")
