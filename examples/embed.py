@@ -30,9 +30,9 @@ def approve(question: ApprovalQuestion) -> ApprovalAnswer:
     """Every "ask" comes here (in a worker thread; an async function works too)."""
     command = question.tool_input.get("command")
     if question.tool_name == "Bash" and isinstance(command, str) and command.startswith("echo "):
-        return ApprovalAnswer(behavior="allow", decided_by="embed-example")
+        return ApprovalAnswer(behavior="allow", channel="embed-example")
     return ApprovalAnswer(
-        behavior="deny", reason="this pipeline only allows echo", decided_by="embed-example"
+        behavior="deny", reason="this pipeline only allows echo", channel="embed-example"
     )
 
 

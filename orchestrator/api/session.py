@@ -19,13 +19,12 @@ from orchestrator.config import Settings
 from orchestrator.errors import ConfigError, TaskRefusedError, WardenError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.jsontypes import JSONObject, to_json_object
+from orchestrator.permissions.approval_hub import ApproverHub
 from orchestrator.permissions.approvers import (
     ApprovalAnswer,
     ApprovalQuestion,
     Approver,
     CallbackApprover,
-    NonInteractiveApprover,
-    TimeoutApprover,
 )
 from orchestrator.permissions.models import Mode
 from orchestrator.results.models import Event, Outcome
@@ -117,6 +116,7 @@ def open_run_from(
 ) -> AbstractAsyncContextManager[Run]:
     """The run `config` describes (`runtime.session.open_run`): the one mapping from
     a run's options to a run, used by the library, `warden run` and `warden mcp`."""
+    from orchestrator.backend.base import DiskLimits
     from orchestrator.egress.setup import EgressRequest
     from orchestrator.runtime.caps import TaskManagerConfig
     from orchestrator.runtime.session import open_run
@@ -135,7 +135,7 @@ def open_run_from(
             settings,
             max_total_tokens=config.token_budget,
             fallback_uid=settings.fallback_uid,
-            disk=settings.disk_limits(),
+            disk=DiskLimits.from_settings(settings),
             user=config.user,
             max_depth=config.max_depth,
             max_concurrent_total=config.max_concurrent,
@@ -155,20 +155,19 @@ def open_run_from(
     )
 
 
-def question_approver(
+def question_hub(
     config: RunConfig, on_question: Question | None, approver: Approver | None
-) -> Approver:
-    """Who answers the run's questions: `approver`, else `on_question`, else nobody
-    (each question gets the mode's answer, deny, as in CI); bounded in time when
-    `config.approval_timeout_s` says so."""
-    if approver is not None and on_question is not None:
-        raise ConfigError("give either approver or on_question, not both")
-    chosen: Approver = approver or (
-        CallbackApprover(on_question) if on_question is not None else NonInteractiveApprover()
-    )
-    if config.approval_timeout_s is not None:
-        chosen = TimeoutApprover(chosen, config.approval_timeout_s)
-    return chosen
+) -> ApproverHub:
+    """Who answers the run's questions: `approver` and/or the `on_question` callback
+    as channels of one hub (the first answer wins; `WardenRun.add_approver` adds
+    more), bounded in time by `config.approval_timeout_s`; with no channel every
+    question gets the mode's answer (deny), as in CI."""
+    channels: list[Approver] = []
+    if approver is not None:
+        channels.append(approver)
+    if on_question is not None:
+        channels.append(CallbackApprover(on_question))
+    return ApproverHub(channels, timeout_s=config.approval_timeout_s)
 
 
 @asynccontextmanager
@@ -186,7 +185,8 @@ async def open_session(
 
     `settings`: None reads the environment (`Settings.from_env`), which also names the
     model endpoint (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY). Questions go to `approver`
-    or the `on_question` callback; with neither, every question is denied.
+    or the `on_question` callback (both, or more with `WardenRun.add_approver`: the
+    first answer wins); with none, every question gets the mode's answer, deny.
     Raises ConfigError, PolicyError, ImageNotFoundError… before anything starts."""
     if settings is None:
         settings = Settings.from_env()
@@ -195,14 +195,14 @@ async def open_session(
             "ANTHROPIC_API_KEY is not set: set it (and ANTHROPIC_BASE_URL for another "
             "Anthropic-compatible endpoint), or pass Settings with anthropic_api_key"
         )
-    chosen = question_approver(config, on_question, approver)
+    hub = question_hub(config, on_question, approver)
     state = RunState()
     code = ExitCode.OK
     try:
-        async with open_run_from(config, settings, chosen) as run:
+        async with open_run_from(config, settings, hub) as run:
             state.run_id, state.events_path = run.run_id, run.events_path
             try:
-                yield WardenRun(run)
+                yield WardenRun(run, hub)
                 state.status = "completed"
             except asyncio.CancelledError:
                 state.status, code = "stopped", ExitCode.INTERRUPTED
@@ -214,6 +214,7 @@ async def open_session(
                 raise
             finally:
                 await asyncio.shield(_record_end(run, state))
+                await asyncio.shield(hub.aclose())
     finally:
         if state.run_id is not None and (config.junit or config.result_file or config.audit_out):
             outputs = RunOutputs(fail_on=config.fail_on, junit=config.junit, audit=config.audit_out)
@@ -242,8 +243,14 @@ class WardenRun:
     """An open run: the Task tool's calls (`task`, `start`, `output`, `stop`), the
     run's events and its agent types. Made by `open_session`."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, hub: ApproverHub) -> None:
         self._run = run
+        self._hub = hub
+
+    def add_approver(self, approver: Approver) -> Callable[[], None]:
+        """Offer every question from now on (and those waiting) to `approver` too; the
+        first answer on any channel wins. Returns the function that removes it."""
+        return self._hub.add_channel(approver)
 
     @property
     def run_id(self) -> str:

@@ -1,8 +1,10 @@
-"""Questions ("ask") as MCP elicitation: the client shows the question (the same text
-the terminal prompt shows) and its person answers allow, allow for this session, or
-deny. A client that did not declare elicitation, or cannot take a request now (no
-channel, an error), gets none: the question goes to the run's other approver, which
-is the mode's answer (deny) unless the run has another channel."""
+"""Questions ("ask") as MCP elicitation, one channel of the run's approver hub
+(`permissions.approval_hub`): the client shows the question (the same text the
+terminal prompt shows) and its person answers allow, allow for this session, or deny;
+the first answer on any channel wins. The channel is added only for a client that
+declared elicitation; one that cannot take a request when asked (no stream open, an
+error reply) drops out of that question, which the run's other channels answer (with
+none left it is denied, as in CI)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import mcp.types as types
 
-from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, Approver
+from orchestrator.errors import WardenError
+from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
 from orchestrator.ui.question_text import render_question
 from orchestrator.untrusted_text import printable
 
@@ -70,18 +73,22 @@ def client_elicits(session: ServerSession) -> bool:
     return capabilities is not None and capabilities.elicitation is not None
 
 
-class ElicitationApprover:
-    """An `Approver` that asks the MCP client's person; `fallback` answers whatever
-    it cannot ask."""
+class ElicitationUnavailableError(WardenError, ConnectionError):
+    """The MCP client cannot take this question (no open stream, an error reply)."""
 
-    def __init__(self, channel: ElicitChannel, fallback: Approver) -> None:
+
+class ElicitationApprover:
+    """An approval channel that asks the MCP client's person."""
+
+    name = "mcp"
+
+    def __init__(self, channel: ElicitChannel) -> None:
         self.channel = channel
-        self.fallback = fallback
 
     async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
         target = self.channel.target()
-        if target is None or not client_elicits(target[0]):
-            return await self.fallback.approve(q)
+        if target is None:
+            raise ElicitationUnavailableError("the MCP client has no request open to ask on")
         session, request_id = target
         client = _client_name(session)
         try:
@@ -91,29 +98,25 @@ class ElicitationApprover:
                 related_request_id=request_id,
             )
         except Exception as exc:  # no channel, an error reply, a malformed one
-            log.warning(
-                "elicitation to %s failed (%s); asking the run's other approver", client, exc
-            )
-            return await self.fallback.approve(q)
+            raise ElicitationUnavailableError(f"{client} could not be asked: {exc}") from exc
         return answer_from(reply, client)
 
 
 def answer_from(reply: types.ElicitResult, client: str) -> ApprovalAnswer:
     """The client's reply as an answer: anything but an accepted allow is a deny."""
-    by = f"mcp-elicitation:{client}"
     content = reply.content or {}
     decision = content.get("decision")
     if reply.action == "accept" and decision == ALLOW:
-        return ApprovalAnswer(behavior="allow", decided_by=by)
+        return ApprovalAnswer(behavior="allow", channel="mcp", person=client)
     if reply.action == "accept" and decision == ALLOW_SESSION:
-        return ApprovalAnswer(behavior="allow", scope="session", decided_by=by)
+        return ApprovalAnswer(behavior="allow", scope="session", channel="mcp", person=client)
     reason = content.get("reason")
     told = (
         printable(reason, MAX_REASON_CHARS)
         if isinstance(reason, str) and reason.strip()
         else f"the person using {client} did not approve it ({reply.action})"
     )
-    return ApprovalAnswer(behavior="deny", reason=told, decided_by=by)
+    return ApprovalAnswer(behavior="deny", reason=told, channel="mcp", person=client)
 
 
 def _client_name(session: ServerSession) -> str:

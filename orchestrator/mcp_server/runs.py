@@ -11,11 +11,14 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.api import RunConfig, WardenRun, open_session
 from orchestrator.config import Settings
-from orchestrator.mcp_server.elicit import ElicitationApprover, ElicitChannel
-from orchestrator.permissions.approvers import Approver, NonInteractiveApprover
+from orchestrator.mcp_server.elicit import ElicitationApprover, ElicitChannel, client_elicits
+
+if TYPE_CHECKING:
+    from mcp.server.session import ServerSession
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +33,17 @@ class SessionRun:
     )
     ending: asyncio.Event = field(default_factory=asyncio.Event)
     holder: asyncio.Task[None] | None = None
+    asks: bool = False
+    """Whether the client's elicitation is one of the run's approval channels."""
 
-    async def run(self) -> WardenRun:
-        """The open run (raises what opening it raised: a ConfigError, PolicyError…)."""
-        return await asyncio.shield(self.ready)
+    async def run(self, session: ServerSession) -> WardenRun:
+        """The open run (raises what opening it raised: a ConfigError, PolicyError…);
+        the first time, a client that declared elicitation becomes an approval channel."""
+        run = await asyncio.shield(self.ready)
+        if not self.asks and client_elicits(session):
+            self.asks = True
+            run.add_approver(ElicitationApprover(self.channel))
+        return run
 
     def end(self) -> None:
         """The session is over: stop its tasks and close its run."""
@@ -48,15 +58,12 @@ class SessionRuns:
         config: RunConfig,
         settings: Settings,
         *,
-        fallback: Approver | None = None,
         one_session: bool = False,
     ) -> None:
-        """`fallback` answers questions the client cannot (default: the mode's answer,
-        deny). `one_session` (stdio): the transport carries exactly one session, so its
-        run starts at once, before the client's first call."""
+        """`one_session` (stdio): the transport carries exactly one session, so its run
+        starts at once, before the client's first call."""
         self.config = config
         self.settings = settings
-        self.fallback = fallback or NonInteractiveApprover()
         self._runs: list[SessionRun] = []
         self._sessions = 0
         self._spare: SessionRun | None = self._start() if one_session else None
@@ -83,9 +90,8 @@ class SessionRuns:
         return slot
 
     async def _hold(self, slot: SessionRun, config: RunConfig) -> None:
-        approver = ElicitationApprover(slot.channel, self.fallback)
         try:
-            async with open_session(config, settings=self.settings, approver=approver) as run:
+            async with open_session(config, settings=self.settings) as run:
                 slot.ready.set_result(run)
                 log.info("MCP session opened warden run %s", run.run_id)
                 await slot.ending.wait()

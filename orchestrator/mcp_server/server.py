@@ -68,7 +68,7 @@ def build_server(runs: SessionRuns) -> Server[Any]:
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        run = await (await slot(ctx)).run()
+        run = await (await slot(ctx)).run(ctx.session)
         return types.ListToolsResult(tools=tool_list(run.agent_types()))
 
     async def list_resources(
@@ -90,7 +90,7 @@ def build_server(runs: SessionRuns) -> Server[Any]:
     ) -> types.ReadResourceResult:
         if str(params.uri) != AGENTS_URI:
             raise ValueError(f"no resource {params.uri}; warden serves {AGENTS_URI}")
-        run = await (await slot(ctx)).run()
+        run = await (await slot(ctx)).run(ctx.session)
         return types.ReadResourceResult(
             contents=[
                 types.TextResourceContents(
@@ -110,7 +110,7 @@ def build_server(runs: SessionRuns) -> Server[Any]:
     ) -> types.CallToolResult:
         session_run = await slot(ctx)
         try:
-            run = await session_run.run()
+            run = await session_run.run(ctx.session)
         except WardenError as exc:
             return result(f"warden could not open its run: {exc}", error=True)
         request_id = ctx.request_id if ctx.request_id is not None else "?"
