@@ -25,6 +25,9 @@ DEFAULT_DISK_WRITE_BYTES = 2 * 1024**3
 `backend.disk`."""
 DEFAULT_DISK_FREE_FLOOR_BYTES = 1024**3
 """Least free space the workspace's file system must keep while a sandbox runs."""
+DEFAULT_DISK_FREE_INODES = 10_000
+"""Least free inodes (files, directories, links) the workspace's file system must keep
+while a sandbox runs: millions of empty files use no bytes, yet exhaust it all the same."""
 DEFAULT_MODEL = "claude-sonnet-5"
 """The parent's model (and its subagents') unless `--model` or an agent file says otherwise."""
 DEFAULT_MODEL_ALIASES: dict[str, str] = {
@@ -144,6 +147,9 @@ class Settings(BaseModel):
     disk_free_floor: int = Field(default=DEFAULT_DISK_FREE_FLOOR_BYTES, ge=0)
     """Free space the workspace's file system must keep while sandboxes run
     (WARDEN_DISK_FREE_FLOOR, e.g. `1g`; 0: no floor)."""
+    disk_free_inodes: int = Field(default=DEFAULT_DISK_FREE_INODES, ge=0)
+    """Free inodes the workspace's file system must keep while sandboxes run
+    (WARDEN_DISK_FREE_INODES, a count; 0: no floor)."""
     managed_policy: Path | None = None
     """An administrator's policy file (WARDEN_MANAGED_POLICY); its deny and ask rules
     and its mode hold whatever any other source says."""
@@ -257,6 +263,14 @@ class Settings(BaseModel):
         ):
             if env.get(name):
                 values[key] = parse_size(env[name], name)
+        inodes = env.get("WARDEN_DISK_FREE_INODES", "").strip()
+        if inodes:
+            if not inodes.isdigit():
+                raise ConfigError(
+                    f"WARDEN_DISK_FREE_INODES={inodes!r} is not a count of inodes; "
+                    "give a whole number such as 10000 (0: no floor)"
+                )
+            values["disk_free_inodes"] = int(inodes)
         if env.get("WARDEN_DEVCONTAINER", "").strip():
             values["devcontainer"] = env["WARDEN_DEVCONTAINER"].strip().lower() not in {
                 "0",

@@ -40,6 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=logging.WARNING, format="warden runner: %(levelname)s %(message)s"
     )
+    from sandbox_tools.seal import refuse_fallocate
+
+    problem = refuse_fallocate()  # before any tool runs: every tool process inherits it
+    if problem is not None:
+        logging.warning(
+            "fallocate stays allowed (%s); the host's free-space floor still holds", problem
+        )
     # http.client imports ssl for HTTPS, which the broker's Unix socket never needs;
     # ssl is about a third of the runner's import time. A None entry makes that
     # optional import fail at once. Only here, in the runner's own process (tools

@@ -16,7 +16,12 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator import labels as _labels
-from orchestrator.config import DEFAULT_DISK_FREE_FLOOR_BYTES, DEFAULT_DISK_WRITE_BYTES, Settings
+from orchestrator.config import (
+    DEFAULT_DISK_FREE_FLOOR_BYTES,
+    DEFAULT_DISK_FREE_INODES,
+    DEFAULT_DISK_WRITE_BYTES,
+    Settings,
+)
 from sandbox_tools.wire import WORKSPACE
 
 DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024
@@ -47,7 +52,7 @@ class Mount(_Closed):
 
 class DiskLimits(_Closed):
     """Disk limits of one sandbox, enforced by `disk.DiskGuardedBackend` (and the
-    per-file part by the backend as RLIMIT_FSIZE). Crossing either kills it."""
+    per-file part by the backend as RLIMIT_FSIZE). Crossing any kills it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -55,6 +60,9 @@ class DiskLimits(_Closed):
     """Most bytes the sandbox may write; also the largest file it may make. 0: no cap."""
     free_floor_bytes: int = Field(default=DEFAULT_DISK_FREE_FLOOR_BYTES, ge=0)
     """Free bytes the workspace's file system must keep. 0: no floor."""
+    free_inode_floor: int = Field(default=DEFAULT_DISK_FREE_INODES, ge=0)
+    """Free inodes the workspace's file system must keep (file systems that report no
+    inode count, such as btrfs, are not checked). 0: no floor."""
 
     @classmethod
     def from_settings(
@@ -64,6 +72,7 @@ class DiskLimits(_Closed):
         return cls(
             write_limit_bytes=settings.disk_write_limit if write_limit is None else write_limit,
             free_floor_bytes=settings.disk_free_floor if free_floor is None else free_floor,
+            free_inode_floor=settings.disk_free_inodes,
         )
 
 

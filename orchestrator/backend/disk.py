@@ -10,33 +10,37 @@ get the same guard without `if`s of their own.
 What is measured, and why (measured on cgroup v1, overlay2, the workspace a bind
 mount of the host's ext4):
 
-- **Bytes written: the sum of `write_bytes` in `/proc/PID/io` over every process in
-  the container's PID namespace**, listed from the container's own `/proc`
-  (`/proc/<init>/root/proc`), polled every `POLL_S` in a thread. `write_bytes` is
-  charged to the process when it dirties a page (buffered writes, `mmap` stores),
-  not at writeback, so it is the writer's, and tmpfs (`/tmp`, `/dev/shm`), pipes
-  and sockets do not count. When a process is reaped its counters are added to
-  its parent's, so the sum over the live (and zombie) processes is everything the
-  container ever wrote; listing from the namespace's `/proc` also sees zombies,
-  which `cgroup.procs` does not (an unreaped child's bytes would vanish there).
-  Not chosen: cgroup v1 `blkio` accounting (buffered writeback is charged to the
-  root cgroup: 0 bytes for a 100 MiB `dd` here); `wchar` (counts pipes, sockets
-  and tmpfs); `du` of the workspace (slow, and blind to deleted files).
+- **Bytes written: `write_bytes` of every thread that ever ran in the container**
+  (`exits.CgroupMeter`): the live threads of its cgroup, each with its own counter,
+  plus the kernel's exit record of every thread that ended (`exits.ExitRecords`,
+  taskstats). `write_bytes` is charged to the process when it dirties a page
+  (buffered writes, `mmap` stores), not at writeback, so it is the writer's, and
+  tmpfs (`/tmp`, `/dev/shm`), pipes and sockets do not count. Exit records are what
+  make it complete: a reaped child's bytes reach its parent's `/proc/PID/io` only
+  when the parent waits for it, so a process that ignores SIGCHLD (or a child that
+  lives less than one poll) would otherwise hide them. Without the exit records
+  (not root: taskstats needs CAP_NET_ADMIN) `ProcessTreeMeter` is used instead: the
+  sum of `/proc/PID/io` over the container's PID namespace (zombies included), which
+  such a process can escape; a warning says so. Not chosen: cgroup v1 `blkio`
+  accounting (buffered writeback is charged to the root cgroup: 0 bytes for a
+  100 MiB `dd` here); `wchar` (counts pipes, sockets and tmpfs); `du` of the
+  workspace (slow, and blind to deleted files).
 - **Per-file backstop: `RLIMIT_FSIZE`** (docker `ulimits` `fsize`, set by the
   backend from the same cap): no single file can grow past the cap, whatever the
   watcher's timing; the writer gets `EFBIG` / `SIGXFSZ`, and the watcher then sees
   the cap reached and kills the sandbox.
-- **Free-space floor: `statvfs` of the workspace** (`f_bavail`), polled with the
-  same thread; it also covers what the byte count cannot see (below).
+- **Free-space and inode floors: `statvfs` of the workspace** (`f_bavail`,
+  `f_favail`), polled with the same thread; they also cover what the byte count
+  cannot see (below), and millions of empty files, which use no bytes.
 
 Cost, measured here: one sample of a 7-process sandbox takes ~0.5 ms of CPU
 (listing its `/proc`, reading each `io`, one `statvfs`), so ~0.3% of one core per
 running sandbox at 5 samples/s; `warden exec true` showed no difference beyond the
 noise of a shared machine.
 
-What it does not catch: space used without `write_bytes` (`fallocate` with
-`FALLOC_FL_KEEP_SIZE`, metadata of millions of empty files or directories, inode
-exhaustion) only trips the floor, after the fact; the overshoot between two polls
+What it does not catch: space used without `write_bytes` (metadata of many
+directories) only trips the floors, after the fact (`fallocate`, which would be
+the same, is refused inside warden's sandboxes: `sandbox_tools.seal`); the overshoot between two polls
 (the write rate times `POLL_S`, spread over files each below the per-file limit);
 a sandbox that crosses a limit and exits before the next poll keeps its own status
 (a single file at the limit fails with `EFBIG`); killing frees nothing, so the
@@ -52,9 +56,11 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.backend import exits
 from orchestrator.backend.base import (
     ContainerBackend,
     ContainerInfo,
@@ -79,6 +85,10 @@ FREE_FLOOR_HOW = (
     "free space on that file system, or lower the floor with --disk-free-floor SIZE on "
     "warden run / warden exec, or WARDEN_DISK_FREE_FLOOR (0 disables)"
 )
+INODE_FLOOR_HOW = (
+    "remove files on that file system (the sandbox may have made many empty ones), or "
+    "lower the floor with WARDEN_DISK_FREE_INODES=N (0 disables)"
+)
 
 
 class DiskBreach(BaseModel):
@@ -87,10 +97,11 @@ class DiskBreach(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     limit: str
-    """`write_limit` or `free_floor`."""
+    """`write_limit`, `free_floor` or `inode_floor`."""
     limit_bytes: int
+    """The limit (an inode count for `inode_floor`)."""
     observed_bytes: int
-    """Bytes written so far, or bytes free."""
+    """Bytes written so far, bytes free, or inodes free."""
     message: str
 
 
@@ -129,14 +140,34 @@ def floor_breach(free: int, floor: int, workspace: Path) -> DiskBreach:
     )
 
 
-def free_bytes(path: Path) -> int:
-    """Bytes an unprivileged user can still write on `path`'s file system."""
+def inode_breach(free: int, floor: int, workspace: Path) -> DiskBreach:
+    return DiskBreach(
+        limit="inode_floor",
+        limit_bytes=floor,
+        observed_bytes=free,
+        message=(
+            f"disk limit: free inodes on the workspace's file system ({workspace}) fell "
+            f"to {free}, below the floor of {floor}, and the sandbox was killed; "
+            f"{INODE_FLOOR_HOW}"
+        ),
+    )
+
+
+def free_space(path: Path) -> tuple[int, int | None]:
+    """Bytes and inodes an unprivileged user can still use on `path`'s file system;
+    inodes None when the file system does not count them (btrfs reports 0 of 0)."""
     st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
+    return st.f_bavail * st.f_frsize, (st.f_favail if st.f_files else None)
+
+
+class Meter(Protocol):
+    def written(self) -> int | None: ...
+    def close(self) -> None: ...
 
 
 class ProcessTreeMeter:
-    """Bytes written by every process of one container, read on the host.
+    """Bytes written by every process of one container, read on the host (the
+    fallback when `exits.ExitRecords` is not available).
 
     Bound to the container's PID namespace at creation: if the init process goes
     away (and its PID could be reused by a host process), `written()` returns None
@@ -162,6 +193,9 @@ class ProcessTreeMeter:
                 total += _write_bytes(self._proc / name / "io")
         # Checked again: a sample taken while the PID changed hands is discarded.
         return total if self._same_namespace() else None
+
+    def close(self) -> None:
+        pass
 
     def _same_namespace(self) -> bool:
         try:
@@ -189,11 +223,11 @@ class DiskWatch:
         *,
         limits: DiskLimits,
         workspace: Path | None,
-        meter: ProcessTreeMeter | None,
+        meter: Meter | None,
         kill: Callable[[], None],
         poll_s: float = POLL_S,
         name: str = "",
-        find_meter: Callable[[], ProcessTreeMeter | None] | None = None,
+        find_meter: Callable[[], Meter | None] | None = None,
     ) -> None:
         self.limits = limits
         self.workspace = workspace
@@ -211,11 +245,8 @@ class DiskWatch:
         self._thread = threading.Thread(target=self._loop, name=f"warden-disk-{name}", daemon=True)
 
     def start(self) -> DiskWatch:
-        if (
-            self.meter is not None
-            or self._find_meter is not None
-            or (self.workspace and self.limits.free_floor_bytes)
-        ):
+        floors = self.limits.free_floor_bytes or self.limits.free_inode_floor
+        if self.meter is not None or self._find_meter is not None or (self.workspace and floors):
             self._thread.start()
         return self
 
@@ -224,6 +255,8 @@ class DiskWatch:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        if self.meter is not None:
+            self.meter.close()
         return self.breach
 
     def _loop(self) -> None:
@@ -253,16 +286,19 @@ class DiskWatch:
         if self.meter is not None:
             now = self.meter.written()
             if now is None:
+                self.meter.close()
                 self.meter = None  # the container is gone: nothing more to count
             else:
                 self.written = max(self.written, now)
                 if self.written >= cap:
                     return write_breach(self.written, cap)
-        floor = self.limits.free_floor_bytes
-        if self.workspace is not None and floor:
-            free = free_bytes(self.workspace)
-            if free < floor:
+        floor, inode_floor = self.limits.free_floor_bytes, self.limits.free_inode_floor
+        if self.workspace is not None and (floor or inode_floor):
+            free, inodes = free_space(self.workspace)
+            if floor and free < floor:
                 return floor_breach(free, floor, self.workspace)
+            if inode_floor and inodes is not None and inodes < inode_floor:
+                return inode_breach(inodes, inode_floor, self.workspace)
         return None
 
 
@@ -277,12 +313,13 @@ class DiskGuardedBackend(ContainerBackend):
         self._warned = False
 
     def start(self, spec: SandboxSpec) -> str:
+        records = exits.ExitRecords.shared() if spec.limits.disk.write_limit_bytes else None
         container_id = self.inner.start(spec)
         watch = DiskWatch(
             limits=spec.limits.disk,
             workspace=spec.workspace,
             meter=None,
-            find_meter=lambda: self._meter(container_id),
+            find_meter=lambda: self._meter(container_id, records),
             kill=lambda: self.inner.kill(container_id),
             poll_s=self.poll_s,
             name=container_id[:12],
@@ -292,12 +329,19 @@ class DiskGuardedBackend(ContainerBackend):
         watch.start()
         return container_id
 
-    def _meter(self, container_id: str) -> ProcessTreeMeter | None:
+    def _meter(self, container_id: str, records: exits.ExitRecords | None) -> Meter | None:
         # Never raises: the container is running, and its id must reach the caller
         # (who removes it) whatever happens here.
         try:
             pid = self.inner.host_pid(container_id)
-            return ProcessTreeMeter(pid) if pid else None
+            if not pid:
+                return None
+            if records is not None:
+                try:
+                    return exits.CgroupMeter(pid, records)
+                except OSError as exc:
+                    log.warning("cannot count the sandbox's writes by its cgroup (%s)", exc)
+            return ProcessTreeMeter(pid)
         except Exception as exc:
             if not self._warned:
                 self._warned = True

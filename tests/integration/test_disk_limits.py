@@ -78,13 +78,10 @@ async def test_many_small_files_past_the_cap_kill_the_subagent_and_the_run_goes_
     assert not (workspace / "finished.txt").exists()
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 64 MiB tmpfs of the test's own, as a workspace whose free space the test controls."""
-    mount_point = tmp_path / "smallfs"
+def _tmpfs(mount_point: Path, options: str) -> Iterator[Path]:
     mount_point.mkdir()
     subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size=64m,uid={UNPRIVILEGED},gid={UNPRIVILEGED}",
+        ["mount", "-t", "tmpfs", "-o", f"{options},uid={UNPRIVILEGED},gid={UNPRIVILEGED}",
          "warden-test-smallfs", str(mount_point)],
         check=True,
     )  # fmt: skip
@@ -92,6 +89,18 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         yield mount_point
     finally:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs of the test's own, as a workspace whose free space the test controls."""
+    yield from _tmpfs(tmp_path / "smallfs", "size=64m")
+
+
+@pytest.fixture
+def few_inodes_fs(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs with room for 20,000 inodes (and plenty of bytes)."""
+    yield from _tmpfs(tmp_path / "fewinodes", "size=64m,nr_inodes=20000")
 
 
 async def test_falling_below_the_free_space_floor_kills_the_subagent(
@@ -141,3 +150,128 @@ def test_exec_one_huge_file_stops_at_the_cap_and_exits_122(
     # RLIMIT_FSIZE stopped the file exactly at the cap, whatever the watcher's timing.
     assert (workspace / "big").stat().st_size == CAP
     assert (workspace / "keep.txt").read_text() == "precious\n"
+
+
+EMPTY_FILES = (
+    'python3 -c "import time\n'
+    "for i in range(20000):\n"
+    "    open(f'empty{i}', 'w').close()\n"
+    "    if i % 100 == 0: time.sleep(0.01)\n"
+    '"; sleep 5; touch finished.txt'
+)
+"""20,000 empty files: no bytes written, every inode of the test's file system used."""
+
+
+async def test_empty_files_exhausting_inodes_kill_the_subagent_at_the_inode_floor(
+    settings: Settings, few_inodes_fs: Path
+) -> None:
+    ws = few_inodes_fs
+    (ws / "keep.txt").write_text("precious\n")
+    os.chown(ws / "keep.txt", UNPRIVILEGED, UNPRIVILEGED)
+    script = [
+        convo(
+            "inodes",
+            {"prompt_contains": "INODES"},
+            [tool("Bash", command="echo mine > mine.txt; " + EMPTY_FILES)],
+            [text("inodes finished")],
+        )
+    ]
+    limits = DiskLimits(write_limit_bytes=0, free_floor_bytes=0)  # the default inode floor
+    assert limits.free_inode_floor == 10_000
+    config = TaskManagerConfig(disk=limits)
+    async with scripted_run(settings, ws, script, config=config) as (run, _):
+        result = await run.manager.run_task(
+            TaskInput(description="inodes", prompt="INODES", subagent_type="bash")
+        )
+        record = run.store.get_task(result.task_id)
+    assert result.status is TaskStatus.DISK_LIMIT, result
+    assert result.error is not None and record.error == result.error
+    assert f"free inodes on the workspace's file system ({ws}) fell to " in result.error
+    assert "below the floor of 10000" in result.error
+    assert "WARDEN_DISK_FREE_INODES" in result.error
+    # Killed at the floor, long before the last inode: the host can still make files.
+    assert os.statvfs(ws).f_favail > 5_000
+    assert not (ws / "finished.txt").exists()
+    assert (ws / "keep.txt").read_text() == "precious\n"
+    assert (ws / "mine.txt").read_text() == "mine\n"
+
+
+HIDDEN_WRITERS = (
+    'python3 -c "import os, signal, time\n'
+    "signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the children\n"
+    "for i in range(12):\n"
+    "    if os.fork() == 0:\n"
+    "        open(f'part{i}', 'wb').write(b'x' * (4 << 20)); os._exit(0)\n"
+    "    time.sleep(0.1)\n"
+    'time.sleep(5)"; touch finished.txt'
+)
+"""48 MiB in 4 MiB files, each written by a short-lived child nobody waits for: their
+bytes never reach a parent's /proc/PID/io."""
+
+
+async def test_children_reaped_by_the_kernel_cannot_hide_their_writes(
+    settings: Settings, workspace: Path
+) -> None:
+    (workspace / "keep.txt").write_text("precious\n")
+    script = [
+        convo(
+            "hider",
+            {"prompt_contains": "HIDER"},
+            [tool("Bash", command="echo mine > mine.txt; " + HIDDEN_WRITERS)],
+            [text("hider finished")],
+        )
+    ]
+    config = TaskManagerConfig(disk=DiskLimits(write_limit_bytes=CAP, free_floor_bytes=0))
+    async with scripted_run(settings, workspace, script, config=config) as (run, _):
+        result = await run.manager.run_task(
+            TaskInput(description="hide", prompt="HIDER", subagent_type="bash")
+        )
+        record = run.store.get_task(result.task_id)
+    assert result.status is TaskStatus.DISK_LIMIT, result
+    assert result.error is not None and record.error == result.error
+    assert "write limit of 20.0 MiB" in result.error
+    written = sum(p.stat().st_size for p in workspace.glob("part*"))
+    assert CAP <= written < 48 * MIB  # stopped well before it was done
+    assert not (workspace / "finished.txt").exists()
+    assert (workspace / "keep.txt").read_text() == "precious\n"
+    assert (workspace / "mine.txt").read_text() == "mine\n"
+
+
+RESERVE = (
+    "fallocate --keep-size -l 40m reserved; echo keep-size=$?; "
+    "fallocate -l 40m grown; echo grow=$?; "
+    "python3 -c \"import ctypes, os\n"
+    "fd = os.open('raw', os.O_CREAT | os.O_WRONLY)\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "print('raw', libc.fallocate(fd, 1, 0, 40 << 20), os.strerror(ctypes.get_errno()))\""
+)
+"""40 MiB reserved without writing a byte, three ways, on a 64 MiB file system whose
+floor is 32 MiB."""
+
+
+async def test_fallocate_cannot_take_free_space_below_the_floor(
+    settings: Settings, small_fs: Path
+) -> None:
+    (small_fs / "keep.txt").write_text("precious\n")
+    os.chown(small_fs / "keep.txt", UNPRIVILEGED, UNPRIVILEGED)
+    script = [
+        convo(
+            "reserver",
+            {"prompt_contains": "RESERVER"},
+            [tool("Bash", command=RESERVE)],
+            [text("reserver saw: {last_tool_result}")],
+        )
+    ]
+    config = TaskManagerConfig(disk=DiskLimits(write_limit_bytes=0, free_floor_bytes=32 * MIB))
+    async with scripted_run(settings, small_fs, script, config=config) as (run, _):
+        result = await run.manager.run_task(
+            TaskInput(description="reserve", prompt="RESERVER", subagent_type="bash")
+        )
+    assert result.status is TaskStatus.COMPLETED, result  # refused, so never over the floor
+    out = result.text
+    assert "keep-size=1" in out and "grow=1" in out
+    assert "raw -1 Operation not supported" in out
+    assert "fallocate failed: Operation not supported" in out
+    st = os.statvfs(small_fs)
+    assert st.f_bavail * st.f_frsize > 60 * MIB  # nothing was reserved
+    assert (small_fs / "keep.txt").read_text() == "precious\n"

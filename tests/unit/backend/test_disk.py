@@ -68,6 +68,9 @@ class _Meter:
     def written(self) -> int | None:
         return self.values.pop(0) if len(self.values) > 1 else self.values[0]
 
+    def close(self) -> None:
+        pass
+
 
 def watch(limits: DiskLimits, meter: _Meter | None, workspace: Path | None = None) -> DiskWatch:
     return DiskWatch(
@@ -95,7 +98,7 @@ def test_a_gone_container_is_no_longer_measured() -> None:
 
 
 def test_free_floor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(disk, "free_bytes", lambda path: 900 * MIB)
+    monkeypatch.setattr(disk, "free_space", lambda path: (900 * MIB, 10**6))
     w = watch(DiskLimits(write_limit_bytes=0, free_floor_bytes=GIB), None, tmp_path)
     breach = w.check()
     assert breach is not None and breach.limit == "free_floor"
@@ -103,6 +106,31 @@ def test_free_floor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "--disk-free-floor" in breach.message
     off = watch(DiskLimits(write_limit_bytes=0, free_floor_bytes=0), None, tmp_path)
     assert off.check() is None
+
+
+def test_free_inode_floor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    free: list[tuple[int, int | None]] = [(100 * GIB, 9_999)]
+    monkeypatch.setattr(disk, "free_space", lambda path: free[0])
+    w = watch(DiskLimits(write_limit_bytes=0, free_floor_bytes=GIB), None, tmp_path)
+    breach = w.check()
+    assert breach is not None and breach.limit == "inode_floor"
+    assert f"free inodes on the workspace's file system ({tmp_path}) fell to 9999, " in (
+        breach.message
+    )
+    assert "below the floor of 10000" in breach.message
+    assert "WARDEN_DISK_FREE_INODES" in breach.message
+    free[0] = (100 * GIB, None)  # a file system that counts no inodes
+    assert w.check() is None
+    off = watch(DiskLimits(free_inode_floor=0), None, tmp_path)
+    free[0] = (100 * GIB, 0)
+    assert off.check() is None
+
+
+def test_free_space_reads_bytes_and_inodes(tmp_path: Path) -> None:
+    st = os.statvfs(tmp_path)
+    free, inodes = disk.free_space(tmp_path)
+    assert free == st.f_bavail * st.f_frsize
+    assert inodes == (st.f_favail if st.f_files else None)
 
 
 GIB = 1024 * MIB
@@ -124,7 +152,7 @@ def test_guarded_backend_kills_once_and_reports_disk_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     free = [5 * GIB]
-    monkeypatch.setattr(disk, "free_bytes", lambda path: free[0])
+    monkeypatch.setattr(disk, "free_space", lambda path: (free[0], 10**6))
     inner = FakeBackend(responder=lambda s: FakeOutcome(run_s=float("inf")))
     kills: list[str] = []
     real_kill = inner.kill
@@ -159,6 +187,10 @@ def test_limits_from_settings_and_cli() -> None:
         write_limit_bytes=500 * MIB, free_floor_bytes=0
     )
     assert DiskLimits.from_settings(settings, MIB, None).write_limit_bytes == MIB
+    inodes = DiskLimits.from_settings(Settings.from_env({"WARDEN_DISK_FREE_INODES": "500"}))
+    assert inodes.free_inode_floor == 500
+    with pytest.raises(ConfigError, match="WARDEN_DISK_FREE_INODES"):
+        Settings.from_env({"WARDEN_DISK_FREE_INODES": "many"})
     with pytest.raises(ConfigError, match="WARDEN_DISK_FREE_FLOOR='lots' is not a size"):
         Settings.from_env({"WARDEN_DISK_FREE_FLOOR": "lots"})
 
