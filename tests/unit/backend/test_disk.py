@@ -126,11 +126,16 @@ def test_free_inode_floor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert off.check() is None
 
 
-def test_free_space_reads_bytes_and_inodes(tmp_path: Path) -> None:
-    st = os.statvfs(tmp_path)
-    free, inodes = disk.free_space(tmp_path)
-    assert free == st.f_bavail * st.f_frsize
-    assert inodes == (st.f_favail if st.f_files else None)
+def test_free_space_reads_bytes_and_inodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Stat:
+        f_bavail, f_frsize, f_files, f_favail = 10, 4096, 100, 7
+
+    monkeypatch.setattr(disk.os, "statvfs", lambda path: Stat())
+    assert disk.free_space(tmp_path) == (40960, 7)
+    Stat.f_files = 0  # btrfs and friends count no inodes
+    assert disk.free_space(tmp_path) == (40960, None)
 
 
 GIB = 1024 * MIB
