@@ -21,7 +21,7 @@ from orchestrator.runtime.parent_tools import (
     agent_listing,
     input_schema,
 )
-from orchestrator.runtime.tasks import TaskInput, TaskResult
+from orchestrator.runtime.tasks import TaskInput
 
 if TYPE_CHECKING:
     from orchestrator.api import AgentType, WardenRun
@@ -81,14 +81,11 @@ def agents_text(agents: list[AgentType]) -> str:
     return "\n".join(f"{a.name}: {a.description.strip()} ({a.source})" for a in agents) + "\n"
 
 
-def result(
-    text: str, *, error: bool = False, task: TaskResult | None = None
-) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)],
-        is_error=error,
-        structured_content=task.model_dump(mode="json") if task is not None else None,
-    )
+def result(text: str, *, error: bool = False) -> types.CallToolResult:
+    """A tool result of text only: the parent tool's wording. (Structured content is
+    left out on purpose: Claude Code shows a model the structured form instead of the
+    text when both are there.)"""
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=error)
 
 
 async def call_tool(
@@ -138,7 +135,7 @@ async def _task(
             "TaskOutput and stop it with TaskStop; both take this id."
         )
     done = await run.task(arguments, call_id=call_id, on_start=on_start)
-    return result(done.render(), error=done.is_error, task=done)
+    return result(done.render(), error=done.is_error)
 
 
 async def _task_output(run: WardenRun, request: TaskOutputInput) -> types.CallToolResult:
@@ -147,7 +144,4 @@ async def _task_output(run: WardenRun, request: TaskOutputInput) -> types.CallTo
     done = await run.output(task_id, timeout_s=timeout_s if request.block else 0)
     if done is None:
         return result(f"Task {task_id} is {run.status(task_id).value}; no result yet.")
-    return result(
-        f"Task {task_id} status: {done.status.value}. {done.render()}",
-        task=done,
-    )
+    return result(f"Task {task_id} status: {done.status.value}. {done.render()}")
