@@ -10,6 +10,13 @@ before it durable (the WAL is one append-only sequence; a checkpoint syncs what 
 copies into the database file). Writers that arrive while a sync runs share the
 next one: one fsync for all of them, taken outside the store's lock so other writes
 go on meanwhile. Measured here: an fsync of a small WAL append is ~0.2 ms.
+
+The WAL file is synced with `fdatasync`, as SQLite itself syncs it: its data and the
+metadata needed to read it back (its size, when an append grew it) reach the disk,
+but not its modification time. SQLite rewrites the WAL from its start after each
+checkpoint, so most commits change no size and `fsync` would pay a journal commit
+for the timestamp alone (1.2 vs 2.0 ms p50 on this disk under load). The directory
+entry of a new WAL file is made durable once, with `fsync` of the directory.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ class WalSync:
         # checkpoint by another process has since replaced.
         fd = os.open(self._wal, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            os.fsync(fd)
+            os.fdatasync(fd)
         finally:
             os.close(fd)
         if not self._dir_synced:  # the WAL file may be new: its name must survive too

@@ -9,6 +9,7 @@ import errno
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,20 +57,24 @@ def store(tmp_path: Path) -> Store:
 
 
 class _SyncLog:
-    """Records which files were fsynced, and what the WAL held at that moment."""
+    """Records which files were synced (fsync or fdatasync: both make a file's data
+    durable), and what the WAL held at that moment."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, wal: Path, delay_s: float = 0.0) -> None:
         self.wal_syncs: list[int] = []
-        self._real = os.fsync
         self._wal = wal
         self._delay = delay_s
-        monkeypatch.setattr(os, "fsync", self)
+        for name in ("fsync", "fdatasync"):
+            monkeypatch.setattr(os, name, self._watching(getattr(os, name)))
 
-    def __call__(self, fd: int) -> None:
-        if os.path.samestat(os.fstat(fd), os.stat(self._wal)):
-            time.sleep(self._delay)  # a slow disk, so concurrent writers overlap
-            self.wal_syncs.append(os.fstat(fd).st_size)
-        self._real(fd)
+    def _watching(self, real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(fd: int) -> None:
+            if os.path.samestat(os.fstat(fd), os.stat(self._wal)):
+                time.sleep(self._delay)  # a slow disk, so concurrent writers overlap
+                self.wal_syncs.append(os.fstat(fd).st_size)
+            real(fd)
+
+        return sync
 
 
 def test_record_audit_returns_after_the_wal_holding_it_is_fsynced(
@@ -102,6 +107,7 @@ def test_a_disk_that_refuses_the_sync_is_an_error_not_a_silent_allow(
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(os, "fsync", failing)
+    monkeypatch.setattr(os, "fdatasync", failing)
     with pytest.raises(StoreError, match=r"cannot make the state store .* durable.*free space"):
         store.record_audit(_audit("r1", 1))
 
