@@ -71,7 +71,10 @@ class EventLog:
                 pass
         except OSError as exc:
             raise _unwritable(jsonl_path, exc) from exc
-        self._lock = asyncio.Lock()
+        self._pending: list[Event] = []
+        self._batch: asyncio.Future[None] | None = None
+        """Done when the queued events (`_pending`) are written."""
+        self._drainer: asyncio.Task[None] | None = None
 
     async def emit(
         self,
@@ -83,27 +86,12 @@ class EventLog:
         trace_id: str | None = None,
         **data: JSONLike,
     ) -> Event:
-        event = Event(
-            kind=kind,
-            run_id=self.run_id,
-            task_id=task_id,
-            parent_id=parent_id,
-            agent_type=agent_type,
-            trace_id=trace_id,
-            data=to_json_object(data),
-        )
-        line = event.model_dump_json() + "\n"
-        async with self._lock:
-            try:
-                await asyncio.to_thread(self._write, event, line)
-            except StoreError as exc:
-                self._failed(exc)
-                raise
-        for listener in list(self.listeners):
-            try:
-                listener(event)
-            except Exception:
-                log.exception("event listener failed on %s", kind)
+        """Record an event and return once it is written (with every event before it).
+        Raises StoreError when it could not be."""
+        event = self._event(kind, task_id, parent_id, agent_type, trace_id, data)
+        written = self._enqueue(event)
+        await written
+        self._tell(event)
         return event
 
     async def emit_for(self, kind: str, task: TaskIdentity, **data: JSONLike) -> Event:
@@ -117,6 +105,85 @@ class EventLog:
             **data,
         )
 
+    def record_for(self, kind: str, task: TaskIdentity, **data: JSONLike) -> Event:
+        """Queue an event about `task` and return without waiting for the write: for
+        progress a container reports (tool started/finished, model text), so recording
+        it is not on the path that answers the container's next request. Queued events
+        are written in order, batched, before any later `emit` returns; a failure goes
+        to `on_failure` (the run stops) and is raised by the next `emit`."""
+        event = self._event(
+            kind, task.task_id, task.parent_id, task.agent_type, task.trace_id, data
+        )
+        self._enqueue(event)
+        self._tell(event)
+        return event
+
+    async def flush(self) -> None:
+        """Return once every queued event is written (or its batch failed)."""
+        while self._drainer is not None and not self._drainer.done():
+            await asyncio.shield(self._drainer)
+
+    def _event(
+        self,
+        kind: str,
+        task_id: str | None,
+        parent_id: str | None,
+        agent_type: str | None,
+        trace_id: str | None,
+        data: dict[str, JSONLike],
+    ) -> Event:
+        return Event(
+            kind=kind,
+            run_id=self.run_id,
+            task_id=task_id,
+            parent_id=parent_id,
+            agent_type=agent_type,
+            trace_id=trace_id,
+            data=to_json_object(data),
+        )
+
+    def _tell(self, event: Event) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("event listener failed on %s", event.kind)
+
+    def _enqueue(self, event: Event) -> asyncio.Future[None]:
+        """Queue `event` for the writer; the future is its batch's (done when written)."""
+        if self._batch is None:
+            self._batch = asyncio.get_running_loop().create_future()
+            # `record_for` callers never await it: its error is reported by _failed.
+            self._batch.add_done_callback(_retrieve)
+        self._pending.append(event)
+        batch = self._batch
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.create_task(self._drain(), name="warden-event-writer")
+        return batch
+
+    async def _drain(self) -> None:
+        """Write queued events, a batch at a time, until none is left. One drainer at a
+        time, so batches reach the file and the store in the order they were queued."""
+        while self._pending:
+            events, batch = self._pending, self._batch
+            self._pending, self._batch = [], None
+            assert batch is not None
+            try:
+                # Shielded: a cancelled run still writes what it queued (the thread
+                # finishes the batch either way; the shield keeps the result ours).
+                await asyncio.shield(asyncio.to_thread(self._write, events))
+            except StoreError as exc:
+                self._failed(exc)
+                batch.set_exception(exc)
+            except asyncio.CancelledError:
+                batch.cancel()
+                raise
+            except Exception as exc:  # a bug, not a full disk: said, and the waiters freed
+                log.exception("could not record %d event(s)", len(events))
+                batch.set_exception(exc)
+            else:
+                batch.set_result(None)
+
     def _failed(self, exc: StoreError) -> None:
         if self.failure is not None:
             return
@@ -127,16 +194,27 @@ class EventLog:
             except Exception:
                 log.exception("an on_failure callback failed")
 
-    def _write(self, event: Event, line: str) -> None:
+    def _write(self, events: list[Event]) -> None:
+        """One append to the JSONL file and one store transaction for the batch."""
+        lines = [event.model_dump_json() for event in events]
         try:
             with self.jsonl_path.open("a", encoding="utf-8") as fh:
-                fh.write(line)
+                fh.write("".join(line + "\n" for line in lines))
         except OSError as exc:
             raise _unwritable(self.jsonl_path, exc) from exc
         if self.store is not None:
-            self.store.append_event(
-                self.run_id, event.task_id, event.kind, json.loads(event.model_dump_json())
+            self.store.append_events(
+                self.run_id,
+                [
+                    (e.task_id, e.kind, json.loads(line))
+                    for e, line in zip(events, lines, strict=True)
+                ],
             )
+
+
+def _retrieve(batch: asyncio.Future[None]) -> None:
+    if not batch.cancelled():
+        batch.exception()
 
 
 def _unwritable(path: Path, exc: OSError) -> StoreError:

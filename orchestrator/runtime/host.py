@@ -88,7 +88,9 @@ class TaskHost:
             )
         elif event.kind == "tool_finished":
             self.ctx.current_tool = None
-        await self.recorder.emit(
+        # Not waited for: the runner's next request (often a permission) is answered
+        # without queueing behind this write (`EventLog.record_for`).
+        self.recorder.note(
             "task_running",
             self.ctx,
             event=event.kind,
@@ -123,9 +125,7 @@ class TaskHost:
         )
 
     async def on_notice(self, kind: str, message: str) -> None:
-        await self.recorder.emit(
-            "broker_notice", self.ctx, notice=kind, message=message[:500]
-        )
+        await self.recorder.emit("broker_notice", self.ctx, notice=kind, message=message[:500])
 
     async def on_usage(self, budget: Budget) -> None:
         self.ctx.tokens = budget.tokens_used

@@ -72,6 +72,11 @@ class EventSink(Protocol):
         """Record one event about `task` (its ids, agent type and trace go with it)."""
         ...
 
+    def record_for(self, kind: str, task: TaskContext, **data: JSONLike) -> Event:
+        """Queue one event about `task` without waiting for it to be written (progress a
+        container reports); written in order before any later `emit` returns."""
+        ...
+
 
 class AllowAgentTools:
     """The minimal gate: a tool in the agent's definition is allowed (the broker
@@ -81,7 +86,9 @@ class AllowAgentTools:
     async def decide(
         self, task: TaskContext, request: wire_models.PermissionRequest
     ) -> wire_models.PermissionResponse:
-        return wire_models.PermissionResponse(behavior="allow", reason="tool is in the agent definition")
+        return wire_models.PermissionResponse(
+            behavior="allow", reason="tool is in the agent definition"
+        )
 
     async def tool_finished(self, task: TaskContext, call: ToolCall, response: JSONObject) -> None:
         return None

@@ -51,6 +51,10 @@ class TaskRecorder:
     async def emit(self, kind: str, ctx: TaskContext, **data: JSONLike) -> None:
         await self.events.emit_for(kind, ctx, **data)
 
+    def note(self, kind: str, ctx: TaskContext, **data: JSONLike) -> None:
+        """An event the caller need not wait for (`EventSink.record_for`)."""
+        self.events.record_for(kind, ctx, **data)
+
     async def update(self, task_id: str, **fields: Unpack[TaskUpdate]) -> None:
         if self.store is not None:
             await asyncio.to_thread(self.store.update_task, task_id, **fields)

@@ -219,6 +219,7 @@ async def open_run(
             listeners=[tracer] if tracer is not None else [],
             on_failure=[_cancel_on_failure(asyncio.current_task())],
         )
+        stack.push_async_callback(events.flush)  # queued progress, before the store closes
         me = await asyncio.to_thread(owner.current, settings.state_dir)
         await asyncio.to_thread(
             store.create_run,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Unpack
 
 from orchestrator.errors import SessionBusyError, StoreError, TaskNotFoundError
@@ -401,6 +401,31 @@ class Store(StoreBase):
             event_id = cursor.lastrowid
         assert event_id is not None
         return event_id
+
+    def append_events(
+        self, run_id: str, events: Sequence[tuple[str | None, str, JSONObject]]
+    ) -> list[int]:
+        """Record several events of one run, `(task_id, kind, data)` each, in one
+        transaction (as `append_event` would one by one); returns their ids in order."""
+        now = time.time()
+        rows = [
+            (run_id, task_id, clip_text(kind, MAX_NAME_CHARS),
+             bounded_json(data, MAX_EVENT_DATA_CHARS), now)
+            for task_id, kind, data in events
+        ]  # fmt: skip
+        ids: list[int] = []
+        with self._write() as conn:
+            self._require_run(conn, run_id)
+            for task_id in {task_id for task_id, _, _ in events if task_id is not None}:
+                self._fetch_task(conn, task_id)
+            for row in rows:
+                cursor = conn.execute(
+                    "INSERT INTO events (run_id, task_id, kind, data, time) VALUES (?, ?, ?, ?, ?)",
+                    row,
+                )
+                assert cursor.lastrowid is not None
+                ids.append(cursor.lastrowid)
+        return ids
 
     def stop_requested(self, task_id: str) -> bool:
         """Whether `warden stop` (any process) asked for this task to stop: its
