@@ -23,7 +23,7 @@ from orchestrator.errors import PolicyError
 from orchestrator.permissions.executed_paths import ask_rules
 from orchestrator.permissions.models import MODES, Mode
 from orchestrator.permissions.policy import EffectivePolicy
-from orchestrator.permissions.rules import Rule, RuleBehavior, parse_rule
+from orchestrator.permissions.rules import PATH_TOOLS, Rule, RuleBehavior, parse_rule
 from orchestrator.permissions.settings_files import SettingsFile, load_stack
 
 SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
@@ -220,8 +220,9 @@ def load_policy(
             f"disableBypassPermissionsMode in {stack.managed.bypass_disabled_by}; "
             "the default mode applies"
         )
-        merged = merged.with_mode("default", f"{stack.managed.bypass_disabled_by} "
-                                  "(disableBypassPermissionsMode)")
+        merged = merged.with_mode(
+            "default", f"{stack.managed.bypass_disabled_by} (disableBypassPermissionsMode)"
+        )
     return merged.model_copy(
         update={
             "notes": tuple(notes),
@@ -234,8 +235,26 @@ PROJECT_KINDS = frozenset({"project", "project-local"})
 """Settings files the workspace itself provides (and so only a trusted one may loosen)."""
 
 
+USER_SETTINGS_ANCHOR = "~/.claude"
+"""Where `/x` in a path rule of `~/.claude/settings.json` points: Claude Code reads it
+relative to that file's directory (measured; in project and managed settings `/x` is
+relative to the project root)."""
+
+
 def _from_file(f: SettingsFile) -> PolicySource:
-    return parse_block(f.doc.get("permissions"), f.source, f.path, strict_keys=False)
+    src = parse_block(f.doc.get("permissions"), f.source, f.path, strict_keys=False)
+    if f.kind != "user":
+        return src
+    rules = [_user_anchored(r) for r in src.rules]
+    return PolicySource(src.name, rules, src.mode, src.additional_directories)
+
+
+def _user_anchored(rule: Rule) -> Rule:
+    """`Read(/x)` in the user's settings as `Read(~/.claude/x)` (`//x` stays absolute)."""
+    spec = rule.specifier
+    if rule.tool not in PATH_TOOLS or not spec or not spec.startswith("/") or spec.startswith("//"):
+        return rule
+    return rule.model_copy(update={"specifier": USER_SETTINGS_ANCHOR + spec})
 
 
 def _managed_rules_only(sources: list[PolicySource]) -> tuple[list[PolicySource], list[str]]:

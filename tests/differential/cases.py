@@ -89,6 +89,47 @@ def read_rule_groups() -> list[Group]:
     return groups
 
 
+HOME_FILES = {
+    "secret.txt": "s\n",
+    ".claude/secret.txt": "s\n",
+    ".claude/.env": "SECRET=4\n",
+    ".claude/sub/notes.txt": "n\n",
+}
+
+
+def user_path_groups() -> list[Group]:
+    """Path rule forms anchored at a root (`/`, `//`, `~/`) in the user's
+    `~/.claude/settings.json`: what `/x` means there (the project root, or the
+    settings file's directory?), for reads in the workspace and in the home."""
+    specs = ["/.env", "/sub/*.txt", "/secret.txt", "~/secret.txt", "//{home}/.claude/.env",
+             "//{ws}/.env"]  # fmt: skip
+    targets = [
+        _read(".env"),
+        _read("sub/.env"),
+        _read("sub/notes.txt"),
+        *(
+            {"tool": "Read", "input": {"file_path": "{home}/" + rel}}
+            for rel in ("secret.txt", ".claude/secret.txt", ".claude/.env", ".claude/sub/notes.txt")
+        ),
+    ]
+    groups = []
+    for i, (spec, behavior) in enumerate(itertools.product(specs, ("deny", "ask"))):
+        user = {"permissions": {behavior: [f"Read({spec})"]}}
+        g = _group(f"userpath{i:02d}", targets, user=user)
+        g["home_files"] = HOME_FILES
+        groups.append(g)
+    managed_targets = [
+        _read(".env"),
+        _read("sub/.env"),
+        {"tool": "Read", "input": {"file_path": "/etc/claude-code/.env"}},
+        {"tool": "Read", "input": {"file_path": "/etc/claude-code/secret.txt"}},
+    ]
+    for i, spec in enumerate(("/.env", "/secret.txt")):
+        managed = {"permissions": {"deny": [f"Read({spec})"]}}
+        groups.append(_group(f"managedpath{i}", managed_targets, managed=managed))
+    return groups
+
+
 def edit_rule_groups() -> list[Group]:
     """Edit/Write rules and the modes' defaults for writes in and out of the workspace."""
     rules = [
@@ -394,6 +435,7 @@ def hook_groups() -> list[Group]:
 def all_groups() -> list[Group]:
     return [
         *read_rule_groups(),
+        *user_path_groups(),
         *edit_rule_groups(),
         *bash_groups(),
         *level_groups(),
@@ -408,6 +450,7 @@ def all_groups() -> list[Group]:
 SLICE = (
     "read00",
     "read05",
+    "userpath00",
     "bash00",
     "bash09",
     "lvl07",

@@ -169,9 +169,10 @@ def run_group(group: dict[str, Any], claude: str) -> dict[str, Any]:
     write(home / ".claude" / "settings.json", group.get("user"))
     write(ws / ".claude" / "settings.json", group.get("project"))
     write(ws / ".claude" / "settings.local.json", group.get("local"))
-    for rel, content in group.get("files", {}).items():
-        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
-        (ws / rel).write_text(content)
+    for root, key in ((ws, "files"), (home, "home_files")):
+        for rel, content in group.get(key, {}).items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(content)
     if group.get("trusted", True):  # as after the person accepted the trust dialog
         projects = {str(ws): {"hasTrustDialogAccepted": True}}
         (home / ".claude.json").write_text(json.dumps({"projects": projects}))

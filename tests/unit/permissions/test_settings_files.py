@@ -50,6 +50,24 @@ def test_claude_user_settings_deny_protects(settings: Settings, workspace: Path)
     assert exp.decision.source == f"user:{settings.claude_dir / 'settings.json'}"
 
 
+def test_a_root_anchored_rule_in_the_user_settings_means_their_directory(
+    managed: Settings, workspace: Path
+) -> None:
+    """As measured against Claude Code: `/x` in `~/.claude/settings.json` is
+    `~/.claude/x`; in project and managed settings it is `x` at the project root."""
+    user = {"permissions": {"deny": ["Read(/secret.txt)", "Read(//etc/shadow)"]}}
+    write_json(managed.claude_dir / "settings.json", user)
+    pol = load_policy(managed, workspace)
+    assert read(pol, "/root/.claude/secret.txt") == "deny"
+    assert read(pol, "/home/dev/.claude/secret.txt") == "deny"
+    assert read(pol, "/workspace/secret.txt") == "allow"
+    assert read(pol, "/etc/shadow") == "deny"
+    for level in (managed.claude_managed_settings, workspace / ".claude/settings.json"):
+        write_json(level, {"permissions": {"deny": ["Read(/.env)"]}})
+        assert read(load_policy(managed, workspace), "/workspace/.env") == "deny"
+        level.unlink()
+
+
 def test_claude_config_dir_moves_the_user_directory(tmp_path: Path) -> None:
     moved = tmp_path / "elsewhere"
     s = Settings.from_env({"CLAUDE_CONFIG_DIR": str(moved), "HOME": str(tmp_path)})
