@@ -130,9 +130,7 @@ def _path_rule(tool_name: str, file_path: object, workspace_host: Path | None) -
     return f"{tool_name}({spec})"
 
 
-def _proven(
-    rule: str, tool_name: str, tool_input: JSONObject, workspace_host: Path | None
-) -> bool:
+def _proven(rule: str, tool_name: str, tool_input: JSONObject, workspace_host: Path | None) -> bool:
     """True when a policy of just this rule allows this very call by this rule."""
     parsed = parse_rule(rule, "allow", "always-allow", "always-allow")
     asks = tuple(
@@ -169,9 +167,7 @@ def add_to_settings_list(workspace: Path, keys: tuple[str, ...], value: str) -> 
     return _add_to_settings_lists(workspace, [(keys, value)])
 
 
-def _add_to_settings_lists(
-    workspace: Path, additions: list[tuple[tuple[str, ...], str]]
-) -> Path:
+def _add_to_settings_lists(workspace: Path, additions: list[tuple[tuple[str, ...], str]]) -> Path:
     claude = workspace / SETTINGS_FILE.parent
     target = workspace / SETTINGS_FILE
     first = additions[0][1]
@@ -217,7 +213,9 @@ def _read_settings(target: Path, value: str) -> JSONObject:
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(MAX_SETTINGS_BYTES + 1)
     if len(data) > MAX_SETTINGS_BYTES:
-        raise ConfigError(f"{target} is larger than {MAX_SETTINGS_BYTES} bytes; add {value} by hand")
+        raise ConfigError(
+            f"{target} is larger than {MAX_SETTINGS_BYTES} bytes; add {value} by hand"
+        )
     try:
         loaded = json.loads(data.decode("utf-8")) if data.strip() else {}
     except (UnicodeDecodeError, ValueError) as exc:

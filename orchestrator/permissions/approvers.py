@@ -178,8 +178,10 @@ def _suggest_rule(q: ApprovalQuestion) -> str | None:
         parts = [*found.commands, *found.wrappers]
         if found.problems or found.writes or found.reads or not parts:
             return None
-        if any(c.open_ended or any(DYNAMIC in w or "*" in w or "(" in w or ")" in w
-                                   for w in c.words) for c in parts):
+        if any(
+            c.open_ended or any(DYNAMIC in w or "*" in w or "(" in w or ")" in w for w in c.words)
+            for c in parts
+        ):
             return None
         rules = dict.fromkeys(f"Bash({shlex.join(c.words)})" for c in parts)
         return " --allow ".join(shlex.quote(r) for r in rules)

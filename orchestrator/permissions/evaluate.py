@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.permissions import file_reads, paths
+from orchestrator.permissions import file_reads, glob_reads, paths
+from orchestrator.permissions.glob_reads import glob_may_read
 from orchestrator.permissions.models import (
     EDIT_TOOLS,
     NO_PROMPT_TOOLS,
@@ -38,6 +39,8 @@ runs: Claude Code asks for `sh -c 'echo hi'` even with `Bash(echo:*)` allowed.""
 
 def _base(command: SimpleCommand) -> str:
     return posixpath.basename(command.words[0]) if command.words else ""
+
+
 FAILURE_SOURCE = "evaluation"
 """The source of a decision taken because a call could not be evaluated (it asks)."""
 
@@ -267,6 +270,7 @@ class _Evaluator:
             if analysis.changes_dir and not target.startswith("/"):
                 problems.append(f"'{target}' is read after a cd, so its path is unknown")
         trees: list[tuple[str, list[str]]] = []
+        globs: list[tuple[str, glob_reads.GlobOperand]] = []
         for cmd in analysis.commands:
             found = file_reads.reads(cmd, self.cwd)
             for target in found.files:
@@ -277,6 +281,17 @@ class _Evaluator:
             for target in found.trees:
                 root = "/" if analysis.changes_dir and not target.startswith("/") else target
                 trees.append((target, paths.normalise(root, self.cwd)))
+            for word in found.globs:
+                operand = None
+                if not analysis.changes_dir or word.startswith("/"):
+                    operand = glob_reads.glob_operand(word, self.cwd, self.host)
+                if operand is None:  # not decided exactly: the tree it lies under
+                    root = file_reads.static_dir(word, self.cwd)
+                    root = "/" if analysis.changes_dir and not word.startswith("/") else root
+                    trees.append((word, paths.normalise(root, self.cwd)))
+                    continue
+                globs.append((word, operand))
+                reads += [(m, paths.spellings(m, self.host, self.cwd)) for m in operand.matches]
         verdicts: list[SubcommandVerdict] = []
 
         def scan(behavior: str, strict: bool) -> SubcommandVerdict | None:
@@ -336,6 +351,21 @@ class _Evaluator:
                 **extra,
             )
 
+        for text, operand in globs:
+            for near in [*self.policy.rules_for("deny"), *self.policy.rules_for("ask")]:
+                if near.tool == "Read" and glob_may_read(near, operand):
+                    hit = SubcommandVerdict(
+                        kind="read", text=text, verdict="ask", rule=near.text, source=near.source
+                    )
+                    return self._done(
+                        "ask",
+                        f"'{text}' may match files that {near.text} ({near.source}) "
+                        f"{near.behavior}s; name the files to decide it",
+                        rule_text=near.text,
+                        source=near.source,
+                        subcommands=(hit,),
+                        **extra,
+                    )
         for text, roots in trees:
             for near in [*self.policy.rules_for("deny"), *self.policy.rules_for("ask")]:
                 if near.tool == "Read" and could_reach(near, roots):

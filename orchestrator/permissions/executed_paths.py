@@ -41,7 +41,9 @@ class ExecutedPath:
     asks: bool = False
 
 
-def _rows(names: str, runs: str, *, asks: bool = False, anywhere: bool = True) -> list[ExecutedPath]:
+def _rows(
+    names: str, runs: str, *, asks: bool = False, anywhere: bool = True
+) -> list[ExecutedPath]:
     lead = "/**/" if anywhere else "/"
     return [ExecutedPath(lead + n, runs, asks) for n in names.split()]
 
@@ -54,38 +56,71 @@ EXECUTED_PATHS: tuple[ExecutedPath, ...] = (
     # Claude Code's and warden's settings, hooks, agents and MCP servers
     *_rows(".claude .mcp.json .claude.json", "warden and Claude Code", asks=True),
     # editors and dev containers, when the folder is opened
-    *_rows(".vscode .idea .devcontainer .devcontainer.json pyrightconfig.json",
-           "editors (tasks, settings, dev containers)", asks=True),
+    *_rows(
+        ".vscode .idea .devcontainer .devcontainer.json pyrightconfig.json",
+        "editors (tasks, settings, dev containers)",
+        asks=True,
+    ),
     # shells and direnv
-    *_rows(".bashrc .bash_profile .bash_login .bash_logout .bash_aliases .profile .zshrc "
-           ".zshenv .zprofile .zlogin .zlogout .envrc .ripgreprc",
-           "shells, direnv, ripgrep", asks=True),
+    *_rows(
+        ".bashrc .bash_profile .bash_login .bash_logout .bash_aliases .profile .zshrc "
+        ".zshenv .zprofile .zlogin .zlogout .envrc .ripgreprc",
+        "shells, direnv, ripgrep",
+        asks=True,
+    ),
     # commit-hook managers
-    *_rows(".husky .pre-commit-config.yaml lefthook.yml .lefthook.yml lefthook.yaml "
-           ".lefthook.yaml", "git commit hooks (husky, pre-commit, lefthook)", asks=True),
+    *_rows(
+        ".husky .pre-commit-config.yaml lefthook.yml .lefthook.yml lefthook.yaml .lefthook.yaml",
+        "git commit hooks (husky, pre-commit, lefthook)",
+        asks=True,
+    ),
     # package managers' configuration and bundled releases
-    *_rows(".npmrc .yarnrc .yarnrc.yml .yarn .pnp.cjs .pnp.loader.mjs .pnpmfile.cjs "
-           "bunfig.toml .bunfig.toml", "npm, yarn, pnpm, bun", asks=True),
+    *_rows(
+        ".npmrc .yarnrc .yarnrc.yml .yarn .pnp.cjs .pnp.loader.mjs .pnpmfile.cjs "
+        "bunfig.toml .bunfig.toml",
+        "npm, yarn, pnpm, bun",
+        asks=True,
+    ),
     *_rows(".cargo", "cargo (config, aliases, runners)", asks=True),
     *_rows(".bazelrc .bazelversion .bazeliskrc", "bazel", asks=True),
-    *_rows(".mvn gradle-wrapper.properties maven-wrapper.properties",
-           "gradle and maven wrappers", asks=True),
+    *_rows(
+        ".mvn gradle-wrapper.properties maven-wrapper.properties",
+        "gradle and maven wrappers",
+        asks=True,
+    ),
     # build and test entry points (reported, not asked: they are ordinary source)
     *_rows("node_modules/.bin package.json", "npm scripts and binaries"),
-    *_rows("Makefile makefile GNUmakefile *.mk CMakeLists.txt *.cmake meson.build",
-           "make, cmake, meson"),
-    *_rows("gradlew gradlew.bat mvnw mvnw.cmd gradle/wrapper build.gradle build.gradle.kts "
-           "settings.gradle settings.gradle.kts pom.xml", "gradle and maven"),
+    *_rows(
+        "Makefile makefile GNUmakefile *.mk CMakeLists.txt *.cmake meson.build",
+        "make, cmake, meson",
+    ),
+    *_rows(
+        "gradlew gradlew.bat mvnw mvnw.cmd gradle/wrapper build.gradle build.gradle.kts "
+        "settings.gradle settings.gradle.kts pom.xml",
+        "gradle and maven",
+    ),
     *_rows("Cargo.toml build.rs", "cargo (build scripts)"),
-    *_rows("pyproject.toml setup.py setup.cfg tox.ini noxfile.py pytest.ini conftest.py "
-           "sitecustomize.py usercustomize.py *.pth", "python, pip, pytest, tox, nox"),
-    *_rows("Gemfile Rakefile justfile Justfile Taskfile.yml BUILD BUILD.bazel WORKSPACE "
-           "Dockerfile", "ruby, just, task, bazel, docker"),
-    *_rows("docker-compose.yml docker-compose.yaml compose.yml compose.yaml bin *.sh",
-           "docker compose, scripts", anywhere=False),
+    *_rows(
+        "pyproject.toml setup.py setup.cfg tox.ini noxfile.py pytest.ini conftest.py "
+        "sitecustomize.py usercustomize.py *.pth",
+        "python, pip, pytest, tox, nox",
+    ),
+    *_rows(
+        "Gemfile Rakefile justfile Justfile Taskfile.yml BUILD BUILD.bazel WORKSPACE Dockerfile",
+        "ruby, just, task, bazel, docker",
+    ),
+    *_rows(
+        "docker-compose.yml docker-compose.yaml compose.yml compose.yaml bin *.sh",
+        "docker compose, scripts",
+        anywhere=False,
+    ),
     # CI, run with the repository's secrets
-    *_rows(".github/workflows .github/actions .gitlab-ci.yml .circleci .buildkite Jenkinsfile "
-           "azure-pipelines.yml .travis.yml", "CI", anywhere=False),
+    *_rows(
+        ".github/workflows .github/actions .gitlab-ci.yml .circleci .buildkite Jenkinsfile "
+        "azure-pipelines.yml .travis.yml",
+        "CI",
+        anywhere=False,
+    ),
 )
 """Every path that runs later, in order of how directly it runs (the report lists
 changes in this order)."""
@@ -105,7 +140,6 @@ def ask_rules() -> tuple[str, ...]:
 def report_patterns() -> tuple[str, ...]:
     """Every row's pattern, for the end-of-run report."""
     return tuple(row.pattern for row in EXECUTED_PATHS)
-
 
 
 MAX_GIT_CONFIG_BYTES = 256 * 1024

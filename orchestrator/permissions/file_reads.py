@@ -4,8 +4,9 @@
 `Bash(cat:*)` allow rule may let it run. `reads(command)` lists, for the commands
 below, the operands that name files (options and their values skipped, as GNU
 getopt reads them). An operand that is only known at run time (a variable, a
-glob, the files `xargs` adds) or a tree a recursive search walks is returned as a
-*tree*: the evaluator asks when a Read deny or ask rule could lie under it.
+the files `xargs` adds) or a tree a recursive search walks is returned as a
+*tree*: the evaluator asks when a Read deny or ask rule could lie under it. A glob
+operand is returned as itself (`globs`), for the evaluator to decide exactly.
 
 Commands not listed here are not read as file readers (a rule for them decides);
 the list covers the POSIX and GNU tools that print, search or copy a file's bytes.
@@ -161,6 +162,12 @@ FILE_VALUE_OPTIONS: dict[str, str] = {
 PATTERN_OPTIONS = frozenset({"e", "f"})
 """Options that give the pattern/program, so the first operand is a file again."""
 RECURSIVE_FLAGS = frozenset({"-r", "-R", "--recursive", "--dereference-recursive"})
+RECURSIVE_SHORT: dict[str, str] = {"grep": "rR", "egrep": "rR", "fgrep": "rR", "cp": "rRa"}
+"""Short flags that make a command read whole trees (`cp -r dir` copies dir/.env)."""
+RECURSIVE_LONG: dict[str, frozenset[str]] = {
+    **dict.fromkeys(("grep", "egrep", "fgrep"), RECURSIVE_FLAGS),
+    "cp": frozenset({"--recursive", "--archive"}),
+}
 
 
 @dataclass
@@ -169,6 +176,9 @@ class CommandReads:
 
     files: list[str] = field(default_factory=list)
     trees: list[str] = field(default_factory=list)
+    globs: list[str] = field(default_factory=list)
+    """Operands with wildcards (and nothing known only at run time): the caller
+    decides them exactly (`glob_reads`) or reads them as the tree `static_dir` names."""
 
 
 def _name(command: SimpleCommand) -> str:
@@ -191,14 +201,16 @@ def reads(command: SimpleCommand, cwd: str) -> CommandReads:
         operands = operands[:1]  # the script; later operands are its arguments
     if name in NOT_A_READ:
         operands = []
-    if name == "cp" or name == "install":
+    if name in ("cp", "install") and not _targeted(command.words[1:]):
         operands = operands[:-1]  # the last operand is the destination
     tree = recursive or name in RECURSIVE_BY_DEFAULT
     if tree and not operands and name in ("rg", "grep", "egrep", "fgrep"):
         out.trees.append(cwd)
     for word in operands:
-        if DYNAMIC in word or any(c in word for c in "*?["):
-            out.trees.append(_static_dir(word, cwd))
+        if DYNAMIC not in word and any(c in word for c in "*?[") and not tree:
+            out.globs.append(word)
+        elif DYNAMIC in word or any(c in word for c in "*?["):
+            out.trees.append(static_dir(word, cwd))
         elif tree:
             out.trees.append(word)
         else:
@@ -208,7 +220,17 @@ def reads(command: SimpleCommand, cwd: str) -> CommandReads:
     return out
 
 
-def _static_dir(word: str, cwd: str) -> str:
+def _targeted(args: tuple[str, ...]) -> bool:
+    """`cp -t DIR SRC...`: every operand is a source (a short-option cluster holding
+    `t` counts, which at worst also checks the destination)."""
+    return any(
+        w.startswith("--target-directory") or (w[:1] == "-" and w[1:2] != "-" and "t" in w[1:])
+        for w in args
+    )
+
+
+def static_dir(word: str, cwd: str) -> str:
+    """The directory a word's wildcards (or run-time parts) lie under."""
     cut = min(i for i in (word.find(c) for c in ("*", "?", "[", DYNAMIC)) if i >= 0)
     head = word[:cut]
     directory = head if head.endswith("/") else posixpath.dirname(head)
@@ -230,15 +252,14 @@ def _operands(name: str, args: tuple[str, ...]) -> tuple[list[str], bool, bool, 
             operands.extend(args[i:])
             break
         if word.startswith("--") and len(word) > 2:
-            recursive |= word in RECURSIVE_FLAGS and name in ("grep", "egrep", "fgrep")
+            recursive |= word in RECURSIVE_LONG.get(name, ())
             given |= word.startswith(("--regexp", "--file", "--expression"))
             if word.startswith("--file="):
                 option_files.append(word.split("=", 1)[1])
             continue
         if word.startswith("-") and len(word) > 1 and not word[1].isdigit():
-            recursive |= word in RECURSIVE_FLAGS and name in ("grep", "egrep", "fgrep")
             for j, flag in enumerate(word[1:]):
-                if flag in ("r", "R") and name in ("grep", "egrep", "fgrep"):
+                if flag in RECURSIVE_SHORT.get(name, ""):
                     recursive = True
                 if flag in valued:
                     value = word[j + 2 :] or (args[i] if i < len(args) else "")

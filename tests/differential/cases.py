@@ -173,6 +173,10 @@ BASH_COMMANDS = [
     "sh -c 'echo hi'",
     "find . -name README.md",
     "ls -la sub",
+    "wc -l *.md",
+    "cat sub/*",
+    "head -n 1 .e*",
+    "cp -r sub /tmp/diffcopy",
 ]
 BASH_RULES: list[dict[str, list[str]]] = [
     {"allow": ["Bash(echo:*)", "Bash(ls:*)", "Bash(cat:*)"], "deny": ["Read(./.env)"]},

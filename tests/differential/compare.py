@@ -174,7 +174,11 @@ def _workspace_hooks(group: dict[str, Any]) -> bool:
 
 def _reads_denied_file(group: dict[str, Any], call: dict[str, Any], w: str, cl: str) -> bool:
     reason = call.get("_reason", "")
-    return call["tool"] == "Bash" and w == "deny" and ("read '" in reason or "may read" in reason)
+    if call["tool"] != "Bash":
+        return False
+    if w == "deny":
+        return "read '" in reason or "may read" in reason
+    return w == "ask" and ("may read files under" in reason or "may match files that" in reason)
 
 
 KNOWN: list[Known] = [
@@ -195,8 +199,9 @@ KNOWN: list[Known] = [
     Known(
         "bash-reads-a-denied-file",
         "A command that reads a file a Read rule denies is denied (or asked about when its "
-        "paths are only known at run time), also through an input redirection or a "
-        "command substitution; Claude Code lets some of these run.",
+        "paths are only known at run time: a recursive read or copy of a tree that holds "
+        "one, `cp -r sub x`, a glob that may name one), also through an input redirection "
+        "or a command substitution; Claude Code lets some of these run.",
         _reads_denied_file,
     ),
     Known(

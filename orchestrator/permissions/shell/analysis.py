@@ -63,10 +63,38 @@ PATH_MAX = 4096
 fails with ENAMETOOLONG, so the analyser asks rather than resolve it."""
 DIR_CHANGERS = frozenset({"cd", "pushd", "popd"})
 STATE_BUILTINS = frozenset(
-    {"declare", "typeset", "local", "export", "readonly", "unset", "set", "shopt", "alias",
-     "unalias", "trap", "source", ".", "enable", "hash", "let", "mapfile", "readarray",
-     "getopts", "bind", "complete", "compgen", "compopt", "fc", "history", "ulimit", "umask",
-     "function", "coproc", "select"}
+    {
+        "declare",
+        "typeset",
+        "local",
+        "export",
+        "readonly",
+        "unset",
+        "set",
+        "shopt",
+        "alias",
+        "unalias",
+        "trap",
+        "source",
+        ".",
+        "enable",
+        "hash",
+        "let",
+        "mapfile",
+        "readarray",
+        "getopts",
+        "bind",
+        "complete",
+        "compgen",
+        "compopt",
+        "fc",
+        "history",
+        "ulimit",
+        "umask",
+        "function",
+        "coproc",
+        "select",
+    }
 )
 """Builtins that change what later commands do (or evaluate text as code): never proven."""
 _WRITE_OPS = frozenset({">", ">>", ">|", "&>", "&>>"})
@@ -164,9 +192,7 @@ class _Analyser:
     def __init__(self, result: ShellAnalysis) -> None:
         self.result = result
 
-    def unit(
-        self, src: str, dialect: Dialect, depth: int, inherited: Sequence[Redirect]
-    ) -> None:
+    def unit(self, src: str, dialect: Dialect, depth: int, inherited: Sequence[Redirect]) -> None:
         """Analyse a script; `inherited`: the redirections in force where it runs (the
         descriptors a nested `sh -c`, `eval` or `bash -c` script starts with)."""
         if dialect == ANY_SHELL:  # run by $SHELL: it must be proven as bash and as dash

@@ -77,11 +77,7 @@ def check_variable(name: str, value: Word | None = None) -> None:
     if name in PREFIX_ALLOWLIST and value is not None:
         _check_value(name, value, PREFIX_ALLOWLIST[name])
         return
-    if (
-        not _LOCAL_NAME.fullmatch(name)
-        or name in _BASH_LOWER_SPECIALS
-        or name.endswith("proxy")
-    ):
+    if not _LOCAL_NAME.fullmatch(name) or name in _BASH_LOWER_SPECIALS or name.endswith("proxy"):
         raise Unprovable(
             f"assignment to '{name}' (only lower-case shell variables are proven; "
             "upper-case names may be special to bash or exported)"

@@ -71,8 +71,30 @@ __all__ = [
 ]
 
 _RESERVED = frozenset(
-    {"if", "then", "elif", "else", "fi", "for", "while", "until", "do", "done", "case",
-     "esac", "in", "{", "}", "!", "[[", "]]", "function", "select", "coproc", "time"}
+    {
+        "if",
+        "then",
+        "elif",
+        "else",
+        "fi",
+        "for",
+        "while",
+        "until",
+        "do",
+        "done",
+        "case",
+        "esac",
+        "in",
+        "{",
+        "}",
+        "!",
+        "[[",
+        "]]",
+        "function",
+        "select",
+        "coproc",
+        "time",
+    }
 )
 _COND_ARITHMETIC = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-v", "-R"})
 _CLOSERS = frozenset({"then", "elif", "else", "fi", "do", "done", "esac", "}", "in"})
@@ -193,7 +215,9 @@ class _Parser(WordLexer):
             c = self._c()
             if c in ("", "\n") or self._closer(closers) is not None:
                 continue
-            if (c == "&" and not self._at("&&")) or (c == ";" and not self._at(";;") and not self._at(";&")):
+            if (c == "&" and not self._at("&&")) or (
+                c == ";" and not self._at(";;") and not self._at(";&")
+            ):
                 self.pos += 1
             else:
                 raise Unprovable(f"unexpected {self.src[self.pos : self.pos + 2]!r}")
@@ -467,8 +491,14 @@ class _Parser(WordLexer):
                     if self.src.startswith("=(", m.end()) or self.src.startswith("+=(", m.end()):
                         raise Unprovable("array assignment")
                     skip = len(m.group()) + (2 if self.src[m.end()] == "+" else 1)
-                    value = Word(word.value[skip:], word.raw[skip:], word.dynamic, word.glob,
-                                 word.raw[skip:].startswith("~"), word.quoted)
+                    value = Word(
+                        word.value[skip:],
+                        word.raw[skip:],
+                        word.dynamic,
+                        word.glob,
+                        word.raw[skip:].startswith("~"),
+                        word.quoted,
+                    )
                     cmd.assignments.append((m.group(), value))
                     continue
             cmd.words.append(word)

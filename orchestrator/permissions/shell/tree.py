@@ -24,13 +24,35 @@ _RedirectKey = tuple[str, str, str]
 
 _STRUCTURE = frozenset(
     {
-        "program", "list", "pipeline", "redirected_statement", "subshell",
-        "compound_statement", "if_statement", "elif_clause", "else_clause",
-        "while_statement", "for_statement", "case_statement", "case_item", "do_group",
-        "negated_command", "comment", "heredoc_body", "heredoc_content", "heredoc_start",
-        "heredoc_end", "variable_name", "command_name", "file_descriptor",
-        "special_variable_name", "unary_expression", "binary_expression",
-        "parenthesized_expression", "test_operator", "regex",
+        "program",
+        "list",
+        "pipeline",
+        "redirected_statement",
+        "subshell",
+        "compound_statement",
+        "if_statement",
+        "elif_clause",
+        "else_clause",
+        "while_statement",
+        "for_statement",
+        "case_statement",
+        "case_item",
+        "do_group",
+        "negated_command",
+        "comment",
+        "heredoc_body",
+        "heredoc_content",
+        "heredoc_start",
+        "heredoc_end",
+        "variable_name",
+        "command_name",
+        "file_descriptor",
+        "special_variable_name",
+        "unary_expression",
+        "binary_expression",
+        "parenthesized_expression",
+        "test_operator",
+        "regex",
     }
 )
 """Named node types the walker accepts; any other named type is a disagreement."""
@@ -69,9 +91,7 @@ def disagreement(src: str, unit: Unit) -> str | None:
         for c in unit.commands
         if c.words or c.assignments
     )
-    mine_reds: Counter[_RedirectKey] = Counter(
-        (r.fd, r.op, r.target.value) for r in unit.redirects
-    )
+    mine_reds: Counter[_RedirectKey] = Counter((r.fd, r.op, r.target.value) for r in unit.redirects)
     if walker.commands != mine_cmds:
         only_mine = list((mine_cmds - walker.commands).elements())
         only_ts = list((walker.commands - mine_cmds).elements())
@@ -98,7 +118,9 @@ def loose_commands(src: str) -> list[list[str]]:
             words: list[str] = []
             for i, child in enumerate(node.children):
                 part = node.field_name_for_child(i)
-                target = child.named_children[0] if part == "name" and child.named_children else child
+                target = (
+                    child.named_children[0] if part == "name" and child.named_children else child
+                )
                 if part in ("name", "argument"):
                     try:
                         words.append(_cook(target))
@@ -219,8 +241,16 @@ def _flatten_test(root: Node) -> list[str]:
 
 
 def _is_word(t: str) -> bool:
-    return t in ("word", "number", "string", "string_content", "raw_string", "concatenation",
-                 "ansi_c_string", "extglob_pattern")
+    return t in (
+        "word",
+        "number",
+        "string",
+        "string_content",
+        "raw_string",
+        "concatenation",
+        "ansi_c_string",
+        "extglob_pattern",
+    )
 
 
 def _raw(node: Node) -> str:

@@ -276,15 +276,18 @@ class WordLexer:
             self.pos = end + 1
             return "quoted"
         elif nxt == '"' and not in_quotes:
-            raise Unprovable("locale quoting $\"…\"")
+            raise Unprovable('locale quoting $"…"')
         elif nxt and (nxt.isascii() and (nxt.isalpha() or nxt == "_")):
             m = _NAME.match(self.src, self.pos + 1)
             assert m is not None
             self.pos = m.end()
         elif nxt and nxt in _SPECIAL_PARAMS:
             self.pos += 2
-        elif nxt == "" or nxt in " \t\n" or (in_quotes and nxt == '"') or (
-            not in_quotes and nxt in _DELIMS
+        elif (
+            nxt == ""
+            or nxt in " \t\n"
+            or (in_quotes and nxt == '"')
+            or (not in_quotes and nxt in _DELIMS)
         ):
             parts.append("$")
             self.pos += 1

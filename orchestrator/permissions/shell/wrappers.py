@@ -27,16 +27,31 @@ from orchestrator.permissions.shell.parser import BASH, DASH, Dialect, Unprovabl
 
 STANDARD_DIRS = ("/bin/", "/usr/bin/", "/usr/local/bin/", "/sbin/", "/usr/sbin/")
 NOT_PROVEN = frozenset(
-    {"sudo", "su", "doas", "pkexec", "runuser", "chroot", "parallel", "sg", "newgrp",
-     "setpriv", "unshare", "nsenter", "fakechroot", "busybox"}
+    {
+        "sudo",
+        "su",
+        "doas",
+        "pkexec",
+        "runuser",
+        "chroot",
+        "parallel",
+        "sg",
+        "newgrp",
+        "setpriv",
+        "unshare",
+        "nsenter",
+        "fakechroot",
+        "busybox",
+    }
 )
 ANY_SHELL: Dialect = "bash or dash"
 """The dialect of a script run by `$SHELL` (`flock -c`): proven only when it is
 proven both as bash and as dash."""
 DASH_HAS_NO = frozenset({"builtin"})
 """bash builtins dash lacks: under dash they are programs looked up in PATH."""
-OTHER_SHELLS = frozenset({"zsh", "ksh", "ksh93", "mksh", "ash", "rbash", "fish", "csh", "tcsh",
-                          "yash", "posh"})
+OTHER_SHELLS = frozenset(
+    {"zsh", "ksh", "ksh93", "mksh", "ash", "rbash", "fish", "csh", "tcsh", "yash", "posh"}
+)
 
 
 @dataclass(frozen=True)
@@ -56,54 +71,170 @@ class Grammar:
     """Long name -> the short letter it stands for (so both spellings compare equal)."""
 
 
-def _g(flags: str = "", required: str = "", optional: str = "", *, lf: str = "", lr: str = "",
-       lo: str = "", aliases: dict[str, str] | None = None) -> Grammar:
-    return Grammar(flags, required, optional, frozenset(lf.split()), frozenset(lr.split()),
-                   frozenset(lo.split()), aliases or {})
+def _g(
+    flags: str = "",
+    required: str = "",
+    optional: str = "",
+    *,
+    lf: str = "",
+    lr: str = "",
+    lo: str = "",
+    aliases: dict[str, str] | None = None,
+) -> Grammar:
+    return Grammar(
+        flags,
+        required,
+        optional,
+        frozenset(lf.split()),
+        frozenset(lr.split()),
+        frozenset(lo.split()),
+        aliases or {},
+    )
 
 
 GRAMMARS: dict[str, Grammar] = {
-    "env": _g("i0v", "uCS", lf="ignore-environment null debug list-signal-handling help version",
-              lr="unset chdir split-string", lo="block-signal default-signal ignore-signal",
-              aliases={"ignore-environment": "i", "null": "0", "debug": "v", "unset": "u",
-                       "chdir": "C", "split-string": "S"}),
-    "timeout": _g("fpv", "ks", lf="foreground preserve-status verbose help version",
-                  lr="kill-after signal", aliases={"kill-after": "k", "signal": "s"}),
+    "env": _g(
+        "i0v",
+        "uCS",
+        lf="ignore-environment null debug list-signal-handling help version",
+        lr="unset chdir split-string",
+        lo="block-signal default-signal ignore-signal",
+        aliases={
+            "ignore-environment": "i",
+            "null": "0",
+            "debug": "v",
+            "unset": "u",
+            "chdir": "C",
+            "split-string": "S",
+        },
+    ),
+    "timeout": _g(
+        "fpv",
+        "ks",
+        lf="foreground preserve-status verbose help version",
+        lr="kill-after signal",
+        aliases={"kill-after": "k", "signal": "s"},
+    ),
     "nice": _g("", "n", lf="help version", lr="adjustment", aliases={"adjustment": "n"}),
-    "ionice": _g("thV", "cnpPu", lf="ignore help version", lr="class classdata pid pgid uid",
-                 aliases={"pid": "p", "pgid": "P", "uid": "u", "help": "h", "version": "V"}),
+    "ionice": _g(
+        "thV",
+        "cnpPu",
+        lf="ignore help version",
+        lr="class classdata pid pgid uid",
+        aliases={"pid": "p", "pgid": "P", "uid": "u", "help": "h", "version": "V"},
+    ),
     "stdbuf": _g("", "ioe", lf="help version", lr="input output error"),
     "setsid": _g("cfwhV", lf="ctty fork wait help version", aliases={"help": "h", "version": "V"}),
     "nohup": _g(lf="help version"),
-    "xargs": _g("0prtxo", "aEIdLnPs", "eil",
-                lf="null interactive no-run-if-empty verbose exit show-limits open-tty help version",
-                lr="arg-file delimiter max-args max-procs max-chars process-slot-var",
-                lo="eof replace max-lines",
-                aliases={"replace": "i", "arg-file": "a", "help": "h", "version": "V"}),
-    "flock": _g("sxenouFhV", "wEc", lf="shared exclusive unlock nonblock nb close no-fork verbose "
-                "help version", lr="timeout wait conflict-exit-code command",
-                aliases={"command": "c", "help": "h", "version": "V"}),
-    "watch": _g("bcCegptwxhv", "nq", "d", lf="beep color no-color errexit chgexit precise "
-                "no-title no-wrap exec no-rerun help version", lr="interval equexit",
-                lo="differences", aliases={"exec": "x", "help": "h", "version": "v"}),
+    "xargs": _g(
+        "0prtxo",
+        "aEIdLnPs",
+        "eil",
+        lf="null interactive no-run-if-empty verbose exit show-limits open-tty help version",
+        lr="arg-file delimiter max-args max-procs max-chars process-slot-var",
+        lo="eof replace max-lines",
+        aliases={"replace": "i", "arg-file": "a", "help": "h", "version": "V"},
+    ),
+    "flock": _g(
+        "sxenouFhV",
+        "wEc",
+        lf="shared exclusive unlock nonblock nb close no-fork verbose help version",
+        lr="timeout wait conflict-exit-code command",
+        aliases={"command": "c", "help": "h", "version": "V"},
+    ),
+    "watch": _g(
+        "bcCegptwxhv",
+        "nq",
+        "d",
+        lf="beep color no-color errexit chgexit precise "
+        "no-title no-wrap exec no-rerun help version",
+        lr="interval equexit",
+        lo="differences",
+        aliases={"exec": "x", "help": "h", "version": "v"},
+    ),
     "unbuffer": _g("p"),
     "command": _g("pvV"),
     "exec": _g("cl", "a"),
 }
 """Each wrapper's options, from its manual page."""
 SHELL_ONLY = frozenset(
-    {"command", "builtin", "eval", "exec", "cd", "pushd", "popd", "dirs", "read", "source", ".",
-     "export", "declare", "typeset", "local", "readonly", "unset", "set", "shopt", "alias",
-     "unalias", "trap", "enable", "hash", "let", "mapfile", "readarray", "getopts", "bind",
-     "complete", "compgen", "compopt", "fc", "history", "ulimit", "umask", "wait", "jobs", "fg",
-     "bg", "disown", "suspend", "logout", "exit", "return", "break", "continue", "shift", "times",
-     "caller", "help", "type", ":", "function", "coproc", "select"}
+    {
+        "command",
+        "builtin",
+        "eval",
+        "exec",
+        "cd",
+        "pushd",
+        "popd",
+        "dirs",
+        "read",
+        "source",
+        ".",
+        "export",
+        "declare",
+        "typeset",
+        "local",
+        "readonly",
+        "unset",
+        "set",
+        "shopt",
+        "alias",
+        "unalias",
+        "trap",
+        "enable",
+        "hash",
+        "let",
+        "mapfile",
+        "readarray",
+        "getopts",
+        "bind",
+        "complete",
+        "compgen",
+        "compopt",
+        "fc",
+        "history",
+        "ulimit",
+        "umask",
+        "wait",
+        "jobs",
+        "fg",
+        "bg",
+        "disown",
+        "suspend",
+        "logout",
+        "exit",
+        "return",
+        "break",
+        "continue",
+        "shift",
+        "times",
+        "caller",
+        "help",
+        "type",
+        ":",
+        "function",
+        "coproc",
+        "select",
+    }
 )
 """bash builtins with no program of the same name (Debian bookworm): run by `env`,
 `xargs`, `find -exec`, `exec`, … they are looked up in PATH, not run as builtins."""
 EXECS_ITS_COMMAND = frozenset(
-    {"env", "timeout", "nice", "ionice", "stdbuf", "setsid", "nohup", "xargs", "flock", "watch",
-     "unbuffer", "exec", "find"}
+    {
+        "env",
+        "timeout",
+        "nice",
+        "ionice",
+        "stdbuf",
+        "setsid",
+        "nohup",
+        "xargs",
+        "flock",
+        "watch",
+        "unbuffer",
+        "exec",
+        "find",
+    }
 )
 """Wrappers that run their command with execvp, so the command is never a builtin."""
 RUNS_ITS_ARGUMENTS = frozenset(
@@ -144,7 +275,9 @@ def wrapper_name(word: Word) -> str | None:
     return base if any(value == d + base for d in STANDARD_DIRS) else None
 
 
-def parse_options(name: str, grammar: Grammar, args: list[Word]) -> tuple[list[tuple[str, str | None]], int]:
+def parse_options(
+    name: str, grammar: Grammar, args: list[Word]
+) -> tuple[list[tuple[str, str | None]], int]:
     """Read options the way getopt_long does with a leading `+`; (options, first operand)."""
     longs = grammar.long_flags | grammar.long_required | grammar.long_optional
     out: list[tuple[str, str | None]] = []
@@ -298,7 +431,9 @@ def _xargs(name: str, opts: list[tuple[str, str | None]], rest: list[Word]) -> U
     )
     for key, value in opts:
         if key == "process-slot-var":
-            raise Unprovable("'xargs --process-slot-var' sets a variable in the command's environment")
+            raise Unprovable(
+                "'xargs --process-slot-var' sets a variable in the command's environment"
+            )
         if key in ("I", "i"):
             result.replace = value or "{}"
         if key == "a":
@@ -349,14 +484,23 @@ def _exec(name: str, opts: list[tuple[str, str | None]], rest: list[Word]) -> Un
 
 
 _HANDLERS = {
-    "env": _env, "timeout": _timeout, "nice": _nice, "ionice": _ionice, "xargs": _xargs,
-    "flock": _flock, "watch": _watch, "command": _command, "exec": _exec,
+    "env": _env,
+    "timeout": _timeout,
+    "nice": _nice,
+    "ionice": _ionice,
+    "xargs": _xargs,
+    "flock": _flock,
+    "watch": _watch,
+    "command": _command,
+    "exec": _exec,
 }
 
 _SHELL_FLAGS = "euxvfCbhn"
 """Shell options that do not change what runs (`-a` would export every assignment,
 `+B` would turn brace expansion off, `-i`/`-l` read start-up files: those ask)."""
-_SAFE_SET_O = frozenset({"errexit", "nounset", "pipefail", "xtrace", "verbose", "noglob", "noclobber"})
+_SAFE_SET_O = frozenset(
+    {"errexit", "nounset", "pipefail", "xtrace", "verbose", "noglob", "noclobber"}
+)
 
 
 def _shell(name: str, args: list[Word]) -> Unwrapped | None:

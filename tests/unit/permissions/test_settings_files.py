@@ -251,7 +251,14 @@ def test_bash_reading_a_denied_file_is_denied(
         ("grep -e .env README.md", "allow"),  # .env is the pattern here
         ("grep .env README.md", "allow"),
         ("grep -r SECRET .", "ask"),  # may read .env below .
-        ("cat *", "ask"),
+        ("cat *", "allow"),  # bash's * never matches a leading dot: not .env
+        ("wc -l *.py sub/*.txt", "allow"),
+        ("cat .*", "ask"),  # .* may be .env
+        ("cat sub/.e*", "ask"),
+        ("cat */.env", "ask"),  # a wildcard in a directory part: the tree it lies under
+        ("cat [.]env", "allow"),  # a class never matches a leading dot; bash reads '[.]env'
+        ("cp -r sub /tmp/x", "ask"),  # copies sub/.env
+        ("cp -t /tmp README.md .env", "deny"),
         ("ls | xargs cat", "ask"),
     ],
 )
@@ -263,8 +270,28 @@ def test_bash_reads_that_may_reach_a_denied_file(
         {
             "permissions": {
                 "deny": ["Read(./.env)"],
-                "allow": ["Bash(cat:*)", "Bash(grep:*)", "Bash(ls:*)", "Bash(xargs:*)"],
+                "allow": [f"Bash({w}:*)" for w in ("cat", "grep", "ls", "xargs", "wc", "cp")],
             }
         },
     )
     assert bash(load_policy(settings, workspace), command) == expected
+
+
+def test_a_glob_operand_is_decided_on_todays_matches(settings: Settings, workspace: Path) -> None:
+    """`cat *.py` cannot name .env, but a match that is a symlink to it reads it."""
+    (workspace / ".env").write_text("SECRET=1\n")
+    (workspace / "app.py").write_text("x\n")
+    write_json(
+        workspace / ".claude/settings.json",
+        {"permissions": {"deny": ["Read(./.env)"], "allow": ["Bash(cat:*)"]}},
+    )
+    pol = load_policy(settings, workspace)
+
+    def decide(command: str) -> Behavior:
+        call = ToolCall(tool_name="Bash", tool_input={"command": command})
+        return evaluate(pol, call, workspace_host=workspace).decision.behavior
+
+    assert decide("cat *.py") == "allow"
+    (workspace / "notes.py").symlink_to(".env")
+    assert decide("cat *.py") == "deny"
+    assert decide("cat .e*") == "deny"  # today's match is .env itself
