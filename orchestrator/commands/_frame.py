@@ -192,7 +192,7 @@ def make_approver(
         wanted = "terminal" in settings.approvers if settings.approvers else True
         terminal = wanted and has_terminal and not settings.non_interactive
     if terminal:
-        hub.add_channel(progress.pausing(TerminalApprover()))
+        hub.add_channel(progress.pausing(TerminalApprover(table=progress.prompt_table())))
     return hub
 
 

@@ -14,9 +14,10 @@ import logging
 import shutil
 import sys
 from collections.abc import Callable
-from typing import Literal, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
+from orchestrator.ui.live_prompt import LivePrompt, PlainPrompt, Prompter, stays_live
 from orchestrator.ui.question_text import (
     DEFAULT_WIDTH,
     chain_text,
@@ -25,6 +26,10 @@ from orchestrator.ui.question_text import (
 )
 from orchestrator.ui.terminal_input import LineReader
 from orchestrator.untrusted_text import as_data
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.text import Text
 
 __all__ = [
     "TerminalApprover",
@@ -52,13 +57,21 @@ class TerminalApprover:
     name = "terminal"
 
     def __init__(
-        self, *, stdin: TextIO | None = None, stdout: TextIO | None = None, user: str | None = None
+        self,
+        *,
+        stdin: TextIO | None = None,
+        stdout: TextIO | None = None,
+        user: str | None = None,
+        table: Callable[[], RenderableType] | None = None,
     ) -> None:
         self._lines = LineReader(stdin or sys.stdin)
         self._out = stdout or sys.stdout
         self._user = user if user is not None else _os_user()
+        self._table = table
+        """The live task table, redrawn under the prompt while it waits (None: none)."""
         self._lock = asyncio.Lock()  # one prompt at a time; other subagents keep running
         self._width = DEFAULT_WIDTH
+        self._prompter: Prompter | None = None
 
     async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
         async with self._lock:
@@ -87,20 +100,41 @@ class TerminalApprover:
         silent deny: the prompt falls back to plain writes, and only when even those
         fail is the call denied, with a reason that says so."""
         try:
-            show_prompt = await asyncio.to_thread(self._show_rich, q)
+            prompter = await asyncio.to_thread(self._show_rich, q)
         except Exception as exc:  # a rendering bug must not cost the user the question
             log.warning("approval panel could not be drawn (%s); asking in plain text", exc)
             try:
-                show_prompt = self._show_plain(q)
+                prompter = self._show_plain(q)
             except Exception as plain_exc:
                 return _display_failed(plain_exc, self._user)
+        self._prompter = prompter
+        try:
+            return await self._answers(q, prompter)
+        finally:
+            self._prompter = None
+            prompter.close()
+
+    async def _read(self, prompter: Prompter, label: Text) -> str | None:
+        """Ask `label`, return the line typed ('' at end of input; None: the display
+        failed)."""
+        try:
+            prompter.ask(label)
+        except Exception as exc:
+            log.error("the approval prompt could not be shown: %r", exc)
+            return None
+        self._lines.prompt_shown()
+        line = await self._lines.readline()
+        prompter.answered(label, line)
+        return line
+
+    async def _answers(self, q: ApprovalQuestion, prompter: Prompter) -> ApprovalAnswer:
+        from rich.text import Text
+
+        choices = Text.assemble(("[a]", "bold"), choices_text(q).removeprefix("[a]"))
         while True:
-            try:
-                show_prompt()
-            except Exception as exc:
-                return _display_failed(exc, self._user)
-            self._lines.prompt_shown()
-            line = await self._lines.readline()
+            line = await self._read(prompter, choices)
+            if line is None:
+                return _display_failed(RuntimeError("prompt"), self._user)
             if not line:
                 return self._answer(behavior="deny", reason="no answer (end of input)")
             choice = line.strip().lower()
@@ -109,22 +143,22 @@ class TerminalApprover:
             if choice in ("s", "session"):
                 return self._answer(behavior="allow", scope="session")
             if choice in ("w", "always") and q.always_rule:
-                self._write(
+                confirm = Text(
                     f"Always allow: add the rule {as_data(q.always_rule)} to "
                     f"{as_data(q.always_file)}? [y/N] "
                 )
-                if (await self._lines.readline()).strip().lower() in ("y", "yes"):
+                if ((await self._read(prompter, confirm)) or "").strip().lower() in ("y", "yes"):
                     return self._answer(behavior="allow", scope="always")
                 continue
             if choice in ("v", "view"):
-                self._write(render_full_input(q, self._width) + "\n")
+                prompter.write(render_full_input(q, self._width) + "\n")
                 continue
             if choice in ("d", "deny"):
-                self._write("Reason (told to the agent): ")
-                reason = (await self._lines.readline()).strip() or "denied by the user"
-                return self._answer(behavior="deny", reason=reason)
+                asked = Text("Reason (told to the agent): ")
+                reason = ((await self._read(prompter, asked)) or "").strip()
+                return self._answer(behavior="deny", reason=reason or "denied by the user")
 
-    def _show_rich(self, q: ApprovalQuestion) -> Callable[[], None]:
+    def _show_rich(self, q: ApprovalQuestion) -> Prompter:
         from rich.console import Console
         from rich.panel import Panel
         from rich.text import Text
@@ -134,13 +168,14 @@ class TerminalApprover:
         # Text, never a markup string: the question carries container text. Lines are
         # already wrapped to fit, so the panel never wraps agent text off its quote bar.
         console.print(Panel(Text(render_question(q, self._width)), title="warden: approval needed"))
-        choices = Text.assemble(("[a]", "bold"), choices_text(q).removeprefix("[a]"))
-        return lambda: console.print(choices, end="")
+        if self._table is not None and stays_live(self._out, self._lines):
+            return LivePrompt(console, self._lines, self._table)
+        return PlainPrompt(self._out, console)
 
-    def _show_plain(self, q: ApprovalQuestion) -> Callable[[], None]:
+    def _show_plain(self, q: ApprovalQuestion) -> Prompter:
         self._width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
         self._write(f"warden: approval needed\n{render_question(q, self._width)}\n")
-        return lambda: self._write(choices_text(q))
+        return PlainPrompt(self._out, None)
 
     def _write(self, text: str) -> None:
         self._out.write(text)
@@ -149,7 +184,10 @@ class TerminalApprover:
     def note(self, text: str) -> None:
         """A line around the prompt (queue length, the answer given); never fails."""
         try:
-            self._write(text + "\n")
+            if self._prompter is not None:  # above the live prompt, which holds the line
+                self._prompter.write(text.lstrip("\n") + "\n")
+            else:
+                self._write(text + "\n")
         except Exception:
             log.warning("could not write to the terminal: %s", text)
 

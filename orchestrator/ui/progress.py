@@ -15,6 +15,7 @@ import contextlib
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
@@ -102,6 +103,11 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.pause()
+
+    def prompt_table(self) -> Callable[[], RenderableType] | None:
+        """The task table for the approval prompt to keep drawing under itself while
+        it waits (None when this display draws no table: JSON, no terminal)."""
+        return self._table if self.console is not None else None
 
     def pausing(self, approver: Approver) -> Approver:
         """Wrap an approver so the live table stops redrawing while it asks."""

@@ -4,9 +4,11 @@ chain with its ancestors, the run and the asking task's description (container t
 printed inert, never as markup or escapes); when questions queue it says how many
 wait; each answer is echoed; "allow for the rest of this run" says what it covers and
 is honoured without asking again; "always allow" shows the exact rule and its file
-before anything is written, then writes exactly that rule; and the live display
-leaves no duplicated fragment on the final screen (rendered by a terminal emulator,
-so cursor movement and erasing count as a terminal does them)."""
+before anything is written, then writes exactly that rule; while a question waits the
+task table stays on screen under the prompt and keeps redrawing, with what is typed
+shown on the prompt line; and the live display leaves no duplicated fragment on the
+final screen (rendered by a terminal emulator, so cursor movement and erasing count
+as a terminal does them)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import json
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -90,39 +91,61 @@ def _requested(state: Path) -> int:
 
 
 class _Person:
-    """Reads the terminal and answers each question by the command it shows."""
+    """Reads the terminal as a terminal draws it and answers each question by the
+    command it shows, once the prompt (and the live table under it) is on screen."""
 
     def __init__(self, state: Path, settings_file: Path) -> None:
         self.state, self.settings_file = state, settings_file
         self.fd = -1
         self.out = b""
+        self.screen = pyte.Screen(COLUMNS, LINES)
+        self.stream = pyte.ByteStream(self.screen)
         self.answered: list[bytes] = []
         self.pending: list[bytes] = []
-        self.follow_ups_seen = 0
+        self.follow_up_after = 0
         self.rule_file_before_confirm: bool | None = None
+        self.first_prompt_frames: list[list[str]] = []
+        """The screens seen while the first question waited, prompt and table both up."""
 
     def feed(self, fd: int, chunk: bytes) -> None:
         self.fd = fd
         self.out += chunk
-        while self.out.count(PROMPT_END) > len(self.answered):
-            if not self.answered:  # let the others queue up behind the first question
-                deadline = time.monotonic() + 90
-                while _requested(self.state) < QUESTIONS_BEFORE_FIRST_ANSWER:
-                    assert time.monotonic() < deadline, "the questions never queued up"
-                    time.sleep(0.2)
-            prompt = self.out[self.out.rfind(b"approval needed") :]
-            command = next((c for c in ANSWERS if c in prompt), None)
-            assert command is not None, prompt[-2000:]
-            choice, *self.pending = ANSWERS[command]
-            self.answered.append(command)
-            self._type(choice)
-        follow_ups = sum(self.out.count(f) for f in FOLLOW_UPS)
-        while self.pending and follow_ups > self.follow_ups_seen:
-            self.follow_ups_seen += 1
-            answer = self.pending.pop(0)
-            if answer == b"y":  # the rule is on the screen: nothing may be written yet
-                self.rule_file_before_confirm = self.settings_file.exists()
-            self._type(answer)
+        self.stream.feed(chunk)
+        if self.pending:  # a follow-up question ("[y/N]", "Reason") is awaited
+            if any(f in self.out[self.follow_up_after :] for f in FOLLOW_UPS):
+                answer = self.pending.pop(0)
+                if answer == b"y":  # the rule is on the screen: nothing may be written yet
+                    self.rule_file_before_confirm = self.settings_file.exists()
+                self._type(answer)
+            return
+        asked = self.out.count(b"approval needed") > len(self.answered)
+        if not asked or PROMPT_END not in self.out[self.out.rfind(b"approval needed") :]:
+            return
+        if not self._live_prompt():
+            return
+        if not self.answered:  # let the others queue up behind the first question
+            frame = [line.rstrip() for line in self.screen.display]
+            if frame not in self.first_prompt_frames:
+                self.first_prompt_frames.append(frame)
+            if len(self.first_prompt_frames) < 2 or _requested(self.state) < (
+                QUESTIONS_BEFORE_FIRST_ANSWER
+            ):
+                return
+        # The question's panel only: the table under the prompt names commands too.
+        start = self.out.rfind(b"approval needed")
+        prompt = self.out[start : self.out.find(PROMPT_END, start)]
+        command = next((c for c in ANSWERS if c in prompt), None)
+        assert command is not None, prompt[-2000:]
+        choice, *self.pending = ANSWERS[command]
+        self.answered.append(command)
+        self.follow_up_after = len(self.out)
+        self._type(choice)
+
+    def _live_prompt(self) -> bool:
+        """The choices line is on screen with the task table drawn under it."""
+        display = [line.rstrip() for line in self.screen.display]
+        at = next((i for i, line in enumerate(display) if PROMPT_END.decode() in line), None)
+        return at is not None and any(line.strip() == "subagents" for line in display[at:])
 
     def _type(self, answer: bytes) -> None:
         os.write(self.fd, answer + b"\n")
@@ -165,9 +188,7 @@ def test_a_person_answers_queued_nested_questions_on_a_terminal(
 
     # The chain names the run, the parent agent and every ancestor of the asker, one
     # quoted line each with its description, the asker last.
-    assert set(re.findall(r"chain \(run (run_\w+)\): parent agent →", shown)) == {
-        _run_id(state)
-    }
+    assert set(re.findall(r"chain \(run (run_\w+)\): parent agent →", shown)) == {_run_id(state)}
     hops = [line.strip("│ ") for line in screen if re.match(r"│\s+│ sa_", line)]
     assert any(re.fullmatch(r"sa_\w+ \(general-purpose\): lead →", h) for h in hops), hops
     nested = r"sa_\w+ \(bash\): ask one \[bold\]x\[/bold\] \\x1b\[31mred ← asks"
@@ -201,6 +222,19 @@ def test_a_person_answers_queued_nested_questions_on_a_terminal(
     assert person.rule_file_before_confirm is False
     assert f"warden: always allowed (rule {rule} for {settings_file})" in shown
     assert json.loads(settings_file.read_text()) == {"permissions": {"allow": [rule]}}
+
+    # While a question waits, the task table stays on screen under the prompt and keeps
+    # redrawing (its elapsed times move); what is typed shows on the prompt line.
+    frames = person.first_prompt_frames
+    assert len(frames) >= 2, frames
+    for frame in frames:
+        at = next(i for i, line in enumerate(frame) if PROMPT_END.decode() in line)
+        below = frame[at:]
+        assert any(line.strip() == "subagents" for line in below), frame
+        rows = [line for line in below if re.search(r"\bsa_[0-9a-f]{6,}\b.*│.*running", line)]
+        assert len(rows) >= 3, "\n".join(frame)
+    assert re.search(r"\[d\]eny > a$", shown, re.M), shown[-3000:]
+    assert "Reason (told to the agent): not that one" in shown
 
     # The live table left nothing behind: each task is one row, of the summary.
     assert not any(line.strip() == "subagents" for line in screen)
