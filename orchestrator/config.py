@@ -28,6 +28,15 @@ DEFAULT_DISK_FREE_FLOOR_BYTES = 1024**3
 DEFAULT_DISK_FREE_INODES = 10_000
 """Least free inodes (files, directories, links) the workspace's file system must keep
 while a sandbox runs: millions of empty files use no bytes, yet exhaust it all the same."""
+DEFAULT_BUILD_PIDS = 1024
+"""Most processes of all a dev container build's steps at once (`images.buildbox`)."""
+DEFAULT_BUILD_MEMORY_BYTES = 2 * 1024**3
+"""Memory of all a dev container build's steps together, no swap."""
+DEFAULT_BUILD_DEADLINE_S = 900.0
+"""Wall-clock time of a whole dev container build."""
+BUILD_PIDS_VARIABLE = "WARDEN_BUILD_PIDS_LIMIT"
+BUILD_MEMORY_VARIABLE = "WARDEN_BUILD_MEMORY"
+BUILD_DEADLINE_VARIABLE = "WARDEN_BUILD_DEADLINE_S"
 DEFAULT_MODEL = "claude-sonnet-5"
 """The parent's model (and its subagents') unless `--model` or an agent file says otherwise."""
 DEFAULT_MODEL_ALIASES: dict[str, str] = {
@@ -110,6 +119,8 @@ _NUMBERS = {
     "WARDEN_WARM_POOL_MIN": "warm_pool_min",
     "WARDEN_WARM_POOL_MAX": "warm_pool_max",
     "WARDEN_WARM_POOL_IDLE_S": "warm_pool_idle_s",
+    BUILD_PIDS_VARIABLE: "build_pids_limit",
+    BUILD_DEADLINE_VARIABLE: "build_deadline_s",
 }
 """Numeric settings read from the environment: variable -> field."""
 
@@ -159,6 +170,13 @@ class Settings(BaseModel):
     claude_dir: Path = Field(default_factory=lambda: Path.home() / ".claude")
     """Claude Code's user directory (`CLAUDE_CONFIG_DIR`, as Claude Code reads it):
     `settings.json` and `agents/`."""
+    build_pids_limit: int = Field(default=DEFAULT_BUILD_PIDS, ge=0)
+    """Most processes of a dev container build's steps together (WARDEN_BUILD_PIDS_LIMIT;
+    0: none)."""
+    build_memory: int = Field(default=DEFAULT_BUILD_MEMORY_BYTES, gt=6 * 1024 * 1024)
+    """Memory of a dev container build's steps together (WARDEN_BUILD_MEMORY, e.g. `2g`)."""
+    build_deadline_s: float = Field(default=DEFAULT_BUILD_DEADLINE_S, gt=0)
+    """Wall-clock time of a whole dev container build (WARDEN_BUILD_DEADLINE_S)."""
     devcontainer: bool = True
     """Run subagents in the workspace's dev container when it has one
     (WARDEN_DEVCONTAINER=0 turns it off by default; `--devcontainer` /
@@ -271,6 +289,8 @@ class Settings(BaseModel):
                     "give a whole number such as 10000 (0: no floor)"
                 )
             values["disk_free_inodes"] = int(inodes)
+        if env.get(BUILD_MEMORY_VARIABLE, "").strip():
+            values["build_memory"] = parse_size(env[BUILD_MEMORY_VARIABLE], BUILD_MEMORY_VARIABLE)
         if env.get("WARDEN_DEVCONTAINER", "").strip():
             values["devcontainer"] = env["WARDEN_DEVCONTAINER"].strip().lower() not in {
                 "0",

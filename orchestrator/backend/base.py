@@ -16,7 +16,13 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator import labels as _labels
+from orchestrator.config import BUILD_DEADLINE_VARIABLE as BUILD_DEADLINE_VARIABLE
+from orchestrator.config import BUILD_MEMORY_VARIABLE as BUILD_MEMORY_VARIABLE
+from orchestrator.config import BUILD_PIDS_VARIABLE as BUILD_PIDS_VARIABLE
 from orchestrator.config import (
+    DEFAULT_BUILD_DEADLINE_S,
+    DEFAULT_BUILD_MEMORY_BYTES,
+    DEFAULT_BUILD_PIDS,
     DEFAULT_DISK_FREE_FLOOR_BYTES,
     DEFAULT_DISK_FREE_INODES,
     DEFAULT_DISK_WRITE_BYTES,
@@ -73,6 +79,29 @@ class DiskLimits(_Closed):
             write_limit_bytes=settings.disk_write_limit if write_limit is None else write_limit,
             free_floor_bytes=settings.disk_free_floor if free_floor is None else free_floor,
             free_inode_floor=settings.disk_free_inodes,
+        )
+
+
+class BuildLimits(_Closed):
+    """Limits of one image build from a workspace Dockerfile (a dev container), all
+    of its steps together; enforced by `images.buildbox`. Crossing one fails the
+    build with an error naming it and its variable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pids: int = Field(default=DEFAULT_BUILD_PIDS, ge=0)
+    """Most processes of all build steps at once (WARDEN_BUILD_PIDS_LIMIT; 0: none)."""
+    memory_bytes: int = Field(default=DEFAULT_BUILD_MEMORY_BYTES, gt=6 * 1024 * 1024)
+    """Memory of all build steps together, no swap (WARDEN_BUILD_MEMORY)."""
+    deadline_s: float = Field(default=DEFAULT_BUILD_DEADLINE_S, gt=0)
+    """Wall-clock time of the whole build (WARDEN_BUILD_DEADLINE_S)."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> BuildLimits:
+        return cls(
+            pids=settings.build_pids_limit,
+            memory_bytes=settings.build_memory,
+            deadline_s=settings.build_deadline_s,
         )
 
 

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
     from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec
     from orchestrator.config import Settings
+    from orchestrator.images.buildbox import BuildEgress
     from orchestrator.images.choice import SandboxImage
 
 DEFAULT_IMAGE = "bash"
@@ -293,7 +295,9 @@ def _run(
     )
     egress = None
     try:
-        chosen = _resolve_image(client, settings, workspace or Path.cwd(), *image)
+        chosen = _resolve_image(
+            client, settings, workspace or Path.cwd(), *image, user=user, egress=egress_flags
+        )
         try:
             spec = SandboxSpec(
                 image=chosen.ref,
@@ -436,13 +440,28 @@ def _resolve_image(
     workspace: Path,
     image: str | None,
     devcontainer: bool | None,
+    *,
+    user: str | None,
+    egress: EgressFlags | None,
 ) -> SandboxImage:
     """The command's image by `warden run`'s precedence without the agent file
     (`--image` > the dev container > `bash`); `agent`/`bash` → the current
     content-addressed tag; any other name must be a local Linux image of this
-    architecture (checked before the container starts)."""
+    architecture (checked before the container starts). A dev container build
+    reaches the network only through the command's own egress rules."""
     from orchestrator.images.choice import SandboxImages
     from orchestrator.runtime.run_images import command_image
+
+    def build_egress() -> AbstractContextManager[BuildEgress | None]:
+        from orchestrator.egress.oneoff import identity_for
+        from orchestrator.egress.sources import exec_rules
+        from orchestrator.runtime.run_images import oneoff_build_egress
+
+        if egress is None:
+            return nullcontext()
+        identity = identity_for(workspace.resolve(), user, settings.fallback_uid)
+        rules = exec_rules(settings, egress.allow_domains, egress.deny_domains)
+        return oneoff_build_egress(rules, egress.limits, identity)
 
     name = command_image(
         client,
@@ -452,6 +471,7 @@ def _resolve_image(
         devcontainer=devcontainer,
         default=DEFAULT_IMAGE,
         progress=lambda line: click.echo(f"warden: {line}", err=True),
+        build_egress=build_egress,
     )
     return SandboxImages(client, settings.state_dir).get(name, runner=False)
 

@@ -22,7 +22,9 @@ from orchestrator.broker.listener import SandboxIdentity, make_socket_dir
 from orchestrator.config import Settings
 from orchestrator.egress.background import BackgroundEgress, OneOffTask
 from orchestrator.egress.flags import EgressFlags
+from orchestrator.egress.limits import EgressLimits
 from orchestrator.egress.resolver import Resolver
+from orchestrator.egress.rules import RuleSet
 from orchestrator.egress.service import EgressService
 from orchestrator.egress.sources import exec_rules
 from orchestrator.untrusted_text import printable
@@ -94,15 +96,36 @@ def start_exec_egress(
         sys.stderr.write(f"warden: egress: {printable(note, 300)}\n")
     workspace = (spec.workspace or Path.cwd()).resolve()
     identity = identity_for(workspace, spec.user, settings.fallback_uid)
+    return start_oneoff_egress(
+        rules,
+        flags.limits,
+        identity,
+        socket_root=socket_root,
+        resolver=resolver,
+        task_id=f"exec-{os.getpid()}",
+    )
+
+
+def start_oneoff_egress(
+    rules: RuleSet,
+    limits: EgressLimits,
+    identity: SandboxIdentity,
+    *,
+    socket_root: Path,
+    resolver: Resolver | None = None,
+    task_id: str,
+) -> ExecEgress:
+    """A proxy with `rules` and no one to ask (what is not allowed is refused), for
+    one command or one image build running as `identity`."""
     service = EgressService(
         rules=rules,
         mode="dontAsk",
-        limits=flags.limits,
+        limits=limits,
         resolver=resolver or Resolver(),
         sandbox_uid=identity.uid,
     )
     socket_dir = make_socket_dir(identity, socket_root)
-    background = BackgroundEgress(service, OneOffTask(task_id=f"exec-{os.getpid()}"), socket_dir)
+    background = BackgroundEgress(service, OneOffTask(task_id=task_id), socket_dir)
     try:
         background.start()
     except BaseException:

@@ -1,21 +1,25 @@
-"""Building a dev container's Dockerfile: offline, checked first, cached by
-content hash.
+"""Building a dev container's Dockerfile: offline, checked first, bounded,
+cached by content hash.
 
 The Dockerfile and its context come from the workspace, which subagents write,
 so the build is treated as hostile input run on the host's engine:
 
-- no network: `network_mode="none"` for every RUN, and the Dockerfile is refused
-  before the build when the engine itself would reach out: `ADD` of a URL or git
-  repository, a `FROM` or `COPY --from` image that is not present locally (the
-  engine would pull it; warden never pulls);
+- no network: every step runs in the network namespace of the build's holder
+  (`images.buildbox`: only `lo`), unless the run's egress grants domains, and
+  then only through warden's egress proxy with the run's rules; the Dockerfile is
+  refused before the build when the engine itself would reach out: `ADD` of a URL
+  or git repository, a `FROM` or `COPY --from` image that is not present locally
+  (the engine would pull it; warden never pulls);
 - no host paths: the context is a tar warden makes of the context directory
   (honouring `.dockerignore`); links in it stay links, never followed, and the
   classic builder has no RUN mounts;
-- bounded: memory of each build step (`BUILD_MEMORY_BYTES`), a build timeout,
-  the context size (`MAX_CONTEXT_BYTES`).
+- bounded (`BuildLimits`): the processes and memory of all steps together, a
+  total deadline, the context size (`MAX_CONTEXT_BYTES`). A build that crosses a
+  limit fails with an error naming it and its variable, and leaves nothing: its
+  step containers and the images its steps made are removed.
 Build steps run as the engine runs them (root in the build container, default
-capabilities, no network); the image that comes out runs with warden's full
-hardening like any other.
+capabilities); the image that comes out runs with warden's full hardening like
+any other.
 
 The tag is `warden-devcontainer:<hash12>` of the context's files (paths, modes,
 link targets, contents), the Dockerfile path, build args and target, so a second
@@ -25,17 +29,21 @@ run with the same files builds nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import tarfile
 import tempfile
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext, suppress
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from orchestrator import __version__
+from orchestrator.backend.base import BuildLimits
 from orchestrator.errors import ConfigError, ImageBuildError
 from orchestrator.images.base import image_id
+from orchestrator.images.buildbox import BuildBox, BuildEgress, BuildLimitError
 from orchestrator.images.devcontainer import DevContainer
 from orchestrator.images.hashing import HASH_LENGTH, LABEL_CONTENT_HASH, LABEL_KIND, LABEL_VERSION
 from orchestrator.untrusted_text import printable
@@ -44,27 +52,33 @@ if TYPE_CHECKING:
     from docker import DockerClient
 
 Log = Callable[[str], None]
+EgressFactory = Callable[[], AbstractContextManager[BuildEgress | None]]
+"""Starts the egress a build may use (None inside: the run grants none)."""
 
 REPOSITORY = "warden-devcontainer"
 LABEL_SOURCE = "warden.devcontainer"
 RECIPE = "devcontainer-build 1"
 MAX_CONTEXT_BYTES = 512 * 1024 * 1024
 """Largest build context (as a tar) sent to the engine."""
-BUILD_MEMORY_BYTES = 2 * 1024**3
-"""Memory (and swap) of each build step's container."""
-BUILD_TIMEOUT_S = 900
-"""Longest silence tolerated from the engine during the build."""
 ERROR_CONTEXT_LINES = 30
 LOG_LINE_CHARS = 300
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^git@")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
-def devcontainer_image(client: DockerClient, dev: DevContainer, log: Log) -> str:
+def devcontainer_image(
+    client: DockerClient,
+    dev: DevContainer,
+    log: Log,
+    *,
+    limits: BuildLimits | None = None,
+    egress: EgressFactory | None = None,
+) -> str:
     """The image the dev container runs: the image it names (which must exist
-    locally; checked when it is resolved), or its Dockerfile built (or found
-    already built). Raises ConfigError for a Dockerfile warden refuses to build,
-    ImageBuildError when the build fails."""
+    locally; checked when it is resolved), or its Dockerfile built within `limits`
+    (or found already built), with the network `egress` starts, if any. Raises
+    ConfigError for a Dockerfile warden refuses to build, ImageBuildError when the
+    build fails (BuildLimitError when it crossed a limit)."""
     if dev.dockerfile is None:
         if dev.image is None:
             raise ConfigError(f"{dev.relative} names neither an image nor a Dockerfile")
@@ -80,9 +94,12 @@ def devcontainer_image(client: DockerClient, dev: DevContainer, log: Log) -> str
         check_dockerfile(
             client, dev.dockerfile.read_text(errors="replace"), dict(dev.args), dev.relative
         )
-        log(f"dev container: building {tag} from {dev.relative} (no network)")
         context.seek(0)
-        _build(client, dev, context, dockerfile, tag, digest, log)
+        with (egress or nullcontext)() as network:
+            where = "egress through warden's proxy" if network else "no network"
+            log(f"dev container: building {tag} from {dev.relative} ({where})")
+            _build(client, dev, context, dockerfile, tag, digest, log, limits or BuildLimits(),
+                   network)  # fmt: skip
     return tag
 
 
@@ -209,44 +226,105 @@ def _build(
     tag: str,
     digest: str,
     log: Log,
+    limits: BuildLimits,
+    egress: BuildEgress | None,
 ) -> None:
-    recent: deque[str] = deque(maxlen=ERROR_CONTEXT_LINES)
-    stream = client.api.build(
-        fileobj=context,
-        custom_context=True,
-        dockerfile=dockerfile,
-        tag=tag,
-        buildargs=dict(dev.args),
-        target=dev.target,
-        labels={
+    from orchestrator.images import resolve_image
+
+    params: dict[str, Any] = {
+        "t": tag,
+        "dockerfile": dockerfile,
+        "buildargs": dict(dev.args),
+        "labels": json.dumps({
             LABEL_KIND: "devcontainer",
             LABEL_CONTENT_HASH: digest,
             LABEL_VERSION: __version__,
             LABEL_SOURCE: dev.relative,
-        },
-        network_mode="none",
-        pull=False,
-        rm=True,
-        forcerm=True,
-        container_limits={"memory": BUILD_MEMORY_BYTES, "memswap": BUILD_MEMORY_BYTES},
-        decode=True,
-        timeout=BUILD_TIMEOUT_S,
-    )
-    for chunk in stream:
-        if "error" in chunk:
-            error = printable(str(chunk["error"]), LOG_LINE_CHARS)
-            raise ImageBuildError(
-                f"building the dev container {dev.relative} failed: {error}\nlast build "
-                "output:\n" + "\n".join(recent) + "\nfix its Dockerfile, or run with "
-                "--no-devcontainer"
-            )
-        for line in str(chunk.get("stream", "")).splitlines():
-            if line.strip():
-                shown = printable(line.rstrip(), LOG_LINE_CHARS)
-                recent.append(shown)
-                log(f"  {shown}")
+        }),
+        "pull": False,
+        "rm": True,
+        "forcerm": True,
+    }  # fmt: skip
+    if dev.target:
+        params["target"] = dev.target
+    output = BuildOutput(log)
+    failure: str | None = None
+    holder = resolve_image(client, "bash")
+    with BuildBox(client, limits, holder_image=holder, egress=egress) as box:
+        try:
+            for chunk in box.build(context, params):
+                if "error" in chunk:
+                    failure = printable(str(chunk["error"]), LOG_LINE_CHARS)
+                    break
+                output.add(str(chunk.get("stream", "")))
+            crossed = box.crossed or box.pids_reached()
+            if crossed is None and failure is not None:
+                crossed = box.memory_reached()
+        except BaseException:
+            _remove_images(client, output.created, tag)
+            raise
+    if crossed is not None or failure is not None:
+        _remove_images(client, output.created, tag)
+    if crossed is not None:
+        raise BuildLimitError(
+            f"building the dev container {dev.relative} stopped: {crossed}\nlast build "
+            "output:\n" + "\n".join(output.recent) + "\nnothing of the build was kept; "
+            "or run with --no-devcontainer"
+        )
+    if failure is not None:
+        raise ImageBuildError(
+            f"building the dev container {dev.relative} failed: {failure}\nlast build "
+            "output:\n" + "\n".join(output.recent) + "\nfix its Dockerfile, or run with "
+            "--no-devcontainer"
+        )
     if image_id(client, tag) is None:
         raise ImageBuildError(
             f"the engine reported no error but {tag} does not exist; last build output:\n"
-            + "\n".join(recent)
+            + "\n".join(output.recent)
         )
+
+
+class BuildOutput:
+    """The classic builder's output: shown (plain text), its last lines kept for an
+    error, and the ids of the images this build's steps made (not the base images
+    of `FROM`, not cache hits), so a failed build can remove them."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.recent: deque[str] = deque(maxlen=ERROR_CONTEXT_LINES)
+        self.created: list[str] = []
+        self._step = ""
+        self._cached = False
+
+    def add(self, text: str) -> None:
+        for line in _COLOURS.sub("", text).splitlines():
+            if not line.strip():
+                continue
+            shown = printable(line.rstrip(), LOG_LINE_CHARS)
+            self.recent.append(shown)
+            self.log(f"  {shown}")
+            if _STEP.match(line):
+                self._step, self._cached = line, False
+            elif line.strip() == "---> Using cache":
+                self._cached = True
+            elif (made := _RESULT.match(line)) and not (
+                self._cached or _FROM_STEP.match(self._step)
+            ):
+                self.created.append(made.group(1))
+
+
+_COLOURS = re.compile("\x1b\\[(?:91|0)m")
+"""The classic builder's red around a step's stderr."""
+_STEP = re.compile(r"^Step \d+/\d+ : ")
+_FROM_STEP = re.compile(r"^Step \d+/\d+ : FROM\s", re.IGNORECASE)
+_RESULT = re.compile(r"^ ---> ([0-9a-f]{12,64})$")
+
+
+def _remove_images(client: DockerClient, created: list[str], tag: str) -> None:
+    """Remove what a failed build made: its tag (when the engine got that far) and
+    its steps' images, newest first (each is the parent of the next)."""
+    from docker.errors import APIError
+
+    for ref in [tag, *reversed(created)]:
+        with suppress(APIError):  # not made, or already gone
+            client.images.remove(ref, noprune=True)

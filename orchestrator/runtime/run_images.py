@@ -8,10 +8,12 @@ Imports of `agents` are deferred: `warden exec` uses this module and stays light
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.backend.base import BuildLimits
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
 from orchestrator.images.choice import SandboxImage, SandboxImages
@@ -21,7 +23,15 @@ if TYPE_CHECKING:
 
     from orchestrator.agents.definition import AgentDefinition
     from orchestrator.agents.images import RunImages
+    from orchestrator.broker.listener import SandboxIdentity
+    from orchestrator.egress.limits import EgressLimits
+    from orchestrator.egress.resolver import Resolver
+    from orchestrator.egress.rules import RuleSet
+    from orchestrator.egress.setup import EgressRequest
+    from orchestrator.images.buildbox import BuildEgress
+    from orchestrator.images.devbuild import EgressFactory
     from orchestrator.images.devcontainer import DevContainer
+    from orchestrator.permissions import EffectivePolicy
 
 log = logging.getLogger("warden.images")
 
@@ -122,15 +132,22 @@ def prepare_run_images(
     image: str | None = None,
     bash_image: str | None = None,
     devcontainer: bool | None = None,
+    build_egress: EgressFactory | None = None,
 ) -> RunImageResolver:
-    """Build the dev container if needed and check every run-level image now, so an
-    unusable one stops the run before any sandbox starts. Raises ImageNotFoundError,
-    UnsupportedImageError, ConfigError, ImageBuildError (each naming the fix)."""
+    """Build the dev container if needed (within the settings' `BuildLimits`, with the
+    network `build_egress` gives, none by default) and check every run-level image
+    now, so an unusable one stops the run before any sandbox starts. Raises
+    ImageNotFoundError, UnsupportedImageError, ConfigError, ImageBuildError (each
+    naming the fix)."""
     from orchestrator.agents.images import RunImages
     from orchestrator.images.devbuild import devcontainer_image
 
     found = dev_container_of(settings, workspace, image=image, devcontainer=devcontainer)
-    dev_tag = devcontainer_image(client, found, log.info) if found is not None else None
+    dev_tag = None
+    if found is not None:
+        dev_tag = devcontainer_image(
+            client, found, log.info, limits=BuildLimits.from_settings(settings), egress=build_egress
+        )
     run = RunImages(
         image=image,
         devcontainer=dev_tag,
@@ -153,13 +170,14 @@ def command_image(
     devcontainer: bool | None,
     default: str,
     progress: Callable[[str], None] = log.info,
+    build_egress: EgressFactory | None = None,
 ) -> str:
     """The image of a one-off command (`warden exec`) by the run's precedence without
     the agent file: `--image`, else the workspace's dev container (built if needed;
     used by default only in a trusted workspace, as for `warden run`), else
     `default`. Nothing is imported or read beyond two `stat`s when the workspace has
-    no dev container. A build's output goes to `progress`. Raises ConfigError,
-    ImageBuildError."""
+    no dev container. A build's output goes to `progress`; it runs as
+    `prepare_run_images` runs one. Raises ConfigError, ImageBuildError."""
     from orchestrator.images.devcontainer import CONFIG_PATHS
 
     if image is not None or devcontainer is False:
@@ -176,4 +194,64 @@ def command_image(
         return default
     from orchestrator.images.devbuild import devcontainer_image
 
-    return devcontainer_image(client, found, progress)
+    return devcontainer_image(
+        client, found, progress, limits=BuildLimits.from_settings(settings), egress=build_egress
+    )
+
+
+@contextmanager
+def oneoff_build_egress(
+    rules: RuleSet,
+    limits: EgressLimits,
+    identity: SandboxIdentity,
+    resolver: Resolver | None = None,
+) -> Iterator[BuildEgress | None]:
+    """Egress for a dev container build: a proxy with the run's (or the command's)
+    domain rules and no one to ask, since a build cannot wait for an answer (what
+    is not allowed is refused, and reported on stderr when it closes). None when no
+    rule allows a domain: the build has no network."""
+    from orchestrator.egress.oneoff import start_oneoff_egress
+    from orchestrator.images.buildbox import BuildEgress
+    from orchestrator.lifecycle.socket_dirs import socket_root
+
+    if not rules.any_allow:
+        yield None
+        return
+    proxy = start_oneoff_egress(
+        rules, limits, identity, socket_root=socket_root(), resolver=resolver, task_id="devbuild"
+    )
+    try:
+        yield BuildEgress(proxy.socket_dir, proxy.user)
+    finally:
+        proxy.close()
+
+
+def run_build_egress(
+    settings: Settings,
+    workspace: Path,
+    request: EgressRequest,
+    policy: EffectivePolicy,
+    *,
+    policy_file: str | None,
+    identity: SandboxIdentity,
+    trusted: bool,
+) -> EgressFactory:
+    """What a run's dev container build may reach: the run's own domain rules
+    (`egress.sources.load_rules`, read only when a build starts; an untrusted
+    workspace's allowed domains do not count), no questions."""
+
+    def start() -> AbstractContextManager[BuildEgress | None]:
+        from orchestrator.egress.sources import load_rules
+
+        rules = load_rules(
+            settings,
+            workspace,
+            policy,
+            allow_domains=request.allow_domains,
+            deny_domains=request.deny_domains,
+            policy_file=policy_file,
+            trusted=trusted,
+        )
+        return oneoff_build_egress(rules, request.limits, identity, request.resolver)
+
+    return start

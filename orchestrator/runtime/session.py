@@ -137,7 +137,11 @@ async def open_run(
     from orchestrator.backend.connect import connect, pool_size
     from orchestrator.backend.factory import guarded, make_backend
     from orchestrator.broker.upstream import model_client
-    from orchestrator.runtime.run_images import prepare_run_images, untrusted_devcontainer
+    from orchestrator.runtime.run_images import (
+        prepare_run_images,
+        run_build_egress,
+        untrusted_devcontainer,
+    )
     from orchestrator.store import Store
 
     workspace = check_workspace(workspace)
@@ -176,7 +180,21 @@ async def open_run(
         if devcontainer is None and not trusted:
             devcontainer = untrusted_devcontainer(workspace)
         # Images first: an unusable one (or a dev container that does not build)
-        # stops the run before it is recorded or any sandbox starts.
+        # stops the run before it is recorded or any sandbox starts. A build reaches
+        # the network only through the run's egress rules.
+        build_egress = run_build_egress(
+            settings,
+            workspace,
+            egress or EgressRequest(),
+            gate_policy
+            if gate is None
+            else gate.policy
+            if isinstance(gate, PolicyGate)
+            else EffectivePolicy(mode="dontAsk"),
+            policy_file=policy,
+            identity=sandbox_identity(workspace, config.fallback_uid, config.user),
+            trusted=trusted,
+        )
         image_for = await asyncio.to_thread(
             partial(
                 prepare_run_images,
@@ -186,6 +204,7 @@ async def open_run(
                 image=image,
                 bash_image=bash_image,
                 devcontainer=devcontainer,
+                build_egress=build_egress,
             )
         )
         # One backend for every sandbox of the run (tasks, warm pool, hook sandboxes),

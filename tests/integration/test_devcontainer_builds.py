@@ -1,0 +1,142 @@
+"""A dev container's Dockerfile is hostile input the engine runs, so its build is
+bounded: the processes and memory of all its steps together and a total deadline;
+crossing one fails the build with an error naming the limit and its variable,
+and leaves no step container, holder or half-built image behind. Its steps have
+no network unless the run's egress grants domains, and then only through
+warden's proxy with the run's rules. Real engine, real builds, kept short."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.backend.base import BuildLimits
+from orchestrator.config import Settings
+from orchestrator.images.buildbox import BuildLimitError
+from tests.integration.harness import scripted_run
+from tests.integration.project_fixtures import cc_image, engine
+from tests.integration.test_project_images import delegate, dev_container
+
+pytestmark = pytest.mark.integration
+__all__ = ["cc_image", "engine"]
+
+MARK = "warden-test.build"
+
+
+def dockerfile(base: str, marker: str, *steps: str) -> str:
+    """A Dockerfile whose images (and so its step containers) all carry `marker`:
+    the label is the first instruction, so a test can find whatever the build made."""
+    return "\n".join([f"FROM {base}", f"LABEL {MARK}={marker}", "USER 0", *steps, ""])
+
+
+def left_behind(engine: Any, marker: str) -> list[str]:
+    """Everything of a build still on the engine: its images, step containers and
+    warden's holder containers."""
+    found = [f"image {i.id}" for i in engine.images.list(all=True, filters={"label": f"{MARK}={marker}"})]
+    found += [f"container {c.name}" for c in engine.containers.list(all=True, filters={"label": f"{MARK}={marker}"})]
+    found += [f"holder {c.name}" for c in engine.containers.list(all=True, filters={"label": "warden.images=build"})]
+    return found  # fmt: skip
+
+
+def build(engine: Any, settings: Settings, workspace: Path, text: str, **limits: Any) -> str:
+    from orchestrator.runtime.run_images import prepare_run_images
+
+    dev_container(workspace, {"build": {"dockerfile": "Dockerfile"}}, text)
+    chosen = BuildLimits(**limits)
+    bounded = settings.model_copy(update={
+        "build_pids_limit": chosen.pids, "build_memory": chosen.memory_bytes,
+        "build_deadline_s": chosen.deadline_s,
+    })  # fmt: skip
+    resolver = prepare_run_images(engine, bounded, workspace)
+    assert resolver.run.devcontainer is not None
+    return resolver.run.devcontainer
+
+
+def test_a_fork_bomb_step_stops_the_build_at_the_process_limit(
+    engine: Any, settings: Settings, workspace: Path, cc_image: str
+) -> None:
+    marker = uuid.uuid4().hex
+    text = dockerfile(
+        cc_image, marker,
+        f"RUN echo {marker} > /etc/made-before-the-bomb",  # a step image to be removed
+        "RUN bomb() { bomb | bomb & }; bomb; sleep 120",
+    )  # fmt: skip
+    with pytest.raises(BuildLimitError) as stopped:
+        build(engine, settings, workspace, text, pids=64, deadline_s=90)
+    message = str(stopped.value)
+    assert "process limit of 64" in message and "WARDEN_BUILD_PIDS_LIMIT" in message, message
+    assert "deadline" not in message, "it stopped at the process limit, not the deadline"
+    assert left_behind(engine, marker) == []
+
+
+def test_a_step_past_the_deadline_stops_the_build_and_leaves_nothing(
+    engine: Any, settings: Settings, workspace: Path, cc_image: str
+) -> None:
+    marker = uuid.uuid4().hex
+    text = dockerfile(cc_image, marker, f"RUN echo {marker} > /etc/made", "RUN sleep 600")
+    with pytest.raises(BuildLimitError) as stopped:
+        build(engine, settings, workspace, text, deadline_s=4)
+    message = str(stopped.value)
+    assert "build deadline of 4 s" in message and "WARDEN_BUILD_DEADLINE_S" in message, message
+    # The engine is not still running the step after warden gave up on it.
+    assert left_behind(engine, marker) == []
+
+
+def test_the_memory_of_a_build_is_capped(
+    engine: Any, settings: Settings, workspace: Path, cc_image: str
+) -> None:
+    marker = uuid.uuid4().hex
+    text = dockerfile(
+        cc_image, marker, 'RUN bash -c \'x=$(head -c 400m /dev/zero | tr "\\0" a); echo ${#x}\''
+    )
+    with pytest.raises(BuildLimitError) as stopped:
+        build(engine, settings, workspace, text, memory_bytes=128 * 1024**2, deadline_s=90)
+    message = str(stopped.value)
+    assert "memory limit of 128 MiB" in message and "WARDEN_BUILD_MEMORY" in message, message
+    assert left_behind(engine, marker) == []
+
+
+async def test_build_steps_reach_only_what_the_run_s_egress_allows(
+    settings: Settings, workspace: Path, engine: Any, cc_image: str
+) -> None:
+    from orchestrator.egress.resolver import StaticResolver
+    from orchestrator.egress.setup import EgressRequest
+    from tests.egress_support import upstream
+
+    marker = uuid.uuid4().hex
+    # Plain HTTP through the build's proxy variables, with bash's /dev/tcp.
+    fetch = (
+        'p=${HTTP_PROXY##*:}; p=${p%%/*}; for host in allowed.test denied.test; do '
+        "exec 3<>/dev/tcp/127.0.0.1/$p; "
+        'printf "GET http://$host:PORT/hello HTTP/1.1\\r\\nHost: $host\\r\\nConnection: '
+        'close\\r\\n\\r\\n" >&3; echo "$host: $(head -1 <&3 | tr -d "\\r")" >> /etc/fetched; '
+        "exec 3<&-; done; echo net=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | "
+        "tr '\\n' ,) >> /etc/fetched"
+    )
+    built: list[str] = []
+    try:
+        with upstream() as port:
+            text = dockerfile(
+                cc_image, marker, 'SHELL ["/bin/bash", "-c"]', "RUN " + fetch.replace("PORT", str(port))
+            )  # fmt: skip
+            dev_container(workspace, {"build": {"dockerfile": "Dockerfile"}}, text)
+            egress = EgressRequest(
+                allow_domains=("allowed.test",),
+                deny_domains=("denied.test",),
+                resolver=StaticResolver(
+                    dict.fromkeys(("allowed.test", "denied.test"), "127.0.0.1")
+                ),
+            )
+            script = delegate("cat /etc/fetched")
+            async with scripted_run(settings, workspace, script, egress=egress) as (run, _):
+                built.append(run.manager.plan.image_resolver.run.devcontainer)  # type: ignore[attr-defined]
+                result = await run.parent.run("what did the build fetch?")
+        assert "allowed.test: HTTP/1.1 200" in result.text, result.text
+        assert "denied.test: HTTP/1.1 403" in result.text, result.text
+        assert "net=lo," in result.text, "the build step had no network but lo"
+    finally:
+        for tag in built:
+            engine.images.remove(tag, force=True)
