@@ -97,7 +97,7 @@ modules of the docker SDK, requests and pydantic) costs 20-50 ms of a `warden ex
 that the command has no use for."""
 
 
-START_UP_WITHOUT_GC = frozenset({"exec", "run", "resume"})
+START_UP_WITHOUT_GC = frozenset({"exec", "run", "resume", "mcp"})
 """Commands that import with the cyclic garbage collector off and turn it back on
 themselves (`orchestrator.start_up_done`), once their heavy imports are done."""
 

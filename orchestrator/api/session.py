@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator.backend.base import DiskLimits
 from orchestrator.config import Settings
+from orchestrator.egress.limits import EgressLimits
 from orchestrator.errors import ConfigError, TaskRefusedError, WardenError
 from orchestrator.exit_codes import ExitCode
 from orchestrator.jsontypes import JSONObject, to_json_object
@@ -48,8 +50,8 @@ class RunConfig(BaseModel):
 
     workspace: Path
     """Directory shared with every subagent at /workspace."""
-    label: str = Field(default="library run", max_length=4000)
-    """What `warden ps` shows as the run's prompt."""
+    label: str = "library run"
+    """What `warden ps` shows as the run's prompt (`warden run`: the prompt)."""
     model: str | None = None
     """Model of the subagents (default: claude-sonnet-5 or WARDEN's alias)."""
     policy: str | None = None
@@ -89,6 +91,10 @@ class RunConfig(BaseModel):
     """Egress: domains refused even when another rule allows them."""
     egress: bool = False
     """Give subagents the egress proxy even when no rule allows a domain."""
+    egress_limits: EgressLimits | None = None
+    """Byte and connection caps of each task's egress (None: the defaults)."""
+    disk: DiskLimits | None = None
+    """Each sandbox's disk limits (None: the settings')."""
     approval_timeout_s: float | None = Field(default=None, ge=1)
     """Deny a question nobody answers within this time."""
     fail_on: tuple[Outcome, ...] = ()
@@ -116,7 +122,6 @@ def open_run_from(
 ) -> AbstractAsyncContextManager[Run]:
     """The run `config` describes (`runtime.session.open_run`): the one mapping from
     a run's options to a run, used by the library, `warden run` and `warden mcp`."""
-    from orchestrator.backend.base import DiskLimits
     from orchestrator.egress.setup import EgressRequest
     from orchestrator.runtime.caps import TaskManagerConfig
     from orchestrator.runtime.session import open_run
@@ -135,7 +140,7 @@ def open_run_from(
             settings,
             max_total_tokens=config.token_budget,
             fallback_uid=settings.fallback_uid,
-            disk=DiskLimits.from_settings(settings),
+            disk=config.disk or DiskLimits.from_settings(settings),
             user=config.user,
             max_depth=config.max_depth,
             max_concurrent_total=config.max_concurrent,
@@ -147,6 +152,7 @@ def open_run_from(
             allow_domains=config.allow_domains,
             deny_domains=config.deny_domains,
             enabled=config.egress,
+            limits=config.egress_limits or EgressLimits(),
         ),
         image=config.image,
         bash_image=config.bash_image,
@@ -352,6 +358,11 @@ class WardenRun:
         """Kill the task's container and those of every subagent it started; return
         the ids that were still running (empty: it had already ended)."""
         return await self._run.manager.stop(task_id)
+
+    def prewarm(self, *agent_types: str) -> None:
+        """Start warm sandboxes for these types now, so their first Task starts sooner
+        (as `warden run` does for the built-in ones). Raises UnknownAgentError."""
+        self._run.manager.prewarm(*agent_types)
 
     async def stop_all(self) -> list[str]:
         """Stop every task of the run still running (as Ctrl-C does)."""

@@ -206,9 +206,12 @@ def mcp(
     secret = _secret() if use_http else ""
 
     async def main() -> int:
+        from orchestrator import start_up_done
         from orchestrator.mcp_server.runs import SessionRuns
         from orchestrator.mcp_server.server import HTTP_PATH, listen, serve_http, serve_stdio
+        from orchestrator.runtime import session  # noqa: F401  # the run's imports, gc off
 
+        start_up_done()
         async with AsyncExitStack() as stack:
             configured = await model_endpoint(stack, settings, replay)
             if not use_http:

@@ -436,36 +436,42 @@ async def _run(
 ) -> int:
     """The parent agent's run (`drive` frames it as every run is framed)."""
     from orchestrator import start_up_done
-    from orchestrator.backend.base import DiskLimits
-    from orchestrator.runtime.caps import TaskManagerConfig
-    from orchestrator.runtime.session import open_run
+    from orchestrator.api import RunConfig, open_run_from
 
     start_up_done()  # the model SDK and the rest of the run are imported
 
     def opened(settings: Settings, approver: Approver) -> AbstractAsyncContextManager[Run]:
-        return open_run(
-            settings,
-            workspace=workspace,
-            prompt=prompt,
-            model=model,
-            approver=approver,
-            policy=options.policy,
-            allow=options.allow,
-            deny=options.deny,
-            mode=options.mode,
-            config=TaskManagerConfig.from_settings(
-                settings,
-                max_total_tokens=options.token_budget,
-                disk=options.disk or DiskLimits.from_settings(settings),
+        # The one mapping from a run's options to a run, shared with the library and
+        # `warden mcp` (orchestrator.api).
+        egress = options.egress
+        return open_run_from(
+            RunConfig(
+                workspace=workspace,
+                label=prompt,
+                model=model,
+                policy=options.policy,
+                allow=options.allow,
+                deny=options.deny,
+                mode=options.mode,  # type: ignore[arg-type]  # click.Choice of the modes
+                trusted=options.trusted,
+                max_depth=options.caps.get("max_depth"),
+                max_concurrent=options.caps.get("max_concurrent_total"),
+                max_children=options.caps.get("max_children_per_task"),
+                queue_limit=options.caps.get("queue_limit"),
+                token_budget=options.token_budget,
+                protect=options.protect,
                 user=options.user,
-                **options.caps,
+                image=options.image,
+                bash_image=options.bash_image,
+                devcontainer=options.devcontainer,
+                allow_domains=egress.allow_domains if egress else (),
+                deny_domains=egress.deny_domains if egress else (),
+                egress=egress.enabled if egress else False,
+                egress_limits=egress.limits if egress else None,
+                disk=options.disk,
             ),
-            protect=options.protect,
-            egress=options.egress,
-            image=options.image,
-            bash_image=options.bash_image,
-            devcontainer=options.devcontainer,
-            trusted=options.trusted,
+            settings,
+            approver,
         )
 
     async def work(the_run: Run) -> str:

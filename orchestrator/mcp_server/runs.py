@@ -92,6 +92,8 @@ class SessionRuns:
     async def _hold(self, slot: SessionRun, config: RunConfig) -> None:
         try:
             async with open_session(config, settings=self.settings) as run:
+                # Warm the built-in types' sandboxes while the client starts (as warden run).
+                run.prewarm("general-purpose", "bash")
                 slot.ready.set_result(run)
                 log.info("MCP session opened warden run %s", run.run_id)
                 await slot.ending.wait()
