@@ -38,7 +38,7 @@ from typing import Any
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import median, pct, verdict
+from benchlib import figure, median, pct, verdict
 
 from orchestrator.agents.registry import GENERAL_PURPOSE_PROMPT
 from orchestrator.broker.wire_models import TaskSpec
@@ -188,6 +188,7 @@ async def caching(turns: int) -> None:
     print(f"   billed input equivalents: cached {got:,.0f}, no caching {base:,.0f}")
     print(f"   ideal {best:,.0f}: cached / ideal = {got / best:.3f} (target <= {CACHE_TARGET})")
     print(f"   no caching / cached = {base / got:.1f}x   {verdict(got / best, CACHE_TARGET)}")
+    figure("30-turn subagent billed input / ideal", got / best, CACHE_TARGET)
 
 
 # -- 2. forks ---------------------------------------------------------------------
@@ -280,6 +281,7 @@ async def forks(count: int) -> None:
     total = sum(prompt_tokens(u) for u in firsts if isinstance(u, dict))
     share = reads / total
     print(f"   {len(firsts)} first requests, {total:,} input tokens, {reads:,} read from cache")
+    figure("fork-mode first requests read from cache", share * 100, FORK_TARGET * 100, "%<")
     print(f"   cache-read share {share:.1%} (target >= {FORK_TARGET:.0%})   "
           f"{'meets target' if share >= FORK_TARGET else 'MISSES target'}")
 
@@ -349,6 +351,8 @@ async def context(calls: int, window: int) -> None:
     print(f"   {biggest:,} tokens; refused {refused} ({too_long} 'prompt is too long');")
     print(f"   cache reads {read_share:.0%} of input; result: {result.status} ({result.text!r})")
     print(f"   {'meets target' if refused == 0 and result.status == 'completed' else 'MISSES'}")
+    figure("long subagent: requests refused (prompt too long)", refused, 0, "",
+           note=f"result {result.status}")  # fmt: skip
 
 
 # -- 4. streaming -----------------------------------------------------------------
@@ -405,6 +409,7 @@ async def streaming(calls: int) -> None:
                 await upstream.client.close()
     s50, p50 = median(timings[True]) * 1000, median(timings[False]) * 1000
     extra = s50 - p50
+    figure("streaming added per model call, p50", extra, STREAM_TARGET_MS, "ms")
     print(f"   p50 streamed {s50:.2f} ms, plain {p50:.2f} ms: +{extra:.2f} ms per call")
     print(
         f"   p90 streamed {pct(timings[True], 90) * 1000:.2f} ms, plain {pct(timings[False], 90) * 1000:.2f} ms"

@@ -32,6 +32,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+
+from benchlib import figure  # noqa: E402
 
 from orchestrator import labels as wl  # noqa: E402
 from orchestrator.backend.base import ResourceLimits, SandboxSpec  # noqa: E402
@@ -171,6 +174,7 @@ def main() -> None:
         p = statistics.median(t[i] for t in proxied)
         ratio = statistics.median(b[i] / a[i] for a, b in zip(host, proxied, strict=True))
         verdict = "OK" if ratio <= target else "OVER"
+        figure(f"egress {label} / direct", ratio, target)
         print(
             f"  {label:22} direct {h * 1000:8.1f} ms   sandbox {p * 1000:8.1f} ms   "
             f"ratio {ratio:.2f}x (target <= {target}x) {verdict}"

@@ -34,7 +34,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "bench"))
 
+from benchlib import figure  # noqa: E402
 from docker.types import LogConfig  # noqa: E402
 
 from orchestrator import labels as wl  # noqa: E402
@@ -155,6 +157,8 @@ def main() -> None:
     cli = medians["warden exec (CLI)"] / medians["docker run --network none"]
     print(f"in-process ratio {in_process:.2f}x (target <= {IN_PROCESS_TARGET}x)")
     print(f"CLI ratio        {cli:.2f}x (target <= {CLI_TARGET}x)")
+    figure("warden exec -- true / docker run --rm --network none", cli, CLI_TARGET)
+    figure("DockerBackend.run / raw SDK calls", in_process, IN_PROCESS_TARGET)
     floor = medians.get("python + exec-path imports only")
     if floor is not None:
         print(

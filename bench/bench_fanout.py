@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import (
     agent_image,
+    figure,
     first_request_at,
     median,
     pct,
@@ -354,6 +355,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 f"    {labels[kind]}: wall {wall:6.2f} s, ratio {ratio:5.2f}x bare "
                 f"(target <= {TARGET}x: {verdict(ratio, TARGET)})"
             )
+            figure(f"{size} subagents at once, {kind} / bare", ratio, TARGET)
             print(line("  Task call -> task_started", [x for b in bursts for x in b.start_latency]))
             print(
                 line(

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import median, ms, pct, temp_env, verdict
+from benchlib import figure, median, ms, pct, temp_env, verdict
 
 from orchestrator.backend.connect import connect
 from orchestrator.backend.factory import make_backend
@@ -121,6 +121,8 @@ def report(title: str, times: dict[str, list[float]]) -> None:
         added = median(values) - base
         print(f"{name:<16}{ms(median(values)):>10}{ms(pct(values, 90)):>10}{ms(added):>12}")
     added = median(times["sandboxed hook"]) - base
+    figure(f"sandboxed PreToolUse hook added, p50 ({title.split(':')[0]})", added * 1000,
+           ADDED_TARGET_S * 1000, "ms")  # fmt: skip
     over_host = median(times["sandboxed hook"]) - median(times["host hook"])
     print(
         f"sandboxed hook adds {ms(added).strip()} p50 per call (target <= "

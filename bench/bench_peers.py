@@ -40,6 +40,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+
+from benchlib import figure  # noqa: E402
 
 from orchestrator import labels as wl  # noqa: E402
 from orchestrator.backend.base import SandboxSpec  # noqa: E402
@@ -300,6 +303,7 @@ def verdicts(cli: dict[str, list[float]], lib: dict[str, list[float]]) -> None:
         target = 1.3 if "docker run" in title else 1.0
         met = "meets" if ratio <= target else "MISSES"
         print(f"RATIO {title}: {ratio:.2f}x (target <= {target}x) {met}")
+        figure(f"peers: {title}", ratio, target)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_spawn import Recorder, conversation, settle_warm, spawn_task
-from benchlib import agent_image, chown_tree, median, ms, pct, scripted, temp_env, verdict
+from benchlib import (
+    agent_image,
+    chown_tree,
+    figure,
+    median,
+    ms,
+    pct,
+    scripted,
+    temp_env,
+    verdict,
+)
 
 from orchestrator import labels as wl
 from orchestrator.backend.connect import connect
@@ -161,6 +171,8 @@ async def main_async(args: argparse.Namespace) -> None:
     cold_ratio = median(results["project"]["cold"]) / median(results["project"]["bare"])
     warm_ratio = median(results["project"]["warm"]) / median(results["agent"]["warm"])
     cold_agent = median(results["agent"]["cold"]) / median(results["agent"]["bare"])
+    figure("project image cold start / bare docker run", cold_ratio, COLD_TARGET)
+    figure("project image warm start / agent warm start", warm_ratio, WARM_TARGET)
     print("\n| figure | ratio | target |")
     print("|---|---|---|")
     print(f"| project cold start / bare docker run of the project image | {cold_ratio:.2f} | "

@@ -41,6 +41,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import subprocess
 import sys
 import time
@@ -52,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import (
     agent_image,
+    figure,
     first_request_at,
     idle_cpu_ms_per_s,
     median,
@@ -216,11 +218,17 @@ async def bare_docker_run(image: str, session: str) -> float:
     return time.perf_counter() - started
 
 
+HOST_ENV = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+"""The host baseline's PATH finds this interpreter's directory first: a version manager's
+`python3` on PATH (pyenv's shim is a bash script) would add ~70 ms to every `python3 -c
+pass` and make the baseline measure the shim, not Python."""
+
+
 def host_subprocess(cmd: str, calls: int) -> list[float]:
     samples = []
     for _ in range(calls):
         started = time.perf_counter()
-        subprocess.run(["bash", "-c", cmd], check=True)
+        subprocess.run(["bash", "-c", cmd], check=True, env=HOST_ENV)
         samples.append(time.perf_counter() - started)
     return samples
 
@@ -445,6 +453,11 @@ async def main_async(args: argparse.Namespace) -> None:
         ("idle warm sandbox CPU", f"{idle_cpu:.2f} ms/s",
          f"<= {IDLE_CPU_TARGET_MS_PER_S} ms/s", verdict(idle_cpu, IDLE_CPU_TARGET_MS_PER_S)),
     ]  # fmt: skip
+    figure("cold Task -> first model request / bare docker run", cold_ratio, COLD_TARGET)
+    figure("warm Task -> first model request, p50", warm_ms, WARM_TARGET_S * 1000, "ms")
+    figure("idle warm sandbox memory", idle_mib, IDLE_MEMORY_TARGET_MIB, "MiB")
+    figure("idle warm sandbox CPU", idle_cpu, IDLE_CPU_TARGET_MS_PER_S, "ms/s")
+    figure("Bash `true` cycle - subprocess in the sandbox", added["true"], BASH_TARGET_MS, "ms")
     print()
     print("Issue 12 targets, this run (50 at once: bench_fanout.py)")
     for label, value, target, met in figures:

@@ -8,6 +8,7 @@ integration harness. Nothing here changes orchestrator behaviour.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import statistics
@@ -76,6 +77,21 @@ def ms(seconds: float) -> str:
 
 def verdict(ratio: float, target: float) -> str:
     return "meets target" if ratio <= target else "MISSES target"
+
+
+FIGURE_PREFIX = "BENCH-FIGURE "
+"""Start of the one line per figure that `run_all.py` collects (JSON after it)."""
+
+
+def figure(name: str, value: float, target: float, unit: str = "x", note: str = "") -> None:
+    """Print one figure for `run_all.py`: `value` against `target` (lower is better;
+    unit "x" for a ratio, else e.g. "ms", "MiB", "%<" when higher is better)."""
+    higher_better = unit.endswith("<")
+    met = value >= target if higher_better else value <= target
+    record = {"name": name, "value": round(value, 4), "target": target,
+              "unit": unit.rstrip("<"), "met": met, "higher_better": higher_better,
+              "note": note}  # fmt: skip
+    print(FIGURE_PREFIX + json.dumps(record), flush=True)
 
 
 # -- cgroup v1 -----------------------------------------------------------------
