@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "schema": "orchestrator.commands.schema:schema",
     "completion": "orchestrator.commands.completion:completion",
     "mcp": "orchestrator.commands.mcp:mcp",
+    "ui": "orchestrator.commands.ui:ui",
 }
 
 HELP: dict[str, str] = {
@@ -49,6 +50,7 @@ HELP: dict[str, str] = {
     "schema": "Print the JSON Schema of the events or the run result.",
     "completion": "Print the shell completion script (bash, zsh, fish).",
     "mcp": "Serve warden's Task tools to an MCP client (Claude Code, …).",
+    "ui": "Serve the web page of the runs in the state dir (task trees, questions, audit).",
 }
 
 

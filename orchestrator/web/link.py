@@ -34,6 +34,7 @@ from orchestrator.web.approver import (
 )
 from orchestrator.web.guard import Handler
 from orchestrator.web.live import Changes
+from orchestrator.web.server import SHUTDOWN_S
 
 LINK_FILE = "ui-link"
 """In the run's directory of the state dir: the path of its question socket."""
@@ -67,7 +68,9 @@ class RunLink:
         app.router.add_post("/v1/questions/{qid}", self._answer)
         self._dir = Path(tempfile.mkdtemp(prefix="warden-ui-"))
         path = self._dir / "run.sock"
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_S
+        )
         await self._runner.setup()
         await web.UnixSite(self._runner, str(path)).start()
         path.chmod(0o600)

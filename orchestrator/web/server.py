@@ -46,6 +46,8 @@ MAX_STREAMS = 16
 """Live streams open at once; more are refused (503)."""
 TREES_KEPT = 16
 """Runs whose folded task tree is kept between requests."""
+SHUTDOWN_S = 2.0
+"""Longest the server waits for open requests (live streams end at once) when it stops."""
 MAX_ANSWER_BYTES = 8192
 """Largest answer body accepted."""
 
@@ -99,6 +101,7 @@ class PageServer:
             for path, (name, kind) in STATIC.items()
         }
         self._runner: web.AppRunner | None = None
+        self._closing = False
         self.url = ""
 
     def app(self) -> web.Application:
@@ -118,7 +121,9 @@ class PageServer:
         return app
 
     async def start(self) -> str:
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            self.app(), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_S
+        )
         await self._runner.setup()
         context = None
         if self.listen.tls_cert is not None and self.listen.tls_key is not None:
@@ -135,6 +140,8 @@ class PageServer:
         return self.url
 
     async def close(self) -> None:
+        self._closing = True
+        self.questions.changes.bump()  # wakes every live stream, which then ends
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -202,8 +209,10 @@ class PageServer:
             await response.prepare(request)
             seen, quiet = -1, 0.0
             last = b""
-            while True:
+            while not self._closing:
                 seen = await self.questions.changes.wait(seen, self.poll_s)
+                if self._closing:
+                    break
                 body = json.dumps(await self._snapshot(run_id)).encode()
                 if body != last:
                     await response.write(b"event: update\ndata: " + body + b"\n\n")
