@@ -17,10 +17,11 @@ socket beside its broker's (`proxy.SOCKET_NAME`), and the in-container forwarder
 - `proxy`: the HTTP CONNECT / plain-HTTP proxy on the Unix socket
 - `service`: one run's egress: a proxy per task, approvals, audit, summaries
 
-May import: `config`, `errors`, `backend` (sandbox specs, for `warden exec`),
-`broker` (socket directories and peer checks), `permissions` (rule sources,
-approvals, the settings writer), `store` (audit records), `untrusted_text`;
-`runtime` for types only. `runtime` and `commands` import `egress`.
+May import: `config`, `errors`, `event_sink` (where its events go), `jsontypes`,
+`backend` (sandbox specs, for `warden exec`), `broker` (socket directories and peer
+checks), `permissions` (rule sources, the `Asker` its questions go to, the settings
+writer), `store` (audit records), `untrusted_text`. Nothing of `runtime`, not even
+for types: `runtime` and `commands` import `egress`.
 
 Nothing is imported here: `warden exec` imports `flags` at start-up and must not
 pay for the proxy unless egress is asked for.

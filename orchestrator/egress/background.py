@@ -14,13 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.egress.service import EgressService, TaskEgress
+from orchestrator.errors import StoreError
+from orchestrator.event_sink import TaskIdentity
+from orchestrator.jsontypes import JSONLike
 
 START_TIMEOUT_S = 10.0
 
 
 @dataclass
 class OneOffTask:
-    """The `EgressTask` of a command that is not part of a run."""
+    """The task (`permissions.approvers.AskingTask`) of a command that is not part of a run."""
 
     task_id: str
     run_id: str = ""
@@ -35,13 +38,22 @@ class OneOffTask:
 
 
 class _Recorder:
-    """Collects `egress_denied` / `egress_summary` events in memory."""
+    """An `EventSink` that collects `egress_denied` / `egress_summary` events in memory."""
+
+    run_id = ""
+    failure: StoreError | None = None
 
     def __init__(self) -> None:
         self.events: list[tuple[str, dict[str, object]]] = []
 
-    async def emit(self, kind: str, **data: object) -> None:
-        self.events.append((kind, data))
+    async def emit(self, kind: str, **data: JSONLike) -> None:
+        self.events.append((kind, dict(data)))
+
+    async def emit_for(self, kind: str, task: TaskIdentity, **data: JSONLike) -> None:
+        await self.emit(kind, task_id=task.task_id, **data)
+
+    def record_for(self, kind: str, task: TaskIdentity, **data: JSONLike) -> None:
+        self.events.append((kind, {"task_id": task.task_id, **data}))
 
 
 class BackgroundEgress:

@@ -5,7 +5,8 @@ socket (or returns None when that task has no egress: the run has none, or its
 agent file says `network: none`, or its parent task has none); a nested task's rules
 are its parent's narrowed by its own agent file, never the run's; `TaskEgress.close()` stops it and records what
 the task did. Questions go to the run's approver through the permission gate,
-like a tool call's (tool `Network`, input `{"host", "port"}`): allow once, for
+like a tool call's (tool `Network`, input `{"host", "port"}`; the run's
+`permissions.approvers.Asker`): allow once, for
 the run (this host:port), or always (`host` added to
 `sandbox.network.allowedDomains` in `.claude/settings.local.json`). Every decision
 is an audit record; each task's destinations, bytes and any cut are an
@@ -19,7 +20,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from orchestrator.egress.decide import TOOL_NAME, Answer, Decider, Verdict
 from orchestrator.egress.limits import EgressLimits, Meter
@@ -28,33 +29,17 @@ from orchestrator.egress.resolver import Resolver
 from orchestrator.egress.rules import RuleSet
 from orchestrator.egress.sources import agent_rules
 from orchestrator.errors import ConfigError
-from orchestrator.jsontypes import JSONObject
+from orchestrator.jsontypes import JSONLike, JSONObject
 
 if TYPE_CHECKING:
-    from orchestrator.runtime.gate import PolicyGate
+    from orchestrator.event_sink import EventSink
+    from orchestrator.permissions.approvers import Asker, AskingTask
     from orchestrator.store import Store
 
 log = logging.getLogger(__name__)
 
 MAX_SUMMARY_DESTINATIONS = 200
 """Destinations listed per task in its `egress_summary` (the rest are counted)."""
-
-
-class EgressTask(Protocol):
-    """What the service needs of a task (`runtime` TaskContext satisfies it)."""
-
-    task_id: str
-    parent_id: str | None
-    run_id: str
-    trace_id: str
-    description: str
-
-    @property
-    def agent_type(self) -> str: ...
-
-
-class Emitter(Protocol):
-    async def emit(self, kind: str, **data: object) -> object: ...
 
 
 @dataclass
@@ -66,10 +51,10 @@ class EgressService:
     limits: EgressLimits = field(default_factory=EgressLimits)
     resolver: Resolver = field(default_factory=Resolver)
     """Tests pass `StaticResolver`; nothing else selects a resolver."""
-    gate: PolicyGate | None = None
-    """The run's permission gate (its approver); None: every question is denied."""
+    asker: Asker | None = None
+    """Reaches the run's approvers (the permission gate); None: every question is denied."""
     store: Store | None = None
-    events: Emitter | None = None
+    events: EventSink | None = None
     workspace: Path | None = None
     """Where "always allow" writes `.claude/settings.local.json`."""
     sandbox_uid: int | None = None
@@ -80,7 +65,7 @@ class EgressService:
     """Each opened task's rules (None: no egress), so a nested task starts from its
     parent's, never from the run's: delegating cannot widen what a subagent reaches."""
 
-    async def open(self, task: EgressTask, agent: object, socket_dir: Path) -> TaskEgress | None:
+    async def open(self, task: AskingTask, agent: object, socket_dir: Path) -> TaskEgress | None:
         """Start `task`'s proxy in `socket_dir`; None when it has no egress (the run
         has none, its agent file says `network: none`, or its parent task had none)."""
         base: RuleSet | None = self.rules
@@ -107,7 +92,7 @@ class EgressService:
 class TaskEgress:
     """One task's proxy and meter."""
 
-    def __init__(self, service: EgressService, task: EgressTask, rules: RuleSet) -> None:
+    def __init__(self, service: EgressService, task: AskingTask, rules: RuleSet) -> None:
         self.service = service
         self.task = task
         self.meter = Meter(service.limits)
@@ -175,23 +160,19 @@ class TaskEgress:
             del self._asking[key]
 
     async def _ask_once(self, host: str, port: int, why: str) -> Answer:
-        gate = self.service.gate
-        if gate is None:
+        asker = self.service.asker
+        if asker is None:
             return Answer("deny", "no approver", "")
-        tool_input: JSONObject = {"host": host, "port": port}
-        if gate.approvals.allows(TOOL_NAME, tool_input):
-            return Answer("allow", "session approval (allowed for the rest of this run)")
         workspace = self.service.workspace
-        question = gate.question(
-            self.task,  # type: ignore[arg-type]  # a TaskContext at run time
+        answer = await asker.ask_about(
+            self.task,
             tool_name=TOOL_NAME,
-            tool_input=tool_input,
+            tool_input={"host": host, "port": port},
             asked_by="egress proxy",
             reason=f"connect to {host}:{port}: {why}",
             always_rule=f'"{host}" in sandbox.network.allowedDomains' if workspace else "",
             always_file=str(workspace / ".claude" / "settings.local.json") if workspace else "",
         )
-        answer = await gate.ask(self.task, question)  # type: ignore[arg-type]
         if answer.behavior == "allow" and answer.scope == "always" and workspace is not None:
             await self._write_always(host)
         return Answer(answer.behavior, answer.decided_by, answer.reason)
@@ -242,7 +223,7 @@ class TaskEgress:
     async def _notice(self, kind: str, message: str) -> None:
         await self._emit("broker_notice", notice=kind, message=message[:500])
 
-    async def _emit(self, kind: str, **data: object) -> None:
+    async def _emit(self, kind: str, **data: JSONLike) -> None:
         if self.service.events is None:
             return
         await self.service.events.emit(

@@ -20,8 +20,10 @@ from orchestrator.egress.sources import load_rules
 
 if TYPE_CHECKING:
     from orchestrator.config import Settings
+    from orchestrator.event_sink import EventSink
     from orchestrator.permissions import EffectivePolicy
-    from orchestrator.runtime.gate import PolicyGate
+    from orchestrator.permissions.approvers import Asker
+    from orchestrator.store import Store
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,9 @@ def run_egress(
     policy: EffectivePolicy,
     *,
     policy_file: str | None,
-    gate: PolicyGate | None,
-    store: object,
-    events: object,
+    asker: Asker | None,
+    store: Store | None,
+    events: EventSink | None,
     sandbox_uid: int,
     trusted: bool = False,
 ) -> EgressService | None:
@@ -69,9 +71,9 @@ def run_egress(
         mode=policy.mode,
         limits=request.limits,
         resolver=request.resolver or Resolver(),
-        gate=gate,
-        store=store,  # type: ignore[arg-type]  # a Store (or None in tests)
-        events=events,  # type: ignore[arg-type]  # an EventLog
+        asker=asker,
+        store=store,
+        events=events,
         workspace=workspace,
         sandbox_uid=sandbox_uid,
     )

@@ -3,8 +3,9 @@
 Two rooms have their own rules: the Bash analyser (`shell`) and hooks (`hooks`;
 a sandboxed hook runs in a container the run provides, `hooks.HookSandbox`).
 
-May import: `config`, `errors`, `labels`, `untrusted_text` (questions show
-container text). Never `backend`, `images` or `workspace`.
+May import: `config`, `errors`, `event_sink` (the task a question is for),
+`labels`, `untrusted_text` (questions show container text). Never `backend`,
+`images` or `workspace`.
 """
 
 from orchestrator.permissions.engine import PermissionEngine

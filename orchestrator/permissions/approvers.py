@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from orchestrator.event_sink import TaskIdentity
 from orchestrator.jsontypes import JSONObject
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,38 @@ def new_question_id() -> str:
 class Approver(Protocol):
     async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
         """Answer one question; may take as long as a human does."""
+        ...
+
+
+class AskingTask(TaskIdentity, Protocol):
+    """The task a question is asked for (`runtime.tasks.TaskContext` is one)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+
+
+class Asker(Protocol):
+    """Asks the run's approvers about something a task does that is not one of its
+    tool calls (egress: a connection, tool `Network`), the way a tool call's question
+    is asked: naming the task's ancestors, with events before and after, an "allow for
+    this run" remembered (`runtime.gate.PolicyGate` implements it)."""
+
+    async def ask_about(
+        self,
+        task: AskingTask,
+        *,
+        tool_name: str,
+        tool_input: JSONObject,
+        asked_by: str,
+        reason: str,
+        always_rule: str = "",
+        always_file: str = "",
+    ) -> ApprovalAnswer:
+        """The answer: at once when this exact input was allowed for the run before,
+        else the approver's (a failing approver denies). Writing an "always" rule
+        (`always_rule`, into `always_file`) is the caller's part."""
         ...
 
 

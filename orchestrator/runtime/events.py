@@ -9,9 +9,10 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import StoreError
+from orchestrator.event_sink import TaskIdentity
 from orchestrator.jsontypes import JSONLike, to_json_object
 from orchestrator.results.models import TASK_EVENT_KINDS, Event
 
@@ -23,19 +24,6 @@ log = logging.getLogger(__name__)
 __all__ = ["TASK_EVENT_KINDS", "Event", "EventLog", "Listener", "TaskIdentity"]
 
 Listener = Callable[[Event], None]
-
-
-class TaskIdentity(Protocol):
-    """What an event says about the task it concerns."""
-
-    @property
-    def task_id(self) -> str: ...
-    @property
-    def parent_id(self) -> str | None: ...
-    @property
-    def agent_type(self) -> str: ...
-    @property
-    def trace_id(self) -> str | None: ...
 
 
 class EventLog:

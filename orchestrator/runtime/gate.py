@@ -29,6 +29,7 @@ from orchestrator.permissions.approvers import (
     ApprovalAnswer,
     ApprovalQuestion,
     Approver,
+    AskingTask,
     SessionApprovals,
     input_hash,
 )
@@ -37,14 +38,18 @@ from orchestrator.runtime.tasks import TaskContext
 from sandbox_tools import wire
 
 if TYPE_CHECKING:
-    from orchestrator.runtime.protocols import EventSink
+    from orchestrator.event_sink import EventSink, TaskIdentity
     from orchestrator.store import Store
 
 log = logging.getLogger(__name__)
 
+SESSION_APPROVAL = "session approval (allowed for the rest of this run)"
+"""`decided_by` of a call allowed unasked because a person allowed it for the run."""
+
 
 class PolicyGate:
-    """Implements the TaskManager's `PermissionGate` with the permission engine."""
+    """Implements the TaskManager's `PermissionGate` with the permission engine, and
+    the `Asker` through which egress reaches the same approver."""
 
     def __init__(
         self,
@@ -57,7 +62,7 @@ class PolicyGate:
         events: EventSink | None = None,
         approvals: SessionApprovals | None = None,
         hook_sandbox: HookSandbox | None = None,
-        known_tasks: Mapping[str, TaskContext] | None = None,
+        known_tasks: Mapping[str, AskingTask] | None = None,
     ) -> None:
         self.policy = policy
         self.hooks = hooks
@@ -67,8 +72,8 @@ class PolicyGate:
         self.events = events
         self.approvals = approvals or SessionApprovals()
         self.hook_sandbox = hook_sandbox
-        self._tasks: dict[str, TaskContext] = {}
-        self.known_tasks: Mapping[str, TaskContext] = {} if known_tasks is None else known_tasks
+        self._tasks: dict[str, AskingTask] = {}
+        self.known_tasks: Mapping[str, AskingTask] = {} if known_tasks is None else known_tasks
         """Every task of the run (the manager's), so a question names all its ancestors."""
         self._engines: dict[str, PermissionEngine] = {}
 
@@ -113,7 +118,7 @@ class PolicyGate:
                 await self._emit("hook_error", task, hook=outcome.hook, error=outcome.error)
         if decision.behavior == "ask":
             if self.approvals.allows(call.tool_name, tool_input):
-                final, decided_by = "allow", "session approval (allowed for the rest of this run)"
+                final, decided_by = "allow", SESSION_APPROVAL
             else:
                 final, decided_by, reason = await self._ask(
                     task, call, tool_input, digest, decision
@@ -168,7 +173,7 @@ class PolicyGate:
             permission_mode=self.policy.mode,
         )
 
-    def chain(self, task: TaskContext) -> list[str]:
+    def chain(self, task: AskingTask) -> list[str]:
         """The asking task's ancestors, root side first, ending with the task itself."""
         chain = [task.task_id]
         parent = task.parent_id
@@ -230,7 +235,7 @@ class PolicyGate:
 
     def question(
         self,
-        task: TaskContext,
+        task: AskingTask,
         *,
         tool_name: str,
         tool_input: JSONObject,
@@ -259,7 +264,33 @@ class PolicyGate:
             reason=reason,
         )
 
-    async def ask(self, task: TaskContext, question: ApprovalQuestion) -> ApprovalAnswer:
+    async def ask_about(
+        self,
+        task: AskingTask,
+        *,
+        tool_name: str,
+        tool_input: JSONObject,
+        asked_by: str,
+        reason: str,
+        always_rule: str = "",
+        always_file: str = "",
+    ) -> ApprovalAnswer:
+        """`Asker`: a question that is not a tool call (egress's `Network`), asked as a
+        tool call's is; an input allowed for the run before is allowed unasked."""
+        if self.approvals.allows(tool_name, tool_input):
+            return ApprovalAnswer(behavior="allow", scope="session", decided_by=SESSION_APPROVAL)
+        question = self.question(
+            task,
+            tool_name=tool_name,
+            tool_input=tool_input,
+            asked_by=asked_by,
+            reason=reason,
+            always_rule=always_rule,
+            always_file=always_file,
+        )
+        return await self.ask(task, question)
+
+    async def ask(self, task: AskingTask, question: ApprovalQuestion) -> ApprovalAnswer:
         """Put one question to the run's approver (events before and after; an
         approver failure denies). "For this run" answers are remembered; writing an
         "always" rule is the caller's part (it knows where the rule belongs)."""
@@ -298,7 +329,7 @@ class PolicyGate:
         )
         return answer
 
-    async def _emit(self, kind: str, task: TaskContext, **data: JSONLike) -> None:
+    async def _emit(self, kind: str, task: TaskIdentity, **data: JSONLike) -> None:
         if self.events is not None:
             await self.events.emit_for(kind, task, **data)
 

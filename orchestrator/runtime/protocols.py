@@ -4,7 +4,8 @@ that decides tool calls (`PermissionGate`), somewhere to send events
 (`ImageResolver`). `AllowAgentTools` is the minimal gate.
 
 The real implementations live elsewhere (`gate.PolicyGate`, `events.EventLog`,
-`images.resolve_image`); tests pass their own.
+`images.resolve_image`); tests pass their own. `EventSink` is defined on the lowest
+floor that reports events (`orchestrator.event_sink`) and named here for the manager.
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ from typing import TYPE_CHECKING, Protocol
 
 from orchestrator.broker import wire_models
 from orchestrator.broker.forwarding import ForwardingPolicy
-from orchestrator.errors import StoreError
-from orchestrator.jsontypes import JSONLike, JSONObject
+from orchestrator.event_sink import EventSink
+from orchestrator.jsontypes import JSONObject
 
 if TYPE_CHECKING:
     from orchestrator.agents.definition import AgentDefinition
     from orchestrator.images.choice import SandboxImage
     from orchestrator.permissions import ToolCall
-    from orchestrator.results.models import Event
     from orchestrator.runtime.tasks import TaskContext
+
+__all__ = ["AllowAgentTools", "EventSink", "ImageResolver", "PermissionGate"]
 
 ImageResolver = Callable[["AgentDefinition"], "SandboxImage"]
 """The image an agent's sandbox runs (the run's precedence applied, `agents.images`),
@@ -45,36 +47,6 @@ class PermissionGate(Protocol):
 
     def forwarding_policy(self, task: TaskContext) -> ForwardingPolicy:
         """What this task's broker may forward to the model API."""
-        ...
-
-
-class EventSink(Protocol):
-    """Where run events go (`EventLog` is the real one)."""
-
-    run_id: str
-    failure: StoreError | None
-    """Set once events could not be recorded (the run is stopping)."""
-
-    async def emit(
-        self,
-        kind: str,
-        *,
-        task_id: str | None = None,
-        parent_id: str | None = None,
-        agent_type: str | None = None,
-        trace_id: str | None = None,
-        **data: JSONLike,
-    ) -> Event:
-        """Record one event of the run (one of no task: leave the ids out)."""
-        ...
-
-    async def emit_for(self, kind: str, task: TaskContext, **data: JSONLike) -> Event:
-        """Record one event about `task` (its ids, agent type and trace go with it)."""
-        ...
-
-    def record_for(self, kind: str, task: TaskContext, **data: JSONLike) -> Event:
-        """Queue one event about `task` without waiting for it to be written (progress a
-        container reports); written in order before any later `emit` returns."""
         ...
 
 

@@ -287,7 +287,7 @@ async def open_run(
             workspace,
             gate_policy,
             policy_file=policy,
-            gate=policy_gate,
+            asker=policy_gate,
             store=store,
             events=events,
             sandbox_uid=identity.uid,

@@ -202,7 +202,7 @@ def asking(tmp: Path, *answers: tuple[str, str]) -> tuple[EgressService, Scripte
     gate = PolicyGate(
         policy=EffectivePolicy(), hooks=HookSet([], []), workspace_host=tmp, approver=approver
     )
-    svc = service(["allowed.test"], mode="default", gate=gate, workspace=tmp)
+    svc = service(["allowed.test"], mode="default", asker=gate, workspace=tmp)
     return svc, approver
 
 
@@ -238,6 +238,44 @@ async def test_unknown_host_asks_the_approver_and_its_answers_hold(
     finally:
         server.close()
         await egress.close()
+
+
+class RecordingAsker:
+    """Any `permissions.approvers.Asker` will do: egress needs nothing else of the gate."""
+
+    def __init__(self, behavior: str) -> None:
+        self.behavior = behavior
+        self.asked: list[tuple[str, str, object]] = []
+
+    async def ask_about(self, task: object, **question: object) -> ApprovalAnswer:
+        asked = (getattr(task, "task_id", ""), str(question["tool_name"]), question["tool_input"])
+        self.asked.append(asked)
+        return ApprovalAnswer(behavior=self.behavior, channel="test")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("behavior", ["allow", "deny"])
+async def test_an_unknown_host_is_asked_through_the_runs_asker(
+    tmp_path: Path, servers: tuple[int, int], behavior: str
+) -> None:
+    asker = RecordingAsker(behavior)
+    svc = service(["allowed.test"], mode="default", asker=asker)
+    svc.events = Events()
+    egress = await svc.open(FakeTask(), None, tmp_path)
+    assert egress is not None
+    server = egress_forward.listen()
+    port = server.getsockname()[1]
+    threading.Thread(
+        target=egress_forward.serve, args=(server, str(tmp_path / "egress.sock")), daemon=True
+    ).start()
+    try:
+        status, _, _ = await asyncio.to_thread(
+            fetch, port, f"http://unknown.test:{servers[0]}/hello"
+        )
+    finally:
+        server.close()
+        await egress.close()
+    assert asker.asked == [("sa_test", "Network", {"host": "unknown.test", "port": servers[0]})]
+    assert status == (200 if behavior == "allow" else 403)
 
 
 @pytest.mark.parametrize(
@@ -490,8 +528,8 @@ async def test_parallel_connections_to_a_new_host_share_one_question(
 
     svc, _ = asking(tmp_path)
     approver = SlowApprover(("allow", "session"), ("deny", "once"))
-    assert svc.gate is not None
-    svc.gate.approver = approver
+    assert svc.asker is not None  # the run's PolicyGate
+    svc.asker.approver = approver
     svc.events = Events()
     egress = await svc.open(FakeTask(), None, tmp_path)
     assert egress is not None
