@@ -34,6 +34,10 @@ class Answer:
     behavior: Literal["allow", "deny"]
     decided_by: str
     reason: str = ""
+    channel: str = ""
+    """The approval channel that answered (see `ApprovalAnswer.channel`)."""
+    person: str = ""
+    """Who answered there."""
 
 
 Asker = Callable[[str, int, str], Awaitable[Answer]]
@@ -58,6 +62,10 @@ class Verdict:
     """Where to connect (allowed only): the addresses that were checked."""
     raw: bool = False
     """A `tcp://HOST:PORT` rule names this destination: a tunnel needs no TLS."""
+    channel: str = ""
+    """When a person was asked: the approval channel that answered."""
+    person: str = ""
+    """... and who answered there."""
 
 
 def _fix(host: str) -> str:
@@ -137,6 +145,7 @@ class Decider:
         return Verdict(
             answer.behavior, host, port, reason, answer.decided_by,
             f"rule: {ask_rule}" if ask_rule else f"mode: {self.mode}", policy="ask",
+            channel=answer.channel, person=answer.person,
         )  # fmt: skip
 
     def _literal(self, host: str, address: IPAddress, port: int) -> Verdict:
@@ -177,4 +186,5 @@ class Decider:
         return Verdict(
             "allow", host, port, verdict.reason, verdict.decided_by, verdict.source,
             verdict.policy, tuple(addresses), raw=self.rules.raw_tcp(host, port) is not None,
+            channel=verdict.channel, person=verdict.person,
         )  # fmt: skip

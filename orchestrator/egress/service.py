@@ -175,7 +175,9 @@ class TaskEgress:
         )
         if answer.behavior == "allow" and answer.scope == "always" and workspace is not None:
             await self._write_always(host)
-        return Answer(answer.behavior, answer.decided_by, answer.reason)
+        return Answer(
+            answer.behavior, answer.decided_by, answer.reason, answer.channel, answer.person
+        )
 
     async def _write_always(self, host: str) -> None:
         from orchestrator.permissions.always_allow import add_allowed_domain
@@ -217,6 +219,8 @@ class TaskEgress:
             decided_by=verdict.decided_by,
             source=verdict.source,
             reason=verdict.reason,
+            channel=verdict.channel,
+            person=verdict.person,
         )
         await asyncio.to_thread(store.record_audit, record)
 

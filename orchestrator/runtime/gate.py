@@ -113,6 +113,7 @@ class PolicyGate:
         digest = input_hash(call.tool_name, tool_input)
         final: str = decision.behavior
         decided_by, reason = _decider(decision), decision.reason
+        answer: ApprovalAnswer | None = None
         for outcome in decision.hook_outcomes:
             if outcome.error:
                 await self._emit("hook_error", task, hook=outcome.hook, error=outcome.error)
@@ -120,10 +121,12 @@ class PolicyGate:
             if self.approvals.allows(call.tool_name, tool_input):
                 final, decided_by = "allow", SESSION_APPROVAL
             else:
-                final, decided_by, reason = await self._ask(
-                    task, call, tool_input, digest, decision
-                )
-        await self._audit(task, call, tool_input, digest, decision, final, decided_by, reason)
+                answer = await self._ask(task, call, tool_input, decision)
+                final, decided_by = answer.behavior, answer.decided_by
+                reason = answer.reason or decision.reason
+        await self._audit(
+            task, call, tool_input, digest, decision, final, decided_by, reason, answer
+        )
         if final != "allow":
             await self._emit(
                 "permission_denied",
@@ -217,9 +220,8 @@ class PolicyGate:
         task: TaskContext,
         call: ToolCall,
         tool_input: JSONObject,
-        digest: str,
         decision: Decision,
-    ) -> tuple[str, str, str]:
+    ) -> ApprovalAnswer:
         question = self.question(
             task,
             tool_name=call.tool_name,
@@ -231,7 +233,7 @@ class PolicyGate:
         answer = await self.ask(task, question)
         if answer.behavior == "allow" and answer.scope == "always" and question.always_rule:
             await self._write_rule(task, question.always_rule)
-        return answer.behavior, answer.decided_by, answer.reason or decision.reason
+        return answer
 
     def question(
         self,
@@ -343,6 +345,7 @@ class PolicyGate:
         final: str,
         decided_by: str,
         reason: str,
+        answer: ApprovalAnswer | None = None,
     ) -> None:
         if self.store is None:
             return
@@ -361,6 +364,8 @@ class PolicyGate:
             decided_by=decided_by,
             source=decision.source or "",
             reason=reason + _hook_errors(decision),
+            channel=answer.channel if answer else "",
+            person=answer.person if answer else "",
         )
         await asyncio.to_thread(self.store.record_audit, record)
 

@@ -249,3 +249,10 @@ class AuditRecord(_Record):
     """Where that came from: managed policy, CLI, workspace settings, user settings, …"""
     reason: StoredText = ""
     """Why, in words (what a denied model is told)."""
+    channel: StoredText = ""
+    """For an ask a person (or warden for them) answered: the approval channel that
+    answered (`terminal`, `web`, `webhook`, `mcp`, `callback`, `timeout`,
+    `non-interactive`, `no approver`); empty when no one was asked."""
+    person: StoredText = ""
+    """Who answered on that channel: the OS user at the terminal, the name the page or
+    the webhook receiver gave (their text: untrusted); `decided_by` is `CHANNEL:PERSON`."""

@@ -30,7 +30,7 @@ from typing import Literal
 
 from orchestrator.errors import StoreError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """`PRAGMA user_version` of the schema this code writes."""
 APPLICATION_ID = 0x5744524E  # "WDRN"
 """`PRAGMA application_id` that marks a file as a warden store."""
@@ -149,6 +149,11 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             task_id TEXT NOT NULL,
             claimed_at REAL NOT NULL
         )""",
+    ),
+    # v6: which approval channel, and which person there, answered an ask.
+    (
+        "ALTER TABLE audit ADD COLUMN channel TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE audit ADD COLUMN person TEXT NOT NULL DEFAULT ''",
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION

