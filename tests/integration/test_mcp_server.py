@@ -318,32 +318,48 @@ async def test_http_needs_the_secret_and_this_host_and_serves_a_session(
 
         asked = Asked("allow for this session")
         headers = {"Authorization": f"Bearer {TOKEN}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=120) as client,
-            streamable_http_client(url, http_client=client) as (read, write),
-            ClientSession(read, write, elicitation_callback=asked) as session,
-        ):
-            await session.initialize()
-            assert {t.name for t in (await session.list_tools()).tools} == {
-                "Task", "TaskOutput", "TaskStop",
-            }  # fmt: skip
-            done = await session.call_tool(
-                "Task", {"description": "write", "prompt": "WRITE-FILE", "subagent_type": "bash"}
-            )
-            assert first_text(done) == "Task Succeeded. Result: wrote made-in-sandbox.txt"
-            assert len(asked.messages) == 1
-            started = await session.call_tool(
-                "Task",
-                {"description": "left", "prompt": "SLEEPER", "subagent_type": "bash",
-                 "run_in_background": True},
-            )  # fmt: skip
-            assert not started.is_error
-            await asyncio.sleep(1)
-            # The server is stopped with a task running: it ends like Ctrl-C.
-            proc.send_signal(signal.SIGTERM)
-            assert await asyncio.to_thread(proc.wait, 60) == 128 + signal.SIGTERM
-    assert (workspace / "made-in-sandbox.txt").exists()
-    doc = result_document(results)
-    assert doc["status"] == "stopped"
-    assert {t["status"] for t in doc["tasks"]} == {"completed", "stopped"}
-    assert containers_of(doc["run_id"]) == []
+
+        async def session_with_a_task_left_running(answer: Asked) -> None:
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=120) as client,
+                streamable_http_client(url, http_client=client) as (read, write),
+                ClientSession(read, write, elicitation_callback=answer) as session,
+            ):
+                await session.initialize()
+                assert {t.name for t in (await session.list_tools()).tools} == {
+                    "Task", "TaskOutput", "TaskStop",
+                }  # fmt: skip
+                done = await session.call_tool(
+                    "Task",
+                    {"description": "write", "prompt": "WRITE-FILE", "subagent_type": "bash"},
+                )
+                assert first_text(done) == "Task Succeeded. Result: wrote made-in-sandbox.txt"
+                started = await session.call_tool(
+                    "Task",
+                    {"description": "left", "prompt": "SLEEPER", "subagent_type": "bash",
+                     "run_in_background": True},
+                )  # fmt: skip
+                assert not started.is_error
+                await asyncio.sleep(1)
+
+        # The client ends its session (DELETE) with a task running: the run ends, the
+        # task is stopped as Ctrl-C stops it, its container is gone.
+        await session_with_a_task_left_running(asked)
+        # The Bash calls asked over HTTP: the foreground one on its call's stream.
+        assert "made-in-sandbox.txt" in asked.messages[0]
+        for _ in range(600):
+            if results.exists():
+                break
+            await asyncio.sleep(0.05)
+        doc = result_document(results)
+        assert doc["status"] == "completed"
+        assert sorted(t["status"] for t in doc["tasks"]) == ["completed", "stopped"]
+        assert containers_of(doc["run_id"]) == []
+        # A second session is a second run; the server is stopped while it has a task
+        # running: the run ends like Ctrl-C, and so does the server.
+        await session_with_a_task_left_running(Asked("allow"))
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 60) == 128 + signal.SIGTERM
+    second = result_document(tmp_path / "http-2.json")
+    assert second["run_id"] != doc["run_id"]
+    assert containers_of(second["run_id"]) == []
