@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -76,34 +77,56 @@ async def bare(image: str, session: str) -> float:
     return time.perf_counter() - started
 
 
-async def spawns(image: str, label: str, total: int, session: str) -> dict[str, list[float]]:
-    """bare / cold / warm samples for one image, interleaved per iteration."""
-    out: dict[str, list[float]] = {"bare": [], "cold": [], "warm": []}
+async def spawns(images: dict[str, str], total: int, session: str) -> dict[str, dict[str, list[float]]]:
+    """bare / cold / warm samples for each image, interleaved per iteration: both
+    images' warm starts back to back from a quiet machine (both pools refilled and
+    idle before each), in alternating order, then each image's bare and cold start.
+    (Measuring one image's iterations after the other's put minutes of machine load
+    between the two warm figures, and their ratio swung from 0.8 to 1.6.)"""
+    out: dict[str, dict[str, list[float]]] = {
+        label: {"bare": [], "cold": [], "warm": []} for label in images
+    }
     convos = script(total)
-    run_image = None if image == "agent" else image
-    with temp_env(f"bench-{label}-warm") as (warm_settings, workspace), \
-            temp_env(f"bench-{label}-cold") as (cold_settings, _):  # fmt: skip
-        async with (
-            scripted(warm_settings, workspace, convos, image=run_image,
-                     config=TaskManagerConfig(warm_pool_size=1)) as (warm, warm_srv),
-            scripted(cold_settings, workspace, convos, image=run_image,
-                     config=TaskManagerConfig(warm_pool_size=0)) as (cold, cold_srv),
-        ):  # fmt: skip
-            recorder = Recorder()
-            warm.events.listeners.append(recorder)
-            cold.events.listeners.append(recorder)
-            warm.manager.prewarm("general-purpose")
-            ref = warm.manager.plan.image_resolver(warm.manager.registry.get("general-purpose")).ref
-            for i in range(total):
-                await settle_warm(warm)
-                got = {"bare": await bare(ref, session)}
-                got["cold"] = (await spawn_task(cold, cold_srv, recorder, f"cold-{i}"))["spawn"]
-                got["warm"] = (await spawn_task(warm, warm_srv, recorder, f"warm-{i}"))["spawn"]
-                if i >= WARMUP:
-                    for key, value in got.items():
-                        out[key].append(value)
-                print(f"  {label} {i + 1}/{total}: " + ", ".join(
-                    f"{k} {v * 1000:.0f} ms" for k, v in got.items()), file=sys.stderr)  # fmt: skip
+    async with AsyncExitStack() as stack:
+        runs: dict[str, dict[str, Any]] = {}
+        recorder = Recorder()
+        for label, image in images.items():
+            run_image = None if image == "agent" else image
+            for kind, pool in (("warm", 1), ("cold", 0)):
+                settings, workspace = stack.enter_context(temp_env(f"bench-{label}-{kind}"))
+                run, server = await stack.enter_async_context(scripted(
+                    settings, workspace, convos, image=run_image,
+                    config=TaskManagerConfig(warm_pool_size=pool),
+                ))  # fmt: skip
+                run.events.listeners.append(recorder)
+                runs.setdefault(label, {})[kind] = (run, server)
+            runs[label]["warm"][0].manager.prewarm("general-purpose")
+        refs = {
+            label: run["warm"][0].manager.plan.image_resolver(
+                run["warm"][0].manager.registry.get("general-purpose")
+            ).ref
+            for label, run in runs.items()
+        }
+        labels = list(images)
+        for i in range(total):
+            got: dict[str, dict[str, float]] = {label: {} for label in labels}
+            order = labels if i % 2 == 0 else labels[::-1]
+            for label in order:
+                for other in labels:
+                    await settle_warm(runs[other]["warm"][0])
+                run, server = runs[label]["warm"]
+                got[label]["warm"] = (await spawn_task(run, server, recorder, f"warm-{i}"))["spawn"]
+            for label in order:
+                run, server = runs[label]["cold"]
+                got[label]["bare"] = await bare(refs[label], session)
+                got[label]["cold"] = (await spawn_task(run, server, recorder, f"cold-{i}"))["spawn"]
+            if i >= WARMUP:
+                for label in labels:
+                    for key, value in got[label].items():
+                        out[label][key].append(value)
+            print(f"  {i + 1}/{total}: " + "; ".join(
+                f"{label} " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in got[label].items())
+                for label in labels), file=sys.stderr)  # fmt: skip
     return out
 
 
@@ -157,9 +180,7 @@ async def main_async(args: argparse.Namespace) -> None:
     client.close()
     session = f"bench-{uuid.uuid4().hex[:12]}"
     total = args.iterations + WARMUP
-    results = {}
-    for label, image in (("agent", "agent"), ("project", node)):
-        results[label] = await spawns(image, label, total, session)
+    results = await spawns({"agent": "agent", "project": node}, total, session)
     dev = await asyncio.to_thread(devcontainer_twice, node)
 
     print(f"\nimages: agent = {agent_image()}, project = {node} (nodejs + npm, no Python)")

@@ -324,7 +324,11 @@ class BuildBox:
             asked = self.holder.exec_run(["python3", "-I", "-S", "-c", script, "--peaked"])
         except Exception:  # the holder is gone: nothing more to learn
             return None
-        return _PIDS_CROSSED.format(self.limits.pids, BUILD_PIDS_VARIABLE) if asked.exit_code == 0 else None
+        return (
+            _PIDS_CROSSED.format(self.limits.pids, BUILD_PIDS_VARIABLE)
+            if asked.exit_code == 0
+            else None
+        )
 
     def _holder_said(self, word: str) -> bool:
         assert self.holder is not None

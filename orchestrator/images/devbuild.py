@@ -34,7 +34,7 @@ import re
 import tarfile
 import tempfile
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext, suppress
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -73,10 +73,12 @@ def devcontainer_image(
     *,
     limits: BuildLimits | None = None,
     egress: EgressFactory | None = None,
+    owner_labels: Mapping[str, str] | None = None,
 ) -> str:
     """The image the dev container runs: the image it names (which must exist
     locally; checked when it is resolved), or its Dockerfile built within `limits`
-    (or found already built), with the network `egress` starts, if any. Raises
+    (or found already built), with the network `egress` starts, if any; the build's
+    holder carries `owner_labels`, so a crashed owner's is swept up. Raises
     ConfigError for a Dockerfile warden refuses to build, ImageBuildError when the
     build fails (BuildLimitError when it crossed a limit)."""
     if dev.dockerfile is None:
@@ -94,12 +96,20 @@ def devcontainer_image(
         check_dockerfile(
             client, dev.dockerfile.read_text(errors="replace"), dict(dev.args), dev.relative
         )
+        from orchestrator.images import resolve_image
+
         context.seek(0)
         with (egress or nullcontext)() as network:
             where = "egress through warden's proxy" if network else "no network"
             log(f"dev container: building {tag} from {dev.relative} ({where})")
-            _build(client, dev, context, dockerfile, tag, digest, log, limits or BuildLimits(),
-                   network)  # fmt: skip
+            box = BuildBox(
+                client,
+                limits or BuildLimits(),
+                holder_image=resolve_image(client, "bash"),
+                egress=network,
+                labels=owner_labels,
+            )
+            _build(client, box, dev, context, dockerfile, tag, digest, log)
     return tag
 
 
@@ -220,17 +230,14 @@ def _check_image(client: DockerClient, ref: str, stages: set[str], line: str, wh
 
 def _build(
     client: DockerClient,
+    box: BuildBox,
     dev: DevContainer,
     context: IO[bytes],
     dockerfile: str,
     tag: str,
     digest: str,
     log: Log,
-    limits: BuildLimits,
-    egress: BuildEgress | None,
 ) -> None:
-    from orchestrator.images import resolve_image
-
     params: dict[str, Any] = {
         "t": tag,
         "dockerfile": dockerfile,
@@ -249,8 +256,7 @@ def _build(
         params["target"] = dev.target
     output = BuildOutput(log)
     failure: str | None = None
-    holder = resolve_image(client, "bash")
-    with BuildBox(client, limits, holder_image=holder, egress=egress) as box:
+    with box:
         try:
             for chunk in box.build(context, params):
                 if "error" in chunk:

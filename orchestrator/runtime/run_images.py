@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator import owner
 from orchestrator.backend.base import BuildLimits
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
@@ -94,7 +95,9 @@ def describe_run_images(
     dev_name = None
     if found is not None:
         if found.dockerfile is not None:
-            dev_name = f"(built from {found.dockerfile.relative_to(workspace.resolve()).as_posix()})"
+            dev_name = (
+                f"(built from {found.dockerfile.relative_to(workspace.resolve()).as_posix()})"
+            )
         else:
             dev_name = found.image
     return RunImages(
@@ -146,7 +149,12 @@ def prepare_run_images(
     dev_tag = None
     if found is not None:
         dev_tag = devcontainer_image(
-            client, found, log.info, limits=BuildLimits.from_settings(settings), egress=build_egress
+            client,
+            found,
+            log.info,
+            limits=BuildLimits.from_settings(settings),
+            owner_labels=owner.current(settings.state_dir).labels(),
+            egress=build_egress,
         )
     run = RunImages(
         image=image,
@@ -195,7 +203,12 @@ def command_image(
     from orchestrator.images.devbuild import devcontainer_image
 
     return devcontainer_image(
-        client, found, progress, limits=BuildLimits.from_settings(settings), egress=build_egress
+        client,
+        found,
+        progress,
+        limits=BuildLimits.from_settings(settings),
+        owner_labels=owner.current(settings.state_dir).labels(),
+        egress=build_egress,
     )
 
 
