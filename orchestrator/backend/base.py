@@ -129,6 +129,9 @@ class SandboxSpec(_Closed):
     env: dict[str, str] = Field(default_factory=dict)
     user: str | None = None
     """Numeric `uid:gid` (or `uid`) to run as; None means the workspace owner. Never 0."""
+    groups: list[int] = Field(default_factory=list)
+    """Supplementary gids: the group of this sandbox's own socket directory
+    (`broker.listener.sandbox_group`), so no other sandbox can open its sockets."""
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
     labels: dict[str, str] = Field(default_factory=dict)
     """Caller (user) labels. `warden.*` keys are refused here: warden's own go below."""

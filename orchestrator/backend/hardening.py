@@ -54,6 +54,7 @@ def host_config(api: APIClient, spec: SandboxSpec) -> HostConfig:
         ),
         runtime=spec.runtime,
         ulimits=_ulimits(limits.disk.write_limit_bytes),
+        group_add=[str(g) for g in spec.groups] or None,
     )
 
 

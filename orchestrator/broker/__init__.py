@@ -11,7 +11,12 @@ May import: `errors`, `jsontypes`, `permissions` (the rules forwarding follows).
 from orchestrator.broker.budget import Budget
 from orchestrator.broker.calls import ApprovedCall
 from orchestrator.broker.forwarding import ForwardDecision, ForwardingPolicy
-from orchestrator.broker.listener import SandboxIdentity, make_socket_dir
+from orchestrator.broker.listener import (
+    SandboxIdentity,
+    groups_for,
+    holds_group,
+    make_socket_dir,
+)
 from orchestrator.broker.server import (
     SOCKET_NAME,
     Broker,
@@ -31,5 +36,7 @@ __all__ = [
     "RequestRejected",
     "SandboxIdentity",
     "Upstream",
+    "groups_for",
+    "holds_group",
     "make_socket_dir",
 ]

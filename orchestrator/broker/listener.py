@@ -1,10 +1,14 @@
 """The broker's Unix socket: who may connect, how many at once, and for how long.
 
-- Access: the socket directory is owned by the orchestrator with group = the
-  sandbox's gid and mode 0750 (it is bind-mounted read-only into one container,
-  whose process runs with that gid); the socket is 0660. On every accept the
-  peer's credentials (SO_PEERCRED) are checked: only the sandbox's uid and the
-  orchestrator's own uid are served; anyone else is closed and reported once.
+- Access: every socket directory has a group of its own (`sandbox_group`: a gid
+  picked at random from `SANDBOX_GROUPS`, in the directory's name), which only the
+  one container that mounts it holds (as a supplementary group, `SandboxSpec.groups`).
+  The directory is owned by the orchestrator with that group and mode 0750, the
+  socket 0660: another sandbox of the same run (same uid and primary gid) cannot
+  even open it. On every accept the peer's credentials are checked as well
+  (`peer_refusal`: SO_PEERCRED for the uid, SO_PEERGROUPS for the groups): the
+  sandbox's uid holding the directory's group, or the orchestrator's own uid when
+  that is not the sandbox's; anyone else is closed and reported once.
 - Connections: at most `MAX_CONNECTIONS_PER_SOCKET` at once per socket, and at
   most `ConnectionBudget.limit` over every socket of the run (half the process's
   open-file limit, so connections can never take the descriptors the store, the
@@ -30,6 +34,8 @@ import contextlib
 import errno
 import logging
 import os
+import random
+import re
 import socket
 import struct
 import tempfile
@@ -66,6 +72,14 @@ FD_SHARE_FOR_CONNECTIONS = 2
 files, pipes and the engine client."""
 
 _PEERCRED = struct.Struct("3i")
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
+MAX_PEER_GROUPS = 256
+"""Supplementary groups read from a peer (a container has a handful; Python reads at
+most 1024 bytes of an option). A peer with more is refused."""
+SANDBOX_GROUPS = range(2_110_000_000, 2_147_000_000)
+"""Where a socket directory's own gid is picked: above every account range (and
+above the fallback sandbox uid), below 2**31 so every engine takes it."""
+_GROUP_IN_NAME = re.compile(re.escape(SOCKET_ROOT_PREFIX) + r"g(\d+)-")
 
 
 @dataclass
@@ -109,20 +123,38 @@ class SandboxIdentity:
 
 def make_socket_dir(identity: SandboxIdentity, root: Path) -> Path:
     """A fresh socket directory under `root` (`lifecycle.socket_dirs.socket_root()`)
-    only the sandbox's group (and its owner) can enter."""
-    path = Path(tempfile.mkdtemp(prefix=SOCKET_ROOT_PREFIX, dir=root))
+    with a group of its own (`sandbox_group`), which only its owner and the one
+    container given that group (`SandboxSpec.groups`) can enter."""
+    taken = {m.group(1) for m in map(_GROUP_IN_NAME.match, os.listdir(root)) if m}
+    gid = random.choice(SANDBOX_GROUPS)
+    while str(gid) in taken:
+        gid = random.choice(SANDBOX_GROUPS)
+    path = Path(tempfile.mkdtemp(prefix=f"{SOCKET_ROOT_PREFIX}g{gid}-", dir=root))
     try:
-        os.chown(path, -1, identity.gid)
+        os.chown(path, -1, gid)
         path.chmod(DIR_MODE)
     except PermissionError:
-        # Not root and not in the sandbox's group: only the peer check guards it.
+        # Not root: only the peer check (uid and this group) guards it.
         path.chmod(0o711 if identity.uid != os.getuid() else 0o700)
         log.warning(
             "cannot give the broker socket directory to gid %d; access is checked by "
             "peer credentials only",
-            identity.gid,
+            gid,
         )
     return path
+
+
+def sandbox_group(socket_dir: Path) -> int | None:
+    """The gid of `socket_dir`'s own sandbox (None for a directory not made by
+    `make_socket_dir`)."""
+    found = _GROUP_IN_NAME.match(socket_dir.name)
+    return int(found.group(1)) if found else None
+
+
+def groups_for(socket_dir: Path) -> list[int]:
+    """`SandboxSpec.groups` for the container that mounts `socket_dir`."""
+    group = sandbox_group(socket_dir)
+    return [] if group is None else [group]
 
 
 def peer_uid(conn: socket.socket) -> int | None:
@@ -133,6 +165,53 @@ def peer_uid(conn: socket.socket) -> int | None:
     except OSError:
         return None
     return int(uid)
+
+
+def peer_groups(conn: socket.socket) -> frozenset[int] | None:
+    """The peer's primary and supplementary groups at connect time, or None."""
+    try:
+        _pid, _uid, gid = _PEERCRED.unpack(
+            conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+        )
+        raw = conn.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 4 * MAX_PEER_GROUPS)
+    except OSError:
+        return None
+    return frozenset({gid, *struct.unpack(f"{len(raw) // 4}I", raw[: len(raw) // 4 * 4])})
+
+
+def holds_group(conn: socket.socket, socket_dir: Path) -> bool:
+    """Whether the peer of `conn` holds `socket_dir`'s own group (True for a
+    directory without one). For sockets only warden's sandbox-side code uses."""
+    group = sandbox_group(socket_dir)
+    if group is None:
+        return True
+    groups = peer_groups(conn)
+    return groups is not None and group in groups
+
+
+def peer_refusal(
+    conn: socket.socket, identity: SandboxIdentity | None, group: int | None
+) -> str | None:
+    """Why the peer of `conn` may not use a socket of the sandbox `identity` whose
+    directory has `group` (None: it may). The orchestrator's own uid is let in
+    only when it is not also the sandbox's (then it would let every sandbox in)."""
+    uid = peer_uid(conn)
+    if identity is None:
+        return None
+    if uid is None or uid not in identity.allowed_uids:
+        return (
+            f"refused a connection from uid {uid}: only the sandbox (uid {identity.uid}) "
+            f"and the orchestrator (uid {os.getuid()}) may use this socket"
+        )
+    if group is None or (uid == os.getuid() and uid != identity.uid):
+        return None
+    groups = peer_groups(conn)
+    if groups is None or group not in groups:
+        return (
+            f"refused a connection from uid {uid} without group {group}: this socket "
+            "belongs to another sandbox (each sandbox holds only its own socket's group)"
+        )
+    return None
 
 
 @dataclass
@@ -168,8 +247,9 @@ class Listener:
         try:
             sock.bind(str(self.path))
             if self.identity is not None:
+                group = sandbox_group(self.path.parent)
                 with contextlib.suppress(PermissionError):
-                    os.chown(self.path, -1, self.identity.gid)
+                    os.chown(self.path, -1, self.identity.gid if group is None else group)
                 self.path.chmod(SOCKET_MODE)
             else:
                 self.path.chmod(0o600)
@@ -241,19 +321,13 @@ class Listener:
                 log.exception("broker socket %s: could not serve a connection", self.path)
 
     async def _admit(self, loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
-        if self.identity is not None:
-            uid = peer_uid(conn)
-            if uid is None or uid not in self.identity.allowed_uids:
-                conn.close()
-                self.refused_peers += 1
-                if self.refused_peers <= MAX_REFUSED_PEERS_RECORDED:
-                    await self.notice(
-                        "peer_refused",
-                        f"refused a connection from uid {uid}: only the sandbox (uid "
-                        f"{self.identity.uid}) and the orchestrator (uid {os.getuid()}) may "
-                        "use this broker",
-                    )
-                return
+        refusal = peer_refusal(conn, self.identity, sandbox_group(self.path.parent))
+        if refusal is not None:
+            conn.close()
+            self.refused_peers += 1
+            if self.refused_peers <= MAX_REFUSED_PEERS_RECORDED:
+                await self.notice("peer_refused", refusal)
+            return
         self._prune()
         if not self._within_run_budget():
             conn.close()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.backend.base import Mount, SandboxSpec, parse_user
-from orchestrator.broker.listener import SandboxIdentity, make_socket_dir
+from orchestrator.broker.listener import SandboxIdentity, groups_for, make_socket_dir
 from orchestrator.config import Settings
 from orchestrator.egress.background import BackgroundEgress, OneOffTask
 from orchestrator.egress.flags import EgressFlags
@@ -53,6 +53,7 @@ class ExecEgress:
                     Mount(source=self.socket_dir, target=SOCKET_DIR_IN_SANDBOX, read_only=True),
                 ],
                 "user": self.user,
+                "groups": [*spec.groups, *groups_for(self.socket_dir)],
             }
         )
 

@@ -33,7 +33,7 @@ from array import array
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from orchestrator.broker.listener import peer_uid
+from orchestrator.broker.listener import peer_groups, peer_uid, sandbox_group
 from orchestrator.egress.decide import Decider, Verdict
 from orchestrator.egress.http_head import (
     MAX_HEAD_BYTES,
@@ -181,6 +181,17 @@ class EgressProxy:
         if uid not in self.allowed_uids:
             await self.notice("egress_refused_peer", f"a process with uid {uid} was refused")
             return
+        group = sandbox_group(self.path.parent)
+        host_peer = uid == os.getuid() and len(self.allowed_uids) > 1  # not also the sandbox's
+        if group is not None and not host_peer:
+            groups = peer_groups(conn)
+            if groups is None or group not in groups:
+                await self.notice(
+                    "egress_refused_peer",
+                    f"a process with uid {uid} without group {group} (another sandbox's "
+                    "socket) was refused",
+                )
+                return
         client = await _client(conn)
         owned.append(client.sock)
         why = self.meter.admit()

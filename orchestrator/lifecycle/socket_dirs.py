@@ -5,8 +5,8 @@ and the ones a dead orchestrator left behind.
 is made by `broker.listener.make_socket_dir` under `socket_root()`: `/run/warden`
 for root, `$XDG_RUNTIME_DIR/warden` for a user who has one, else
 `$TMPDIR/warden-<uid>`. The root is this user's own (never a link, not writable by
-anyone else; mode 0711: a sandbox's group may pass through to its own directory,
-nobody may list or create entries), so no other local user can plant or pre-create
+anyone else; mode 0711: a sandbox may pass through to its own directory, whose
+group only it holds, nobody may list or create entries), so no other local user can plant or pre-create
 anything in it. Each directory is mounted into exactly one container;
 `check_workspace_excludes` refuses a workspace that contains the socket root or
 warden's state dir (a sandbox of that workspace would reach every other

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator import labels
 from orchestrator.backend.base import DiskLimits, Mount, ResourceLimits, SandboxSpec
-from orchestrator.broker import SandboxIdentity, make_socket_dir
+from orchestrator.broker import SandboxIdentity, groups_for, holds_group, make_socket_dir
 from orchestrator.errors import WardenError
 from orchestrator.lifecycle import socket_dirs
 from orchestrator.permissions.hooks import SandboxedHookRun
@@ -222,8 +222,8 @@ class HookSandboxPool:
         connected = loop.create_future()
 
         async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            if connected.done():
-                writer.close()  # one sandbox, one connection
+            if connected.done() or not holds_group(writer.get_extra_info("socket"), socket_dir):
+                writer.close()  # one sandbox, one connection: its own
                 return
             connected.set_result((reader, writer))
 
@@ -353,6 +353,7 @@ def hook_sandbox_pool(
             ],
             env=dict(HOOK_SANDBOX_ENV),
             user=f"{identity.uid}:{identity.gid}",
+            groups=groups_for(socket_dir),
             limits=ResourceLimits(disk=disk),
             warden_labels=labels.warden_labels(session, run=run_id, hook="1"),
         )

@@ -39,6 +39,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.backend.base import ResourceLimits, SandboxSpec
+from orchestrator.broker import holds_group
 from orchestrator.config import PoolConfig
 from orchestrator.errors import WardenError
 from orchestrator.lifecycle import socket_dirs
@@ -70,6 +71,9 @@ class Hold:
         os.chmod(self.path, 0o660)
 
     async def _serve(self, _reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not holds_group(writer.get_extra_info("socket"), self.path.parent):
+            writer.close()  # another sandbox's process: not this runner
+            return
         try:
             writer.write(await asyncio.shield(self._answer))
             await writer.drain()

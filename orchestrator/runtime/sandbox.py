@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator import labels
 from orchestrator.backend.base import DiskLimits, Mount, ResourceLimits, SandboxSpec, parse_user
-from orchestrator.broker import SandboxIdentity
+from orchestrator.broker import SandboxIdentity, groups_for
 from orchestrator.images.choice import WARDEN_RUNNER
 from orchestrator.runtime.pool import WARM_WAIT_S, PoolKey
 from sandbox_tools import wire
@@ -105,6 +105,7 @@ class SandboxPlan:
             ],
             env={**image.env, **SANDBOX_ENV},
             user=f"{self.identity.uid}:{self.identity.gid}",
+            groups=groups_for(socket_dir),
             limits=limits,
             warden_labels=labels.warden_labels(self.session, run=self.run_id, **extra),
         )

@@ -13,6 +13,7 @@ import os
 import socket
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from orchestrator.lifecycle import socket_dirs
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.conftest import run_warden
 from tests.integration.harness import convo, requests_of, scripted_run, text, tool
+from tests.integration.sandbox_fixtures import sandbox_image  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
@@ -149,3 +151,92 @@ async def test_no_other_sandbox_or_host_user_reaches_a_live_runs_sockets(
     assert all(path.startswith("/run/warden/") for path in seen), seen
     assert [p for p, v in seen.items() if v == "connected"] == ["/run/warden/broker.sock"]
     assert DEFAULT_FALLBACK_UID not in (1000, 4242)
+
+
+NEIGHBOUR = r"""
+import json, os, socket
+out = {}
+for name in sorted(os.listdir("/n")):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(3)
+    try:
+        s.connect("/n/" + name)
+        s.sendall(b"GET /v1/spec HTTP/1.1\r\nHost: x\r\n\r\n")
+        out[name] = "reached" if s.recv(64) else "closed"
+    except socket.timeout:
+        out[name] = "reached"  # accepted and held open: it is talking to the host
+    except (BrokenPipeError, ConnectionResetError):
+        out[name] = "closed"  # connected, then the host closed it before any answer
+    except OSError as exc:
+        out[name] = type(exc).__name__
+    finally:
+        s.close()
+try:
+    os.listdir("/d")
+    out["dir"] = "listed"
+except OSError as exc:
+    out["dir"] = type(exc).__name__
+print("NEIGHBOUR " + json.dumps(out, sort_keys=True))
+"""
+"""Run in a sandbox of the same run's uid and gid that has, somehow, every socket of
+the run mounted (`/n/<i>`), and the holder's socket directory (`/d`)."""
+
+
+def neighbour_sees(run: Any, sockets: list[Path], image: str) -> dict[str, str]:
+    from orchestrator import labels
+    from orchestrator.backend.base import Mount, SandboxSpec
+
+    identity = run.manager.identity
+    spec = SandboxSpec(
+        image=image,
+        command=["python3", "-c", NEIGHBOUR],
+        mounts=[
+            *(Mount(source=p, target=f"/n/{i}-{p.name}") for i, p in enumerate(sockets)),
+            Mount(source=sockets[0].parent, target="/d"),
+        ],
+        user=f"{identity.uid}:{identity.gid}",
+        warden_labels=labels.warden_labels(run.session, task="neighbour"),
+        timeout_s=60,
+    )
+    result = run.manager.backend.run(spec)
+    line = next(x for x in result.stdout.splitlines() if x.startswith("NEIGHBOUR "))
+    verdicts: dict[str, str] = json.loads(line.removeprefix("NEIGHBOUR "))
+    return verdicts
+
+
+async def test_a_neighbour_sandbox_that_reaches_anothers_sockets_is_refused(
+    settings: Settings,
+    workspace: Path,
+    sandbox_image: str,  # noqa: F811 - the fixture imported above
+) -> None:
+    """Same uid, same gid, the socket files in reach: each socket's own group keeps the
+    kernel from connecting it, and when the modes are loosened the host's peer check
+    (the group, from SO_PEERGROUPS) refuses it; the holder itself is served all along."""
+    script = [
+        convo("holder", {"prompt_contains": "HOLD"}, [tool("Bash", command="sleep 8")],
+              [text("held")]),
+    ]  # fmt: skip
+    async with scripted_run(settings, workspace, script) as (run, _server):
+        holder = asyncio.create_task(run.manager.run_task(bash_task("HOLD")))
+        await asyncio.sleep(2.5)  # the holder's broker and the warm pool's hold are up
+        sockets = sorted(live_sockets(), key=lambda p: p.name != "broker.sock")
+        assert sockets[0].name == "broker.sock", sockets
+        as_made = await asyncio.to_thread(neighbour_sees, run, sockets, sandbox_image)
+        for path in sockets:  # a slip that lets every local process open them
+            path.chmod(0o666)
+        loosened = await asyncio.to_thread(neighbour_sees, run, sockets, sandbox_image)
+        held = await holder
+        notices = [
+            str(e.data["data"].get("message", ""))
+            for e in run.store.events(run_id=run.run_id)
+            if e.kind == "broker_notice" and e.data["data"].get("notice") == "peer_refused"
+        ]
+
+    assert held.status is TaskStatus.COMPLETED, held
+    assert len(sockets) >= 2, sockets
+    socket_names = [k for k in as_made if k != "dir"]
+    assert len(socket_names) == len(sockets)
+    assert all(as_made[k] == "PermissionError" for k in socket_names), as_made
+    assert as_made["dir"] == "PermissionError"
+    assert all(loosened[k] == "closed" for k in socket_names), loosened
+    assert any("without group" in n and "another sandbox" in n for n in notices), notices

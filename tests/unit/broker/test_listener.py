@@ -1,5 +1,6 @@
-"""The broker socket serves only the sandbox's uid and the orchestrator (file modes
-and a peer-credential check on accept), caps connections per socket without
+"""The broker socket serves only its own sandbox (uid plus the socket directory's own
+group) and the orchestrator (file modes and a peer-credential check on accept: a
+neighbour sandbox with the same uid and gid is refused even when the modes let it in), caps connections per socket without
 letting idle ones lock out real requests, and closes connections that send no
 request within the header timeout; the orchestrator raises its descriptor limit."""
 
@@ -32,10 +33,10 @@ SANDBOX = SandboxIdentity(uid=1000, gid=1000)
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching uids needs root")
 
 
-def _connect_in_child(path: Path, uid: int, gid: int, out: int) -> None:
+def _connect_in_child(path: Path, uid: int, gid: int, out: int, groups: list[int]) -> None:
     """In a forked child: become uid:gid, ask for the spec, report what happened."""
     try:
-        os.setgroups([])
+        os.setgroups(groups)
         os.setgid(gid)
         os.setuid(uid)
         s = socket.socket(socket.AF_UNIX)
@@ -81,13 +82,14 @@ async def served() -> AsyncIterator[tuple[Broker, RecordingHost]]:
         socket_dir.rmdir()
 
 
-async def connect_as(path: Path, uid: int, gid: int) -> str:
-    """Connect to the broker as another user (a forked child that drops to uid:gid)."""
+async def connect_as(path: Path, uid: int, gid: int, groups: list[int] | None = None) -> str:
+    """Connect to the broker as another user (a forked child that drops to uid:gid,
+    with supplementary `groups`)."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
-        _connect_in_child(path, uid, gid, write_end)
+        _connect_in_child(path, uid, gid, write_end, groups or [])
     os.close(write_end)
     await asyncio.to_thread(os.waitpid, pid, 0)
     with os.fdopen(read_end, "rb") as fh:
@@ -97,17 +99,27 @@ async def connect_as(path: Path, uid: int, gid: int) -> str:
 @needs_root
 async def test_socket_dir_and_socket_are_closed_to_other_users(served: Any) -> None:
     broker, host = served
+    own = listener_module.sandbox_group(broker.socket_dir)
+    assert own is not None and own in listener_module.SANDBOX_GROUPS
     dir_stat = broker.socket_dir.stat()
     sock_stat = broker.socket_path.stat()
-    assert stat.S_IMODE(dir_stat.st_mode) == 0o750 and dir_stat.st_gid == SANDBOX.gid
-    assert stat.S_IMODE(sock_stat.st_mode) == 0o660
-    assert await connect_as(broker.socket_path, 1000, 1000) == "served"
-    # Another user cannot even reach the socket ...
+    assert stat.S_IMODE(dir_stat.st_mode) == 0o750 and dir_stat.st_gid == own
+    assert stat.S_IMODE(sock_stat.st_mode) == 0o660 and sock_stat.st_gid == own
+    assert await connect_as(broker.socket_path, 1000, 1000, [own]) == "served"
+    # Another user, or a neighbour sandbox (same uid and gid, not this socket's
+    # group), cannot even reach the socket ...
     assert (await connect_as(broker.socket_path, 65534, 65534)).startswith("refused")
-    # ... and one that shares the sandbox's group is closed by the peer check.
-    assert await connect_as(broker.socket_path, 4242, 1000) == "closed"
-    assert [k for k, _ in host.notices] == ["peer_refused"]
-    assert "uid 4242" in host.notices[0][1]
+    assert (await connect_as(broker.socket_path, 1000, 1000)).startswith("refused")
+    # ... and when the modes let them in, the peer check closes them.
+    broker.socket_dir.chmod(0o755)
+    broker.socket_path.chmod(0o666)
+    assert await connect_as(broker.socket_path, 1000, 1000) == "closed"
+    assert await connect_as(broker.socket_path, 4242, 1000, [own]) == "closed"
+    assert await connect_as(broker.socket_path, 1000, 1000, [own]) == "served"
+    assert [k for k, _ in host.notices] == ["peer_refused", "peer_refused"]
+    assert "uid 1000 without group" in host.notices[0][1]
+    assert "another sandbox" in host.notices[0][1]
+    assert "uid 4242" in host.notices[1][1]
 
 
 async def test_idle_connections_are_evicted_at_the_cap_and_reaped_after_the_timeout(
