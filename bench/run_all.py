@@ -47,6 +47,7 @@ class Bench:
 BENCHES = (
     Bench("exec", "bench_exec.py", ("--quick",)),
     Bench("peers", "bench_peers.py", ("--quick",)),
+    Bench("run-start", "bench_run_start.py", ("--quick",)),
     Bench("permission", "bench_permission.py", ("-n", "300", "--rounds", "1")),
     Bench("spawn", "bench_spawn.py", ("--quick",)),
     Bench("fanout", "bench_fanout.py", ("--sizes", "20")),
