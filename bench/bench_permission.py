@@ -146,6 +146,79 @@ async def host_engine_timing(run: Any, task_id: str, count: int) -> list[float]:
     return samples
 
 
+WEB_IDLE_TARGET_MS = 1.0
+"""The page, with no browser attached, adds at most this to the median round trip."""
+WEB_ATTACHED_TARGET_MS = 5.0
+"""... and at most this with one page's live stream attached."""
+
+
+async def _watch_page(url: str, run_id: str, updates: list[int]) -> None:
+    """Hold the page's live stream open as a browser tab does, reading every update."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.get(
+        f"{url}api/runs/{run_id}/stream"
+    ) as response:
+        async for line in response.content:
+            if line.startswith(b"event: update"):
+                updates[0] += 1
+
+
+async def web_page_figures(run: Any, args: argparse.Namespace) -> None:
+    """`--web`: the probe's permission round trip with no page, with the page serving
+    and no browser, and with one live stream attached, each round in that order."""
+    from contextlib import AsyncExitStack
+
+    from orchestrator.commands._page import open_page
+    from orchestrator.web.approver import WebApprover
+    from orchestrator.web.guard import ListenConfig
+
+    async def probe() -> list[float]:
+        result = await run.manager.run_task(
+            TaskInput(description="probe", prompt="time it", subagent_type=AGENT)
+        )
+        if result.status is not TaskStatus.COMPLETED:
+            raise SystemExit(f"the probe failed: {result.render()}")
+        values: list[float] = json.loads(result.text)["samples"]["permission"]
+        return values
+
+    samples: dict[str, list[float]] = {"none": [], "idle": [], "attached": []}
+    updates = [0]
+    for r in range(args.rounds):
+        samples["none"] += await probe()
+        async with AsyncExitStack() as stack:
+            url = await open_page(stack, run, WebApprover(), ListenConfig())
+            samples["idle"] += await probe()
+            watcher = asyncio.create_task(_watch_page(url, run.run_id, updates))
+            await asyncio.sleep(0.5)
+            samples["attached"] += await probe()
+            watcher.cancel()
+        print(f"  web round {r + 1}/{args.rounds} done", file=sys.stderr)
+    none, idle, attached = (median(samples[k]) for k in ("none", "idle", "attached"))
+    print(f"Run page (--ui) and the permission round trip, {args.rounds} x {args.requests}:")
+    for label, key in (
+        ("no page", "none"),
+        ("page serving, no browser attached", "idle"),
+        ("page serving, one live stream attached", "attached"),
+    ):
+        values = samples[key]
+        print(
+            f"  {label:<42} median {ms(median(values))}   p95 {ms(pct(values, 95))}   "
+            f"(n={len(values)})"
+        )
+    idle_ms, attached_ms = (idle - none) * 1000, (attached - none) * 1000
+    print(
+        f"  added at the median: {idle_ms:+.3f} ms idle (target <= {WEB_IDLE_TARGET_MS:g} ms: "
+        f"{verdict(idle_ms, WEB_IDLE_TARGET_MS)}), {attached_ms:+.3f} ms attached (target <= "
+        f"{WEB_ATTACHED_TARGET_MS:g} ms: {verdict(attached_ms, WEB_ATTACHED_TARGET_MS)}); "
+        f"the stream sent {updates[0]} updates"
+    )
+    figure("run page added to a permission round trip, no browser, p50", idle_ms,
+           WEB_IDLE_TARGET_MS, "ms")  # fmt: skip
+    figure("run page added to a permission round trip, one page attached, p50", attached_ms,
+           WEB_ATTACHED_TARGET_MS, "ms")  # fmt: skip
+
+
 async def main_async(args: argparse.Namespace) -> None:
     # The broker's flood limit (20 permission requests per second, burst 200) would
     # answer most of a tight loop with a cheap rate-limit denial: lift it for the
@@ -195,6 +268,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 samples["gate"] += await host_gate_timing(run, result.task_id, args.requests)
                 samples["engine"] += await host_engine_timing(run, result.task_id, args.requests)
                 print(f"  round {r + 1}/{args.rounds} done", file=sys.stderr)
+            if args.web:
+                await web_page_figures(run, args)
 
     print(
         f"Permission round trip from inside a sandbox, {args.rounds} x {args.requests} "
@@ -245,6 +320,9 @@ def main() -> None:
     parser.add_argument("-n", "--requests", type=int, default=DEFAULT_REQUESTS)
     parser.add_argument(
         "--rounds", type=int, default=DEFAULT_ROUNDS, help="probe containers, one after another"
+    )
+    parser.add_argument(
+        "--web", action="store_true", help="also time it with the run's web page serving (--ui)"
     )
     args = parser.parse_args()
     asyncio.run(main_async(args))
