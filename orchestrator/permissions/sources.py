@@ -24,6 +24,7 @@ from orchestrator.permissions.executed_paths import ask_rules
 from orchestrator.permissions.models import MODES, Mode
 from orchestrator.permissions.policy import EffectivePolicy
 from orchestrator.permissions.rules import PATH_TOOLS, Rule, RuleBehavior, parse_rule
+from orchestrator.permissions.sandbox_settings import filesystem_denies
 from orchestrator.permissions.settings_files import SettingsFile, load_stack
 
 SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
@@ -243,9 +244,8 @@ relative to the project root)."""
 
 def _from_file(f: SettingsFile) -> PolicySource:
     src = parse_block(f.doc.get("permissions"), f.source, f.path, strict_keys=False)
-    if f.kind != "user":
-        return src
-    rules = [_user_anchored(r) for r in src.rules]
+    rules = [_user_anchored(r) for r in src.rules] if f.kind == "user" else src.rules
+    rules = [*filesystem_denies(f), *rules]
     return PolicySource(src.name, rules, src.mode, src.additional_directories)
 
 
