@@ -62,13 +62,16 @@ def post_signed(url: str, doc: dict[str, object], secret: bytes) -> tuple[int, s
 
 def decide(question: dict[str, object], args: argparse.Namespace) -> dict[str, object] | None:
     """Your policy (or your person). Here: allow Bash commands listed with --allow,
-    deny everything else with a reason; None to leave it unanswered (--silent)."""
+    deny everything else with a reason; None to leave it unanswered (--silent; with
+    --leave-others, whatever is not allowed is left to the other channels)."""
     if args.silent:
         return None
     tool_input = question["tool_input"]
     command = tool_input.get("command") if isinstance(tool_input, dict) else None
     if question["tool_name"] == "Bash" and command in args.allow:
         return {"behavior": "allow", "scope": "once"}
+    if args.leave_others:  # a person on another channel (the terminal, the page) decides
+        return None
     return {"behavior": "deny", "reason": f"{args.person} allows only: {', '.join(args.allow)}"}
 
 
@@ -140,6 +143,9 @@ def main() -> None:
     parser.add_argument("--allow", action="append", default=[], help="a Bash command to allow")
     parser.add_argument("--person", default="webhook-bot", help="who answers, for the audit")
     parser.add_argument("--silent", action="store_true", help="take questions, never answer")
+    parser.add_argument(
+        "--leave-others", action="store_true", help="answer only --allow commands, never deny"
+    )
     parser.add_argument("--fail-first", type=int, default=0, help="answer 503 this many times")
     args = parser.parse_args()
     secret = os.environ["WARDEN_WEBHOOK_SECRET"].encode()

@@ -155,6 +155,20 @@ def run_to_end(
     sys.exit(finish_run(settings, state, code, outputs))
 
 
+def approver_option(fn: F) -> F:
+    """`--approver CHANNEL` (repeatable), for every command that runs agents."""
+    return click.option(
+        "--approver",
+        "approvers",
+        multiple=True,
+        metavar="CHANNEL",
+        callback=lambda _ctx, _param, value: check_approvers(value),
+        help="Who answers questions (repeatable; all are asked, the first answer wins): "
+        "terminal, webhook:URL (signed with WARDEN_WEBHOOK_SECRET; docs/webhook.md). "
+        "Default: WARDEN_APPROVERS, else the terminal.",
+    )(fn)
+
+
 def check_approvers(specs: tuple[str, ...]) -> tuple[str, ...]:
     """`--approver` values, each a channel warden knows (a usage error names the bad one)."""
     from orchestrator.config import approver_spec_problem

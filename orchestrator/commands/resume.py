@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.commands._frame import OutputFormat, drive, outcome_options, run_to_end
+from orchestrator.commands._frame import (
+    OutputFormat,
+    approver_option,
+    drive,
+    outcome_options,
+    run_to_end,
+)
 from orchestrator.results.models import Outcome
 from orchestrator.results.report import RunOutputs, RunState
 
@@ -32,12 +38,14 @@ if TYPE_CHECKING:
     help="Workspace (default: the one the session ran in).",
 )
 @click.option("--model", default=None, help="Model (default: the session's run's model).")
+@approver_option
 @outcome_options("the resumed task")
 def resume(
     session_id: str,
     instruction: str,
     workspace: Path | None,
     model: str | None,
+    approvers: tuple[str, ...],
     output: OutputFormat,
     replay: Path | None,
     fail_on: tuple[Outcome, ...],
@@ -57,7 +65,7 @@ def resume(
         settings,
         outputs,
         lambda state: _resume(
-            settings, state, session_id, instruction, workspace, model, output, replay
+            settings, state, session_id, instruction, workspace, model, output, replay, approvers
         ),
     )
 
@@ -71,6 +79,7 @@ async def _resume(
     model: str | None,
     output: OutputFormat,
     replay: Path | None,
+    approvers: tuple[str, ...] = (),
 ) -> int:
     from orchestrator import start_up_done
     from orchestrator.lifecycle.recovery import open_store
@@ -117,4 +126,5 @@ async def _resume(
         approval_timeout=None,
         open_run=opened,
         work=work,
+        approvers=approvers,
     )

@@ -12,7 +12,7 @@ import click
 
 from orchestrator.commands._frame import (
     OutputFormat,
-    check_approvers,
+    approver_option,
     drive,
     outcome_options,
     run_to_end,
@@ -122,16 +122,7 @@ MAX_PROMPT_BYTES = 4 * 1024 * 1024
     metavar="SECONDS",
     help="Deny a question nobody answers within this time.",
 )
-@click.option(
-    "--approver",
-    "approvers",
-    multiple=True,
-    metavar="CHANNEL",
-    callback=lambda _ctx, _param, value: check_approvers(value),
-    help="Who answers questions (repeatable; all are asked, the first answer wins): "
-    "terminal, webhook:URL (signed with WARDEN_WEBHOOK_SECRET; docs/webhook.md). "
-    "Default: WARDEN_APPROVERS, else the terminal.",
-)
+@approver_option
 @click.option(
     "--max-depth",
     type=click.IntRange(min=1),

@@ -9,20 +9,30 @@ import pty
 import select
 import signal
 import subprocess
+import termios
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 Reader = Callable[[int, bytes], None]
 """Called with the terminal's fd (write answers to it) and each chunk printed."""
 
 
 def run_on_a_terminal(
-    argv: list[str], env: dict[str, str], cwd: Path, on_output: Reader, deadline_s: float
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    on_output: Reader,
+    deadline_s: float,
+    modes_after: list[list[Any]] | None = None,
 ) -> tuple[int, bytes]:
     """Run argv with a pty as stdin, stdout and stderr; return its exit status and all
-    it printed. Past `deadline_s` it is interrupted (SIGINT), as a person would."""
+    it printed. Past `deadline_s` it is interrupted (SIGINT), as a person would. With
+    `modes_after`, the terminal's settings (termios) once the command ended are
+    appended to it."""
     fd, tty = pty.openpty()
+    tty_path = os.ttyname(tty)
     child = subprocess.Popen(
         argv, stdin=tty, stdout=tty, stderr=tty, env=env, cwd=cwd, start_new_session=True
     )
@@ -39,6 +49,12 @@ def run_on_a_terminal(
             out += chunk
             on_output(fd, chunk)
         code = child.wait(timeout=max(1.0, deadline - time.monotonic()))
+        if modes_after is not None:
+            slave = os.open(tty_path, os.O_RDWR | os.O_NOCTTY)
+            try:
+                modes_after.append(termios.tcgetattr(slave))
+            finally:
+                os.close(slave)
         with contextlib.suppress(OSError):
             while select.select([fd], [], [], 0.2)[0]:
                 chunk = os.read(fd, 65536)

@@ -6,16 +6,22 @@ and the person who answered (`webhook:NAME`)."""
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
+import re
 import subprocess
 import sys
+import termios
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from orchestrator.config import Settings
-from tests.conftest import REPO_ROOT, run_warden, write_script
+from tests.conftest import REPO_ROOT, run_warden, warden_argv, warden_env, write_script
 from tests.integration.harness import PARENT_MATCH, convo, task, text, tool
+from tests.integration.terminal import run_on_a_terminal
 
 pytestmark = pytest.mark.integration
 
@@ -90,3 +96,79 @@ def test_a_webhook_approver_without_its_secret_is_refused_before_anything_runs(
     assert "set WARDEN_WEBHOOK_SECRET" in proc.stderr, proc.stderr
     bad = run_warden(settings, "run", "go", "--workspace", str(workspace), "--approver", "slack")
     assert bad.returncode == 2 and "unknown approver 'slack'" in bad.stderr, bad.stderr
+
+
+def test_the_terminal_and_a_webhook_at_once_first_answer_wins(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """On a real terminal with a webhook beside it: the question the webhook answers
+    is withdrawn from the terminal saying who answered; the one it leaves is answered
+    at the terminal and the receiver is told; the terminal is left as it was."""
+    workspace.chmod(0o777)
+    script = write_script(
+        tmp_path / "script.yaml",
+        [
+            convo("parent", PARENT_MATCH, [task("ASKER go", "general-purpose")], [text("done")]),
+            convo(
+                "asker",
+                {"prompt_contains": "ASKER"},
+                [tool("Bash", command="touch hooked.txt")],
+                [tool("Bash", command="touch mine.txt")],
+                [text("asked twice")],
+            ),
+        ],
+    )
+    receiver = subprocess.Popen(
+        [sys.executable, str(RECEIVER), "--port", "0", "--allow", "touch hooked.txt",
+         "--leave-others", "--person", "release-bot"],
+        env={"WARDEN_WEBHOOK_SECRET": SECRET, "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    state = tmp_path / "state"
+    typed: list[bytes] = []
+
+    def person(fd: int, _chunk: bytes, seen: list[bytes] = []) -> None:  # noqa: B006
+        seen.append(_chunk)
+        out = b"".join(seen)
+        start = out.rfind(b"approval needed")
+        panel = out[start : out.find(b"llow once  [s]", start)] if start >= 0 else b""
+        if b"touch mine.txt" in panel and b"llow once  [s]" in out[start:] and not typed:
+            typed.append(b"a")
+            os.write(fd, b"a\n")
+
+    try:
+        assert receiver.stdout is not None
+        url = receiver.stdout.readline().removeprefix("listening on ").strip()
+        env = warden_env(
+            WARDEN_STATE_DIR=str(state), WARDEN_WEBHOOK_SECRET=SECRET, COLUMNS="200", LINES="50"
+        )
+        env.pop("CI", None)
+        argv = warden_argv(
+            "run", "go", "--replay", str(script), "--workspace", str(workspace),
+            "--permission-mode", "default", "--user", "1234:1234",
+            "--approver", "terminal", "--approver", f"webhook:{url}",
+        )  # fmt: skip
+        modes: list[list[Any]] = []
+        code, raw = run_on_a_terminal(argv, env, tmp_path, person, 300, modes_after=modes)
+    finally:
+        receiver.terminate()
+        out, _ = receiver.communicate(timeout=10)
+    shown = raw.decode(errors="replace")
+    assert code == 0, shown[-3000:]
+    assert (workspace / "hooked.txt").exists() and (workspace / "mine.txt").exists()
+    assert "warden: answered on webhook by release-bot: allowed" in shown, shown[-3000:]
+    user = getpass.getuser()
+    assert re.search(rf"withdrawn q_\w+: allow by terminal:{user}", out), out
+    # The prompt's cbreak mode did not outlive it: the terminal echoes and edits lines.
+    assert modes[0][3] & termios.ICANON and modes[0][3] & termios.ECHO
+
+    audit = json.loads(
+        subprocess.run(
+            warden_argv("audit", "--json"),
+            env=warden_env(WARDEN_STATE_DIR=str(state)),
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout
+    )  # fmt: skip
+    by = {r["tool_input"]["command"]: r["decided_by"] for r in audit if r["decision"] == "ask"}
+    assert by == {"touch hooked.txt": "webhook:release-bot", "touch mine.txt": f"terminal:{user}"}
