@@ -140,3 +140,31 @@ async def test_build_steps_reach_only_what_the_run_s_egress_allows(
     finally:
         for tag in built:
             engine.images.remove(tag, force=True)
+
+
+def test_warden_exec_builds_the_dev_container_in_the_same_box(
+    engine: Any, workspace: Path, cc_image: str
+) -> None:
+    """`warden exec` builds a dev container Dockerfile too, within the limits the
+    WARDEN_BUILD_* variables set; a build past its deadline is warden's failure (125)."""
+    from tests.conftest import REPO_ROOT
+    from tests.integration.test_project_images import warden
+
+    marker = uuid.uuid4().hex
+    text = dockerfile(cc_image, marker, f"RUN echo {marker} > /etc/built", "RUN sleep 600")
+    dev_container(workspace, {"build": {"dockerfile": "Dockerfile"}}, text)
+    done = warden("exec", "--devcontainer", "--workspace", str(workspace), "--", "true",
+                  cwd=REPO_ROOT, env={"WARDEN_BUILD_DEADLINE_S": "3"})  # fmt: skip
+    assert done.returncode == 125, done.stderr
+    assert "build deadline of 3 s (WARDEN_BUILD_DEADLINE_S" in done.stderr, done.stderr
+    assert left_behind(engine, marker) == []
+    (workspace / ".devcontainer" / "Dockerfile").write_text(
+        dockerfile(cc_image, marker, f"RUN echo {marker} > /etc/built")
+    )
+    done = warden("exec", "--devcontainer", "--workspace", str(workspace), "--", "cat",
+                  "/etc/built", cwd=REPO_ROOT)  # fmt: skip
+    try:
+        assert done.returncode == 0 and done.stdout.strip() == marker, done.stderr
+    finally:
+        for image in engine.images.list(filters={"label": f"{MARK}={marker}"}):
+            engine.images.remove(image.id, force=True)
