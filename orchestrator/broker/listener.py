@@ -12,7 +12,9 @@
 - Connections: at most `MAX_CONNECTIONS_PER_SOCKET` at once per socket, and at
   most `ConnectionBudget.limit` over every socket of the run (half the process's
   open-file limit, so connections can never take the descriptors the store, the
-  events file and the engine client need). When a new one
+  events file and the engine client need), except that every socket may always
+  hold `RESERVED_CONNECTIONS_PER_SOCKET` (what a runner needs), so sandboxes that
+  fill the run's budget cannot lock a neighbour out of its own broker. When a new one
   arrives at the cap, the oldest connection with no request in progress is
   closed to make room (a half-open flood cannot lock out real requests); only
   when every connection is busy is the new one closed. Either way it is
@@ -64,6 +66,9 @@ LISTEN_BACKLOG = 128
 MAX_REFUSED_PEERS_RECORDED = 20
 """Refused peers reported per socket; later ones are only counted."""
 
+RESERVED_CONNECTIONS_PER_SOCKET = 4
+"""Connections a socket may always hold, whatever the run's budget says (a runner
+needs two or three); sockets are bounded by the run's concurrency, so this is too."""
 MAX_CONNECTIONS_PER_RUN = 4096
 """Most broker connections open at once over a whole run (all sockets)."""
 MIN_CONNECTIONS_PER_RUN = 8
@@ -95,11 +100,9 @@ class ConnectionBudget:
         share = open_files // FD_SHARE_FOR_CONNECTIONS
         return cls(max(MIN_CONNECTIONS_PER_RUN, min(MAX_CONNECTIONS_PER_RUN, share)))
 
-    def take(self) -> bool:
-        if self.open >= self.limit:
-            return False
+    def take(self) -> None:
+        """Count one admitted connection (a socket's reserved ones may pass the limit)."""
         self.open += 1
-        return True
 
     def give(self) -> None:
         self.open = max(0, self.open - 1)
@@ -375,6 +378,8 @@ class Listener:
         budget = self.run_budget
         if budget is None or budget.open < budget.limit:
             return True
+        if len(self._conns) < RESERVED_CONNECTIONS_PER_SOCKET:
+            return True  # this socket's own few, whoever filled the budget
         victim = self._oldest_idle()
         if victim is None:
             return False

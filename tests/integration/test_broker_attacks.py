@@ -405,7 +405,10 @@ async def test_connection_floods_neither_exhaust_the_host_nor_stall_others(
         assert broker is not None
         await asyncio.sleep(1.0)
         stranger = await connect_as(broker.socket_path, 65534, 65534)
-        same_group = await connect_as(broker.socket_path, 4242, run.manager.identity.gid)
+        neighbour = await connect_as(broker.socket_path, 4242, run.manager.identity.gid)
+        own = listener_module.sandbox_group(broker.socket_dir)
+        assert own is not None
+        with_group = await connect_as(broker.socket_path, 4242, run.manager.identity.gid, [own])
         began = time.monotonic()
         bystander = await run_one(run, "bystander")
         bystander_s = time.monotonic() - began
@@ -421,7 +424,10 @@ async def test_connection_floods_neither_exhaust_the_host_nor_stall_others(
     assert out["closed_half"] == 200
     assert out["closed_held"] == out["connected"]
     assert out["dir_mode"] == "0o750"
-    assert stranger.startswith("refused") and same_group == "closed"
+    # Without the socket's own group the kernel refuses; a wrong uid that holds it is
+    # closed by the peer check.
+    assert stranger.startswith("refused") and neighbour.startswith("refused")
+    assert with_group == "closed"
     kinds = [k for k, _ in notices]
     assert kinds.count("connection_cap") == 1
     assert kinds.count("peer_refused") == 1 and "uid 4242" in dict(notices)["peer_refused"]
@@ -456,3 +462,84 @@ async def test_json_nesting_bombs_are_refused_without_a_traceback(
     assert len(requests_of(server, "nester")) == 2
     tracebacks = [r for r in caplog.records if r.exc_info or "RecursionError" in r.getMessage()]
     assert tracebacks == []
+
+
+HOG = r"""
+# Hold as many busy connections as the host lets this sandbox have: a request whose
+# body never comes keeps its handler (and one host descriptor) busy.
+held, refused = [], 0
+for _ in range(40):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(SOCK)
+        s.sendall(b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100000\r\n\r\n")
+        held.append(s)
+    except OSError:
+        refused += 1
+    time.sleep(0.02)
+time.sleep(1.0)
+alive = 0
+for s in held:
+    s.setblocking(False)
+    try:
+        alive += s.recv(1) != b""
+    except BlockingIOError:
+        alive += 1  # still open, still waiting: the host holds it
+    except OSError:
+        pass
+time.sleep(6)  # hold them while the neighbour runs
+report({"alive": alive, "closed": len(held) - alive, "refused": refused})
+"""
+"""Three of these fill a run whose process may open 160 descriptors (broker
+connections may take half: 80)."""
+
+OPEN_FILES = 160
+HOGS = 3
+
+
+async def test_sandboxes_exhausting_the_runs_descriptors_neither_end_it_nor_lock_out_others(
+    settings: Settings, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import resource
+
+    from orchestrator.runtime import manager as manager_module
+
+    command = plant(workspace, "hog.py", HOG)
+    script = [
+        *(attacker(f"hog{i}", command) for i in range(HOGS)),
+        convo(
+            "neighbour",
+            {"prompt_contains": "NEIGHBOUR"},
+            [tool("Bash", command="echo served > served.txt; echo fine")],
+            [text("{last_tool_result}")],
+        ),
+    ]
+    # A process that may open OPEN_FILES descriptors, as under `ulimit -n` (only the
+    # soft limit is lowered, and kept there: this process cannot raise a hard one).
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, before[1]))
+    monkeypatch.setattr(manager_module, "raise_open_file_limit", lambda: OPEN_FILES)
+    try:
+        async with scripted_run(settings, workspace, script) as (run, _):
+            assert run.manager.connections.limit == OPEN_FILES // 2
+            hogs = [asyncio.create_task(run_one(run, f"hog{i}")) for i in range(HOGS)]
+            await asyncio.sleep(4.0)  # the hogs hold every connection they could get
+            held_at_peak = run.manager.connections.open
+            neighbour = await run_one(run, "neighbour")
+            hogged = await asyncio.gather(*hogs)
+            notices = notices_of(run)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, before)
+
+    # The run went on: the neighbour was served while the budget was spent ...
+    assert neighbour.status is TaskStatus.COMPLETED and "fine" in neighbour.text, neighbour
+    assert (workspace / "served.txt").read_text() == "served\n"
+    assert held_at_peak >= OPEN_FILES // 2
+    # ... and each hog was told no, clearly, past the run's budget.
+    assert all(h.status is TaskStatus.COMPLETED for h in hogged), hogged
+    reports = [report_of(h.text) for h in hogged]
+    assert sum(r["alive"] for r in reports) <= OPEN_FILES // 2 + HOGS * 4, reports
+    assert sum(r["closed"] + r["refused"] for r in reports) > 0, reports
+    caps = [m for k, m in notices if k == "run_connection_cap"]
+    assert caps and "over the whole run" in caps[0], notices

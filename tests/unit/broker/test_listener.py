@@ -169,14 +169,15 @@ def test_the_open_file_limit_is_raised_to_the_hard_limit() -> None:
 async def test_busy_connections_are_capped_over_the_whole_run() -> None:
     """Every broker of a run shares one connection budget (half the open-file limit):
     sandboxes holding busy connections on many sockets can never take the
-    descriptors the run's own files need; past the budget new ones are closed."""
+    descriptors the run's own files need; past the budget new ones are closed, yet
+    every socket keeps its reserved few, so a neighbour's runner still gets in."""
     budget = listener_module.ConnectionBudget(limit=5)
     assert listener_module.ConnectionBudget.for_limit(256).limit == 128
     brokers, hosts, dirs, held = [], [], [], []
     model = FakeModel()
     upstream_client = httpx2.AsyncClient(transport=httpx2.MockTransport(model.handler))
     try:
-        for _ in range(2):
+        for _ in range(3):
             socket_dir = make_socket_dir(
                 SandboxIdentity(os.getuid(), os.getgid()), Path(tempfile.gettempdir())
             )
@@ -193,26 +194,38 @@ async def test_busy_connections_are_capped_over_the_whole_run() -> None:
             brokers.append(broker)
             hosts.append(host)
             dirs.append(socket_dir)
-        for i in range(8):  # busy: each holds an alive request open
-            reader, writer = await asyncio.open_unix_connection(str(brokers[i % 2].socket_path))
+        reserve = listener_module.RESERVED_CONNECTIONS_PER_SOCKET
+
+        async def busy(broker: Broker) -> None:  # holds an alive request open
+            reader, writer = await asyncio.open_unix_connection(str(broker.socket_path))
             with contextlib.suppress(ConnectionError):
                 writer.write(f"GET {wire.ALIVE_PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
                 await writer.drain()
             held.append((reader, writer))
             await asyncio.sleep(0.05)
-        assert budget.open == 5
-        closed = 0
-        for reader, _ in held:
-            try:
-                got = await asyncio.wait_for(reader.read(1), 0.2)
-                closed += got == b""
-            except ConnectionResetError:
-                closed += 1
-            except TimeoutError:
-                pass  # still open and waiting: served
-        assert closed == 3
+
+        async def closed(conns: list[Any]) -> int:
+            count = 0
+            for reader, _ in conns:
+                try:
+                    got = await asyncio.wait_for(reader.read(1), 0.2)
+                    count += got == b""
+                except ConnectionResetError:
+                    count += 1
+                except TimeoutError:
+                    pass  # still open and waiting: served
+            return count
+
+        for i in range(24):  # two sandboxes fill the run's budget, and more
+            await busy(brokers[i % 2])
+        assert budget.open == 2 * reserve  # the budget (5), then each one's reserve
+        assert await closed(held) == 24 - 2 * reserve
         notices = [k for host in hosts for k, _ in host.notices]
         assert "run_connection_cap" in notices
+        await busy(brokers[2])  # a neighbour's runner: its own socket's reserve
+        assert await closed(held[-1:]) == 0
+        assert budget.open == 2 * reserve + 1
+        assert not hosts[2].notices
     finally:
         for _, writer in held:
             writer.close()
