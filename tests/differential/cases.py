@@ -310,14 +310,13 @@ def mode_groups() -> list[Group]:
     return [_group(f"mode{i}", calls, mode=m) for i, m in enumerate(MODES)]
 
 
-def _hook_output(decision: str, reason: str) -> str:
-    out = {
-        "hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "permissionDecision": decision,
-            "permissionDecisionReason": reason,
-        }
-    }
+def _hook_output(decision: str | None, reason: str, updated: dict[str, str] | None = None) -> str:
+    specific: dict[str, Any] = {"hookEventName": "PreToolUse"}
+    if decision is not None:
+        specific |= {"permissionDecision": decision, "permissionDecisionReason": reason}
+    if updated is not None:
+        specific["updatedInput"] = {**updated, "description": "rewritten by a hook"}
+    out = {"hookSpecificOutput": specific}
     return "cat >/dev/null; echo '" + json.dumps(out) + "'"
 
 
@@ -337,6 +336,8 @@ HOOKS: dict[str, dict[str, Any]] = {
     },
     "legacy-block": {"command": 'cat >/dev/null; echo \'{"decision": "block", "reason": "no"}\''},
     "no-touch": {"command": "if grep -q touch; then echo 'no touch' >&2; exit 2; fi"},
+    "rewrite-touch": {"command": _hook_output("allow", "rewritten", {"command": "touch rw.txt"})},
+    "rewrite-echo": {"command": _hook_output(None, "", {"command": "echo rewritten"})},
 }
 """PreToolUse hook commands (POSIX sh; each reads its stdin, as Claude Code writes it)."""
 HOOK_RULES: list[dict[str, list[str]]] = [
@@ -432,6 +433,12 @@ def hook_groups() -> list[Group]:
             if doc is not None:
                 g[level] = doc
         groups.append(g)
+        i += 1
+    for name, perms in itertools.product(
+        ("rewrite-touch", "rewrite-echo"), (HOOK_RULES[2], {"allow": ["Bash(echo:*)"]})
+    ):
+        doc = {"permissions": perms, **_hooks(("Bash", [name]))}
+        groups.append(_group(f"hooku{i:02d}", _hook_calls(f"h{i}"), user=doc))
         i += 1
     return groups
 
