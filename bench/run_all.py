@@ -6,7 +6,7 @@ them in turn (never two at once: they would share the machine), collects those l
 and prints the table. A benchmark that fails is listed with the end of its output;
 the others still count.
 
-    python bench/run_all.py --quick          # small samples: ~15 minutes on 2 cores
+    python bench/run_all.py --quick          # small samples: a few minutes on 2 cores
     python bench/run_all.py                  # each benchmark's own defaults (long)
     python bench/run_all.py --only exec,permission
 
