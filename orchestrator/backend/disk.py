@@ -302,6 +302,12 @@ class DiskWatch:
         return None
 
 
+def _exited(pid: int) -> bool:
+    """Whether the process is gone: a sandbox that finished before its meter was made
+    (`warden exec -- true`) is no reason to warn."""
+    return not Path(f"/proc/{pid}").exists()
+
+
 class DiskGuardedBackend(ContainerBackend):
     """A backend whose sandboxes are watched for their `spec.limits` disk limits."""
 
@@ -336,12 +342,19 @@ class DiskGuardedBackend(ContainerBackend):
             pid = self.inner.host_pid(container_id)
             if not pid:
                 return None
-            if records is not None:
-                try:
-                    return exits.CgroupMeter(pid, records)
-                except OSError as exc:
-                    log.warning("cannot count the sandbox's writes by its cgroup (%s)", exc)
-            return ProcessTreeMeter(pid)
+            try:
+                if records is not None:
+                    try:
+                        return exits.CgroupMeter(pid, records)
+                    except OSError as exc:
+                        if _exited(pid):
+                            return None
+                        log.warning("cannot count the sandbox's writes by its cgroup (%s)", exc)
+                return ProcessTreeMeter(pid)
+            except OSError:
+                if _exited(pid):  # it ended since its PID was read: nothing left to count
+                    return None
+                raise
         except Exception as exc:
             if not self._warned:
                 self._warned = True

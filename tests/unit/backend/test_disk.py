@@ -6,8 +6,10 @@ come from settings, CLI and agent files (which may only lower the cap)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -291,3 +293,29 @@ def test_start_does_not_wait_for_the_pid_lookup(tmp_path: Path) -> None:
     backend.kill(container)
     backend.wait(container, timeout_s=10)
     backend.remove(container)
+
+
+def test_a_sandbox_that_ended_before_its_meter_was_made_is_no_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The meter is made in the watcher's thread: a command as short as `true` may be
+    gone by then. That is no reason to warn the user; there is nothing left to count."""
+    gone = subprocess.Popen(["true"])  # its PID no longer exists once reaped
+    gone.wait()
+
+    class Ended(FakeBackend):
+        def host_pid(self, container_id: str) -> int | None:
+            return gone.pid
+
+    backend = DiskGuardedBackend(Ended(), poll_s=0.01)
+    with caplog.at_level(logging.WARNING, logger="warden.disk"):
+        container = backend.start(spec(tmp_path, DiskLimits(free_floor_bytes=0)))
+        watch = backend._watches[container]
+        deadline = time.monotonic() + 10
+        while watch.samples == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        backend.kill(container)
+        backend.wait(container, timeout_s=10)
+        backend.remove(container)
+    assert watch.meter is None
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
