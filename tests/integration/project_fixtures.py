@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from orchestrator.backend.connect import connect
-from tests.toolchains import LABEL, ensure_toolchain, throwaway_label
+from tests.toolchains import CACHE_DIR, LABEL, ensure_toolchain, throwaway_label
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -91,6 +91,41 @@ def no_bash_image(throwaway_images: dict[str, str], tmp_path_factory: pytest.Tem
     (context / "Dockerfile").write_text("FROM scratch\nCOPY hello /hello\nCMD [\"/hello\"]\n")
     (context / "hello").write_text("not a program\n")
     tag = f"warden-test-no-bash:{next(iter(throwaway_images.values()))}"
+    image = DockerImage(path=context, tag=tag, clean_up=False, labels=throwaway_images,
+                        network_mode="none", pull=False)  # fmt: skip
+    image.build()
+    image.get_docker_client().client.close()
+    return tag
+
+
+@pytest.fixture(scope="session")
+def libc_free_image(
+    throwaway_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    """An image with no C library at all: Debian's statically linked bash and busybox
+    on `scratch` (the .debs fetched on the host with apt, cached), built with
+    testcontainers, no network. Like an Alpine (musl) image, it has no glibc."""
+    import subprocess
+
+    from testcontainers.core.image import DockerImage
+
+    debs = CACHE_DIR / "static"
+    debs.mkdir(parents=True, exist_ok=True)
+    if not list(debs.glob("bash-static_*.deb")) or not list(debs.glob("busybox-static_*.deb")):
+        subprocess.run(["apt-get", "download", "bash-static", "busybox-static"], cwd=debs,
+                       check=True, capture_output=True, timeout=300)  # fmt: skip
+    context = tmp_path_factory.mktemp("libc-free")
+    unpacked = context / "unpacked"
+    for deb in (*debs.glob("bash-static_*.deb"), *debs.glob("busybox-static_*.deb")):
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(unpacked)], check=True)
+    for name, source in (("bash", "bash-static"), ("busybox", "busybox")):
+        (context / name).write_bytes((unpacked / "bin" / source).read_bytes())
+        (context / name).chmod(0o755)
+    (context / "Dockerfile").write_text(
+        "FROM scratch\nCOPY bash busybox /bin/\n"
+        'RUN ["/bin/busybox", "--install", "-s", "/bin"]\nENV PATH=/bin\n'
+    )
+    tag = f"warden-test-libc-free:{next(iter(throwaway_images.values()))}"
     image = DockerImage(path=context, tag=tag, clean_up=False, labels=throwaway_images,
                         network_mode="none", pull=False)  # fmt: skip
     image.build()

@@ -35,6 +35,7 @@ from tests.integration.project_fixtures import (
     engine,
     facts,
     foreign_arch_image,
+    libc_free_image,
     no_bash_image,
     node_image,
     project_workspace,
@@ -42,8 +43,8 @@ from tests.integration.project_fixtures import (
 )
 
 pytestmark = pytest.mark.integration
-__all__ = ["cc_image", "engine", "foreign_arch_image", "no_bash_image", "node_image",
-           "throwaway_images"]  # fmt: skip
+__all__ = ["cc_image", "engine", "foreign_arch_image", "libc_free_image", "no_bash_image",
+           "node_image", "throwaway_images"]  # fmt: skip
 
 EXPECTED_FACTS = {
     "net": "lo,",
@@ -118,6 +119,22 @@ async def test_make_test_in_a_gcc_image_and_the_sandbox_is_unchanged_inside(
     assert {key: found.get(key) for key in EXPECTED_FACTS} == EXPECTED_FACTS
     assert found["uid"] == f"{workspace.stat().st_uid} gid={workspace.stat().st_gid}"
     assert found["marker"] == "from-the-image", "the image's environment is kept"
+
+
+async def test_an_image_with_no_c_library_runs_a_subagent_in_the_same_sandbox(
+    settings: Settings, workspace: Path, libc_free_image: str
+) -> None:
+    """warden's runtime brings its own C library and loader: an image with no glibc
+    (static bash and busybox only, as an Alpine image has none either) runs the
+    runner, and the sandbox inside is the same."""
+    project_workspace(workspace)
+    probe = "echo libc=$(ls /lib /lib64 /usr/lib 2>/dev/null | wc -l); echo sum=$((6 * 7))"
+    script = delegate(probe, FACTS)
+    async with scripted_run(settings, workspace, script, image=libc_free_image) as (run, _):
+        result = await run.parent.run("check the image")
+    assert "libc=0" in result.text and "sum=42" in result.text, result.text
+    found = facts(result.text)
+    assert {key: found.get(key) for key in EXPECTED_FACTS} == EXPECTED_FACTS, result.text
 
 
 def warden(
