@@ -116,8 +116,10 @@ def write_outcome(
         from orchestrator.results.junit import write_junit
 
         write_junit(result, outputs.junit)
-    if result_file is not None:
-        result_file.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    if result_file is not None:  # whole or not at all: a reader may be waiting for it
+        partial = result_file.with_name(result_file.name + ".partial")
+        partial.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        partial.replace(result_file)
     return result
 
 

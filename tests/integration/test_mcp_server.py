@@ -35,6 +35,8 @@ pytestmark = pytest.mark.integration
 
 API_KEY = "sk-ant-mcp-test-key"
 TOKEN = "mcp-test-secret-" + "x" * 24
+IDLE_S = 2
+"""--idle-timeout of the HTTP test's server: a vanished client's session ends this soon."""
 
 
 def subagent(marker: str, *turns: list[dict[str, Any]]) -> dict[str, Any]:
@@ -112,6 +114,15 @@ async def stdio_session(
     async with stdio_client(params) as (read, write), ClientSession(read, write, **client) as s:
         await s.initialize()
         yield s
+
+
+async def written(path: Path, timeout_s: float = 60) -> dict[str, Any]:
+    """The result document a session's end writes, once it is there."""
+    for _ in range(int(timeout_s / 0.05)):
+        if path.exists():
+            break
+        await asyncio.sleep(0.05)
+    return result_document(path)
 
 
 def result_document(path: Path) -> dict[str, Any]:
@@ -296,6 +307,8 @@ async def test_http_needs_the_secret_and_this_host_and_serves_a_session(
             "default",
             "--result-file",
             str(results),
+            "--idle-timeout",
+            str(IDLE_S),
         ) as (proc, url),
     ):
         hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
@@ -319,10 +332,13 @@ async def test_http_needs_the_secret_and_this_host_and_serves_a_session(
         asked = Asked("allow for this session")
         headers = {"Authorization": f"Bearer {TOKEN}"}
 
-        async def session_with_a_task_left_running(answer: Asked) -> None:
+        async def session_with_a_task_left_running(answer: Asked, *, delete: bool = True) -> None:
             async with (
                 httpx2.AsyncClient(headers=headers, timeout=120) as client,
-                streamable_http_client(url, http_client=client) as (read, write),
+                streamable_http_client(url, http_client=client, terminate_on_close=delete) as (
+                    read,
+                    write,
+                ),
                 ClientSession(read, write, elicitation_callback=answer) as session,
             ):
                 await session.initialize()
@@ -347,19 +363,21 @@ async def test_http_needs_the_secret_and_this_host_and_serves_a_session(
         await session_with_a_task_left_running(asked)
         # The Bash calls asked over HTTP: the foreground one on its call's stream.
         assert "made-in-sandbox.txt" in asked.messages[0]
-        for _ in range(600):
-            if results.exists():
-                break
-            await asyncio.sleep(0.05)
-        doc = result_document(results)
+        doc = await written(results)
         assert doc["status"] == "completed"
         assert sorted(t["status"] for t in doc["tasks"]) == ["completed", "stopped"]
         assert containers_of(doc["run_id"]) == []
-        # A second session is a second run; the server is stopped while it has a task
+        # A client that vanishes without ending its session (its event stream closed):
+        # after --idle-timeout the session is over, and its run ends the same way.
+        await session_with_a_task_left_running(Asked("allow"), delete=False)
+        vanished = await written(tmp_path / "http-2.json")
+        assert sorted(t["status"] for t in vanished["tasks"]) == ["completed", "stopped"]
+        assert containers_of(vanished["run_id"]) == []
+        # A third session is a third run; the server is stopped while it has a task
         # running: the run ends like Ctrl-C, and so does the server.
         await session_with_a_task_left_running(Asked("allow"))
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 60) == 128 + signal.SIGTERM
-    second = result_document(tmp_path / "http-2.json")
-    assert second["run_id"] != doc["run_id"]
-    assert containers_of(second["run_id"]) == []
+    third = result_document(tmp_path / "http-3.json")
+    assert len({doc["run_id"], vanished["run_id"], third["run_id"]}) == 3
+    assert containers_of(third["run_id"]) == []
