@@ -29,7 +29,7 @@ from orchestrator.egress.resolver import Resolver
 from orchestrator.egress.rules import RuleSet
 from orchestrator.egress.sources import agent_rules
 from orchestrator.errors import ConfigError
-from orchestrator.jsontypes import JSONLike, JSONObject
+from orchestrator.jsontypes import JSONLike
 
 if TYPE_CHECKING:
     from orchestrator.event_sink import EventSink
@@ -203,17 +203,15 @@ class TaskEgress:
         store = self.service.store
         if store is None:
             return
-        from orchestrator.permissions.approvers import input_hash
-        from orchestrator.store import AuditRecord
+        from orchestrator.store import audit_record
 
-        tool_input: JSONObject = {"host": verdict.host, "port": verdict.port}
-        record = AuditRecord(
+        record = audit_record(
             run_id=self.task.run_id,
             task_id=self.task.task_id,
             agent_type=self.task.agent_type,
             tool_name=TOOL_NAME,
-            input_hash=input_hash(TOOL_NAME, tool_input),
-            tool_input={**tool_input, "method": method},
+            tool_input={"host": verdict.host, "port": verdict.port},
+            noted={"method": method},
             decision=verdict.policy,
             final=verdict.behavior,
             decided_by=verdict.decided_by,

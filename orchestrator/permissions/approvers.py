@@ -6,9 +6,7 @@ person at a terminal, `ui.approval_prompt.TerminalApprover`).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
-import json
 import logging
 import secrets
 import shlex
@@ -18,7 +16,7 @@ from typing import Any, Literal, Protocol, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.event_sink import TaskIdentity
-from orchestrator.jsontypes import JSONObject
+from orchestrator.jsontypes import JSONObject, input_hash
 
 log = logging.getLogger(__name__)
 
@@ -138,18 +136,6 @@ class Asker(Protocol):
         else the approver's (a failing approver denies). Writing an "always" rule
         (`always_rule`, into `always_file`) is the caller's part."""
         ...
-
-
-def input_hash(tool_name: str, tool_input: JSONObject) -> str:
-    """sha256 of the canonical JSON of the tool name and input."""
-    canonical = json.dumps(
-        {"tool_name": tool_name, "tool_input": tool_input},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
-    # surrogatepass: JSON may carry lone surrogates ("\ud800"), which plain UTF-8 refuses.
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class SessionApprovals:

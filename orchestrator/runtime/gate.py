@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.broker import ForwardingPolicy, wire_models
 from orchestrator.errors import ConfigError
-from orchestrator.jsontypes import JSONLike, JSONObject
+from orchestrator.jsontypes import JSONLike, JSONObject, input_hash
 from orchestrator.permissions import (
     CallContext,
     Decision,
@@ -31,7 +31,6 @@ from orchestrator.permissions.approvers import (
     Approver,
     AskingTask,
     SessionApprovals,
-    input_hash,
 )
 from orchestrator.permissions.hooks import HookSandbox
 from orchestrator.runtime.tasks import TaskContext
@@ -349,18 +348,18 @@ class PolicyGate:
     ) -> None:
         if self.store is None:
             return
-        from orchestrator.store import AuditRecord
+        from orchestrator.store import audit_record
 
-        record = AuditRecord(
+        record = audit_record(
             run_id=task.run_id,
             task_id=task.task_id,
             agent_type=task.agent_type,
             tool_name=call.tool_name,
-            tool_use_id=call.tool_use_id or None,
-            input_hash=digest,
+            tool_use_id=call.tool_use_id,
+            digest=digest,
             tool_input=tool_input,
             decision=decision.behavior,
-            final=final,  # type: ignore[arg-type]
+            final="allow" if final == "allow" else "deny",
             decided_by=decided_by,
             source=decision.source or "",
             reason=reason + _hook_errors(decision),

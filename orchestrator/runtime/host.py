@@ -135,18 +135,15 @@ class TaskHost:
         store = self.store
         if store is None:
             return
-        from orchestrator.permissions.approvers import input_hash
-        from orchestrator.store import AuditRecord
+        from orchestrator.store import audit_record
 
         for decision in decisions:
             behavior: Literal["allow", "deny"] = "allow" if decision.allowed else "deny"
-            record = AuditRecord(
+            record = audit_record(
                 run_id=self.ctx.run_id,
                 task_id=self.ctx.task_id,
                 agent_type=self.ctx.agent_type,
                 tool_name=decision.subject[:100],
-                tool_use_id=None,
-                input_hash=input_hash(decision.subject, decision.detail),
                 tool_input=decision.detail,
                 decision=behavior,
                 final=behavior,

@@ -65,22 +65,18 @@ class TaskRecorder:
         """A Task call warden refused before any task existed (an unknown subagent type,
         a cap, invalid input): a `task_refused` event and a denial in the audit, so CI
         sees it (`denials`, `--fail-on denied`, the JUnit report)."""
-        from orchestrator.permissions.approvers import input_hash
-
         await self.events.emit(
             "task_refused", tool_use_id=tool_use_id, reason=reason, requested_by=by
         )
         if self.store is None:
             return
-        from orchestrator.store import AuditRecord
+        from orchestrator.store import audit_record
 
-        record = AuditRecord(
+        record = audit_record(
             run_id=self.events.run_id,
-            task_id=None,
             agent_type=by,
             tool_name="Task",
-            tool_use_id=tool_use_id[:200] or None,
-            input_hash=input_hash("Task", tool_input),
+            tool_use_id=tool_use_id[:200],
             tool_input=tool_input,
             decision="deny",
             final="deny",

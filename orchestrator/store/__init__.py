@@ -33,6 +33,7 @@ from orchestrator.store.records import (
     TaskRecord,
     TaskStatus,
     TaskUpdate,
+    audit_record,
 )
 from orchestrator.store.schema import (
     BUSY_TIMEOUT_S,
@@ -69,4 +70,5 @@ __all__ = [
     "TaskStatus",
     "TaskUpdate",
     "TranscriptTooLargeError",
+    "audit_record",
 ]

@@ -12,7 +12,7 @@ from typing import Annotated, Literal, TypedDict
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from orchestrator.jsontypes import JSONObject
+from orchestrator.jsontypes import JSONObject, input_hash
 
 RunStatus = Literal["running", "completed", "failed", "interrupted", "stopped"]
 TaskStatus = Literal[
@@ -256,3 +256,44 @@ class AuditRecord(_Record):
     person: StoredText = ""
     """Who answered on that channel: the OS user at the terminal, the name the page or
     the webhook receiver gave (their text: untrusted); `decided_by` is `CHANNEL:PERSON`."""
+
+
+def audit_record(
+    *,
+    run_id: str,
+    agent_type: str,
+    tool_name: str,
+    tool_input: JSONObject,
+    decision: Decision,
+    final: FinalDecision,
+    decided_by: str,
+    source: str,
+    reason: str = "",
+    task_id: str | None = None,
+    tool_use_id: str | None = None,
+    channel: str = "",
+    person: str = "",
+    noted: JSONObject | None = None,
+    digest: str | None = None,
+) -> AuditRecord:
+    """The one way an audit record is made (the gate, broker forwarding, egress, the
+    end-of-run report, a refused Task call). Its `input_hash` is
+    `jsontypes.input_hash(tool_name, tool_input)`, the hash approvals are bound to
+    (`digest`: that same hash, when the caller has made it already); `noted` is
+    stored beside the input without being hashed (egress's HTTP method)."""
+    return AuditRecord(
+        run_id=run_id,
+        task_id=task_id,
+        agent_type=agent_type,
+        tool_name=tool_name,
+        tool_use_id=tool_use_id or None,
+        input_hash=digest or input_hash(tool_name, tool_input),
+        tool_input={**tool_input, **noted} if noted else tool_input,
+        decision=decision,
+        final=final,
+        decided_by=decided_by,
+        source=source,
+        reason=reason,
+        channel=channel,
+        person=person,
+    )

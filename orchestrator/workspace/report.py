@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import re
 import stat
@@ -39,7 +38,7 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.permissions.executed_paths import hooks_path_pattern, report_patterns
 from orchestrator.permissions.paths import matches, pattern_regex
-from orchestrator.store.records import AuditRecord
+from orchestrator.store.records import AuditRecord, audit_record
 
 if TYPE_CHECKING:
     from orchestrator.store import Store
@@ -329,15 +328,12 @@ def audit_records(run_id: str, report: SensitiveReport) -> list[AuditRecord]:
     """One audit record per changed file, every one (decision "ask": a person should look)."""
     records = []
     for change in report.changes:
-        data = change.model_dump()
-        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
         records.append(
-            AuditRecord(
+            audit_record(
                 run_id=run_id,
                 agent_type="warden",
                 tool_name=AUDIT_TOOL_NAME,
-                input_hash=digest,
-                tool_input=data,
+                tool_input=change.model_dump(),
                 decision="ask",
                 final="allow",
                 decided_by="end-of-run scan of executed paths",
