@@ -34,6 +34,9 @@ OpenRun = Callable[["Settings", "Approver"], AbstractAsyncContextManager["Run"]]
 Work = Callable[["Run"], Awaitable[str]]
 """What the run does; returns the final text. A WardenError it raises is a run error."""
 
+WORK_STOP_S = 10.0
+"""Longest a stopping run waits for its work (the parent's loop) once its subagents
+are stopped; the process's own stop grace bounds the whole stop anyway."""
 REPLAY_KEY = "warden-replay-key"
 """The key the offline scripted server expects: it proves the key reaches the model
 endpoint from the host (and the tests prove it never enters a container)."""
@@ -301,6 +304,8 @@ async def drive(
         if web is not None:  # the page is one more channel: the first answer wins
             approver.add_channel(web)
         the_run = await stack.enter_async_context(open_run(settings, approver))
+        # Before the run closes its brokers: no question may keep a call waiting then.
+        stack.callback(approver.close)
         state.run_id, state.events_path = the_run.run_id, the_run.events_path
         if page is not None and web is not None:
             from orchestrator.commands._page import open_page
@@ -311,9 +316,13 @@ async def drive(
         stack.enter_context(progress)
         the_run.events.listeners.append(progress)
         code = ExitCode.RUN_ERROR
+        # Shielded: a stop reaches this frame at once, even while the work waits on a
+        # subagent whose call waits on a person; the frame then denies the questions
+        # and stops the work itself (below).
+        working = asyncio.ensure_future(work(the_run))
         try:
             try:
-                state.text = await work(the_run)
+                state.text = await asyncio.shield(working)
             finally:
                 # The live display ends with the work: what follows (errors, the
                 # report, the summary) is printed below it, never under its redraws.
@@ -327,7 +336,10 @@ async def drive(
             # what was written. A run that cannot record any more (`events.failure`)
             # ends the same way, with that error.
             state.status = "failed" if the_run.events.failure else "stopped"
+            approver.close()  # waiting questions are denied: nobody waits on a person now
+            working.cancel()
             await asyncio.shield(the_run.manager.close())
+            await asyncio.wait({working}, timeout=WORK_STOP_S)
             if the_run.events.failure is not None:
                 raise the_run.events.failure from None
             stopped = [c.task_id for c in the_run.manager.tasks.values() if c.status == "stopped"]

@@ -70,6 +70,7 @@ class ApproverHub:
         self._pending: dict[str, _Pending] = {}
         self._when_none = when_none or NonInteractiveApprover()
         self._background: set[asyncio.Task[None]] = set()
+        self._closed: str | None = None
 
     @property
     def channels(self) -> tuple[Approver, ...]:
@@ -97,7 +98,22 @@ class ApproverHub:
 
         return remove
 
+    def close(self, reason: str = "the run is stopping") -> None:
+        """Deny every waiting question (and any asked later) with `reason`; each
+        channel is told. A stopping run calls this first, so no call waits on a person."""
+        self._closed = reason
+        for pending in list(self._pending.values()):
+            if not pending.answered.done():
+                pending.answered.set_result(self._stopped())
+
+    def _stopped(self) -> ApprovalAnswer:
+        return ApprovalAnswer(
+            behavior="deny", reason=f"{self._closed}, so it is denied", channel="stopped"
+        )
+
     async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
+        if self._closed is not None:
+            return self._stopped()
         if not self._channels:
             return await self._when_none.approve(q)
         if q.question_id in self._pending:

@@ -225,10 +225,11 @@ def choices_text(q: ApprovalQuestion) -> str:
 def answered_elsewhere(answer: ApprovalAnswer) -> str:
     """One line for a question another channel answered: where, by whom, what."""
     what = "allowed" if answer.behavior == "allow" else "denied"
-    where = as_data(answer.channel or answer.decided_by)
-    who = f" by {as_data(answer.person)}" if answer.person else ""
     reason = f": {as_data(answer.reason)}" if answer.behavior == "deny" and answer.reason else ""
-    return f"warden: answered on {where}{who}: {what}{reason}"
+    if not answer.person:  # warden itself: a timeout, a stopping run
+        return f"warden: {what} ({as_data(answer.decided_by)}){reason}"
+    where, who = as_data(answer.channel or answer.decided_by), as_data(answer.person)
+    return f"warden: answered on {where} by {who}: {what}{reason}"
 
 
 def _os_user() -> str:

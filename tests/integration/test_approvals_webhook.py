@@ -10,6 +10,7 @@ import getpass
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import termios
@@ -172,3 +173,65 @@ def test_the_terminal_and_a_webhook_at_once_first_answer_wins(
     )  # fmt: skip
     by = {r["tool_input"]["command"]: r["decided_by"] for r in audit if r["decision"] == "ask"}
     assert by == {"touch hooked.txt": "webhook:release-bot", "touch mine.txt": f"terminal:{user}"}
+
+
+def test_stopping_a_run_while_a_question_waits_denies_it_and_stops_promptly(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """SIGTERM while the webhook has not answered: the waiting call is denied as
+    stopped (audited), and the run stops in its ordinary way, not at the stop grace."""
+    workspace.chmod(0o777)
+    script = write_script(
+        tmp_path / "script.yaml",
+        [
+            convo("parent", PARENT_MATCH, [task("ASKER go", "general-purpose")], [text("done")]),
+            convo(
+                "asker",
+                {"prompt_contains": "ASKER"},
+                [tool("Bash", command="touch never.txt")],
+                [text("asked")],
+            ),
+        ],
+    )
+    receiver = subprocess.Popen(
+        [sys.executable, str(RECEIVER), "--port", "0", "--silent"],
+        env={"WARDEN_WEBHOOK_SECRET": SECRET, "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert receiver.stdout is not None
+        url = receiver.stdout.readline().removeprefix("listening on ").strip()
+        run = subprocess.Popen(
+            warden_argv(
+                "run", "go", "--replay", str(script), "--workspace", str(workspace),
+                "--permission-mode", "default", "--user", "1234:1234",
+                "--approver", f"webhook:{url}",
+            ),
+            env=warden_env(
+                WARDEN_STATE_DIR=str(settings.state_dir), CI="true", WARDEN_WEBHOOK_SECRET=SECRET
+            ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        asked = receiver.stdout.readline()  # the question reached the receiver
+        assert "(new): Bash" in asked, asked
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=120)
+    finally:
+        receiver.terminate()
+        receiver.communicate(timeout=10)
+    assert run.returncode == 143, err[-3000:]
+    assert "took longer" not in err, err[-3000:]
+    assert not (workspace / "never.txt").exists()
+    audit = json.loads(
+        subprocess.run(
+            warden_argv("audit", "--json"),
+            env=warden_env(WARDEN_STATE_DIR=str(settings.state_dir)),
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout
+    )  # fmt: skip
+    asked_records = [r for r in audit if r["decision"] == "ask"]
+    assert [(r["final"], r["decided_by"]) for r in asked_records] == [("deny", "stopped")]

@@ -195,3 +195,19 @@ async def test_a_withdrawn_terminal_prompt_says_who_answered_and_its_typing_answ
         "terminal:alice",
     )
     assert web.withdrawn[-1] == (second.question_id, answer)
+
+
+async def test_closing_the_hub_denies_what_waits_and_what_comes_after() -> None:
+    web = Person("bob")
+    hub = ApproverHub([web])
+    q = question()
+    asking = asyncio.create_task(hub.approve(q))
+    await asyncio.wait_for(web.offered.wait(), 5)
+    hub.close()
+    answer = await asking
+    assert (answer.behavior, answer.decided_by) == ("deny", "stopped")
+    assert answer.reason == "the run is stopping, so it is denied"
+    await asyncio.sleep(0)
+    assert web.withdrawn == [(q.question_id, answer)] and web.cancelled == [q.question_id]
+    later = await hub.approve(question("make test"))
+    assert later.decided_by == "stopped" and len(web.asked) == 1
