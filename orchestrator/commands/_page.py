@@ -54,6 +54,25 @@ def listen_options(fn: F) -> F:
     return fn
 
 
+def page_options(fn: F) -> F:
+    """`--ui` and the listen flags: a run or resume that serves its page."""
+    fn = listen_options(fn)
+    return click.option(
+        "--ui",
+        "ui",
+        is_flag=True,
+        help="Serve the run's web page (live task tree, questions, events, transcripts, "
+        "audit) and answer questions there too; its link, printed once, is its key.",
+    )(fn)
+
+
+def page_from_flags(
+    ui: bool, listen: str, cert: Path | None, key: Path | None, names: tuple[str, ...]
+) -> ListenConfig | None:
+    """Where the page listens, or None without `--ui`."""
+    return listen_config(listen, cert, key, names) if ui else None
+
+
 def listen_config(
     listen: str, cert: Path | None, key: Path | None, names: tuple[str, ...]
 ) -> ListenConfig:

@@ -19,6 +19,7 @@ from orchestrator.commands._frame import (
     outcome_options,
     run_to_end,
 )
+from orchestrator.commands._page import page_from_flags, page_options
 from orchestrator.results.models import Outcome
 from orchestrator.results.report import RunOutputs, RunState
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from orchestrator.config import Settings
     from orchestrator.permissions.approvers import Approver
     from orchestrator.runtime.session import Run
+    from orchestrator.web.guard import ListenConfig
 
 
 @click.command("resume")
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 )
 @click.option("--model", default=None, help="Model (default: the session's run's model).")
 @approver_option
+@page_options
 @outcome_options("the resumed task")
 def resume(
     session_id: str,
@@ -46,6 +49,11 @@ def resume(
     workspace: Path | None,
     model: str | None,
     approvers: tuple[str, ...],
+    ui: bool,
+    ui_listen: str,
+    ui_tls_cert: Path | None,
+    ui_tls_key: Path | None,
+    ui_host_name: tuple[str, ...],
     output: OutputFormat,
     replay: Path | None,
     fail_on: tuple[Outcome, ...],
@@ -57,6 +65,7 @@ def resume(
     outputs are those of `warden run`."""
     from orchestrator.config import Settings
 
+    page = page_from_flags(ui, ui_listen, ui_tls_cert, ui_tls_key, ui_host_name)
     settings = Settings.from_env()
     outputs = RunOutputs(
         json_mode=output != "text", fail_on=fail_on, junit=junit_path, audit=audit_out
@@ -65,7 +74,16 @@ def resume(
         settings,
         outputs,
         lambda state: _resume(
-            settings, state, session_id, instruction, workspace, model, output, replay, approvers
+            settings,
+            state,
+            session_id,
+            instruction,
+            workspace,
+            model,
+            output,
+            replay,
+            approvers,
+            page,
         ),
     )
 
@@ -80,6 +98,7 @@ async def _resume(
     output: OutputFormat,
     replay: Path | None,
     approvers: tuple[str, ...] = (),
+    page: ListenConfig | None = None,
 ) -> int:
     from orchestrator import start_up_done
     from orchestrator.lifecycle.recovery import open_store
@@ -127,4 +146,5 @@ async def _resume(
         open_run=opened,
         work=work,
         approvers=approvers,
+        page=page,
     )

@@ -17,7 +17,7 @@ from orchestrator.commands._frame import (
     outcome_options,
     run_to_end,
 )
-from orchestrator.commands._page import listen_config, listen_options
+from orchestrator.commands._page import page_from_flags, page_options
 from orchestrator.commands.agents import image_options
 from orchestrator.commands.exec import SizeType, UserType, disk_limit_options
 from orchestrator.egress.flags import egress_options, limits_from_flags
@@ -197,14 +197,7 @@ MAX_PROMPT_BYTES = 4 * 1024 * 1024
     help="Trust the workspace: its .claude/ allow rules, mode, hooks and agent files apply "
     "(asked on first use at a terminal; CI: this flag or WARDEN_TRUST_WORKSPACE=1).",
 )
-@click.option(
-    "--ui",
-    "ui",
-    is_flag=True,
-    help="Serve the run's web page (live task tree, questions, events, transcripts, audit) "
-    "and answer questions there; its link, printed once, is its key.",
-)
-@listen_options
+@page_options
 @outcome_options("the run")
 def run(
     prompt: str | None,
@@ -266,7 +259,7 @@ def run(
     from orchestrator.permissions.rules import split_tool_rules
 
     text = read_prompt(prompt, prompt_file)
-    page = listen_config(ui_listen, ui_tls_cert, ui_tls_key, ui_host_name) if ui else None
+    page = page_from_flags(ui, ui_listen, ui_tls_cert, ui_tls_key, ui_host_name)
     settings = Settings.from_env()
     interactive = not print_mode and not settings.non_interactive and sys.stdin.isatty()
     trusted = decide_trust(settings, workspace, trust_workspace, interactive)

@@ -167,7 +167,10 @@ class Guard:
         site = request.headers.get("Sec-Fetch-Site")
         if origin is not None and origin.lower() not in self._origins:
             return _empty(403)
-        if site is not None and site not in ("same-origin", "none"):
+        # A link to the page followed from another site (a chat, a CI log) opens it;
+        # everything the page then reads or sends must come from the page itself.
+        opening = request.method == "GET" and request.path == self.prefix
+        if site is not None and site not in ("same-origin", "none") and not opening:
             return _empty(403)
         if request.method not in SAFE_METHODS and origin is None:
             return _empty(403)  # a change must say where it comes from

@@ -109,6 +109,9 @@ async def test_a_foreign_host_or_origin_gets_nothing(servers: tuple) -> None:
     assert foreign[:2] == (403, b"")
     cross = await _get(a.url + "api/runs", **{"Sec-Fetch-Site": "cross-site"})
     assert cross[:2] == (403, b"")
+    # The link itself may be followed from another site (the page holds no data).
+    followed = await _get(a.url, **{"Sec-Fetch-Site": "cross-site"})
+    assert followed[0] == 200 and b"<script" in followed[1]
     assert (await _get(a.url + "api/runs", Host=f"localhost:{port}"))[0] == 200
 
 
@@ -150,3 +153,20 @@ def test_the_page_never_listens_beyond_loopback_in_plain_http(tmp_path: Path) ->
     assert parse_listen("127.0.0.1:8080") == ("127.0.0.1", 8080)
     assert parse_listen(":0") == ("127.0.0.1", 0)
     assert parse_listen("[::1]:9") == ("::1", 9)
+
+
+def test_the_flags_refuse_a_plain_http_page_beyond_loopback() -> None:
+    from click.testing import CliRunner
+
+    from orchestrator.commands.resume import resume
+    from orchestrator.commands.run import run
+    from orchestrator.commands.ui import ui
+
+    for command, args in (
+        (run, ["--ui", "--ui-listen", "0.0.0.0:8443", "go"]),
+        (resume, ["--ui", "--ui-listen", "192.0.2.1:8443", "sa_x", "go on"]),
+        (ui, ["--ui-listen", "0.0.0.0"]),
+    ):
+        result = CliRunner().invoke(command, args)
+        assert result.exit_code == 2, result.output
+        assert "--ui-tls-cert and --ui-tls-key" in result.output
