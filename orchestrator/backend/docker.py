@@ -37,6 +37,7 @@ from orchestrator.backend.engine_json import (
     ContainerInspect,
     ContainerRow,
 )
+from orchestrator.backend.mounts import PinnedSources
 from orchestrator.errors import (
     ConfigError,
     ContainerStartError,
@@ -114,9 +115,14 @@ class DockerBackend(ContainerBackend):
     # -- start -------------------------------------------------------------------
 
     def start(self, spec: SandboxSpec) -> str:
+        # Confined mount sources stay pinned until the engine has mounted them.
+        with PinnedSources() as pins:
+            return self._start(spec, pins)
+
+    def _start(self, spec: SandboxSpec, pins: PinnedSources) -> str:
         container_labels = self._labels(spec)
         user = self._user(spec)
-        host_config = hardening.host_config(self._api, spec)
+        host_config = hardening.host_config(self._api, spec, pins)
         with classify.engine_errors(self._describe("create")):
             name = NAME_PREFIX + secrets.token_hex(10)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from docker.types import LogConfig, Ulimit
 
 from orchestrator.backend.base import SandboxSpec
-from orchestrator.backend.mounts import check_confined
+from orchestrator.backend.mounts import PinnedSources, check_confined
 from orchestrator.errors import ConfigError
 from sandbox_tools.wire import WORKSPACE
 
@@ -32,13 +32,14 @@ SHM_BYTES = 16 * 1024 * 1024
 """Size of /dev/shm (the other writable tmpfs besides /tmp)."""
 
 
-def host_config(api: APIClient, spec: SandboxSpec) -> HostConfig:
+def host_config(api: APIClient, spec: SandboxSpec, pins: PinnedSources | None = None) -> HostConfig:
     """The HostConfig of `spec`'s container. Raises ConfigError for a workspace that is
     not a directory, a mount path the engine cannot express, or a confined mount whose
-    source left its directory (checked again here, right before the create)."""
+    source left its directory (checked again here, right before the create, and
+    pinned by `pins` until the container has started)."""
     limits = spec.limits
     return api.create_host_config(
-        binds=binds(spec),
+        binds=binds(spec, pins),
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
         read_only=True,
@@ -58,12 +59,18 @@ def host_config(api: APIClient, spec: SandboxSpec) -> HostConfig:
     )
 
 
-def binds(spec: SandboxSpec) -> list[str]:
-    """The workspace (read-write, at /workspace) first, then the extra mounts."""
-    for mount in spec.mounts:
-        if mount.confined_to is not None:
-            check_confined(mount.confined_to, mount.source)
-    found = [_bind(m.source, m.target, m.read_only) for m in spec.mounts]
+def binds(spec: SandboxSpec, pins: PinnedSources | None = None) -> list[str]:
+    """The workspace (read-write, at /workspace) first, then the extra mounts (a
+    confined one by its pinned path when `pins` can pin it)."""
+    found = []
+    for m in spec.mounts:
+        source = m.source
+        if m.confined_to is not None:
+            if pins is not None:
+                source = pins.pin(m.confined_to, m.source)
+            else:
+                check_confined(m.confined_to, m.source)
+        found.append(_bind(source, m.target, m.read_only))
     if spec.workspace is not None:
         found.insert(0, _bind(workspace_dir(spec.workspace), WORKSPACE_TARGET, False))
     return found

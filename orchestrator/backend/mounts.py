@@ -9,16 +9,38 @@ and the identity (device, inode) of what was opened is compared with what the
 path names now. The backend runs this immediately before it asks the engine to
 create the container. The standard library does this; no library offers a
 "resolve beneath" walk on Python 3.11 (`openat2` is not exposed).
+
+A check on a path still leaves a window: the engine resolves the source path again
+when it mounts, so a link planted between the check and the mount would be
+followed. As root, warden closes it (`PinnedSources`): what the walk opened (the
+descriptor, not the path) is bind-mounted at a fresh path under `PIN_ROOT`, a
+root-only directory no sandbox can write, and the engine is given that path; it is
+detached once the container has started (the container keeps its own copy). The
+engine cannot take the descriptor itself: its runtime mounts from a new mount
+namespace, where a bind of another namespace's descriptor is refused (EINVAL).
+Without root (or CAP_SYS_ADMIN), the check alone applies, and a warning says so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import logging
 import os
 import stat
+import tempfile
 from pathlib import Path
+from types import TracebackType
 
 from orchestrator.errors import UnsafeMountError
+
+log = logging.getLogger(__name__)
+
+PIN_ROOT = Path("/run/warden-pins")
+"""Where pinned mount sources are bind-mounted (root only, mode 0700)."""
+MS_BIND = 4096
+MS_REC = 16384
+MNT_DETACH = 2
 
 
 def check_confined(root: Path, source: Path) -> os.stat_result:
@@ -65,6 +87,16 @@ def check_confined(root: Path, source: Path) -> os.stat_result:
 def _walk(root: Path, relative: Path) -> os.stat_result:
     """Open `relative` under `root` one component at a time with O_NOFOLLOW; the stat
     of what was opened. UnsafeMountError for a link; OSError when the tree changes."""
+    fd = _open_beneath(root, relative)
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_beneath(root: Path, relative: Path) -> int:
+    """An O_PATH descriptor of `relative` under `root`, opened one component at a
+    time with O_NOFOLLOW (the caller closes it). UnsafeMountError for a link."""
     fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         walked = root
@@ -88,9 +120,95 @@ def _walk(root: Path, relative: Path) -> os.stat_result:
                     f"{walked} became a symbolic link while being checked; warden refuses "
                     "to mount through links in the workspace"
                 )
-        return os.fstat(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
+
+
+class PinnedSources:
+    """Mount sources pinned for one container start: `pin` checks a confined source
+    and returns the path to give the engine; leaving the block detaches them."""
+
+    _warned = False
+
+    def __init__(self, pin_root: Path = PIN_ROOT) -> None:
+        self._root = pin_root
+        self._pins: list[Path] = []
+        self._libc: ctypes.CDLL | None = None
+
+    def __enter__(self) -> PinnedSources:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for pin in self._pins:
+            self._call("umount2", str(pin).encode(), MNT_DETACH)
+            with contextlib.suppress(OSError):
+                os.rmdir(pin) if pin.is_dir() else os.unlink(pin)
+        self._pins = []
+
+    def pin(self, root: Path, source: Path) -> Path:
+        """`source`, checked like `check_confined`; as root, the path of a bind mount
+        of exactly what the check opened, which no later link can redirect."""
+        check_confined(root, source)
+        if os.geteuid() != 0:
+            return source
+        try:
+            fd = _open_beneath(root, source.relative_to(root))
+        except OSError as exc:
+            raise UnsafeMountError(
+                f"mount source {source} changed while being checked ({exc.strerror or exc}); "
+                "something is rewriting the workspace: stop it and run again"
+            ) from None
+        try:
+            return self._bind(fd, source)
+        finally:
+            os.close(fd)
+
+    def _bind(self, fd: int, source: Path) -> Path:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self._root, 0o700)
+        info = os.lstat(self._root)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o077:
+            raise UnsafeMountError(
+                f"{self._root} (where warden pins mount sources) is not a directory only "
+                "root can use; remove it and run again"
+            )
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            pin = Path(tempfile.mkdtemp(prefix="pin-", dir=self._root))
+        else:
+            handle, name = tempfile.mkstemp(prefix="pin-", dir=self._root)
+            os.close(handle)
+            pin = Path(name)
+        error = self._call(
+            "mount", f"/proc/self/fd/{fd}".encode(), str(pin).encode(), None, MS_BIND | MS_REC, None
+        )
+        if error:
+            with contextlib.suppress(OSError):
+                os.rmdir(pin) if pin.is_dir() else os.unlink(pin)
+            if not PinnedSources._warned:
+                PinnedSources._warned = True
+                log.warning(
+                    "cannot pin mount sources (%s): a link planted in the workspace between "
+                    "warden's check and the engine's mount could still be followed",
+                    os.strerror(error),
+                )
+            return source
+        self._pins.append(pin)
+        return pin
+
+    def _call(self, name: str, *args: object) -> int:
+        """Call libc `name`; 0, or the errno it failed with."""
+        if self._libc is None:
+            self._libc = ctypes.CDLL(None, use_errno=True)
+        if getattr(self._libc, name)(*args) != 0:
+            return ctypes.get_errno() or 1
+        return 0
 
 
 def _target(path: Path) -> str:

@@ -1,0 +1,53 @@
+"""Pinned mount sources: what warden checked is what gets mounted. A source swapped
+for a link after the pin still shows the checked directory (or file) at the pinned
+path, a link found at pin time is refused, and leaving the block detaches and
+removes every pin."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.backend.mounts import PinnedSources
+from orchestrator.errors import UnsafeMountError
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
+
+
+def mounted(path: Path) -> bool:
+    with open("/proc/self/mounts") as mounts:
+        return any(line.split()[1] == str(path) for line in mounts)
+
+
+@needs_root
+def test_a_pinned_source_keeps_what_was_checked_after_a_swap(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / ".git").mkdir(parents=True)
+    (workspace / ".git" / "config").write_text("checked\n")
+    (workspace / "notes").write_text("a file\n")
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "config").write_text("HOST SECRET\n")
+    with PinnedSources(tmp_path / "pins") as pins:
+        pinned = pins.pin(workspace, workspace / ".git")
+        pinned_file = pins.pin(workspace, workspace / "notes")
+        os.rename(workspace / ".git", workspace / "moved")
+        os.symlink(secret, workspace / ".git")  # planted after the check
+        assert pinned != workspace / ".git" and mounted(pinned)
+        assert (pinned / "config").read_text() == "checked\n"
+        assert pinned_file.read_text() == "a file\n"
+    assert not mounted(pinned) and not pinned.exists() and not pinned_file.exists()
+    with PinnedSources(tmp_path / "pins") as pins, pytest.raises(UnsafeMountError, match="link"):
+        pins.pin(workspace, workspace / ".git")
+
+
+@needs_root
+def test_a_pin_root_someone_else_could_write_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "ws" / "d").mkdir(parents=True)
+    shared = tmp_path / "pins"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with PinnedSources(shared) as pins, pytest.raises(UnsafeMountError, match="only root"):
+        pins.pin(tmp_path / "ws", tmp_path / "ws" / "d")
