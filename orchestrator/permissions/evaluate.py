@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.permissions import file_reads, glob_reads, paths
+from orchestrator.permissions import file_reads, file_writes, glob_reads, paths
 from orchestrator.permissions.glob_reads import glob_may_read
 from orchestrator.permissions.models import (
     EDIT_TOOLS,
@@ -271,7 +271,18 @@ class _Evaluator:
                 problems.append(f"'{target}' is read after a cd, so its path is unknown")
         trees: list[tuple[str, list[str]]] = []
         globs: list[tuple[str, glob_reads.GlobOperand]] = []
+        changed: list[tuple[str, list[str]]] = []  # written by a command's operands
+        write_trees: list[tuple[str, list[str]]] = []
         for cmd in analysis.commands:
+            written = file_writes.writes(cmd, self.cwd)
+            for target in written.files:
+                if analysis.changes_dir and not target.startswith("/"):
+                    write_trees.append((f"{target} (after a cd)", ["/"]))
+                else:
+                    changed.append((target, paths.spellings(target, self.host, self.cwd)))
+            for target in written.trees:
+                root = "/" if analysis.changes_dir and not target.startswith("/") else target
+                write_trees.append((target, paths.normalise(root, self.cwd)))
             found = file_reads.reads(cmd, self.cwd)
             for target in found.files:
                 if analysis.changes_dir and not target.startswith("/"):
@@ -305,7 +316,7 @@ class _Evaluator:
                             rule=rule.text,
                             source=rule.source,
                         )
-                for text, spell in writes:
+                for text, spell in [*writes, *changed]:
                     if rule.tool in ("Edit", "Write") and path_matches(rule, spell, strict=strict):
                         return SubcommandVerdict(
                             kind="write",
@@ -361,6 +372,21 @@ class _Evaluator:
                         "ask",
                         f"'{text}' may match files that {near.text} ({near.source}) "
                         f"{near.behavior}s; name the files to decide it",
+                        rule_text=near.text,
+                        source=near.source,
+                        subcommands=(hit,),
+                        **extra,
+                    )
+        for text, roots in write_trees:
+            for near in [*self.policy.rules_for("deny"), *self.policy.rules_for("ask")]:
+                if near.tool in ("Edit", "Write") and could_reach(near, roots):
+                    hit = SubcommandVerdict(
+                        kind="write", text=text, verdict="ask", rule=near.text, source=near.source
+                    )
+                    return self._done(
+                        "ask",
+                        f"the command may write files under '{text}' that {near.text} "
+                        f"({near.source}) {near.behavior}s; name the files to decide it",
                         rule_text=near.text,
                         source=near.source,
                         subcommands=(hit,),

@@ -200,6 +200,31 @@ def bash_groups() -> list[Group]:
     return groups
 
 
+WRITE_COMMANDS = [
+    "cp README.md src/gen/a.py",
+    "echo x | tee src/gen/b.py",
+    "touch src/gen/c.py",
+    "mv src/app.py src/gen/app.py",
+    "sed -i s/1/2/ src/gen/out.py",
+    "echo x > src/gen/d.py",
+    "cp README.md src/ok.py",
+]
+
+
+def bash_write_groups() -> list[Group]:
+    """Commands that write a file an Edit rule denies or asks about, each command
+    allowed by a Bash rule."""
+    allow = [f"Bash({c}:*)" for c in ("cp", "tee", "touch", "mv", "sed", "echo")]
+    groups = []
+    for i, (behavior, mode) in enumerate(
+        itertools.product(("deny", "ask"), ("default", "acceptEdits"))
+    ):
+        perms = {"allow": allow, behavior: ["Edit(./src/gen/**)"]}
+        calls = [_bash(c) for c in WRITE_COMMANDS]
+        groups.append(_group(f"bwrite{i}", calls, project={"permissions": perms}, mode=mode))
+    return groups
+
+
 LEVELS = ("managed", "user", "project", "local", "cli")
 
 
@@ -449,6 +474,7 @@ def all_groups() -> list[Group]:
         *user_path_groups(),
         *edit_rule_groups(),
         *bash_groups(),
+        *bash_write_groups(),
         *level_groups(),
         *managed_key_groups(),
         *trust_groups(),

@@ -205,6 +205,19 @@ KNOWN: list[Known] = [
         _reads_denied_file,
     ),
     Known(
+        "bash-writes-a-protected-file",
+        "A command that writes a path an Edit rule denies or asks about (`tee FILE`, and "
+        "`cp`, `touch`, `mv`, `sed -i` under an ask rule) is denied or asked about; Claude "
+        "Code checks only some of these commands, and only against deny rules.",
+        lambda g, c, w, cl: (
+            _tool(c) == "Bash"
+            and (
+                c.get("_reason", "").startswith("write '")
+                or "may write files under" in c.get("_reason", "")
+            )
+        ),
+    ),
+    Known(
         "unproven-commands-ask",
         "A command the analyser cannot prove (an environment prefix such as FOO=1, ...) is "
         "asked about whatever rule names it.",
