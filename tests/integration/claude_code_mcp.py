@@ -1,11 +1,13 @@
 """Claude Code as the parent, warden behind it over MCP: run as root inside `unshare -n`
 (a network namespace with only `lo`): `python3 -m tests.integration.claude_code_mcp
-CLAUDE WORKSPACE STATE OUT.json`.
+CLAUDE WORKSPACE STATE OUT.json [stdio|http]`.
 
 It brings `lo` up, starts warden's scripted model on 127.0.0.1 in the namespace (it
 answers Claude Code and the subagent alike), registers `warden mcp` with Claude Code
-by the README's own line (`claude mcp add warden -- … mcp --workspace …`, with this
-tree's interpreter for `warden`), and runs `claude -p`. Claude Code's scripted model
+by the README's own lines (stdio: `claude mcp add warden -- … mcp --workspace …`, with
+this tree's interpreter for `warden`; http: `warden mcp --http` started here and
+`claude mcp add --transport http warden URL --header "Authorization: Bearer …"`),
+and runs `claude -p`. Claude Code's scripted model
 calls `mcp__warden__Task`; warden runs the subagent in a container; the requests the
 scripted server recorded are written to OUT.json.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +29,7 @@ MARK = "CLAUDE-CODE-PARENT"
 SUBAGENT_MARK = "WARDEN-SUBAGENT-BRIEF"
 ANSWER = "the sandbox says 7f3a"
 CLAUDE_TIMEOUT_S = 240
+TOKEN = "claude-code-test-token-0123456789"
 
 
 def script() -> Script:
@@ -73,6 +77,7 @@ def script() -> Script:
 
 def main() -> None:
     claude, workspace, state, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+    transport = sys.argv[5] if len(sys.argv) > 5 else "stdio"
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     home = Path(tempfile.mkdtemp(prefix="warden-cc-home-"))
     (home / ".claude").mkdir()
@@ -94,13 +99,32 @@ def main() -> None:
             "CLAUDE_CONFIG_DIR": str(state / "claude"),
             "PYTHONPATH": os.getcwd(),
         }
-        # The README's line, `warden` being this tree's interpreter and package.
-        add = [claude, "mcp", "add", "warden"]
-        for key, value in warden_env.items():
-            add += ["-e", f"{key}={value}"]
-        add += ["--", sys.executable, "-m", "orchestrator", "mcp", "--workspace", str(workspace),
-                "--permission-mode", "bypassPermissions", "--trust-workspace",
-                "--result-file", str(state / "result.json")]  # fmt: skip
+        serve = [sys.executable, "-m", "orchestrator", "mcp", "--workspace", str(workspace),
+                 "--permission-mode", "bypassPermissions", "--trust-workspace",
+                 "--result-file", str(state / "result.json")]  # fmt: skip
+        http: subprocess.Popen[str] | None = None
+        if transport == "http":
+            # The README's HTTP lines: the server with its token, then the client's.
+            http = subprocess.Popen(
+                [*serve, "--http", "--port", "0"],
+                env={**os.environ, **warden_env, "WARDEN_MCP_TOKEN": TOKEN},
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
+            assert http.stderr is not None
+            url = next(
+                line.split("serving MCP on ")[1].split()[0]
+                for line in http.stderr
+                if "serving MCP on " in line
+            )
+            add = [claude, "mcp", "add", "--transport", "http", "warden", url,
+                   "--header", f"Authorization: Bearer {TOKEN}"]  # fmt: skip
+        else:
+            # The README's line, `warden` being this tree's interpreter and package.
+            add = [claude, "mcp", "add", "warden"]
+            for key, value in warden_env.items():
+                add += ["-e", f"{key}={value}"]
+            add += ["--", *serve]
         added = subprocess.run(add, cwd=workspace, env=env, capture_output=True, text=True)
         proc = subprocess.run(
             [claude, "-p", f"{MARK}: delegate the check", "--output-format", "json",
@@ -108,6 +132,11 @@ def main() -> None:
             cwd=workspace, env=env, capture_output=True, text=True, timeout=CLAUDE_TIMEOUT_S,
             check=False,
         )  # fmt: skip
+        if http is not None:  # stopped as a person stops it (Ctrl-C)
+            http.send_signal(signal.SIGINT)
+            http.wait(timeout=60)
+            assert http.stderr is not None
+            http.stderr.close()
         requests = [r.model_dump(mode="json") for r in server.requests]
     Path(out).write_text(
         json.dumps(

@@ -1,8 +1,9 @@
 """Claude Code itself as the parent: the pinned Claude Code CLI, offline in a network
 namespace with only `lo`, registers `warden mcp` with the README's `claude mcp add`
-line; its scripted model calls warden's `Task` tool; the subagent runs in a warden
-container (it writes a file there); and its answer comes back into Claude Code's
-conversation, visible in the next request the scripted server records."""
+lines (stdio; streamable HTTP with the bearer token); its scripted model calls
+warden's `Task` tool; the subagent runs in a warden container (it writes a file
+there); and its answer comes back into Claude Code's conversation, visible in the
+next request the scripted server records."""
 
 from __future__ import annotations
 
@@ -32,20 +33,22 @@ def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_claude_code_delegates_to_a_warden_sandbox_over_mcp(
-    workspace: Path, tmp_path: Path
+    transport: str, workspace: Path, tmp_path: Path
 ) -> None:
     assert os.geteuid() == 0, "the Claude Code test needs root for unshare -n"
     claude = differential.claude_binary()  # installed by .ci/setup (npm, pinned)
     out = tmp_path / "out.json"
     proc = subprocess.run(
         ["unshare", "-n", "--", sys.executable, "-m", "tests.integration.claude_code_mcp",
-         claude, str(workspace), str(tmp_path), str(out)],
+         claude, str(workspace), str(tmp_path), str(out), transport],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
     seen = json.loads(out.read_text())
     assert seen["add"]["exit"] == 0, seen["add"]
+    assert ("Added HTTP MCP server warden" in seen["add"]["stdout"]) == (transport == "http")
     assert seen["exit"] == 0, (seen["stdout"], seen["stderr"])
     parent = [r for r in seen["requests"] if r["conversation"] == "parent"]
     subagent = [r for r in seen["requests"] if r["conversation"] == "subagent"]
