@@ -111,6 +111,21 @@ class WithdrawnDocument(_Document):
     """Who answered: `terminal:alice`, `web:bob`, `timeout`, ..."""
 
 
+DOCUMENTS: dict[str, type[BaseModel]] = {
+    "webhook-question": QuestionDocument,
+    "webhook-answer": AnswerDocument,
+    "webhook-withdrawn": WithdrawnDocument,
+}
+"""The webhook's documents by the name `warden schema` prints them under."""
+
+
+def json_schema(name: str) -> JSONObject:
+    """The JSON Schema (2020-12) of one webhook document."""
+    schema: JSONObject = DOCUMENTS[name].model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
+
+
 def sign(secret: bytes, timestamp: str, body: bytes) -> str:
     """The `Warden-Signature` value of `body` sent at `timestamp`."""
     mac = hmac.new(secret, timestamp.encode("ascii") + b"." + body, hashlib.sha256)

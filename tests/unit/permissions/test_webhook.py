@@ -272,3 +272,61 @@ def test_approvers_and_the_webhook_settings_come_from_the_environment() -> None:
     assert settings.webhook_secret is not None and SECRET not in repr(settings)
     with pytest.raises(ConfigError, match="the webhook URL must start with http"):
         Settings.from_env({"WARDEN_APPROVERS": "webhook:hooks.internal"})
+
+
+@pytest.mark.parametrize("name", ["webhook-question", "webhook-answer", "webhook-withdrawn"])
+def test_the_published_webhook_schemas_match_the_documents(name: str) -> None:
+    from orchestrator.permissions.webhook_protocol import json_schema
+
+    published = json.loads((RECEIVER.parent / "schema" / f"{name}.schema.json").read_text())
+    assert published == json_schema(name)
+
+
+async def test_what_warden_sends_and_the_example_answers_fit_the_published_schemas(
+    receivers: list[Receiver],
+) -> None:
+    """The documents on the wire, both ways, validated against docs/schema."""
+    import jsonschema
+    from aiohttp import web
+
+    def schema(name: str) -> dict[str, object]:
+        loaded: dict[str, object] = json.loads(
+            (RECEIVER.parent / "schema" / f"{name}.schema.json").read_text()
+        )
+        return loaded
+
+    bodies: list[bytes] = []
+
+    async def record(request: web.Request) -> web.Response:
+        bodies.append(await request.read())
+        return web.Response(status=202)
+
+    app = web.Application()
+    app.router.add_post("/hook", record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        q = question()
+        async with approver(f"http://127.0.0.1:{runner.addresses[0][1]}/hook") as hook:
+            asking = asyncio.create_task(ApproverHub([hook]).approve(q))
+            while not bodies:
+                await asyncio.sleep(0.01)
+            answer = {
+                "type": "warden.approval.answer",
+                "version": 1,
+                "question_id": q.question_id,
+                "input_hash": q.input_hash,
+                "behavior": "allow",
+                "scope": "session",
+                "person": "alice",
+            }
+            jsonschema.validate(answer, schema("webhook-answer"))
+            url = json.loads(bodies[0])["answer_url"]
+            assert (await post_answer(url, answer)).status_code == 200
+            assert (await asking).scope == "session"
+    finally:
+        await runner.cleanup()
+    jsonschema.validate(json.loads(bodies[0]), schema("webhook-question"))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**answer, "behaviour": "allow"}, schema("webhook-answer"))
