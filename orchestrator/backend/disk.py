@@ -303,9 +303,11 @@ class DiskWatch:
 
 
 def _exited(pid: int) -> bool:
-    """Whether the process is gone: a sandbox that finished before its meter was made
+    """Whether the sandbox's init has ended since `host_pid` found it in the container's
+    cgroup: gone, or (exiting, not yet reaped) moved out to the root cgroup, which a
+    live container's init never is. A sandbox that finished before its meter was made
     (`warden exec -- true`) is no reason to warn."""
-    return not Path(f"/proc/{pid}").exists()
+    return exits.cgroup_of(pid) in (None, "", "/")
 
 
 class DiskGuardedBackend(ContainerBackend):

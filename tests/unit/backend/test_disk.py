@@ -268,9 +268,12 @@ def test_a_failing_pid_lookup_still_returns_the_container(tmp_path: Path) -> Non
     backend.remove(container)
 
 
-def test_start_does_not_wait_for_the_pid_lookup(tmp_path: Path) -> None:
+def test_start_does_not_wait_for_the_pid_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Finding the sandbox's processes takes an engine round trip (inspect); it happens
     in the watcher's thread, not on the path that starts the sandbox."""
+    monkeypatch.setattr(disk, "_exited", lambda pid: False)  # this process stands in for init
     looked_up = threading.Event()
     release = threading.Event()
 
