@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 PIN_ROOT = Path("/run/warden-pins")
 """Where pinned mount sources are bind-mounted (root only, mode 0700)."""
+PIN_PREFIX = "pin-"
+"""A pin is `pin-<pid of the process that made it>-XXXX`."""
 MS_BIND = 4096
 MS_REC = 16384
 MNT_DETACH = 2
@@ -179,10 +181,11 @@ class PinnedSources:
                 f"{self._root} (where warden pins mount sources) is not a directory only "
                 "root can use; remove it and run again"
             )
+        prefix = f"{PIN_PREFIX}{os.getpid()}-"  # so a sweep can tell a dead owner's
         if stat.S_ISDIR(os.fstat(fd).st_mode):
-            pin = Path(tempfile.mkdtemp(prefix="pin-", dir=self._root))
+            pin = Path(tempfile.mkdtemp(prefix=prefix, dir=self._root))
         else:
-            handle, name = tempfile.mkstemp(prefix="pin-", dir=self._root)
+            handle, name = tempfile.mkstemp(prefix=prefix, dir=self._root)
             os.close(handle)
             pin = Path(name)
         error = self._call(
@@ -215,3 +218,33 @@ def _target(path: Path) -> str:
     with contextlib.suppress(OSError):
         return os.readlink(path)
     return "?"
+
+
+def sweep_pins(pin_root: Path = PIN_ROOT) -> int:
+    """Detach and remove pins whose process is gone (killed between pinning and the
+    container's start); returns how many. Pins of live processes are left alone."""
+    if os.geteuid() != 0:
+        return 0
+    try:
+        names = os.listdir(pin_root)
+    except OSError:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    swept = 0
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 3 or not name.startswith(PIN_PREFIX) or not parts[1].isdigit():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+            continue  # its process is alive: its pin is in use
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        path = pin_root / name
+        libc.umount2(str(path).encode(), MNT_DETACH)
+        with contextlib.suppress(OSError):
+            os.rmdir(path) if path.is_dir() else os.unlink(path)
+            swept += 1
+    return swept

@@ -123,6 +123,9 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
     removed = [info.id for info in plan.remove]
     kept = len(plan.keep_live) + len(plan.keep_unknown)
     sockets = socket_dirs.sweep()  # a dead owner's only: never a live run's sockets
+    from orchestrator.backend.mounts import sweep_pins
+
+    sweep_pins()  # mount sources a killed warden left pinned (a dead owner's only)
     if as_json:
         click.echo(
             json.dumps(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from orchestrator import labels, owner
+from orchestrator.backend.mounts import sweep_pins
 from orchestrator.errors import StoreError
 from orchestrator.lifecycle import socket_dirs
 
@@ -108,6 +109,7 @@ def recover(store: Store, backend: ContainerBackend, *, sweep: bool = True) -> R
     if not sweep:
         return found
     found.socket_dirs = len(socket_dirs.sweep())
+    sweep_pins()  # mount sources a killed warden left pinned
     for info in backend.list({labels.SESSION: None}):
         identity = owner.Owner.from_labels(info.labels)
         if identity is not None and owner.is_dead(identity):

@@ -41,6 +41,7 @@ from orchestrator.broker import SandboxIdentity, groups_for, holds_group, make_s
 from orchestrator.errors import WardenError
 from orchestrator.lifecycle import socket_dirs
 from orchestrator.permissions.hooks import SandboxedHookRun
+from sandbox_tools import wire as wire_module
 from sandbox_tools.wire import WORKSPACE
 
 if TYPE_CHECKING:
@@ -116,9 +117,13 @@ s.close()
 
 
 def shim_command(python: str = "python3") -> list[str]:
-    """The command of a waiting hook sandbox."""
+    """The command of a waiting hook sandbox: the runner's fallocate filter
+    (`sandbox_tools/seal.py`, standard library only, read as text: `-S` leaves
+    sandbox_tools unimportable there) installed first, then `SHIM`."""
+    seal = Path(wire_module.__file__).with_name("seal.py").read_text()
+    program = f"{seal}\nrefuse_fallocate()\n{SHIM}"
     return [
-        python, "-I", "-S", "-c", SHIM,
+        python, "-I", "-S", "-c", program,
         f"{HOOK_SOCKET_DIR}/{HOOK_SOCKET_NAME}", str(SHIM_WAIT_S),
     ]  # fmt: skip
 

@@ -165,3 +165,30 @@ async def test_a_hook_the_user_settings_trust_runs_on_the_host(
         result = await run.manager.run_task(bash_task("TRUSTED-HOOK"))
     assert result.status is TaskStatus.COMPLETED
     assert marker.exists()
+
+
+async def test_a_hook_sandbox_cannot_reserve_disk_space_with_fallocate(
+    settings: Settings, workspace: Path
+) -> None:
+    # Space reserved without a byte written would slip past the disk write limit.
+    reserve = (
+        "fallocate -l 64m /workspace/reserved 2>/workspace/hook-err.txt "
+        "&& echo reserved > /workspace/hook-ok.txt; exit 0"
+    )
+    write_project_settings(workspace, {"hooks": pre_hooks(reserve)})
+    script = [
+        convo(
+            "reserver",
+            {"prompt_contains": "HOOK-FALLOCATE"},
+            [tool("Bash", command="echo one > one.txt")],
+            [text("done")],
+        )
+    ]
+    async with scripted_run(settings, workspace, script) as (run, _):
+        result = await run.manager.run_task(bash_task("HOOK-FALLOCATE"))
+    assert result.status is TaskStatus.COMPLETED, result
+    assert "Operation not supported" in (workspace / "hook-err.txt").read_text()
+    assert not (workspace / "hook-ok.txt").exists()
+    reserved = workspace / "reserved"
+    assert not reserved.exists() or reserved.stat().st_blocks == 0
+    assert (workspace / "one.txt").read_text() == "one\n"

@@ -51,3 +51,19 @@ def test_a_pin_root_someone_else_could_write_is_refused(tmp_path: Path) -> None:
     shared.chmod(0o777)
     with PinnedSources(shared) as pins, pytest.raises(UnsafeMountError, match="only root"):
         pins.pin(tmp_path / "ws", tmp_path / "ws" / "d")
+
+
+@needs_root
+def test_a_dead_owners_pins_are_swept_and_a_live_ones_kept(tmp_path: Path) -> None:
+    from orchestrator.backend.mounts import sweep_pins
+
+    (tmp_path / "ws" / "d").mkdir(parents=True)
+    root = tmp_path / "pins"
+    pins = PinnedSources(root)
+    mine = pins.pin(tmp_path / "ws", tmp_path / "ws" / "d")  # this process: alive
+    gone = root / f"pin-{os.getpid() + 100000}-x"  # no such process (pid_max is lower)
+    gone.mkdir()
+    assert sweep_pins(root) == 1
+    assert not gone.exists() and mounted(mine)
+    pins.__exit__(None, None, None)
+    assert not mounted(mine)
