@@ -32,7 +32,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +116,8 @@ class BuildEgress:
     """Holds the proxy's socket; mounted read-only into the holder."""
     user: str
     """`uid:gid` the proxy admits (the holder runs as it)."""
+    groups: tuple[int, ...] = ()
+    """Extra groups the holder needs to enter `socket_dir` (`broker.listener.groups_for`)."""
 
 
 class BuildBox:
@@ -178,7 +180,9 @@ class BuildBox:
         command = ["python3", "-I", "-S", "-c", _HOLDER_SCRIPT % {"interval": HOLDER_WATCH_S}]
         mounts: list[dict[str, Any]] = []
         user = HOLDER_USER
+        groups: list[str] = []
         if self.egress is not None:
+            groups = [str(group) for group in self.egress.groups]
             command = [*_FORWARDER, *command]
             user = self.egress.user
             mounts.append(
@@ -202,6 +206,7 @@ class BuildBox:
             memswap_limit=memory,
             labels=self.labels,
             mounts=mounts or None,
+            group_add=groups or None,
         )
         output = self._wait_ready()
         if nested:
@@ -249,7 +254,9 @@ class BuildBox:
             return {}
         return {**dict.fromkeys(PROXY_ARGS, self.proxy), "NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY}
 
-    def build(self, context: IO[bytes], params: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    def build(
+        self, context: IO[bytes], params: Mapping[str, Any]
+    ) -> Generator[dict[str, Any], None, None]:
         """POST /build with `params` (the engine's query names) in the box; the
         decoded output. The watchdog runs while it is read; afterwards `crossed`
         says whether it stopped the build."""

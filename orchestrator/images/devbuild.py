@@ -35,7 +35,7 @@ import tarfile
 import tempfile
 from collections import deque
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import AbstractContextManager, closing, nullcontext, suppress
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -258,11 +258,12 @@ def _build(
     failure: str | None = None
     with box:
         try:
-            for chunk in box.build(context, params):
-                if "error" in chunk:
-                    failure = printable(str(chunk["error"]), LOG_LINE_CHARS)
-                    break
-                output.add(str(chunk.get("stream", "")))
+            with closing(box.build(context, params)) as stream:  # its watchdog ends here
+                for chunk in stream:
+                    if "error" in chunk:
+                        failure = printable(str(chunk["error"]), LOG_LINE_CHARS)
+                        break
+                    output.add(str(chunk.get("stream", "")))
             crossed = box.crossed or box.pids_reached()
             if crossed is None and failure is not None:
                 crossed = box.memory_reached()

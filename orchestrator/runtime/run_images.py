@@ -223,6 +223,7 @@ def oneoff_build_egress(
     domain rules and no one to ask, since a build cannot wait for an answer (what
     is not allowed is refused, and reported on stderr when it closes). None when no
     rule allows a domain: the build has no network."""
+    from orchestrator.broker.listener import groups_for
     from orchestrator.egress.oneoff import start_oneoff_egress
     from orchestrator.images.buildbox import BuildEgress
     from orchestrator.lifecycle.socket_dirs import socket_root
@@ -234,7 +235,7 @@ def oneoff_build_egress(
         rules, limits, identity, socket_root=socket_root(), resolver=resolver, task_id="devbuild"
     )
     try:
-        yield BuildEgress(proxy.socket_dir, proxy.user)
+        yield BuildEgress(proxy.socket_dir, proxy.user, tuple(groups_for(proxy.socket_dir)))
     finally:
         proxy.close()
 
