@@ -490,6 +490,7 @@ SLICE = (
     "userpath00",
     "bash00",
     "bash09",
+    "bwrite0",
     "lvl07",
     "bypassoff0",
     "rulesonly1",
