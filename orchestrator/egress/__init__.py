@@ -17,7 +17,7 @@ socket beside its broker's (`proxy.SOCKET_NAME`), and the in-container forwarder
 - `proxy`: the HTTP CONNECT / plain-HTTP proxy on the Unix socket
 - `service`: one run's egress: a proxy per task, approvals, audit, summaries
 
-May import: `config`, `errors`, `event_sink` (where its events go), `jsontypes`,
+May import: `config`, `errors`, `behavior`, `event_sink` (where its events go), `jsontypes`,
 `backend` (sandbox specs, for `warden exec`), `broker` (socket directories and peer
 checks), `permissions` (rule sources, the `Asker` its questions go to, the settings
 writer), `store` (audit records), `untrusted_text`. Nothing of `runtime`, not even

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
+from orchestrator.behavior import Behavior, FinalBehavior
 from orchestrator.egress.addresses import IPAddress, parse_ip
 from orchestrator.egress.resolver import ResolveError, Resolver
 from orchestrator.egress.rules import MANAGED_ONLY, HostError, RuleSet, match, normal_host
@@ -31,7 +31,7 @@ DENY_MODES = frozenset({"dontAsk", "plan"})
 class Answer:
     """What the approver said about one destination."""
 
-    behavior: Literal["allow", "deny"]
+    behavior: FinalBehavior
     decided_by: str
     reason: str = ""
     channel: str = ""
@@ -40,15 +40,15 @@ class Answer:
     """Who answered there."""
 
 
-Asker = Callable[[str, int, str], Awaitable[Answer]]
-"""Puts (host, port, why it asks) to the run's approver."""
+AskConnection = Callable[[str, int, str], Awaitable[Answer]]
+"""Puts (host, port, why it asks) to the run's approver (through its `Asker`)."""
 
 
 @dataclass(frozen=True)
 class Verdict:
     """The decision on one connection."""
 
-    behavior: Literal["allow", "deny"]
+    behavior: FinalBehavior
     host: str
     port: int
     reason: str
@@ -56,7 +56,7 @@ class Verdict:
     decided_by: str
     """`rule: PATTERN`, `mode: dontAsk`, `terminal:USER`, `address check`, …"""
     source: str = ""
-    policy: Literal["allow", "deny", "ask"] = "deny"
+    policy: Behavior = "deny"
     """What rules and mode said before any approver was asked."""
     addresses: tuple[IPAddress, ...] = field(default=())
     """Where to connect (allowed only): the addresses that were checked."""
@@ -78,7 +78,7 @@ def _fix(host: str) -> str:
 class Decider:
     """Decides every connection of one task."""
 
-    def __init__(self, rules: RuleSet, mode: str, resolver: Resolver, ask: Asker) -> None:
+    def __init__(self, rules: RuleSet, mode: str, resolver: Resolver, ask: AskConnection) -> None:
         self.rules = rules
         self.mode = mode
         self.resolver = resolver

@@ -3,17 +3,17 @@
 Two rooms have their own rules: the Bash analyser (`shell`) and hooks (`hooks`;
 a sandboxed hook runs in a container the run provides, `hooks.HookSandbox`).
 
-May import: `config`, `errors`, `event_sink` (the task a question is for),
+May import: `config`, `errors`, `behavior`, `event_sink` (the task a question is for),
 `labels`, `untrusted_text` (questions show container text). Never `backend`,
 `images` or `workspace`.
 """
 
+from orchestrator.behavior import Behavior
 from orchestrator.permissions.engine import PermissionEngine
 from orchestrator.permissions.evaluate import Explanation, SubcommandVerdict, evaluate, explain
 from orchestrator.permissions.hooks import HookCommand, HookSet, load_hooks
 from orchestrator.permissions.models import (
     MODES,
-    Behavior,
     CallContext,
     Decision,
     HookOutcome,

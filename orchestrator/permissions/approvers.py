@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from orchestrator.behavior import FinalBehavior
 from orchestrator.event_sink import TaskIdentity
 from orchestrator.jsontypes import JSONObject, input_hash
 
@@ -64,7 +65,7 @@ class ApprovalAnswer(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    behavior: Literal["allow", "deny"]
+    behavior: FinalBehavior
     """allow or deny."""
     scope: Literal["once", "session", "always"] = "once"
     """`session`: allow this exact input again without asking, for the rest of the run;

@@ -12,13 +12,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.behavior import Behavior
 from orchestrator.permissions import file_reads, file_writes, glob_reads, paths
 from orchestrator.permissions.glob_reads import glob_may_read
 from orchestrator.permissions.models import (
     EDIT_TOOLS,
     NO_PROMPT_TOOLS,
     READ_TOOLS,
-    Behavior,
     Decision,
     ToolCall,
 )

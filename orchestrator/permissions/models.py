@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.behavior import Behavior
 from orchestrator.jsontypes import JSONObject
 from sandbox_tools.wire import WORKSPACE
 
-Behavior = Literal["allow", "deny", "ask"]
 Mode = Literal["default", "acceptEdits", "dontAsk", "plan", "bypassPermissions"]
 MODES: tuple[Mode, ...] = ("default", "acceptEdits", "dontAsk", "plan", "bypassPermissions")
 

@@ -15,15 +15,16 @@ from __future__ import annotations
 import re
 import shlex
 from functools import lru_cache
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.behavior import Behavior
 from orchestrator.errors import PolicyError
 from orchestrator.permissions import paths
 from orchestrator.permissions.shell import SimpleCommand
 
-RuleBehavior = Literal["allow", "deny", "ask"]
+RuleBehavior = Behavior
+"""What a rule says (`behavior.Behavior`)."""
 
 MAX_RULE_CHARS = 4096
 """Longest rule text accepted."""

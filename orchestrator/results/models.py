@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.jsontypes import JSONObject
+from orchestrator.store.records import FinishedRunStatus
 
 SCHEMA_VERSION = 1
 """Version of the event and result documents; bumped on a change that breaks readers."""
@@ -73,7 +74,8 @@ class Event(BaseModel):
     """Kind-specific payload (e.g. tool_name, status, duration_s, tokens, reason)."""
 
 
-RunStatus = Literal["completed", "failed", "stopped", "interrupted"]
+RunStatus = FinishedRunStatus
+"""How the run ended (`store.records.FinishedRunStatus`: the store's, without `running`)."""
 Outcome = Literal["failed", "timed_out", "denied", "asked"]
 
 

@@ -12,8 +12,8 @@
 - the run around them: `parent` and `parent_tools` (the parent's loop and its
   tools), `events` (the run's event log), `session` (wiring one run together).
 
-May import: `config`, `errors`, `jsontypes`, `labels`, `owner`, `event_sink`, `agents`,
-`backend`, `broker`, `egress`, `images`, `permissions`, `store`, `results`, `tracing`,
-`workspace`, `lifecycle`, and `sandbox_tools.wire`. Only `commands` and `api` import
-`runtime`.
+May import: `config`, `errors`, `jsontypes`, `labels`, `owner`, `behavior`, `event_sink`,
+`agents`, `backend`, `broker`, `egress`, `images`, `permissions`, `store`, `results`,
+`tracing`, `workspace`, `lifecycle`, and `sandbox_tools.wire`. Only `commands` and `api`
+import `runtime`.
 """

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
+from orchestrator.behavior import FinalBehavior
 from orchestrator.broker import ApprovedCall, Budget, ForwardDecision, wire_models
 from orchestrator.errors import WardenError
 from orchestrator.jsontypes import JSONObject
@@ -138,7 +139,7 @@ class TaskHost:
         from orchestrator.store import audit_record
 
         for decision in decisions:
-            behavior: Literal["allow", "deny"] = "allow" if decision.allowed else "deny"
+            behavior: FinalBehavior = "allow" if decision.allowed else "deny"
             record = audit_record(
                 run_id=self.ctx.run_id,
                 task_id=self.ctx.task_id,

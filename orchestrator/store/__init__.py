@@ -3,8 +3,8 @@
 store = Store.open(settings.state_dir / DB_FILENAME)
 await asyncio.to_thread(store.append_event, run_id, task_id, "tool_started", {...})
 
-May import: `errors`. Whether a run's owner is alive is `owner`'s to say
-(`Store.stale_runs(owner_dead)`): the store knows rows, not processes.
+May import: `errors`, `behavior` (what the audit records). Whether a run's owner is
+alive is `owner`'s to say (`Store.stale_runs(owner_dead)`): the store knows rows, not processes.
 """
 
 from orchestrator.store.base import (
@@ -25,9 +25,8 @@ from orchestrator.store.records import (
     TERMINAL_TASK_STATUSES,
     TRUNCATED_KEY,
     AuditRecord,
-    Decision,
     EventRecord,
-    FinalDecision,
+    FinishedRunStatus,
     RunRecord,
     RunStatus,
     TaskRecord,
@@ -58,9 +57,8 @@ __all__ = [
     "TERMINAL_TASK_STATUSES",
     "TRUNCATED_KEY",
     "AuditRecord",
-    "Decision",
     "EventRecord",
-    "FinalDecision",
+    "FinishedRunStatus",
     "RunNotFoundError",
     "RunRecord",
     "RunStatus",

@@ -12,9 +12,13 @@ from typing import Annotated, Literal, TypedDict
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from orchestrator.behavior import Behavior, FinalBehavior
 from orchestrator.jsontypes import JSONObject, input_hash
 
-RunStatus = Literal["running", "completed", "failed", "interrupted", "stopped"]
+FinishedRunStatus = Literal["completed", "failed", "stopped", "interrupted"]
+"""How a run ended (the result document's `status`)."""
+RunStatus = Literal["running", FinishedRunStatus]
+"""A run's row: running, or how it ended."""
 TaskStatus = Literal[
     "pending",
     "running",
@@ -26,8 +30,6 @@ TaskStatus = Literal[
     "no_output",
     "disk_limit",
 ]
-Decision = Literal["allow", "deny", "ask"]
-FinalDecision = Literal["allow", "deny"]
 
 RUN_STATUSES: tuple[RunStatus, ...] = (
     "running",
@@ -239,9 +241,9 @@ class AuditRecord(_Record):
     """Hash of the exact tool input (approvals are bound to it)."""
     tool_input: JSONObject
     """The tool input; replaced by an announced preview beyond MAX_AUDIT_INPUT_CHARS."""
-    decision: Decision
+    decision: Behavior
     """What the policy (rules, hooks, mode) decided."""
-    final: FinalDecision
+    final: FinalBehavior
     """What happened in the end (after an ask was answered)."""
     decided_by: StoredText
     """The rule text, hook command, mode, person or approver that decided."""
@@ -264,8 +266,8 @@ def audit_record(
     agent_type: str,
     tool_name: str,
     tool_input: JSONObject,
-    decision: Decision,
-    final: FinalDecision,
+    decision: Behavior,
+    final: FinalBehavior,
     decided_by: str,
     source: str,
     reason: str = "",
