@@ -400,30 +400,12 @@ class WardenRun:
                 "Task failed. Error: fork mode needs warden's own parent conversation; "
                 "start a fresh subagent (leave out fork).",
             )
-        denial = self._denied_by_rule(task_input)
+        denial = self._run.manager.gate.task_denial(task_input.subagent_type)
         if denial is not None:
             raise await self._refuse(call, call_id, denial)
         if task_input.run_in_background != background:
             task_input = task_input.model_copy(update={"run_in_background": background})
         return task_input
-
-    def _denied_by_rule(self, task_input: TaskInput) -> str | None:
-        """Why a `Task(type)` deny rule refuses this call (as Claude Code honours it for
-        its own Task tool), or None."""
-        from orchestrator.permissions import ToolCall, evaluate
-        from orchestrator.runtime.gate import PolicyGate
-
-        gate = self._run.manager.gate
-        if not isinstance(gate, PolicyGate):
-            return None
-        call = ToolCall(tool_name="Task", tool_input={"subagent_type": task_input.subagent_type})
-        decision = evaluate(gate.policy, call, workspace_host=self._run.workspace).decision
-        if decision.behavior != "deny" or decision.rule is None:
-            return None
-        return (
-            f"Task denied: {decision.reason}. This subagent type may not be started in "
-            "this workspace; use another type, or change the rule."
-        )
 
     async def _refuse(self, call: TaskCall, call_id: str | None, reason: str) -> TaskRefusedError:
         raw: JSONObject = (

@@ -22,6 +22,7 @@ from orchestrator.permissions import (
     PermissionEngine,
     ToolCall,
     effective_tools,
+    evaluate,
     narrow_mode,
 )
 from orchestrator.permissions.always_allow import SETTINGS_FILE, add_allow_rule, exact_rule
@@ -146,6 +147,18 @@ class PolicyGate:
         """What this task's broker may forward upstream: its effective policy's
         rules (server tools, MCP servers, betas; see `orchestrator.broker.forwarding`)."""
         return ForwardingPolicy.from_rules(self.engine_for(task).policy.rules)
+
+    def task_denial(self, subagent_type: str) -> str | None:
+        """Why a `Task(type)` deny rule of the run's policy refuses a subagent of this
+        type, or None (a question is not a refusal: the parent has no one to ask)."""
+        call = ToolCall(tool_name="Task", tool_input={"subagent_type": subagent_type})
+        decision = evaluate(self.policy, call, workspace_host=self.workspace_host).decision
+        if decision.behavior != "deny" or decision.rule is None:
+            return None
+        return (
+            f"Task denied: {decision.reason}. This subagent type may not be started in "
+            "this workspace; use another type, or change the rule."
+        )
 
     async def tool_finished(self, task: TaskContext, call: ToolCall, response: JSONObject) -> None:
         """Run PostToolUse hooks for a finished call; their outcomes are recorded

@@ -241,6 +241,10 @@ class ParentAgent:
         if "run_in_background" not in raw and self.background_default:
             raw = {**raw, "run_in_background": True}
         task_input = TaskInput.model_validate(raw)
+        denial = self.manager.gate.task_denial(task_input.subagent_type)
+        if denial is not None:
+            await self.manager.recorder.task_refused(tool_use_id, raw, denial)
+            return _tool_result(tool_use_id, denial, True)
         fork = self._fork_prefix(task_input)
         if isinstance(fork, str):
             await self.manager.recorder.task_refused(tool_use_id, raw, fork)

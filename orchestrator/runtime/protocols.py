@@ -49,6 +49,13 @@ class PermissionGate(Protocol):
         """What this task's broker may forward to the model API."""
         ...
 
+    def task_denial(self, subagent_type: str) -> str | None:
+        """Why the run's own policy refuses to start a subagent of this type (a
+        `Task(type)` deny rule, as Claude Code honours it for its Task tool), or None.
+        Asked for the parent's Task calls and the library's; a subagent's Task calls
+        are decided like any other tool call."""
+        ...
+
 
 class AllowAgentTools:
     """The minimal gate: a tool in the agent's definition is allowed (the broker
@@ -67,3 +74,6 @@ class AllowAgentTools:
 
     def forwarding_policy(self, task: TaskContext) -> ForwardingPolicy:
         return ForwardingPolicy()
+
+    def task_denial(self, subagent_type: str) -> str | None:
+        return None

@@ -205,3 +205,34 @@ def test_a_refused_task_call_is_visible_to_ci(
     assert parent_case is not None
     failure = parent_case.find("failure")
     assert failure is not None and failure.get("type") == "denied"
+
+
+def test_a_task_deny_rule_refuses_the_parents_task_call(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """`Task(bash)` in the deny list keeps warden's own parent from starting a bash
+    subagent, as Claude Code's deny rule keeps its Task tool from it; the model reads
+    why, and CI sees the refusal."""
+    script = _script(
+        tmp_path,
+        [
+            {
+                "name": "parent",
+                "match": PARENT_MATCH,
+                "turns": [
+                    {"content": [task("touch made.txt", "bash")]},
+                    {"content": [text("gave up")]},
+                ],
+            }
+        ],
+    )
+    proc = run_warden(
+        settings, "run", "go", "--replay", str(script), "--workspace", str(workspace),
+        "--deny", "Task(bash)", "--json", "--fail-on", "denied",
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.OUTCOME, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["tasks"] == [] and not (workspace / "made.txt").exists()
+    (denial,) = result["denials"]
+    assert (denial["task_id"], denial["tool_name"]) == (None, "Task")
+    assert "Task(bash)" in denial["reason"]
