@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from orchestrator import __version__
 from orchestrator.errors import ImageBuildError
 from orchestrator.images import hints
-from orchestrator.images.base import BaseImage, BaseResolver, image_id
+from orchestrator.images.base_image import BaseImage, BaseResolver, image_id
 from orchestrator.images.hashing import (
     KINDS,
     LABEL_BASE,

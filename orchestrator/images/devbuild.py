@@ -42,7 +42,7 @@ from typing import IO, TYPE_CHECKING, Any
 from orchestrator import __version__
 from orchestrator.backend.base import BuildLimits
 from orchestrator.errors import ConfigError, ImageBuildError
-from orchestrator.images.base import image_id
+from orchestrator.images.base_image import image_id
 from orchestrator.images.buildbox import BuildBox, BuildEgress, BuildLimitError
 from orchestrator.images.devcontainer import DevContainer
 from orchestrator.images.hashing import HASH_LENGTH, LABEL_CONTENT_HASH, LABEL_KIND, LABEL_VERSION

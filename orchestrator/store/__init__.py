@@ -7,7 +7,7 @@ May import: `errors`, `behavior` (what the audit records). Whether a run's owner
 alive is `owner`'s to say (`Store.stale_runs(owner_dead)`): the store knows rows, not processes.
 """
 
-from orchestrator.store.base import (
+from orchestrator.store.connection import (
     DB_FILENAME,
     RunNotFoundError,
     TranscriptTooLargeError,

@@ -3,7 +3,7 @@ file. Values from containers are bound as SQL parameters, never spliced into SQL
 
 One idea a little over 400 lines: the store's API, one short method per query;
 the schema and migrations are `schema`, the rows and limits `records`, the
-connection handling `base`."""
+connection handling `connection`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Unpack
 
 from orchestrator.errors import SessionBusyError, StoreError, TaskNotFoundError
 from orchestrator.jsontypes import JSONObject
-from orchestrator.store.base import (
+from orchestrator.store.connection import (
     StoreBase,
     TranscriptTooLargeError,
     run_not_found,

@@ -252,7 +252,7 @@ def audit(store: Store, run_id: str, filters: dict[str, str]) -> JSONObject:
 
 
 def _own_task(store: Store, run_id: str, task_id: str) -> None:
-    from orchestrator.store.base import task_not_found
+    from orchestrator.store.connection import task_not_found
 
     if store.get_task(task_id).run_id != run_id:
         raise task_not_found(task_id)

@@ -32,7 +32,7 @@ import pytest
 
 from orchestrator import labels as wl
 from orchestrator.backend.connect import connect
-from orchestrator.images.base import bootstrap_tag
+from orchestrator.images.base_image import bootstrap_tag
 from orchestrator.lifecycle.socket_dirs import ROOT_SOCKET_ROOT
 from tests.conftest import REPO_ROOT
 

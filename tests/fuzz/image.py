@@ -20,7 +20,7 @@ from typing import Any
 from orchestrator.config import Settings
 from orchestrator.errors import ImageBuildError
 from orchestrator.images import resolve_image
-from orchestrator.images.base import image_id
+from orchestrator.images.base_image import image_id
 
 ORACLE_DIR = Path(__file__).resolve().parent / "oracle_image"
 REPOSITORY = "warden-fuzz-oracle"

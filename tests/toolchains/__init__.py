@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.config import Settings
 from orchestrator.errors import ImageBuildError
-from orchestrator.images.base import bootstrap_tag, image_id
+from orchestrator.images.base_image import bootstrap_tag, image_id
 
 if TYPE_CHECKING:
     from docker import DockerClient

@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.errors import ImageNotFoundError
 from orchestrator.images import hints, resolve_image
-from orchestrator.images.base import BaseProbe, bootstrap_hash
+from orchestrator.images.base_image import BaseProbe, bootstrap_hash
 from orchestrator.images.hashing import (
     KINDS,
     LABEL_INPUTS_HASH,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.images import base as base_module
-from orchestrator.images.base import BaseProbe, BaseResolver, bootstrap_tag
+from orchestrator.images import base_image as base_module
+from orchestrator.images.base_image import BaseProbe, BaseResolver, bootstrap_tag
 from orchestrator.images.hashing import KINDS
 
 FULL = BaseProbe((3, 11), "x86_64", ("glibc", "2.36"), frozenset(base_module.PROBE_TOOLS))
