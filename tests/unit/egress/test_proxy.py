@@ -548,3 +548,69 @@ async def test_parallel_connections_to_a_new_host_share_one_question(
     finally:
         server.close()
         await egress.close()
+
+
+def _ask_as(path: Path, uid: int, groups: list[int], request: bytes) -> bytes:
+    """What a forked child running as uid:uid with `groups` gets back for `request`."""
+    import os
+    import socket
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        answer = b""
+        try:
+            os.close(read_end)
+            os.setgroups(groups)
+            os.setgid(uid)
+            os.setuid(uid)
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(5)
+            s.connect(str(path))
+            s.sendall(request)
+            answer = s.recv(64)
+        except OSError as exc:
+            answer = type(exc).__name__.encode()
+        finally:
+            os.write(write_end, answer or b"closed")
+            os._exit(0)
+    os.close(write_end)
+    os.waitpid(pid, 0)
+    with os.fdopen(read_end, "rb") as fh:
+        return fh.read()
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="switching uids needs root")
+async def test_a_neighbour_without_the_sockets_own_group_is_refused(
+    servers: tuple[int, int],
+) -> None:
+    """Same uid as the sandbox, even with the modes loosened: without the socket
+    directory's own group the proxy refuses it; the sandbox itself is served."""
+    import shutil
+    import tempfile
+
+    from orchestrator.broker.listener import SandboxIdentity, make_socket_dir, sandbox_group
+
+    # Under the temp dir, which uid 1000 may pass through (pytest's tmp_path it may not).
+    socket_dir = make_socket_dir(SandboxIdentity(1000, 1000), Path(tempfile.gettempdir()))
+    own = sandbox_group(socket_dir)
+    assert own is not None
+    svc = service(["allowed.test"], sandbox_uid=1000)
+    events = Events()
+    svc.events = events
+    egress = await svc.open(FakeTask(), None, socket_dir)
+    assert egress is not None
+    path = socket_dir / "egress.sock"
+    socket_dir.chmod(0o755)
+    path.chmod(0o666)
+    request = f"GET http://allowed.test:{servers[0]}/hello HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
+    try:
+        neighbour = await asyncio.to_thread(_ask_as, path, 1000, [], request.encode())
+        own_sandbox = await asyncio.to_thread(_ask_as, path, 1000, [own], request.encode())
+    finally:
+        await egress.close()
+        shutil.rmtree(socket_dir, ignore_errors=True)
+    assert neighbour in (b"closed", b"ConnectionResetError"), neighbour
+    assert own_sandbox.startswith(b"HTTP/1.1 200"), own_sandbox
+    refused = [d for k, d in events.seen if k == "broker_notice"]
+    assert any("without group" in str(d.get("message")) for d in refused), events.seen
