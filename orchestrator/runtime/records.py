@@ -99,7 +99,7 @@ class TaskRecorder:
             agent_type=ctx.agent_type,
             description=ctx.description,
             prompt=prompt,
-            status=TaskStatus.PENDING.value,
+            status=TaskStatus.PENDING,
             depth=ctx.depth,
             trace_id=ctx.trace_id,
             created_at=time.time(),

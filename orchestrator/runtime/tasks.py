@@ -6,7 +6,6 @@ and the result its parent gets. Data only: the manager that runs tasks is
 from __future__ import annotations
 
 import asyncio
-import enum
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -16,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.broker import wire_models
 from orchestrator.jsontypes import JSONObject
+from orchestrator.store.records import ACTIVE_TASK_STATUSES
+from orchestrator.store.records import TaskStatus as TaskStatus  # defined once, in the store
 
 if TYPE_CHECKING:
     from orchestrator.agents.definition import AgentDefinition
@@ -31,20 +32,7 @@ def new_task_id() -> str:
     return TASK_ID_PREFIX + secrets.token_hex(TASK_ID_BYTES)
 
 
-class TaskStatus(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    STOPPED = "stopped"
-    INTERRUPTED = "interrupted"
-    NO_OUTPUT = "no_output"
-    DISK_LIMIT = "disk_limit"
-    """Killed for crossing a disk limit (bytes written, or the free-space floor)."""
-
-
-ACTIVE_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.RUNNING})
+ACTIVE_STATUSES = ACTIVE_TASK_STATUSES
 """A task in these may still start or run a container."""
 
 

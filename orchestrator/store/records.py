@@ -6,6 +6,7 @@ arithmetic and `--json` output stays language-neutral.
 
 from __future__ import annotations
 
+import enum
 import json
 import time
 from typing import Annotated, Literal, TypedDict
@@ -19,17 +20,22 @@ FinishedRunStatus = Literal["completed", "failed", "stopped", "interrupted"]
 """How a run ended (the result document's `status`)."""
 RunStatus = Literal["running", FinishedRunStatus]
 """A run's row: running, or how it ended."""
-TaskStatus = Literal[
-    "pending",
-    "running",
-    "completed",
-    "failed",
-    "timed_out",
-    "stopped",
-    "interrupted",
-    "no_output",
-    "disk_limit",
-]
+
+
+class TaskStatus(enum.StrEnum):
+    """Where a task is in its life: the one definition (`runtime.tasks` uses it too)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    STOPPED = "stopped"
+    INTERRUPTED = "interrupted"
+    NO_OUTPUT = "no_output"
+    DISK_LIMIT = "disk_limit"
+    """Killed for crossing a disk limit (bytes written, or the free-space floor)."""
+
 
 RUN_STATUSES: tuple[RunStatus, ...] = (
     "running",
@@ -38,18 +44,8 @@ RUN_STATUSES: tuple[RunStatus, ...] = (
     "interrupted",
     "stopped",
 )
-TASK_STATUSES: tuple[TaskStatus, ...] = (
-    "pending",
-    "running",
-    "completed",
-    "failed",
-    "timed_out",
-    "stopped",
-    "interrupted",
-    "no_output",
-    "disk_limit",
-)
-ACTIVE_TASK_STATUSES: frozenset[TaskStatus] = frozenset({"pending", "running"})
+TASK_STATUSES: tuple[TaskStatus, ...] = tuple(TaskStatus)
+ACTIVE_TASK_STATUSES: frozenset[TaskStatus] = frozenset({TaskStatus.PENDING, TaskStatus.RUNNING})
 """A task in one of these has not ended; after a crash it is what needs recovering."""
 TERMINAL_TASK_STATUSES: frozenset[TaskStatus] = frozenset(TASK_STATUSES) - ACTIVE_TASK_STATUSES
 
@@ -161,7 +157,7 @@ class TaskRecord(_Record):
     """The parent's short description of the task."""
     prompt: StoredText
     """The task prompt."""
-    status: TaskStatus = "pending"
+    status: TaskStatus = TaskStatus.PENDING
     """Lifecycle state; see ACTIVE_TASK_STATUSES and TERMINAL_TASK_STATUSES."""
     container_id: str | None = None
     """The sandbox container, once created."""
