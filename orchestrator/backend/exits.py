@@ -71,6 +71,10 @@ PARENTS_REMEMBERED = 16_384
 """Recent exits kept as pid → parent, to follow a chain whose members all exited."""
 MAX_CHAIN = 32
 """Parents followed for one record before it waits for more records."""
+BACKLOG_S = 10.0
+"""Recent exits that wrote are kept this long, so a sandbox watched only after its
+first processes ended (the watcher starts after the engine's start) still gets them."""
+MAX_BACKLOG = 4096
 PENDING_S = 2.0
 """How long a record whose sandbox is not yet known waits for its parent's record."""
 MAX_PENDING = 4096
@@ -188,6 +192,7 @@ class ExitRecords:
         self._tallies: dict[str, ExitTally] = {}
         self._parents: OrderedDict[int, int] = OrderedDict()
         self._pending: list[_Pending] = []
+        self._backlog: list[_Pending] = []
         self.lost_records = False
         self.unattributed_bytes = 0
         self._closed = threading.Event()
@@ -266,8 +271,16 @@ class ExitRecords:
     # -- tallies --------------------------------------------------------------
 
     def watch(self, cgroup: str) -> ExitTally:
+        """Start counting `cgroup`'s exits, with those of the last `BACKLOG_S` that
+        lead there (its processes that ended before it was watched)."""
         with self._lock:
-            tally = self._tallies.setdefault(cgroup, ExitTally(cgroup))
+            if cgroup in self._tallies:
+                return self._tallies[cgroup]
+            tally = self._tallies[cgroup] = ExitTally(cgroup)
+            for record in self._backlog:
+                if self._owner(record.pid, record.ppid) is tally:
+                    tally.exited_bytes += record.written
+                    tally.members.add(record.pid)
         return tally
 
     def unwatch(self, tally: ExitTally) -> None:
@@ -303,9 +316,6 @@ class ExitRecords:
                 log.exception("the exit-record reader stopped")
                 return
             with self._lock:
-                if not self._tallies:
-                    self._pending.clear()
-                    continue
                 for _kind, body in _messages(data):
                     record = parse_exit(body)
                     if record is not None:
@@ -318,7 +328,17 @@ class ExitRecords:
         while len(self._parents) > PARENTS_REMEMBERED:
             self._parents.popitem(last=False)
         if written:
-            self._attribute(_Pending(pid, ppid, written, time.monotonic()))
+            record = _Pending(pid, ppid, written, time.monotonic())
+            self._remember(record)
+            if self._tallies:
+                self._attribute(record)
+
+    def _remember(self, record: _Pending) -> None:
+        self._backlog.append(record)
+        if len(self._backlog) > MAX_BACKLOG or record.since - self._backlog[0].since > BACKLOG_S:
+            self._backlog = [
+                r for r in self._backlog[-MAX_BACKLOG:] if record.since - r.since <= BACKLOG_S
+            ]
 
     def _attribute(self, record: _Pending) -> bool:
         tally = self._owner(record.pid, record.ppid)

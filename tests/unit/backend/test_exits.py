@@ -118,3 +118,18 @@ def test_a_live_thread_counts_its_own_bytes_unless_exiting(
     assert exits._own_written(tid) == 8192  # a ')' in the command name is fine
     (base / "stat").write_text(f"{tid} (a) S 1 1 1 0 -1 {4194560 | exits.PF_EXITING} 0 0\n")
     assert exits._own_written(tid) == 0  # its exit record counts it
+
+
+def test_exits_before_the_sandbox_is_watched_are_counted_when_it_is(
+    tmp_path: Path, kernel: tuple[socket.socket, socket.socket]
+) -> None:
+    """The watcher starts after the engine's start: a writer that already ended
+    (waited for by a live shell of the sandbox) still counts."""
+    ours, theirs = kernel
+    records = ExitRecords(fake_proc(tmp_path, {200: CGROUP, 900: "/"}), sock=ours)
+    theirs.send(record(201, 200, 20 * MIB))  # dd ended; its shell 200 lives on
+    theirs.send(record(901, 900, 5 * MIB))  # a host process
+    until(lambda: len(records._backlog) == 2)
+    tally = records.watch(CGROUP)
+    assert records.exited_bytes(tally) == 20 * MIB
+    records.close()
