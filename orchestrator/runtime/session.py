@@ -153,8 +153,12 @@ async def open_run(
     model = settings.resolve_model(model or DEFAULT_MODEL)
     if config is None:  # a library caller gets the environment's limits, as the CLI does
         config = TaskManagerConfig.from_settings(settings)
-    # What egress decides by: the run's policy or, behind a caller's own gate, never asking.
+    # What egress (and a dev container build) decides by, and whom it asks: the run's
+    # policy and gate; a caller's own PolicyGate's; behind any other gate, never asking.
     gate_policy = EffectivePolicy(mode="dontAsk")
+    policy_gate: PolicyGate | None = None
+    if isinstance(gate, PolicyGate):
+        gate_policy, policy_gate = gate.policy, gate
     if gate is None:
         gate_policy = load_policy(
             settings, workspace, policy=policy, allow=allow, deny=deny, mode=mode, trusted=trusted
@@ -186,11 +190,7 @@ async def open_run(
             settings,
             workspace,
             egress or EgressRequest(),
-            gate_policy
-            if gate is None
-            else gate.policy
-            if isinstance(gate, PolicyGate)
-            else EffectivePolicy(mode="dontAsk"),
+            gate_policy,
             policy_file=policy,
             identity=sandbox_identity(workspace, config.fallback_uid, config.user),
             trusted=trusted,
@@ -253,7 +253,6 @@ async def open_run(
         # egress proxy admit only it.
         identity = sandbox_identity(workspace, config.fallback_uid, config.user)
         hook_pool: HookSandboxPool | None = None
-        policy_gate: PolicyGate | None = None
         # Every task of the run, by id: the manager records them, the gate reads them.
         tasks: dict[str, TaskContext] = {}
         if gate is None:
