@@ -93,6 +93,9 @@ def test_recovery_at_the_start_of_a_run_sweeps_them(
     proc.kill()
     proc.wait(timeout=10)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what gettempdir() answers
+    # This test's own socket root: the real one may hold other runs' dead directories.
+    monkeypatch.setattr(socket_dirs, "ROOT_SOCKET_ROOT", tmp_path / "socket-root")
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     with Store.open(tmp_path / "state" / "warden.db") as store:
         assert recover(store, FakeBackend()).socket_dirs == 1
     assert not path.exists()
