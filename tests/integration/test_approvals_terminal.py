@@ -143,13 +143,22 @@ class _Person:
         self._type(choice)
 
     def _live_prompt(self) -> bool:
-        """The choices line is on screen with the task table drawn under it."""
+        """The choices line is on screen with the task table drawn under it (a chunk
+        may end mid-redraw: a frame counts once a running task's row is drawn)."""
         display = [line.rstrip() for line in self.screen.display]
         at = next((i for i, line in enumerate(display) if PROMPT_END.decode() in line), None)
-        return at is not None and any(line.strip() == "subagents" for line in display[at:])
+        return (
+            at is not None
+            and any(line.strip() == "subagents" for line in display[at:])
+            and any(RUNNING_ROW.search(line) for line in display[at:])
+        )
 
     def _type(self, answer: bytes) -> None:
         os.write(self.fd, answer + b"\n")
+
+
+RUNNING_ROW = re.compile(r"\bsa_[0-9a-f]{6,}\b.*│.*running")
+"""A running subagent's row of the live task table."""
 
 
 def _final_screen(raw: bytes) -> list[str]:
@@ -232,7 +241,7 @@ def test_a_person_answers_queued_nested_questions_on_a_terminal(
         at = next(i for i, line in enumerate(frame) if PROMPT_END.decode() in line)
         below = frame[at:]
         assert any(line.strip() == "subagents" for line in below), frame
-        rows = [line for line in below if re.search(r"\bsa_[0-9a-f]{6,}\b.*│.*running", line)]
+        rows = [line for line in below if RUNNING_ROW.search(line)]
         assert rows, "\n".join(frame)
     assert re.search(r"\[d\]eny > a$", shown, re.M), shown[-3000:]
     assert "Reason (told to the agent): not that one" in shown
