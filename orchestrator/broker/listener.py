@@ -95,9 +95,11 @@ class ConnectionBudget:
     open: int = 0
 
     @classmethod
-    def for_limit(cls, open_files: int) -> ConnectionBudget:
-        """A budget within `open_files` (the process's soft RLIMIT_NOFILE)."""
-        share = open_files // FD_SHARE_FOR_CONNECTIONS
+    def for_limit(cls, open_files: int, in_use: int = 0) -> ConnectionBudget:
+        """A budget within `open_files` (the process's soft RLIMIT_NOFILE) less the
+        `in_use` descriptors the process already holds (an embedding program, a test
+        runner: what they hold is not there for the run)."""
+        share = max(0, open_files - in_use) // FD_SHARE_FOR_CONNECTIONS
         return cls(max(MIN_CONNECTIONS_PER_RUN, min(MAX_CONNECTIONS_PER_RUN, share)))
 
     def take(self) -> None:

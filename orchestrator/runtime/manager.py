@@ -32,7 +32,7 @@ from orchestrator.broker import (
     make_socket_dir,
     wire_models,
 )
-from orchestrator.broker.limits import raise_open_file_limit
+from orchestrator.broker.limits import open_descriptors, raise_open_file_limit
 from orchestrator.broker.listener import ConnectionBudget
 from orchestrator.config import PoolConfig
 from orchestrator.errors import StoreError, TaskNotFoundError, WardenError
@@ -126,7 +126,7 @@ class TaskManager:
         self.default_model = default_model
         self.gate: PermissionGate = gate or AllowAgentTools()
         self.config = config or TaskManagerConfig()
-        self.connections = ConnectionBudget.for_limit(raise_open_file_limit())
+        self.connections = ConnectionBudget.for_limit(raise_open_file_limit(), open_descriptors())
         """Broker connections open at once over every socket of the run."""
         self.identity = identity or sandbox_identity(
             workspace, self.config.fallback_uid, self.config.user

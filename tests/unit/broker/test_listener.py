@@ -173,6 +173,8 @@ async def test_busy_connections_are_capped_over_the_whole_run() -> None:
     every socket keeps its reserved few, so a neighbour's runner still gets in."""
     budget = listener_module.ConnectionBudget(limit=5)
     assert listener_module.ConnectionBudget.for_limit(256).limit == 128
+    # Descriptors the process already holds are not the run's to give away.
+    assert listener_module.ConnectionBudget.for_limit(256, in_use=56).limit == 100
     brokers, hosts, dirs, held = [], [], [], []
     model = FakeModel()
     upstream_client = httpx2.AsyncClient(transport=httpx2.MockTransport(model.handler))
