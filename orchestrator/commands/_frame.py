@@ -158,6 +158,49 @@ def run_to_end(
     sys.exit(finish_run(settings, state, code, outputs))
 
 
+def policy_options(fn: F) -> F:
+    """`--policy`, `--allow`, `--deny`, `--permission-mode` and `--approval-timeout`:
+    what decides a run's tool calls; one definition for every command that runs agents."""
+    for option in reversed(
+        [
+            click.option(
+                "--policy",
+                default=None,
+                help="Policy file, or a shipped one by name: default, ci, strict.",
+            ),
+            click.option(
+                "--allow",
+                multiple=True,
+                metavar="RULE",
+                help="Allow rule, e.g. 'Bash(npm test:*)' (repeatable).",
+            ),
+            click.option(
+                "--deny",
+                multiple=True,
+                metavar="RULE",
+                help="Deny rule, e.g. 'Read(./.env)' (repeatable).",
+            ),
+            click.option(
+                "--permission-mode",
+                type=click.Choice(
+                    ["default", "acceptEdits", "dontAsk", "plan", "bypassPermissions"]
+                ),
+                default=None,
+                help="Permission mode (default: from the settings files, else 'default').",
+            ),
+            click.option(
+                "--approval-timeout",
+                type=click.FloatRange(min=1),
+                default=None,
+                metavar="SECONDS",
+                help="Deny a question nobody answers within this time.",
+            ),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
 def approver_option(fn: F) -> F:
     """`--approver CHANNEL` (repeatable), for every command that runs agents."""
     return click.option(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.commands._frame import model_endpoint
+from orchestrator.commands._frame import model_endpoint, policy_options
 from orchestrator.commands.agents import image_options
 from orchestrator.results.report import parse_fail_on
 
@@ -54,24 +54,7 @@ MIN_TOKEN_CHARS = 16
     "are stopped.",
 )
 @click.option("--model", default=None, help="Model for the subagents.")
-@click.option(
-    "--policy", default=None, help="Policy file, or a shipped one by name: default, ci, strict."
-)
-@click.option("--allow", multiple=True, metavar="RULE", help="Allow rule (repeatable).")
-@click.option("--deny", multiple=True, metavar="RULE", help="Deny rule (repeatable).")
-@click.option(
-    "--permission-mode",
-    type=click.Choice(["default", "acceptEdits", "dontAsk", "plan", "bypassPermissions"]),
-    default=None,
-    help="Permission mode (default: from the settings files, else 'default').",
-)
-@click.option(
-    "--approval-timeout",
-    type=click.FloatRange(min=1),
-    default=None,
-    metavar="SECONDS",
-    help="Deny a question nobody answers within this time.",
-)
+@policy_options
 @click.option(
     "--max-concurrent", type=click.IntRange(min=1), default=None, help="Subagents running at once."
 )

@@ -15,6 +15,7 @@ from orchestrator.commands._frame import (
     approver_option,
     drive,
     outcome_options,
+    policy_options,
     run_to_end,
 )
 from orchestrator.commands._page import page_from_flags, page_options
@@ -97,31 +98,7 @@ MAX_PROMPT_BYTES = 4 * 1024 * 1024
 @click.option(
     "--model", default=None, help="Model for the parent and subagents (default: claude-sonnet-5)."
 )
-@click.option(
-    "--policy", default=None, help="Policy file, or a shipped one by name: default, ci, strict."
-)
-@click.option(
-    "--allow",
-    multiple=True,
-    metavar="RULE",
-    help="Allow rule, e.g. 'Bash(npm test:*)' (repeatable).",
-)
-@click.option(
-    "--deny", multiple=True, metavar="RULE", help="Deny rule, e.g. 'Read(./.env)' (repeatable)."
-)
-@click.option(
-    "--permission-mode",
-    type=click.Choice(["default", "acceptEdits", "dontAsk", "plan", "bypassPermissions"]),
-    default=None,
-    help="Permission mode (default: from the settings files, else 'default').",
-)
-@click.option(
-    "--approval-timeout",
-    type=click.FloatRange(min=1),
-    default=None,
-    metavar="SECONDS",
-    help="Deny a question nobody answers within this time.",
-)
+@policy_options
 @approver_option
 @click.option(
     "--max-depth",
