@@ -126,7 +126,9 @@ def _remove_leftovers(client: DockerClient, log: Log) -> None:
     from orchestrator import owner
     from orchestrator.labels import NAMESPACE
 
-    for container in client.containers.list(all=True, filters={"label": f"{NAMESPACE}images"}):
+    for container in client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"{NAMESPACE}images"}
+    ):
         identity = owner.Owner.from_labels(dict(container.labels))
         if identity is not None and owner.is_dead(identity):
             with contextlib.suppress(Exception):

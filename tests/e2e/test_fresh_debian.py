@@ -169,6 +169,10 @@ def test_the_readme_commands_work_on_a_debian_with_only_python3(
 
     # Nothing left behind: the demo's sandboxes are gone, and so is the test's container.
     (run_dir,) = (state / "runs").iterdir()
-    left = docker_client.containers.list(all=True, filters={"label": f"{wl.RUN}={run_dir.name}"})
+    left = docker_client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"{wl.RUN}={run_dir.name}"}
+    )
     assert not left, [c.name for c in left]
-    assert not docker_client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={marker}"})
+    assert not docker_client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"{TEST_LABEL}={marker}"}
+    )

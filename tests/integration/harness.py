@@ -114,7 +114,9 @@ def containers_of(session: str) -> list[Any]:
     client = docker.from_env()
     try:
         return list(
-            client.containers.list(all=True, filters={"label": f"warden.session={session}"})
+            client.containers.list(
+                ignore_removed=True, all=True, filters={"label": f"warden.session={session}"}
+            )
         )
     finally:
         client.close()

@@ -108,7 +108,9 @@ def engine() -> Iterator[Any]:
 
 def of_run(engine: Any, run_id: str, running_only: bool = False) -> list[Any]:
     return list(
-        engine.containers.list(all=not running_only, filters={"label": f"warden.run={run_id}"})
+        engine.containers.list(
+            ignore_removed=True, all=not running_only, filters={"label": f"warden.run={run_id}"}
+        )
     )
 
 

@@ -36,8 +36,8 @@ def left_behind(engine: Any, marker: str) -> list[str]:
     """Everything of a build still on the engine: its images, step containers and
     warden's holder containers."""
     found = [f"image {i.id}" for i in engine.images.list(all=True, filters={"label": f"{MARK}={marker}"})]
-    found += [f"container {c.name}" for c in engine.containers.list(all=True, filters={"label": f"{MARK}={marker}"})]
-    found += [f"holder {c.name}" for c in engine.containers.list(all=True, filters={"label": "warden.images=build"})]
+    found += [f"container {c.name}" for c in engine.containers.list(ignore_removed=True, all=True, filters={"label": f"{MARK}={marker}"})]
+    found += [f"holder {c.name}" for c in engine.containers.list(ignore_removed=True, all=True, filters={"label": "warden.images=build"})]
     return found  # fmt: skip
 
 

@@ -333,7 +333,10 @@ def test_a_build_killed_midway_leaves_nothing_the_next_build_keeps(tmp_path: Pat
     said: list[str] = []
     try:
         _remove_leftovers(client, said.append)
-        remaining = [c.id for c in client.containers.list(all=True, filters={"id": probe.id})]
+        remaining = [
+            c.id
+            for c in client.containers.list(ignore_removed=True, all=True, filters={"id": probe.id})
+        ]
         assert remaining == [] and not left.exists() and mine.exists()
         assert any("probe container" in s for s in said) and any("context" in s for s in said)
     finally:

@@ -56,7 +56,9 @@ def tags(client: Any) -> dict[str, str]:
 def session() -> Iterator[str]:
     name = f"test-images-{time.time_ns()}"
     yield name
-    leftovers = connect().containers.list(all=True, filters={"label": f"{SESSION}={name}"})
+    leftovers = connect().containers.list(
+        ignore_removed=True, all=True, filters={"label": f"{SESSION}={name}"}
+    )
     for container in leftovers:
         container.remove(force=True)
     assert not leftovers, "a test left a container behind"
