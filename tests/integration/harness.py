@@ -3,9 +3,11 @@ engine, real containers, the real anthropic SDK on both sides."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -120,3 +122,23 @@ def containers_of(session: str) -> list[Any]:
         )
     finally:
         client.close()
+
+
+async def until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Wait for `check` to hold, polling; fail naming `what` after `timeout_s` (generous:
+    these machines run loaded, and a wait is never a measurement)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout_s:g} s")
+        await asyncio.sleep(0.1)
+
+
+def hold_command(marker: str) -> str:
+    """A Bash command that says it is running (creates `marker` in the workspace) and
+    then holds its sandbox until the test creates `marker + ".release"` (or 10 minutes
+    pass), so a test acts while the sandbox is surely up, however slow the machine."""
+    return (
+        f"touch {marker}; for i in $(seq 6000); do "
+        f"[ -e {marker}.release ] && break; sleep 0.1; done"
+    )

@@ -22,7 +22,15 @@ from orchestrator.config import DEFAULT_FALLBACK_UID, Settings
 from orchestrator.lifecycle import socket_dirs
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.conftest import run_warden
-from tests.integration.harness import convo, requests_of, scripted_run, text, tool
+from tests.integration.harness import (
+    convo,
+    hold_command,
+    requests_of,
+    scripted_run,
+    text,
+    tool,
+    until,
+)
 from tests.integration.sandbox_fixtures import sandbox_image  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -124,14 +132,15 @@ async def test_no_other_sandbox_or_host_user_reaches_a_live_runs_sockets(
     workspace.chmod(0o777)
     (workspace / "probe.py").write_text(PROBE)
     script = [
-        convo("holder", {"prompt_contains": "HOLD"}, [tool("Bash", command="sleep 6")],
-              [text("held")]),
+        convo("holder", {"prompt_contains": "HOLD"},
+              [tool("Bash", command=hold_command("holding"), timeout=600000)], [text("held")]),
         convo("prober", {"prompt_contains": "PROBE"},
               [tool("Bash", command="python3 /workspace/probe.py")], [text("{tool_results}")]),
     ]  # fmt: skip
     async with scripted_run(settings, workspace, script) as (run, server):
         holder = asyncio.create_task(run.manager.run_task(bash_task("HOLD")))
-        await asyncio.sleep(2.5)  # the holder's broker (and the warm pool's hold) are up
+        # The holder's Bash call went through its broker, so its sockets are up.
+        await until((workspace / "holding").exists, 180, "the holder's Bash call")
         sockets = live_sockets()
         verdicts = {
             (uid, str(path)): await asyncio.to_thread(try_as, uid, gid, path)
@@ -139,6 +148,7 @@ async def test_no_other_sandbox_or_host_user_reaches_a_live_runs_sockets(
             for path in sockets
         }
         probed = await run.manager.run_task(bash_task("PROBE"))
+        (workspace / "holding.release").touch()
         held = await holder
 
     assert held.status is TaskStatus.COMPLETED and probed.status is TaskStatus.COMPLETED
@@ -213,18 +223,20 @@ async def test_a_neighbour_sandbox_that_reaches_anothers_sockets_is_refused(
     kernel from connecting it, and when the modes are loosened the host's peer check
     (the group, from SO_PEERGROUPS) refuses it; the holder itself is served all along."""
     script = [
-        convo("holder", {"prompt_contains": "HOLD"}, [tool("Bash", command="sleep 8")],
-              [text("held")]),
+        convo("holder", {"prompt_contains": "HOLD"},
+              [tool("Bash", command=hold_command("holding"), timeout=600000)], [text("held")]),
     ]  # fmt: skip
     async with scripted_run(settings, workspace, script) as (run, _server):
         holder = asyncio.create_task(run.manager.run_task(bash_task("HOLD")))
-        await asyncio.sleep(2.5)  # the holder's broker and the warm pool's hold are up
+        # The holder's Bash call went through its broker, so its sockets are up.
+        await until((workspace / "holding").exists, 180, "the holder's Bash call")
         sockets = sorted(live_sockets(), key=lambda p: p.name != "broker.sock")
         assert sockets[0].name == "broker.sock", sockets
         as_made = await asyncio.to_thread(neighbour_sees, run, sockets, sandbox_image)
         for path in sockets:  # a slip that lets every local process open them
             path.chmod(0o666)
         loosened = await asyncio.to_thread(neighbour_sees, run, sockets, sandbox_image)
+        (workspace / "holding.release").touch()
         held = await holder
         notices = [
             str(e.data["data"].get("message", ""))

@@ -6,8 +6,6 @@ engine down to the pool's minimum; nothing is left when the run ends."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ import pytest
 from orchestrator.config import PoolConfig, Settings
 from orchestrator.runtime.caps import TaskManagerConfig
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
-from tests.integration.harness import containers_of, convo, scripted_run, text
+from tests.integration.harness import containers_of, convo, scripted_run, text, until
 
 pytestmark = pytest.mark.integration
 
@@ -31,14 +29,6 @@ def warm_containers(session: str) -> list[str]:
         for c in containers_of(session)
         if c.labels.get("warden.warm") == "1" and c.status == "running"
     ]
-
-
-async def until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout_s:g} s")
-        await asyncio.sleep(0.2)
 
 
 async def test_a_burst_grows_the_pool_within_its_memory_budget_and_idle_ones_go(
