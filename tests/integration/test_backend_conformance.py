@@ -99,7 +99,7 @@ def test_non_zero_exit_is_error(harness: Harness, command: list[str], code: int)
 def test_deadline_kills_and_run_removes(harness: Harness) -> None:
     started = time.monotonic()
     result = harness.backend.run(harness.spec("sleep", "30", timeout_s=1))
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # killed at 1 s, not run to 30 (room for load)
     assert result.status is SandboxStatus.TIMED_OUT
     assert harness.backend.list({wl.SESSION: harness.session}) == []
 

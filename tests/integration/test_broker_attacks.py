@@ -420,7 +420,7 @@ async def test_connection_floods_neither_exhaust_the_host_nor_stall_others(
     assert attacked.status is TaskStatus.COMPLETED, attacked
     out = report_of(attacked.text)
     # Every flood connection was taken and then closed: the host kept at most the cap.
-    assert out["real"] == 200 and out["real_s"] < 5
+    assert out["real"] == 200 and out["real_s"] < 30
     assert out["closed_half"] == 200
     assert out["closed_held"] == out["connected"]
     assert out["dir_mode"] == "0o750"

@@ -90,7 +90,7 @@ def test_the_oracle_sees_execs_writes_and_connects(oracle: Oracle) -> None:
 def test_the_oracle_stops_a_case_at_its_timeout_and_runs_the_next(oracle: Oracle) -> None:
     slow = oracle.observe("setsid sleep 60 & sleep 60")
     assert slow.timed_out
-    assert slow.seconds < oracle.case_timeout_s + 2
+    assert slow.seconds < oracle.case_timeout_s + 15  # stopped, not left to run its 60 s
     after = oracle.observe("true")
     assert not after.timed_out and violations(after) == []
 

@@ -281,8 +281,9 @@ async def test_parallel_conversations_with_the_async_client() -> None:
         elapsed = time.monotonic() - started
         await client.close()
     assert answers == ["slept"] * 5 + ["Bash"]
-    # Five 0.3 s turns in parallel take about 0.3 s, not 1.5 s.
-    assert elapsed < 1.2
+    # Five 0.3 s turns in parallel take about 0.3 s; one after another they could not
+    # take less than 1.5 s.
+    assert elapsed < 1.45
 
 
 async def test_streaming_matches_the_plain_answer() -> None:
