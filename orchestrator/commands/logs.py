@@ -138,6 +138,23 @@ def _task_logs(
         _print_messages(_last(store.get_transcript(task_id), tail))
 
 
+def _disk_text(disk: JSONObject) -> str:
+    """The disk caps of a task's setup, as `warden run --disk-write-limit` words them."""
+    from orchestrator.backend.disk import size_text
+
+    def size(key: str) -> str:
+        value = disk.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            return "?"
+        return "none" if value == 0 else size_text(value)
+
+    inodes = disk.get("free_inode_floor")
+    return (
+        f"write limit {size('write_limit_bytes')}, free floor {size('free_floor_bytes')}, "
+        f"free inode floor {inodes if inodes else 'none'}"
+    )
+
+
 def _print_setup(setup: JSONObject) -> None:
     from orchestrator.untrusted_text import printable
 
@@ -156,6 +173,9 @@ def _print_setup(setup: JSONObject) -> None:
         *(f"{k} {v}" for k, v in limits.items()),
     ]
     click.echo(f"limits: {printable(', '.join(parts), 300)}")
+    disk = setup.get("disk")
+    if isinstance(disk, dict):
+        click.echo(f"disk: {printable(_disk_text(disk), 300)}")
     click.echo(
         f"image: {printable(setup.get('image'), 100)}; from {printable(setup.get('source'))}"
     )

@@ -1,11 +1,11 @@
-"""What a subagent was set up with (model, tools, limits, system prompt), recorded in
+"""What a subagent was set up with (model, tools, limits, disk caps, system prompt), recorded in
 its `task_started` event so `warden logs TASK` can show how it was configured."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.backend.base import ResourceLimits
+from orchestrator.backend.base import DiskLimits, ResourceLimits
 from orchestrator.jsontypes import JSONObject
 from orchestrator.store.records import clip_text
 
@@ -21,6 +21,7 @@ def task_setup(
     *,
     timeout_s: float,
     limits: ResourceLimits,
+    disk: DiskLimits,
     token_budget: int | None,
     image: str | None,
     source: str | None,
@@ -34,6 +35,7 @@ def task_setup(
         "token_budget": token_budget,
         "timeout_s": timeout_s,
         "limits": limits.model_dump(mode="json"),
+        "disk": disk.model_dump(mode="json"),
         "image": image,
         "source": source,
         "system_prompt": clip_text(spec.system_prompt, SYSTEM_PROMPT_EVENT_CHARS),

@@ -52,6 +52,7 @@ from orchestrator.runtime.records import TaskRecorder
 from orchestrator.runtime.sandbox import (
     RUNNER_COMMAND,
     SandboxPlan,
+    agent_disk_limits,
     agent_limits,
     sandbox_identity,
 )
@@ -455,6 +456,7 @@ class TaskManager:
                     spec,
                     timeout_s=ctx.timeout_s,
                     limits=agent_limits(ctx.agent),
+                    disk=agent_disk_limits(self.plan.disk, ctx.agent),
                     token_budget=budget.max_total_tokens,
                     image=self.plan.image_resolver(ctx.agent).name,
                     source=ctx.agent.source,

@@ -53,7 +53,7 @@ def test_a_ci_job_gates_on_a_denial_and_publishes_json_junit_and_audit(
     proc = run_warden(
         settings,
         "run", "go", "--replay", str(script_path), "--workspace", str(workspace),
-        "--permission-mode", "acceptEdits", "--deny", "Bash(rm:*)",
+        "--permission-mode", "acceptEdits", "--deny", "Bash(rm:*)", "--disk-write-limit", "64m",
         "--json", "--fail-on", "failed,denied", "--user", "1234:1234", "--junit", str(junit), "--audit-out", str(audit_out),
     )  # fmt: skip
 
@@ -123,6 +123,8 @@ def test_a_ci_job_gates_on_a_denial_and_publishes_json_junit_and_audit(
     assert "model: " in task_logs and "--- system prompt ---" in task_logs
     assert re.search(r"^tools: .*\bWrite\b", task_logs, re.M), task_logs
     assert re.search(r"^limits: max_turns \d+, timeout [\d.]+ s, .*memory_bytes", task_logs, re.M)
+    # The disk caps it ran under, as given on the command line.
+    assert re.search(r"^disk: write limit 64\.0 MiB, free floor ", task_logs, re.M), task_logs
     denied_rows = run_warden(
         settings, "audit", result["run_id"], "--tool", "Bash", "--decision", "deny"
     )
