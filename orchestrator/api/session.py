@@ -372,14 +372,7 @@ class WardenRun:
         """Call `listener` with every event of the run from now on (on the event loop:
         it must not block); returns the function that unsubscribes it. Event fields
         may hold text a container wrote: treat it as data."""
-        listeners = self._run.events.listeners
-        listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in listeners:
-                listeners.remove(listener)
-
-        return unsubscribe
+        return self._run.events.subscribe(listener)
 
     async def _accepted(self, call: TaskCall, call_id: str | None, background: bool) -> TaskInput:
         if isinstance(call, TaskInput):

@@ -357,7 +357,7 @@ async def drive(
             # Printed once and kept nowhere: the link is the key to the page.
             click.echo(f"warden: the run's page (its link is its key): {url}", err=True)
         stack.enter_context(progress)
-        the_run.events.listeners.append(progress)
+        the_run.events.subscribe(progress)  # for the rest of the run, its teardown too
         code = ExitCode.RUN_ERROR
         # Shielded: a stop reaches this frame at once, even while the work waits on a
         # subagent whose call waits on a person; the frame then denies the questions

@@ -98,8 +98,7 @@ async def open_page(
     from orchestrator.web.link import RunLink
     from orchestrator.web.server import PageServer
 
-    the_run.events.listeners.append(approver.changes)
-    stack.callback(the_run.events.listeners.remove, approver.changes)
+    stack.callback(the_run.events.subscribe(approver.changes))
     server = PageServer(
         the_run.store, LocalQuestions(approver), listen=listen, run_id=the_run.run_id
     )

@@ -1,5 +1,6 @@
 """Run events: one record per thing that happened, to the store, a JSONL file
-and any live listeners (the progress display, `--json` output)."""
+and any live listeners (the progress display, `--json` output, the web page, an MCP
+client, a library caller's `subscribe`)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ Listener = Callable[[Event], None]
 
 
 class EventLog:
-    """Fans events out. Listeners run on the event loop and must not block.
+    """Fans events out. Listeners run on the event loop and must not block. Those the
+    run is built with (its tracer) are passed in; a front door that comes to a run
+    already open (the progress display, the web page, an MCP call, the library's
+    `WardenRun.subscribe`) calls `subscribe` and keeps the handle that ends it.
 
     Recording is not optional: a run whose events cannot be written (disk full, an
     unwritable state dir) must end rather than go on unrecorded. The first failure
@@ -49,10 +53,9 @@ class EventLog:
         self.run_id = run_id
         self.jsonl_path = jsonl_path
         self.store = store
-        self.listeners: list[Listener] = list(listeners)
-        """Called with each event (a front door may subscribe later: `_frame.drive`)."""
+        self._listeners: list[Listener] = list(listeners)
         self.failure: StoreError | None = None
-        self.on_failure: list[Callable[[StoreError], None]] = list(on_failure)
+        self._on_failure: tuple[Callable[[StoreError], None], ...] = tuple(on_failure)
         try:
             jsonl_path.parent.mkdir(parents=True, exist_ok=True)
             with jsonl_path.open("a", encoding="utf-8"):
@@ -63,6 +66,17 @@ class EventLog:
         self._batch: asyncio.Future[None] | None = None
         """Done when the queued events (`_pending`) are written."""
         self._drainer: asyncio.Task[None] | None = None
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call `listener` with every event from now on; returns the function that
+        unsubscribes it (calling it twice is harmless)."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
 
     async def emit(
         self,
@@ -131,7 +145,7 @@ class EventLog:
         )
 
     def _tell(self, event: Event) -> None:
-        for listener in list(self.listeners):
+        for listener in list(self._listeners):
             try:
                 listener(event)
             except Exception:
@@ -176,7 +190,7 @@ class EventLog:
         if self.failure is not None:
             return
         self.failure = exc
-        for callback in self.on_failure:
+        for callback in self._on_failure:
             try:
                 callback(exc)
             except Exception:

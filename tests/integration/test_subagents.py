@@ -217,7 +217,7 @@ async def test_api_key_never_enters_the_container(settings: Settings, workspace:
             inspected.append({"container": container, "image": image, "history": history})
 
     async with scripted_run(settings, workspace, script) as (run, server):
-        run.events.listeners.append(on_event)
+        run.events.subscribe(on_event)
         result = await run.manager.run_task(
             TaskInput(description="probe", prompt="PROBE", subagent_type="general-purpose")
         )

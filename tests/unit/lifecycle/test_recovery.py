@@ -131,9 +131,8 @@ def test_a_damaged_index_page_is_refused_at_open(tmp_path: Path) -> None:
 
 async def test_event_log_failure_is_one_store_error_and_stops_the_run(tmp_path: Path) -> None:
     path = tmp_path / "runs" / "r" / "events.jsonl"
-    log = EventLog("r", path)
     seen: list[StoreError] = []
-    log.on_failure.append(seen.append)
+    log = EventLog("r", path, on_failure=[seen.append])
     path.unlink()
     path.mkdir()  # the events file replaced by a directory: it cannot be appended to
     with pytest.raises(StoreError, match="cannot write the run's event log"):

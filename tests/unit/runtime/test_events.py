@@ -91,3 +91,20 @@ def test_a_failed_queued_write_stops_the_run_and_the_next_emit_raises(
             await log.emit_for("task_completed", _Task())
 
     asyncio.run(main())
+
+
+async def test_a_late_subscriber_sees_events_from_then_until_it_unsubscribes(
+    tmp_path: Path,
+) -> None:
+    built_with: list[str] = []
+    log = EventLog("r1", tmp_path / "events.jsonl", listeners=[lambda e: built_with.append(e.kind)])
+    await log.emit("run_started")
+    late: list[str] = []
+    unsubscribe = log.subscribe(lambda e: late.append(e.kind))
+    await log.emit("task_started")
+    log.record_for("tool_started", _Task())
+    unsubscribe()
+    unsubscribe()  # twice is harmless
+    await log.emit("task_completed")
+    assert late == ["task_started", "tool_started"]
+    assert built_with == ["run_started", "task_started", "tool_started", "task_completed"]

@@ -245,7 +245,7 @@ def make(tmp_path: Path, server: ScriptedModelServer) -> Callable[..., AsyncIter
             runner_command=("fake-runner",),
         )
         harness = Harness(manager, backend, store)
-        events.listeners.append(harness.events.append)
+        events.subscribe(harness.events.append)
         try:
             yield harness
         finally:
