@@ -34,6 +34,7 @@ from orchestrator.results.report import RunOutputs, RunState, one_line, write_ou
 from orchestrator.runtime.tasks import TaskInput, TaskResult, TaskStatus
 
 if TYPE_CHECKING:
+    from orchestrator.runtime.parent import ParentOptions
     from orchestrator.runtime.session import Run
 
 log = logging.getLogger(__name__)
@@ -118,10 +119,15 @@ class AgentType:
 
 
 def open_run_from(
-    config: RunConfig, settings: Settings, approver: Approver
+    config: RunConfig,
+    settings: Settings,
+    approver: Approver,
+    *,
+    parent_options: ParentOptions | None = None,
 ) -> AbstractAsyncContextManager[Run]:
     """The run `config` describes (`runtime.session.open_run`): the one mapping from
-    a run's options to a run, used by the library, `warden run` and `warden mcp`."""
+    a run's options to a run, used by the library, `warden run` and `warden mcp`.
+    `parent_options`: how `warden run`'s parent loop runs (the others have none)."""
     from orchestrator.egress.setup import EgressRequest
     from orchestrator.runtime.caps import TaskManagerConfig
     from orchestrator.runtime.session import open_run
@@ -158,6 +164,7 @@ def open_run_from(
         bash_image=config.bash_image,
         devcontainer=config.devcontainer,
         trusted=config.trusted,
+        parent_options=parent_options,
     )
 
 

@@ -398,6 +398,7 @@ async def _run(
     """The parent agent's run (`drive` frames it as every run is framed)."""
     from orchestrator import start_up_done
     from orchestrator.api import RunConfig, open_run_from
+    from orchestrator.runtime.parent import ParentOptions
 
     start_up_done()  # the model SDK and the rest of the run are imported
 
@@ -433,13 +434,14 @@ async def _run(
             ),
             settings,
             approver,
+            parent_options=ParentOptions(
+                background_default=options.background,
+                fork=options.fork,
+                **({"max_turns": options.max_turns} if options.max_turns is not None else {}),
+            ),
         )
 
     async def work(the_run: Run) -> str:
-        the_run.parent.background_default = options.background
-        the_run.parent.fork = options.fork
-        if options.max_turns is not None:
-            the_run.parent.max_turns = options.max_turns
         # Warm the built-in agents' sandboxes while the parent's first model call runs.
         the_run.manager.prewarm("general-purpose", "bash")
         return (await the_run.parent.run(prompt)).text

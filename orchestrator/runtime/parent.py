@@ -50,6 +50,17 @@ and what to report back. Independent tasks may be delegated in parallel by calli
 Task several times in one turn. When the work is done, answer the user concisely."""
 
 
+@dataclass(frozen=True)
+class ParentOptions:
+    """How the parent loop runs (`warden run`'s --max-turns, --background, --fork)."""
+
+    max_turns: int = DEFAULT_PARENT_MAX_TURNS
+    background_default: bool = False
+    """Task calls run in the background unless the model asks otherwise."""
+    fork: bool = False
+    """Fork mode is on (see `ParentAgent`)."""
+
+
 @dataclass
 class ParentResult:
     """The outcome of one parent run."""

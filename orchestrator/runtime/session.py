@@ -30,7 +30,7 @@ from orchestrator.runtime.events import EventLog
 from orchestrator.runtime.gate import PolicyGate
 from orchestrator.runtime.hook_sandbox import HookSandboxPool, hook_sandbox_pool
 from orchestrator.runtime.manager import TaskManager
-from orchestrator.runtime.parent import ParentAgent
+from orchestrator.runtime.parent import ParentAgent, ParentOptions
 from orchestrator.runtime.protocols import PermissionGate
 from orchestrator.runtime.sandbox import sandbox_identity
 from orchestrator.runtime.tasks import TaskContext
@@ -119,6 +119,7 @@ async def open_run(
     bash_image: str | None = None,
     devcontainer: bool | None = None,
     trusted: bool | None = None,
+    parent_options: ParentOptions | None = None,
 ) -> AsyncIterator[Run]:
     """Everything a run needs, started; on exit every container of this run is gone.
 
@@ -132,7 +133,8 @@ async def open_run(
     PolicyError/ConfigError, ImageNotFoundError/UnsupportedImageError/ImageBuildError
     before anything starts when they are invalid. `trusted` (None: as
     recorded, see `workspace.trust`): whether the workspace's own allow rules,
-    mode, hooks and agent files apply."""
+    mode, hooks and agent files apply. `parent_options`: how the run's parent loop runs
+    (None: its defaults)."""
     from orchestrator.agents.registry import AgentRegistry
     from orchestrator.backend.connect import connect, pool_size
     from orchestrator.backend.factory import guarded, make_backend
@@ -336,7 +338,15 @@ async def open_run(
                 *([tracer.parent_model_call] if tracer is not None else []),
             ],
         )
-        parent = ParentAgent(client=observed, model=model, manager=manager)
+        options = parent_options or ParentOptions()
+        parent = ParentAgent(
+            client=observed,
+            model=model,
+            manager=manager,
+            max_turns=options.max_turns,
+            background_default=options.background_default,
+            fork=options.fork,
+        )
         yield Run(
             run_id, session, workspace, model, settings, store, events, manager, parent, watch,
             tracer,
