@@ -39,6 +39,7 @@ from sandbox_tools import wire
 
 if TYPE_CHECKING:
     from orchestrator.event_sink import EventSink, TaskIdentity
+    from orchestrator.permissions.approvers import Asker
     from orchestrator.store import Store
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,12 @@ class PolicyGate:
         self.known_tasks: Mapping[str, AskingTask] = {} if known_tasks is None else known_tasks
         """Every task of the run (the manager's), so a question names all its ancestors."""
         self._engines: dict[str, PermissionEngine] = {}
+
+    @property
+    def asker(self) -> Asker:
+        """`PermissionGate`: egress asks the run's approver through this gate
+        (`ask_about`), as a tool call's question is asked."""
+        return self
 
     def engine_for(self, task: TaskContext) -> PermissionEngine:
         """A task's engine: its parent's policy narrowed to its agent's tools, so a

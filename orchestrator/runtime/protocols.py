@@ -17,11 +17,13 @@ from orchestrator.broker import wire_models
 from orchestrator.broker.forwarding import ForwardingPolicy
 from orchestrator.event_sink import EventSink
 from orchestrator.jsontypes import JSONObject
+from orchestrator.permissions import EffectivePolicy
 
 if TYPE_CHECKING:
     from orchestrator.agents.definition import AgentDefinition
     from orchestrator.images.choice import SandboxImage
     from orchestrator.permissions import ToolCall
+    from orchestrator.permissions.approvers import Asker
     from orchestrator.runtime.tasks import TaskContext
 
 __all__ = ["AllowAgentTools", "EventSink", "ImageResolver", "PermissionGate"]
@@ -33,7 +35,20 @@ with the runner command and mounts that image needs (`images.choice`)."""
 
 class PermissionGate(Protocol):
     """Decides the tool calls of one task (`runtime.gate.PolicyGate` implements it, with
-    the permissions layer's engine)."""
+    the permissions layer's engine), and says what the run's other decisions follow:
+    egress and a dev container build take their domain rules and mode from `policy`,
+    and ask a person through `asker`."""
+
+    @property
+    def policy(self) -> EffectivePolicy:
+        """The run's own policy (a gate without one: `dontAsk`, no rules)."""
+        ...
+
+    @property
+    def asker(self) -> Asker | None:
+        """Who asks a person about what a task does that is not a tool call (an egress
+        connection); None: nobody, such a question gets the mode's answer, deny."""
+        ...
 
     async def decide(
         self, task: TaskContext, request: wire_models.PermissionRequest
@@ -59,8 +74,12 @@ class PermissionGate(Protocol):
 
 class AllowAgentTools:
     """The minimal gate: a tool in the agent's definition is allowed (the broker
-    already refuses tools outside the definition); nothing runs after a call, and
-    forwarding follows the broker's defaults."""
+    already refuses tools outside the definition); nothing runs after a call,
+    forwarding follows the broker's defaults, and there is nobody to ask (egress
+    allows only what a domain rule of the run allows)."""
+
+    policy = EffectivePolicy(mode="dontAsk")
+    asker = None
 
     async def decide(
         self, task: TaskContext, request: wire_models.PermissionRequest

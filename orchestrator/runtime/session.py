@@ -22,7 +22,7 @@ from orchestrator.egress.setup import EgressRequest, run_egress
 from orchestrator.errors import ConfigError
 from orchestrator.lifecycle import socket_dirs
 from orchestrator.lifecycle.recovery import recover
-from orchestrator.permissions import EffectivePolicy, load_hooks, load_policy
+from orchestrator.permissions import load_hooks, load_policy
 from orchestrator.permissions.approvers import NonInteractiveApprover
 from orchestrator.results.parent_transcript import ObservedClient, ParentTranscript, transcript_path
 from orchestrator.runtime.caps import TaskManagerConfig
@@ -125,7 +125,9 @@ async def open_run(
 
     Tool calls are decided by the workspace's effective policy (managed policy,
     `policy`/`allow`/`deny`/`mode`, `.claude/settings.json`, user settings) and its
-    PreToolUse hooks; questions go to `approver` (default: deny, no human).
+    PreToolUse hooks; questions go to `approver` (default: deny, no human). A caller's
+    own `gate` decides them instead, and says what egress follows and whom it asks
+    (`PermissionGate.policy`, `.asker`).
     Sandboxes get network egress only as `egress` and the domain rules allow
     (`orchestrator.egress.setup`). Subagents run in the image the precedence of
     `agents.images` picks (`image`: `--image`; `bash_image`: `--bash-image`;
@@ -155,13 +157,11 @@ async def open_run(
     model = settings.resolve_model(model or DEFAULT_MODEL)
     if config is None:  # a library caller gets the environment's limits, as the CLI does
         config = TaskManagerConfig.from_settings(settings)
-    # What egress (and a dev container build) decides by, and whom it asks: the run's
-    # policy and gate; a caller's own PolicyGate's; behind any other gate, never asking.
-    gate_policy = EffectivePolicy(mode="dontAsk")
-    policy_gate: PolicyGate | None = None
-    if isinstance(gate, PolicyGate):
-        gate_policy, policy_gate = gate.policy, gate
-    if gate is None:
+    # What egress (and a dev container build) decides by: the run's policy, or the
+    # one a caller's own gate says it follows (`PermissionGate.policy`).
+    if gate is not None:
+        gate_policy = gate.policy
+    else:
         gate_policy = load_policy(
             settings, workspace, policy=policy, allow=allow, deny=deny, mode=mode, trusted=trusted
         )
@@ -272,7 +272,7 @@ async def open_run(
             )
             if gate_hooks.needs_sandbox():
                 hook_pool.warm()
-            gate = policy_gate = PolicyGate(
+            gate = PolicyGate(
                 policy=gate_policy,
                 hooks=gate_hooks,
                 workspace_host=workspace,
@@ -288,7 +288,7 @@ async def open_run(
             workspace,
             gate_policy,
             policy_file=policy,
-            asker=policy_gate,
+            asker=gate.asker,  # questions reach the run's approver through its gate
             store=store,
             events=events,
             sandbox_uid=identity.uid,
