@@ -118,10 +118,14 @@ class SessionRuns:
         """End every run: as its session ends (tasks still running are stopped, the
         run completes), or, `stopping` (a signal), as Ctrl-C ends a run."""
         holders = [s.holder for s in self._runs if s.holder is not None]
+        # A run whose session already ended is closing itself (stopping its tasks,
+        # writing its result files): cancelling it now would cut that short and lose
+        # its result document, so only runs still serving a session are interrupted.
+        serving = [s.holder for s in self._runs if s.holder is not None and not s.ending.is_set()]
         for slot in self._runs:
             slot.end()
         if stopping:
-            for holder in holders:
+            for holder in serving:
                 holder.cancel()
         await asyncio.gather(*holders, return_exceptions=True)
 
