@@ -40,7 +40,7 @@ noise of a shared machine.
 
 What it does not catch: space used without `write_bytes` (metadata of many
 directories) only trips the floors, after the fact (`fallocate`, which would be
-the same, is refused inside warden's sandboxes: `sandbox_tools.seal`); the overshoot between two polls
+the same, is refused in every warden sandbox: `sandbox_tools.seal`, `images.sealing`); the overshoot between two polls
 (the write rate times `POLL_S`, spread over files each below the per-file limit);
 a sandbox that crosses a limit and exits before the next poll keeps its own status
 (a single file at the limit fails with `EFBIG`); killing frees nothing, so the

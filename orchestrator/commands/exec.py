@@ -269,6 +269,7 @@ def _run(
     from orchestrator.backend.connect import connect
     from orchestrator.backend.factory import make_backend
     from orchestrator.config import Settings
+    from orchestrator.images.sealing import sealed_command
     from orchestrator.lifecycle import socket_dirs
     from orchestrator.workspace.guard import WorkspaceGuard
 
@@ -301,7 +302,8 @@ def _run(
         try:
             spec = SandboxSpec(
                 image=chosen.ref,
-                command=list(command),
+                # Under the fallocate filter every subagent has (`images.sealing`).
+                command=sealed_command(chosen.python, command),
                 workspace=(workspace or Path.cwd()),
                 mounts=[*chosen.mounts, *guard.mounts()],
                 user=user,

@@ -7,6 +7,7 @@ Public API:
 - `current_tag(client, kind, state_dir)`: the current tag of one of warden's kinds
   (`hints`: the tag found last time, confirmed by one inspect).
 - `choice.SandboxImages`: image names to what a sandbox runs (project images too).
+- `sealing.sealed_command(python, command)`: a command under the fallocate filter (`warden exec`).
 
 May import: `errors`, `labels`, `backend`, `untrusted_text` (build output of a dev
 container is shown as plain text), `owner` (the owner labels of a build's

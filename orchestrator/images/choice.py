@@ -47,6 +47,9 @@ class SandboxImage:
     env: dict[str, str] = field(default_factory=dict)
     project: bool = False
     """True for a project image (runtime borrowed from warden)."""
+    python: tuple[str, ...] = ("python3",)
+    """How to start a standard-library Python in the image (warden's own, or the
+    borrowed runtime's through its loader); `sealing` runs the seal with it."""
 
 
 class SandboxImages:
@@ -62,7 +65,8 @@ class SandboxImages:
     def get(self, name: str, *, runner: bool = True) -> SandboxImage:
         """The image for a subagent (`runner`: the runner runs in it, so a project
         image needs bash and gets warden's runtime), or, `runner=False`, for a plain
-        command (`warden exec`: only Linux on this architecture is required).
+        command (`warden exec`: only Linux on this architecture is required; a
+        project image still gets the runtime, whose Python seals the command).
         Raises ImageNotFoundError (not built / not present, with the fix),
         UnsupportedImageError (which images work, and the fix), ConfigError."""
         with self._lock:
@@ -73,7 +77,7 @@ class SandboxImages:
 
     def _resolve(self, name: str, runner: bool) -> SandboxImage:
         from orchestrator.images import KINDS, current_tag, resolve_image
-        from orchestrator.images.project import check_project_image, host_machine
+        from orchestrator.images.project import check_project_image
         from orchestrator.images.runtime import ensure_runtime
 
         if name in NOT_RUNNABLE:
@@ -87,17 +91,15 @@ class SandboxImages:
                 ref=resolve_image(self._client, name, self._state_dir),
                 env=dict(WARDEN_RUNNER_ENV),
             )
-        if not runner:
-            checked = check_project_image(self._client, name, host_machine(), need_bash=False)
-            return SandboxImage(name=name, ref=checked.image_id, runner=(), project=True)
         runtime = ensure_runtime(
             self._client, current_tag(self._client, "runtime", self._state_dir), self._state_dir
         )
-        checked = check_project_image(self._client, name, runtime.machine)
+        checked = check_project_image(self._client, name, runtime.machine, need_bash=runner)
         return SandboxImage(
             name=name,
             ref=checked.image_id,
-            runner=runtime.runner(),
+            runner=runtime.runner() if runner else (),
             mounts=(runtime.mount(),),
             project=True,
+            python=runtime.python_command(),
         )

@@ -60,10 +60,15 @@ class Runtime:
         """The command that runs `python -m sandbox_tools` inside a sandbox: isolated
         (-I: no PYTHON* variables, no user site), no site module (-S), unbuffered,
         no bytecode writes."""
+        return (*self.python_command(), "-I", "-S", "-u", "-B", "-m", "sandbox_tools")
+
+    def python_command(self) -> tuple[str, ...]:
+        """The runtime's interpreter, started through its own loader and libraries
+        (so the image's C library does not matter); arguments are appended."""
         at = RUNTIME_TARGET
         return (
             f"{at}/{self.loader}", "--library-path", f"{at}/{self.library_path}",
-            f"{at}/{self.executable}", "-I", "-S", "-u", "-B", "-m", "sandbox_tools",
+            f"{at}/{self.executable}",
         )  # fmt: skip
 
     def mount(self) -> Mount:

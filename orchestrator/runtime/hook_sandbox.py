@@ -39,9 +39,9 @@ from orchestrator import labels
 from orchestrator.backend.base import DiskLimits, Mount, ResourceLimits, SandboxSpec
 from orchestrator.broker import SandboxIdentity, groups_for, holds_group, make_socket_dir
 from orchestrator.errors import WardenError
+from orchestrator.images.sealing import sealed_program
 from orchestrator.lifecycle import socket_dirs
 from orchestrator.permissions.hooks import SandboxedHookRun
-from sandbox_tools import wire as wire_module
 from sandbox_tools.wire import WORKSPACE
 
 if TYPE_CHECKING:
@@ -120,8 +120,7 @@ def shim_command(python: str = "python3") -> list[str]:
     """The command of a waiting hook sandbox: the runner's fallocate filter
     (`sandbox_tools/seal.py`, standard library only, read as text: `-S` leaves
     sandbox_tools unimportable there) installed first, then `SHIM`."""
-    seal = Path(wire_module.__file__).with_name("seal.py").read_text()
-    program = f"{seal}\nrefuse_fallocate()\n{SHIM}"
+    program = sealed_program(f"refuse_fallocate()\n{SHIM}")
     return [
         python, "-I", "-S", "-c", program,
         f"{HOOK_SOCKET_DIR}/{HOOK_SOCKET_NAME}", str(SHIM_WAIT_S),

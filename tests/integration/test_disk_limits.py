@@ -275,3 +275,55 @@ async def test_fallocate_cannot_take_free_space_below_the_floor(
     st = os.statvfs(small_fs)
     assert st.f_bavail * st.f_frsize > 60 * MIB  # nothing was reserved
     assert (small_fs / "keep.txt").read_text() == "precious\n"
+
+
+def test_exec_cannot_reserve_space_with_fallocate_and_still_runs_as_itself(
+    small_fs: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    """`warden exec` has no runner, yet its command runs under the same fallocate
+    filter: nothing is reserved, posix_fallocate falls back to counted writes, and the
+    command is otherwise itself (its exit status, SIGPIPE, its own process)."""
+    os.chown(small_fs, UNPRIVILEGED, UNPRIVILEGED)
+    script = (
+        RESERVE + "\n"
+        "python3 -c \"import os\nfd = os.open('fallback', os.O_CREAT | os.O_WRONLY)\n"
+        "os.posix_fallocate(fd, 0, 1 << 20)\nprint('fallback', os.fstat(fd).st_size)\"\n"
+        "yes | head -1 >/dev/null; echo pipe=${PIPESTATUS[0]}\n"
+        "echo comm=$(cat /proc/$$/comm); exit 7"
+    )
+    proc = subprocess.run(
+        warden_argv(
+            "exec", "--workspace", str(small_fs), "--image", sandbox_image,
+            *label_args(no_leftovers), "--disk-write-limit", "0", "--disk-free-floor", "32m",
+            "--user", f"{UNPRIVILEGED}:{UNPRIVILEGED}", "--json", "--", "bash", "-c", script,
+        ),
+        capture_output=True, text=True, env=warden_env(), timeout=120, check=False,
+    )  # fmt: skip
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 7 and out["exit_code"] == 7, (proc.stderr, out)
+    assert "keep-size=1" in out["stdout"] and "grow=1" in out["stdout"], out
+    assert "raw -1 Operation not supported" in out["stdout"]
+    assert "fallocate failed: Operation not supported" in out["stderr"]
+    assert "fallback 1048576" in out["stdout"]  # the write fallback still works
+    assert "pipe=141" in out["stdout"]  # SIGPIPE is the default again, as in docker run
+    assert "comm=bash" in out["stdout"]  # the command itself, not a wrapper around it
+    st = os.statvfs(small_fs)
+    assert st.f_bavail * st.f_frsize > 60 * MIB  # nothing was reserved
+
+
+@pytest.mark.parametrize(
+    ("command", "status", "said"),
+    [(["no-such-command"], 127, "No such file or directory"), (["/etc/passwd"], 126, "Permission denied")],
+)
+def test_exec_of_a_command_that_cannot_run_says_so_with_the_shells_status(
+    workspace: Path, sandbox_image: str, no_leftovers: Any, command: list[str], status: int, said: str
+) -> None:
+    proc = subprocess.run(
+        warden_argv(
+            "exec", "--workspace", str(workspace), "--image", sandbox_image,
+            *label_args(no_leftovers), "--", *command,
+        ),
+        capture_output=True, text=True, env=warden_env(), timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == status, proc.stderr
+    assert f"cannot run '{command[0]}': {said}" in proc.stderr
