@@ -192,3 +192,89 @@ async def test_a_hook_sandbox_cannot_reserve_disk_space_with_fallocate(
     reserved = workspace / "reserved"
     assert not reserved.exists() or reserved.stat().st_blocks == 0
     assert (workspace / "one.txt").read_text() == "one\n"
+
+
+INTRUDER = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(5)
+try:
+    s.connect("/h/hook.sock")
+    data = s.recv(4096)
+    print("INTRUDER " + ("read the hook's request" if data else "closed"))
+except socket.timeout:
+    print("INTRUDER held open")
+except (BrokenPipeError, ConnectionResetError):
+    print("INTRUDER closed")
+except OSError as exc:
+    print("INTRUDER " + type(exc).__name__)
+"""
+"""Run in a neighbour sandbox (the run's uid and gid, not the hook socket directory's
+own group) that has, somehow, a waiting hook sandbox's socket mounted."""
+
+
+async def test_a_hook_sandboxs_socket_serves_only_that_sandbox(
+    settings: Settings, workspace: Path
+) -> None:
+    """Before a hook sandbox starts, a neighbour of the same uid and gid reaches for
+    its socket: the kernel refuses it (the socket's group is the directory's own),
+    and with the socket's mode loosened the host refuses it (SO_PEERGROUPS lacks the
+    group), so the hook's request (its command, its stdin) goes to the hook sandbox
+    alone, which serves it."""
+    import dataclasses
+
+    from orchestrator import labels
+    from orchestrator.backend.base import Mount, SandboxSpec
+    from orchestrator.backend.connect import connect
+    from orchestrator.backend.factory import make_backend
+    from orchestrator.images import resolve_image
+    from orchestrator.runtime.caps import TaskManagerConfig
+    from orchestrator.runtime.hook_sandbox import HOOK_SOCKET_NAME, hook_sandbox_pool
+    from orchestrator.runtime.sandbox import sandbox_identity
+    from orchestrator.runtime.session import prepare_guard
+
+    client = connect()
+    backend = make_backend(client, settings)
+    identity = sandbox_identity(workspace, TaskManagerConfig().fallback_uid)
+    session = f"test-hook-socket-{os.getpid()}"
+    real = hook_sandbox_pool(
+        backend=backend,
+        image_for=lambda name: resolve_image(client, name),
+        workspace=workspace,
+        guard=prepare_guard(settings, workspace, ()),
+        identity=identity,
+        disk=TaskManagerConfig().disk,
+        session=session,
+        run_id="hook-socket",
+    )
+    tried: dict[str, str] = {}
+
+    def intrude(socket_dir: Path) -> str:
+        spec = SandboxSpec(
+            image=resolve_image(client, "bash"),
+            command=["python3", "-I", "-S", "-c", INTRUDER],
+            mounts=[Mount(source=socket_dir / HOOK_SOCKET_NAME, target="/h/hook.sock")],
+            user=f"{identity.uid}:{identity.gid}",
+            warden_labels=labels.warden_labels(session, task="intruder"),
+            timeout_s=60,
+        )
+        out = backend.run(spec).stdout
+        return next(x for x in out.splitlines() if x.startswith("INTRUDER ")).split(" ", 1)[1]
+
+    def spec_for(socket_dir: Path) -> SandboxSpec:
+        if not tried:  # the first hook sandbox's socket, before that sandbox exists
+            tried["as made"] = intrude(socket_dir)
+            (socket_dir / HOOK_SOCKET_NAME).chmod(0o666)  # a slip: any local process
+            tried["loosened"] = intrude(socket_dir)
+        return real.spec_for(socket_dir)
+
+    pool = dataclasses.replace(real, spec_for=spec_for, ready=1)
+    try:
+        served = await pool.run("cat; echo served", b"SECRET-STDIN\n", 60, cwd="/workspace",
+                                output_limit=4096)  # fmt: skip
+    finally:
+        await pool.close()
+        client.close()
+    assert tried == {"as made": "PermissionError", "loosened": "closed"}, tried
+    assert served.exit_code == 0 and served.stdout == (b"SECRET-STDIN\nserved\n", False), served
+    assert containers_of(session) == []
