@@ -42,13 +42,25 @@ class PermissionEngine:
         self.sandbox = sandbox
         """Runs the hooks that ask for a sandbox (the run's; None outside a run)."""
 
+    def _explain(self, call: ToolCall, ctx: CallContext) -> Explanation:
+        return evaluate(self.policy, call, workspace_host=self.workspace_host, cwd=ctx.cwd)
+
     async def _evaluate(self, call: ToolCall, ctx: CallContext) -> Explanation:
         if self.workspace_host is None:
-            return evaluate(self.policy, call, cwd=ctx.cwd)
+            return self._explain(call, ctx)
         # Resolving symlinks touches the host filesystem: keep it off the event loop.
-        return await asyncio.to_thread(
-            evaluate, self.policy, call, workspace_host=self.workspace_host, cwd=ctx.cwd
-        )
+        return await asyncio.to_thread(self._explain, call, ctx)
+
+    def rules_alone(self, tool_name: str) -> bool:
+        """True when no PreToolUse hook matches this tool: the rules alone decide its
+        calls, and `decide_by_rules` gives the same decision as `decide`."""
+        return not self.hooks.matching("PreToolUse", tool_name)
+
+    def decide_by_rules(self, call: ToolCall, ctx: CallContext) -> Decision:
+        """The rules' decision, without hooks (what `decide` returns when `rules_alone`).
+        Blocking: it may resolve symlinks on the host, so call it from a worker thread;
+        the gate does, together with the audit write, in one hop."""
+        return self._explain(call, ctx).decision
 
     async def decide(self, call: ToolCall, ctx: CallContext) -> Decision:
         """Rules and PreToolUse hooks; `ask` means a human must decide."""

@@ -115,7 +115,16 @@ class PolicyGate:
             tool_use_id=request.tool_use_id,
         )
         context = self._context(task)
-        decision = await self.engine_for(task).decide(call, context)
+        engine = self.engine_for(task)
+        audited = False
+        if engine.rules_alone(call.tool_name):
+            # One worker-thread hop for the rules (they may resolve symlinks) and, when
+            # they settle the call, its durable audit record.
+            decision, audited = await asyncio.to_thread(
+                self._decide_by_rules, engine, task, call, context
+            )
+        else:
+            decision = await engine.decide(call, context)
         tool_input = decision.updated_input or call.tool_input
         digest = input_hash(call.tool_name, tool_input)
         final: str = decision.behavior
@@ -131,9 +140,10 @@ class PolicyGate:
                 answer = await self._ask(task, call, tool_input, decision)
                 final, decided_by = answer.behavior, answer.decided_by
                 reason = answer.reason or decision.reason
-        await self._audit(
-            task, call, tool_input, digest, decision, final, decided_by, reason, answer
-        )
+        if not audited:
+            await self._audit(
+                task, call, tool_input, digest, decision, final, decided_by, reason, answer
+            )
         if final != "allow":
             await self._emit(
                 "permission_denied",
@@ -354,6 +364,22 @@ class PolicyGate:
         if self.events is not None:
             await self.events.emit_for(kind, task, **data)
 
+    def _decide_by_rules(
+        self, engine: PermissionEngine, task: TaskContext, call: ToolCall, context: CallContext
+    ) -> tuple[Decision, bool]:
+        """Worker thread: the rules' decision and, unless it asks (then a person's
+        answer is audited with it), its audit record written and durable.
+        (decision, whether it was audited)."""
+        decision = engine.decide_by_rules(call, context)
+        if decision.behavior == "ask":
+            return decision, False
+        digest = input_hash(call.tool_name, call.tool_input)
+        self._write_audit(
+            task, call, call.tool_input, digest, decision, decision.behavior,
+            _decider(decision), decision.reason,
+        )  # fmt: skip
+        return decision, True
+
     async def _audit(
         self,
         task: TaskContext,
@@ -366,6 +392,26 @@ class PolicyGate:
         reason: str,
         answer: ApprovalAnswer | None = None,
     ) -> None:
+        if self.store is None:
+            return
+        await asyncio.to_thread(
+            self._write_audit,
+            task, call, tool_input, digest, decision, final, decided_by, reason, answer,
+        )  # fmt: skip
+
+    def _write_audit(
+        self,
+        task: TaskContext,
+        call: ToolCall,
+        tool_input: JSONObject,
+        digest: str,
+        decision: Decision,
+        final: str,
+        decided_by: str,
+        reason: str,
+        answer: ApprovalAnswer | None = None,
+    ) -> None:
+        """Blocking: the audit record, on disk when this returns (StoreError if not)."""
         if self.store is None:
             return
         from orchestrator.store import audit_record
@@ -386,7 +432,7 @@ class PolicyGate:
             channel=answer.channel if answer else "",
             person=answer.person if answer else "",
         )
-        await asyncio.to_thread(self.store.record_audit, record)
+        self.store.record_audit(record)
 
 
 def _decider(decision: Decision) -> str:
