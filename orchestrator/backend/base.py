@@ -214,6 +214,10 @@ class SandboxResult(_Closed):
     reason: str = ""
     """Why it was ended, when known (the disk limit crossed; who killed it from
     outside); else empty."""
+    meter_gap: str = ""
+    """What the disk write meter may have missed while it ran (exit records the
+    kernel dropped, or bytes no sandbox could be found for), said for a person;
+    empty when nothing was missed."""
 
 
 class ContainerInfo(_Closed):

@@ -115,6 +115,30 @@ def size_text(n: int) -> str:
     return f"{n} B"
 
 
+def meter_gap(dropped_batches: int, unattributed_bytes: int) -> str:
+    """What the exit-record listener missed while one sandbox ran, for a person; ""
+    when nothing. (Records still waiting for their owner when the sandbox ends are
+    judged `exits.PENDING_S` later, so a gap at its very end is not seen here.)"""
+    missed = []
+    if dropped_batches:
+        missed.append(
+            f"the kernel dropped exit records {dropped_batches} time(s) (processes "
+            "exited faster than warden read them)"
+        )
+    if unattributed_bytes:
+        missed.append(
+            f"{size_text(unattributed_bytes)} written by processes that exited could not "
+            "be attributed to any sandbox"
+        )
+    if not missed:
+        return ""
+    return (
+        "while this sandbox ran, " + " and ".join(missed) + ": its count of bytes "
+        "written may be low by that much, so its disk write limit may have been crossed "
+        "unseen (the per-file limit and the free-space floors still held)"
+    )
+
+
 def write_breach(written: int, limit: int) -> DiskBreach:
     return DiskBreach(
         limit="write_limit",
@@ -317,11 +341,13 @@ class DiskGuardedBackend(ContainerBackend):
         self.inner = inner
         self.poll_s = poll_s
         self._watches: dict[str, DiskWatch] = {}
+        self._gaps_at_start: dict[str, tuple[exits.ExitRecords, tuple[int, int]]] = {}
         self._lock = threading.Lock()
         self._warned = False
 
     def start(self, spec: SandboxSpec) -> str:
         records = exits.ExitRecords.shared() if spec.limits.disk.write_limit_bytes else None
+        gaps = records.gaps() if records is not None else None
         container_id = self.inner.start(spec)
         watch = DiskWatch(
             limits=spec.limits.disk,
@@ -334,6 +360,8 @@ class DiskGuardedBackend(ContainerBackend):
         )
         with self._lock:
             self._watches[container_id] = watch
+            if records is not None and gaps is not None:
+                self._gaps_at_start[container_id] = (records, gaps)
         watch.start()
         return container_id
 
@@ -369,16 +397,25 @@ class DiskGuardedBackend(ContainerBackend):
 
     def wait(self, container_id: str, timeout_s: float | None) -> SandboxResult:
         result = self.inner.wait(container_id, timeout_s)
+        with self._lock:
+            counted = self._gaps_at_start.get(container_id)
         breach = self._finish(container_id)
-        if breach is None:
-            return result
-        return result.model_copy(
-            update={"status": SandboxStatus.DISK_LIMIT, "reason": breach.message}
-        )
+        update: dict[str, object] = {}
+        if counted is not None:
+            records, (dropped, unattributed) = counted
+            now_dropped, now_unattributed = records.gaps()
+            gap = meter_gap(now_dropped - dropped, now_unattributed - unattributed)
+            if gap:
+                log.warning("sandbox %s: %s", container_id[:12], gap)
+                update["meter_gap"] = gap
+        if breach is not None:
+            update.update(status=SandboxStatus.DISK_LIMIT, reason=breach.message)
+        return result.model_copy(update=update) if update else result
 
     def _finish(self, container_id: str) -> DiskBreach | None:
         with self._lock:
             watch = self._watches.pop(container_id, None)
+            self._gaps_at_start.pop(container_id, None)
         return watch.stop() if watch is not None else None
 
     def written(self, container_id: str) -> int:

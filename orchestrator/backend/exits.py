@@ -194,7 +194,11 @@ class ExitRecords:
         self._pending: list[_Pending] = []
         self._backlog: list[_Pending] = []
         self.lost_records = False
+        self.dropped_batches = 0
+        """Times the kernel dropped records (its receive buffer was full)."""
         self.unattributed_bytes = 0
+        """Bytes of exit records no sandbox (and no process outside them) could be
+        found for within `PENDING_S`."""
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="warden-exit-records", daemon=True)
         self._thread.start()
@@ -292,6 +296,12 @@ class ExitRecords:
         with self._lock:
             return tally.exited_bytes
 
+    def gaps(self) -> tuple[int, int]:
+        """What the listener missed so far: (dropped batches, unattributed bytes).
+        A sandbox compares them at its start and end (`disk.DiskGuardedBackend`)."""
+        with self._lock:
+            return self.dropped_batches, self.unattributed_bytes
+
     # -- the reader -----------------------------------------------------------
 
     def _loop(self) -> None:
@@ -311,7 +321,9 @@ class ExitRecords:
                             "reads them): bytes written by exited processes may be "
                             "under-counted"
                         )
-                    self.lost_records = True
+                    with self._lock:
+                        self.lost_records = True
+                        self.dropped_batches += 1
                     continue
                 log.exception("the exit-record reader stopped")
                 return

@@ -41,6 +41,7 @@ EVENT_KINDS = (
     "post_tool_use_hook",
     "broker_rejected",
     "broker_notice",
+    "disk_meter_gap",
     "egress_denied",
     "egress_summary",
     "task_stop_requested",

@@ -503,6 +503,8 @@ class TaskManager:
             and await self._stop_requested_elsewhere(ctx.task_id)
         ):
             ctx.stop_requested = True  # `warden stop` from another process
+        if sandbox is not None and sandbox.meter_gap:
+            await self.recorder.emit("disk_meter_gap", ctx, message=sandbox.meter_gap)
         await self._conclude(ctx, task_result(ctx, sandbox, budget, failure))
 
     async def _stop_requested_elsewhere(self, task_id: str) -> bool:

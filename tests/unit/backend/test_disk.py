@@ -322,3 +322,42 @@ def test_a_sandbox_that_ended_before_its_meter_was_made_is_no_warning(
         backend.remove(container)
     assert watch.meter is None
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+class GappyRecords:
+    """An exit-record listener whose misses the test sets."""
+
+    def __init__(self) -> None:
+        self.dropped, self.unattributed = 0, 0
+
+    def gaps(self) -> tuple[int, int]:
+        return self.dropped, self.unattributed
+
+
+def test_what_the_meter_missed_while_a_sandbox_ran_is_said_on_its_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    records = GappyRecords()
+    records.dropped, records.unattributed = 1, 7 * MIB  # before: not this sandbox's
+    monkeypatch.setattr(disk.exits.ExitRecords, "shared", classmethod(lambda cls: records))
+    inner = FakeBackend(responder=lambda s: FakeOutcome(run_s=float("inf")))
+    backend = DiskGuardedBackend(inner, poll_s=0.01)
+    first = backend.start(spec(tmp_path, DiskLimits()))
+    second = backend.start(spec(tmp_path, DiskLimits()))
+    records.dropped, records.unattributed = 3, 7 * MIB + 3 * MIB  # while both ran
+    caplog.set_level(logging.WARNING)
+    gaps = []
+    for container in (first, second):
+        inner.kill(container)
+        gaps.append(backend.wait(container, timeout_s=10).meter_gap)
+        backend.remove(container)
+    gap = gaps[0]
+    assert "dropped exit records 2 time(s)" in gap and "3.0 MiB written by processes" in gap
+    assert "disk write limit may have been crossed unseen" in gap
+    assert gap in caplog.text
+    assert gaps[1] == gap  # each sandbox that ran through the misses says so
+    # One that ran through none says nothing.
+    fresh = backend.start(spec(tmp_path, DiskLimits()))
+    inner.kill(fresh)
+    assert backend.wait(fresh, timeout_s=10).meter_gap == ""
+    backend.remove(fresh)

@@ -412,6 +412,28 @@ async def test_a_stopped_task_is_stopped_and_its_container_gone(make: Any) -> No
         assert h.kinds(ctx.task_id) == ["task_started", "task_stopped"]
 
 
+async def test_what_the_disk_meter_missed_is_an_event_of_the_task(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def runner(w: Wire) -> None:
+        w.get("/v1/spec")
+        w.result("ok")
+
+    async with make(runner) as h:
+        plain_wait = h.backend.wait
+
+        def gappy_wait(container_id: str, timeout_s: float | None) -> SandboxResult:
+            result = plain_wait(container_id, timeout_s)
+            return result.model_copy(update={"meter_gap": "while this sandbox ran, ..."})
+
+        monkeypatch.setattr(h.backend, "wait", gappy_wait)
+        result = await h.manager.run_task(task())
+        assert result.status is TaskStatus.COMPLETED
+        assert h.kinds(result.task_id) == ["task_started", "disk_meter_gap", "task_completed"]
+        (gap,) = [e for e in h.events if e.kind == "disk_meter_gap"]
+        assert gap.data["message"] == "while this sandbox ran, ..."
+
+
 async def test_events_are_recorded_in_the_order_they_happened(make: Any) -> None:
     def runner(w: Wire) -> None:
         for kind in ("tool_started", "tool_finished", "turn_finished"):
