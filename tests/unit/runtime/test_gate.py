@@ -23,7 +23,7 @@ from orchestrator.permissions import load_hooks, load_policy
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
 from orchestrator.runtime.gate import PolicyGate
 from orchestrator.runtime.tasks import TaskContext
-from orchestrator.store import Store, TaskRecord
+from orchestrator.store import Store, TaskRecord, TaskStatus
 
 T = TypeVar("T")
 RUN_ID = "run_g"
@@ -56,7 +56,7 @@ def store(tmp_path: Path) -> Store:
             agent_type="general-purpose",
             description="d",
             prompt="p",
-            status="running",
+            status=TaskStatus.RUNNING,
             depth=1,
             trace_id="0" * 32,
         )
@@ -64,12 +64,18 @@ def store(tmp_path: Path) -> Store:
     return s
 
 
-def _gate(tmp_path: Path, store: Store, approver: _Allow, **rules: tuple[str, ...]) -> PolicyGate:
+def _gate(
+    tmp_path: Path,
+    store: Store,
+    approver: _Allow,
+    allow: tuple[str, ...] = (),
+    deny: tuple[str, ...] = (),
+) -> PolicyGate:
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
     settings = Settings(state_dir=tmp_path / "state", config_dir=tmp_path / "cfg")
     return PolicyGate(
-        policy=load_policy(settings, ws, mode="default", **rules),
+        policy=load_policy(settings, ws, mode="default", allow=allow, deny=deny),
         hooks=load_hooks(settings, ws),
         workspace_host=ws,
         approver=approver,
