@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from orchestrator.permissions.shell.descriptors import descriptor_of, files_held
 from orchestrator.permissions.shell.env import check_prefix, check_variable
@@ -133,14 +134,69 @@ class ShellAnalysis:
     wrappers: list[SimpleCommand] = field(default_factory=list)
     """Commands that run another command (`sh -c`, `timeout`, `xargs`, `env`, ...), as
     written; what they run is in `commands`."""
+    settled: bool = field(default=True, repr=False, compare=False)
+    """False when an unexpected failure (a bug, or a limit of this process such as its
+    recursion depth) shaped the result: the same command may come out otherwise next
+    time, so the result is never cached."""
 
     @property
     def understood(self) -> bool:
         return not self.problems
 
+    def copy(self) -> ShellAnalysis:
+        """A copy whose lists the caller may change (the commands are frozen)."""
+        return ShellAnalysis(
+            list(self.commands),
+            list(self.writes),
+            list(self.reads),
+            list(self.problems),
+            self.changes_dir,
+            list(self.wrappers),
+            self.settled,
+        )
+
+
+ANALYSIS_CACHE_SIZE = 256
+"""Analyses kept, most recently used first: a subagent repeats its commands (tests,
+builds, `git status`), and each analysis parses the command twice (about 30-110 us)."""
+ANALYSIS_CACHE_MAX_CHARS = 4096
+"""Longer commands are analysed every time, so the cache holds at most about
+ANALYSIS_CACHE_SIZE x 4 KiB of commands (plus their analyses)."""
+
+
+class _Unsettled(Exception):
+    """Carries an analysis out of the cache unstored (`ShellAnalysis.settled`)."""
+
+    def __init__(self, analysis: ShellAnalysis) -> None:
+        super().__init__("unsettled analysis")
+        self.analysis = analysis
+
 
 def analyse(command: str) -> ShellAnalysis:
-    """Split `command` into simple commands, redirect targets and problems."""
+    """Split `command` into simple commands, redirect targets and problems.
+
+    A pure function of the string (this package reads no file, clock or environment:
+    what the paths it returns resolve to is the caller's to check, every time), so the
+    last ANALYSIS_CACHE_SIZE results are reused for the same exact string; each caller
+    gets its own copy."""
+    if len(command) > ANALYSIS_CACHE_MAX_CHARS:
+        return _analyse(command)
+    try:
+        return _cached_analysis(command).copy()
+    except _Unsettled as exc:  # not cached (lru_cache never stores an exception)
+        return exc.analysis
+
+
+@lru_cache(maxsize=ANALYSIS_CACHE_SIZE)
+def _cached_analysis(command: str) -> ShellAnalysis:
+    """The analysis kept by the cache; never handed out itself (`analyse` copies it)."""
+    result = _analyse(command)
+    if not result.settled:
+        raise _Unsettled(result)
+    return result
+
+
+def _analyse(command: str) -> ShellAnalysis:
     result = ShellAnalysis()
     try:
         _Analyser(result).unit(command, BASH, 0, [])
@@ -150,6 +206,7 @@ def analyse(command: str) -> ShellAnalysis:
     except Exception as exc:  # a bug or a resource limit: never a crash, always an ask
         log.exception("the Bash analyser failed on a command of %d characters", len(command))
         result.problems.append(f"the analyser failed ({type(exc).__name__})")
+        result.settled = False
         _loose(command, result)
     return result
 
@@ -171,7 +228,10 @@ def _loose(command: str, result: ShellAnalysis) -> None:
         return
     try:
         found = loose_commands(command)
-    except (ValueError, RecursionError):
+    except ValueError:
+        return
+    except RecursionError:
+        result.settled = False
         return
     seen = {c.words for c in result.commands}
     for words in found:
@@ -180,8 +240,11 @@ def _loose(command: str, result: ShellAnalysis) -> None:
             _Analyser(loose)._run(
                 [Word(w, w, dynamic=DYNAMIC in w) for w in words], BASH, 0, [], open_ended=False
             )
-        except Exception:  # Unprovable, or any failure: keep the words as they are
+        except Unprovable:  # keep the words as they are
             loose.commands.append(SimpleCommand(tuple(words)))
+        except Exception:  # any other failure: the same, and not cached
+            loose.commands.append(SimpleCommand(tuple(words)))
+            result.settled = False
         for cmd in loose.commands:
             if cmd.words not in seen:
                 seen.add(cmd.words)
