@@ -9,6 +9,7 @@ May import: `errors`.
 from __future__ import annotations
 
 import enum
+from typing import Literal, get_args
 
 
 class ExitCode(enum.IntEnum):
@@ -32,9 +33,11 @@ class ExitCode(enum.IntEnum):
     """The run's own `--timeout` passed: stopped as Ctrl-C stops it (GNU `timeout`'s code)."""
 
 
-FAIL_ON_OUTCOMES = ("failed", "timed_out", "denied", "asked")
+Outcome = Literal["failed", "timed_out", "denied", "asked"]
 """What `--fail-on` accepts: a task failed, a task ran past its deadline, a tool call
 was denied, a tool call needed a person's answer (whatever the answer)."""
+FAIL_ON_OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+"""The outcomes, in the order help texts and errors list them."""
 
 
 def is_interrupted(code: int) -> bool:

@@ -30,7 +30,7 @@ runner reads every endpoint's errors the same way.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, TypedDict, TypeVar
+from typing import Literal, NamedTuple, TypedDict, TypeVar, get_args
 
 from sandbox_tools.jsontypes import JSONObject
 
@@ -313,8 +313,14 @@ class TaskSpec(NamedTuple):
         )
 
 
+FinalBehavior = Literal["allow", "deny"]
+"""The host's answer to a tool call: `orchestrator.behavior.FinalBehavior`, spelt out
+again because this contract imports nothing of the host (a unit test holds the two
+equal)."""
+
+
 class PermissionResponse(NamedTuple):
-    behavior: Literal["allow", "deny"]
+    behavior: FinalBehavior
     reason: str | None = None
     """Why; for a deny, this is what the model is told."""
     updated_input: JSONObject | None = None
@@ -325,7 +331,7 @@ class PermissionResponse(NamedTuple):
         if not isinstance(doc, dict):
             raise WireFormatError("the permission answer is not a JSON object")
         behavior = _field(doc, "behavior", str)
-        if behavior not in ("allow", "deny"):
+        if behavior not in get_args(FinalBehavior):
             raise WireFormatError(f"behavior: {behavior!r} is neither allow nor deny")
         return cls(
             behavior="allow" if behavior == "allow" else "deny",

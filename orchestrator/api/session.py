@@ -19,7 +19,7 @@ from orchestrator.backend.base import DiskLimits
 from orchestrator.config import Settings
 from orchestrator.egress.limits import EgressLimits
 from orchestrator.errors import ConfigError, TaskRefusedError, WardenError
-from orchestrator.exit_codes import ExitCode
+from orchestrator.exit_codes import ExitCode, Outcome
 from orchestrator.jsontypes import JSONObject, to_json_object
 from orchestrator.permissions.approval_hub import ApproverHub
 from orchestrator.permissions.approvers import (
@@ -29,7 +29,7 @@ from orchestrator.permissions.approvers import (
     CallbackApprover,
 )
 from orchestrator.permissions.models import Mode
-from orchestrator.results.models import Event, Outcome
+from orchestrator.results.models import Event
 from orchestrator.results.report import RunOutputs, RunState, one_line, write_outcome
 from orchestrator.runtime.tasks import TaskInput, TaskResult, TaskStatus
 

@@ -5,7 +5,8 @@ model API, `budget` what it may cost, `limits` how much a container may make
 the host write, `listener` who may connect and for how long, and `calls` which
 finished calls the host may act on.
 
-May import: `errors`, `jsontypes`, `permissions` (the rules forwarding follows).
+May import: `errors`, `jsontypes`, `behavior` (what a permission answer says),
+`permissions` (the rules forwarding follows).
 """
 
 from orchestrator.broker.budget import Budget

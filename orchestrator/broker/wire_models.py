@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.behavior import FinalBehavior
 from orchestrator.jsontypes import JSONObject
 from sandbox_tools import wire
 
@@ -74,7 +75,7 @@ class PermissionRequest(_Wire):
 
 
 class PermissionResponse(_Wire):
-    behavior: Literal["allow", "deny"]
+    behavior: FinalBehavior
     reason: str | None = None
     """Why; for a deny, this is what the model is told."""
     updated_input: JSONObject | None = None

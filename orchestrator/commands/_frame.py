@@ -12,12 +12,12 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast, get_args
 
 import click
 
 from orchestrator.errors import WardenError
-from orchestrator.exit_codes import ExitCode, exit_code_for
+from orchestrator.exit_codes import FAIL_ON_OUTCOMES, ExitCode, exit_code_for
 from orchestrator.results.report import RunOutputs, RunState, finish_run, one_line, parse_fail_on
 from orchestrator.untrusted_text import printable
 
@@ -59,6 +59,28 @@ def output_format(json_mode: bool, chosen: str | None) -> OutputFormat:
     return "stream-json" if json_mode else "text"
 
 
+def replay_option(help: str) -> Callable[[F], F]:
+    """`--replay SCRIPT`: model calls answered by warden's scripted server (offline)."""
+    return click.option(
+        "--replay",
+        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        default=None,
+        help=help,
+    )
+
+
+def fail_on_option(help: str) -> Callable[[F], F]:
+    """`--fail-on OUTCOMES` (checked by `parse_fail_on`); `help` is followed by the
+    outcomes it accepts (`exit_codes.Outcome`)."""
+    return click.option(
+        "--fail-on",
+        callback=lambda _ctx, _param, value: parse_fail_on(value),
+        default=None,
+        metavar="OUTCOMES",
+        help=f"{help} (comma list): {', '.join(FAIL_ON_OUTCOMES)}.",
+    )
+
+
 def outcome_options(what: str) -> Callable[[F], F]:
     """`--json`/`--output-format`, `--replay`, `--fail-on`, `--junit` and `--audit-out`:
     how a run (of `warden run` or `warden resume`) reports its end; one definition for
@@ -81,26 +103,16 @@ def outcome_options(what: str) -> Callable[[F], F]:
                 click.option(
                     "--output-format",
                     "output_fmt",
-                    type=click.Choice(["text", "json", "stream-json"]),
+                    type=click.Choice(get_args(OutputFormat)),
                     default=None,
                     help="text: the answer; json: one result document; stream-json: events "
                     "as JSON lines, then the result document (as --json).",
                 ),
-                click.option(
-                    "--replay",
-                    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-                    default=None,
-                    help="Answer model calls from this script with warden's scripted model "
-                    "server (offline).",
+                replay_option(
+                    "Answer model calls from this script with warden's scripted model "
+                    "server (offline)."
                 ),
-                click.option(
-                    "--fail-on",
-                    callback=lambda _ctx, _param, value: parse_fail_on(value),
-                    default=None,
-                    metavar="OUTCOMES",
-                    help=f"Exit 3 when one of these happened in {what} (comma list): failed, "
-                    "timed_out, denied, asked.",
-                ),
+                fail_on_option(f"Exit 3 when one of these happened in {what}"),
                 click.option(
                     "--junit",
                     "junit_path",

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import time
+from typing import get_args
 
 import click
+
+from orchestrator.behavior import Behavior
 
 
 @click.command("audit")
@@ -14,7 +17,7 @@ import click
 @click.option("--task", "task_id", default=None, metavar="TASK", help="Only this task's calls.")
 @click.option(
     "--decision",
-    type=click.Choice(["allow", "deny", "ask"]),
+    type=click.Choice(get_args(Behavior)),
     default=None,
     help="Only calls with this outcome (allow/deny: the final answer; ask: the policy asked).",
 )

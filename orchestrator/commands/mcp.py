@@ -11,9 +11,13 @@ from pathlib import Path
 
 import click
 
-from orchestrator.commands._frame import model_endpoint, policy_options
+from orchestrator.commands._frame import (
+    fail_on_option,
+    model_endpoint,
+    policy_options,
+    replay_option,
+)
 from orchestrator.commands.agents import image_options
-from orchestrator.results.report import parse_fail_on
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 """An HTTP session with no request in flight and no open event stream this long is
@@ -81,19 +85,8 @@ MIN_TOKEN_CHARS = 16
     "(or WARDEN_TRUST_WORKSPACE=1; nobody can be asked on stdio).",
 )
 @image_options
-@click.option(
-    "--replay",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Answer the subagents' model calls from this script (offline).",
-)
-@click.option(
-    "--fail-on",
-    callback=lambda _ctx, _param, value: parse_fail_on(value),
-    default=None,
-    metavar="OUTCOMES",
-    help="The result document's exit code is 3 when one of these happened in a session.",
-)
+@replay_option("Answer the subagents' model calls from this script (offline).")
+@fail_on_option("The result document's exit code is 3 when one of these happened in a session")
 @click.option(
     "--junit",
     type=click.Path(dir_okay=False, path_type=Path),

@@ -20,7 +20,7 @@ from orchestrator.commands._frame import (
     run_to_end,
 )
 from orchestrator.commands._page import page_from_flags, page_options
-from orchestrator.results.models import Outcome
+from orchestrator.exit_codes import Outcome
 from orchestrator.results.report import RunOutputs, RunState
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from orchestrator.commands._page import page_from_flags, page_options
 from orchestrator.commands.agents import image_options
 from orchestrator.commands.exec import SizeType, UserType, disk_limit_options
 from orchestrator.egress.flags import egress_options, limits_from_flags
-from orchestrator.results.models import Outcome
+from orchestrator.exit_codes import Outcome
 from orchestrator.results.report import RunOutputs, RunState
 
 if TYPE_CHECKING:

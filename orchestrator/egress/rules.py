@@ -25,12 +25,12 @@ import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
+from orchestrator.behavior import Behavior
 from orchestrator.egress.addresses import IPAddress, Network, in_any, parse_ip
 from orchestrator.errors import PolicyError
 
-RuleBehavior = Literal["allow", "ask", "deny"]
+RuleBehavior = Behavior
 
 RAW_TCP_PREFIX = "tcp://"
 """Marks a rule that allows raw TCP tunnels to its HOST:PORT."""

@@ -60,6 +60,11 @@ class ApprovalQuestion(BaseModel):
     """Why it asked."""
 
 
+AnswerScope = Literal["once", "session", "always"]
+"""How far an allow reaches: this call, this exact input for the rest of the run, or
+also the question's `always_rule` written to the workspace settings."""
+
+
 class ApprovalAnswer(BaseModel):
     """The approver's answer."""
 
@@ -67,7 +72,7 @@ class ApprovalAnswer(BaseModel):
 
     behavior: FinalBehavior
     """allow or deny."""
-    scope: Literal["once", "session", "always"] = "once"
+    scope: AnswerScope = "once"
     """`session`: allow this exact input again without asking, for the rest of the run;
     `always`: also write the question's `always_rule` to the workspace settings."""
     reason: str = ""

@@ -17,7 +17,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.behavior import FinalBehavior
 from orchestrator.jsontypes import JSONObject
+from orchestrator.permissions.approvers import AnswerScope
 
 VERSION = 1
 """The documents' version; a change that breaks receivers bumps it."""
@@ -76,7 +78,7 @@ class QuestionDocument(_Document):
     """The rule, hook or mode that asked."""
     reason: str
     """Why it asked."""
-    scopes: list[Literal["once", "session", "always"]]
+    scopes: list[AnswerScope]
     """The allow scopes this question accepts (`always` only when `always_rule` is set)."""
     always_rule: str = ""
     """The exact allow rule an `always` answer writes to the workspace settings."""
@@ -92,8 +94,8 @@ class AnswerDocument(_Document):
     type: Literal["warden.approval.answer"] = "warden.approval.answer"
     input_hash: str = Field(max_length=100)
     """The question's `input_hash`: the answer is bound to exactly that input."""
-    behavior: Literal["allow", "deny"]
-    scope: Literal["once", "session", "always"] = "once"
+    behavior: FinalBehavior
+    scope: AnswerScope = "once"
     """For an allow: this call only, this exact input for the rest of the run, or
     write the question's `always_rule`."""
     reason: str = Field(default="", max_length=MAX_REASON_CHARS)
@@ -106,7 +108,7 @@ class WithdrawnDocument(_Document):
     """Sent to the webhook URL when another channel answered first (or time ran out)."""
 
     type: Literal["warden.approval.withdrawn"] = "warden.approval.withdrawn"
-    behavior: Literal["allow", "deny"]
+    behavior: FinalBehavior
     decided_by: str
     """Who answered: `terminal:alice`, `web:bob`, `timeout`, ..."""
 

@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING, Literal, TypedDict
 
 from pydantic import ValidationError
 
-from orchestrator.exit_codes import ExitCode, is_interrupted
+from orchestrator.exit_codes import ExitCode, Outcome, is_interrupted
 from orchestrator.jsontypes import JSONObject
 from orchestrator.results.models import (
     TASK_END_KINDS,
     Denial,
     EgressUse,
     Event,
-    Outcome,
     RunResult,
     RunStatus,
     TaskSummary,

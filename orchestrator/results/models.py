@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.exit_codes import Outcome
 from orchestrator.jsontypes import JSONObject
 from orchestrator.store.records import FinishedRunStatus
 
@@ -77,7 +78,6 @@ class Event(BaseModel):
 
 RunStatus = FinishedRunStatus
 """How the run ended (`store.records.FinishedRunStatus`: the store's, without `running`)."""
-Outcome = Literal["failed", "timed_out", "denied", "asked"]
 
 
 class Denial(BaseModel):

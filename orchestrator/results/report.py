@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 import click
 
 from orchestrator.errors import StoreError
-from orchestrator.exit_codes import FAIL_ON_OUTCOMES, ExitCode
+from orchestrator.exit_codes import FAIL_ON_OUTCOMES, ExitCode, Outcome
 from orchestrator.jsontypes import JSONObject
 from orchestrator.results.build import build_result
-from orchestrator.results.models import Outcome, RunResult, RunStatus, TokenUsage
+from orchestrator.results.models import RunResult, RunStatus, TokenUsage
 from orchestrator.untrusted_text import printable
 
 MAX_ERROR_CHARS = 2_000

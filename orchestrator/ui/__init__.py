@@ -3,6 +3,6 @@ approval prompt (`approval_prompt.TerminalApprover`, its text in `question_text`
 Container text is made safe to print by `orchestrator.untrusted_text`, which
 every package uses.
 
-May import: `config`, `errors`, `untrusted_text`, `results`,
+May import: `config`, `errors`, `behavior`, `untrusted_text`, `results`,
 `permissions.approvers` (the questions a prompt shows), rich.
 """

@@ -14,9 +14,10 @@ import logging
 import shutil
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
+from orchestrator.behavior import FinalBehavior
+from orchestrator.permissions.approvers import AnswerScope, ApprovalAnswer, ApprovalQuestion
 from orchestrator.ui.live_prompt import LivePrompt, PlainPrompt, Prompter, stays_live
 from orchestrator.ui.question_text import (
     DEFAULT_WIDTH,
@@ -87,8 +88,8 @@ class TerminalApprover:
 
     def _answer(
         self,
-        behavior: Literal["allow", "deny"],
-        scope: Literal["once", "session", "always"] = "once",
+        behavior: FinalBehavior,
+        scope: AnswerScope = "once",
         reason: str = "",
     ) -> ApprovalAnswer:
         return ApprovalAnswer(

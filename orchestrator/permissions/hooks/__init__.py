@@ -3,7 +3,7 @@
 reading what it said (`run`), and what a sandboxed hook needs from the run
 (`sandbox`, a protocol the run implements).
 
-May import: `config`, `errors`, `permissions.models` (outcomes, calls),
+May import: `config`, `errors`, `behavior`, `permissions.models` (outcomes, calls),
 `permissions.sources` and `permissions.settings_files` (settings documents),
 and `sandbox_tools.wire` (input limits).
 """

@@ -23,8 +23,9 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TypedDict
+from typing import TypedDict, get_args
 
+from orchestrator.behavior import Behavior
 from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions.hooks.definitions import HookCommand, HookEvent
 from orchestrator.permissions.hooks.sandbox import NO_SANDBOX_ERROR, HookSandbox
@@ -290,7 +291,7 @@ def _interpret(base: _HookId, out: bytes, tool_name: str, took: float) -> HookOu
         reason = doc.get("reason", "")
     if base["event"] == "PostToolUse" and doc.get("decision") == "block":
         decision, reason = "deny", doc.get("reason", "")
-    if decision is not None and decision not in ("allow", "deny", "ask"):
+    if decision is not None and decision not in get_args(Behavior):
         return HookOutcome(
             **base,
             exit_code=0,

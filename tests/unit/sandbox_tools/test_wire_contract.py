@@ -1,15 +1,17 @@
 """The runner's stdlib wire documents and the host's pydantic wire models agree:
 the same field names on both sides, what the runner's encoders build (at and past
 every size limit) is accepted by the host's strict models, and what the host
-serves (spec, permission and task answers, errors) decodes in the runner."""
+serves (spec, permission and task answers, errors) decodes in the runner; the
+runner's copy of a permission answer's words is the host's one definition."""
 
 from __future__ import annotations
 
-from typing import Any, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 import pytest
 from pydantic import BaseModel
 
+from orchestrator import behavior
 from orchestrator.broker import wire_models
 from sandbox_tools import wire
 
@@ -30,6 +32,15 @@ def test_runner_documents_and_host_models_name_the_same_fields(
     assert set(get_type_hints(sent)) == set(model.model_fields)
     required = {n for n, f in model.model_fields.items() if f.is_required()}
     assert required <= sent.__required_keys__  # the runner always sends what the host needs
+
+
+def test_the_runners_answer_words_are_the_hosts() -> None:
+    # The contract may not import the host, so it spells allow/deny out again; this
+    # holds the copy to `orchestrator.behavior`, so the two cannot drift.
+    assert get_args(wire.FinalBehavior) == get_args(behavior.FinalBehavior)
+    assert wire_models.PermissionResponse.model_fields["behavior"].annotation == (
+        behavior.FinalBehavior
+    )
 
 
 def test_encoded_documents_are_accepted_by_the_host() -> None:
