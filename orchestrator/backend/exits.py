@@ -205,22 +205,21 @@ class ExitRecords:
 
     @classmethod
     def shared(cls) -> ExitRecords | None:
-        """The process's listener, started on first use; None (and the reason logged
-        once) when the kernel refuses it."""
+        """The process's listener, started on first use; None when the kernel refuses
+        it (`unavailable` says why)."""
         with cls._shared_lock:
             if cls._shared is None and cls._shared_error is None:
                 try:
                     cls._shared = cls()
                 except OSError as exc:
-                    cls._shared_error = str(exc)
-                    log.warning(
-                        "cannot read the kernel's exit records (%s): a sandbox process "
-                        "that ignores SIGCHLD can hide what its children write from the "
-                        "disk write limit (the per-file limit and the floors still hold); "
-                        "run warden as root to close this",
-                        exc,
-                    )
+                    # Said by the run and by `warden exec` (`weakened.weakened_guards`).
+                    cls._shared_error = str(exc) or type(exc).__name__
             return cls._shared
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why the kernel refused the listener (after `shared`), or None."""
+        return cls._shared_error
 
     # -- registration ---------------------------------------------------------
 

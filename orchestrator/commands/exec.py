@@ -268,6 +268,7 @@ def _run(
     from orchestrator.backend.base import DiskLimits, ResourceLimits, SandboxSpec
     from orchestrator.backend.connect import connect
     from orchestrator.backend.factory import make_backend
+    from orchestrator.backend.weakened import weakened_guards
     from orchestrator.config import Settings
     from orchestrator.images.sealing import sealed_command
     from orchestrator.lifecycle import socket_dirs
@@ -277,6 +278,8 @@ def _run(
     socket_dirs.check_workspace_excludes(workspace or Path.cwd(), settings)
     client = connect()
     limits: dict[str, Any] = {"disk": DiskLimits.from_settings(settings, *disk)}
+    for missing in weakened_guards(limits["disk"]):
+        logging.getLogger("warden").warning("%s", missing)
     if memory is not None:
         limits["memory_bytes"] = memory
     if cpus is not None:

@@ -43,6 +43,7 @@ EVENT_KINDS = (
     "broker_rejected",
     "broker_notice",
     "disk_meter_gap",
+    "sandbox_guard_weakened",
     "egress_denied",
     "egress_summary",
     "task_stop_requested",

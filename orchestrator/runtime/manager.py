@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec, SandboxStatus
+from orchestrator.backend.weakened import weakened_guards
 from orchestrator.broker import (
     Broker,
     Budget,
@@ -118,6 +119,7 @@ class TaskManager:
         self.egress = egress
         """The run's egress proxy service; None: sandboxes have no network at all."""
         self._egress_of: dict[str, TaskEgress] = {}
+        self._guards_said = False
         self.events = events
         self.store = store
         self.recorder = TaskRecorder(events, store, TaskChanges(workspace))
@@ -393,7 +395,20 @@ class TaskManager:
         kill -9 can tell it is a dead owner's (`lifecycle.socket_dirs`)."""
         return socket_dirs.mark(make_socket_dir(self.identity, socket_dirs.socket_root()))
 
+    async def _say_weakened_guards(self) -> None:
+        """Once per run, before its first sandbox: the guards this process cannot give
+        (`backend.weakened`), as warnings and run events."""
+        if self._guards_said:
+            return
+        self._guards_said = True
+        for message in await asyncio.to_thread(weakened_guards, self.plan.disk):
+            log.warning("%s", message)
+            await self.events.emit(
+                "sandbox_guard_weakened", trace_id=self.trace_id, message=message
+            )
+
     async def _run_sandbox(self, ctx: TaskContext, spec: wire_models.TaskSpec) -> TaskResult:
+        await self._say_weakened_guards()
         key = self.plan.pool_key(ctx.agent)
         warm = self.pool.take(key)
         self.pool.refill(key, self._warm_factory(ctx.agent))

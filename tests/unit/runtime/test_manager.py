@@ -434,6 +434,27 @@ async def test_what_the_disk_meter_missed_is_an_event_of_the_task(
         assert gap.data["message"] == "while this sandbox ran, ..."
 
 
+async def test_the_guards_a_run_lacks_are_said_once_as_run_events(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.runtime import manager as manager_module
+
+    monkeypatch.setattr(manager_module, "weakened_guards", lambda disk: ["no pin", "no records"])
+
+    def runner(w: Wire) -> None:
+        w.get("/v1/spec")
+        w.result("ok")
+
+    async with make(runner) as h:
+        for _ in range(2):
+            assert (await h.manager.run_task(task())).status is TaskStatus.COMPLETED
+        said = [(e.kind, e.task_id, e.data["message"]) for e in h.events if "guard" in e.kind]
+        assert said == [
+            ("sandbox_guard_weakened", None, "no pin"),
+            ("sandbox_guard_weakened", None, "no records"),
+        ]
+
+
 async def test_events_are_recorded_in_the_order_they_happened(make: Any) -> None:
     def runner(w: Wire) -> None:
         for kind in ("tool_started", "tool_finished", "turn_finished"):
