@@ -296,7 +296,7 @@ async def main_async(args: argparse.Namespace) -> None:
         with temp_env("bench-fanout") as (settings, workspace):
             async with scripted(settings, workspace, script, config=config) as (run, server):
                 started_at = StartedAt()
-                run.events.listeners.append(started_at)
+                run.events.subscribe(started_at)
                 for size in sizes:
                     for rnd in range(args.rounds):
                         names = [name_of("cold", size, rnd, i) for i in range(size)]

@@ -98,7 +98,7 @@ async def spawns(images: dict[str, str], total: int, session: str) -> dict[str, 
                     settings, workspace, convos, image=run_image,
                     config=TaskManagerConfig(warm_pool_size=pool),
                 ))  # fmt: skip
-                run.events.listeners.append(recorder)
+                run.events.subscribe(recorder)
                 runs.setdefault(label, {})[kind] = (run, server)
             runs[label]["warm"][0].manager.prewarm("general-purpose")
         refs = {

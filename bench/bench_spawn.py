@@ -31,6 +31,7 @@ The last table lists each figure of issue 12 against its target.
 
     python3 bench/bench_spawn.py [-n 15] [--rounds 3] [--calls 30]
     python3 bench/bench_spawn.py --quick     # -n 5 --rounds 1 --calls 15: a few minutes
+    python3 bench/bench_spawn.py --tools-only --rounds 3 --calls 30   # only the Bash cycle
 
 Exits 0 whether or not a target is met; the tables say which.
 """
@@ -218,7 +219,9 @@ async def bare_docker_run(image: str, session: str) -> float:
     return time.perf_counter() - started
 
 
-HOST_ENV = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+HOST_ENV = dict(
+    os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+)
 """The host baseline's PATH finds this interpreter's directory first: a version manager's
 `python3` on PATH (pyenv's shim is a bash script) would add ~70 ms to every `python3 -c
 pass` and make the baseline measure the shim, not Python."""
@@ -297,6 +300,40 @@ def show(label: str, values: list[float], with_p95: bool = True) -> None:
     print(f"  {label:<58} median {ms(median(values))}{extra}   (n={len(values)})")
 
 
+def print_tools(
+    args: argparse.Namespace,
+    tool_samples: dict[str, dict[str, list[float]]],
+    emit_samples: list[float],
+) -> dict[str, float]:
+    """The per-call table; (command key -> full cycle minus subprocess in the sandbox, ms)."""
+    print()
+    print(f"Per Bash tool call, {args.rounds} rounds x {args.calls} calls, interleaved")
+    added: dict[str, float] = {}
+    for key, cmd in COMMANDS.items():
+        s = tool_samples[key]
+        print(f" command `{cmd}`:")
+        show("host subprocess.run(['bash','-c',CMD])", s["host"])
+        show("warden Bash call, full cycle (permission+events+run)", s["cycle"])
+        show("   tool_started -> tool_finished (run + one event)", s["run"])
+        show("   run_tool('Bash') inside a hardened sandbox", s["sandbox_tool"])
+        show("   subprocess.run inside the same sandbox", s["sandbox_sub"])
+        ratio = median(s["cycle"]) / median(s["host"])
+        inner = median(s["sandbox_tool"]) / median(s["host"])
+        print(f"  ratio full cycle / host subprocess: {ratio:5.2f}x")
+        print(f"  ratio Bash tool alone in sandbox / host subprocess: {inner:5.2f}x")
+        same = median(s["cycle"]) / median(s["sandbox_sub"])
+        print(f"  ratio full cycle / subprocess.run in the sandbox (same binaries): {same:5.2f}x")
+        overhead = median(s["cycle"]) - median(s["host"])
+        print(f"  full cycle minus host subprocess: {overhead * 1000:+.1f} ms per call")
+        added[key] = (median(s["cycle"]) - median(s["sandbox_sub"])) * 1000
+        print(f"  full cycle minus subprocess.run in the sandbox: {added[key]:+.1f} ms per call"
+              f"  (target <= +{BASH_TARGET_MS} ms: {verdict(added[key], BASH_TARGET_MS)})")  # fmt: skip
+    show("host EventLog.emit alone (2 per Bash call, on the broker's path)", emit_samples)
+    if args.tools_only:
+        figure("Bash `true` cycle - subprocess in the sandbox", added["true"], BASH_TARGET_MS, "ms")
+    return added
+
+
 async def main_async(args: argparse.Namespace) -> None:
     image = agent_image()
     bench_session = f"bench-{uuid.uuid4().hex[:12]}"
@@ -332,10 +369,10 @@ async def main_async(args: argparse.Namespace) -> None:
                 scripted(cold_settings, workspace, script, config=cold_cfg) as (cold, cold_srv),
             ):
                 recorder = Recorder()
-                warm.events.listeners.append(recorder)
-                cold.events.listeners.append(recorder)
+                warm.events.subscribe(recorder)
+                cold.events.subscribe(recorder)
                 warm.manager.prewarm("general-purpose")
-                for i in range(total):
+                for i in range(0 if args.tools_only else total):
                     await settle_warm(warm)
                     order = ["bare", "cold"] if i % 2 == 0 else ["cold", "bare"]
                     got: dict[str, float] = {}
@@ -358,9 +395,12 @@ async def main_async(args: argparse.Namespace) -> None:
                         file=sys.stderr,
                     )
 
-                warm_id = await settle_warm(warm)
-                memory["warm sandbox, idle (imports done, waiting for a task)"] = memory_of(warm_id)
-                idle_cpu = await idle_cpu_ms_per_s(warm_id, IDLE_CPU_WINDOW_S)
+                if not args.tools_only:
+                    warm_id = await settle_warm(warm)
+                    memory["warm sandbox, idle (imports done, waiting for a task)"] = memory_of(
+                        warm_id
+                    )
+                    idle_cpu = await idle_cpu_ms_per_s(warm_id, IDLE_CPU_WINDOW_S)
 
                 for r in range(args.rounds):
                     for key, cmd in COMMANDS.items():
@@ -386,10 +426,14 @@ async def main_async(args: argparse.Namespace) -> None:
                     print(f"  tool round {r + 1}/{args.rounds} done", file=sys.stderr)
 
                 emit_samples = await time_event_emits(cold, args.calls * 2)
-                memory.update(await memory_section(cold, cold_srv, image, bench_session))
+                if not args.tools_only:
+                    memory.update(await memory_section(cold, cold_srv, image, bench_session))
     finally:
         backend.cleanup({wl.SESSION: bench_session})
         client.close()
+    if args.tools_only:
+        print_tools(args, tool_samples, emit_samples)
+        return
 
     print()
     print(f"Spawn overhead, {args.iterations} interleaved iterations (+{WARMUP} warm-up), "
@@ -409,29 +453,7 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"  ratio cold / bare docker run: {cold_ratio:5.2f}x  "
           f"(target <= {COLD_TARGET}x: {verdict(cold_ratio, COLD_TARGET)})")  # fmt: skip
 
-    print()
-    print(f"Per Bash tool call, {args.rounds} rounds x {args.calls} calls, interleaved")
-    added: dict[str, float] = {}
-    for key, cmd in COMMANDS.items():
-        s = tool_samples[key]
-        print(f" command `{cmd}`:")
-        show("host subprocess.run(['bash','-c',CMD])", s["host"])
-        show("warden Bash call, full cycle (permission+events+run)", s["cycle"])
-        show("   tool_started -> tool_finished (run + one event)", s["run"])
-        show("   run_tool('Bash') inside a hardened sandbox", s["sandbox_tool"])
-        show("   subprocess.run inside the same sandbox", s["sandbox_sub"])
-        ratio = median(s["cycle"]) / median(s["host"])
-        inner = median(s["sandbox_tool"]) / median(s["host"])
-        print(f"  ratio full cycle / host subprocess: {ratio:5.2f}x")
-        print(f"  ratio Bash tool alone in sandbox / host subprocess: {inner:5.2f}x")
-        same = median(s["cycle"]) / median(s["sandbox_sub"])
-        print(f"  ratio full cycle / subprocess.run in the sandbox (same binaries): {same:5.2f}x")
-        overhead = median(s["cycle"]) - median(s["host"])
-        print(f"  full cycle minus host subprocess: {overhead * 1000:+.1f} ms per call")
-        added[key] = (median(s["cycle"]) - median(s["sandbox_sub"])) * 1000
-        print(f"  full cycle minus subprocess.run in the sandbox: {added[key]:+.1f} ms per call"
-              f"  (target <= +{BASH_TARGET_MS} ms: {verdict(added[key], BASH_TARGET_MS)})")  # fmt: skip
-    show("host EventLog.emit alone (2 per Bash call, on the broker's path)", emit_samples)
+    added = print_tools(args, tool_samples, emit_samples)
 
     print()
     print("Memory per container (cgroup v1; usage includes page cache)")
@@ -470,6 +492,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="tool-call rounds")
     parser.add_argument("--calls", type=int, default=DEFAULT_CALLS, help="Bash calls per round")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK} (a few minutes)")
+    parser.add_argument(
+        "--tools-only",
+        action="store_true",
+        help="only the per-Bash-call figures (no spawn, memory)",
+    )
     args = parser.parse_args()
     if args.quick:
         for name, value in QUICK.items():
