@@ -1,6 +1,18 @@
 """warden: subagents in locked-down containers, decided on the host."""
 
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 __version__ = "0.1.0"
+
+_gc_state = threading.Lock()
+_background = 0
+"""Imports running in background threads (`background_imports`)."""
+_gc_wanted = False
+"""`start_up_done` was called while some of them still ran."""
 
 
 def start_up_done() -> None:
@@ -11,9 +23,38 @@ def start_up_done() -> None:
     SDK's pydantic models above all) otherwise trigger full collections again and
     again, over a third of `import anthropic` here (1.36 s of CPU, 0.86 s without).
     `gc.freeze()` moves what is alive now into the permanent generation, so later
-    collections skip it. Nothing happens when the collector is on (tests, the library
-    API): there it was never turned off.
+    collections skip it. While an import still runs in the background
+    (`background_imports`: the model SDK's), this happens when the last one ends.
+    Nothing happens when the collector is on (tests, the library API): there it was
+    never turned off.
     """
+    global _gc_wanted
+    with _gc_state:
+        if _background:
+            _gc_wanted = True
+            return
+    _resume_gc()
+
+
+@contextmanager
+def background_imports() -> Iterator[None]:
+    """Marks imports running in a background thread: `start_up_done` waits for them."""
+    global _background, _gc_wanted
+    with _gc_state:
+        _background += 1
+    try:
+        yield
+    finally:
+        with _gc_state:
+            _background -= 1
+            resume = _background == 0 and _gc_wanted
+            if resume:
+                _gc_wanted = False
+        if resume:
+            _resume_gc()
+
+
+def _resume_gc() -> None:
     import gc
 
     if not gc.isenabled():

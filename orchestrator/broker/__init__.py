@@ -1,6 +1,7 @@
 """The broker: the one channel between a subagent container and the host.
 
-`server` serves one subagent's socket and `upstream` talks to the model API; `forwarding` decides what reaches the
+`server` serves one subagent's socket and `upstream` talks to the model API (through
+`client`, which imports the SDK in the background); `forwarding` decides what reaches the
 model API, `budget` what it may cost, `limits` how much a container may make
 the host write, `listener` who may connect and for how long, and `calls` which
 finished calls the host may act on.
@@ -11,6 +12,7 @@ May import: `errors`, `jsontypes`, `behavior` (what a permission answer says),
 
 from orchestrator.broker.budget import Budget
 from orchestrator.broker.calls import ApprovedCall
+from orchestrator.broker.client import PendingClient, Upstream
 from orchestrator.broker.forwarding import ForwardDecision, ForwardingPolicy
 from orchestrator.broker.listener import (
     SandboxIdentity,
@@ -24,7 +26,6 @@ from orchestrator.broker.server import (
     BrokerHost,
     RequestRejected,
 )
-from orchestrator.broker.upstream import Upstream
 
 __all__ = [
     "SOCKET_NAME",
@@ -34,6 +35,7 @@ __all__ = [
     "Budget",
     "ForwardDecision",
     "ForwardingPolicy",
+    "PendingClient",
     "RequestRejected",
     "SandboxIdentity",
     "Upstream",

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import anthropic
 from anthropic import Middleware
 
+from orchestrator.broker.model_calls import STOP_HEADER, spend_limited
 from sandbox_tools import wire
 
 if TYPE_CHECKING:
@@ -38,22 +39,8 @@ DEFAULT_MAX_RETRIES = wire.DEFAULT_MODEL_MAX_RETRIES
 the same default as the settings')."""
 DEFAULT_RETRY_TOTAL_S = wire.DEFAULT_MODEL_RETRY_TOTAL_S
 """Longest one model call keeps retrying, counted from its first attempt."""
-STOP_HEADER = "x-warden-retry-stopped"
-"""Response header saying why retries stopped early (read back for the error message)."""
-NOT_RETRYABLE_PHRASES = ("spend limit", "usage limit", "credit balance", "billing")
-"""Words in an error message that mean waiting will not help."""
 MAX_TRACKED_CALLS = 1024
 """Calls whose first attempt time is remembered (oldest forgotten first)."""
-SPEND_SCAN_BYTES = 4096
-"""How much of an error body is searched for spend-limit words."""
-
-
-def spend_limited(status: int, body: bytes) -> bool:
-    """Whether an error answer reports a spend limit or billing problem."""
-    if status == 402:
-        return True
-    text = body[:SPEND_SCAN_BYTES].decode("utf-8", "replace").lower()
-    return "billing_error" in text or any(phrase in text for phrase in NOT_RETRYABLE_PHRASES)
 
 
 def _retry_after_s(headers: httpx2.Headers) -> float | None:

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 from orchestrator.broker import wire_models
 from orchestrator.broker.budget import Admission, Budget, BudgetRefused, estimate_input_tokens
 from orchestrator.broker.calls import ApprovedCall, ApprovedCalls
+from orchestrator.broker.client import Upstream
 from orchestrator.broker.forwarding import (
     ForwardDecision,
     ForwardingPolicy,
@@ -49,13 +50,11 @@ from orchestrator.broker.listener import (
     Listener,
     SandboxIdentity,
 )
-from orchestrator.broker.streaming import TextProgress
-from orchestrator.broker.upstream import (
-    Upstream,
+from orchestrator.broker.model_calls import (
+    TextProgress,
     UpstreamAnswer,
     UpstreamFailures,
     describe_retries,
-    forward_messages,
 )
 from orchestrator.errors import WardenError
 from orchestrator.jsontypes import JSONObject, JSONValue
@@ -373,6 +372,11 @@ class Broker:
             except BudgetRefused as exc:
                 raise RequestRejected(403, "permission_error", str(exc)) from None
             body["max_tokens"] = admission.max_tokens
+            # The model SDK is imported in the background (`client`); `upstream`, built
+            # on it, is imported only once it is in, so this never blocks the loop.
+            await self.upstream.sdk()
+            from orchestrator.broker.upstream import forward_messages
+
             answer = await forward_messages(
                 self.upstream,
                 body,

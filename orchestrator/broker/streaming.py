@@ -15,26 +15,17 @@ API documents for streams.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import anthropic
 from anthropic.lib.streaming import AsyncMessageStream
 from anthropic.types import RawMessageStreamEvent
 
+from orchestrator.broker.model_calls import TextProgress
 from orchestrator.jsontypes import JSONObject, JSONValue
 
 if TYPE_CHECKING:
     import httpx2
-
-PROGRESS_INTERVAL_S = 0.5
-"""Least time between two progress events of one model call."""
-MAX_PROGRESS_CHARS = 2_000
-"""Most text one progress event carries (the newest part; the rest is announced)."""
-
-TextSink = Callable[[str], Awaitable[None]]
-"""Receives a stretch of the model's text as it streams (a progress event)."""
 
 
 class NotAStreamError(Exception):
@@ -43,39 +34,6 @@ class NotAStreamError(Exception):
     def __init__(self, response: httpx2.Response) -> None:
         super().__init__("the answer to a streamed request is not an event stream")
         self.response = response
-
-
-class TextProgress:
-    """Collects text deltas and passes them to `sink`, throttled."""
-
-    def __init__(
-        self,
-        sink: TextSink,
-        interval_s: float = PROGRESS_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.sink = sink
-        self.interval_s = interval_s
-        self.clock = clock
-        self._buffer: list[str] = []
-        self._size = 0
-        self._last = clock()
-
-    async def add(self, text: str) -> None:
-        self._buffer.append(text)
-        self._size += len(text)
-        if self.clock() - self._last >= self.interval_s:
-            await self.flush()
-
-    async def flush(self) -> None:
-        if not self._buffer:
-            return
-        text = "".join(self._buffer)
-        self._buffer, self._size, self._last = [], 0, self.clock()
-        if len(text) > MAX_PROGRESS_CHARS:
-            cut = len(text) - MAX_PROGRESS_CHARS + 40
-            text = f"[... {cut} characters not shown] " + text[cut:]
-        await self.sink(text)
 
 
 async def stream_message(

@@ -25,22 +25,26 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anthropic
 import httpx2
 from anthropic import Middleware
 
+from orchestrator.broker.model_calls import (
+    STOP_HEADER,
+    Attempt,
+    TextProgress,
+    UpstreamAnswer,
+    UpstreamFailures,
+)
 from orchestrator.broker.retry import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_RETRY_TOTAL_S,
-    STOP_HEADER,
     RetryBudget,
     RetryBudgetSpent,
 )
-from orchestrator.broker.streaming import NotAStreamError, TextProgress, stream_message
+from orchestrator.broker.streaming import NotAStreamError, stream_message
 from orchestrator.errors import API_ERROR_TYPES, api_error_type
 from orchestrator.jsontypes import JSONValue
 from sandbox_tools import wire
@@ -49,6 +53,8 @@ if TYPE_CHECKING:
     from anthropic import AsyncAPIResponse
     from anthropic._middleware import AsyncCallNext
     from anthropic._request import APIRequest
+
+    from orchestrator.broker.client import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -66,25 +72,6 @@ PLACEHOLDER_KEY = "unset"
 for credentials of its own in the environment or on disk."""
 MAX_ERROR_TEXT_CHARS = 500
 """How much of a non-JSON error body is quoted back to the sandbox."""
-
-
-@dataclass
-class Attempt:
-    """One HTTP attempt of a model call, as the host saw it."""
-
-    number: int
-    """1 for the first attempt, 2 for the first retry, ..."""
-    started: float
-    """Unix time the attempt was sent."""
-    ended: float
-    status: int | None
-    """HTTP status; None when the endpoint did not answer."""
-    payload: JSONValue = None
-    """The answer's JSON (error bodies; the final answer of a call), else None."""
-    error: str | None = None
-    """Why there was no answer (connection error), or None."""
-    stopped: str | None = None
-    """Why the SDK was told not to retry this answer (`STOP_HEADER`), if it was."""
 
 
 _CALL_ATTEMPTS: contextvars.ContextVar[list[Attempt] | None] = contextvars.ContextVar(
@@ -147,61 +134,6 @@ def model_client(
     )
 
 
-@dataclass(frozen=True)
-class Upstream:
-    """Where model calls go. Shared by every broker of one orchestrator."""
-
-    client: anthropic.AsyncAnthropic
-    on_attempt: Callable[[dict[str, JSONValue], Attempt], None] | None = None
-    """Called with (request body, attempt) for each HTTP attempt after a call ends
-    (tracing)."""
-    stream: bool = True
-    """Ask the API with `stream: true` (`streaming`); False sends plain requests."""
-
-
-@dataclass
-class UpstreamFailures:
-    """Failed upstream model calls of one subagent since its last success.
-
-    Recorded on the host, so how a subagent's model call failed is told from what
-    the API answered, not from what the sandbox reports."""
-
-    count: int = 0
-    """Failed calls (each after the SDK's retries)."""
-    attempts: int = 0
-    """HTTP attempts those calls made in all."""
-    status: int | None = None
-    """The last failure's HTTP status; None when the endpoint did not answer."""
-    payload: JSONValue = None
-    stopped: str | None = None
-    """Why retries of the last call stopped early, if they did."""
-
-    def observe(self, status: int | None, payload: JSONValue, attempts: list[Attempt]) -> None:
-        if status is not None and status < 400:
-            self.count, self.attempts, self.status, self.payload = 0, 0, None, None
-            self.stopped = None
-            return
-        self.count += 1
-        self.attempts += max(1, len(attempts))
-        self.status = status
-        self.payload = payload
-        self.stopped = attempts[-1].stopped if attempts else None
-
-
-@dataclass
-class UpstreamAnswer:
-    """What the broker returns to the sandbox for one model call."""
-
-    status: int
-    payload: JSONValue
-    headers: dict[str, str] = field(default_factory=dict)
-    attempts: list[Attempt] = field(default_factory=list)
-
-    @property
-    def retries(self) -> int:
-        return max(0, len(self.attempts) - 1)
-
-
 async def forward_messages(
     upstream: Upstream,
     body: dict[str, JSONValue],
@@ -222,7 +154,7 @@ async def forward_messages(
     attempts: list[Attempt] = []
     token = _CALL_ATTEMPTS.set(attempts)
     try:
-        answer = await _post(upstream.client, body, headers, upstream.stream, progress)
+        answer = await _post(await upstream.sdk(), body, headers, upstream.stream, progress)
     finally:
         _CALL_ATTEMPTS.reset(token)
     answer.attempts = attempts
@@ -360,33 +292,3 @@ def _not_a_message(url: str, response: httpx2.Response) -> UpstreamAnswer:
     )
     log.warning("%s", message)
     return UpstreamAnswer(502, wire.error_body("api_error", message), {"x-should-retry": "false"})
-
-
-MAX_ATTEMPTS_DESCRIBED = 10
-"""Attempts named one by one in a retry notice; more are counted."""
-
-
-def describe_retries(answer: UpstreamAnswer) -> str:
-    """One line on a call the SDK retried: each attempt's outcome and how it ended."""
-    outcomes = [_outcome(a) for a in answer.attempts[:MAX_ATTEMPTS_DESCRIBED]]
-    if len(answer.attempts) > MAX_ATTEMPTS_DESCRIBED:
-        outcomes.append(f"... {len(answer.attempts) - MAX_ATTEMPTS_DESCRIBED} more")
-    took = answer.attempts[-1].ended - answer.attempts[0].started if answer.attempts else 0.0
-    ended = "succeeded" if answer.status < 400 else f"failed with HTTP {answer.status}"
-    line = (
-        f"model call retried {answer.retries} time(s) on the host in {took:.1f} s "
-        f"({'; '.join(outcomes)}); it {ended}"
-    )
-    stopped = answer.attempts[-1].stopped if answer.attempts else None
-    return line + (f": {stopped}" if stopped else "")
-
-
-def _outcome(attempt: Attempt) -> str:
-    if attempt.status is None:
-        return f"#{attempt.number} no answer ({attempt.error})"
-    kind = None
-    if isinstance(attempt.payload, dict):
-        error = attempt.payload.get("error")
-        if isinstance(error, dict) and isinstance(error.get("type"), str):
-            kind = str(error["type"])[:40]
-    return f"#{attempt.number} HTTP {attempt.status}" + (f" {kind}" if kind else "")

@@ -273,9 +273,11 @@ async def open_webhooks(
 ) -> None:
     """Add a channel to `hub` for each `webhook:URL` approver; each serves its answer
     URL until the run ends."""
+    urls = [s.removeprefix("webhook:") for s in chosen or settings.approvers if s != "terminal"]
+    if not urls:
+        return
     from orchestrator.permissions.webhook import WebhookApprover
 
-    urls = [s.removeprefix("webhook:") for s in chosen or settings.approvers if s != "terminal"]
     if urls and settings.webhook_secret is None:
         raise click.UsageError(
             "a webhook approver needs the shared secret its receiver checks: set "

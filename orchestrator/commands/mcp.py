@@ -183,10 +183,12 @@ def mcp(
 
     async def main() -> int:
         from orchestrator import start_up_done
+        from orchestrator.broker.client import import_in_background
         from orchestrator.mcp_server.runs import SessionRuns
         from orchestrator.mcp_server.server import HTTP_PATH, listen, serve_http, serve_stdio
         from orchestrator.runtime import session  # noqa: F401  # the run's imports, gc off
 
+        import_in_background()  # the model SDK, for the first run (gc off until it is in)
         start_up_done()
         async with AsyncExitStack() as stack:
             configured = await model_endpoint(stack, settings, replay)

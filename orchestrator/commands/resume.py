@@ -101,11 +101,14 @@ async def _resume(
     page: ListenConfig | None = None,
 ) -> int:
     from orchestrator import start_up_done
+    from orchestrator.broker.client import import_in_background
     from orchestrator.lifecycle.recovery import open_store
     from orchestrator.runtime.session import open_run
     from orchestrator.runtime.tasks import TaskInput, TaskStatus
 
-    start_up_done()  # the model SDK and the rest of the run are imported
+    # The run's modules are imported; the model SDK's import goes on in the background.
+    import_in_background()
+    start_up_done()
 
     with open_store(settings) as store:
         tasks = store.list_tasks(session_id=session_id)

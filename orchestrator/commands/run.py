@@ -398,9 +398,13 @@ async def _run(
     """The parent agent's run (`drive` frames it as every run is framed)."""
     from orchestrator import start_up_done
     from orchestrator.api import RunConfig, open_run_from
+    from orchestrator.broker.client import import_in_background
     from orchestrator.runtime.parent import ParentOptions
 
-    start_up_done()  # the model SDK and the rest of the run are imported
+    # The run's modules are imported; the model SDK's import goes on in the background
+    # while the run starts (the collector comes back on when it is done).
+    import_in_background()
+    start_up_done()
 
     def opened(settings: Settings, approver: Approver) -> AbstractAsyncContextManager[Run]:
         # The one mapping from a run's options to a run, shared with the library and

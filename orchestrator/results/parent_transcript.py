@@ -21,7 +21,6 @@ from orchestrator.jsontypes import JSONObject, JSONValue
 from sandbox_tools.caching import without_cache_control
 
 if TYPE_CHECKING:
-    import anthropic
     from anthropic.types import Message, MessageParam, TextBlockParam, ToolParam
 
 TRANSCRIPT_NAME = "parent_transcript.json"
@@ -74,12 +73,35 @@ class ModelClient(Protocol):
     def messages(self) -> MessagesAPI: ...
 
 
+class SdkMessages(Protocol):
+    async def create(
+        self,
+        *,
+        model: str,
+        max_tokens: int,
+        system: list[TextBlockParam],
+        messages: list[MessageParam],
+        tools: list[ToolParam],
+    ) -> Message: ...
+
+
+class SdkClient(Protocol):
+    """What `ObservedClient` wraps: the SDK's `AsyncAnthropic`, or a client that is
+    still being built and whose calls wait for it (`broker.client.PendingClient`)."""
+
+    @property
+    def max_retries(self) -> int: ...
+
+    @property
+    def messages(self) -> SdkMessages: ...
+
+
 def transcript_path(state_dir: Path, run_id: str) -> Path:
     return state_dir / "runs" / run_id / TRANSCRIPT_NAME
 
 
 class _Messages:
-    def __init__(self, inner: anthropic.AsyncAnthropic, hooks: list[ModelCallHook]) -> None:
+    def __init__(self, inner: SdkClient, hooks: list[ModelCallHook]) -> None:
         self._inner = inner
         self._hooks = hooks
 
@@ -115,7 +137,7 @@ class ObservedClient:
     """An anthropic client whose `messages.create` calls `hooks` after each answer;
     everything else is the wrapped client's."""
 
-    def __init__(self, inner: anthropic.AsyncAnthropic, hooks: list[ModelCallHook]) -> None:
+    def __init__(self, inner: SdkClient, hooks: list[ModelCallHook]) -> None:
         self._inner = inner
         self.hooks = hooks
         self.messages = _Messages(inner, hooks)

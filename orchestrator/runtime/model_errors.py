@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from orchestrator.broker.retry import STOP_HEADER, spend_limited
+from orchestrator.broker.model_calls import STOP_HEADER, spend_limited
 from orchestrator.errors import WardenError
 
 if TYPE_CHECKING:
     import anthropic
 
-    from orchestrator.broker.upstream import UpstreamFailures
+    from orchestrator.broker.model_calls import UpstreamFailures
 
 MAX_UPSTREAM_MESSAGE_CHARS = 300
 """How much of the API's own error message is quoted."""

@@ -155,8 +155,6 @@ class ParentAgent:
     ) -> Message:
         """One model turn (of the context window's view of the conversation, or of
         `messages`); an API error (after the SDK's retries) is a ModelError."""
-        import anthropic
-
         if messages is None:
             messages = await self._view(tools)
         try:
@@ -169,8 +167,14 @@ class ParentAgent:
                 messages=cached_messages(messages),
                 tools=cached_tools(tools),
             )
-        except anthropic.APIError as exc:
-            raise from_sdk_error(exc, max_retries=self.client.max_retries) from exc
+        except Exception as exc:
+            # The SDK raised it, so it is imported; importing it before the call would
+            # block the loop while its import still runs in the background.
+            import anthropic
+
+            if isinstance(exc, anthropic.APIError):
+                raise from_sdk_error(exc, max_retries=self.client.max_retries) from exc
+            raise
 
     async def _view(self, tools: list[JSONObject]) -> list[JSONObject]:
         """The conversation as sent: inside the model's window (old tool results

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator import labels, owner
-from orchestrator.broker import Upstream
+from orchestrator.broker import PendingClient, Upstream
 from orchestrator.config import DEFAULT_MODEL, Settings
 from orchestrator.egress.setup import EgressRequest, run_egress
 from orchestrator.errors import ConfigError
@@ -140,7 +140,6 @@ async def open_run(
     from orchestrator.agents.registry import AgentRegistry
     from orchestrator.backend.connect import connect, pool_size
     from orchestrator.backend.factory import guarded, make_backend
-    from orchestrator.broker.upstream import model_client
     from orchestrator.runtime.run_images import (
         prepare_run_images,
         run_build_egress,
@@ -176,6 +175,17 @@ async def open_run(
 
     async with AsyncExitStack() as stack:
         stack.callback(guard.release)
+        # The orchestrator's one model client (the key is only here): the parent's
+        # calls and every broker's go through the SDK, its retries bounded in time.
+        # Built in the background (the SDK's import takes a second): the store, the
+        # broker and the first sandboxes start meanwhile; the first call waits for it.
+        anthropic_client = PendingClient(
+            base_url,
+            api_key,
+            max_retries=settings.model_max_retries,
+            retry_total_s=settings.model_retry_total_s,
+        )
+        stack.push_async_callback(anthropic_client.close)
         watch = await asyncio.to_thread(ExecutedPathsWatch, workspace, guard.protected)
         # Pools sized to the wait threads of every subagent at once (see backend.connect).
         calls = config.max_concurrent_total * config.max_depth
@@ -294,15 +304,6 @@ async def open_run(
             sandbox_uid=identity.uid,
             trusted=trusted,
         )
-        # The orchestrator's one model client (the key is only here): the parent's
-        # calls and every broker's go through the SDK, its retries bounded in time.
-        anthropic_client = model_client(
-            base_url,
-            api_key,
-            max_retries=settings.model_max_retries,
-            retry_total_s=settings.model_retry_total_s,
-        )
-        stack.push_async_callback(anthropic_client.close)
         manager = TaskManager(
             backend=backend,
             registry=registry,

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
 
     from orchestrator.broker import Upstream
-    from orchestrator.broker.upstream import Attempt
+    from orchestrator.broker.model_calls import Attempt
     from orchestrator.results.parent_transcript import ModelRequest
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from orchestrator.broker.retry import STOP_HEADER, RetryBudget
+from orchestrator.broker.model_calls import STOP_HEADER
+from orchestrator.broker.retry import RetryBudget
 from orchestrator.runtime.model_errors import ModelError, describe, from_sdk_error
 from orchestrator.scripted import Script, ScriptedModelServer
 from tests.unit.broker.test_upstream import _convo

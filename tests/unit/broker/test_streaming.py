@@ -14,7 +14,7 @@ import httpx2
 import pytest
 
 from orchestrator.broker import Upstream
-from orchestrator.broker.streaming import MAX_PROGRESS_CHARS, TextProgress
+from orchestrator.broker.model_calls import MAX_PROGRESS_CHARS, TextProgress
 from orchestrator.broker.upstream import forward_messages, model_client
 from orchestrator.results.models import Event
 from orchestrator.scripted import Conversation, Match, Script, ScriptedModelServer, TextBlock, Turn

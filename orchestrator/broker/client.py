@@ -1,0 +1,157 @@
+"""The orchestrator's one model client, built in the background.
+
+`import anthropic` costs about a second of CPU here (thousands of modules, most of
+them pydantic models). A run does not wait for it before it starts: its model client
+is a `PendingClient`, which imports the SDK (and `upstream`, built on it) in a
+background thread and builds the client there. Meanwhile the run loads its policy,
+opens its store and starts its first sandboxes (their container starts run in the
+engine, beside the import); the first model call awaits the client.
+
+Nothing here imports the SDK at module level: `orchestrator.broker` and everything
+that starts sandboxes import this module, never `upstream`, `streaming` or `retry`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from orchestrator import background_imports
+from orchestrator.broker.model_calls import Attempt
+from orchestrator.errors import WardenError
+from orchestrator.jsontypes import JSONValue
+
+if TYPE_CHECKING:
+    import anthropic
+    from anthropic.types import Message, MessageParam, TextBlockParam, ToolParam
+
+_started = threading.Lock()
+_imported: Future[None] | None = None
+
+
+class ModelClientClosed(WardenError, RuntimeError):
+    """The run ended before its model client was built; nothing may call it now."""
+
+
+def import_in_background() -> Future[None]:
+    """Start importing the model SDK in a background thread (once per process);
+    the future is done when it is imported (or holds why it could not be)."""
+    global _imported
+    with _started:
+        if _imported is None:
+            _imported = Future()
+            threading.Thread(
+                target=_import_sdk, args=(_imported,), name="warden-model-sdk", daemon=True
+            ).start()
+        return _imported
+
+
+def _import_sdk(done: Future[None]) -> None:
+    try:
+        with background_imports():
+            import anthropic  # noqa: F401  # the bulk, first: it needs nothing of warden's
+
+            import orchestrator.broker.upstream  # noqa: F401
+    except Exception as exc:
+        done.set_exception(exc)
+    else:
+        done.set_result(None)
+
+
+class PendingClient:
+    """The run's `anthropic.AsyncAnthropic`, built in a background thread once the SDK
+    is imported (`import_in_background`). `built()` awaits it; `messages.create`
+    awaits it and calls the SDK's, so the parent's loop can use it as the client."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        max_retries: int,
+        retry_total_s: float,
+    ) -> None:
+        self.max_retries = max_retries
+        self._args = (base_url, api_key, retry_total_s)
+        self._client: Future[anthropic.AsyncAnthropic] = Future()
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._build, name="warden-model-client", daemon=True).start()
+
+    def _build(self) -> None:
+        try:
+            import_in_background().result()
+            from orchestrator.broker.upstream import model_client
+
+            base_url, api_key, retry_total_s = self._args
+            with self._lock:  # either close() sees the client, or it is never built
+                if self._closed:
+                    raise ModelClientClosed("the run ended before its model client was built")
+                client = model_client(
+                    base_url, api_key, max_retries=self.max_retries, retry_total_s=retry_total_s
+                )
+                self._client.set_result(client)
+        except Exception as exc:
+            self._client.set_exception(exc)
+
+    async def built(self) -> anthropic.AsyncAnthropic:
+        """The client, once the SDK is imported; raises what stopped its import."""
+        if self._client.done():
+            return self._client.result()
+        return await asyncio.wrap_future(self._client)
+
+    @property
+    def messages(self) -> PendingMessages:
+        return PendingMessages(self)
+
+    async def close(self) -> None:
+        """Close the client if it was built; if not, it never will be."""
+        with self._lock:
+            self._closed = True
+            built = self._client.done() and self._client.exception() is None
+        if built:
+            await self._client.result().close()
+
+
+class PendingMessages:
+    """`messages.create` of a `PendingClient`: the SDK's, once the client is built."""
+
+    def __init__(self, pending: PendingClient) -> None:
+        self._pending = pending
+
+    async def create(
+        self,
+        *,
+        model: str,
+        max_tokens: int,
+        system: list[TextBlockParam],
+        messages: list[MessageParam],
+        tools: list[ToolParam],
+    ) -> Message:
+        client = await self._pending.built()
+        return await client.messages.create(
+            model=model, max_tokens=max_tokens, system=system, messages=messages, tools=tools
+        )
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where model calls go. Shared by every broker of one orchestrator."""
+
+    client: anthropic.AsyncAnthropic | PendingClient
+    """The SDK client, or the run's, still being built (`sdk` awaits it)."""
+    on_attempt: Callable[[dict[str, JSONValue], Attempt], None] | None = None
+    """Called with (request body, attempt) for each HTTP attempt after a call ends
+    (tracing)."""
+    stream: bool = True
+    """Ask the API with `stream: true` (`streaming`); False sends plain requests."""
+
+    async def sdk(self) -> anthropic.AsyncAnthropic:
+        """The SDK client, once it is built (its SDK, and `upstream`, imported)."""
+        if isinstance(self.client, PendingClient):
+            return await self.client.built()
+        return self.client
