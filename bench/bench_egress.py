@@ -9,13 +9,15 @@ sandbox (agent image, no network interface) against `bench.test`, which only the
 proxy's in-process test resolver maps to that server: (b) crosses the in-container
 forwarder (TCP on the sandbox's lo → Unix socket) and the host proxy (head parse,
 decision, connect, kernel relay). Container start-up is not timed. Rounds
-alternate (a) and (b) so both see the same noise; each side's first round in a
-process is a warm-up. Medians are printed, and the ratio is the median of the
-rounds' own ratios (each (b) against the (a) measured just before it), which a
-shared machine's drifting load disturbs least. Targets (issue 27): 10 MB
+alternate (a) and (b) so both see the same noise. In each round a client process
+repeats the transfers (`--repeat`, after one warm-up) and the round's figure is
+their median: one 10 MB download takes a few ms, so a single one is mostly
+scheduling noise on a shared 2-core machine. Medians are printed, and the ratio is
+the median of the rounds' own ratios (each (b) against the (a) measured just
+before it), which a shared machine's drifting load disturbs least. Targets (issue 27): 10 MB
 <= 1.3x, 100 small requests <= 1.5x. Nothing leaves 127.0.0.0/8.
 
-    python bench/bench_egress.py [-n 7] [--megabytes 10] [--small 100]
+    python bench/bench_egress.py [-n 9] [--repeat 5] [--megabytes 10] [--small 100]
 """
 
 from __future__ import annotations
@@ -85,13 +87,15 @@ def client_argv(host: str, port: int, size: int, small: int, rounds: int) -> lis
     ]  # fmt: skip
 
 
-def parse(out: str, size: int) -> Times:
+def parse(out: str, size: int) -> tuple[float, float]:
+    """One round's figures: the median of the client's transfers after its warm-up."""
     rows = [line.split() for line in out.splitlines() if line.strip()]
     assert all(int(n) == size for _, _, n in rows), out
-    return [(float(big), float(small)) for big, small, _ in rows]
+    timed = [(float(big), float(small)) for big, small, _ in rows[1:]]
+    return statistics.median(t[0] for t in timed), statistics.median(t[1] for t in timed)
 
 
-def host_times(port: int, size: int, small: int, rounds: int) -> Times:
+def host_times(port: int, size: int, small: int, rounds: int) -> tuple[float, float]:
     out = subprocess.run(
         [sys.executable, *client_argv("127.0.0.1", port, size, small, rounds)],
         capture_output=True, text=True, check=True,
@@ -103,7 +107,7 @@ def host_times(port: int, size: int, small: int, rounds: int) -> Times:
 def sandbox_times(
     backend: DockerBackend, settings: Settings, image: str, port: int, size: int, small: int,
     rounds: int,
-) -> Times:  # fmt: skip
+) -> tuple[float, float]:  # fmt: skip
     workspace = Path(tempfile.mkdtemp(prefix="warden-bench-egress-"))
     session = f"bench-egress-{uuid.uuid4().hex[:8]}"
     spec = SandboxSpec(
@@ -136,6 +140,9 @@ def sandbox_times(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--rounds", type=int, default=9, help="rounds per side")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="transfers per client process (after a warm-up)"
+    )
     parser.add_argument("--megabytes", type=int, default=10)
     parser.add_argument("--small", type=int, default=100, help="small requests per round")
     args = parser.parse_args()
@@ -155,9 +162,11 @@ def main() -> None:
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        for _ in range(args.rounds):  # alternate; the first round in each process warms up
-            host += host_times(port, size, args.small, 2)[1:]
-            proxied += sandbox_times(backend, settings, image, port, size, args.small, 2)[1:]
+        for _ in range(args.rounds):  # alternate; each client process warms up first
+            host.append(host_times(port, size, args.small, 1 + args.repeat))
+            proxied.append(
+                sandbox_times(backend, settings, image, port, size, args.small, 1 + args.repeat)
+            )
     finally:
         server.communicate("", timeout=30)
         client.close()
@@ -166,8 +175,8 @@ def main() -> None:
         (f"{args.small} small requests", 1, TARGET_SMALL),
     ]
     print(
-        f"egress vs direct on the host, {args.rounds} rounds (medians; ratio: median of "
-        "per-round ratios; upstream in its own process)"
+        f"egress vs direct on the host, {args.rounds} rounds of {args.repeat} transfers "
+        "(medians; ratio: median of per-round ratios; upstream in its own process)"
     )
     for label, i, target in rows:
         h = statistics.median(t[i] for t in host)
