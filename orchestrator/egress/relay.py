@@ -83,39 +83,42 @@ class _Direction:
             return self.src.fileno(), select.POLLIN
         return None
 
-    def step(self) -> bool:
-        """Move what can move without blocking; True when anything moved."""
-        moved = False
-        while True:
-            while self.pending:
-                try:
-                    n = self.dst.send(self.pending)
-                except BlockingIOError:
-                    return moved
-                self.pending = self.pending[n:]
-                moved = True
-            while self.in_pipe:
-                assert self._pipe is not None
-                try:
-                    n = os.splice(
-                        self._pipe[0], self.dst.fileno(), self.in_pipe, flags=_SPLICE_FLAGS
-                    )
-                except BlockingIOError:
-                    return moved
-                self.in_pipe -= n
-                moved = True
+    def step(self) -> None:
+        """Move what can move now. Returns once `dst` is full or `src` looks drained
+        (a splice came back short): the caller's `poll` then says when to go on,
+        instead of one more splice that would only fail with EAGAIN."""
+        while self._flush():
             if not self.reading:
                 if not self.finished:
                     self.finished = True
                     if self.eof:
                         with contextlib.suppress(OSError):
                             self.dst.shutdown(socket.SHUT_WR)
-                return moved
+                return
             if not self._read():
-                return moved
-            moved = True
+                self._flush()
+                return
+
+    def _flush(self) -> bool:
+        """Deliver the first bytes, then the pipe, to `dst`; False when `dst` is full."""
+        while self.pending:
+            try:
+                n = self.dst.send(self.pending)
+            except BlockingIOError:
+                return False
+            self.pending = self.pending[n:]
+        while self.in_pipe:
+            assert self._pipe is not None
+            try:
+                n = os.splice(self._pipe[0], self.dst.fileno(), self.in_pipe, flags=_SPLICE_FLAGS)
+            except BlockingIOError:
+                return False
+            self.in_pipe -= n
+        return True
 
     def _read(self) -> bool:
+        """One metered splice from `src` into the pipe; False when `src` gave less
+        than asked (nothing or a short read: wait for `poll` before the next)."""
         want = PIPE_BYTES if self.length is None else min(PIPE_BYTES, self.length)
         granted = self.meter.reserve(self.dest, want, up=self.up)
         if granted == 0:
@@ -141,7 +144,7 @@ class _Direction:
         if self.length is not None:
             self.length -= n
             self.reading = self.length > 0
-        return True
+        return n == granted or not self.reading
 
     def pipe(self) -> tuple[int, int]:
         if self._pipe is None:
@@ -197,14 +200,14 @@ class KernelRelay:
 
     def _loop(self) -> RelayEnd:
         directions = (self.up, self.down)
+        poller = select.poll()
         while True:
             if self._stopped.is_set():
                 return RelayEnd.STOPPED
-            moved = any([d.step() for d in directions])
+            for d in directions:
+                d.step()
             if self.up.finished and self.down.finished:
                 return RelayEnd.DONE
-            if moved:
-                continue
             waits: dict[int, int] = {}
             for d in directions:
                 wanted = d.wants()
@@ -212,9 +215,12 @@ class KernelRelay:
                     waits[wanted[0]] = waits.get(wanted[0], 0) | wanted[1]
             if not waits:
                 return RelayEnd.DONE
-            poller = select.poll()
-            for fd, events in waits.items():
-                poller.register(fd, events)
+            for fd in (self.client.fileno(), self.upstream.fileno()):
+                if fd in waits:
+                    poller.register(fd, waits[fd])  # a new fd, or new events for it
+                else:
+                    with contextlib.suppress(KeyError):
+                        poller.unregister(fd)
             if not poller.poll(IDLE_TIMEOUT_S * 1000):
                 return RelayEnd.IDLE
 
