@@ -9,13 +9,17 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
 import termios
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -28,6 +32,21 @@ pytestmark = pytest.mark.integration
 
 RECEIVER = REPO_ROOT / "docs" / "webhook_receiver.py"
 SECRET = "webhook-test-secret"
+
+
+def next_line(stream: IO[str], timeout_s: float, still: Callable[[], bool]) -> str:
+    """The stream's next line; "" once `still()` turns false or `timeout_s` passes
+    first, so a run that died early fails the test instead of hanging it."""
+    box: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: box.put(stream.readline()), daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            return box.get(timeout=0.5)
+        except queue.Empty:
+            if not still():
+                break
+    return ""
 
 
 def test_a_webhook_answers_a_ci_runs_questions(
@@ -216,8 +235,9 @@ def test_stopping_a_run_while_a_question_waits_denies_it_and_stops_promptly(
             stderr=subprocess.PIPE,
             text=True,
         )  # fmt: skip
-        asked = receiver.stdout.readline()  # the question reached the receiver
-        assert "(new): Bash" in asked, asked
+        # The question reached the receiver (or the run ended without asking: say so).
+        asked = next_line(receiver.stdout, 180, still=lambda: run.poll() is None)
+        assert "(new): Bash" in asked, (asked, run.poll())
         run.send_signal(signal.SIGTERM)
         _, err = run.communicate(timeout=120)
     finally:

@@ -81,7 +81,12 @@ def wait_for(path: Path, proc: subprocess.Popen[str], timeout_s: float = START_S
         assert proc.poll() is None, proc.communicate()
         if time.monotonic() > deadline:
             proc.terminate()
-            raise AssertionError(f"{path.name} never appeared: {proc.communicate()}")
+            try:
+                said = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                said = proc.communicate()
+            raise AssertionError(f"{path.name} never appeared: {said}")
         time.sleep(0.1)
 
 
