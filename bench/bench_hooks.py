@@ -99,7 +99,7 @@ async def measure(calls: int, gap_s: float) -> dict[str, list[float]]:
             for i in range(calls + 2):
                 for name in names[i % 3 :] + names[: i % 3]:  # rotate the order
                     started = time.perf_counter()
-                    decision = await engines[name].decide(call, CTX)
+                    decision = await engines[name].evaluate(call, CTX)
                     took = time.perf_counter() - started
                     assert decision.behavior == "allow", (name, decision)
                     assert not any(o.error for o in decision.hook_outcomes), decision

@@ -115,7 +115,7 @@ async def host_gate_timing(run: Any, task_id: str, count: int) -> list[float]:
     samples = []
     for _ in range(count):
         started = time.perf_counter()
-        answer = await run.manager.gate.decide(ctx, request)
+        answer = await run.manager.gate.answer_tool_call(ctx, request)
         samples.append(time.perf_counter() - started)
         assert answer.behavior == "allow", answer
     return samples
@@ -140,7 +140,7 @@ async def host_engine_timing(run: Any, task_id: str, count: int) -> list[float]:
             tool_name="Bash", tool_input={"command": "echo hello"}, tool_use_id="toolu_host"
         )
         started = time.perf_counter()
-        decision = await gate.engine_for(ctx).decide(call, context)
+        decision = await gate.engine_for(ctx).evaluate(call, context)
         samples.append(time.perf_counter() - started)
         assert decision.behavior == "allow", decision
     return samples

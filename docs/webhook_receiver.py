@@ -1,5 +1,5 @@
 """A webhook receiver for warden's approval questions: the worked example of
-docs/webhook.md. Standard library only; copy it and put your own `decide` in it
+docs/webhook.md. Standard library only; copy it and put your own `answer_for` in it
 (post to a chat, open a ticket, page someone; answer when they do).
 
     WARDEN_WEBHOOK_SECRET=... python3 webhook_receiver.py --port 8099 \
@@ -60,7 +60,7 @@ def post_signed(url: str, doc: dict[str, object], secret: bytes) -> tuple[int, s
         return exc.code, exc.read().decode()
 
 
-def decide(question: dict[str, object], args: argparse.Namespace) -> dict[str, object] | None:
+def answer_for(question: dict[str, object], args: argparse.Namespace) -> dict[str, object] | None:
     """Your policy (or your person). Here: allow Bash commands listed with --allow,
     deny everything else with a reason; None to leave it unanswered (--silent; with
     --leave-others, whatever is not allowed is left to the other channels)."""
@@ -76,7 +76,7 @@ def decide(question: dict[str, object], args: argparse.Namespace) -> dict[str, o
 
 
 def answer(question: dict[str, object], args: argparse.Namespace, secret: bytes) -> None:
-    decision = decide(question, args)
+    decision = answer_for(question, args)
     if decision is None:
         return
     doc = {

@@ -135,7 +135,7 @@ class ForwardingPolicy:
                     out.append((spec[len("domain:") :].strip().lower().removeprefix("*."), rule))
         return out
 
-    def decide(self, subject: str, spec: str | None, detail: JSONObject) -> ForwardDecision:
+    def may_forward(self, subject: str, spec: str | None, detail: JSONObject) -> ForwardDecision:
         """A part with no domain semantics: a deny rule wins, then an allow rule."""
         denied = self._rules(self.deny, subject, spec)
         label = f"{subject}({spec})" if spec is not None else subject
@@ -156,7 +156,7 @@ class ForwardingPolicy:
             f"{label} is not forwarded without an allow rule `{label}`",
         )
 
-    def decide_domains(
+    def may_forward_domains(
         self, subject: str, domains: list[str] | None, detail: JSONObject
     ) -> tuple[ForwardDecision, list[str] | None, list[str]]:
         """A WebSearch/WebFetch part: (decision, allowed_domains to set, blocked to add)."""
@@ -269,7 +269,7 @@ def check_request(policy: ForwardingPolicy, body: JSONObject, beta_header: str |
         if name == "mcp_servers":
             continue  # decided per server below
         if name in POLICY_FIELDS:
-            decisions.append(policy.decide("RequestField", name, {"field": str(name)}))
+            decisions.append(policy.may_forward("RequestField", name, {"field": str(name)}))
         else:
             decisions.append(
                 ForwardDecision(
@@ -288,12 +288,12 @@ def check_request(policy: ForwardingPolicy, body: JSONObject, beta_header: str |
             entry = server if isinstance(server, dict) else {}
             server_name = str(entry.get("name", ""))[:100]
             detail: JSONObject = {"mcp_server": server_name, "url": str(entry.get("url", ""))[:300]}
-            decisions.append(policy.decide(f"mcp__{server_name}", None, detail))
+            decisions.append(policy.may_forward(f"mcp__{server_name}", None, detail))
     tools = body.get("tools")
     if isinstance(tools, list):
         body = {**body, "tools": [_check_tool(policy, t, decisions) for t in tools]}
     if _has_url_source(body.get("messages")) or _has_url_source(body.get("system")):
-        decision, _, _ = policy.decide_domains(
+        decision, _, _ = policy.may_forward_domains(
             "WebFetch", None, {"content": "an image or document block with a URL source"}
         )
         if decision.allowed and decision.reason.startswith("WebFetch limited"):
@@ -308,7 +308,7 @@ def check_request(policy: ForwardingPolicy, body: JSONObject, beta_header: str |
         decisions.append(decision)
     betas = [b.strip() for b in (beta_header or "").split(",") if b.strip()]
     for beta in betas:
-        decisions.append(policy.decide("AnthropicBeta", beta[:100], {"anthropic-beta": beta[:100]}))
+        decisions.append(policy.may_forward("AnthropicBeta", beta[:100], {"anthropic-beta": beta[:100]}))
     refused = [d for d in decisions if not d.allowed]
     if refused:
         raise ForwardingRefused(
@@ -342,18 +342,18 @@ def _check_tool(
         return tool
     if kind == "mcp_toolset":
         server = tool.get("mcp_server_name")
-        decisions.append(policy.decide(f"mcp__{server}", None, detail))
+        decisions.append(policy.may_forward(f"mcp__{server}", None, detail))
         return tool
     subject = next((r for p, r in SERVER_TOOL_RULES.items() if kind.startswith(p)), None)
     if subject is None:
-        decisions.append(policy.decide("ServerTool", kind[:100], detail))
+        decisions.append(policy.may_forward("ServerTool", kind[:100], detail))
         return tool
     if subject not in DOMAIN_TOOLS:
-        decisions.append(policy.decide(subject, None, detail))
+        decisions.append(policy.may_forward(subject, None, detail))
         return tool
     asked = tool.get("allowed_domains")
     domains = [str(d) for d in asked] if isinstance(asked, list) else None
-    decision, set_domains, add_blocked = policy.decide_domains(subject, domains, detail)
+    decision, set_domains, add_blocked = policy.may_forward_domains(subject, domains, detail)
     if decision.allowed and set_domains is not None:
         if tool.get("blocked_domains"):
             decision = ForwardDecision(

@@ -75,7 +75,7 @@ MAX_DECISIONS_AUDITED_PER_REQUEST = 20
 class BrokerHost(Protocol):
     """What the broker needs from the host side (`runtime.host.TaskHost` implements it)."""
 
-    async def decide_permission(
+    async def answer_tool_call(
         self, request: wire_models.PermissionRequest
     ) -> wire_models.PermissionResponse:
         """Decide one tool call; may wait for a human."""
@@ -475,7 +475,7 @@ class Broker:
                 ),
             )
         else:
-            answer = await self.host.decide_permission(req)
+            answer = await self.host.answer_tool_call(req)
         if answer.behavior == "allow":
             approved = answer.updated_input if answer.updated_input is not None else req.tool_input
             self.calls.approve(ApprovedCall(req.tool_use_id, req.tool_name, dict(approved)))

@@ -75,7 +75,7 @@ def server_tool(effective: EffectivePolicy, tool: str, tool_input: JSONObject) -
             raise PolicyError(f'WebFetch INPUT needs a "url" with a host name, got {url!r}')
         domains = [host]
     rules = ForwardingPolicy.from_rules(effective.rules)
-    decided, _, _ = rules.decide_domains(tool, domains, {})
+    decided, _, _ = rules.may_forward_domains(tool, domains, {})
     rule = (
         decided.decided_by.removeprefix("rule: ")
         if decided.decided_by.startswith("rule: ")
@@ -100,9 +100,9 @@ def network(
     trusted: bool = True,
 ) -> Explanation:
     """The egress proxy's decision on `host[:port]` (before DNS)."""
-    from orchestrator.egress.decide import DENY_MODES
     from orchestrator.egress.rules import match, normal_host
     from orchestrator.egress.sources import load_rules
+    from orchestrator.egress.verdict import DENY_MODES
 
     raw = tool_input.get("host")
     if not isinstance(raw, str) or not raw:

@@ -145,7 +145,7 @@ def mcp(
     Claude Code:  claude mcp add warden -- warden mcp --workspace "$PWD"
     """
     from orchestrator.api import RunConfig
-    from orchestrator.commands.run import decide_trust
+    from orchestrator.commands.run import resolve_workspace_trust
     from orchestrator.config import Settings
     from orchestrator.errors import WardenError
     from orchestrator.exit_codes import exit_code_for
@@ -153,7 +153,7 @@ def mcp(
     from orchestrator.untrusted_text import printable
 
     settings = Settings.from_env().model_copy(update={"non_interactive": True})
-    trusted = decide_trust(settings, workspace, trust_workspace, interactive=False)
+    trusted = resolve_workspace_trust(settings, workspace, trust_workspace, interactive=False)
     try:
         config = RunConfig(
             workspace=workspace.resolve(),

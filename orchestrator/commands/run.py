@@ -239,7 +239,7 @@ def run(
     page = page_from_flags(ui, ui_listen, ui_tls_cert, ui_tls_key, ui_host_name)
     settings = Settings.from_env()
     interactive = not print_mode and not settings.non_interactive and sys.stdin.isatty()
-    trusted = decide_trust(settings, workspace, trust_workspace, interactive)
+    trusted = resolve_workspace_trust(settings, workspace, trust_workspace, interactive)
     options = RunOptions(
         trusted=trusted,
         policy=policy,
@@ -284,7 +284,7 @@ def run(
     )
 
 
-def decide_trust(settings: Settings, workspace: Path, flag: bool, interactive: bool) -> bool:
+def resolve_workspace_trust(settings: Settings, workspace: Path, flag: bool, interactive: bool) -> bool:
     """Trusted by the flag, the environment or a record; else, at a terminal, asked
     once (a yes is recorded); else not trusted, and the run says what it leaves out."""
     from orchestrator.workspace.trust import is_trusted, needs_trust, remember

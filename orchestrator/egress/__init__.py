@@ -8,7 +8,7 @@ socket beside its broker's (`proxy.SOCKET_NAME`), and the in-container forwarder
 - `sources`: where rules come from (settings, CLI, WebFetch rules, agent files)
 - `addresses`: which IP addresses are refused unless a rule names them
 - `resolver`: the proxy's own name resolution (the container never resolves)
-- `decide`: one connection's decision, as a `Verdict`
+- `verdict`: one connection's decision, as a `Verdict` (`ConnectionPolicy`)
 - `http_head`: one request head, parsed with h11, and the head sent upstream
 - `sni`: TLS records: the ClientHello's server name, ServerHello or HelloRetryRequest
 - `tunnel`: a CONNECT tunnel's TLS check (every ClientHello names the host)

@@ -8,7 +8,7 @@ connection that sends anything else is served as the client itself.
 One request per connection, in three phases:
 1. checks, on the event loop: the peer's uid, the connection caps, the request head
    (`http_head`: h11 plus the refusals that stop request smuggling), the decision
-   (`decide`), the connect to the checked address, and for `CONNECT` the TLS check
+   (`verdict`), the connect to the checked address, and for `CONNECT` the TLS check
    (`tunnel`: every ClientHello the client sends in the clear names the CONNECT
    host; a rule `tcp://HOST:PORT` alone opens a raw tunnel);
 2. plain http: upstream gets the head the proxy serialised and exactly the body
@@ -34,7 +34,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from orchestrator.broker.listener import peer_groups, peer_uid, sandbox_group
-from orchestrator.egress.decide import Decider, Verdict
 from orchestrator.egress.http_head import (
     MAX_HEAD_BYTES,
     HeadRefused,
@@ -52,6 +51,7 @@ from orchestrator.egress.tunnel import (
     first_hello,
     handshake,
 )
+from orchestrator.egress.verdict import ConnectionPolicy, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class EgressProxy:
     def __init__(
         self,
         socket_dir: Path,
-        decider: Decider,
+        connections: ConnectionPolicy,
         meter: Meter,
         *,
         allowed_uids: frozenset[int],
@@ -102,7 +102,7 @@ class EgressProxy:
         notice: Notice,
     ) -> None:
         self.path = socket_dir / SOCKET_NAME
-        self.decider = decider
+        self.connections = connections
         self.meter = meter
         self.allowed_uids = allowed_uids
         self.record = record
@@ -209,7 +209,7 @@ class EgressProxy:
         except HeadRefused as exc:
             await _refuse(client.sock, exc.status, exc.reason)
             return
-        verdict = await self.decider.decide(request.host, request.port)
+        verdict = await self.connections.verdict_for(request.host, request.port)
         dest = self.meter.destination(verdict.host, verdict.port)
         if verdict.behavior == "deny":
             dest.refused += 1

@@ -14,7 +14,7 @@ A rule names a host pattern and says allow, ask or deny:
   carry another protocol, or another host's requests, to its address.
 
 Deny wins over ask, ask over allow, whatever the sources; a destination no rule
-names follows the permission mode (see `decide.py`). Matching is on the lower-case
+names follows the permission mode (see `verdict.py`). Matching is on the lower-case
 ASCII host name without a trailing dot; anything else a container sends as a host
 (non-ASCII, empty labels, over-long names) is not a host and is refused.
 """

@@ -22,12 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.egress.decide import TOOL_NAME, Answer, Decider, Verdict
 from orchestrator.egress.limits import EgressLimits, Meter
 from orchestrator.egress.proxy import EgressProxy
 from orchestrator.egress.resolver import Resolver
 from orchestrator.egress.rules import RuleSet
 from orchestrator.egress.sources import agent_rules
+from orchestrator.egress.verdict import TOOL_NAME, Answer, ConnectionPolicy, Verdict
 from orchestrator.errors import ConfigError
 from orchestrator.jsontypes import JSONLike
 
@@ -96,7 +96,7 @@ class TaskEgress:
         self.service = service
         self.task = task
         self.meter = Meter(service.limits)
-        self.decider = Decider(rules, service.mode, service.resolver, self._ask)
+        self.connections = ConnectionPolicy(rules, service.mode, service.resolver, self._ask)
         uids = {os.getuid()}
         if service.sandbox_uid is not None:
             uids.add(service.sandbox_uid)
@@ -109,7 +109,7 @@ class TaskEgress:
     async def start(self, socket_dir: Path) -> None:
         self.proxy = EgressProxy(
             socket_dir,
-            self.decider,
+            self.connections,
             self.meter,
             allowed_uids=self._uids,
             record=self._record,

@@ -45,7 +45,7 @@ class PermissionEngine:
     def _explain(self, call: ToolCall, ctx: CallContext) -> Explanation:
         return evaluate(self.policy, call, workspace_host=self.workspace_host, cwd=ctx.cwd)
 
-    async def _evaluate(self, call: ToolCall, ctx: CallContext) -> Explanation:
+    async def _explained(self, call: ToolCall, ctx: CallContext) -> Explanation:
         if self.workspace_host is None:
             return self._explain(call, ctx)
         # Resolving symlinks touches the host filesystem: keep it off the event loop.
@@ -53,18 +53,19 @@ class PermissionEngine:
 
     def rules_alone(self, tool_name: str) -> bool:
         """True when no PreToolUse hook matches this tool: the rules alone decide its
-        calls, and `decide_by_rules` gives the same decision as `decide`."""
+        calls, and `evaluate_rules` gives the same decision as `evaluate`."""
         return not self.hooks.matching("PreToolUse", tool_name)
 
-    def decide_by_rules(self, call: ToolCall, ctx: CallContext) -> Decision:
-        """The rules' decision, without hooks (what `decide` returns when `rules_alone`).
+    def evaluate_rules(self, call: ToolCall, ctx: CallContext) -> Decision:
+        """The rules' decision, without hooks (what `evaluate` returns when `rules_alone`).
         Blocking: it may resolve symlinks on the host, so call it from a worker thread;
         the gate does, together with the audit write, in one hop."""
         return self._explain(call, ctx).decision
 
-    async def decide(self, call: ToolCall, ctx: CallContext) -> Decision:
-        """Rules and PreToolUse hooks; `ask` means a human must decide."""
-        explained = await self._evaluate(call, ctx)
+    async def evaluate(self, call: ToolCall, ctx: CallContext) -> Decision:
+        """What the policy says about `call`: rules, mode and PreToolUse hooks; `ask`
+        means a person must answer (the gate asks)."""
+        explained = await self._explained(call, ctx)
         pre = self.hooks.matching("PreToolUse", call.tool_name)
         if not pre:
             return explained.decision
@@ -96,7 +97,7 @@ class PermissionEngine:
         if updated is not None and updated.updated_input is not None:
             updated_input = updated.updated_input
             new_call = call.model_copy(update={"tool_input": updated_input})
-            explained = await self._evaluate(new_call, ctx)
+            explained = await self._explained(new_call, ctx)
         rules = explained.decision
         by_mode = explained.fallback and (rules.source or "").startswith(MODE_SOURCE + ":")
         if rules.behavior == "deny" and not by_mode:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from orchestrator.store import AuditRecord, EventRecord, Store, TaskRecord
 
 EGRESS_TOOL = "Network"
-"""`tool_name` of egress decisions in the audit (`orchestrator.egress.decide.TOOL_NAME`)."""
+"""`tool_name` of egress decisions in the audit (`orchestrator.egress.verdict.TOOL_NAME`)."""
 WRITE_TOOLS = {"Write": "file_path", "Edit": "file_path", "NotebookEdit": "notebook_path"}
 """Tools whose allowed calls count as files written, and the input naming the file."""
 

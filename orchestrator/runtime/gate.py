@@ -105,7 +105,7 @@ class PolicyGate:
             self._engines[task.task_id] = engine
         return engine
 
-    async def decide(
+    async def answer_tool_call(
         self, task: TaskContext, request: wire_models.PermissionRequest
     ) -> wire_models.PermissionResponse:
         self._tasks[task.task_id] = task
@@ -121,14 +121,14 @@ class PolicyGate:
             # One worker-thread hop for the rules (they may resolve symlinks) and, when
             # they settle the call, its durable audit record.
             decision, audited = await asyncio.to_thread(
-                self._decide_by_rules, engine, task, call, context
+                self._evaluate_rules_and_audit, engine, task, call, context
             )
         else:
-            decision = await engine.decide(call, context)
+            decision = await engine.evaluate(call, context)
         tool_input = decision.updated_input or call.tool_input
         digest = input_hash(call.tool_name, tool_input)
         final: str = decision.behavior
-        decided_by, reason = _decider(decision), decision.reason
+        decided_by, reason = _decided_by(decision), decision.reason
         answer: ApprovalAnswer | None = None
         for outcome in decision.hook_outcomes:
             if outcome.error:
@@ -255,7 +255,7 @@ class PolicyGate:
             task,
             tool_name=call.tool_name,
             tool_input=tool_input,
-            asked_by=_decider(decision),
+            asked_by=_decided_by(decision),
             reason=decision.reason,
             **self._always(call.tool_name, tool_input, decision),
         )
@@ -364,19 +364,19 @@ class PolicyGate:
         if self.events is not None:
             await self.events.emit_for(kind, task, **data)
 
-    def _decide_by_rules(
+    def _evaluate_rules_and_audit(
         self, engine: PermissionEngine, task: TaskContext, call: ToolCall, context: CallContext
     ) -> tuple[Decision, bool]:
         """Worker thread: the rules' decision and, unless it asks (then a person's
         answer is audited with it), its audit record written and durable.
         (decision, whether it was audited)."""
-        decision = engine.decide_by_rules(call, context)
+        decision = engine.evaluate_rules(call, context)
         if decision.behavior == "ask":
             return decision, False
         digest = input_hash(call.tool_name, call.tool_input)
         self._write_audit(
             task, call, call.tool_input, digest, decision, decision.behavior,
-            _decider(decision), decision.reason,
+            _decided_by(decision), decision.reason,
         )  # fmt: skip
         return decision, True
 
@@ -435,7 +435,7 @@ class PolicyGate:
         self.store.record_audit(record)
 
 
-def _decider(decision: Decision) -> str:
+def _decided_by(decision: Decision) -> str:
     if decision.hook:
         return f"hook: {decision.hook}"
     if decision.rule:

@@ -53,11 +53,11 @@ class TaskHost:
         self.store = store
         self._delegate = delegate
 
-    async def decide_permission(
+    async def answer_tool_call(
         self, request: wire_models.PermissionRequest
     ) -> wire_models.PermissionResponse:
         await self.ctx.announced.wait()
-        return await self.gate.decide(self.ctx, request)
+        return await self.gate.answer_tool_call(self.ctx, request)
 
     async def delegate(self, request: wire_models.DelegateRequest) -> wire_models.DelegateResponse:
         """A nested Task call: same checks and caps as the root's, run in the foreground."""

@@ -50,7 +50,7 @@ class PermissionGate(Protocol):
         connection); None: nobody, such a question gets the mode's answer, deny."""
         ...
 
-    async def decide(
+    async def answer_tool_call(
         self, task: TaskContext, request: wire_models.PermissionRequest
     ) -> wire_models.PermissionResponse:
         """Allow or deny one call; may wait for a person. Never raises for a denial."""
@@ -81,7 +81,7 @@ class AllowAgentTools:
     policy = EffectivePolicy(mode="dontAsk")
     asker = None
 
-    async def decide(
+    async def answer_tool_call(
         self, task: TaskContext, request: wire_models.PermissionRequest
     ) -> wire_models.PermissionResponse:
         return wire_models.PermissionResponse(

@@ -119,6 +119,6 @@ def _engine_decisions(group: dict[str, Any], settings: Settings, ws: Path) -> li
         tool_call = ToolCall(
             tool_name=call["tool"], tool_input=fill(call["input"], WS, HOME), tool_use_id=call["id"]
         )
-        decision = asyncio.run(engine.decide(tool_call, ctx))
+        decision = asyncio.run(engine.evaluate(tool_call, ctx))
         out.append({"id": call["id"], "warden": decision.behavior, "reason": decision.reason})
     return out

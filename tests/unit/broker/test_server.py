@@ -44,7 +44,7 @@ class RecordingHost:
         self.notices: list[tuple[str, str]] = []
         self.usage: list[int] = []
 
-    async def decide_permission(
+    async def answer_tool_call(
         self, request: wire_models.PermissionRequest
     ) -> wire_models.PermissionResponse:
         self.permissions.append(request)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import Settings
-from orchestrator.egress.decide import Answer, Decider
 from orchestrator.egress.resolver import Resolver
 from orchestrator.egress.rules import HostError, RuleSet, match, normal_host, parse_rule
 from orchestrator.egress.sources import agent_rules, load_rules
+from orchestrator.egress.verdict import Answer, ConnectionPolicy
 from orchestrator.errors import PolicyError
 from orchestrator.permissions import load_policy
 
@@ -105,11 +105,13 @@ async def test_an_agents_narrowing_holds_for_an_address_the_run_allows() -> None
     async def never_asked(host: str, port: int, why: str) -> Answer:
         raise AssertionError("asked")
 
-    decider = Decider(narrowed, "bypassPermissions", Resolver(), never_asked)
-    verdict = await decider.decide("10.1.2.3", 443)
+    connections = ConnectionPolicy(narrowed, "bypassPermissions", Resolver(), never_asked)
+    verdict = await connections.verdict_for("10.1.2.3", 443)
     assert verdict.behavior == "deny" and "pip-only" in verdict.reason
     assert (
-        await Decider(base, "default", Resolver(), never_asked).decide("10.1.2.3", 443)
+        await ConnectionPolicy(base, "default", Resolver(), never_asked).verdict_for(
+            "10.1.2.3", 443
+        )
     ).behavior == "allow"
 
 
@@ -205,10 +207,10 @@ async def test_a_nested_task_never_reaches_more_than_its_parent(tmp_path: Path) 
     try:
         assert parent is not None and child is not None and sibling is not None
         assert off is None and off_child is None
-        assert (await child.decider.decide("a.test", 443)).behavior == "allow"
-        refused = await child.decider.decide("b.test", 443)
+        assert (await child.connections.verdict_for("a.test", 443)).behavior == "allow"
+        refused = await child.connections.verdict_for("b.test", 443)
         assert refused.behavior == "deny" and "agent general-purpose" in refused.reason
-        assert (await sibling.decider.decide("b.test", 443)).behavior == "allow"
+        assert (await sibling.connections.verdict_for("b.test", 443)).behavior == "allow"
     finally:
         for egress in (parent, child, sibling):
             if egress is not None:

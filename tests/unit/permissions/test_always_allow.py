@@ -158,15 +158,15 @@ async def test_an_always_answer_writes_a_rule_the_next_run_obeys(tmp_path: Path)
             tool_name="Bash", tool_input={"command": command}, tool_use_id="tu"
         )
 
-    assert (await gate().decide(task, call("touch a.txt"))).behavior == "allow"
+    assert (await gate().answer_tool_call(task, call("touch a.txt"))).behavior == "allow"
     assert [q.always_rule for q in asked] == ["Bash(touch a.txt)"]
     rules = json.loads((ws / ".claude" / "settings.local.json").read_text())
     assert rules == {"permissions": {"allow": ["Bash(touch a.txt)"]}}
     # A new run reads the rule: that exact command no longer asks; another still does.
     fresh = gate()
-    assert (await fresh.decide(task, call("touch a.txt"))).behavior == "allow"
+    assert (await fresh.answer_tool_call(task, call("touch a.txt"))).behavior == "allow"
     assert len(asked) == 1
-    await fresh.decide(task, call("touch b.txt"))
+    await fresh.answer_tool_call(task, call("touch b.txt"))
     assert len(asked) == 2
 
 
@@ -200,20 +200,20 @@ async def test_an_always_edit_rule_covers_that_file_only(tmp_path: Path) -> None
             tool_name="Write", tool_input={"file_path": path, "content": "x"}, tool_use_id="tu"
         )
 
-    assert (await gate().decide(task, edit("/workspace/src/a.py"))).behavior == "allow"
+    assert (await gate().answer_tool_call(task, edit("/workspace/src/a.py"))).behavior == "allow"
     assert [q.always_rule for q in asked] == ["Write(/src/a.py)"]
     written = json.loads((ws / ".claude" / "settings.local.json").read_text())
     assert written == {
         "permissions": {"allow": ["Write(/src/a.py)"], "ask": ["Write(/src/a.py/*)"]}
     }
     fresh = gate()
-    assert (await fresh.decide(task, edit("src/a.py"))).behavior == "allow"
+    assert (await fresh.answer_tool_call(task, edit("src/a.py"))).behavior == "allow"
     assert len(asked) == 1  # the same file, however spelled: no question
-    await fresh.decide(task, edit("/workspace/src/b.py"))
+    await fresh.answer_tool_call(task, edit("/workspace/src/b.py"))
     assert len(asked) == 2 and asked[-1].always_rule == "Write(/src/b.py)"
     # An ask rule asked: an allow rule would not stop it asking, so none is offered.
     (ws / ".claude" / "settings.json").write_text('{"permissions": {"ask": ["Write(/src/c.py)"]}}')
-    await gate().decide(task, edit("/workspace/src/c.py"))
+    await gate().answer_tool_call(task, edit("/workspace/src/c.py"))
     assert asked[-1].always_rule == ""
 
 

@@ -122,7 +122,7 @@ async def test_a_rule_allow_is_answered_only_once_its_audit_record_is_on_disk(
 ) -> None:
     gate = _gate(tmp_path, store, _Allow(), allow=("Bash(echo:*)",))
     entered, release = _hold_wal_syncs(monkeypatch, store)
-    answer = asyncio.ensure_future(gate.decide(_task(tmp_path), _bash("echo hello")))
+    answer = asyncio.ensure_future(gate.answer_tool_call(_task(tmp_path), _bash("echo hello")))
     assert await asyncio.to_thread(entered.wait, WAIT_S), "the audit record was never synced"
     assert not answer.done()  # the sync of its record holds the answer back
     release.set()
@@ -141,7 +141,7 @@ async def test_a_state_disk_that_refuses_the_sync_gets_no_answer_at_all(
     gate = _gate(tmp_path, store, _Allow(), allow=("Bash(echo:*)",))
     _hold_wal_syncs(monkeypatch, store, fail=True)
     with pytest.raises(StoreError, match="durable"):
-        await gate.decide(_task(tmp_path), _bash("echo hello"))
+        await gate.answer_tool_call(_task(tmp_path), _bash("echo hello"))
 
 
 async def test_rules_and_their_audit_write_share_one_worker_thread_hop(
@@ -157,8 +157,8 @@ async def test_rules_and_their_audit_write_share_one_worker_thread_hop(
 
     monkeypatch.setattr(asyncio, "to_thread", counting)
     task = _task(tmp_path)
-    assert (await gate.decide(task, _bash("echo hello"))).behavior == "allow"
-    assert (await gate.decide(task, _bash("rm -rf x"))).behavior == "deny"
+    assert (await gate.answer_tool_call(task, _bash("echo hello"))).behavior == "allow"
+    assert (await gate.answer_tool_call(task, _bash("rm -rf x"))).behavior == "deny"
     assert len(hops) == 2, hops  # one per call, the durable audit write included
     assert [r.final for r in store.audit(RUN_ID)] == ["allow", "deny"]
 
@@ -168,7 +168,7 @@ async def test_a_call_that_asks_is_audited_once_with_the_persons_answer(
 ) -> None:
     approver = _Allow()
     gate = _gate(tmp_path, store, approver)  # the default mode asks about Bash
-    assert (await gate.decide(_task(tmp_path), _bash("touch a"))).behavior == "allow"
+    assert (await gate.answer_tool_call(_task(tmp_path), _bash("touch a"))).behavior == "allow"
     assert len(approver.asked) == 1
     [record] = store.audit(RUN_ID)
     assert (record.decision, record.final, record.decided_by, record.channel) == (

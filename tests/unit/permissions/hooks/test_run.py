@@ -80,7 +80,7 @@ async def test_stdin_json_and_environment(
 ) -> None:
     out = tmp_path / "event.json"
     eng = engine(settings, workspace, hookset(script("record.sh", str(out))))
-    decision = await eng.decide(bash("ls"), CTX)
+    decision = await eng.evaluate(bash("ls"), CTX)
     event = json.loads(out.read_text())
     assert event == {
         "session_id": "sess-1",
@@ -103,7 +103,7 @@ async def test_exit_2_denies_with_stderr_even_when_a_rule_allows(
     settings: Settings, workspace: Path
 ) -> None:
     eng = engine(settings, workspace, hookset(script("block.sh")), allow=["Bash"])
-    d = await eng.decide(bash("ls"), CTX)
+    d = await eng.evaluate(bash("ls"), CTX)
     assert (d.behavior, d.reason, d.hook) == (
         "deny",
         "blocked: this repository forbids it",
@@ -132,7 +132,7 @@ async def test_json_decisions_and_precedence(
         hookset(script("decide.py", hook_says, f"policy bot: {hook_says}")),
         **rules,
     )
-    d = await eng.decide(bash("ls -la"), CTX)
+    d = await eng.evaluate(bash("ls -la"), CTX)
     assert d.behavior == expected
     if expected == hook_says:
         assert d.hook is not None and d.reason == f"policy bot: {hook_says}"
@@ -146,8 +146,8 @@ async def test_hook_allow_never_skips_an_ask_rule_or_an_unparsed_command(
         json.dumps({"permissions": {"ask": ["Bash(git push:*)"]}})
     )
     eng = engine(settings, workspace, hookset(script("decide.py", "allow")))
-    assert (await eng.decide(bash("git push"), CTX)).behavior == "ask"
-    assert (await eng.decide(bash("for f in *; do ls ${f%.py}; done"), CTX)).behavior == "ask"
+    assert (await eng.evaluate(bash("git push"), CTX)).behavior == "ask"
+    assert (await eng.evaluate(bash("for f in *; do ls ${f%.py}; done"), CTX)).behavior == "ask"
 
 
 async def test_updated_input_is_validated_and_rechecked(
@@ -159,7 +159,7 @@ async def test_updated_input_is_validated_and_rechecked(
         hookset(script("update_input.py", "valid", "ls -la")),
         allow=["Bash(ls:*)"],
     )
-    d = await eng.decide(bash("ls"), CTX)
+    d = await eng.evaluate(bash("ls"), CTX)
     assert d.behavior == "allow" and d.updated_input == {"command": "ls -la", "description": "d"}
 
     sneaky = engine(
@@ -169,12 +169,12 @@ async def test_updated_input_is_validated_and_rechecked(
         allow=["Bash(ls:*)"],
         deny=["Bash(rm:*)"],
     )
-    d = await sneaky.decide(bash("ls"), CTX)
+    d = await sneaky.evaluate(bash("ls"), CTX)
     assert d.behavior == "deny" and "rm" in d.reason
 
     for kind, message in (("missing", "needs command"), ("notobject", "must be a JSON object")):
         bad = engine(settings, workspace, hookset(script("update_input.py", kind)))
-        d = await bad.decide(bash("ls"), CTX)
+        d = await bad.evaluate(bash("ls"), CTX)
         assert d.behavior == "ask" and d.updated_input is None  # error: no decision, rules decide
         assert message in (d.hook_outcomes[0].error or "")
 
@@ -193,7 +193,7 @@ async def test_errors_are_reported_not_allowed(
     settings: Settings, workspace: Path, name: str, error: str
 ) -> None:
     eng = engine(settings, workspace, hookset(script(name)), mode="dontAsk")
-    d = await eng.decide(bash("ls"), CTX)
+    d = await eng.evaluate(bash("ls"), CTX)
     assert d.behavior == "deny"  # the rules' answer; the broken hook allowed nothing
     assert d.hook_outcomes[0].error == error
 
@@ -206,7 +206,7 @@ async def test_timeout_kills_the_whole_process_group(
         settings, workspace, hookset(script("hang.sh", str(pids_file)), timeout=0.5), allow=["Bash"]
     )
     started = time.monotonic()
-    d = await eng.decide(bash("ls"), CTX)
+    d = await eng.evaluate(bash("ls"), CTX)
     assert time.monotonic() - started < 5
     assert d.behavior == "allow"  # the allow rule decides; the hook's timeout is only an error
     outcome = d.hook_outcomes[0]
@@ -222,7 +222,7 @@ async def test_timed_out_hook_is_not_an_allow(
     settings: Settings, workspace: Path, tmp_path: Path
 ) -> None:
     eng = engine(settings, workspace, hookset(script("hang.sh", str(tmp_path / "p")), timeout=0.3))
-    assert (await eng.decide(bash("ls"), CTX)).behavior == "ask"
+    assert (await eng.evaluate(bash("ls"), CTX)).behavior == "ask"
 
 
 def _alive(pid: int) -> bool:
@@ -235,7 +235,7 @@ def _alive(pid: int) -> bool:
 
 async def test_output_is_bounded(settings: Settings, workspace: Path) -> None:
     eng = engine(settings, workspace, hookset(script("flood.sh")))
-    d = await eng.decide(bash("ls"), CTX)
+    d = await eng.evaluate(bash("ls"), CTX)
     assert (
         d.hook_outcomes[0].error
         == f"stdout longer than {MAX_HOOK_OUTPUT_BYTES} bytes; output ignored"
@@ -244,12 +244,12 @@ async def test_output_is_bounded(settings: Settings, workspace: Path) -> None:
 
 async def test_matcher_selects_tools(settings: Settings, workspace: Path) -> None:
     eng = engine(settings, workspace, hookset(script("block.sh"), matcher="Edit|Write"))
-    assert (await eng.decide(bash("ls"), CTX)).hook_outcomes == ()
+    assert (await eng.evaluate(bash("ls"), CTX)).hook_outcomes == ()
     write = ToolCall(tool_name="Write", tool_input={"file_path": "a", "content": ""})
-    assert (await eng.decide(write, CTX)).behavior == "deny"
+    assert (await eng.evaluate(write, CTX)).behavior == "deny"
     for everything in ("", "*"):
         eng = engine(settings, workspace, hookset(script("block.sh"), matcher=everything))
-        assert (await eng.decide(bash("ls"), CTX)).behavior == "deny"
+        assert (await eng.evaluate(bash("ls"), CTX)).behavior == "deny"
 
 
 async def test_post_tool_use_gets_the_response(
@@ -270,9 +270,9 @@ async def test_documented_bash_validator_example(settings: Settings, workspace: 
     eng = engine(
         settings, workspace, hookset(f"python3 {HOOKS / 'bash_validator.py'}"), allow=["Bash"]
     )
-    d = await eng.decide(bash("grep -r TODO ."), CTX)
+    d = await eng.evaluate(bash("grep -r TODO ."), CTX)
     assert d.behavior == "deny" and "Use 'rg' (ripgrep) instead of 'grep'" in d.reason
-    assert (await eng.decide(bash("rg TODO"), CTX)).behavior == "allow"
+    assert (await eng.evaluate(bash("rg TODO"), CTX)).behavior == "allow"
 
 
 async def test_documented_jq_logger_example(
@@ -298,8 +298,8 @@ async def test_documented_jq_logger_example(
     eng = PermissionEngine(
         load_policy(settings, workspace), load_hooks(settings, workspace), workspace_host=workspace
     )
-    await eng.decide(bash("ls -la"), CTX)
-    await eng.decide(ToolCall(tool_name="Bash", tool_input={"command": "pwd"}), CTX)
+    await eng.evaluate(bash("ls -la"), CTX)
+    await eng.evaluate(ToolCall(tool_name="Bash", tool_input={"command": "pwd"}), CTX)
     assert (
         tmp_path / ".claude/bash-command-log.txt"
     ).read_text() == "ls -la - d\npwd - No description\n"
@@ -373,13 +373,13 @@ async def test_a_sandboxed_hook_runs_in_the_sandbox_the_engine_was_given(
     hooks = HookSet(tuple(parse_hooks(block, "test")[0]))
     policy = load_policy(settings, workspace, allow=("Bash",))
     alone = PermissionEngine(policy, hooks, workspace_host=workspace)
-    decision = await alone.decide(bash("ls"), CTX)
+    decision = await alone.evaluate(bash("ls"), CTX)
     assert decision.behavior == "allow"  # the rule decides; the hook is an error, never an allow
     (outcome,) = decision.hook_outcomes
     assert outcome.error is not None and "given none" in outcome.error
     sandbox = _RecordingSandbox()
     boxed = PermissionEngine(policy, hooks, workspace_host=workspace, sandbox=sandbox)
-    decision = await boxed.decide(bash("ls"), CTX)
+    decision = await boxed.evaluate(bash("ls"), CTX)
     assert (decision.behavior, decision.reason) == ("deny", "blocked in the sandbox")
     ((command, stdin),) = sandbox.commands
     assert command == "check" and json.loads(stdin)["tool_input"]["command"] == "ls"

@@ -80,7 +80,7 @@ async def decide(
         policy, load_hooks(settings, workspace, trusted=trusted), workspace_host=workspace
     )
     call = ToolCall(tool_name="Bash", tool_input={"command": command}, tool_use_id="t1")
-    decision = await engine.decide(call, CallContext(permission_mode=policy.mode))
+    decision = await engine.evaluate(call, CallContext(permission_mode=policy.mode))
     return decision.behavior
 
 

@@ -75,8 +75,8 @@ def _fix(host: str) -> str:
     )
 
 
-class Decider:
-    """Decides every connection of one task."""
+class ConnectionPolicy:
+    """The verdict on every connection of one task (its rules, the mode, its asker)."""
 
     def __init__(self, rules: RuleSet, mode: str, resolver: Resolver, ask: AskConnection) -> None:
         self.rules = rules
@@ -84,7 +84,7 @@ class Decider:
         self.resolver = resolver
         self.ask = ask
 
-    async def decide(self, raw_host: str, port: int) -> Verdict:
+    async def verdict_for(self, raw_host: str, port: int) -> Verdict:
         try:
             host = normal_host(raw_host)
         except HostError as exc:
