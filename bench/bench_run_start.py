@@ -76,9 +76,10 @@ def start_server(script: Path, record: Path) -> tuple[subprocess.Popen[str], str
     raise SystemExit("the scripted model server did not start")
 
 
-def first_subagent_request(record: Path) -> float:
-    """Arrival time of the second model request: the parent's first comes first, and
-    the parent waits for its Task, so the next one is the subagent's first."""
+def first_requests(record: Path) -> tuple[float, float]:
+    """Arrival times of the parent's first model request and of the subagent's first:
+    the parent's comes first, and the parent waits for its Task, so the next one is
+    the subagent's."""
     arrivals = sorted(
         json.loads(line)["received_at"]
         for line in record.read_text().splitlines()
@@ -86,7 +87,7 @@ def first_subagent_request(record: Path) -> float:
     )
     if len(arrivals) < 2:
         raise SystemExit(f"the run made {len(arrivals)} model request(s), not 2 or more")
-    return float(arrivals[1])
+    return float(arrivals[0]), float(arrivals[1])
 
 
 def main() -> None:
@@ -119,16 +120,19 @@ def main() -> None:
                               timeout=RUN_TIMEOUT_S, check=False)  # fmt: skip
         if proc.returncode != 0:
             raise SystemExit(f"warden run failed ({proc.returncode}): {proc.stderr[-500:]}")
-        return first_subagent_request(record) - started
+        parent, subagent = first_requests(record)
+        samples["parent"].append(parent - started)
+        return subagent - started
 
     def bare_run() -> float:
         started = time.perf_counter()
         subprocess.run(bare, check=True, stdout=subprocess.DEVNULL)
         return time.perf_counter() - started
 
-    samples: dict[str, list[float]] = {"run": [], "bare": []}
+    samples: dict[str, list[float]] = {"run": [], "bare": [], "parent": []}
     try:
         run_start(), bare_run()  # warm-up: page cache, image layers, the store
+        samples["parent"].clear()
         for _ in range(iterations):
             samples["run"].append(run_start())
             samples["bare"].append(bare_run())
@@ -142,6 +146,12 @@ def main() -> None:
     print(f"  warden run -> first subagent's first model request  median {ms(run_median)}")
     print(f"  docker run --rm --network none AGENT python3 -c pass  median {ms(bare_median)}")
     print(f"  ratio {ratio:.2f}x (target <= {TARGET}x)")
+    # What the subagent's start cannot beat: the parent must have asked the model first,
+    # and that needs the model SDK imported (about a second of CPU here).
+    print(
+        f"  of which: the parent's first model request arrives at median "
+        f"{ms(median(samples['parent']))} ({median(samples['parent']) / bare_median:.2f}x)"
+    )
     figure("warden run -> first subagent model request / bare docker run", ratio, TARGET)
 
 
