@@ -252,7 +252,8 @@ class EgressProxy:
         body_start = bytes(client.buffer[:length])
         return KernelRelay(
             client.sock, up, self.meter, dest,
-            to_upstream=request.upstream_head + body_start,
+            head=request.upstream_head,
+            to_upstream=body_start,
             up_length=length - len(body_start),
         )  # fmt: skip
 

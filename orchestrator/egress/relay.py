@@ -49,12 +49,17 @@ class _Cut(Exception):
 
 
 class _Direction:
-    """One way of the relay: `first` bytes, then `src` spliced into `dst`."""
+    """One way of the relay: `head`, then `first`, then `src` spliced into `dst`.
+
+    `head` is the proxy's own (a request head it serialised) and is not metered;
+    `first` is what the client or server sent before the relay took over, metered
+    like every spliced byte: past the cap only the bytes under it go, then the cut."""
 
     def __init__(
         self,
         src: socket.socket,
         dst: socket.socket,
+        head: bytes,
         first: bytes,
         length: int | None,
         meter: Meter,
@@ -62,7 +67,11 @@ class _Direction:
         up: bool,
     ) -> None:
         self.src, self.dst = src, dst
-        self.pending = memoryview(first)
+        granted = meter.reserve(dest, len(first), up=up)
+        meter.settle(dest, granted, granted, up=up)
+        self.pending = memoryview(head + first[:granted])
+        self.over = granted < len(first)
+        """`first` crossed the byte cap: the connection is cut once the rest is sent."""
         self.length = length
         """Bytes still to read from `src` (None: until EOF)."""
         self.meter, self.dest, self.up = meter, dest, up
@@ -73,7 +82,7 @@ class _Direction:
         self.reading = length != 0
         self.eof = False
         """`src` ended: `dst` is half-closed once everything is delivered."""
-        self.finished = length == 0 and not first
+        self.finished = length == 0 and not self.pending
 
     def wants(self) -> tuple[int, int] | None:
         """(fd, poll events) this direction waits for, or None."""
@@ -107,6 +116,9 @@ class _Direction:
             except BlockingIOError:
                 return False
             self.pending = self.pending[n:]
+        if self.over:
+            self.meter.cross(up=self.up)
+            raise _Cut
         while self.in_pipe:
             assert self._pipe is not None
             try:
@@ -170,17 +182,19 @@ class KernelRelay:
         meter: Meter,
         dest: Destination,
         *,
+        head: bytes = b"",
         to_upstream: bytes = b"",
         to_client: bytes = b"",
         up_length: int | None = None,
     ) -> None:
-        """`to_upstream` / `to_client`: checked bytes that go first; `up_length`: how
+        """`head`: the proxy's request head, first upstream (not metered);
+        `to_upstream` / `to_client`: checked bytes that go next, metered; `up_length`: how
         many bytes to take from the client (a plain http body), None: until EOF."""
         self.client, self.upstream = client, upstream
         for s in (client, upstream):
             s.setblocking(False)
-        self.up = _Direction(client, upstream, to_upstream, up_length, meter, dest, up=True)
-        self.down = _Direction(upstream, client, to_client, None, meter, dest, up=False)
+        self.up = _Direction(client, upstream, head, to_upstream, up_length, meter, dest, up=True)
+        self.down = _Direction(upstream, client, b"", to_client, None, meter, dest, up=False)
         self._stopped = threading.Event()
 
     def run(self) -> RelayEnd:
