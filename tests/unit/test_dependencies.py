@@ -23,7 +23,15 @@ FIRST_PARTY = {"orchestrator", "sandbox_tools", "tests", "bench"} | {
 """warden's packages, and the benchmarks' modules (they import one another by name)."""
 NOT_CODE = ("orchestrator/demo/",)
 """The demo's sample project is a user's files, not warden's code."""
-TOOLS_NOT_IMPORTED = {"pytest-asyncio", "mypy", "ruff", "types-pyyaml", "types-docker", "types-requests"}
+TOOLS_NOT_IMPORTED = {
+    "pytest-asyncio",
+    "pytest-timeout",
+    "mypy",
+    "ruff",
+    "types-pyyaml",
+    "types-docker",
+    "types-requests",
+}
 """Declared test tools used as plugins or commands, never imported by name."""
 
 
