@@ -116,17 +116,19 @@ class PolicyGate:
         )
         context = self._context(task)
         engine = self.engine_for(task)
+        digest = input_hash(call.tool_name, call.tool_input)
         audited = False
         if engine.rules_alone(call.tool_name):
             # One worker-thread hop for the rules (they may resolve symlinks) and, when
             # they settle the call, its durable audit record.
             decision, audited = await asyncio.to_thread(
-                self._evaluate_rules_and_audit, engine, task, call, context
+                self._evaluate_rules_and_audit, engine, task, call, context, digest
             )
         else:
             decision = await engine.evaluate(call, context)
         tool_input = decision.updated_input or call.tool_input
-        digest = input_hash(call.tool_name, tool_input)
+        if tool_input is not call.tool_input:  # a hook's updatedInput is what is audited
+            digest = input_hash(call.tool_name, tool_input)
         final: str = decision.behavior
         decided_by, reason = _decided_by(decision), decision.reason
         answer: ApprovalAnswer | None = None
@@ -365,7 +367,12 @@ class PolicyGate:
             await self.events.emit_for(kind, task, **data)
 
     def _evaluate_rules_and_audit(
-        self, engine: PermissionEngine, task: TaskContext, call: ToolCall, context: CallContext
+        self,
+        engine: PermissionEngine,
+        task: TaskContext,
+        call: ToolCall,
+        context: CallContext,
+        digest: str,
     ) -> tuple[Decision, bool]:
         """Worker thread: the rules' decision and, unless it asks (then a person's
         answer is audited with it), its audit record written and durable.
@@ -373,7 +380,6 @@ class PolicyGate:
         decision = engine.evaluate_rules(call, context)
         if decision.behavior == "ask":
             return decision, False
-        digest = input_hash(call.tool_name, call.tool_input)
         self._write_audit(
             task, call, call.tool_input, digest, decision, decision.behavior,
             _decided_by(decision), decision.reason,

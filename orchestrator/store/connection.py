@@ -150,6 +150,12 @@ class StoreBase:
             raise run_not_found(run_id)
 
     @staticmethod
+    def _require_task(conn: sqlite3.Connection, task_id: str) -> None:
+        """Raises TaskNotFoundError unless the task exists (no row is read or validated)."""
+        if not conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone():
+            raise task_not_found(task_id)
+
+    @staticmethod
     def _fetch_task(conn: sqlite3.Connection, task_id: str) -> TaskRecord:
         row = conn.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
         if row is None:

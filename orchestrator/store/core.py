@@ -232,7 +232,7 @@ class Store(StoreBase):
     def children(self, task_id: str) -> list[TaskRecord]:
         """The direct children of a task, in creation order."""
         with self._read() as conn:
-            self._fetch_task(conn, task_id)
+            self._require_task(conn, task_id)
             rows = conn.execute(
                 "SELECT * FROM tasks WHERE parent_id = ? ORDER BY created_at, rowid", (task_id,)
             ).fetchall()
@@ -241,7 +241,7 @@ class Store(StoreBase):
     def descendants(self, task_id: str) -> list[TaskRecord]:
         """Every task below `task_id` (not itself), shallowest first."""
         with self._read() as conn:
-            self._fetch_task(conn, task_id)
+            self._require_task(conn, task_id)
             rows = conn.execute(
                 "WITH RECURSIVE below(id) AS ("
                 " SELECT task_id FROM tasks WHERE parent_id = ?"
@@ -336,7 +336,7 @@ class Store(StoreBase):
                 f"the store's limit of {MAX_TRANSCRIPT_CHARS}; the previous checkpoint is kept"
             )
         with self._write() as conn:
-            self._fetch_task(conn, task_id)
+            self._require_task(conn, task_id)
             cursor = conn.execute(
                 "INSERT INTO transcripts (task_id, turn, message_count, messages, updated_at)"
                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET"
@@ -351,7 +351,7 @@ class Store(StoreBase):
     def get_transcript(self, task_id: str) -> list[JSONObject]:
         """The task's last checkpoint ([] before the first one)."""
         with self._read() as conn:
-            self._fetch_task(conn, task_id)
+            self._require_task(conn, task_id)
             row = conn.execute(
                 "SELECT messages FROM transcripts WHERE task_id = ?", (task_id,)
             ).fetchone()
@@ -393,7 +393,7 @@ class Store(StoreBase):
         with self._write() as conn:
             self._require_run(conn, run_id)
             if task_id is not None:
-                self._fetch_task(conn, task_id)
+                self._require_task(conn, task_id)
             cursor = conn.execute(
                 "INSERT INTO events (run_id, task_id, kind, data, time) VALUES (?, ?, ?, ?, ?)",
                 (run_id, task_id, clip_text(kind, MAX_NAME_CHARS), payload, time.time()),
@@ -417,7 +417,7 @@ class Store(StoreBase):
         with self._write() as conn:
             self._require_run(conn, run_id)
             for task_id in {task_id for task_id, _, _ in events if task_id is not None}:
-                self._fetch_task(conn, task_id)
+                self._require_task(conn, task_id)
             for row in rows:
                 cursor = conn.execute(
                     "INSERT INTO events (run_id, task_id, kind, data, time) VALUES (?, ?, ?, ?, ?)",
@@ -465,7 +465,7 @@ class Store(StoreBase):
         with self._write() as conn:
             self._require_run(conn, record.run_id)
             if record.task_id is not None:
-                self._fetch_task(conn, record.task_id)
+                self._require_task(conn, record.task_id)
             cursor = conn.execute(
                 f"INSERT INTO audit ({', '.join(_AUDIT_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(_AUDIT_COLUMNS))})",
