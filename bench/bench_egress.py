@@ -39,8 +39,8 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 from benchlib import figure  # noqa: E402
 
 from orchestrator import labels as wl  # noqa: E402
-from orchestrator.backend.base import ResourceLimits, SandboxSpec  # noqa: E402
 from orchestrator.backend.connect import connect  # noqa: E402
+from orchestrator.backend.contract import ResourceLimits, SandboxSpec  # noqa: E402
 from orchestrator.backend.docker import DockerBackend  # noqa: E402
 from orchestrator.config import Settings  # noqa: E402
 from orchestrator.egress.flags import EgressFlags  # noqa: E402

@@ -40,8 +40,8 @@ from benchlib import figure  # noqa: E402
 from docker.types import LogConfig  # noqa: E402
 
 from orchestrator import labels as wl  # noqa: E402
-from orchestrator.backend.base import SandboxSpec  # noqa: E402
 from orchestrator.backend.connect import connect  # noqa: E402
+from orchestrator.backend.contract import SandboxSpec  # noqa: E402
 from orchestrator.backend.docker import DockerBackend  # noqa: E402
 from orchestrator.config import Settings  # noqa: E402
 

@@ -62,8 +62,8 @@ from benchlib import (
 )
 
 from orchestrator import labels as wl
-from orchestrator.backend.base import ResourceLimits
 from orchestrator.backend.connect import connect, pool_size
+from orchestrator.backend.contract import ResourceLimits
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import PoolConfig, Settings
 from orchestrator.runtime.caps import TaskManagerConfig

@@ -45,8 +45,8 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 from benchlib import figure  # noqa: E402
 
 from orchestrator import labels as wl  # noqa: E402
-from orchestrator.backend.base import SandboxSpec  # noqa: E402
 from orchestrator.backend.connect import connect  # noqa: E402
+from orchestrator.backend.contract import SandboxSpec  # noqa: E402
 from orchestrator.backend.factory import make_backend  # noqa: E402
 from orchestrator.config import Settings  # noqa: E402
 

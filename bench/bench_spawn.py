@@ -68,8 +68,8 @@ from benchlib import (
 )
 
 from orchestrator import labels as wl
-from orchestrator.backend.base import SandboxSpec
 from orchestrator.backend.connect import connect
+from orchestrator.backend.contract import SandboxSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import Settings
 from orchestrator.runtime.caps import TaskManagerConfig

@@ -10,7 +10,7 @@ The CLI (`warden run`) and the MCP server (`warden mcp`) open their runs through
 same mapping (`open_run_from`), so a run opened here has the same policy, containers,
 broker, budgets, egress, audit and events.
 
-May import: `config`, `errors`, `exit_codes`, `agents`, `backend.base`, `egress`, `permissions`,
+May import: `config`, `errors`, `exit_codes`, `agents`, `backend.contract`, `egress`, `permissions`,
 `results`, `runtime`, `workspace`.
 """
 

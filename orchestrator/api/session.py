@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from orchestrator.backend.base import DiskLimits
+from orchestrator.backend.contract import DiskLimits
 from orchestrator.config import Settings
 from orchestrator.egress.limits import EgressLimits
 from orchestrator.errors import ConfigError, TaskRefusedError, WardenError

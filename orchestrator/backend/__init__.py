@@ -7,7 +7,7 @@ May import: `config`, `errors`, `labels`, `owner` (the owner labels every
 container carries).
 """
 
-from orchestrator.backend.base import (
+from orchestrator.backend.contract import (
     ContainerBackend,
     ContainerInfo,
     Mount,

@@ -61,7 +61,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.backend import exits
-from orchestrator.backend.base import (
+from orchestrator.backend.contract import (
     ContainerBackend,
     ContainerInfo,
     DiskLimits,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 from orchestrator import labels as wl
 from orchestrator.backend import classify, hardening
 from orchestrator.backend.attach import OutputReader
-from orchestrator.backend.base import (
+from orchestrator.backend.contract import (
     ContainerBackend,
     ContainerInfo,
     SandboxResult,

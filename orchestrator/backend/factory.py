@@ -15,7 +15,7 @@ from orchestrator.backend.disk import DiskGuardedBackend
 if TYPE_CHECKING:
     from docker import DockerClient
 
-    from orchestrator.backend.base import ContainerBackend
+    from orchestrator.backend.contract import ContainerBackend
     from orchestrator.config import Settings
 
 

@@ -17,14 +17,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from orchestrator import labels as wl
-from orchestrator.backend.base import (
+from orchestrator.backend.capture import OutputCapture
+from orchestrator.backend.contract import (
     ContainerBackend,
     ContainerInfo,
     SandboxResult,
     SandboxSpec,
     SandboxStatus,
 )
-from orchestrator.backend.capture import OutputCapture
 from orchestrator.errors import (
     ConfigError,
     ContainerStartError,

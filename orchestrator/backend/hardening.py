@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from docker.types import LogConfig, Ulimit
 
-from orchestrator.backend.base import SandboxSpec
+from orchestrator.backend.contract import SandboxSpec
 from orchestrator.backend.mounts import PinnedSources, check_confined
 from orchestrator.errors import ConfigError
 from sandbox_tools.wire import WORKSPACE

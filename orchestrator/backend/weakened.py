@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 from orchestrator.backend import exits
-from orchestrator.backend.base import DiskLimits
+from orchestrator.backend.contract import DiskLimits
 
 MOUNTS_NOT_PINNED = (
     "mount sources (the workspace's protected paths) are checked but not pinned, "

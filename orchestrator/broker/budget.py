@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.broker.images import images_in
+from orchestrator.broker.image_tokens import images_in
 from orchestrator.jsontypes import JSONValue
 
 BYTES_PER_TOKEN_ESTIMATE = 3

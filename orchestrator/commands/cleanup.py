@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from orchestrator.backend.base import ContainerBackend, ContainerInfo
+    from orchestrator.backend.contract import ContainerBackend, ContainerInfo
 
 
 @dataclass

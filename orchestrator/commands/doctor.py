@@ -84,7 +84,7 @@ def _engine_report(info: EngineInfo) -> dict[str, Any]:
 
 def _pool_report() -> dict[str, Any]:
     """The warm pool's sizing, as the settings (and their variables) give it."""
-    from orchestrator.backend.base import DEFAULT_MEMORY_BYTES
+    from orchestrator.backend.contract import DEFAULT_MEMORY_BYTES
     from orchestrator.config import Settings
 
     pool = Settings.from_env().pool_config()

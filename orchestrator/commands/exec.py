@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from docker import DockerClient
     from pydantic import ValidationError
 
-    from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec
+    from orchestrator.backend.contract import ContainerBackend, SandboxResult, SandboxSpec
     from orchestrator.config import Settings
     from orchestrator.images.buildbox import BuildEgress
     from orchestrator.images.choice import SandboxImage
@@ -111,7 +111,7 @@ class UserType(click.ParamType[str]):
     def convert(  # Any: click.ParamType.convert takes whatever was typed or defaulted
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> str:
-        from orchestrator.backend.base import parse_user
+        from orchestrator.backend.contract import parse_user
 
         try:
             uid, gid = parse_user(str(value))
@@ -265,8 +265,8 @@ def _run(
     egress_flags: EgressFlags | None = None,
 ) -> int:
     from orchestrator import labels
-    from orchestrator.backend.base import DiskLimits, ResourceLimits, SandboxSpec
     from orchestrator.backend.connect import connect
+    from orchestrator.backend.contract import DiskLimits, ResourceLimits, SandboxSpec
     from orchestrator.backend.factory import make_backend
     from orchestrator.backend.weakened import weakened_guards
     from orchestrator.config import Settings

@@ -26,7 +26,7 @@ from orchestrator.exit_codes import Outcome
 from orchestrator.results.report import RunOutputs, RunState
 
 if TYPE_CHECKING:
-    from orchestrator.backend.base import DiskLimits
+    from orchestrator.backend.contract import DiskLimits
     from orchestrator.config import Settings
     from orchestrator.egress.setup import EgressRequest
     from orchestrator.permissions.approvers import Approver
@@ -230,7 +230,7 @@ def run(
     the policy marks "ask" waits for you on a terminal, and is denied when no one
     can answer (CI=true, no TTY). Ctrl-C, SIGTERM and SIGHUP stop every subagent the
     run started and record the run as stopped (exit 130, 143, 129)."""
-    from orchestrator.backend.base import DiskLimits
+    from orchestrator.backend.contract import DiskLimits
     from orchestrator.config import Settings
     from orchestrator.egress.setup import EgressRequest
     from orchestrator.permissions.rules import split_tool_rules

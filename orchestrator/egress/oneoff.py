@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.backend.base import Mount, SandboxSpec, parse_user
+from orchestrator.backend.contract import Mount, SandboxSpec, parse_user
 from orchestrator.broker.listener import SandboxIdentity, groups_for, make_socket_dir
 from orchestrator.config import Settings
 from orchestrator.egress.background import BackgroundEgress, OneOffTask

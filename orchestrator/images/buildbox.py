@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from orchestrator.backend.base import (
+from orchestrator.backend.contract import (
     BUILD_DEADLINE_VARIABLE,
     BUILD_MEMORY_VARIABLE,
     BUILD_PIDS_VARIABLE,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.backend.base import Mount
+from orchestrator.backend.contract import Mount
 from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from orchestrator import __version__
-from orchestrator.backend.base import BuildLimits
+from orchestrator.backend.contract import BuildLimits
 from orchestrator.errors import ConfigError, ImageBuildError
 from orchestrator.images.base_image import image_id
 from orchestrator.images.buildbox import BuildBox, BuildEgress, BuildLimitError

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.backend.base import Mount
+from orchestrator.backend.contract import Mount
 from orchestrator.errors import ImageBuildError
 from orchestrator.labels import warden_labels
 

@@ -21,7 +21,7 @@ from orchestrator.errors import StoreError
 from orchestrator.lifecycle import socket_dirs
 
 if TYPE_CHECKING:
-    from orchestrator.backend.base import ContainerBackend
+    from orchestrator.backend.contract import ContainerBackend
     from orchestrator.config import Settings
     from orchestrator.store import Store
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.backend.base import DiskLimits, ResourceLimits
+from orchestrator.backend.contract import DiskLimits, ResourceLimits
 from orchestrator.jsontypes import JSONObject
 from orchestrator.store.records import clip_text
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
-from orchestrator.backend.base import DiskLimits
+from orchestrator.backend.contract import DiskLimits
 from orchestrator.config import DEFAULT_FALLBACK_UID, PoolConfig
 from orchestrator.errors import WardenError
 from sandbox_tools import wire

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator import labels
-from orchestrator.backend.base import DiskLimits, Mount, ResourceLimits, SandboxSpec
+from orchestrator.backend.contract import DiskLimits, Mount, ResourceLimits, SandboxSpec
 from orchestrator.broker import SandboxIdentity, groups_for, holds_group, make_socket_dir
 from orchestrator.errors import WardenError
 from orchestrator.images.sealing import sealed_program
@@ -45,7 +45,7 @@ from orchestrator.permissions.hooks import SandboxedHookRun
 from sandbox_tools.wire import WORKSPACE
 
 if TYPE_CHECKING:
-    from orchestrator.backend.base import ContainerBackend
+    from orchestrator.backend.contract import ContainerBackend
     from orchestrator.workspace import WorkspaceGuard
 
 log = logging.getLogger(__name__)

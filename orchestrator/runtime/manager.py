@@ -23,7 +23,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
-from orchestrator.backend.base import ContainerBackend, SandboxResult, SandboxSpec, SandboxStatus
+from orchestrator.backend.contract import (
+    ContainerBackend,
+    SandboxResult,
+    SandboxSpec,
+    SandboxStatus,
+)
 from orchestrator.backend.weakened import weakened_guards
 from orchestrator.broker import (
     Broker,

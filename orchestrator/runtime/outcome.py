@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.backend.base import SandboxResult, SandboxStatus
+from orchestrator.backend.contract import SandboxResult, SandboxStatus
 from orchestrator.broker import Budget
 from orchestrator.runtime.model_errors import from_upstream
 from orchestrator.runtime.tasks import TaskContext, TaskResult, TaskStatus

@@ -38,7 +38,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.backend.base import ResourceLimits, SandboxSpec
+from orchestrator.backend.contract import ResourceLimits, SandboxSpec
 from orchestrator.broker import holds_group
 from orchestrator.config import PoolConfig
 from orchestrator.errors import WardenError

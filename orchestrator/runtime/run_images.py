@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator import owner
-from orchestrator.backend.base import BuildLimits
+from orchestrator.backend.contract import BuildLimits
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
 from orchestrator.images.choice import SandboxImage, SandboxImages

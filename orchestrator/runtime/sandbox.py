@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator import labels
-from orchestrator.backend.base import DiskLimits, Mount, ResourceLimits, SandboxSpec, parse_user
+from orchestrator.backend.contract import DiskLimits, Mount, ResourceLimits, SandboxSpec, parse_user
 from orchestrator.broker import SandboxIdentity, groups_for
 from orchestrator.images.choice import WARDEN_RUNNER
 from orchestrator.runtime.pool import WARM_WAIT_S, PoolKey

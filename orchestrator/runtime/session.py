@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
     from orchestrator.agents.registry import AgentRegistry
-    from orchestrator.backend.base import ContainerBackend
+    from orchestrator.backend.contract import ContainerBackend
     from orchestrator.permissions.approvers import Approver
     from orchestrator.store import Store
     from orchestrator.tracing.spans import RunTracer

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.backend.base import Mount
+from orchestrator.backend.contract import Mount
 from orchestrator.backend.mounts import check_confined
 from orchestrator.errors import ConfigError, UnsafeMountError
 from sandbox_tools.wire import WORKSPACE

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator import labels as wl
-from orchestrator.backend.base import Mount, ResourceLimits, SandboxSpec
+from orchestrator.backend.contract import Mount, ResourceLimits, SandboxSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import Settings
 from orchestrator.errors import WardenError

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from orchestrator import labels as wl
-from orchestrator.backend.base import ContainerBackend, SandboxSpec, SandboxStatus
+from orchestrator.backend.contract import ContainerBackend, SandboxSpec, SandboxStatus
 from orchestrator.backend.fake import FakeBackend
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError, ImageNotFoundError
@@ -171,7 +171,7 @@ def test_extra_mounts_honour_read_only(
     docker_client: DockerClient, settings: Settings, no_leftovers: dict[str, str],
     sandbox_image: str, workspace: Path, test_session: str, tmp_path: Path,
 ) -> None:  # fmt: skip
-    from orchestrator.backend.base import Mount
+    from orchestrator.backend.contract import Mount
     from orchestrator.backend.docker import DockerBackend
 
     shared = tmp_path / "shared"

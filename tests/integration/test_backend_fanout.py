@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from orchestrator import labels as wl
-from orchestrator.backend.base import SandboxResult, SandboxSpec, SandboxStatus
 from orchestrator.backend.connect import connect, pool_size
+from orchestrator.backend.contract import SandboxResult, SandboxSpec, SandboxStatus
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import Settings
 from tests.integration.sandbox_fixtures import (  # noqa: F401

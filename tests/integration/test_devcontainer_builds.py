@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backend.base import BuildLimits
+from orchestrator.backend.contract import BuildLimits
 from orchestrator.config import Settings
 from orchestrator.images.buildbox import BuildLimitError
 from tests.integration.harness import scripted_run

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.backend.base import DiskLimits
+from orchestrator.backend.contract import DiskLimits
 from orchestrator.config import Settings
 from orchestrator.runtime.caps import TaskManagerConfig
 from orchestrator.runtime.tasks import TaskInput, TaskStatus

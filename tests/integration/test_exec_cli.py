@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from orchestrator import labels as wl
-from orchestrator.backend.base import SandboxSpec
+from orchestrator.backend.contract import SandboxSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import Settings
 from tests.conftest import warden_argv, warden_env

@@ -224,8 +224,8 @@ async def test_a_hook_sandboxs_socket_serves_only_that_sandbox(
     import dataclasses
 
     from orchestrator import labels
-    from orchestrator.backend.base import Mount, SandboxSpec
     from orchestrator.backend.connect import connect
+    from orchestrator.backend.contract import Mount, SandboxSpec
     from orchestrator.backend.factory import make_backend
     from orchestrator.images import resolve_image
     from orchestrator.runtime.caps import TaskManagerConfig

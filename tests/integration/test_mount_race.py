@@ -15,7 +15,7 @@ import pytest
 from docker import DockerClient
 
 from orchestrator import labels as wl
-from orchestrator.backend.base import Mount, SandboxSpec
+from orchestrator.backend.contract import Mount, SandboxSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.backend.mounts import PIN_ROOT
 from orchestrator.config import Settings

@@ -194,7 +194,7 @@ the run mounted (`/n/<i>`), and the holder's socket directory (`/d`)."""
 
 def neighbour_sees(run: Any, sockets: list[Path], image: str) -> dict[str, str]:
     from orchestrator import labels
-    from orchestrator.backend.base import Mount, SandboxSpec
+    from orchestrator.backend.contract import Mount, SandboxSpec
 
     identity = run.manager.identity
     spec = SandboxSpec(

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator.backend import disk
-from orchestrator.backend.base import DiskLimits, SandboxSpec, SandboxStatus
+from orchestrator.backend.contract import DiskLimits, SandboxSpec, SandboxStatus
 from orchestrator.backend.disk import DiskGuardedBackend, DiskWatch, ProcessTreeMeter
 from orchestrator.backend.fake import FakeBackend, FakeOutcome
 from orchestrator.commands.exec import EXIT_DISK_LIMIT, exit_status

@@ -18,7 +18,7 @@ import requests
 from docker.errors import APIError
 
 from orchestrator import labels as wl
-from orchestrator.backend.base import SandboxSpec, SandboxStatus
+from orchestrator.backend.contract import SandboxSpec, SandboxStatus
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import DEFAULT_FALLBACK_UID, Settings
 from orchestrator.errors import (
@@ -353,7 +353,7 @@ def test_removed_before_the_wait_is_removed(backend: DockerBackend, api: StubAPI
 
 
 def test_mount_paths_are_checked(backend: DockerBackend, tmp_path: Path) -> None:
-    from orchestrator.backend.base import Mount
+    from orchestrator.backend.contract import Mount
 
     for source, target in ((tmp_path, "relative"), (tmp_path / "a:b", "/x"), (tmp_path, "/x:y")):
         with pytest.raises(ConfigError, match="absolute"):

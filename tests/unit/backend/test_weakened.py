@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.backend import exits, weakened
-from orchestrator.backend.base import DiskLimits
+from orchestrator.backend.contract import DiskLimits
 
 
 @pytest.fixture

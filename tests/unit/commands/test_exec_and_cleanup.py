@@ -14,7 +14,7 @@ import click
 import pytest
 
 from orchestrator import labels as wl
-from orchestrator.backend.base import SandboxResult, SandboxSpec, SandboxStatus
+from orchestrator.backend.contract import SandboxResult, SandboxSpec, SandboxStatus
 from orchestrator.backend.fake import FakeBackend, FakeOutcome
 from orchestrator.commands.cleanup import remove_orphans
 from orchestrator.commands.exec import Interrupted, SizeType, exit_status, run_interruptible

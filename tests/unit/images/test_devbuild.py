@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backend.base import BuildLimits
+from orchestrator.backend.contract import BuildLimits
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError, ImageBuildError
 from orchestrator.images.buildbox import BuildBox

@@ -19,7 +19,7 @@ import pytest
 
 from orchestrator import labels as wl
 from orchestrator import owner
-from orchestrator.backend.base import SandboxSpec
+from orchestrator.backend.contract import SandboxSpec
 from orchestrator.backend.fake import FakeBackend
 from orchestrator.errors import StoreError
 from orchestrator.lifecycle.recovery import reap_dead, recover

@@ -31,7 +31,7 @@ import pytest
 
 from orchestrator.agents.definition import AgentDefinition
 from orchestrator.agents.registry import AgentRegistry
-from orchestrator.backend.base import SandboxResult, SandboxSpec, SandboxStatus
+from orchestrator.backend.contract import SandboxResult, SandboxSpec, SandboxStatus
 from orchestrator.backend.fake import FakeBackend, FakeOutcome
 from orchestrator.broker import Upstream
 from orchestrator.config import Settings

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from orchestrator import labels
-from orchestrator.backend.base import ResourceLimits, SandboxSpec
+from orchestrator.backend.contract import ResourceLimits, SandboxSpec
 from orchestrator.backend.fake import FakeBackend
 from orchestrator.config import PoolConfig, Settings
 from orchestrator.runtime.pool import PoolKey, WarmPool

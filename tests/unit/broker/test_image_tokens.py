@@ -11,7 +11,7 @@ import zlib
 import pytest
 
 from orchestrator.broker.budget import BYTES_PER_TOKEN_ESTIMATE, estimate_input_tokens
-from orchestrator.broker.images import (
+from orchestrator.broker.image_tokens import (
     MAX_IMAGE_TOKENS,
     image_size,
     image_tokens,

@@ -1,4 +1,5 @@
-"""The one plug-in point for where sandbox containers run.
+"""The one plug-in point for where sandbox containers run: the contract every
+backend implements (`ContainerBackend`) and the values that cross it.
 
 A backend turns a `SandboxSpec` into a running, hardened container and reports
 a typed `SandboxResult`. Docker (`docker.py`) is the default; `fake.py` is an
