@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 __version__ = "0.1.0"
 
 _gc_state = threading.Lock()
 _background = 0
-"""Imports running in background threads (`background_imports`)."""
+"""Imports running in background threads (`background_import`)."""
 _gc_wanted = False
 """`start_up_done` was called while some of them still ran."""
 
@@ -24,7 +23,7 @@ def start_up_done() -> None:
     again, over a third of `import anthropic` here (1.36 s of CPU, 0.86 s without).
     `gc.freeze()` moves what is alive now into the permanent generation, so later
     collections skip it. While an import still runs in the background
-    (`background_imports`: the model SDK's), this happens when the last one ends.
+    (`background_import`: the model SDK's), this happens when the last one ends.
     Nothing happens when the collector is on (tests, the library API): there it was
     never turned off.
     """
@@ -36,15 +35,20 @@ def start_up_done() -> None:
     _resume_gc()
 
 
-@contextmanager
-def background_imports() -> Iterator[None]:
-    """Marks imports running in a background thread: `start_up_done` waits for them."""
-    global _background, _gc_wanted
+def background_import() -> Callable[[], None]:
+    """Count an import that is about to run in a background thread: `start_up_done`
+    waits for it. Call this before starting the thread (so a `start_up_done` right
+    after cannot miss it), and the function it returns, once, when the import ends."""
+    global _background
     with _gc_state:
         _background += 1
-    try:
-        yield
-    finally:
+    ended = threading.Event()
+
+    def end() -> None:
+        global _background, _gc_wanted
+        if ended.is_set():
+            return
+        ended.set()
         with _gc_state:
             _background -= 1
             resume = _background == 0 and _gc_wanted
@@ -52,6 +56,8 @@ def background_imports() -> Iterator[None]:
                 _gc_wanted = False
         if resume:
             _resume_gc()
+
+    return end
 
 
 def _resume_gc() -> None:

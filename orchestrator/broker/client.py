@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from orchestrator import background_imports
+from orchestrator import background_import
 from orchestrator.broker.model_calls import Attempt
 from orchestrator.errors import WardenError
 from orchestrator.jsontypes import JSONValue
@@ -44,22 +44,24 @@ def import_in_background() -> Future[None]:
     with _started:
         if _imported is None:
             _imported = Future()
+            ended = background_import()  # counted now: the collector waits for it
             threading.Thread(
-                target=_import_sdk, args=(_imported,), name="warden-model-sdk", daemon=True
+                target=_import_sdk, args=(_imported, ended), name="warden-model-sdk", daemon=True
             ).start()
         return _imported
 
 
-def _import_sdk(done: Future[None]) -> None:
+def _import_sdk(done: Future[None], ended: Callable[[], None]) -> None:
     try:
-        with background_imports():
-            import anthropic  # noqa: F401  # the bulk, first: it needs nothing of warden's
+        import anthropic  # noqa: F401  # the bulk, first: it needs nothing of warden's
 
-            import orchestrator.broker.upstream  # noqa: F401
+        import orchestrator.broker.upstream  # noqa: F401
     except Exception as exc:
         done.set_exception(exc)
     else:
         done.set_result(None)
+    finally:
+        ended()
 
 
 class PendingClient:

@@ -5,7 +5,6 @@ off during start-up, comes back on only once that import is over."""
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from orchestrator import background_imports, start_up_done
+from orchestrator import background_import, start_up_done
 from orchestrator.broker import PendingClient, Upstream
 from orchestrator.broker.client import ModelClientClosed
 from orchestrator.broker.upstream import forward_messages
@@ -103,21 +102,16 @@ async def test_a_client_closed_before_it_was_built_is_never_left_open(
     assert client.is_closed()
 
 
-async def test_the_collector_comes_back_after_the_background_imports() -> None:
+def test_the_collector_comes_back_after_the_background_imports() -> None:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        imported = asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def importing() -> None:
-            with background_imports():
-                start_up_done()  # the command's own imports are over...
-                assert not gc.isenabled()  # ...but this one is not
-            loop.call_soon_threadsafe(imported.set)
-
-        await asyncio.to_thread(importing)
-        await imported.wait()
+        ended = background_import()  # counted before its thread runs
+        start_up_done()  # the command's own imports are over...
+        assert not gc.isenabled()  # ...but the background one is not
+        ended()
+        assert gc.isenabled()
+        ended()  # a second call changes nothing
         assert gc.isenabled()
     finally:
         gc.unfreeze()
