@@ -8,7 +8,9 @@ Nothing here resolves a real name or leaves 127.0.0.0/8: tests point test domain
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
+import functools
 import hashlib
 import http.server
 import io
@@ -22,6 +24,13 @@ from pathlib import Path
 from typing import ClassVar
 
 BIG_CHUNK = b"x" * (64 * 1024)
+
+
+@functools.cache
+def pattern(n: int) -> bytes:
+    """`n` bytes that never repeat a block (a lost, doubled or reordered chunk shows);
+    the same function in a sandbox: `hashlib.shake_256(b"warden relay").digest(n)`."""
+    return hashlib.shake_256(b"warden relay").digest(n)
 
 
 @dataclass
@@ -142,6 +151,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path.startswith("/bytes/"):
             self._stream(int(path.rsplit("/", 1)[1]))
+            return
+        if path.startswith("/pattern/"):
+            body = pattern(int(path.rsplit("/", 1)[1]))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):  # a byte cap may cut the connection
+                self.wfile.write(body)
             return
         if path.startswith("/simple/"):
             self._index(path)

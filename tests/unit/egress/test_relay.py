@@ -14,14 +14,10 @@ from contextlib import contextmanager
 
 from orchestrator.egress.limits import EgressLimits, Meter
 from orchestrator.egress.relay import KernelRelay, RelayEnd
+from tests.egress_support import pattern
 
 WAIT_S = 60.0
 """Generous: these sockets block, and the machine may be loaded."""
-
-
-def pattern(n: int) -> bytes:
-    """`n` bytes that never repeat a block, so a lost or reordered chunk shows."""
-    return hashlib.shake_256(b"warden relay").digest(n)
 
 
 def pair() -> tuple[socket.socket, socket.socket]:
