@@ -314,7 +314,7 @@ def print_tools(
         print(f" command `{cmd}`:")
         show("host subprocess.run(['bash','-c',CMD])", s["host"])
         show("warden Bash call, full cycle (permission+events+run)", s["cycle"])
-        show("   tool_started -> tool_finished (run + one event)", s["run"])
+        show("   tool_started -> tool_finished, host receipt (one batch if quick)", s["run"])
         show("   run_tool('Bash') inside a hardened sandbox", s["sandbox_tool"])
         show("   subprocess.run inside the same sandbox", s["sandbox_sub"])
         ratio = median(s["cycle"]) / median(s["host"])

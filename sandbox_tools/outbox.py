@@ -9,6 +9,12 @@ they happened. `flush` waits until everything queued has been sent; the runner
 calls it before the result is posted and before it exits, on every path, so
 nothing queued is lost while the broker is there to take it.
 
+A tool's start may be held back a little (`event(..., hold_s=...)`): if the tool ends
+within the hold, its start and end go as one batch, so a quick tool costs the host
+one request instead of two and the sender does not compete with the tool's own
+start-up; a slow tool's start is sent when the hold ends. Anything not held, a
+checkpoint, `flush` and `close` send what is queued at once.
+
 A refusal (the broker's flood limits, say) is logged and the sender goes on:
 progress is best effort, as it was when it was sent in line. The thread sleeps
 on a condition variable while the queue is empty: an idle runner uses no CPU.
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
@@ -51,11 +58,16 @@ class Outbox:
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
+        self._flushing = 0
+        self._release_at: float | None = None
+        """Monotonic time the queue's held documents go; None: what is queued goes now."""
         self._thread = threading.Thread(target=self._run, name="warden-outbox", daemon=True)
         self._thread.start()
 
-    def event(self, event: wire.EventRequest) -> None:
-        self._put(_Queued(event=event))
+    def event(self, event: wire.EventRequest, *, hold_s: float = 0.0) -> None:
+        """Queue an event; `hold_s`: it may wait that long for the next document, to go
+        with it in one batch (anything queued without a hold sends both at once)."""
+        self._put(_Queued(event=event), hold_s)
 
     def checkpoint(self, checkpoint: wire.TranscriptCheckpoint) -> None:
         """Queue a checkpoint; the message list is copied, so later turns do not
@@ -68,17 +80,27 @@ class Outbox:
             )
         )
 
-    def _put(self, queued: _Queued) -> None:
+    def _put(self, queued: _Queued, hold_s: float = 0.0) -> None:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the outbox is closed")
+            if hold_s <= 0:
+                self._release_at = None
+            elif not self._queue:  # else: it goes when what is already queued goes
+                self._release_at = time.monotonic() + hold_s
             self._queue.append(queued)
             self._cond.notify_all()
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Wait until everything queued so far is sent (or refused); False on timeout."""
+        """Wait until everything queued so far is sent (or refused), held documents
+        included; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout_s)
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout_s)
+            finally:
+                self._flushing -= 1
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush, stop the sender thread and close its connection."""
@@ -91,10 +113,20 @@ class Outbox:
     def _next(self) -> list[_Queued] | None:
         """The next thing to send: one checkpoint, or a batch of consecutive events."""
         with self._cond:
-            while not self._queue and not self._closed:
-                self._cond.wait()
-            if not self._queue:
-                return None
+            while True:
+                if not self._queue:
+                    if self._closed:
+                        return None
+                    self._cond.wait()
+                    continue
+                release_at = self._release_at
+                if release_at is None or self._flushing or self._closed:
+                    break
+                wait_s = release_at - time.monotonic()
+                if wait_s <= 0:
+                    break
+                self._cond.wait(wait_s)
+            self._release_at = None
             self._busy = True
             first = self._queue.popleft()
             taken = [first]

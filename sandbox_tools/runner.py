@@ -51,6 +51,11 @@ EXIT_BROKER = 2
 OUTBOX_FLUSH_ON_CRASH_S = 30.0
 """How long a failing runner waits for its queued events and checkpoints to go."""
 
+TOOL_STARTED_HOLD_S = 0.05
+"""A tool's `tool_started` waits this long for its `tool_finished`, so a quick tool's
+progress is one request to the host, sent after the tool has run (`Outbox`); a
+longer tool is shown as started this much later."""
+
 
 def final_text(content: list[JSONObject]) -> str:
     """Concatenated text blocks of one assistant message."""
@@ -256,7 +261,8 @@ class AgentLoop:
             )
         tool_input = decision.updated_input if decision.updated_input is not None else raw_input
         self.outbox.event(
-            wire.event_request("tool_started", name, tool_use_id, describe(name, tool_input))
+            wire.event_request("tool_started", name, tool_use_id, describe(name, tool_input)),
+            hold_s=TOOL_STARTED_HOLD_S,
         )
         if name in wire.DELEGATION_TOOL_NAMES:
             output = self.delegate(tool_use_id, tool_input)
