@@ -3,7 +3,7 @@
 Every hook the person has not trusted runs in a hook sandbox from the run's warm
 pool (`orchestrator.permissions.hook_sandbox`). This bench builds that pool as
 `open_run` does (real engine, agent image, the run's workspace guard and
-identity) and times `PermissionEngine.decide` for one Bash call, in one
+identity) and times `PermissionEngine.evaluate` for one Bash call, in one
 interleaved loop, three ways:
 
 - no hook (the rules alone: the baseline);

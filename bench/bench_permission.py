@@ -15,7 +15,7 @@ with `runner_command=("python3", "/workspace/probe.py", ...)`), a probe times:
 
 The three are interleaved (rotating order) in one loop; the probe posts its
 timings as its result text (`/v1/result`). On the host side the bench then
-times `PolicyGate.decide` alone (engine + audit write) and the engine's
+times `PolicyGate.answer_tool_call` alone (engine + audit write) and the engine's
 decision alone, for the breakdown.
 Targets (issue 27): permission median <= 1 ms and <= 1.5x the bare round trip, with
 the audit record durable before the answer.
@@ -107,7 +107,7 @@ typed.result(wire.result_request("completed", json.dumps(out)))
 
 
 async def host_gate_timing(run: Any, task_id: str, count: int) -> list[float]:
-    """PolicyGate.decide alone (engine + audit), as the broker awaits it."""
+    """PolicyGate.answer_tool_call alone (engine + audit), as the broker awaits it."""
     ctx = run.manager.tasks[task_id]
     request = wire_models.PermissionRequest(
         tool_use_id="toolu_host", tool_name="Bash", tool_input={"command": "echo hello"}
@@ -281,7 +281,7 @@ async def main_async(args: argparse.Namespace) -> None:
         ("POST /v1/permission (rule-only decision, raw http.client)", "permission"),
         ("GET /v1/spec, same socket and client (bare; no decision)", "bare"),
         ("BrokerClient.permission (the runner's client)", "typed"),
-        ("host only: PolicyGate.decide (engine + audit write)", "gate"),
+        ("host only: PolicyGate.answer_tool_call (engine + audit write)", "gate"),
         ("host only: permission engine decision (no audit)", "engine"),
     ]
     for label, key in rows:
@@ -307,7 +307,7 @@ async def main_async(args: argparse.Namespace) -> None:
     gate, engine = median(samples["gate"]), median(samples["engine"])
     print(
         f"  permission costs {(perm - bare) * 1000:.2f} ms more than bare at the median; "
-        f"PolicyGate.decide is {gate * 1000:.2f} ms of it ({engine * 1000:.2f} ms engine, the "
+        f"PolicyGate.answer_tool_call is {gate * 1000:.2f} ms of it ({engine * 1000:.2f} ms engine, the "
         "rest mostly the audit write); the remainder is parsing and validating the request, "
         "the size check and the answer's JSON"
     )
