@@ -37,8 +37,9 @@ class OneOffTask:
         return self.agent
 
 
-class _Recorder:
-    """An `EventSink` that collects `egress_denied` / `egress_summary` events in memory."""
+class EventRecorder:
+    """An `EventSink` that collects `egress_denied` / `egress_summary` events in memory
+    (a one-off command has no run to record them in)."""
 
     run_id = ""
     failure: StoreError | None = None
@@ -59,10 +60,11 @@ class _Recorder:
 class BackgroundEgress:
     """`service.open` on a private loop thread; `close()` stops it and returns the summary."""
 
-    def __init__(self, service: EgressService, task: OneOffTask, socket_dir: Path) -> None:
-        self.recorder = _Recorder()
-        if service.events is None:
-            service.events = self.recorder
+    def __init__(
+        self, service: EgressService, task: OneOffTask, socket_dir: Path, recorder: EventRecorder
+    ) -> None:
+        """`recorder`: the events `service` was built with (`close`, `denials` read them)."""
+        self.recorder = recorder
         self.service = service
         self.task = task
         self.socket_dir = socket_dir

@@ -20,7 +20,7 @@ from pathlib import Path
 from orchestrator.backend.contract import Mount, SandboxSpec, parse_user
 from orchestrator.broker.listener import SandboxIdentity, groups_for, make_socket_dir
 from orchestrator.config import Settings
-from orchestrator.egress.background import BackgroundEgress, OneOffTask
+from orchestrator.egress.background import BackgroundEgress, EventRecorder, OneOffTask
 from orchestrator.egress.flags import EgressFlags
 from orchestrator.egress.limits import EgressLimits
 from orchestrator.egress.resolver import Resolver
@@ -118,15 +118,17 @@ def start_oneoff_egress(
 ) -> ExecEgress:
     """A proxy with `rules` and no one to ask (what is not allowed is refused), for
     one command or one image build running as `identity`."""
+    recorder = EventRecorder()
     service = EgressService(
         rules=rules,
         mode="dontAsk",
         limits=limits,
         resolver=resolver or Resolver(),
+        events=recorder,
         sandbox_uid=identity.uid,
     )
     socket_dir = make_socket_dir(identity, socket_root)
-    background = BackgroundEgress(service, OneOffTask(task_id=task_id), socket_dir)
+    background = BackgroundEgress(service, OneOffTask(task_id=task_id), socket_dir, recorder)
     try:
         background.start()
     except BaseException:
