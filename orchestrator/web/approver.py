@@ -23,7 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.jsontypes import JSONObject
-from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
+from orchestrator.permissions.approvers import AnswerScope, ApprovalAnswer, ApprovalQuestion
 from orchestrator.ui.question_text import render_full_input, render_question
 from orchestrator.untrusted_text import as_data
 from orchestrator.web.live import Changes
@@ -43,7 +43,8 @@ ANSWERED_KEPT = 256
 CHANNEL = "web"
 """How the audit names this channel: `web:NAME`."""
 
-Choice = Literal["once", "session", "always", "deny"]
+Choice = Literal[AnswerScope, "deny"]
+"""What the page's buttons say: an allow's scope (`AnswerScope`), or deny."""
 
 
 class AlreadyAnsweredError(LookupError):
