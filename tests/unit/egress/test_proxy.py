@@ -157,6 +157,22 @@ async def test_refusals_are_403_with_a_reason(
 
 
 @pytest.mark.parametrize("proxied", [ALLOW], indirect=True)
+async def test_an_allowed_host_that_refuses_the_connection_is_502_with_a_reason(
+    proxied: Proxied,
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        closed_port = probe.getsockname()[1]  # nothing listens there once closed
+    status, body, header = await asyncio.to_thread(
+        fetch, proxied.port, f"http://allowed.test:{closed_port}/hello"
+    )
+    assert status == 502
+    expected = f"could not connect to allowed.test:{closed_port} (Connection refused)"
+    assert expected in body and expected in header
+    status, _, _ = await asyncio.to_thread(fetch, proxied.port, "http://allowed.test:1/hello")
+    assert status == 502  # and the proxy goes on serving
+
+
+@pytest.mark.parametrize("proxied", [ALLOW], indirect=True)
 async def test_sni_differing_from_connect_host_is_refused(
     proxied: Proxied, servers: tuple[int, int], ca: LocalCA
 ) -> None:
