@@ -118,12 +118,15 @@ class TerminalApprover:
     async def _read(self, prompter: Prompter, label: Text) -> str | None:
         """Ask `label`, return the line typed ('' at end of input; None: the display
         failed)."""
+        # The cut-off for what a withdrawn prompt's typing may answer is set before
+        # this one is drawn: a person who answers the moment it appears (a key read
+        # between the drawing and the cut-off) is not taken for typing meant for it.
+        self._lines.prompt_shown()
         try:
             prompter.ask(label)
         except Exception as exc:
             log.error("the approval prompt could not be shown: %r", exc)
             return None
-        self._lines.prompt_shown()
         line = await self._lines.readline()
         prompter.answered(label, line)
         return line

@@ -6,6 +6,7 @@ says how many more wait, and every answer is echoed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
@@ -133,3 +134,50 @@ def test_the_live_display_is_a_tree_with_background_marker_and_denials() -> None
     started = Event(kind="task_started", run_id="r", task_id="sa_c", parent_id="sa_p",
                     agent_type="bash", data={"description": "inner", "background": True})  # fmt: skip
     assert "started (background, under sa_p): inner" in (lines_mode._line(started) or "")
+
+
+async def test_an_answer_typed_the_moment_the_next_prompt_appears_counts() -> None:
+    """After a prompt is withdrawn (answered elsewhere), typing meant for it answers
+    nothing; but a key the person presses as soon as the next prompt is drawn is for
+    that prompt, even when it is read before the prompt has finished setting up."""
+    import io
+    import os
+    import threading
+    import time
+
+    from orchestrator.ui.approval_prompt import TerminalApprover
+
+    read_fd, write_fd = os.pipe()
+
+    class Screen(io.StringIO):
+        armed = False
+
+        def write(self, s: str) -> int:
+            written = super().write(s)
+            if self.armed and "llow once" in s:
+                self.armed = False
+                os.write(write_fd, b"a\n")  # the person answers at once...
+                time.sleep(0.3)  # ...and the key is read while the prompt is drawn
+            return written
+
+    screen = Screen()
+    typed = os.fdopen(read_fd, "r")
+    try:
+        approver = TerminalApprover(stdin=typed, stdout=screen, user="alice")
+        first = asyncio.create_task(approver.approve(_question("sa_one")))
+        while "llow once" not in screen.getvalue():
+            await asyncio.sleep(0.01)
+        first.cancel()  # answered on another channel
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        screen.armed = True
+        second = asyncio.create_task(approver.approve(_question("sa_two")))
+        done, _ = await asyncio.wait({second}, timeout=10)
+        assert done, "the answer typed at once was dropped as meant for the withdrawn prompt"
+    finally:
+        os.close(write_fd)  # end of input: the reader thread ends, and any prompt with it
+        for thread in threading.enumerate():
+            if thread.name == "warden-prompt-input":
+                await asyncio.to_thread(thread.join, 10)
+        typed.close()
+    assert (second.result().behavior, second.result().person) == ("allow", "alice")
