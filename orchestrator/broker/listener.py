@@ -149,6 +149,12 @@ def make_socket_dir(identity: SandboxIdentity, root: Path) -> Path:
     return path
 
 
+def _close_accepted(accepting: asyncio.Future[tuple[socket.socket, object]]) -> None:
+    """Close what an abandoned accept accepted after all, if anything."""
+    if not accepting.cancelled() and accepting.exception() is None:
+        accepting.result()[0].close()
+
+
 def sandbox_group(socket_dir: Path) -> int | None:
     """The gid of `socket_dir`'s own sandbox (None for a directory not made by
     `make_socket_dir`)."""
@@ -306,8 +312,15 @@ class Listener:
         assert self._sock is not None
         loop = asyncio.get_running_loop()
         while True:
+            accepting = asyncio.ensure_future(loop.sock_accept(self._sock))
             try:
-                conn, _ = await loop.sock_accept(self._sock)
+                conn, _ = await asyncio.shield(accepting)
+            except asyncio.CancelledError:
+                # Closing: a connection accepted just as this task was cancelled would
+                # be dropped unclosed (its descriptor leaked): close it instead.
+                accepting.cancel()
+                accepting.add_done_callback(_close_accepted)
+                raise
             except OSError as exc:
                 if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     raise
