@@ -222,7 +222,9 @@ def test_a_person_answers_queued_nested_questions_on_a_terminal(
     denied = r"warden: denied: Bash for sa_\w+ \(bash\): not that one( \(\d more waiting\))?"
     assert any(re.fullmatch(denied, e) for e in echoes), echoes
     # The first answer was given with two more questions queued: its echo says so.
-    assert any(e.endswith(" (2 more waiting)") for e in echoes), echoes
+    # (Two, or one when the third question's event was written before it reached the
+    # terminal's queue: the person waits on the events, the count is the queue's.)
+    assert any(re.search(r" \([12] more waiting\)$", e) for e in echoes), echoes
     assert any("allowed this exact input for the rest of this run: Bash" in e for e in echoes)
 
     # "Always allow": the exact rule and its file, shown and confirmed before writing.
