@@ -34,20 +34,13 @@ from tests.integration.harness import (
     task,
     text,
     tool,
+    until,
 )
 
 pytestmark = pytest.mark.integration
 
-WAIT_STEP_S = 0.05
 STOP_GRACE_S = 8.0
 """Under the engine's default 10 s stop timeout: a kill ends containers well before."""
-
-
-async def wait_until(predicate: Any, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(WAIT_STEP_S)
 
 
 def parent_turns(n: int) -> list[list[dict[str, Any]]]:
@@ -134,7 +127,7 @@ async def test_task_stop_kills_the_task_and_its_descendants_within_a_second(
         ctx = await run.manager.start_background(
             TaskInput(description="d", prompt="DELEGATOR", subagent_type="general-purpose")
         )
-        await wait_until(lambda: (workspace / "sleeper.txt").exists())
+        await until((workspace / "sleeper.txt").exists, 60, "the sleeper's start")
         containers = [c.container_id for c in run.manager.tasks.values()]
         assert len(containers) == 2 and all(containers)
         began = time.monotonic()
@@ -151,7 +144,7 @@ async def test_task_stop_kills_the_task_and_its_descendants_within_a_second(
                     pass
             return True
 
-        await wait_until(all_dead, timeout_s=30)
+        await until(all_dead, 30, "both containers killed")
         killed_after = time.monotonic() - began
         result = await run.manager.wait_for(ctx.task_id, 30)
         statuses = {c.agent_type: c.status for c in run.manager.tasks.values()}
