@@ -252,6 +252,7 @@ class DiskWatch:
         poll_s: float = POLL_S,
         name: str = "",
         find_meter: Callable[[], Meter | None] | None = None,
+        records: exits.ExitRecords | None = None,
     ) -> None:
         self.limits = limits
         self.workspace = workspace
@@ -259,6 +260,9 @@ class DiskWatch:
         self._find_meter = find_meter if limits.write_limit_bytes else None
         """Makes the meter in the watcher's thread, so the engine round trip it may
         need (the init's host PID) is not on the path that starts the sandbox."""
+        self._records = records
+        self._gaps_at_start = records.gaps() if records is not None else (0, 0)
+        """The exit-record listener's misses when this sandbox was started."""
         self.kill = kill
         self.poll_s = poll_s
         self.breach: DiskBreach | None = None
@@ -273,6 +277,17 @@ class DiskWatch:
         if self.meter is not None or self._find_meter is not None or (self.workspace and floors):
             self._thread.start()
         return self
+
+    def meter_gap(self) -> str:
+        """What the exit-record listener missed since this sandbox started ("" when
+        nothing, or when it is not used)."""
+        if self._records is None:
+            return ""
+        (dropped, unattributed), (now_dropped, now_unattributed) = (
+            self._gaps_at_start,
+            self._records.gaps(),
+        )
+        return meter_gap(now_dropped - dropped, now_unattributed - unattributed)
 
     def stop(self) -> DiskBreach | None:
         """Stop watching (one last sample first) and return the breach, if any."""
@@ -341,13 +356,11 @@ class DiskGuardedBackend(ContainerBackend):
         self.inner = inner
         self.poll_s = poll_s
         self._watches: dict[str, DiskWatch] = {}
-        self._gaps_at_start: dict[str, tuple[exits.ExitRecords, tuple[int, int]]] = {}
         self._lock = threading.Lock()
         self._warned = False
 
     def start(self, spec: SandboxSpec) -> str:
         records = exits.ExitRecords.shared() if spec.limits.disk.write_limit_bytes else None
-        gaps = records.gaps() if records is not None else None
         container_id = self.inner.start(spec)
         watch = DiskWatch(
             limits=spec.limits.disk,
@@ -357,11 +370,10 @@ class DiskGuardedBackend(ContainerBackend):
             kill=lambda: self.inner.kill(container_id),
             poll_s=self.poll_s,
             name=container_id[:12],
+            records=records,
         )
         with self._lock:
             self._watches[container_id] = watch
-            if records is not None and gaps is not None:
-                self._gaps_at_start[container_id] = (records, gaps)
         watch.start()
         return container_id
 
@@ -398,16 +410,13 @@ class DiskGuardedBackend(ContainerBackend):
     def wait(self, container_id: str, timeout_s: float | None) -> SandboxResult:
         result = self.inner.wait(container_id, timeout_s)
         with self._lock:
-            counted = self._gaps_at_start.get(container_id)
+            watch = self._watches.get(container_id)
+        gap = watch.meter_gap() if watch is not None else ""
         breach = self._finish(container_id)
         update: dict[str, object] = {}
-        if counted is not None:
-            records, (dropped, unattributed) = counted
-            now_dropped, now_unattributed = records.gaps()
-            gap = meter_gap(now_dropped - dropped, now_unattributed - unattributed)
-            if gap:
-                log.warning("sandbox %s: %s", container_id[:12], gap)
-                update["meter_gap"] = gap
+        if gap:
+            log.warning("sandbox %s: %s", container_id[:12], gap)
+            update["meter_gap"] = gap
         if breach is not None:
             update.update(status=SandboxStatus.DISK_LIMIT, reason=breach.message)
         return result.model_copy(update=update) if update else result
@@ -415,7 +424,6 @@ class DiskGuardedBackend(ContainerBackend):
     def _finish(self, container_id: str) -> DiskBreach | None:
         with self._lock:
             watch = self._watches.pop(container_id, None)
-            self._gaps_at_start.pop(container_id, None)
         return watch.stop() if watch is not None else None
 
     def written(self, container_id: str) -> int:
