@@ -236,3 +236,46 @@ def test_a_task_deny_rule_refuses_the_parents_task_call(
     (denial,) = result["denials"]
     assert (denial["task_id"], denial["tool_name"]) == (None, "Task")
     assert "Task(bash)" in denial["reason"]
+
+
+def test_fork_and_background_flags_reach_the_parent(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """`--fork` gives the parent the subagents' tools and lets a `fork: true` Task start
+    from the parent's own conversation; `--background` runs a Task that did not say
+    `run_in_background` in the background, and its result comes back as a notification."""
+    script = _script(
+        tmp_path,
+        [
+            {
+                # A fork's first request ends with the fork-mode brief and holds the
+                # parent's assistant message (turn 1); a fresh subagent's would not match.
+                "name": "fork",
+                "match": {"last_message_contains": "[Fork mode]"},
+                "turns": [{"content": [text("-")]}, {"content": [text("FORK-DONE")]}],
+            },
+            {
+                # Offered Bash only in fork mode: without --fork no conversation matches.
+                "name": "parent",
+                "match": {**PARENT_MATCH, "has_tool": "Bash"},
+                "turns": [
+                    {"content": [task("FORK-JOB", fork=True)]},
+                    {"content": [text("waiting")]},
+                    {"content": [text("all done")]},
+                ],
+            },
+        ],
+    )
+    proc = run_warden(
+        settings, "run", "go", "--replay", str(script), "--workspace", str(workspace),
+        "--permission-mode", "bypassPermissions", "--json", "--fork", "--background",
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["result"] == "all done"
+    assert [t["status"] for t in result["tasks"]] == ["completed"]
+    logs = json.loads(run_warden(settings, "logs", result["run_id"], "--json").stdout)
+    sent = json.dumps(logs["parent_transcript"])
+    assert "Task started in the background with id" in sent
+    assert "<task-notification>Background task" in sent
+    assert "Result: FORK-DONE" in sent  # only the fork's final answer came back
