@@ -81,6 +81,11 @@ class Meter:
         self.open_connections += 1
         return None
 
+    def opened(self, dest: Destination) -> None:
+        """Count a connection to `dest` that was allowed and recorded (from any thread)."""
+        with self._lock:
+            dest.connections += 1
+
     def closed(self) -> None:
         self.open_connections = max(0, self.open_connections - 1)
 

@@ -85,6 +85,10 @@ _PHRASES = {
 
 Record = Callable[[Verdict, str], Awaitable[None]]
 """Called with every decision and the request method (audit and events)."""
+RecordNow = Callable[[Verdict, str], None]
+"""Writes an allowed plain-http connection's audit record, durably, blocking: called on
+the connection's relay thread just before its first byte goes upstream, so the write
+and the relay share one thread hop. An exception closes the connection unsent."""
 Notice = Callable[[str, str], Awaitable[None]]
 """Called with (kind, message) when something should be reported once."""
 
@@ -100,6 +104,7 @@ class EgressProxy:
         *,
         allowed_uids: frozenset[int],
         record: Record,
+        record_now: RecordNow,
         notice: Notice,
     ) -> None:
         self.path = socket_dir / SOCKET_NAME
@@ -107,6 +112,7 @@ class EgressProxy:
         self.meter = meter
         self.allowed_uids = allowed_uids
         self.record = record
+        self.record_now = record_now
         self.notice = notice
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
@@ -238,12 +244,17 @@ class EgressProxy:
                 client.sock, up, self.meter, dest,
                 to_upstream=checked.from_client, to_client=checked.from_server,
             )  # fmt: skip
-        else:
-            relay = self._plain(client, up, request, dest)
-            await self.record(verdict, request.method)
-            dest.connections += 1
-        owned.clear()  # the relay owns (and closes) both sockets from here
-        await self._relay(relay)
+            owned.clear()  # the relay owns (and closes) both sockets from here
+            await self._relay(relay)
+            return
+        relay = self._plain(client, up, request, dest)
+        owned.clear()
+
+        def audited() -> None:  # on the relay's thread, before any byte moves
+            self.record_now(verdict, request.method)
+            self.meter.opened(dest)
+
+        await self._relay(relay, before=audited)
 
     def _plain(
         self, client: BufferedSocket, up: socket.socket, request: ProxyRequest, dest: Destination
@@ -266,7 +277,7 @@ class EgressProxy:
         await client.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         if verdict.raw:
             await self.record(verdict, "CONNECT")
-            dest.connections += 1
+            self.meter.opened(dest)
             return Checked(bytes(client.buffer), b"")
 
         async def up(data: bytes) -> None:
@@ -278,7 +289,7 @@ class EgressProxy:
         try:
             hello = await first_hello(client, verdict.host, verdict.port)
             await self.record(verdict, "CONNECT")
-            dest.connections += 1
+            self.meter.opened(dest)
             await up(hello)
             return await handshake(client, server, verdict.host, up, down)
         except TunnelRefused as exc:
@@ -299,16 +310,26 @@ class EgressProxy:
             await self._report_cut()
             raise TunnelEnded("a byte cap was crossed")
 
-    async def _relay(self, relay: KernelRelay) -> None:
+    async def _relay(self, relay: KernelRelay, before: Callable[[], None] | None = None) -> None:
+        """Run `relay` on a relay thread, after `before` (on that thread too); an
+        exception from `before` closes the connection before any byte moves."""
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[RelayEnd] = loop.create_future()
 
         def run() -> None:
             try:
-                end = relay.run()
-            except Exception:  # a relay bug ends its connection, not the proxy
-                log.exception("egress proxy: relay failed")
+                if before is not None:
+                    before()
+            except Exception:
+                log.exception("egress proxy: connection closed unsent")
+                relay.close()
                 end = RelayEnd.ERROR
+            else:
+                try:
+                    end = relay.run()
+                except Exception:  # a relay bug ends its connection, not the proxy
+                    log.exception("egress proxy: relay failed")
+                    end = RelayEnd.ERROR
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
                 loop.call_soon_threadsafe(_settle, ended, end)
 

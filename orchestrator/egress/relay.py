@@ -206,11 +206,16 @@ class KernelRelay:
         except OSError:
             return RelayEnd.STOPPED if self._stopped.is_set() else RelayEnd.ERROR
         finally:
-            self.up.close()
-            self.down.close()
-            for s in (self.client, self.upstream):
-                with contextlib.suppress(OSError):
-                    s.close()
+            self.close()
+
+    def close(self) -> None:
+        """Close both sockets and the pipes (`run` does when it ends; call it instead
+        for a relay that will not run)."""
+        self.up.close()
+        self.down.close()
+        for s in (self.client, self.upstream):
+            with contextlib.suppress(OSError):
+                s.close()
 
     def _loop(self) -> RelayEnd:
         directions = (self.up, self.down)

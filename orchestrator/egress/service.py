@@ -113,6 +113,7 @@ class TaskEgress:
             self.meter,
             allowed_uids=self._uids,
             record=self._record,
+            record_now=self._write_audit,
             notice=self._notice,
         )
         await self.proxy.start()
@@ -200,6 +201,12 @@ class TaskEgress:
                 decided_by=verdict.decided_by,
                 reason=verdict.reason[:500],
             )
+        if self.service.store is not None:
+            await asyncio.to_thread(self._write_audit, verdict, method)
+
+    def _write_audit(self, verdict: Verdict, method: str) -> None:
+        """The decision's audit record, durable when this returns (blocking: a worker
+        or the connection's relay thread calls it); nothing without a store."""
         store = self.service.store
         if store is None:
             return
@@ -220,7 +227,7 @@ class TaskEgress:
             channel=verdict.channel,
             person=verdict.person,
         )
-        await asyncio.to_thread(store.record_audit, record)
+        store.record_audit(record)
 
     async def _notice(self, kind: str, message: str) -> None:
         await self._emit("broker_notice", notice=kind, message=message[:500])

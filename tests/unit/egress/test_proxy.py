@@ -630,3 +630,116 @@ async def test_a_neighbour_without_the_sockets_own_group_is_refused(
     assert own_sandbox.startswith(b"HTTP/1.1 200"), own_sandbox
     refused = [d for k, d in events.seen if k == "broker_notice"]
     assert any("without group" in str(d.get("message")) for d in refused), events.seen
+
+
+class HeldStore:
+    """A run store whose audit writes wait until released (or fail), to see what
+    the proxy does meanwhile."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.writing = threading.Event()
+        self.release = threading.Event()
+        self.records: list[object] = []
+
+    def record_audit(self, record: object) -> int:
+        self.writing.set()
+        if self.fail:
+            from orchestrator.errors import StoreError
+
+            raise StoreError("cannot make the state store durable (test)")
+        assert self.release.wait(60)
+        self.records.append(record)
+        return len(self.records)
+
+
+def _one_request(proxy_port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", proxy_port), timeout=60) as conn:
+        conn.sendall(request)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+        return answer
+
+
+async def test_no_byte_goes_upstream_before_the_connections_audit_record_is_written(
+    tmp_path: Path,
+) -> None:
+    """With a run store (`warden run`), an allowed plain-http connection's record is
+    written (durably: `record_audit` returns once it is on disk) before the request
+    head leaves for the upstream; the record names the host, port and method."""
+    store = HeldStore()
+    svc = service(["allowed.test"], store=store)
+    svc.events = Events()
+    egress = await svc.open(FakeTask(), None, tmp_path)
+    assert egress is not None
+    forwarder = egress_forward.listen()
+    threading.Thread(
+        target=egress_forward.serve, args=(forwarder, str(tmp_path / "egress.sock")), daemon=True
+    ).start()
+    with socket.create_server(("127.0.0.1", 0)) as origin:
+        port = origin.getsockname()[1]
+        request = f"GET http://allowed.test:{port}/x HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
+        try:
+            asked = asyncio.create_task(
+                asyncio.to_thread(_one_request, forwarder.getsockname()[1], request.encode())
+            )
+            assert await asyncio.to_thread(store.writing.wait, 60)
+            origin.settimeout(60)
+            upstream, _ = await asyncio.to_thread(origin.accept)  # connected, nothing sent
+            with upstream:
+                upstream.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    upstream.recv(1)
+                store.release.set()
+                upstream.setblocking(True)
+                upstream.settimeout(60)
+                head = await asyncio.to_thread(upstream.recv, 65536)
+                assert head.startswith(b"GET /x HTTP/1.1\r\n")
+                upstream.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                upstream.shutdown(socket.SHUT_WR)
+                assert (await asyncio.wait_for(asked, 60)).endswith(b"\r\n\r\nok")
+        finally:
+            store.release.set()
+            forwarder.close()
+            await egress.close()
+    [record] = store.records
+    assert record.tool_input == {"host": "allowed.test", "port": port, "method": "GET"}  # type: ignore[attr-defined]
+    assert record.final == "allow"  # type: ignore[attr-defined]
+    summary = egress.meter.destination("allowed.test", port)
+    assert summary.connections == 1
+
+
+async def test_a_connection_whose_audit_record_cannot_be_written_is_closed_unsent(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store that cannot make the record durable: the client's connection is
+    closed with nothing sent upstream, the error is logged, and the connection is
+    not counted as made."""
+    store = HeldStore(fail=True)
+    svc = service(["allowed.test"], store=store)
+    svc.events = Events()
+    egress = await svc.open(FakeTask(), None, tmp_path)
+    assert egress is not None
+    forwarder = egress_forward.listen()
+    threading.Thread(
+        target=egress_forward.serve, args=(forwarder, str(tmp_path / "egress.sock")), daemon=True
+    ).start()
+    with socket.create_server(("127.0.0.1", 0)) as origin:
+        port = origin.getsockname()[1]
+        request = f"GET http://allowed.test:{port}/x HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
+        try:
+            answer = await asyncio.to_thread(
+                _one_request, forwarder.getsockname()[1], request.encode()
+            )
+            origin.settimeout(60)
+            upstream, _ = await asyncio.to_thread(origin.accept)
+            with upstream:
+                upstream.settimeout(60)
+                sent = await asyncio.to_thread(upstream.recv, 65536)
+        finally:
+            forwarder.close()
+            await egress.close()
+    assert answer == b"" and sent == b""
+    assert any("closed unsent" in r.getMessage() for r in caplog.records), caplog.records
+    assert egress.meter.destination("allowed.test", port).connections == 0
