@@ -12,10 +12,15 @@ subagent (issues 3 and 12).
    fetch). All three are interleaved in one run.
 
 2. Per tool call: what a user pays for one `Bash` call is the runner's whole
-   cycle -- permission round trip to the host, `tool_started` event, the command
-   in the container, `tool_finished` event. One subagent gets one assistant turn
-   with K sequential `Bash` calls; the spacing of consecutive `tool_finished`
-   events (host receive times) is one full cycle each. This is compared with
+   cycle -- permission round trip to the host, the command in the container, its
+   progress events (held and carried by the next permission request). One
+   subagent gets one assistant turn with K sequential `Bash` calls; the spacing
+   of consecutive permission requests arriving at the host's gate is one full
+   cycle each (events no longer arrive once per call, so their spacing is not a
+   clock). Cross-check from the scripted model server's clock: (time between the
+   two model requests of a K-call conversation - the same for a 1-call one) /
+   (K - 1), one value per round, which counts everything the turn does (the
+   checkpoint, the last call's events). This is compared with
    `subprocess.run(["bash", "-c", CMD])` inside a hardened sandbox of the same
    image (same binaries, same kernel path: what warden adds, nothing else), and
    with the same on the host, in blocks interleaved with the subagents. As a
@@ -134,13 +139,11 @@ def build_script(iterations: int, rounds: int, calls: int) -> list[dict[str, Any
             convos.append(conversation(spawn_name(kind, i), [{"content": [text("done")]}]))
     for r in range(rounds):
         for key, cmd in COMMANDS.items():
-            calls_turn = [tool("Bash", command=cmd) for _ in range(calls)]
-            convos.append(
-                conversation(
-                    f"tools-{key}-{r}",
-                    [{"content": calls_turn}, {"content": [text("done")]}],
+            for name, count in ((tools_name(key, r), calls), (tools_name(key, r, 1), 1)):
+                calls_turn = [tool("Bash", command=cmd) for _ in range(count)]
+                convos.append(
+                    conversation(name, [{"content": calls_turn}, {"content": [text("done")]}])
                 )
-            )
     convos.append(
         conversation(
             "mem-wait",
@@ -150,10 +153,38 @@ def build_script(iterations: int, rounds: int, calls: int) -> list[dict[str, Any
     return convos
 
 
+def tools_name(key: str, r: int, calls: int | None = None) -> str:
+    """The conversation of round `r`'s Bash calls of command `key` (`calls`: the short one)."""
+    return f"tools-{key}-{r}" if calls is None else f"tools-{key}-{r}-{calls}"
+
+
 def task_input(name: str) -> TaskInput:
     return TaskInput(
         description="bench", prompt=f"{marker(name)} answer done", subagent_type="general-purpose"
     )
+
+
+class PermissionClock:
+    """When each permission request of a task reached the run's gate (perf_counter)."""
+
+    def __init__(self, gate: Any) -> None:
+        self.arrivals: dict[str, list[float]] = {}
+        answer = gate.answer_tool_call
+
+        async def timed(task: Any, request: Any) -> Any:
+            self.arrivals.setdefault(task.task_id, []).append(time.perf_counter())
+            return await answer(task, request)
+
+        gate.answer_tool_call = timed
+
+
+def turn_time(server: Any, name: str) -> float:
+    """Seconds between a conversation's first and second model requests (its first
+    turn: the model's answer going back, the tool calls, the checkpoint)."""
+    times = sorted(r.received_at for r in server.requests if r.conversation == name)
+    if len(times) < 2:
+        raise SystemExit(f"conversation {name} made {len(times)} model requests, expected 2")
+    return times[1] - times[0]
 
 
 class Recorder:
@@ -236,13 +267,9 @@ def host_subprocess(cmd: str, calls: int) -> list[float]:
     return samples
 
 
-def cycle_times(events: list[tuple[str, float]]) -> tuple[list[float], list[float]]:
-    """(full cycles between consecutive tool_finished, tool_started->tool_finished)."""
-    finished = [ts for kind, ts in events if kind == "tool_finished"]
-    started = [ts for kind, ts in events if kind == "tool_started"]
-    cycles = [b - a for a, b in itertools.pairwise(finished)]
-    runs = [f - s for s, f in zip(started, finished, strict=True)]
-    return cycles, runs
+def cycle_times(arrivals: list[float]) -> list[float]:
+    """Full cycles: the spacing of consecutive permission requests of one task."""
+    return [b - a for a, b in itertools.pairwise(arrivals)]
 
 
 def in_sandbox_timing(
@@ -313,8 +340,9 @@ def print_tools(
         s = tool_samples[key]
         print(f" command `{cmd}`:")
         show("host subprocess.run(['bash','-c',CMD])", s["host"])
-        show("warden Bash call, full cycle (permission+events+run)", s["cycle"])
-        show("   tool_started -> tool_finished, host receipt (one batch if quick)", s["run"])
+        show("warden Bash call, full cycle (spacing of its permission requests)", s["cycle"])
+        show("   per call by the model server's clock ((K-call - 1-call turn)/(K-1))",
+             s["server"], with_p95=False)  # fmt: skip
         show("   run_tool('Bash') inside a hardened sandbox", s["sandbox_tool"])
         show("   subprocess.run inside the same sandbox", s["sandbox_sub"])
         ratio = median(s["cycle"]) / median(s["host"])
@@ -328,7 +356,7 @@ def print_tools(
         added[key] = (median(s["cycle"]) - median(s["sandbox_sub"])) * 1000
         print(f"  full cycle minus subprocess.run in the sandbox: {added[key]:+.1f} ms per call"
               f"  (target <= +{BASH_TARGET_MS} ms: {verdict(added[key], BASH_TARGET_MS)})")  # fmt: skip
-    show("host EventLog.emit alone (2 per Bash call, on the broker's path)", emit_samples)
+    show("host EventLog.emit alone (an event written and waited for)", emit_samples)
     if args.tools_only:
         figure("Bash `true` cycle - subprocess in the sandbox", added["true"], BASH_TARGET_MS, "ms")
     return added
@@ -342,7 +370,7 @@ async def main_async(args: argparse.Namespace) -> None:
     kinds = ("bare", "warm", "cold", "warm_container", "cold_container", "warm_total", "cold_total")
     samples: dict[str, list[float]] = {k: [] for k in kinds}
     tool_samples: dict[str, dict[str, list[float]]] = {
-        key: {"host": [], "cycle": [], "run": [], "sandbox_tool": [], "sandbox_sub": []}
+        key: {"host": [], "cycle": [], "server": [], "sandbox_tool": [], "sandbox_sub": []}
         for key in COMMANDS
     }
     memory: dict[str, Any] = {}
@@ -369,6 +397,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 scripted(cold_settings, workspace, script, config=cold_cfg) as (cold, cold_srv),
             ):
                 recorder = Recorder()
+                clock = PermissionClock(cold.manager.gate)
                 warm.events.subscribe(recorder)
                 cold.events.subscribe(recorder)
                 warm.manager.prewarm("general-purpose")
@@ -407,16 +436,25 @@ async def main_async(args: argparse.Namespace) -> None:
                         tool_samples[key]["host"] += await asyncio.to_thread(
                             host_subprocess, cmd, args.calls
                         )
-                        result = await cold.manager.run_task(task_input(f"tools-{key}-{r}"))
-                        if result.status is not TaskStatus.COMPLETED:
-                            raise SystemExit(f"tool bench task failed: {result.render()}")
-                        cycles, runs = cycle_times(recorder.tool_events.get(result.task_id, []))
-                        if len(runs) != args.calls:
-                            raise SystemExit(
-                                f"expected {args.calls} Bash calls, saw {len(runs)} for {key}"
-                            )
-                        tool_samples[key]["cycle"] += cycles
-                        tool_samples[key]["run"] += runs
+                        turns = {}
+                        for name, count in ((tools_name(key, r), args.calls),
+                                            (tools_name(key, r, 1), 1)):  # fmt: skip
+                            result = await cold.manager.run_task(task_input(name))
+                            if result.status is not TaskStatus.COMPLETED:
+                                raise SystemExit(f"tool bench task failed: {result.render()}")
+                            seen = [k for k, _ in recorder.tool_events.get(result.task_id, [])]
+                            arrivals = clock.arrivals.get(result.task_id, [])
+                            if len(arrivals) != count or seen.count("tool_finished") != count:
+                                raise SystemExit(
+                                    f"expected {count} Bash calls and their events, saw "
+                                    f"{len(arrivals)} permission requests and "
+                                    f"{seen.count('tool_finished')} tool_finished for {name}"
+                                )
+                            turns[count] = turn_time(cold_srv, name)
+                            if count == args.calls:
+                                tool_samples[key]["cycle"] += cycle_times(arrivals)
+                        per_call = (turns[args.calls] - turns[1]) / (args.calls - 1)
+                        tool_samples[key]["server"].append(per_call)
                     inside = await asyncio.to_thread(
                         in_sandbox_timing, backend, image, workspace, bench_session, args.calls
                     )

@@ -51,11 +51,33 @@ _STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, Broke
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
-    """`http.client.HTTPConnection` to a Unix socket path instead of a host and port."""
+    """`http.client.HTTPConnection` to a Unix socket path instead of a host and port.
+    A request goes in one write, head and body together (`http.client` writes them
+    separately: the broker would then wake twice, and wait for the body's half)."""
 
     def __init__(self, socket_path: str, timeout: float | None) -> None:
         super().__init__(wire.BROKER_HOST, timeout=timeout)
         self.socket_path = socket_path
+        self._pending: list[bytes] | None = None
+
+    def endheaders(self, message_body: object = None, *, encode_chunked: bool = False) -> None:
+        self._pending = []
+        try:
+            super().endheaders(message_body, encode_chunked=encode_chunked)  # type: ignore[arg-type]
+            data = b"".join(self._pending)
+        finally:
+            self._pending = None
+        if data:
+            super().send(data)
+
+    def send(self, data: object) -> None:
+        if self._pending is not None and isinstance(data, bytes | bytearray):
+            self._pending.append(bytes(data))
+            return
+        if self._pending:  # anything else (a file body) goes after what was gathered
+            gathered, self._pending = b"".join(self._pending), []
+            super().send(gathered)
+        super().send(data)  # type: ignore[arg-type]
 
     def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -9,15 +9,22 @@ they happened. `flush` waits until everything queued has been sent; the runner
 calls it before the result is posted and before it exits, on every path, so
 nothing queued is lost while the broker is there to take it.
 
-A tool's start may be held back a little (`event(..., hold_s=...)`): if the tool ends
-within the hold, its start and end go as one batch, so a quick tool costs the host
-one request instead of two and the sender does not compete with the tool's own
-start-up; a slow tool's start is sent when the hold ends. Anything not held, a
-checkpoint, `flush` and `close` send what is queued at once.
+A tool's progress is held back a little (`event(..., hold_s=...)`): the loop's next
+permission request takes what is held (`take_events`) and carries it, so a quick
+tool costs the host no request of its own and no send competes with the next
+call's permission round trip or the tool's own start-up. What nothing takes goes
+when the first held document's hold ends (one send per hold at most, however many
+calls it covers). Anything not held, a checkpoint, `flush` and `close` send what
+is queued at once. So if the sandbox is killed outright (no `flush`), what is lost
+is only what was held: the progress of the calls of the last hold (at most
+`hold_s`) that no request carried yet; the calls' decisions are in the host's
+audit trail either way.
 
 A refusal (the broker's flood limits, say) is logged and the sender goes on:
 progress is best effort, as it was when it was sent in line. The thread sleeps
-on a condition variable while the queue is empty: an idle runner uses no CPU.
+on a condition variable while the queue is empty, and is woken only when it must
+send sooner than it planned: an idle runner uses no CPU, a busy one wakes it at
+most once per hold.
 """
 
 from __future__ import annotations
@@ -61,6 +68,9 @@ class Outbox:
         self._flushing = 0
         self._release_at: float | None = None
         """Monotonic time the queue's held documents go; None: what is queued goes now."""
+        self._wakes_at: float | None = None
+        """When the sender, waiting for a hold to end, wakes by itself; None: it waits
+        to be woken (idle) or is not waiting."""
         self._thread = threading.Thread(target=self._run, name="warden-outbox", daemon=True)
         self._thread.start()
 
@@ -80,6 +90,23 @@ class Outbox:
             )
         )
 
+    def take_events(self, limit: int = wire.MAX_EVENTS_PER_BATCH) -> list[wire.EventRequest]:
+        """Everything queued, for a request about to go on another connection to carry,
+        when that keeps the order: only events are queued (no checkpoint), at most
+        `limit`, and nothing is being sent. Otherwise [] (the sender sends them)."""
+        with self._cond:
+            queue = self._queue
+            if self._busy or not queue or len(queue) > limit:
+                return []
+            if any(q.event is None for q in queue):
+                return []
+            taken = [q.event for q in queue if q.event is not None]
+            queue.clear()
+            self._release_at = None
+            if self._flushing:
+                self._cond.notify_all()
+            return taken
+
     def _put(self, queued: _Queued, hold_s: float = 0.0) -> None:
         with self._cond:
             if self._closed:
@@ -89,7 +116,10 @@ class Outbox:
             elif not self._queue:  # else: it goes when what is already queued goes
                 self._release_at = time.monotonic() + hold_s
             self._queue.append(queued)
-            self._cond.notify_all()
+            wakes_at, release_at = self._wakes_at, self._release_at
+            # A sender already waking by the time this must go need not be woken now.
+            if release_at is None or wakes_at is None or wakes_at > release_at:
+                self._cond.notify_all()
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until everything queued so far is sent (or refused), held documents
@@ -117,6 +147,7 @@ class Outbox:
                 if not self._queue:
                     if self._closed:
                         return None
+                    self._wakes_at = None
                     self._cond.wait()
                     continue
                 release_at = self._release_at
@@ -125,7 +156,9 @@ class Outbox:
                 wait_s = release_at - time.monotonic()
                 if wait_s <= 0:
                     break
+                self._wakes_at = release_at
                 self._cond.wait(wait_s)
+            self._wakes_at = None
             self._release_at = None
             self._busy = True
             first = self._queue.popleft()

@@ -6,7 +6,8 @@ with the real SDK (and retries there); an error answer ends the loop with a
 failed result that quotes it. Every tool call is put to the broker first; a
 denial reaches the model as an `is_error` tool result. Progress events and the
 transcript checkpoint after every turn go through the `Outbox` in the
-background, in order, and are flushed before the result. The loop ends when the
+background, in order, and are flushed before the result; a tool's progress is
+held briefly and carried by the next permission request. The loop ends when the
 model stops asking for tools, after `max_turns` model calls, or when the broker
 refuses a model call; its last word is a `ResultRequest`.
 """
@@ -51,10 +52,12 @@ EXIT_BROKER = 2
 OUTBOX_FLUSH_ON_CRASH_S = 30.0
 """How long a failing runner waits for its queued events and checkpoints to go."""
 
-TOOL_STARTED_HOLD_S = 0.05
-"""A tool's `tool_started` waits this long for its `tool_finished`, so a quick tool's
-progress is one request to the host, sent after the tool has run (`Outbox`); a
-longer tool is shown as started this much later."""
+PROGRESS_HOLD_S = 0.05
+"""A tool's `tool_started` and `tool_finished` are held up to this long for the next
+permission request to carry (`Outbox.take_events`), so a tool call costs the host one
+request, its permission, and no progress send races it; what no request takes within
+the hold goes on its own. A tool is shown as started or finished at most this much
+late; a sandbox killed outright loses at most the progress held then (see `Outbox`)."""
 
 
 def final_text(content: list[JSONObject]) -> str:
@@ -238,8 +241,12 @@ class AgentLoop:
                     is_error=True,
                 ),
             )
+        # The previous calls' held progress rides along: the host records it first.
+        progress = self.outbox.take_events()
         try:
-            decision = self.broker.permission(wire.permission_request(tool_use_id, name, raw_input))
+            decision = self.broker.permission(
+                wire.permission_request(tool_use_id, name, raw_input, progress)
+            )
         except BrokerRequestError as e:
             return _tool_result(
                 tool_use_id,
@@ -262,7 +269,7 @@ class AgentLoop:
         tool_input = decision.updated_input if decision.updated_input is not None else raw_input
         self.outbox.event(
             wire.event_request("tool_started", name, tool_use_id, describe(name, tool_input)),
-            hold_s=TOOL_STARTED_HOLD_S,
+            hold_s=PROGRESS_HOLD_S,
         )
         if name in wire.DELEGATION_TOOL_NAMES:
             output = self.delegate(tool_use_id, tool_input)
@@ -271,7 +278,8 @@ class AgentLoop:
         self.outbox.event(
             wire.event_request(
                 "tool_finished", name, tool_use_id, output.summary, is_error=output.is_error
-            )
+            ),
+            hold_s=PROGRESS_HOLD_S,
         )
         return _tool_result(tool_use_id, output)
 

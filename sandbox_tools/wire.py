@@ -16,7 +16,7 @@ mounted into the container at `BROKER_SOCKET`.
 |-------------------------|------------------------------|---------------------------------|
 | GET  /v1/spec           | -                            | `TaskSpec`                      |
 | POST /v1/messages       | Anthropic Messages API       | Anthropic Messages API response |
-| POST /v1/permission     | `PermissionRequest`          | `PermissionResponse`            |
+| POST /v1/permission     | `PermissionRequest` (+events) | `PermissionResponse`           |
 | POST /v1/events         | `EventBatch` (or one event)  | `Ack`                           |
 | POST /v1/transcript     | `TranscriptCheckpoint`       | `Ack`                           |
 | POST /v1/result         | `ResultRequest`              | `Ack`                           |
@@ -75,7 +75,7 @@ MAX_EVENT_DETAIL_CHARS = 2_000
 """Longest free text in one event."""
 
 MAX_EVENTS_PER_BATCH = 50
-"""Most events one `POST /v1/events` may carry."""
+"""Most events one `POST /v1/events` (or one permission request) may carry."""
 
 MAX_RESULT_CHARS = 200_000
 """Longest final answer a subagent may return."""
@@ -119,11 +119,14 @@ ResultStatus = Literal["completed", "failed"]
 
 
 class PermissionRequest(TypedDict):
-    """Asked before every tool call; the answer may take as long as a human does."""
+    """Asked before every tool call; the answer may take as long as a human does.
+    `events`: progress the runner held since its last request (the previous calls'
+    starts and ends), recorded by the host, in order, before it decides this call."""
 
     tool_use_id: str
     tool_name: str
     tool_input: JSONObject
+    events: list[EventRequest]
 
 
 class EventRequest(TypedDict):
@@ -173,9 +176,17 @@ def clip(text: str, limit: int) -> str:
 
 
 def permission_request(
-    tool_use_id: str, tool_name: str, tool_input: JSONObject
+    tool_use_id: str,
+    tool_name: str,
+    tool_input: JSONObject,
+    events: list[EventRequest] | None = None,
 ) -> PermissionRequest:
-    return {"tool_use_id": tool_use_id, "tool_name": tool_name, "tool_input": tool_input}
+    return {
+        "tool_use_id": tool_use_id,
+        "tool_name": tool_name,
+        "tool_input": tool_input,
+        "events": events or [],
+    }
 
 
 def event_request(

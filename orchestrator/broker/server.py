@@ -455,6 +455,11 @@ class Broker:
 
     async def _permission(self, request: web.Request) -> web.Response:
         req = await self._parse(request, wire_models.PermissionRequest)
+        # The runner's progress since its last request comes first: recorded before
+        # the decision, so what the host records about this call follows it.
+        over_events = await self._record_events(req.events)
+        if over_events is not None:
+            await self.notice("flood/v1/events", over_events)
         size = len(json.dumps(req.tool_input))
         if size > wire.MAX_TOOL_INPUT_BYTES:
             raise RequestRejected(
@@ -484,18 +489,28 @@ class Broker:
 
     async def _events(self, request: web.Request) -> web.Response:
         """One event, or an `EventBatch` (the runner's background sender); each event
-        counts against the flood allowance, and a batch is recorded in its order."""
+        counts against the flood allowance, and a batch is recorded in its order.
+        (Progress also rides on permission requests: `_permission`.)"""
         body = await self._read_json(request)
         if isinstance(body, dict) and "events" in body:
             events = self._validate(wire_models.EventBatch, body).events
         else:
             events = [self._validate(wire_models.EventRequest, body)]
+        over = await self._record_events(events)
+        if over is not None:
+            return await self._flooded("/v1/events", over)
+        return web.json_response(wire_models.Ack().model_dump())
+
+    async def _record_events(self, events: list[wire_models.EventRequest]) -> str | None:
+        """Record events in their order, each within the `/v1/events` flood allowance
+        (wherever they came in); None, or why the first refused one and those after it
+        were dropped."""
         for event in events:
             over = self._over_limit("/v1/events", len(event.model_dump_json()))
             if over is not None:
-                return await self._flooded("/v1/events", over)
+                return over
             await self.host.on_event(event)
-        return web.json_response(wire_models.Ack().model_dump())
+        return None
 
     async def _transcript(self, request: web.Request) -> web.Response:
         body, size = await self._read_sized_json(request)

@@ -66,22 +66,6 @@ class TaskSpec(_Wire):
     """Longest one model call keeps retrying, from its first attempt."""
 
 
-class PermissionRequest(_Wire):
-    """Asked before every tool call; the answer may take as long as a human does."""
-
-    tool_use_id: str = Field(max_length=wire.MAX_TOOL_USE_ID_CHARS)
-    tool_name: str = Field(max_length=wire.MAX_TOOL_NAME_CHARS)
-    tool_input: JSONObject
-
-
-class PermissionResponse(_Wire):
-    behavior: FinalBehavior
-    reason: str | None = None
-    """Why; for a deny, this is what the model is told."""
-    updated_input: JSONObject | None = None
-    """Replacement tool input (from a hook); use it instead of the original."""
-
-
 class EventRequest(_Wire):
     """Progress the runner reports; shown live and written to the run's events."""
 
@@ -90,6 +74,25 @@ class EventRequest(_Wire):
     tool_use_id: str | None = Field(default=None, max_length=wire.MAX_TOOL_USE_ID_CHARS)
     detail: str = Field(default="", max_length=wire.MAX_EVENT_DETAIL_CHARS)
     is_error: bool = False
+
+
+class PermissionRequest(_Wire):
+    """Asked before every tool call; the answer may take as long as a human does."""
+
+    tool_use_id: str = Field(max_length=wire.MAX_TOOL_USE_ID_CHARS)
+    tool_name: str = Field(max_length=wire.MAX_TOOL_NAME_CHARS)
+    tool_input: JSONObject
+    events: list[EventRequest] = Field(default_factory=list, max_length=wire.MAX_EVENTS_PER_BATCH)
+    """Progress held since the runner's last request, recorded before this call is
+    decided (so the host's own events about the call come after them)."""
+
+
+class PermissionResponse(_Wire):
+    behavior: FinalBehavior
+    reason: str | None = None
+    """Why; for a deny, this is what the model is told."""
+    updated_input: JSONObject | None = None
+    """Replacement tool input (from a hook); use it instead of the original."""
 
 
 class EventBatch(_Wire):

@@ -43,11 +43,14 @@ class RecordingHost:
         self.forwarding: list[ForwardDecision] = []
         self.notices: list[tuple[str, str]] = []
         self.usage: list[int] = []
+        self.order: list[str] = []
+        """Events and permission decisions, in the order the host got them."""
 
     async def answer_tool_call(
         self, request: wire_models.PermissionRequest
     ) -> wire_models.PermissionResponse:
         self.permissions.append(request)
+        self.order.append(f"decide {request.tool_use_id}")
         return wire_models.PermissionResponse(behavior="allow")
 
     async def delegate(self, request: wire_models.DelegateRequest) -> wire_models.DelegateResponse:
@@ -55,6 +58,7 @@ class RecordingHost:
 
     async def on_event(self, event: wire_models.EventRequest) -> None:
         self.events.append(event)
+        self.order.append(f"{event.kind} {event.tool_use_id}")
 
     async def on_transcript(self, messages: list[dict[str, Any]], turn: int) -> None:
         self.transcripts.append((turn, messages))
@@ -458,6 +462,44 @@ async def test_event_flood_is_dropped_with_one_notice(broker_env: Any) -> None:
     assert [k for k, _ in host.notices] == ["flood/v1/events"]
 
 
+async def test_progress_carried_by_a_permission_request_is_recorded_before_its_decision(
+    broker_env: Any,
+) -> None:
+    _, host, _, client = broker_env
+    progress = [
+        wire.event_request("tool_started", "Bash", "t1", "true"),
+        wire.event_request("tool_finished", "Bash", "t1", "exit code 0"),
+    ]
+    request = wire.permission_request("t2", "Bash", {"command": "ls"}, progress)
+    response = await client.post("/v1/permission", json=request)
+    assert response.json()["behavior"] == "allow"
+    assert host.order == ["tool_started t1", "tool_finished t1", "decide t2"]
+    assert [e.detail for e in host.events] == ["true", "exit code 0"]
+
+
+async def test_progress_on_permission_requests_keeps_the_event_flood_limit(
+    broker_env: Any,
+) -> None:
+    # Riding on permission requests is no way around the events' flood allowance:
+    # past it, the progress is dropped with the one notice, and every call is still
+    # decided.
+    _, host, _, client = broker_env
+    event = wire.event_request("log", detail="x" * 100)
+    requests = EVENTS_BURST // wire.MAX_EVENTS_PER_BATCH + 3
+    started = time.monotonic()
+    for i in range(requests):
+        request = wire.permission_request(
+            f"t{i}", "Bash", {"command": "ls"}, [event] * wire.MAX_EVENTS_PER_BATCH
+        )
+        response = await client.post("/v1/permission", json=request)
+        assert response.json()["behavior"] == "allow"
+    refilled = (time.monotonic() - started) * EVENTS_PER_S
+    assert len(host.permissions) == requests
+    assert EVENTS_BURST <= len(host.events) <= EVENTS_BURST + refilled + 1
+    assert len(host.events) < requests * wire.MAX_EVENTS_PER_BATCH
+    assert [k for k, _ in host.notices] == ["flood/v1/events"]
+
+
 @pytest.mark.parametrize(
     ("path", "payload", "status"),
     [
@@ -468,6 +510,15 @@ async def test_event_flood_is_dropped_with_one_notice(broker_env: Any) -> None:
         (
             "/v1/permission",
             b'{"tool_use_id": "1", "tool_name": "Bash", "tool_input": {}, "extra": 1}',
+            400,
+        ),
+        (
+            "/v1/permission",
+            json.dumps(
+                wire.permission_request(
+                    "1", "Bash", {}, [wire.event_request("log")] * (wire.MAX_EVENTS_PER_BATCH + 1)
+                )
+            ).encode(),
             400,
         ),
         ("/v1/events", b'{"kind": "nonsense"}', 400),

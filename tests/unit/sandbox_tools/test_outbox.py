@@ -1,7 +1,9 @@
 """Locks in the runner's background channel for progress: documents go in the order
 they were queued; a held tool start goes in one batch with the end that follows it
 within the hold, and on its own when the hold runs out; `flush` and `close` send held
-documents at once, so nothing queued is lost when the runner finishes."""
+documents at once, so nothing queued is lost when the runner finishes; a request on
+the loop's own connection may carry the held events instead (`take_events`), but only
+when that cannot put them out of order."""
 
 from __future__ import annotations
 
@@ -92,3 +94,49 @@ def test_a_checkpoint_queued_behind_a_held_start_sends_both() -> None:
     assert done.wait(WAIT_S)  # without a flush
     assert sent.items == [("events", ["tool_started"]), ("checkpoint", 2)]
     outbox.close(WAIT_S)
+
+
+def test_held_progress_is_handed_to_the_next_request_and_never_sent_twice() -> None:
+    sent = _Sent()
+    outbox = Outbox(sent.events, sent.checkpoint)
+    outbox.event(_started(), hold_s=LONG_HOLD_S)
+    outbox.event(_finished(), hold_s=LONG_HOLD_S)
+    taken = outbox.take_events()
+    assert [e["kind"] for e in taken] == ["tool_started", "tool_finished"]
+    assert outbox.take_events() == []
+    outbox.close(WAIT_S)
+    assert sent.items == []
+
+
+def test_progress_queued_behind_a_checkpoint_is_not_taken_out_of_order() -> None:
+    sent = _Sent()
+    release = threading.Event()
+
+    def slow_checkpoint(checkpoint: wire.TranscriptCheckpoint) -> None:
+        release.wait(WAIT_S)
+        sent.checkpoint(checkpoint)
+
+    outbox = Outbox(sent.events, slow_checkpoint)
+    outbox.event(_started(), hold_s=LONG_HOLD_S)
+    outbox.checkpoint(wire.transcript_checkpoint([], 1))
+    assert outbox.take_events() == []  # a checkpoint is queued behind the start
+    outbox.event(_finished(), hold_s=LONG_HOLD_S)
+    assert outbox.take_events() == []  # while one is being sent, or queued
+    release.set()
+    outbox.close(WAIT_S)
+    assert sent.items == [
+        ("events", ["tool_started"]),
+        ("checkpoint", 1),
+        ("events", ["tool_finished"]),
+    ]
+
+
+def test_no_more_than_a_requests_worth_of_progress_is_taken() -> None:
+    sent = _Sent()
+    outbox = Outbox(sent.events, sent.checkpoint)
+    for _ in range(3):
+        outbox.event(_started(), hold_s=LONG_HOLD_S)
+    assert outbox.take_events(limit=2) == []
+    assert len(outbox.take_events(limit=3)) == 3
+    outbox.close(WAIT_S)
+    assert sent.items == []

@@ -136,6 +136,7 @@ class FakeBroker:
 
     async def _permission(self, request: web.Request) -> web.Response:
         req = wire_models.PermissionRequest.model_validate(await request.json())
+        self.events.extend(req.events)  # progress that rode along, recorded first
         self.permissions.append(req)
         return web.json_response(self.policy(req).model_dump())
 
@@ -612,6 +613,43 @@ async def test_events_and_checkpoints_arrive_in_order_and_before_the_result(
     assert [c.turn for c in fake.transcripts] == [1, 2, 3]
     # Progress rides in batches: fewer posts than events.
     assert fake.event_posts <= len(fake.events)
+
+
+async def test_a_calls_progress_rides_on_the_next_permission_request(
+    socket_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two calls in one turn: the first call's start and end go with the second
+    # call's permission request, not as a request of their own; the last call's go
+    # before the turn's checkpoint. (A hold no test outlives: a loaded machine
+    # cannot make the hold run out between the calls.)
+    from sandbox_tools import runner as runner_module
+
+    monkeypatch.setattr(runner_module, "PROGRESS_HOLD_S", 600.0)
+    fake = FakeBroker(
+        make_spec(),
+        [
+            {
+                "content": [
+                    {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "true"}},
+                    {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "true"}},
+                ],
+                "stop_reason": "tool_use",
+            },
+            text_turn("done"),
+        ],
+    )
+    assert await serve_and_run(fake, socket_dir, tmp_path) == EXIT_OK
+    assert len(fake.permissions) == 2 and fake.permissions[0].events == []
+    carried = [(e.kind, e.tool_use_id) for e in fake.permissions[1].events]
+    assert carried == [("tool_started", "t1"), ("tool_finished", "t1")]
+    kinds = [(e.kind, e.tool_use_id) for e in fake.events]
+    assert kinds[:4] == [
+        ("tool_started", "t1"),
+        ("tool_finished", "t1"),
+        ("tool_started", "t2"),
+        ("tool_finished", "t2"),
+    ]
+    assert fake.arrivals.index("/v1/events") < fake.arrivals.index("/v1/transcript")
 
 
 async def test_a_bug_still_flushes_queued_events_before_the_failed_result(
