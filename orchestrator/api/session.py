@@ -32,6 +32,7 @@ from orchestrator.permissions.models import Mode
 from orchestrator.results.models import Event
 from orchestrator.results.report import RunOutputs, RunState, one_line, write_outcome
 from orchestrator.runtime.tasks import TaskInput, TaskResult, TaskStatus
+from orchestrator.schema_docs import documented
 
 if TYPE_CHECKING:
     from orchestrator.runtime.parent import ParentOptions
@@ -47,7 +48,7 @@ class RunConfig(BaseModel):
     """What a run is allowed to do: `warden run`'s flags as one closed model. Every
     field left out takes the value `warden run` would (settings files, environment)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=documented)
 
     workspace: Path
     """Directory shared with every subagent at /workspace."""

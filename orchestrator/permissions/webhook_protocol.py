@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.behavior import FinalBehavior
 from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions.approvers import AnswerScope
+from orchestrator.schema_docs import documented
 
 VERSION = 1
 """The documents' version; a change that breaks receivers bumps it."""
@@ -37,7 +38,7 @@ MAX_REASON_CHARS = 2000
 
 
 class _Document(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=documented)
 
     version: Literal[1] = 1
     """The protocol version (1)."""
@@ -48,7 +49,7 @@ class _Document(BaseModel):
 class ChainLink(BaseModel):
     """One task of the asking chain, root side first, the asker last."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=documented)
 
     task_id: str
     agent_type: str

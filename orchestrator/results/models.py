@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.exit_codes import Outcome
 from orchestrator.jsontypes import JSONObject
+from orchestrator.schema_docs import documented
 from orchestrator.store.records import FinishedRunStatus
 
 SCHEMA_VERSION = 1
@@ -56,7 +57,7 @@ class Event(BaseModel):
     """One event of a run. Every string field may hold text that came from a
     container: treat it as data, never as markup or commands."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=documented)
 
     ts: float = Field(default_factory=time.time)
     """When it happened (Unix time, seconds)."""
@@ -84,7 +85,7 @@ RunStatus = FinishedRunStatus
 class Denial(BaseModel):
     """A tool call that was not allowed to run."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=documented)
 
     task_id: str | None
     """The asking task."""
@@ -101,7 +102,7 @@ class Denial(BaseModel):
 class EgressUse(BaseModel):
     """One destination a task's sandbox asked its egress proxy for."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=documented)
 
     host: str
     """The host name (or IP literal) asked for; from the container: data only."""
@@ -121,7 +122,7 @@ class TokenUsage(BaseModel):
     """Tokens by the API's usage fields, which are billed at different rates (cache
     writes 1.25x the input price for 5 minutes, 2x for an hour; cache reads 0.1x)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=documented)
 
     input_tokens: int = 0
     """Input tokens read neither from nor into the prompt cache."""
@@ -169,7 +170,7 @@ USAGE_COUNT_FIELDS = (
 class TaskSummary(BaseModel):
     """One subagent task of the run; `parent_id` makes the list a tree."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=documented)
 
     task_id: str
     """`sa_` + random."""
@@ -222,7 +223,7 @@ class RunResult(BaseModel):
     """The last line of `warden run --json`, written exactly once, also when the run
     fails or is stopped."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=documented)
 
     type: Literal["result"] = "result"
     """Always `result`: tells the result apart from the event lines before it."""

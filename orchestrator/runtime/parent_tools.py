@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.runtime.tasks import TaskInput
+from orchestrator.schema_docs import documented
 
 TASK_ID_WARNING = (
     "A task exists only if a Task call in this conversation returned its id; ids from "
@@ -20,7 +21,7 @@ MAX_OUTPUT_TIMEOUT_MS = 600_000
 class TaskOutputInput(BaseModel):
     """The `TaskOutput` tool's input."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=documented)
 
     task_id: str = Field(max_length=100)
     """The id a Task call returned."""
@@ -33,7 +34,7 @@ class TaskOutputInput(BaseModel):
 class TaskStopInput(BaseModel):
     """The `TaskStop` tool's input."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=documented)
 
     task_id: str = Field(max_length=100)
     """The id of the background task to stop."""

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.broker import wire_models
 from orchestrator.jsontypes import JSONObject
+from orchestrator.schema_docs import documented
 from orchestrator.store.records import ACTIVE_TASK_STATUSES
 from orchestrator.store.records import TaskStatus as TaskStatus  # defined once, in the store
 
@@ -40,7 +41,7 @@ class TaskInput(BaseModel):
     """The `Task` tool's input, as the model sends it (Claude Code's schema). The
     field docstrings are the descriptions the model sees (`parent_tools`)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=documented)
 
     description: str = Field(min_length=1, max_length=200)
     """A short (3-5 word) description of the task."""
