@@ -9,11 +9,20 @@ engine, beside the import); the first model call awaits the client.
 
 Nothing here imports the SDK at module level: `orchestrator.broker` and everything
 that starts sandboxes import this module, never `upstream`, `streaming` or `retry`.
+
+A process that ends while these threads still run waits for them first (`atexit`):
+the interpreter's teardown stops a daemon thread where it next takes the interpreter
+lock, and one stopped inside pydantic-core's compiled code (the SDK's import builds
+its models there) aborts the whole process (SIGABRT, "FATAL: exception not
+rethrown"). It did so in about one in ten `warden run`s that failed in their first
+second (a missing --workspace), which then ended with 134 instead of their error's
+exit code.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -31,6 +40,11 @@ if TYPE_CHECKING:
 
 _started = threading.Lock()
 _imported: Future[None] | None = None
+_started_threads = threading.Lock()
+_threads: list[threading.Thread] = []
+"""The import thread and the client builders: joined before the interpreter's teardown."""
+JOIN_AT_EXIT_S = 30.0
+"""Longest wait at exit for each of them (the import takes about a second)."""
 
 
 class ModelClientClosed(WardenError, RuntimeError):
@@ -45,10 +59,30 @@ def import_in_background() -> Future[None]:
         if _imported is None:
             _imported = Future()
             ended = background_import()  # counted now: the collector waits for it
-            threading.Thread(
-                target=_import_sdk, args=(_imported, ended), name="warden-model-sdk", daemon=True
-            ).start()
+            _start(
+                threading.Thread(
+                    target=_import_sdk,
+                    args=(_imported, ended),
+                    name="warden-model-sdk",
+                    daemon=True,
+                )
+            )
         return _imported
+
+
+def _start(thread: threading.Thread) -> None:
+    with _started_threads:
+        _threads[:] = [t for t in _threads if t.is_alive()]
+        _threads.append(thread)
+    thread.start()
+
+
+@atexit.register
+def _join_at_exit() -> None:
+    with _started_threads:
+        running = list(_threads)
+    for thread in running:
+        thread.join(JOIN_AT_EXIT_S)
 
 
 def _import_sdk(done: Future[None], ended: Callable[[], None]) -> None:
@@ -82,7 +116,7 @@ class PendingClient:
         self._client: Future[anthropic.AsyncAnthropic] = Future()
         self._lock = threading.Lock()
         self._closed = False
-        threading.Thread(target=self._build, name="warden-model-client", daemon=True).start()
+        _start(threading.Thread(target=self._build, name="warden-model-client", daemon=True))
 
     def _build(self) -> None:
         try:

@@ -1,7 +1,8 @@
 """A run does not wait for the model SDK's import: nothing that starts a run (its
 wiring, the manager, the broker, the CLI's run command) imports it; the run's client
 is built in the background and the first call awaits it; the garbage collector,
-off during start-up, comes back on only once that import is over."""
+off during start-up, comes back on only once that import is over; a process that
+ends during the import waits for it (teardown must not stop it half-way)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,31 @@ def test_starting_a_run_imports_no_model_sdk() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "[]"
+
+
+# Registered before broker.client is imported, so it runs after that module's own exit
+# handler (atexit runs handlers last-in, first-out): what teardown would find.
+EXIT_DURING_IMPORT = """
+import atexit, sys
+atexit.register(lambda: print("imported at teardown:", "orchestrator.broker.upstream" in sys.modules))
+from orchestrator.broker.client import import_in_background
+import_in_background()
+sys.exit(3)
+"""
+
+
+def test_a_process_that_ends_during_the_sdk_import_waits_for_it() -> None:
+    # Teardown stops a daemon thread where it next takes the interpreter lock; one
+    # stopped inside pydantic-core's compiled code aborts the process (SIGABRT): one in
+    # ten `warden run`s that failed in their first second ended with 134.
+    out = subprocess.run(
+        [sys.executable, "-c", EXIT_DURING_IMPORT],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert (out.returncode, out.stdout.strip()) == (3, "imported at teardown: True"), out.stderr
 
 
 @pytest.fixture
