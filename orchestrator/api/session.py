@@ -369,7 +369,9 @@ class WardenRun:
 
     def prewarm(self, *agent_types: str) -> None:
         """Start warm sandboxes for these types now, so their first Task starts sooner
-        (as `warden run` does for the built-in ones). Raises UnknownAgentError."""
+        (as `warden run` does for the built-in ones). Raises UnknownAgentError; their
+        images are resolved in the background (a missing one is logged, and its tasks
+        raise the error when they start)."""
         self._run.manager.prewarm(*agent_types)
 
     async def stop_all(self) -> list[str]:

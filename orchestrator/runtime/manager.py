@@ -16,6 +16,7 @@ it happens; each step's own logic lives in the modules named above.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -187,10 +188,14 @@ class TaskManager:
         self._waits.shutdown(wait=False, cancel_futures=True)
 
     def prewarm(self, *agent_types: str) -> None:
-        """Start warm sandboxes for these agent types now, ahead of their first task."""
+        """Start warm sandboxes for these agent types now, ahead of their first task.
+        Raises UnknownAgentError; their images are resolved on a worker thread (an
+        image that cannot be is logged, and its tasks start cold)."""
         for name in agent_types:
             agent = self.registry.get(name)
-            self.pool.refill(self.plan.pool_key(agent), self._warm_factory(agent))
+            self.pool.refill_when_resolved(
+                functools.partial(self.plan.pool_key, agent), self._warm_factory(agent)
+            )
 
     def _warm_factory(self, agent: AgentDefinition) -> Callable[[Path], SandboxSpec]:
         return lambda socket_dir: self.plan.spec(agent, socket_dir, task_id=None)

@@ -182,6 +182,25 @@ class WarmPool:
             slot.filling += 1
             self._spawn(self._fill(key, slot, factory))
 
+    def refill_when_resolved(self, resolve: Callable[[], PoolKey], factory: SpecFactory) -> None:
+        """`refill` once `resolve` has named the key. Naming it resolves an image (an
+        engine call, hashing the image's sources), so it runs on a worker thread while the
+        loop goes on. A key that cannot be resolved warms nothing: its tasks start cold
+        and raise the error themselves."""
+        if self._closed or not self.config.enabled:
+            return
+        self._spawn(self._refill_when_resolved(resolve, factory))
+
+    async def _refill_when_resolved(
+        self, resolve: Callable[[], PoolKey], factory: SpecFactory
+    ) -> None:
+        try:
+            key = await self._blocking(resolve)
+        except (WardenError, OSError) as exc:
+            log.warning("could not start a warm sandbox (tasks will start cold): %s", exc)
+            return
+        self.refill(key, factory)
+
     def reconfigure(self, config: PoolConfig) -> None:
         """New sizing from now on; each key's target is brought within it (sandboxes
         already ready stay until taken, idle or closed)."""

@@ -8,7 +8,8 @@ deadline ends it as timed_out; a runner that gives no answer is a failure that
 says why; a denied tool is denied, audited and reported; the depth and children
 caps refuse before anything starts; a stop is a stop; events come in order; the
 parent loop delegates and gets back only the subagent's final answer; no
-container outlives its task.
+container outlives its task; warming sandboxes never makes the loop wait for an
+image to be resolved.
 
 Isolation is not claimed here (nothing runs in a container): the integration
 tests prove that against a real engine.
@@ -35,6 +36,7 @@ from orchestrator.backend.contract import SandboxResult, SandboxSpec, SandboxSta
 from orchestrator.backend.fake import FakeBackend, FakeOutcome
 from orchestrator.broker import Upstream
 from orchestrator.config import Settings
+from orchestrator.errors import ImageNotFoundError
 from orchestrator.images.choice import SandboxImage
 from orchestrator.permissions import load_hooks, load_policy
 from orchestrator.permissions.approvers import NonInteractiveApprover
@@ -45,7 +47,8 @@ from orchestrator.runtime.events import EventLog
 from orchestrator.runtime.gate import PolicyGate
 from orchestrator.runtime.manager import TaskManager
 from orchestrator.runtime.parent import ParentAgent
-from orchestrator.runtime.protocols import PermissionGate
+from orchestrator.runtime.protocols import ImageResolver, PermissionGate
+from orchestrator.runtime.sandbox import RUNNER_COMMAND
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from orchestrator.scripted import (
     Conversation,
@@ -218,6 +221,8 @@ def make(tmp_path: Path, server: ScriptedModelServer) -> Callable[..., AsyncIter
         gate: PermissionGate | None = None,
         config: TaskManagerConfig | None = None,
         model_server: ScriptedModelServer | None = None,
+        image_resolver: ImageResolver | None = None,
+        warm_pool: bool = False,
     ) -> AsyncIterator[Harness]:
         workspace = tmp_path / "ws"
         workspace.mkdir(exist_ok=True)
@@ -239,10 +244,12 @@ def make(tmp_path: Path, server: ScriptedModelServer) -> Callable[..., AsyncIter
             run_id=RUN_ID,
             trace_id="trace",
             default_model="test-model",
-            image_resolver=lambda agent: SandboxImage(name="agent", ref="image-agent"),
+            image_resolver=image_resolver
+            or (lambda agent: SandboxImage(name="agent", ref="image-agent")),
             gate=gate,
             config=config or TaskManagerConfig(warm_pool_size=0),
-            runner_command=("fake-runner",),
+            # The warm pool is on only for warden's own runner.
+            runner_command=RUNNER_COMMAND if warm_pool else ("fake-runner",),
         )
         harness = Harness(manager, backend, store)
         events.subscribe(harness.events.append)
@@ -453,6 +460,36 @@ async def test_the_guards_a_run_lacks_are_said_once_as_run_events(
             ("sandbox_guard_weakened", None, "no pin"),
             ("sandbox_guard_weakened", None, "no records"),
         ]
+
+
+async def test_prewarm_resolves_images_off_the_event_loop_and_a_missing_one_is_no_error(
+    make: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Resolving an image is an engine call and hashes files: the loop must not wait
+    # for it. An image that is missing only makes its tasks start cold (they say why).
+    resolved_on: list[int] = []
+
+    def missing(agent: AgentDefinition) -> SandboxImage:
+        resolved_on.append(threading.get_ident())
+        raise ImageNotFoundError("the warden bash image is not built for the current sources")
+
+    def never_runs(w: Wire) -> None:
+        raise AssertionError("no sandbox may start")
+
+    async with make(
+        never_runs,
+        config=TaskManagerConfig(warm_pool_size=1),
+        image_resolver=missing,
+        warm_pool=True,
+    ) as h:
+        h.manager.prewarm("worker")
+        for _ in range(1000):
+            if "could not start a warm sandbox" in caplog.text:
+                break
+            await asyncio.sleep(0.01)
+        assert "not built for the current sources" in caplog.text
+        assert resolved_on and threading.get_ident() not in resolved_on
+        assert h.backend.list({}) == []
 
 
 async def test_events_are_recorded_in_the_order_they_happened(make: Any) -> None:

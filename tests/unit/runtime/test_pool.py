@@ -1,13 +1,15 @@
 """The warm pool is sized by demand (fake backend, no Docker): it keeps its minimum
 ready, grows after a burst finds it empty (up to its cap), removes sandboxes left
 idle past the idle timeout down to its minimum, never reserves more memory than
-its budget across images, and leaves no container behind when it closes."""
+its budget across images, names a key that needs an image resolved on a worker
+thread, and leaves no container behind when it closes."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -118,6 +120,28 @@ async def test_the_minimum_is_kept_ready_and_a_burst_grows_the_pool_up_to_its_ca
     for warm in taken:
         if warm is not None:
             await asyncio.to_thread(p.backend.remove, warm.container_id)
+
+
+async def test_a_key_is_resolved_on_a_worker_thread_and_then_warmed(
+    make_pool: Callable[..., Pool],
+) -> None:
+    p = make_pool(min_ready=1, max_ready=1, idle_s=60)
+    key = key_for("img")
+    resolved_on: list[int] = []
+
+    def resolve() -> PoolKey:
+        resolved_on.append(threading.get_ident())
+        return key
+
+    p.pool.refill_when_resolved(resolve, factory_for(key))
+    for _ in range(500):
+        if p.pool.ready_count():
+            break
+        await asyncio.sleep(0.01)
+    warm = p.pool.take(key)
+    assert warm is not None
+    assert resolved_on and threading.get_ident() not in resolved_on
+    await asyncio.to_thread(p.backend.remove, warm.container_id)
 
 
 async def test_idle_sandboxes_above_the_minimum_are_removed(
