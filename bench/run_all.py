@@ -52,7 +52,7 @@ BENCHES = (
     Bench("approval-hub", "bench_approval_hub.py", ("-n", "2000")),
     Bench("spawn", "bench_spawn.py", ("--quick",)),
     Bench("fanout", "bench_fanout.py", ("--sizes", "20")),
-    Bench("egress", "bench_egress.py", ("-n", "3")),
+    Bench("egress", "bench_egress.py", ("-n", "10")),
     Bench("hooks", "bench_hooks.py", ("-n", "20")),
     Bench("project-image", "bench_project_image.py", ("-n", "3")),
     Bench("cost", "bench_cost.py", ("--quick",)),
