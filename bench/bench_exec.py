@@ -6,6 +6,10 @@
     calls (create with the same hardened HostConfig, start, wait, logs, remove);
     target <= 1.05x. The ratio is warden's own cost on top of the engine's.
 
+Without --quick, two floors too: a fresh interpreter that imports only the docker SDK
+and makes the raw variant's calls (what any Python command on the SDK pays), and one
+that only imports what `warden exec` imports before its first engine call.
+
 Prints medians and both ratios, measured in the same run (the machine is shared:
 compare ratios, never absolute times). Every container is labelled
 `warden.session=<bench session>` and removed.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import json
 import os
 import shutil
 import statistics
@@ -36,7 +41,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-from benchlib import figure  # noqa: E402
+from benchlib import compile_sources, figure  # noqa: E402
 from docker.types import LogConfig  # noqa: E402
 
 from orchestrator import labels as wl  # noqa: E402
@@ -52,6 +57,23 @@ DEFAULT_IMAGE = os.environ.get("WARDEN_TEST_IMAGE", "bash")
 `warden exec` uses by default."""
 IN_PROCESS_TARGET = 1.05
 CLI_TARGET = 1.3
+
+
+SDK_FLOOR = """
+import gc, json, sys
+gc.disable()  # as warden's CLI imports
+import docker
+image, session, host_config = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+api = docker.from_env(version="auto").api
+created = api.create_container(
+    image, command=["true"], user="1000:1000", network_disabled=True,
+    labels={"warden.session": session}, working_dir="/workspace", host_config=host_config,
+)
+api.start(created["Id"])
+api.wait(created["Id"])
+api.logs(created["Id"])
+api.remove_container(created["Id"], force=True, v=True)
+"""
 
 
 def timed(action: Callable[[], object]) -> float:
@@ -70,6 +92,7 @@ def main() -> None:
     parser.add_argument("--image", default=DEFAULT_IMAGE, help="agent, bash or an image name")
     parser.add_argument("--warden", help="the warden executable (default: python -m orchestrator)")
     args = parser.parse_args()
+    compile_sources()  # every sample runs warden as an installed one would: from .pyc
     iterations = QUICK_ITERATIONS if args.quick else args.iterations
 
     session = f"bench-{uuid.uuid4().hex[:12]}"
@@ -133,6 +156,11 @@ def main() -> None:
         "raw SDK create/start/wait/logs/remove": raw_sdk,
     }
     if not args.quick:
+        # The floor of any Python command on the docker SDK: a fresh interpreter that
+        # imports only the SDK and makes the raw variant's engine calls (plus the API
+        # version round trip warden's client makes too).
+        sdk_floor = [sys.executable, "-c", SDK_FLOOR, args.image, session, json.dumps(host_config)]
+        variants["python + docker SDK, same engine calls"] = lambda: run_cli(sdk_floor)
         # What `warden exec` imports before its first engine call.
         # With the collector off, as `cli.main` imports for exec (else the floor is
         # higher than what the CLI itself pays).
@@ -161,6 +189,13 @@ def main() -> None:
     print(f"CLI ratio        {cli:.2f}x (target <= {CLI_TARGET}x)")
     figure("warden exec -- true / docker run --rm --network none", cli, CLI_TARGET)
     figure("DockerBackend.run / raw SDK calls", in_process, IN_PROCESS_TARGET)
+    sdk = medians.get("python + docker SDK, same engine calls")
+    if sdk is not None:
+        print(
+            f"the floor of a Python command on the docker SDK: {sdk * 1000:.0f} ms = "
+            f"{sdk / medians['docker run --network none']:.2f}x docker run (warden exec: "
+            f"{cli:.2f}x)"
+        )
     floor = medians.get("python + exec-path imports only")
     if floor is not None:
         print(

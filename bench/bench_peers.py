@@ -42,7 +42,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-from benchlib import figure  # noqa: E402
+from benchlib import compile_sources, figure  # noqa: E402
 
 from orchestrator import labels as wl  # noqa: E402
 from orchestrator.backend.connect import connect  # noqa: E402
@@ -191,6 +191,7 @@ def main() -> None:
     parser.add_argument("--image", default="bash", help="agent, bash or a local image")
     parser.add_argument("--peers-dir", type=Path, default=PEERS_DIR)
     args = parser.parse_args()
+    compile_sources()  # every sample runs warden as an installed one would: from .pyc
     iterations = QUICK_ITERATIONS if args.quick else args.iterations
 
     session = f"bench-{uuid.uuid4().hex[:12]}"

@@ -27,7 +27,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-from benchlib import agent_image, chown_tree, figure, median, ms  # noqa: E402
+from benchlib import (  # noqa: E402
+    agent_image,
+    chown_tree,
+    compile_sources,
+    figure,
+    median,
+    ms,
+)
 
 from orchestrator import labels as wl  # noqa: E402
 
@@ -95,6 +102,7 @@ def main() -> None:
     parser.add_argument("-n", "--iterations", type=int, default=DEFAULT_ITERATIONS)
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_ITERATIONS} iterations")
     args = parser.parse_args()
+    compile_sources()  # every sample runs warden as an installed one would: from .pyc
     iterations = QUICK_ITERATIONS if args.quick else args.iterations
 
     image = agent_image()
