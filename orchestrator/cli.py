@@ -104,12 +104,21 @@ START_UP_WITHOUT_GC = frozenset({"exec", "run", "resume", "mcp"})
 themselves (`orchestrator.start_up_done`), once their heavy imports are done."""
 
 
+ASYNCIO_ONLY = frozenset({"run", "resume", "mcp"})
+"""Commands whose process runs asyncio loops only (`lifecycle.interrupts.run_stoppable`).
+The model SDK's HTTP stack (httpcore2) imports trio whenever it is installed, only to
+serve trio loops too: about 40 ms of CPU before a run's first model request. In these
+processes that import is refused, and httpcore2 takes trio as not installed."""
+
+
 def main() -> None:
     """Console-script entry point: warden errors become one clear line, not a traceback."""
     if sys.argv[1:2] and sys.argv[1] in START_UP_WITHOUT_GC:
         import gc
 
         gc.disable()
+    if sys.argv[1:2] and sys.argv[1] in ASYNCIO_ONLY:
+        sys.modules.setdefault("trio", None)  # type: ignore[arg-type]  # None: refused
     try:
         _main()
     except SystemExit as exc:

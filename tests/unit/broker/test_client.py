@@ -2,7 +2,8 @@
 wiring, the manager, the broker, the CLI's run command) imports it; the run's client
 is built in the background and the first call awaits it; the garbage collector,
 off during start-up, comes back on only once that import is over; a process that
-ends during the import waits for it (teardown must not stop it half-way)."""
+ends during the import waits for it (teardown must not stop it half-way); and a run's
+process leaves trio out of the SDK's HTTP stack."""
 
 from __future__ import annotations
 
@@ -68,6 +69,34 @@ def test_a_process_that_ends_during_the_sdk_import_waits_for_it() -> None:
         timeout=120,
     )
     assert (out.returncode, out.stdout.strip()) == (3, "imported at teardown: True"), out.stderr
+
+
+RUN_PROCESS_HTTP_STACK = """
+import asyncio, sys
+sys.argv = ["warden", "run", "--help"]
+from orchestrator import cli
+try:
+    cli.main()
+except SystemExit:
+    pass
+from httpcore2 import _synchronization
+async def library():
+    return _synchronization.current_async_library()
+print(_synchronization.trio is None, asyncio.run(library()), "trio" in sys.modules)
+"""
+
+
+def test_a_run_process_serves_asyncio_without_importing_trio() -> None:
+    # httpcore2 imports trio whenever it is installed (~40 ms before the first model
+    # request); warden's run, resume and mcp processes only run asyncio loops.
+    out = subprocess.run(
+        [sys.executable, "-c", RUN_PROCESS_HTTP_STACK],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert out.stdout.split()[-3:] == ["True", "asyncio", "True"], out.stdout + out.stderr
 
 
 @pytest.fixture
