@@ -2,11 +2,13 @@
 
 The sandbox has no network interface but `lo`. When the host offers egress it
 mounts a second Unix socket beside the broker's (`EGRESS_SOCKET`); this module
-listens on a loopback port and hands each accepted TCP connection to the host
-proxy: it connects to that socket and passes the connection itself over it
-(`SCM_RIGHTS`, one marker byte `HANDOVER`), then lets go of it. The proxy reads
-and writes the client's socket directly, so no byte is copied in the container
-and the host can move them in the kernel. Every decision (which host, which port,
+listens on a loopback port and passes that listening socket to the host proxy over
+it (`SCM_RIGHTS`, one marker byte `LISTENER`): the proxy then accepts the sandbox's
+connections itself, and nothing runs here. If the proxy does not take it, a
+forwarder hands each accepted TCP connection over instead (a new connection to the
+socket per client, marker byte `HANDOVER`). Either way the proxy reads and writes
+the client's socket directly, so no byte is copied in the container and the host
+can move them in the kernel. Every decision (which host, which port,
 how many bytes) is made by the proxy on the host; the forwarder knows nothing and
 decides nothing. It sets the proxy variables (`proxy_env`) so HTTP clients, pip,
 npm and git send their traffic through it. Without the socket nothing starts and
@@ -17,7 +19,8 @@ Standard library only (it runs in every image, before anything else is imported)
 - runner: `offer(socket_dir)` at start-up (a daemon thread; variables go into
   `os.environ`, which the Bash tool's commands inherit)
 - `warden exec`: `python3 -m sandbox_tools.egress_forward [--socket PATH] -- CMD...`
-  forks the forwarder and execs CMD with the variables set
+  passes the listening socket (or forks the forwarder) and execs CMD with the
+  variables set
 """
 
 from __future__ import annotations
@@ -36,6 +39,12 @@ LISTEN_HOST = "127.0.0.1"
 LISTEN_BACKLOG = 64
 HANDOVER = b"\0"
 """The byte that carries a passed connection (the host proxy's `HANDOVER` too)."""
+LISTENER = b"L"
+"""The byte that carries the listening socket itself (the host proxy's `LISTENER`)."""
+TAKEN = b"+"
+"""The proxy's answer when it took the listening socket (`handover.TAKEN`)."""
+PASS_TIMEOUT_S = 10.0
+"""Longest the forwarder waits for the proxy's answer to a passed listening socket."""
 NO_PROXY = "localhost,127.0.0.1,::1"
 
 
@@ -69,6 +78,21 @@ def listen() -> socket.socket:
     server.bind((LISTEN_HOST, 0))
     server.listen(LISTEN_BACKLOG)
     return server
+
+
+def pass_listener(server: socket.socket, socket_path: str) -> bool:
+    """Give the proxy the listening socket itself; True when it took it: the proxy
+    then accepts every connection on it directly (no hand-over per connection, and
+    nothing here needs to run). False: serve it here (`serve`)."""
+    fds = array.array("i", [server.fileno()])
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(PASS_TIMEOUT_S)
+            conn.connect(socket_path)
+            conn.sendmsg([LISTENER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            return conn.recv(1) == TAKEN
+    except OSError:
+        return False
 
 
 def serve(server: socket.socket, socket_path: str) -> None:
@@ -117,13 +141,17 @@ def offer(socket_dir: str) -> int | None:
         return None
     server = listen()
     port = int(server.getsockname()[1])
-    threading.Thread(target=serve, args=(server, path), daemon=True).start()
+    if pass_listener(server, path):
+        server.close()  # the proxy holds it now
+    else:
+        threading.Thread(target=serve, args=(server, path), daemon=True).start()
     os.environ.update(proxy_env(port))
     return port
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`--socket PATH -- CMD...`: fork the forwarder, exec CMD with the variables set."""
+    """`--socket PATH -- CMD...`: pass the listening socket to the proxy (or fork the
+    forwarder when it does not take it), exec CMD with the variables set."""
     args = list(sys.argv[1:] if argv is None else argv)
     path = EGRESS_SOCKET
     if args[:1] == ["--socket"] and len(args) > 1:
@@ -138,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     server = listen()
     port = int(server.getsockname()[1])
-    if os.fork() == 0:  # the forwarder: no threads exist yet, so forking is safe
+    if not pass_listener(server, path) and os.fork() == 0:
+        # the forwarder, when the proxy did not take the listening socket (no threads
+        # exist yet, so forking is safe)
         os.setsid()
         try:
             serve(server, path)

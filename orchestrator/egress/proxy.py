@@ -1,12 +1,14 @@
 """The host side of one task's egress: an HTTP proxy on a Unix socket.
 
-The in-container forwarder passes each accepted TCP connection over the socket
-(`SCM_RIGHTS`, marker byte `HANDOVER`); the proxy then serves the client's own
-socket, validated to be a TCP stream, and no byte is copied in the container. A
-connection that sends anything else is served as the client itself.
+The in-container forwarder passes its listening socket over the socket once, and
+the proxy accepts the sandbox's TCP connections on it itself; failing that, it
+passes each accepted connection (`handover`). Either way the proxy serves the
+client's own socket and no byte is copied in the container. A connection that
+sends anything else is served as the client itself.
 
 One request per connection, in three phases:
-1. checks, on the event loop: the peer's uid, the connection caps, the request head
+1. checks, on the event loop: the peer's uid and group (of the Unix connection that
+   passed the connection or its listening socket), the connection caps, the request head
    (`http_head`: h11 plus the refusals that stop request smuggling), the decision
    (`verdict`), the connect to the checked address, and for `CONNECT` the TLS check
    (`tunnel`: every ClientHello the client sends in the clear names the CONNECT
@@ -30,11 +32,17 @@ import logging
 import os
 import select
 import socket
-from array import array
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from orchestrator.broker.listener import peer_groups, peer_uid, sandbox_group
+from orchestrator.egress.handover import (
+    MAX_PASSED_LISTENERS,
+    TAKEN,
+    PassedListener,
+    client_socket,
+    received,
+)
 from orchestrator.egress.http_head import (
     MAX_HEAD_BYTES,
     HeadRefused,
@@ -70,8 +78,6 @@ MAX_RELAY_THREADS = 256
 """Relay threads one proxy keeps at most (a connection beyond waits for one); the
 task's open-connection cap (64 by default) normally binds first. Threads are reused:
 starting one per connection would cost every small request a thread start."""
-HANDOVER = b"\0"
-"""The byte the forwarder sends with a passed connection (`egress_forward.HANDOVER`)."""
 TLS_ALERT_UNRECOGNIZED_NAME = bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70])
 """A fatal TLS alert (unrecognized_name): what a TLS client understands after `200`."""
 _PHRASES = {
@@ -118,6 +124,8 @@ class EgressProxy:
         self._accepting: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._relays: set[KernelRelay] = set()
+        self._passed_listeners: list[socket.socket] = []
+        """Forwarders' listening sockets, accepted on directly (`handover`)."""
         self._relay_threads = RelayThreads(MAX_RELAY_THREADS)
         self._cut_reported = False
 
@@ -144,6 +152,11 @@ class EgressProxy:
             await asyncio.gather(self._accepting, return_exceptions=True)
         if self._listener is not None:
             self._listener.close()
+        loop = asyncio.get_running_loop()
+        for listener in self._passed_listeners:
+            loop.remove_reader(listener.fileno())
+            listener.close()
+        self._passed_listeners.clear()
         for relay in list(self._relays):
             relay.stop()
         for task in list(self._handlers):
@@ -165,14 +178,33 @@ class EgressProxy:
                 log.warning("egress proxy: accept failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
-            task = asyncio.create_task(self._accepted(conn))
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
+            self._handle(conn, checked=False)
 
-    async def _accepted(self, conn: socket.socket) -> None:
+    def _handle(self, conn: socket.socket, *, checked: bool) -> None:
+        task = asyncio.create_task(self._accepted(conn, checked))
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+
+    def _accept_passed(self, listener: socket.socket) -> None:
+        """A passed listening socket is readable: serve every connection waiting on it
+        (made inside the sandbox that passed it: its peer checks were that socket's)."""
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:  # e.g. EMFILE: keep serving the open connections
+                log.warning("egress proxy: accept failed: %s", exc)
+                return
+            self._handle(client_socket(conn), checked=True)
+
+    async def _accepted(self, conn: socket.socket, checked: bool) -> None:
         owned = [conn]
         try:
-            await self._serve(conn, owned)
+            if checked:
+                await self._admitted(BufferedSocket(conn), owned)
+            else:
+                await self._serve(conn, owned)
         except (OSError, TimeoutError):
             pass
         except asyncio.CancelledError:
@@ -199,8 +231,21 @@ class EgressProxy:
                     "socket) was refused",
                 )
                 return
-        client = await _client(conn)
-        owned.append(client.sock)
+        passed = await received(conn, HEAD_TIMEOUT_S)
+        if isinstance(passed, PassedListener):
+            owned.append(passed.sock)
+            if len(self._passed_listeners) < MAX_PASSED_LISTENERS:
+                owned.remove(passed.sock)
+                self._passed_listeners.append(passed.sock)
+                loop = asyncio.get_running_loop()
+                loop.add_reader(passed.sock.fileno(), self._accept_passed, passed.sock)
+                await loop.sock_sendall(conn, TAKEN)
+            return
+        owned.append(passed.sock)
+        await self._admitted(passed, owned)
+
+    async def _admitted(self, client: BufferedSocket, owned: list[socket.socket]) -> None:
+        """One client connection: the connection caps, then its request."""
         why = self.meter.admit()
         if why is not None:
             await _refuse(client.sock, 429, f"refused: {why} is reached")
@@ -358,59 +403,6 @@ def _settle(future: asyncio.Future[RelayEnd], end: RelayEnd) -> None:
 
 def _denied(verdict: Verdict, reason: str, decided_by: str) -> Verdict:
     return Verdict("deny", verdict.host, verdict.port, reason, decided_by, "proxy", verdict.policy)
-
-
-async def _client(conn: socket.socket) -> BufferedSocket:
-    """The client: the TCP connection passed over `conn` (which is then closed), or
-    `conn` itself with the byte it sent. OSError for a passed descriptor that is
-    not a TCP stream (only the sandbox can pass one; it is closed unused)."""
-    loop = asyncio.get_running_loop()
-    ready = loop.create_future()
-
-    def readable() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    # Room for one descriptor: the kernel closes any more a client sends.
-    space = socket.CMSG_SPACE(array("i").itemsize)
-    try:
-        data, ancillary, _, _ = conn.recvmsg(1, space)
-    except BlockingIOError:
-        loop.add_reader(conn.fileno(), readable)
-        try:
-            async with asyncio.timeout(HEAD_TIMEOUT_S):
-                await ready
-        finally:
-            loop.remove_reader(conn.fileno())
-        data, ancillary, _, _ = conn.recvmsg(1, space)
-    fds = array("i")
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-    if not fds:
-        return BufferedSocket(conn, data)
-    passed = socket.socket(fileno=fds[0])
-    for extra in fds[1:]:
-        os.close(extra)
-    if data != HANDOVER or not _is_tcp_stream(passed):
-        passed.close()
-        raise OSError("the forwarder passed something that is not a TCP connection")
-    conn.close()
-    passed.setblocking(False)
-    passed.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return BufferedSocket(passed)
-
-
-def _is_tcp_stream(sock: socket.socket) -> bool:
-    try:
-        protocol = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PROTOCOL)
-    except OSError:
-        return False
-    return (
-        sock.family in (socket.AF_INET, socket.AF_INET6)
-        and sock.type == socket.SOCK_STREAM
-        and protocol == socket.IPPROTO_TCP
-    )
 
 
 async def _read_head(client: BufferedSocket) -> bytes:

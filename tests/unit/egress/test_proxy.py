@@ -743,3 +743,72 @@ async def test_a_connection_whose_audit_record_cannot_be_written_is_closed_unsen
     assert answer == b"" and sent == b""
     assert any("closed unsent" in r.getMessage() for r in caplog.records), caplog.records
     assert egress.meter.destination("allowed.test", port).connections == 0
+
+
+def _pass_listener_as(path: Path, uid: int, groups: list[int]) -> bytes:
+    """Whether a forked child running as uid:uid with `groups` got its listening
+    socket taken by the proxy (b"taken" / b"refused")."""
+    import os
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        answer = b"refused"
+        try:
+            os.close(read_end)
+            os.setgroups(groups)
+            os.setgid(uid)
+            os.setuid(uid)
+            server = egress_forward.listen()
+            if egress_forward.pass_listener(server, str(path)):
+                answer = b"taken"
+        finally:
+            os.write(write_end, answer)
+            os._exit(0)
+    os.close(write_end)
+    os.waitpid(pid, 0)
+    with os.fdopen(read_end, "rb") as fh:
+        return fh.read()
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="switching uids needs root")
+async def test_only_the_sandbox_itself_may_pass_a_listening_socket(
+    servers: tuple[int, int],
+) -> None:
+    """A listening socket is taken only over a connection that passes the same peer
+    checks as a handed-over one: a neighbour of the sandbox's uid without the socket
+    directory's own group is refused (and reported); the sandbox's is taken, and the
+    proxy serves connections on it with the task's rules."""
+    import shutil
+    import tempfile
+
+    from orchestrator.broker.listener import SandboxIdentity, make_socket_dir, sandbox_group
+
+    socket_dir = make_socket_dir(SandboxIdentity(1000, 1000), Path(tempfile.gettempdir()))
+    own = sandbox_group(socket_dir)
+    assert own is not None
+    svc = service(["allowed.test"], sandbox_uid=1000)
+    events = Events()
+    svc.events = events
+    egress = await svc.open(FakeTask(), None, socket_dir)
+    assert egress is not None
+    path = socket_dir / "egress.sock"
+    socket_dir.chmod(0o755)
+    path.chmod(0o666)
+    try:
+        neighbour = await asyncio.to_thread(_pass_listener_as, path, 1000, [])
+        own_sandbox = await asyncio.to_thread(_pass_listener_as, path, 1000, [own])
+        mine = egress_forward.listen()
+        assert await asyncio.to_thread(egress_forward.pass_listener, mine, str(path))
+        port = mine.getsockname()[1]
+        mine.close()  # the proxy holds it now; nothing serves it here
+        allowed = await asyncio.to_thread(fetch, port, f"http://allowed.test:{servers[0]}/hello")
+        denied = await asyncio.to_thread(fetch, port, f"http://other.test:{servers[0]}/hello")
+    finally:
+        await egress.close()
+        shutil.rmtree(socket_dir, ignore_errors=True)
+    assert (neighbour, own_sandbox) == (b"refused", b"taken")
+    refused = [d for k, d in events.seen if k == "broker_notice"]
+    assert any("without group" in str(d.get("message")) for d in refused), events.seen
+    assert allowed[0] == 200
+    assert denied[0] == 403 and "mode dontAsk denies it" in denied[1]
