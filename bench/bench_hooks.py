@@ -16,8 +16,15 @@ hook adds at most 30 ms p50 per call.
 
 Between calls the loop waits `--gap` seconds, standing in for the model turn
 that separates two tool calls (the pool refills a used sandbox in the
-background meanwhile); `--gap 0` measures back-to-back calls, where a call may
-wait for a sandbox still starting, and is reported too.
+background meanwhile). Two more figures are reported:
+
+- bursts: a model turn that asks for `BURST_SIZE` tool calls, the calls back to
+  back, then a model turn (`BURST_GAP_S`) before the next burst. The pool grows
+  to meet such turns (`HOOK_POOL_MOST`), so only the first bursts wait.
+- sustained: `SUSTAINED_CALLS` calls back to back and nothing else. Every call
+  needs a container started and one removed, so past the pool's size the calls
+  come no faster than the engine starts containers (on 2 shared cores, a few per
+  second): this figure's floor is the engine's start rate, not the pool.
 
     python3 bench/bench_hooks.py [-n 40] [--gap 0.5]
 
@@ -48,13 +55,18 @@ from orchestrator.permissions import (
 )
 from orchestrator.permissions.hooks import parse_hooks
 from orchestrator.runtime.caps import TaskManagerConfig
-from orchestrator.runtime.hook_sandbox import hook_sandbox_pool
+from orchestrator.runtime.hook_sandbox import HOOK_IMAGE, hook_sandbox_pool
 from orchestrator.runtime.sandbox import sandbox_identity
 from orchestrator.runtime.session import prepare_guard
 
 DEFAULT_CALLS = 40
 DEFAULT_GAP_S = 0.5
-BURST_CALLS = 20
+BURST_SIZE = 5
+"""Tool calls one model turn asks for in the burst figure."""
+BURST_GAP_S = 2.0
+"""The model turn between two bursts (one that asks for five tool calls takes longer)."""
+BURSTS = 6
+SUSTAINED_CALLS = 20
 ADDED_TARGET_S = 0.030
 HOOK = "grep -q 'rm -rf' && exit 2 || exit 0"
 CTX = CallContext(session_id="bench", agent_id="sa_bench", agent_type="general-purpose")
@@ -66,15 +78,20 @@ def hookset(trusted: bool) -> HookSet:
     return HookSet(tuple(found), trusted_commands=frozenset({HOOK} if trusted else ()))
 
 
-async def measure(calls: int, gap_s: float) -> dict[str, list[float]]:
+async def measure(calls: int, gap_s: float, burst: int = 1) -> dict[str, list[float]]:
+    """`calls` rounds (one call each way, in rotating order); `gap_s` after each
+    call, or, with `burst` > 1, only after every `burst` rounds (then no warm-up
+    rounds: the first burst, which finds the pool at its resting size, is kept,
+    and also reported alone)."""
     with temp_env("hooks") as (settings, workspace):
         client = await asyncio.to_thread(connect)
         backend = make_backend(client, settings)
         guard = prepare_guard(settings, workspace, ())
         config = TaskManagerConfig(fallback_uid=settings.fallback_uid)
+        image = resolve_image(client, HOOK_IMAGE)  # a run resolves its images once
         pool = hook_sandbox_pool(
             backend=backend,
-            image_for=lambda name: resolve_image(client, name),
+            image_for=lambda name: image,
             workspace=workspace,
             guard=guard,
             identity=sandbox_identity(workspace, config.fallback_uid),
@@ -96,15 +113,21 @@ async def measure(calls: int, gap_s: float) -> dict[str, list[float]]:
             pool.warm()
             await asyncio.sleep(3)  # the pool's first sandboxes start
             names = list(engines)
-            for i in range(calls + 2):
+            warmup = 2 if burst == 1 else 0
+            for i in range(calls + warmup):
                 for name in names[i % 3 :] + names[: i % 3]:  # rotate the order
                     started = time.perf_counter()
                     decision = await engines[name].evaluate(call, CTX)
                     took = time.perf_counter() - started
                     assert decision.behavior == "allow", (name, decision)
                     assert not any(o.error for o in decision.hook_outcomes), decision
-                    if i >= 2:  # two warm-up rounds
+                    if i >= warmup:
                         times[name].append(took)
+                    if burst > 1 and i < burst and name == "sandboxed hook":
+                        times.setdefault("sandboxed, 1st burst", []).append(took)
+                    if burst == 1:
+                        await asyncio.sleep(gap_s)
+                if burst > 1 and (i + 1) % burst == 0:
                     await asyncio.sleep(gap_s)
         finally:
             await pool.close()
@@ -138,8 +161,11 @@ def main() -> None:
     args = parser.parse_args()
     paced = asyncio.run(measure(args.calls, args.gap))
     report(f"{args.calls} calls, {args.gap:g} s between calls (a model turn)", paced)
-    burst = asyncio.run(measure(BURST_CALLS, 0.0))
-    report(f"{BURST_CALLS} calls back to back (no model turn between them)", burst)
+    bursts = asyncio.run(measure(BURST_SIZE * BURSTS, BURST_GAP_S, burst=BURST_SIZE))
+    report(f"bursts: {BURST_SIZE} calls back to back, {BURST_GAP_S:g} s model turn between "
+           f"bursts, {BURSTS} bursts", bursts)  # fmt: skip
+    sustained = asyncio.run(measure(SUSTAINED_CALLS, 0.0))
+    report(f"{SUSTAINED_CALLS} calls back to back (no model turn between them)", sustained)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,19 @@ serves exactly one hook call and is removed after it: nothing a hook leaves
 behind (a process, a file in `/tmp`) reaches the next call.
 
 Kept fast by a warm pool: `HOOK_POOL_READY` containers are started ahead of
-time. Each runs `SHIM` (stdlib Python, `-I -S`), which has already connected to
-a Unix socket the host listens on, in a directory only that container mounts,
-and waits. A call takes a ready one, sends the command, its working directory
-and its stdin as one JSON document, and reads back the exit code and the output
-(each stream cut at the caller's limit, the cut announced); a replacement starts
-after the call. If the orchestrator dies, the connection drops and the shim
-exits; the run's reaper removes what is left (every container carries the run's
+time. When calls come faster than the pool refills (a model turn with several
+tool calls), each call that finds none started raises that number by one (as
+`runtime.pool` does for subagents), up to `HOOK_POOL_MOST`, the missing ones
+started together; `HOOK_POOL_IDLE_S` after the last call it falls back to
+`HOOK_POOL_READY`, removing the extras. Each runs `SHIM` (stdlib Python,
+`-I -S`), which has already connected to a Unix socket the host listens on, in a
+directory only that container mounts, and waits (the host accepts that one
+connection on its event loop and stops listening). A call takes a ready one,
+sends the command, its working directory and its stdin as one JSON document,
+and reads back the exit code and the output (each stream cut at the caller's
+limit, the cut announced); a replacement starts after the call. If the
+orchestrator dies, the connection drops and the shim exits; the run's reaper
+removes what is left (every container carries the run's
 session label). `bench/bench_hooks.py` measures what this adds to a tool call.
 """
 
@@ -29,6 +35,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,8 +64,16 @@ HOOK_IMAGE = "agent"
 HOOK_SOCKET_DIR = "/run/warden-hook"
 """Where a hook sandbox sees its own socket directory (read-only)."""
 HOOK_SOCKET_NAME = "hook.sock"
+HOOK_SOCKET_BACKLOG = 4
+"""Connections the kernel queues on a hook socket before they are accepted (one is
+the shim's; any other is refused when it is accepted)."""
 HOOK_POOL_READY = 2
 """Hook sandboxes kept started and waiting (two: a tool call may match two hooks)."""
+HOOK_POOL_MOST = 6
+"""The most kept waiting while calls come faster than the pool refills (each waiting
+sandbox holds about 9 MiB)."""
+HOOK_POOL_IDLE_S = 60.0
+"""Without a hook call for this long, the pool shrinks back to `HOOK_POOL_READY`."""
 HOOK_SANDBOX_MAX_AGE_S = 3000.0
 """A waiting sandbox older than this is replaced, not used (its shim gives up at
 `SHIM_WAIT_S`)."""
@@ -132,8 +147,9 @@ class _Warm:
     """One started hook sandbox and the host end of its socket."""
 
     socket_dir: Path
-    server: asyncio.Server
-    connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+    listener: socket.socket
+    connected: asyncio.Future[socket.socket]
+    """The shim's connection, once it came (accepted on the loop, by `_accept`)."""
     started: float
     container_id: str = ""
 
@@ -151,16 +167,30 @@ class HookSandboxPool:
     make_dir: Callable[[], Path]
     remove_dir: Callable[[Path], None]
     ready: int = HOOK_POOL_READY
+    """How many are kept waiting while calls come no faster than the pool refills."""
+    most: int = HOOK_POOL_MOST
+    """How many may be kept waiting after calls came faster (never fewer than `ready`)."""
+    idle_s: float = HOOK_POOL_IDLE_S
+    """How long without a call before the pool shrinks back to `ready`."""
+    _target: int = field(default=0, repr=False)
     _waiting: list[asyncio.Task[_Warm]] = field(default_factory=list, repr=False)
     _closed: bool = field(default=False, repr=False)
     _cleanup: set[asyncio.Task[None]] = field(default_factory=set, repr=False)
+    _shrink: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+    @property
+    def target(self) -> int:
+        """How many sandboxes the pool keeps started or starting now."""
+        return max(self.ready, self._target)
 
     def warm(self) -> None:
-        """Start sandboxes until `ready` are started or starting."""
+        """Start sandboxes, all at once, until `target` are started or starting."""
         if self._closed:
             return
-        while len(self._waiting) < self.ready:
-            self._waiting.append(asyncio.create_task(self._start_one(), name="hook-sandbox"))
+        while len(self._waiting) < self.target:
+            task = asyncio.create_task(self._start_one(), name="hook-sandbox")
+            task.add_done_callback(self._trim)
+            self._waiting.append(task)
 
     async def run(
         self, command: str, stdin: bytes, timeout_s: float, *, cwd: str, output_limit: int
@@ -170,8 +200,11 @@ class HookSandboxPool:
         if self._closed:
             return SandboxedHookRun(error="the run is ending; no hook sandbox is left")
         self._drop_stale()
-        if not self._waiting:
-            self.warm()
+        self._idle_after_this_call()
+        if not any(_usable(t) for t in self._waiting):
+            # Calls come faster than the pool refills: keep one more waiting from now on.
+            self._target = min(max(self.most, self.ready), self.target + 1)
+        self.warm()
         pending = self._take()
         try:
             warm = await pending
@@ -191,11 +224,13 @@ class HookSandboxPool:
     async def close(self) -> None:
         """Stop every waiting sandbox and remove its directory (idempotent)."""
         self._closed = True
+        if self._shrink is not None:
+            self._shrink.cancel()
         waiting, self._waiting = self._waiting, []
+        # A start under way is finished, not cancelled: a cancelled one would leave
+        # its container running without the pool knowing its id.
         for task in waiting:
-            task.cancel()
-        for task in waiting:
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(WardenError, OSError):
                 self._dispose(await task)
         if self._cleanup:
             await asyncio.gather(*self._cleanup, return_exceptions=True)
@@ -203,10 +238,31 @@ class HookSandboxPool:
     # -- inside ----------------------------------------------------------------
 
     def _take(self) -> asyncio.Task[_Warm]:
-        ready = [t for t in self._waiting if t.done() and not t.cancelled() and not t.exception()]
+        ready = [t for t in self._waiting if _usable(t)]
         chosen = ready[0] if ready else self._waiting[0]
         self._waiting.remove(chosen)
         return chosen
+
+    def _idle_after_this_call(self) -> None:
+        """(Re)start the idle clock: `idle_s` after the last call, shrink to `ready`."""
+        if self._shrink is not None:
+            self._shrink.cancel()
+        self._shrink = asyncio.get_running_loop().call_later(self.idle_s, self._shrink_to_ready)
+
+    def _shrink_to_ready(self) -> None:
+        """Fall back to `ready` waiting sandboxes, removing the extras."""
+        self._shrink = None
+        self._target = 0
+        self._trim()
+
+    def _trim(self, _done: object = None) -> None:
+        """Remove started sandboxes beyond `target`, oldest first (one still starting
+        is trimmed when its start ends: cancelling a start could leave a container
+        the pool no longer knows)."""
+        extra = len(self._waiting) - self.target
+        for task in [t for t in self._waiting if _usable(t)][: max(extra, 0)]:
+            self._waiting.remove(task)
+            self._dispose(task.result())
 
     def _drop_stale(self) -> None:
         now = time.monotonic()
@@ -222,25 +278,23 @@ class HookSandboxPool:
     async def _start_one(self) -> _Warm:
         loop = asyncio.get_running_loop()
         socket_dir = await asyncio.to_thread(self.make_dir)
-        connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
-        connected = loop.create_future()
-
-        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            if connected.done() or not holds_group(writer.get_extra_info("socket"), socket_dir):
-                writer.close()  # one sandbox, one connection: its own
-                return
-            connected.set_result((reader, writer))
-
         path = socket_dir / HOOK_SOCKET_NAME
+        listener = socket.socket(socket.AF_UNIX)
         try:
-            server = await asyncio.start_unix_server(accept, path=str(path))
+            listener.bind(str(path))
             # As for the broker: the directory's group is the sandbox's; only it and we.
             os.chown(path, -1, socket_dir.stat().st_gid)
             os.chmod(path, 0o660)
+            listener.listen(HOOK_SOCKET_BACKLOG)
+            listener.setblocking(False)
         except BaseException:
+            listener.close()
             await asyncio.to_thread(self.remove_dir, socket_dir)
             raise
-        warm = _Warm(socket_dir, server, connected, time.monotonic())
+        warm = _Warm(socket_dir, listener, loop.create_future(), time.monotonic())
+        # Accepted in a reader callback on the loop, so a connection is always either
+        # handed to `connected` or closed at once, whenever the sandbox is disposed.
+        loop.add_reader(listener.fileno(), self._accept, warm)
         try:
             spec = await asyncio.to_thread(self.spec_for, socket_dir)
             warm.container_id = await asyncio.to_thread(self.backend.start, spec)
@@ -248,6 +302,21 @@ class HookSandboxPool:
             self._dispose(warm)
             raise
         return warm
+
+    def _accept(self, warm: _Warm) -> None:
+        try:
+            conn, _ = warm.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            log.debug("hook sandbox accept failed: %s", exc)
+            return
+        if warm.connected.done() or not holds_group(conn, warm.socket_dir):
+            conn.close()  # one sandbox, one connection: its own
+            return
+        conn.setblocking(False)
+        warm.connected.set_result(conn)
+        _stop_listening(warm)  # its one connection came: nothing else may connect
 
     async def _call(
         self,
@@ -268,12 +337,12 @@ class HookSandboxPool:
         most = 2 * (limit * 4 // 3 + 4) + MAX_RESPONSE_OVERHEAD_BYTES
 
         async def talk() -> bytes:
-            reader, writer = await asyncio.shield(warm.connected)
-            writer.write(json.dumps(request).encode())
-            await writer.drain()
-            writer.write_eof()
+            loop = asyncio.get_running_loop()
+            conn = await asyncio.shield(warm.connected)
+            await loop.sock_sendall(conn, json.dumps(request).encode())
+            conn.shutdown(socket.SHUT_WR)
             kept = bytearray()
-            while len(kept) <= most and (chunk := await reader.read(65536)):
+            while len(kept) <= most and (chunk := await loop.sock_recv(conn, 65536)):
                 kept += chunk  # the shim sends once and closes
             return bytes(kept)
 
@@ -293,9 +362,9 @@ class HookSandboxPool:
 
     def _dispose(self, warm: _Warm) -> None:
         """Close the host end and remove the container and directory in the background."""
-        warm.server.close()
+        _stop_listening(warm)
         if warm.connected.done() and not warm.connected.cancelled():
-            warm.connected.result()[1].close()
+            warm.connected.result().close()
         else:
             warm.connected.cancel()
 
@@ -308,6 +377,18 @@ class HookSandboxPool:
         task = asyncio.get_running_loop().create_task(remove(), name="hook-sandbox-remove")
         self._cleanup.add(task)
         task.add_done_callback(self._cleanup.discard)
+
+
+def _stop_listening(warm: _Warm) -> None:
+    """Stop accepting on `warm`'s socket and close it (idempotent)."""
+    if warm.listener.fileno() != -1:
+        asyncio.get_running_loop().remove_reader(warm.listener.fileno())
+        warm.listener.close()
+
+
+def _usable(task: asyncio.Task[_Warm]) -> bool:
+    """Whether `task` has started its sandbox (a call can have it without waiting)."""
+    return task.done() and not task.cancelled() and task.exception() is None
 
 
 def _reply(raw: bytes, most: int, took: float) -> SandboxedHookRun:

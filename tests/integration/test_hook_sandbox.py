@@ -7,6 +7,7 @@ images, real runs; only the model is scripted."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -17,7 +18,15 @@ import pytest
 from orchestrator.config import Settings
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.conftest import UNPRIVILEGED
-from tests.integration.harness import containers_of, convo, requests_of, scripted_run, text, tool
+from tests.integration.harness import (
+    containers_of,
+    convo,
+    requests_of,
+    scripted_run,
+    text,
+    tool,
+    until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -278,3 +287,69 @@ async def test_a_hook_sandboxs_socket_serves_only_that_sandbox(
     assert tried == {"as made": "PermissionError", "loosened": "closed"}, tried
     assert served.exit_code == 0 and served.stdout == (b"SECRET-STDIN\nserved\n", False), served
     assert containers_of(session) == []
+
+
+async def test_a_burst_of_hook_calls_grows_the_pool_and_each_call_still_gets_a_fresh_sandbox(
+    settings: Settings, workspace: Path
+) -> None:
+    """A model turn's tool calls back to back, more than the pool keeps ready: the
+    pool grows to meet them, every call still runs in a container of its own that
+    sees nothing an earlier call left (a file in /tmp, a process), and once calls
+    stop the pool falls back to its resting size."""
+    from orchestrator.backend.connect import connect
+    from orchestrator.backend.factory import make_backend
+    from orchestrator.images import resolve_image
+    from orchestrator.runtime.caps import TaskManagerConfig
+    from orchestrator.runtime.hook_sandbox import hook_sandbox_pool
+    from orchestrator.runtime.sandbox import sandbox_identity
+    from orchestrator.runtime.session import prepare_guard
+
+    leftover = (
+        "if [ -e /tmp/left ] || pgrep -x sleep >/dev/null; then echo LEFTOVER; exit 2; fi; "
+        "touch /tmp/left; (sleep 987 >/dev/null 2>&1 &); hostname"
+    )
+    client = connect()
+    session = f"test-hook-burst-{os.getpid()}"
+    image = resolve_image(client, "agent")
+    guard = prepare_guard(settings, workspace, ())
+    pool = dataclasses.replace(
+        hook_sandbox_pool(
+            backend=make_backend(client, settings),
+            image_for=lambda name: image,
+            workspace=workspace,
+            guard=guard,
+            identity=sandbox_identity(workspace, TaskManagerConfig().fallback_uid),
+            disk=TaskManagerConfig().disk,
+            session=session,
+            run_id="hook-burst",
+        ),
+        ready=1,
+        most=3,
+    )
+
+    def hook_containers() -> list[Any]:
+        return [c for c in containers_of(session) if c.status != "exited"]
+
+    try:
+        pool.warm()
+        await until(lambda: len(hook_containers()) == 1, 120, "the resting pool's sandbox")
+        ran = [
+            await pool.run(leftover, b"{}", 120, cwd="/workspace", output_limit=4096)
+            for _ in range(4)
+        ]
+        assert [(r.error, r.exit_code) for r in ran] == [(None, 0)] * 4, ran
+        hosts = [r.stdout[0].decode().strip() for r in ran]
+        assert len(set(hosts)) == 4, hosts  # four containers, one per call
+        assert pool.target == 3  # grown by the calls that found none ready, up to `most`
+        await until(lambda: len(hook_containers()) == 3, 120, "the grown pool's refill")
+        pool.idle_s = 0.1
+        pool.warm()
+        extra = await pool.run(leftover, b"{}", 120, cwd="/workspace", output_limit=4096)
+        assert (extra.error, extra.exit_code) == (None, 0), extra
+        await until(lambda: pool.target == 1, 60, "the pool's shrink after calls stopped")
+        await until(lambda: len(hook_containers()) == 1, 120, "the extra sandboxes' removal")
+    finally:
+        await pool.close()
+        guard.release()
+        client.close()
+    await until(lambda: containers_of(session) == [], 120, "every hook sandbox's removal")
