@@ -6,7 +6,7 @@ with `runner_command=("python3", "/workspace/probe.py", ...)`), a probe times:
 - `POST /v1/permission` for `Bash {"command": "echo hello"}`: container ->
   broker -> PolicyGate -> permission engine (rule `Bash(echo:*)` from `--allow`,
   mode `default`, no hooks) -> audit record -> answer -> container;
-- `GET /v1/spec` on the same socket and connection (plain `http.client`): the cheapest existing
+- `GET /v1/spec` on the same socket and connection (the runner's `http1`): the cheapest existing
   broker endpoint that makes no decision and writes nothing (it serialises the
   task spec; the probe's agent has a one-line prompt so that body stays small).
   This is the "bare request/response" baseline;
@@ -64,19 +64,19 @@ You are a benchmark probe.
 PROBE = """
 import json, sys, time
 from sandbox_tools import wire
-from sandbox_tools.broker import BrokerClient, UnixHTTPConnection
+from sandbox_tools.broker import BrokerClient
+from sandbox_tools.http1 import UnixConnection
 
 n, warmup = int(sys.argv[1]), int(sys.argv[2])
-raw = UnixHTTPConnection(wire.BROKER_SOCKET, 30)
+raw = UnixConnection(wire.BROKER_SOCKET, wire.BROKER_HOST)
 typed = BrokerClient()
 request = wire.permission_request("toolu_bench", "Bash", {"command": "echo hello"})
-body = json.dumps(request)
-headers = {"Content-Type": "application/json", "Host": wire.BROKER_HOST}
+body = json.dumps(request).encode()
+headers = {"Content-Type": "application/json"}
 behaviors = {}
 
 def exchange(method, path, payload=None):
-    raw.request(method, path, body=payload, headers=headers)
-    return raw.getresponse().read()
+    return raw.exchange(method, path, payload, headers, 30).body
 
 def permission():
     answer = json.loads(exchange("POST", "/v1/permission", body))
@@ -156,9 +156,10 @@ async def _watch_page(url: str, run_id: str, updates: list[int]) -> None:
     """Hold the page's live stream open as a browser tab does, reading every update."""
     import aiohttp
 
-    async with aiohttp.ClientSession() as session, session.get(
-        f"{url}api/runs/{run_id}/stream"
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{url}api/runs/{run_id}/stream") as response,
+    ):
         async for line in response.content:
             if line.startswith(b"event: update"):
                 updates[0] += 1
@@ -278,7 +279,7 @@ async def main_async(args: argparse.Namespace) -> None:
     )
     print(f"  decisions seen by the probe: {behaviors} (rule Bash(echo:*), mode default)")
     rows = [
-        ("POST /v1/permission (rule-only decision, raw http.client)", "permission"),
+        ("POST /v1/permission (rule-only decision, raw connection)", "permission"),
         ("GET /v1/spec, same socket and client (bare; no decision)", "bare"),
         ("BrokerClient.permission (the runner's client)", "typed"),
         ("host only: PolicyGate.answer_tool_call (engine + audit write)", "gate"),

@@ -61,7 +61,7 @@ from orchestrator.scripted import (
 )
 from orchestrator.store import Store
 from sandbox_tools import wire
-from sandbox_tools.broker import UnixHTTPConnection
+from sandbox_tools.http1 import UnixConnection
 
 RUN_ID = "run_unit"
 SESSION = "test-task-manager"
@@ -85,18 +85,16 @@ class Wire:
         self.socket_path = str(socket_dir / Path(wire.BROKER_SOCKET).name)
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
-        conn = UnixHTTPConnection(self.socket_path, timeout=30)
+        conn = UnixConnection(self.socket_path, wire.BROKER_HOST)
         try:
             payload = None if body is None else json.dumps(body).encode()
             headers = {} if body is None else {"Content-Type": "application/json"}
-            conn.request(method, path, body=payload, headers=headers)
-            response = conn.getresponse()
-            data = response.read()
+            response = conn.exchange(method, path, payload, headers, 30)
         finally:
             conn.close()
         if response.status >= 400:
-            raise BrokerRefused(f"{method} {path}: HTTP {response.status}: {data[:200]!r}")
-        return dict(json.loads(data))
+            raise BrokerRefused(f"{method} {path}: HTTP {response.status}: {response.body[:200]!r}")
+        return dict(json.loads(response.body))
 
     def get(self, path: str) -> dict[str, Any]:
         return self._request("GET", path, None)
