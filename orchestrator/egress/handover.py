@@ -18,6 +18,7 @@ anything else is served as the client itself.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import socket
 from array import array
@@ -31,6 +32,8 @@ LISTENER = b"L"
 """The byte the forwarder sends with its listening socket (`egress_forward.LISTENER`)."""
 TAKEN = b"+"
 """The proxy's answer when it took a passed listening socket (`egress_forward.TAKEN`)."""
+ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+"""Accept errors that pass (out of descriptors or memory): retry later, keep the socket."""
 MAX_PASSED_LISTENERS = 4
 """Listening sockets one proxy accepts on (a sandbox's forwarder passes one; the runner
 and a `warden exec` command each start one forwarder)."""
@@ -88,6 +91,20 @@ async def received(conn: socket.socket, timeout_s: float) -> BufferedSocket | Pa
         raise HandoverRefused("the forwarder passed something that is not a TCP connection")
     conn.close()
     return BufferedSocket(client_socket(passed))
+
+
+def accept_waiting(listener: socket.socket) -> tuple[list[socket.socket], OSError | None]:
+    """Every connection waiting on a passed listening socket (ready for the proxy),
+    and the error that stopped accepting, if any other than "nothing more waits"."""
+    accepted: list[socket.socket] = []
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return accepted, None
+        except OSError as exc:
+            return accepted, exc
+        accepted.append(client_socket(conn))
 
 
 def client_socket(sock: socket.socket) -> socket.socket:

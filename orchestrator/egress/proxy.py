@@ -37,10 +37,11 @@ from pathlib import Path
 
 from orchestrator.broker.listener import peer_groups, peer_uid, sandbox_group
 from orchestrator.egress.handover import (
+    ACCEPT_RESOURCE_ERRORS,
     MAX_PASSED_LISTENERS,
     TAKEN,
     PassedListener,
-    client_socket,
+    accept_waiting,
     received,
 )
 from orchestrator.egress.http_head import (
@@ -74,6 +75,8 @@ CONNECT_TIMEOUT_S = 15.0
 """Longest the proxy waits for an upstream TCP connect (each address)."""
 RELAY_JOIN_TIMEOUT_S = 5.0
 """How long `close()` waits for each stopped relay's thread to let go of its sockets."""
+ACCEPT_RETRY_S = 0.1
+"""Pause after an accept failed for want of descriptors or memory."""
 MAX_RELAY_THREADS = 256
 """Relay threads one proxy keeps at most (a connection beyond waits for one); the
 task's open-connection cap (64 by default) normally binds first. Threads are reused:
@@ -187,16 +190,26 @@ class EgressProxy:
 
     def _accept_passed(self, listener: socket.socket) -> None:
         """A passed listening socket is readable: serve every connection waiting on it
-        (made inside the sandbox that passed it: its peer checks were that socket's)."""
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except BlockingIOError:
-                return
-            except OSError as exc:  # e.g. EMFILE: keep serving the open connections
-                log.warning("egress proxy: accept failed: %s", exc)
-                return
-            self._handle(client_socket(conn), checked=True)
+        (made inside the sandbox that passed it: its peer checks were that socket's).
+        Out of descriptors or memory: pause it a moment. Any other error (the sandbox
+        shut its copy down, which leaves it readable for ever): drop it."""
+        waiting, failed = accept_waiting(listener)
+        for conn in waiting:
+            self._handle(conn, checked=True)
+        if failed is None:
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(listener.fileno())
+        if failed.errno in ACCEPT_RESOURCE_ERRORS:
+            log.warning("egress proxy: accept failed: %s", failed)
+            loop.call_later(ACCEPT_RETRY_S, self._resume, listener)
+        else:
+            self._passed_listeners.remove(listener)
+            listener.close()
+
+    def _resume(self, listener: socket.socket) -> None:
+        if listener in self._passed_listeners:  # not dropped, the proxy not closed
+            asyncio.get_running_loop().add_reader(listener.fileno(), self._accept_passed, listener)
 
     async def _accepted(self, conn: socket.socket, checked: bool) -> None:
         owned = [conn]

@@ -812,3 +812,29 @@ async def test_only_the_sandbox_itself_may_pass_a_listening_socket(
     assert any("without group" in str(d.get("message")) for d in refused), events.seen
     assert allowed[0] == 200
     assert denied[0] == 403 and "mode dontAsk denies it" in denied[1]
+
+
+@pytest.mark.parametrize("proxied", [ALLOW], indirect=True)
+async def test_a_passed_listener_the_sandbox_shuts_down_is_dropped(
+    proxied: Proxied, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sandbox that shuts down its copy of a listening socket it passed leaves the
+    proxy's copy readable for ever; the proxy drops it instead of spinning on it (and
+    keeps serving), quietly."""
+    proxy = proxied.egress.proxy
+    assert proxy is not None
+    mine = egress_forward.listen()
+    assert await asyncio.to_thread(
+        egress_forward.pass_listener, mine, str(tmp_path / "egress.sock")
+    )
+    assert len(proxy._passed_listeners) == 1
+    mine.shutdown(socket.SHUT_RDWR)
+    mine.close()
+    for _ in range(1000):  # the loop sees it readable at once; bounded, never timed
+        if not proxy._passed_listeners:
+            break
+        await asyncio.sleep(0.01)
+    assert proxy._passed_listeners == []
+    status, _, _ = await asyncio.to_thread(fetch, proxied.port, "http://allowed.test:1/hello")
+    assert status == 502  # still serving (nothing listens on port 1)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
