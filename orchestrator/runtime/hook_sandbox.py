@@ -20,7 +20,7 @@ directory only that container mounts, and waits (the host accepts that one
 connection on its event loop and stops listening). A call takes a ready one,
 sends the command, its working directory and its stdin as one JSON document,
 and reads back the exit code and the output (each stream cut at the caller's
-limit, the cut announced); a replacement starts after the call. If the
+limit, the cut announced); replacements start once calls pause. If the
 orchestrator dies, the connection drops and the shim exits; the run's reaper
 removes what is left (every container carries the run's
 session label). `bench/bench_hooks.py` measures what this adds to a tool call.
@@ -72,6 +72,9 @@ HOOK_POOL_READY = 2
 HOOK_POOL_MOST = 6
 """The most kept waiting while calls come faster than the pool refills (each waiting
 sandbox holds about 9 MiB)."""
+HOOK_SETTLE_S = 0.15
+"""Refills and removals wait until calls have paused this long (a model turn's tool
+calls come closer together than this; model turns are seconds apart)."""
 HOOK_POOL_IDLE_S = 60.0
 """Without a hook call for this long, the pool shrinks back to `HOOK_POOL_READY`."""
 HOOK_SANDBOX_MAX_AGE_S = 3000.0
@@ -172,11 +175,15 @@ class HookSandboxPool:
     """How many may be kept waiting after calls came faster (never fewer than `ready`)."""
     idle_s: float = HOOK_POOL_IDLE_S
     """How long without a call before the pool shrinks back to `ready`."""
+    settle_s: float = HOOK_SETTLE_S
+    """How long calls must pause before used sandboxes are removed and replaced."""
     _target: int = field(default=0, repr=False)
     _waiting: list[asyncio.Task[_Warm]] = field(default_factory=list, repr=False)
     _closed: bool = field(default=False, repr=False)
     _cleanup: set[asyncio.Task[None]] = field(default_factory=set, repr=False)
     _shrink: asyncio.TimerHandle | None = field(default=None, repr=False)
+    _settle: asyncio.TimerHandle | None = field(default=None, repr=False)
+    _used: list[_Warm] = field(default_factory=list, repr=False)
 
     @property
     def target(self) -> int:
@@ -202,9 +209,10 @@ class HookSandboxPool:
         self._drop_stale()
         self._idle_after_this_call()
         if not any(_usable(t) for t in self._waiting):
-            # Calls come faster than the pool refills: keep one more waiting from now on.
+            # Calls come faster than the pool refills: keep one more waiting from now
+            # on, and start what is missing now (this call waits for one of them).
             self._target = min(max(self.most, self.ready), self.target + 1)
-        self.warm()
+            self.warm()
         pending = self._take()
         try:
             warm = await pending
@@ -213,19 +221,27 @@ class HookSandboxPool:
             return SandboxedHookRun(
                 error=f"could not start its sandbox: {exc}", duration_s=time.monotonic() - started
             )
+        ran: SandboxedHookRun | None = None
         try:
-            return await self._call(warm, command, stdin, timeout_s, cwd, output_limit, started)
+            ran = await self._call(warm, command, stdin, timeout_s, cwd, output_limit, started)
+            return ran
         finally:
-            # Refill after the call, not during it: starting a container costs CPU
-            # the call would otherwise wait for.
-            self._dispose(warm)
-            self.warm()
+            # A shim that answered has ended, and its container with it: removing it
+            # can wait. Refills and removals run once calls pause (`HOOK_SETTLE_S`),
+            # not between the calls of a burst: engine work takes CPU the next call
+            # would otherwise wait for. Any other end is removed (killed) at once.
+            self._dispose(warm, later=ran is not None and ran.error is None)
+            self._settle_soon()
 
     async def close(self) -> None:
         """Stop every waiting sandbox and remove its directory (idempotent)."""
         self._closed = True
-        if self._shrink is not None:
-            self._shrink.cancel()
+        for timer in (self._shrink, self._settle):
+            if timer is not None:
+                timer.cancel()
+        used, self._used = self._used, []
+        for warm in used:
+            self._remove_later(warm)
         waiting, self._waiting = self._waiting, []
         # A start under way is finished, not cancelled: a cancelled one would leave
         # its container running without the pool knowing its id.
@@ -360,13 +376,34 @@ class HookSandboxPool:
         took = time.monotonic() - started
         return _reply(raw, most, took)
 
-    def _dispose(self, warm: _Warm) -> None:
-        """Close the host end and remove the container and directory in the background."""
+    def _settle_soon(self) -> None:
+        """`settle_s` after the last call, refill and remove what calls used."""
+        if self._settle is not None:
+            self._settle.cancel()
+        self._settle = asyncio.get_running_loop().call_later(self.settle_s, self._settled)
+
+    def _settled(self) -> None:
+        self._settle = None
+        used, self._used = self._used, []
+        for warm in used:
+            self._remove_later(warm)
+        self.warm()
+
+    def _dispose(self, warm: _Warm, *, later: bool = False) -> None:
+        """Close the host end now; remove the container and directory in the
+        background, now or (`later`) once calls pause."""
         _stop_listening(warm)
         if warm.connected.done() and not warm.connected.cancelled():
             warm.connected.result().close()
         else:
             warm.connected.cancel()
+        if later and not self._closed:
+            self._used.append(warm)
+        else:
+            self._remove_later(warm)
+
+    def _remove_later(self, warm: _Warm) -> None:
+        """Remove the container and directory in a background task."""
 
         async def remove() -> None:
             if warm.container_id:

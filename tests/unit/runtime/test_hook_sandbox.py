@@ -1,9 +1,10 @@
 """The hook-sandbox pool is sized by demand and stays one sandbox per call (fake
 backend, no Docker; a host thread plays each container's shim): calls that outrun
-a full pool raise the number kept waiting, up to its cap, started together; after
-the idle time without a call it falls back to its resting size and removes the
-extras; whatever the size, every call is served by a container of its own that is
-removed after it. (The isolation itself is proven against the real engine in
+a full pool raise the number kept waiting, up to its cap, started together; used
+sandboxes are removed and replaced once calls pause, not between the calls of a
+burst (a call that finds none started starts one at once); after the idle time
+without a call it falls back to its resting size and removes the extras; whatever
+the size, every call is served by a container of its own that is removed after it. (The isolation itself is proven against the real engine in
 tests/integration/test_hook_sandbox.py.)"""
 
 from __future__ import annotations
@@ -184,3 +185,19 @@ async def test_the_pool_falls_back_to_its_resting_size_when_calls_stop(
 
 async def await_all(tasks: list[asyncio.Task[str]]) -> list[str]:
     return list(await asyncio.gather(*tasks))
+
+
+async def test_refills_wait_until_calls_pause_but_a_call_that_finds_none_does_not(
+    pool: HookSandboxPool,
+) -> None:
+    backend = backend_of(pool)
+    pool.settle_s = 3600  # calls never pause in this test
+    pool.warm()
+    await until(started_all(pool, 2))
+    served = [await call(pool), await call(pool)]
+    assert len(backend.started) == 2 and backend.removed == []  # nothing between calls
+    served.append(await call(pool))  # none left: one starts at once (and the pool grows)
+    assert len(set(served)) == 3 and pool.target == 3
+    assert backend.removed == []
+    await pool.close()
+    await until(lambda: set(served) <= set(backend.removed))  # removed when the run ends
