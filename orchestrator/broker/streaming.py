@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import anthropic
-from anthropic.lib.streaming import AsyncMessageStream
-from anthropic.types import RawMessageStreamEvent
+from anthropic.lib.streaming._messages import accumulate_event
+from anthropic.types import ParsedMessage, RawMessageStreamEvent
 
 from orchestrator.broker.model_calls import TextProgress
 from orchestrator.jsontypes import JSONObject, JSONValue
@@ -58,16 +58,28 @@ async def stream_message(
     if not kind.startswith("text/event-stream"):
         await raw.close()
         raise NotAStreamError(raw.response)
-    stream = AsyncMessageStream(raw, output_format=anthropic.NOT_GIVEN)
+    # The SDK's own assembly (`accumulate_event`, what its `MessageStream` runs), fed
+    # the raw events: `MessageStream` would also build a snapshot event for every
+    # delta, which nothing here reads.
+    message: ParsedMessage[None] | None = None
+    json_bufs: dict[int, bytes] = {}
     try:
-        async for event in stream:
-            if event.type == "text" and progress is not None:
-                await progress.add(event.text)
-        message = await stream.get_final_message()
+        async for event in raw:
+            if message is None and event.type != "message_start":
+                continue  # before the message starts (a ping): nothing to assemble
+            message = accumulate_event(event=event, current_snapshot=message, json_bufs=json_bufs)
+            if (
+                progress is not None
+                and event.type == "content_block_delta"
+                and event.delta.type == "text_delta"
+            ):
+                await progress.add(event.delta.text)
     finally:
-        await stream.close()
+        await raw.close()
+    if message is None:  # events, but never a message: not a Messages API stream
+        raise NotAStreamError(raw.response)
     if progress is not None:
         await progress.flush()
     payload: JSONObject = message.model_dump(mode="json", exclude_unset=True)
     payload.pop("parsed_output", None)
-    return payload, stream.response
+    return payload, raw.response

@@ -17,7 +17,15 @@ from orchestrator.broker import Upstream
 from orchestrator.broker.model_calls import MAX_PROGRESS_CHARS, TextProgress
 from orchestrator.broker.upstream import forward_messages, model_client
 from orchestrator.results.models import Event
-from orchestrator.scripted import Conversation, Match, Script, ScriptedModelServer, TextBlock, Turn
+from orchestrator.scripted import (
+    Conversation,
+    Match,
+    Script,
+    ScriptedModelServer,
+    TextBlock,
+    ToolUseBlock,
+    Turn,
+)
 from orchestrator.scripted.replies import STREAM_TEXT_CHUNK_CHARS
 from orchestrator.ui.progress import Progress
 from tests.unit.broker.test_upstream import Sandbox, _sandbox, body_for
@@ -30,7 +38,20 @@ SCRIPT = Script(
             name="talker",
             match=Match(prompt_contains="talk"),
             turns=[Turn(content=[TextBlock(text=LONG)])],
-        )
+        ),
+        Conversation(
+            name="tooler",
+            match=Match(prompt_contains="use a tool"),
+            turns=[
+                Turn(
+                    content=[
+                        TextBlock(text="Looking."),
+                        ToolUseBlock(name="Bash", input={"command": "ls -la", "n": [1, 2]}),
+                        ToolUseBlock(name="Read", input={"file_path": "/workspace/a.txt"}),
+                    ]
+                )
+            ],
+        ),
     ]
 )
 
@@ -69,6 +90,39 @@ async def test_a_streamed_call_answers_the_runner_with_the_plain_message(
     # Budget and transcript work as for a plain call.
     assert sandbox.broker.budget.turns_used == 1
     assert sandbox.broker.budget.usage["output_tokens"] == streamed["usage"]["output_tokens"]
+
+
+async def test_a_streamed_answer_with_tool_calls_is_the_plain_one(
+    server: ScriptedModelServer,
+) -> None:
+    """Text and tool_use blocks (their inputs streamed as JSON pieces) are assembled
+    into the same message, block for block, that a plain call returns."""
+    answers = []
+    for stream in (True, False):
+        upstream = Upstream(model_client(server.base_url, None), stream=stream)
+        answers.append(await forward_messages(upstream, body_for("use a tool"), [], None))
+        await upstream.client.close()
+    streamed, plain = (a.payload for a in answers)
+    assert isinstance(streamed, dict) and isinstance(plain, dict)
+    assert [a.status for a in answers] == [200, 200]
+    assert streamed["content"] == plain["content"]
+    assert [b["type"] for b in streamed["content"]] == ["text", "tool_use", "tool_use"]
+    assert streamed["content"][1]["input"] == {"command": "ls -la", "n": [1, 2]}
+    assert streamed["stop_reason"] == plain["stop_reason"] == "tool_use"
+
+
+async def test_an_event_stream_without_a_message_is_a_clear_502() -> None:
+    def answer(_: httpx2.Request) -> httpx2.Response:
+        events = b'event: ping\ndata: {"type": "ping"}\n\n'
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=events)
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(answer))
+    upstream = Upstream(model_client("http://model.test", None, http_client=http))
+    result = await forward_messages(upstream, body_for("x"), [], None)
+    await http.aclose()
+    assert result.status == 502
+    assert isinstance(result.payload, dict)
+    assert "not a Messages API response" in str(result.payload["error"])
 
 
 async def test_text_progress_is_throttled_and_flushed_at_the_end() -> None:
