@@ -40,7 +40,7 @@ START_MODULES = (
 # (Third-party code may read its own: anyio's lazy importer parses its __init__.)
 SOURCE_READS = """
 import sys
-WARDEN = {warden!r}
+WARDEN = {warden!r}  # warden's own packages: a checkout's .venv/ is not warden's source
 
 def is_import(frame):
     while frame is not None:
@@ -59,7 +59,8 @@ sys.addaudithook(hook)
 
 
 def test_starting_a_run_or_an_exec_reads_none_of_wardens_source() -> None:
-    warden = str(Path(orchestrator.__file__).parent.parent)
+    root = Path(orchestrator.__file__).parent.parent
+    warden = tuple(str(root / package) + "/" for package in ("orchestrator", "sandbox_tools"))
     code = SOURCE_READS.format(warden=warden) + "".join(f"import {m}\n" for m in START_MODULES)
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
