@@ -54,7 +54,7 @@ BENCHES = (
     Bench("fanout", "bench_fanout.py", ("--sizes", "20")),
     Bench("egress", "bench_egress.py", ("-n", "10")),
     Bench("hooks", "bench_hooks.py", ("-n", "20")),
-    Bench("project-image", "bench_project_image.py", ("-n", "3")),
+    Bench("project-image", "bench_project_image.py", ("-n", "6")),
     Bench("cost", "bench_cost.py", ("--quick",)),
 )
 
