@@ -16,7 +16,8 @@ with `runner_command=("python3", "/workspace/probe.py", ...)`), a probe times:
 The three are interleaved (rotating order) in one loop; the probe posts its
 timings as its result text (`/v1/result`). On the host side the bench then
 times `PolicyGate.answer_tool_call` alone (engine + audit write) and the engine's
-decision alone, for the breakdown.
+decision alone, for the breakdown, and the disk's own price of a durable write
+(a 4 KiB append and `fdatasync` beside the store), which bounds the ratio from below.
 Targets (issue 27): permission median <= 1 ms and <= 1.5x the bare round trip, with
 the audit record durable before the answer.
 
@@ -30,7 +31,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -118,6 +121,29 @@ async def host_gate_timing(run: Any, task_id: str, count: int) -> list[float]:
         answer = await run.manager.gate.answer_tool_call(ctx, request)
         samples.append(time.perf_counter() - started)
         assert answer.behavior == "allow", answer
+    return samples
+
+
+SYNC_PROBE_BYTES = 4096
+"""One WAL page: what an audit record's commit appends before its sync."""
+
+
+def durable_write_timing(directory: Path, count: int) -> list[float]:
+    """The disk's own price of a durable record, without SQLite: a 4 KiB append and
+    `fdatasync` to a scratch file beside the run's store (what the audit write waits
+    for before a permission is answered)."""
+    fd, name = tempfile.mkstemp(dir=directory, prefix="bench-sync-")
+    block = b"\0" * SYNC_PROBE_BYTES
+    samples = []
+    try:
+        for _ in range(count):
+            started = time.perf_counter()
+            os.write(fd, block)
+            os.fdatasync(fd)
+            samples.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        os.unlink(name)
     return samples
 
 
@@ -232,6 +258,7 @@ async def main_async(args: argparse.Namespace) -> None:
         "typed": [],
         "gate": [],
         "engine": [],
+        "sync": [],
     }
     behaviors: dict[str, int] = {}
     spec_bytes = 0
@@ -268,6 +295,9 @@ async def main_async(args: argparse.Namespace) -> None:
                 spec_bytes = out["spec_bytes"]
                 samples["gate"] += await host_gate_timing(run, result.task_id, args.requests)
                 samples["engine"] += await host_engine_timing(run, result.task_id, args.requests)
+                samples["sync"] += await asyncio.to_thread(
+                    durable_write_timing, settings.state_dir, max(1, args.requests // 5)
+                )
                 print(f"  round {r + 1}/{args.rounds} done", file=sys.stderr)
             if args.web:
                 await web_page_figures(run, args)
@@ -284,6 +314,7 @@ async def main_async(args: argparse.Namespace) -> None:
         ("BrokerClient.permission (the runner's client)", "typed"),
         ("host only: PolicyGate.answer_tool_call (engine + audit write)", "gate"),
         ("host only: permission engine decision (no audit)", "engine"),
+        ("host only: 4 KiB append + fdatasync on the store's disk", "sync"),
     ]
     for label, key in rows:
         values = samples[key]
@@ -311,6 +342,12 @@ async def main_async(args: argparse.Namespace) -> None:
         f"PolicyGate.answer_tool_call is {gate * 1000:.2f} ms of it ({engine * 1000:.2f} ms engine, the "
         "rest mostly the audit write); the remainder is parsing and validating the request, "
         "the size check and the answer's JSON"
+    )
+    sync = median(samples["sync"])
+    print(
+        f"  floor: an answer that waits for its record on disk is at least bare + that sync: "
+        f"{(bare + sync) / bare:.2f}x bare ({sync * 1000:.2f} ms sync), before any decision, "
+        "thread hop or SQL"
     )
     typed = median(samples["typed"])
     print(f"  runner's client: median {typed * 1000:.2f} ms, {typed / bare:.2f}x bare")
