@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -386,19 +385,6 @@ class RunOptions:
     """`--ui`: where the run's web page listens (None: no page)."""
 
 
-async def _prewarm_once_the_sdk_is_in(the_run: Run, *agent_types: str) -> None:
-    """Warm these types' sandboxes once the model SDK is imported and the run's client
-    built. A container start (the engine's work, the runner's interpreter) takes CPU
-    from that import, which the parent's first model call waits for: with both built-in
-    types warmed at once, the first subagent's first model request came 17 % later
-    (bench_run_start's path, 2 cores at load 4.5)."""
-    try:
-        await the_run.manager.upstream.sdk()
-    except Exception:  # whatever stopped the SDK stops the parent's model call too: it says so
-        return
-    the_run.manager.prewarm(*agent_types)
-
-
 async def _run(
     settings: Settings,
     prompt: str,
@@ -460,15 +446,9 @@ async def _run(
         )
 
     async def work(the_run: Run) -> str:
-        # Warm the default type's sandbox while the parent's first model call runs, the
-        # bash type's once the model SDK is in (`_prewarm_once_the_sdk_is_in`).
-        the_run.manager.prewarm("general-purpose")
-        bash = asyncio.create_task(_prewarm_once_the_sdk_is_in(the_run, "bash"))
-        try:
-            return (await the_run.parent.run(prompt)).text
-        finally:
-            bash.cancel()
-            await asyncio.gather(bash, return_exceptions=True)
+        # Warm the built-in agents' sandboxes while the parent's first model call runs.
+        the_run.manager.prewarm("general-purpose", "bash")
+        return (await the_run.parent.run(prompt)).text
 
     return await drive(
         settings,
