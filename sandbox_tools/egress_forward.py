@@ -4,11 +4,12 @@ The sandbox has no network interface but `lo`. When the host offers egress it
 mounts a second Unix socket beside the broker's (`EGRESS_SOCKET`); this module
 listens on a loopback port and passes that listening socket to the host proxy over
 it (`SCM_RIGHTS`, one marker byte `LISTENER`): the proxy then accepts the sandbox's
-connections itself, and nothing runs here. If the proxy does not take it, a
-forwarder hands each accepted TCP connection over instead (a new connection to the
-socket per client, marker byte `HANDOVER`). Either way the proxy reads and writes
-the client's socket directly, so no byte is copied in the container and the host
-can move them in the kernel. Every decision (which host, which port,
+connections itself, and nothing runs here (no byte is copied in the container, and
+the host can move them in the kernel). If the proxy does not take it, a forwarder
+relays each accepted client over a Unix connection of its own to the socket, which
+the proxy serves as the client. (It never passes a connection: a passed socket
+shares its blocking flag with the process that passed it, so the proxy takes none.)
+Every decision (which host, which port,
 how many bytes) is made by the proxy on the host; the forwarder knows nothing and
 decides nothing. It sets the proxy variables (`proxy_env`) so HTTP clients, pip,
 npm and git send their traffic through it. Without the socket nothing starts and
@@ -37,12 +38,12 @@ EGRESS_SOCKET = f"/run/warden/{EGRESS_SOCKET_NAME}"
 """The host proxy's socket inside the container (beside `wire.BROKER_SOCKET`)."""
 LISTEN_HOST = "127.0.0.1"
 LISTEN_BACKLOG = 64
-HANDOVER = b"\0"
-"""The byte that carries a passed connection (the host proxy's `HANDOVER` too)."""
 LISTENER = b"L"
 """The byte that carries the listening socket itself (the host proxy's `LISTENER`)."""
 TAKEN = b"+"
 """The proxy's answer when it took the listening socket (`handover.TAKEN`)."""
+RELAY_CHUNK_BYTES = 65536
+"""What the fallback relay moves per read."""
 PASS_TIMEOUT_S = 10.0
 """Longest the forwarder waits for the proxy's answer to a passed listening socket."""
 NO_PROXY = "localhost,127.0.0.1,::1"
@@ -96,30 +97,44 @@ def pass_listener(server: socket.socket, socket_path: str) -> bool:
 
 
 def serve(server: socket.socket, socket_path: str) -> None:
-    """Accept forever; hand each connection to the host proxy."""
+    """Accept forever; relay each client to the host proxy on a thread of its own."""
     while True:
         try:
             client, _ = server.accept()
         except OSError:
             return
-        try:
-            hand_over(client, socket_path)
-        finally:
-            client.close()
+        threading.Thread(target=relay, args=(client, socket_path), daemon=True).start()
 
 
-def hand_over(client: socket.socket, socket_path: str) -> None:
-    """Pass `client` to the proxy over a new connection to its socket (a 502 to the
-    client when the proxy is not reachable)."""
+def relay(client: socket.socket, socket_path: str) -> None:
+    """Copy `client`'s bytes to a new connection to the proxy's socket and back until
+    both sides are done (a 502 to the client when the proxy is not reachable)."""
     upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        upstream.connect(socket_path)
-        fds = array.array("i", [client.fileno()])
-        upstream.sendmsg([HANDOVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
-    except OSError as exc:
-        _answer_unavailable(client, exc)
+        try:
+            upstream.connect(socket_path)
+        except OSError as exc:
+            _answer_unavailable(client, exc)
+            return
+        back = threading.Thread(target=_copy, args=(upstream, client), daemon=True)
+        back.start()
+        _copy(client, upstream)
+        back.join()
     finally:
         upstream.close()
+        client.close()
+
+
+def _copy(source: socket.socket, sink: socket.socket) -> None:
+    """Bytes from `source` to `sink` until `source` ends; then `sink`'s writing half."""
+    try:
+        while chunk := source.recv(RELAY_CHUNK_BYTES):
+            sink.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
 
 
 def _answer_unavailable(client: socket.socket, exc: OSError) -> None:

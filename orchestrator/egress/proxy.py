@@ -1,10 +1,11 @@
 """The host side of one task's egress: an HTTP proxy on a Unix socket.
 
 The in-container forwarder passes its listening socket over the socket once, and
-the proxy accepts the sandbox's TCP connections on it itself; failing that, it
-passes each accepted connection (`handover`). Either way the proxy serves the
-client's own socket and no byte is copied in the container. A connection that
-sends anything else is served as the client itself.
+the proxy accepts the sandbox's TCP connections on it itself, on a thread of its
+own (`handover`); failing that, the forwarder relays each client over a Unix
+connection, which is served as the client itself. Every socket the proxy reads and
+writes is its own (a passed connection, whose blocking flag the sandbox shares, is
+refused).
 
 One request per connection, in three phases:
 1. checks, on the event loop: the peer's uid and group (of the Unix connection that
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import select
@@ -37,11 +39,10 @@ from pathlib import Path
 
 from orchestrator.broker.listener import peer_groups, peer_uid, sandbox_group
 from orchestrator.egress.handover import (
-    ACCEPT_RESOURCE_ERRORS,
     MAX_PASSED_LISTENERS,
     TAKEN,
+    ListenerAcceptor,
     PassedListener,
-    accept_waiting,
     received,
 )
 from orchestrator.egress.http_head import (
@@ -127,7 +128,7 @@ class EgressProxy:
         self._accepting: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._relays: set[KernelRelay] = set()
-        self._passed_listeners: list[socket.socket] = []
+        self._acceptors: list[ListenerAcceptor] = []
         """Forwarders' listening sockets, accepted on directly (`handover`)."""
         self._relay_threads = RelayThreads(MAX_RELAY_THREADS)
         self._cut_reported = False
@@ -155,11 +156,9 @@ class EgressProxy:
             await asyncio.gather(self._accepting, return_exceptions=True)
         if self._listener is not None:
             self._listener.close()
-        loop = asyncio.get_running_loop()
-        for listener in self._passed_listeners:
-            loop.remove_reader(listener.fileno())
-            listener.close()
-        self._passed_listeners.clear()
+        acceptors, self._acceptors = self._acceptors, []
+        if acceptors:
+            await asyncio.gather(*(asyncio.to_thread(a.stop) for a in acceptors))
         for relay in list(self._relays):
             relay.stop()
         for task in list(self._handlers):
@@ -179,7 +178,7 @@ class EgressProxy:
                 conn, _ = await loop.sock_accept(self._listener)
             except OSError as exc:  # e.g. EMFILE: keep serving the open connections
                 log.warning("egress proxy: accept failed: %s", exc)
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(ACCEPT_RETRY_S)
                 continue
             self._handle(conn, checked=False)
 
@@ -188,28 +187,16 @@ class EgressProxy:
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
 
-    def _accept_passed(self, listener: socket.socket) -> None:
-        """A passed listening socket is readable: serve every connection waiting on it
-        (made inside the sandbox that passed it: its peer checks were that socket's).
-        Out of descriptors or memory: pause it a moment. Any other error (the sandbox
-        shut its copy down, which leaves it readable for ever): drop it."""
-        waiting, failed = accept_waiting(listener)
-        for conn in waiting:
-            self._handle(conn, checked=True)
-        if failed is None:
-            return
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(listener.fileno())
-        if failed.errno in ACCEPT_RESOURCE_ERRORS:
-            log.warning("egress proxy: accept failed: %s", failed)
-            loop.call_later(ACCEPT_RETRY_S, self._resume, listener)
-        else:
-            self._passed_listeners.remove(listener)
-            listener.close()
+    def _handle_checked(self, conn: socket.socket) -> None:
+        self._handle(conn, checked=True)
 
-    def _resume(self, listener: socket.socket) -> None:
-        if listener in self._passed_listeners:  # not dropped, the proxy not closed
-            asyncio.get_running_loop().add_reader(listener.fileno(), self._accept_passed, listener)
+    def _deliver_passed(self, loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
+        """From an acceptor's thread: a connection accepted on a passed listener (made
+        inside the sandbox that passed it: its peer checks were that socket's)."""
+        try:
+            loop.call_soon_threadsafe(self._handle_checked, conn)
+        except RuntimeError:  # the loop is closed: the proxy is gone
+            conn.close()
 
     async def _accepted(self, conn: socket.socket, checked: bool) -> None:
         owned = [conn]
@@ -247,11 +234,13 @@ class EgressProxy:
         passed = await received(conn, HEAD_TIMEOUT_S)
         if isinstance(passed, PassedListener):
             owned.append(passed.sock)
-            if len(self._passed_listeners) < MAX_PASSED_LISTENERS:
+            if len(self._acceptors) < MAX_PASSED_LISTENERS:
                 owned.remove(passed.sock)
-                self._passed_listeners.append(passed.sock)
                 loop = asyncio.get_running_loop()
-                loop.add_reader(passed.sock.fileno(), self._accept_passed, passed.sock)
+                deliver = functools.partial(self._deliver_passed, loop)
+                acceptor = ListenerAcceptor(passed.sock, deliver)
+                self._acceptors.append(acceptor)
+                acceptor.start()
                 await loop.sock_sendall(conn, TAKEN)
             return
         owned.append(passed.sock)

@@ -487,37 +487,46 @@ async def test_closing_a_proxy_with_open_tunnels_is_quiet(
 
 
 @pytest.mark.parametrize("proxied", [ALLOW], indirect=True)
-async def test_a_passed_descriptor_that_is_not_a_tcp_connection_is_refused(
+async def test_a_passed_descriptor_that_is_not_a_listening_tcp_socket_is_refused(
     proxied: Proxied, tmp_path: Path
 ) -> None:
-    """The forwarder passes the client's TCP socket; anything else a sandbox passes
-    (a pipe, a Unix socket) is closed unused."""
+    """The forwarder passes its listening socket; anything else a sandbox passes (a
+    pipe, a Unix socket, a connected TCP socket, whose blocking flag the sandbox could
+    clear under the proxy) is closed unused, whatever marker it comes with."""
     import array
     import os
 
-    def pass_fd(fd: int) -> bytes:
+    def pass_fd(marker: bytes, fd: int) -> bytes:
         with socket.socket(socket.AF_UNIX) as conn:
             conn.connect(str(tmp_path / "egress.sock"))
             conn.sendmsg(
-                [egress_forward.HANDOVER],
-                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))],
+                [marker], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
             )
             conn.settimeout(10)
             return conn.recv(4096)
 
     read_end, write_end = os.pipe()
     a, b = socket.socketpair()
+    server = egress_forward.listen()
+    client = socket.create_connection(server.getsockname())
     try:
-        assert await asyncio.to_thread(pass_fd, write_end) == b""
-        assert await asyncio.to_thread(pass_fd, a.fileno()) == b""
+        for marker in (b"\0", egress_forward.LISTENER):
+            assert await asyncio.to_thread(pass_fd, marker, write_end) == b""
+            assert await asyncio.to_thread(pass_fd, marker, a.fileno()) == b""
+            assert await asyncio.to_thread(pass_fd, marker, client.fileno()) == b""
+        peer, _ = server.accept()
+        with peer:
+            peer.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                peer.recv(10)  # the proxy never answered on the passed connection
         b.setblocking(False)
         with pytest.raises(BlockingIOError):
             b.recv(10)  # nothing was written to the passed socket
     finally:
         for fd in (read_end, write_end):
             os.close(fd)
-        a.close()
-        b.close()
+        for sock in (a, b, server, client):
+            sock.close()
 
 
 @pytest.mark.parametrize(
@@ -819,22 +828,22 @@ async def test_a_passed_listener_the_sandbox_shuts_down_is_dropped(
     proxied: Proxied, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A sandbox that shuts down its copy of a listening socket it passed leaves the
-    proxy's copy readable for ever; the proxy drops it instead of spinning on it (and
-    keeps serving), quietly."""
+    proxy's copy readable for ever; the proxy's acceptor ends instead of spinning on it
+    (and the proxy keeps serving), quietly."""
     proxy = proxied.egress.proxy
     assert proxy is not None
     mine = egress_forward.listen()
     assert await asyncio.to_thread(
         egress_forward.pass_listener, mine, str(tmp_path / "egress.sock")
     )
-    assert len(proxy._passed_listeners) == 1
+    assert [a.running for a in proxy._acceptors] == [True]
     mine.shutdown(socket.SHUT_RDWR)
     mine.close()
-    for _ in range(1000):  # the loop sees it readable at once; bounded, never timed
-        if not proxy._passed_listeners:
+    for _ in range(1000):  # its accept fails at once; bounded, never timed
+        if not proxy._acceptors[0].running:
             break
         await asyncio.sleep(0.01)
-    assert proxy._passed_listeners == []
+    assert [a.running for a in proxy._acceptors] == [False]
     status, _, _ = await asyncio.to_thread(fetch, proxied.port, "http://allowed.test:1/hello")
     assert status == 502  # still serving (nothing listens on port 1)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
