@@ -512,7 +512,7 @@ async def test_progress_on_permission_requests_keeps_the_event_flood_limit(
             b'{"tool_use_id": "1", "tool_name": "Bash", "tool_input": {}, "extra": 1}',
             400,
         ),
-        (
+        pytest.param(
             "/v1/permission",
             json.dumps(
                 wire.permission_request(
@@ -520,6 +520,7 @@ async def test_progress_on_permission_requests_keeps_the_event_flood_limit(
                 )
             ).encode(),
             400,
+            id="permission-carrying-too-many-events",
         ),
         ("/v1/events", b'{"kind": "nonsense"}', 400),
         ("/v1/events", json.dumps({"kind": "log", "detail": "x" * 10_000}).encode(), 400),
