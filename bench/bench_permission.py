@@ -21,7 +21,7 @@ decision alone, for the breakdown, and the disk's own price of a durable write
 Targets (issue 27): permission median <= 1 ms and <= 1.5x the bare round trip, with
 the audit record durable before the answer.
 
-    python3 bench/bench_permission.py [-n 1000] [--rounds 3]
+    python3 bench/bench_permission.py [-n 1000] [--rounds 3] [--idle-ms 2]
 
 Exits 0 whether or not a target is met; the table says which.
 """
@@ -70,7 +70,7 @@ from sandbox_tools import wire
 from sandbox_tools.broker import BrokerClient
 from sandbox_tools.http1 import UnixConnection
 
-n, warmup = int(sys.argv[1]), int(sys.argv[2])
+n, warmup, idle_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 raw = UnixConnection(wire.BROKER_SOCKET, wire.BROKER_HOST)
 typed = BrokerClient()
 request = wire.permission_request("toolu_bench", "Bash", {"command": "echo hello"})
@@ -99,6 +99,8 @@ samples = {name: [] for name in names}
 for i in range(warmup + n):
     rotation = names[i % 3:] + names[:i % 3]
     for name in rotation:
+        if idle_s:
+            time.sleep(idle_s)
         started = time.perf_counter()
         variants[name]()
         elapsed = time.perf_counter() - started
@@ -271,7 +273,13 @@ async def main_async(args: argparse.Namespace) -> None:
         (workspace / "probe.py").write_text(PROBE)
         for path in (workspace / ".claude", agents, agents / f"{AGENT}.md", workspace / "probe.py"):
             chown_tree(path)
-        command = ("python3", "/workspace/probe.py", str(args.requests), str(WARMUP_REQUESTS))
+        command = (
+            "python3",
+            "/workspace/probe.py",
+            str(args.requests),
+            str(WARMUP_REQUESTS),
+            str(args.idle_ms / 1000),
+        )
         async with open_run(
             settings,
             workspace=workspace,
@@ -305,7 +313,7 @@ async def main_async(args: argparse.Namespace) -> None:
     print(
         f"Permission round trip from inside a sandbox, {args.rounds} x {args.requests} "
         f"interleaved requests per variant (+{WARMUP_REQUESTS} warm-up), "
-        f"{time.monotonic() - started:.0f} s"
+        f"{args.idle_ms:g} ms idle before each, {time.monotonic() - started:.0f} s"
     )
     print(f"  decisions seen by the probe: {behaviors} (rule Bash(echo:*), mode default)")
     rows = [
@@ -358,6 +366,13 @@ def main() -> None:
     parser.add_argument("-n", "--requests", type=int, default=DEFAULT_REQUESTS)
     parser.add_argument(
         "--rounds", type=int, default=DEFAULT_ROUNDS, help="probe containers, one after another"
+    )
+    parser.add_argument(
+        "--idle-ms",
+        type=float,
+        default=0.0,
+        help="the probe sleeps this long before each request, as the host idles while a "
+        "tool runs (a tight loop keeps the machine awake; a tool cycle does not)",
     )
     parser.add_argument(
         "--web", action="store_true", help="also time it with the run's web page serving (--ui)"
