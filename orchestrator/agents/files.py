@@ -34,7 +34,10 @@ Such frontmatter is read key by key instead, as Claude Code does, and a literal
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -274,7 +277,7 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
                 f"{path}: {size} bytes is over the {MAX_AGENT_FILE_BYTES}-byte limit for agent "
                 "files; shorten the system prompt"
             )
-        text = path.read_text(encoding="utf-8")
+        text = _read_text(path)
     except UnicodeDecodeError as exc:
         raise AgentDefinitionError(f"{path}: not UTF-8 text ({exc}); save it as UTF-8") from exc
     except OSError as exc:
@@ -455,10 +458,20 @@ def _load_confined(
     return load_agent_file(file)
 
 
+def _read_text(path: Path) -> str:
+    """At most `MAX_AGENT_FILE_BYTES` of a regular file, as UTF-8. Opened non-blocking
+    and checked: a FIFO in the file's place would otherwise hold the open for good."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return handle.read(MAX_AGENT_FILE_BYTES).decode("utf-8")
+
+
 def _name_of(file: Path) -> str | None:
     """The `name:` of a file that failed to load, best effort, for error messages."""
     try:
-        text = file.read_text(encoding="utf-8")[:MAX_AGENT_FILE_BYTES]
+        text = _read_text(file)
     except (OSError, UnicodeDecodeError):
         return None
     found = re.search(r"^name:\s*['\"]?([A-Za-z0-9][\w.-]{0,63})['\"]?\s*$", text, re.MULTILINE)

@@ -19,6 +19,7 @@ Dockerfile is `images.devbuild`.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,9 +169,11 @@ def parse_devcontainer(workspace: Path, path: Path, relative: str) -> DevContain
 
 
 def _read_confined(workspace: Path, path: Path, relative: str) -> str:
+    # Non-blocking: a FIFO a sandbox left in its place would otherwise hold the open
+    # (and the run's event loop) until something writes to it, for good.
     try:
         expected = check_confined(workspace, path)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except (UnsafeMountError, OSError) as exc:
         raise ConfigError(
             f"cannot read {relative}: {exc}; a dev container file must be a regular file "
@@ -178,6 +181,11 @@ def _read_confined(workspace: Path, path: Path, relative: str) -> str:
         ) from exc
     with os.fdopen(fd, "rb") as handle:
         opened = os.fstat(handle.fileno())
+        if not stat.S_ISREG(opened.st_mode):
+            raise ConfigError(
+                f"cannot read {relative}: not a regular file (a FIFO, a device or a "
+                "directory); replace it with the JSON file, or run with --no-devcontainer"
+            )
         if (opened.st_dev, opened.st_ino) != (expected.st_dev, expected.st_ino):
             raise ConfigError(f"{relative} changed while being read; run again")
         data = handle.read(MAX_CONFIG_BYTES + 1)

@@ -416,6 +416,33 @@ def test_the_cli_refuses_a_git_link_with_a_clear_error_and_starts_nothing(
     assert not (settings.state_dir / "warden.db").exists() or "run_" not in proc.stderr
 
 
+def test_a_fifo_left_where_the_dev_container_goes_cannot_hold_the_next_run(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """A subagent leaves a FIFO where `.devcontainer.json` is looked for; later runs on
+    the workspace do not wait on it (they waited in `open` for a writer, for good, with
+    the event loop held so SIGTERM could not end them): untrusted, the run goes on
+    without it; trusted, it is refused at once with the fix."""
+    chown_tree(workspace)
+    script = [
+        convo("parent", PARENT_MATCH, [task("FIFO go", "bash")], [text("done")]),
+        convo("fifo", {"prompt_contains": "FIFO go"},
+              [tool("Bash", command="[ -p .devcontainer.json ] || mkfifo .devcontainer.json")],
+              [text("{last_tool_result}")]),
+    ]  # fmt: skip
+    first = cli_run(settings, workspace, tmp_path, script)
+    assert first.returncode == 0, first.stderr
+    assert (workspace / ".devcontainer.json").is_fifo()
+    untrusted = cli_run(settings, workspace, tmp_path, script)
+    assert untrusted.returncode == 0, untrusted.stderr
+    trusted = cli_run(settings, workspace, tmp_path, script, "--trust-workspace")
+    assert trusted.returncode != 0, trusted.stderr
+    assert ".devcontainer.json: not a regular file" in trusted.stderr, trusted.stderr
+    assert "--no-devcontainer" in trusted.stderr and "Traceback" not in trusted.stderr
+    without = cli_run(settings, workspace, tmp_path, script, "--trust-workspace", "--no-devcontainer")
+    assert without.returncode == 0, without.stderr
+
+
 def write_settings(workspace: Path, doc: dict[str, Any]) -> None:
     claude = workspace / ".claude"
     claude.mkdir(exist_ok=True)

@@ -408,3 +408,29 @@ def test_definitions_are_closed_and_check_tools() -> None:
             {"name": "x", "description": "d", "system_prompt": "p", "colour": "red"}
         )
     assert set(TOOL_NAMES) <= set(AgentRegistry().get("general-purpose").tools or ())
+
+
+def test_an_agent_file_that_is_a_fifo_is_a_problem_not_a_wait(
+    settings: Settings, workspace: Path
+) -> None:
+    """A FIFO among the agent files is reported as a problem at once; nothing waits in
+    `open` for a writer (which held `warden run` at its start for good)."""
+    import threading
+
+    project = _project(workspace)
+    project.mkdir(parents=True)
+    _write(project, "ok.md", "---\nname: ok\ndescription: d\n---\nhi\n")
+    os.mkfifo(project / "stuck.md")
+    loaded: list[AgentRegistry] = []
+    loader = threading.Thread(
+        target=lambda: loaded.append(AgentRegistry.load(settings, workspace)), daemon=True
+    )
+    loader.start()
+    loader.join(30)
+    if loader.is_alive():  # the old code: release its open, then fail
+        os.close(os.open(project / "stuck.md", os.O_WRONLY | os.O_NONBLOCK))
+        loader.join(30)
+        pytest.fail("loading the agent files waited on a FIFO")
+    registry = loaded[0]
+    assert "ok" in registry
+    assert any("stuck.md" in p and "not a regular file" in p for p in registry.problems)

@@ -177,3 +177,31 @@ def test_the_borrowed_runtime_starts_the_runner_through_its_own_loader() -> None
     assert argv[3:] == (f"{RUNTIME_TARGET}/bin/python3.11", "-I", "-S", "-u", "-B", "-m", "sandbox_tools")
     mount = runtime.mount()
     assert mount.read_only and mount.target == RUNTIME_TARGET
+
+
+def test_a_devcontainer_json_that_is_a_fifo_is_refused_without_waiting(tmp_path: Path) -> None:
+    """A sandbox can leave a FIFO where devcontainer.json goes (the workspace is
+    writable); the next run must refuse it at once, not wait in `open` for a writer
+    (that wait held the run's event loop, and SIGTERM could not end it)."""
+    import threading
+
+    (tmp_path / ".devcontainer").mkdir()
+    fifo = tmp_path / ".devcontainer/devcontainer.json"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | object] = []
+
+    def find() -> None:
+        try:
+            outcome.append(find_devcontainer(tmp_path))
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append(exc)
+
+    reader = threading.Thread(target=find, daemon=True)
+    reader.start()
+    reader.join(30)
+    if reader.is_alive():  # the old code: release its open, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(30)
+        pytest.fail("find_devcontainer waited on a FIFO")
+    assert len(outcome) == 1 and isinstance(outcome[0], ConfigError)
+    assert "not a regular file" in str(outcome[0]) and "--no-devcontainer" in str(outcome[0])
