@@ -44,7 +44,7 @@ from orchestrator.backend.contract import BuildLimits
 from orchestrator.errors import ConfigError, ImageBuildError
 from orchestrator.images.base_image import image_id
 from orchestrator.images.buildbox import BuildBox, BuildEgress, BuildLimitError
-from orchestrator.images.devcontainer import DevContainer
+from orchestrator.images.devcontainer import DevContainer, read_regular
 from orchestrator.images.hashing import HASH_LENGTH, LABEL_CONTENT_HASH, LABEL_KIND, LABEL_VERSION
 from orchestrator.untrusted_text import printable
 
@@ -59,6 +59,8 @@ REPOSITORY = "warden-devcontainer"
 LABEL_SOURCE = "warden.devcontainer"
 RECIPE = "devcontainer-build 1"
 MAX_CONTEXT_BYTES = 512 * 1024 * 1024
+MAX_DOCKERFILE_BYTES = 1024 * 1024
+"""Largest Dockerfile warden reads to check before a build."""
 """Largest build context (as a tar) sent to the engine."""
 ERROR_CONTEXT_LINES = 30
 LOG_LINE_CHARS = 300
@@ -93,9 +95,12 @@ def devcontainer_image(
             log(f"dev container: {tag} is up to date (same files); not rebuilding")
             return tag
         dockerfile = _dockerfile_in_context(dev)
-        check_dockerfile(
-            client, dev.dockerfile.read_text(errors="replace"), dict(dev.args), dev.relative
-        )
+        text = read_regular(dev.dockerfile, f"{dev.relative}'s Dockerfile", MAX_DOCKERFILE_BYTES)
+        if len(text) > MAX_DOCKERFILE_BYTES:
+            raise ConfigError(
+                f"{dev.relative}'s Dockerfile is larger than {MAX_DOCKERFILE_BYTES} bytes; not read"
+            )
+        check_dockerfile(client, text.decode(errors="replace"), dict(dev.args), dev.relative)
         from orchestrator.images import resolve_image
 
         context.seek(0)

@@ -169,12 +169,32 @@ def parse_devcontainer(workspace: Path, path: Path, relative: str) -> DevContain
 
 
 def _read_confined(workspace: Path, path: Path, relative: str) -> str:
-    # Non-blocking: a FIFO a sandbox left in its place would otherwise hold the open
-    # (and the run's event loop) until something writes to it, for good.
     try:
         expected = check_confined(workspace, path)
+    except UnsafeMountError as exc:
+        raise ConfigError(
+            f"cannot read {relative}: {exc}; a dev container file must be a regular file "
+            "inside the workspace (or run with --no-devcontainer)"
+        ) from exc
+    data = read_regular(path, relative, MAX_CONFIG_BYTES, expected=expected)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{relative} is larger than {MAX_CONFIG_BYTES} bytes; not read")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{relative} is not UTF-8 text: {exc}") from exc
+
+
+def read_regular(
+    path: Path, relative: str, max_bytes: int, *, expected: os.stat_result | None = None
+) -> bytes:
+    """At most `max_bytes + 1` bytes of `path`, which must be a regular file (and, given
+    `expected`, that very file). Opened without following a link and non-blocking: a
+    FIFO a sandbox left in its place would otherwise hold the open (and the run's event
+    loop) until something writes to it, for good. ConfigError naming the fix otherwise."""
+    try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (UnsafeMountError, OSError) as exc:
+    except OSError as exc:
         raise ConfigError(
             f"cannot read {relative}: {exc}; a dev container file must be a regular file "
             "inside the workspace (or run with --no-devcontainer)"
@@ -184,17 +204,14 @@ def _read_confined(workspace: Path, path: Path, relative: str) -> str:
         if not stat.S_ISREG(opened.st_mode):
             raise ConfigError(
                 f"cannot read {relative}: not a regular file (a FIFO, a device or a "
-                "directory); replace it with the JSON file, or run with --no-devcontainer"
+                "directory); replace it with the file, or run with --no-devcontainer"
             )
-        if (opened.st_dev, opened.st_ino) != (expected.st_dev, expected.st_ino):
+        if expected is not None and (opened.st_dev, opened.st_ino) != (
+            expected.st_dev,
+            expected.st_ino,
+        ):
             raise ConfigError(f"{relative} changed while being read; run again")
-        data = handle.read(MAX_CONFIG_BYTES + 1)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{relative} is larger than {MAX_CONFIG_BYTES} bytes; not read")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{relative} is not UTF-8 text: {exc}") from exc
+        return handle.read(max_bytes + 1)
 
 
 def _inside(workspace: Path, path: Path, relative: str, key: str) -> Path:

@@ -1,7 +1,8 @@
 """Locks in the parts of a bounded dev container build that need no engine: the
 limits come from WARDEN_BUILD_* (named in every error), an engine that cannot
 nest a build's cgroups refuses a process limit before anything starts, and the
-images a failed build made are told apart from base images and cache hits."""
+images a failed build made are told apart from base images and cache hits; a
+Dockerfile that is not a regular file is refused before anything waits on it."""
 
 from __future__ import annotations
 
@@ -65,3 +66,47 @@ def test_a_failed_builds_own_images_are_told_from_base_images_and_cache_hits() -
     assert output.created == ["dddddddddddd", "eeeeeeeeeeee"]
     assert "  warning" in shown, "the builder's colour codes are dropped"
     assert all("\x1b" not in line for line in output.recent)
+
+
+def test_a_dockerfile_that_is_a_fifo_is_refused_without_waiting(tmp_path: Any) -> None:
+    """A sandbox can leave a FIFO where the dev container's Dockerfile goes; the build
+    refuses it at once (reading it waited for a writer, for good) and starts nothing."""
+    import os
+    import threading
+
+    from docker.errors import ImageNotFound
+
+    from orchestrator.images.devbuild import devcontainer_image
+    from orchestrator.images.devcontainer import find_devcontainer
+
+    class NoImages:
+        def __init__(self) -> None:
+            self.images = self
+
+        def get(self, ref: str) -> Any:
+            raise ImageNotFound(ref)
+
+    (tmp_path / ".devcontainer").mkdir()
+    (tmp_path / ".devcontainer/devcontainer.json").write_text(
+        '{"build": {"dockerfile": "Dockerfile"}}'
+    )
+    os.mkfifo(tmp_path / ".devcontainer/Dockerfile")
+    dev = find_devcontainer(tmp_path)
+    assert dev is not None
+    outcome: list[object] = []
+
+    def build() -> None:
+        try:
+            outcome.append(devcontainer_image(NoImages(), dev, lambda line: None))  # type: ignore[arg-type]
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append(exc)
+
+    builder = threading.Thread(target=build, daemon=True)
+    builder.start()
+    builder.join(30)
+    if builder.is_alive():  # the old code: release its open, then fail
+        os.close(os.open(tmp_path / ".devcontainer/Dockerfile", os.O_WRONLY | os.O_NONBLOCK))
+        builder.join(30)
+        pytest.fail("the build waited on a FIFO Dockerfile")
+    assert len(outcome) == 1 and isinstance(outcome[0], ConfigError), outcome
+    assert "Dockerfile: not a regular file" in str(outcome[0])
