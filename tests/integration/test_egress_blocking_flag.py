@@ -11,24 +11,15 @@ After each, a plain request through the proxy must still be answered."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from orchestrator import labels as wl
-from orchestrator.backend.connect import connect
-from orchestrator.backend.contract import SandboxSpec
-from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import Settings
 from orchestrator.egress.flags import EgressFlags
 from orchestrator.egress.limits import EgressLimits
-from orchestrator.egress.oneoff import start_exec_egress
-from orchestrator.egress.resolver import StaticResolver
-from orchestrator.images import resolve_image
-from orchestrator.lifecycle import socket_dirs
 from tests.egress_support import upstream
+from tests.integration.egress_probe import run_probe
 
 pytestmark = pytest.mark.integration
 
@@ -89,41 +80,14 @@ print("PROBE " + json.dumps(out))
 """
 
 
-def probe(settings: Settings, workspace: Path, session: str, port: int) -> dict[str, Any]:
-    client = connect()
-    try:
-        backend = DockerBackend(
-            client, state_dir=settings.state_dir, fallback_uid=settings.fallback_uid
-        )
-        spec = SandboxSpec(
-            image=resolve_image(client, "agent"),
-            command=["python3", "-c", PROBE, str(port)],
-            workspace=workspace,
-            warden_labels=wl.warden_labels(session, exec=f"{session}-flag"),
-            timeout_s=300,
-        )
-        egress = start_exec_egress(
-            settings, spec, EgressFlags(("allowed.test",), (), EgressLimits()),
-            socket_root=socket_dirs.socket_root(),
-            resolver=StaticResolver({"allowed.test": "127.0.0.1"}),
-        )  # fmt: skip
-        try:
-            result = backend.run(egress.sandbox_spec(spec))
-        finally:
-            egress.close()
-    finally:
-        client.close()
-    line = next((ln for ln in result.stdout.splitlines() if ln.startswith("PROBE ")), None)
-    assert result.exit_code == 0 and line is not None, result.stderr[-3000:]
-    out: dict[str, Any] = json.loads(line.removeprefix("PROBE "))
-    return out
-
-
 def test_a_sandbox_that_clears_o_nonblock_on_a_shared_socket_does_not_freeze_the_proxy(
     settings: Settings, workspace: Path, test_session: str
 ) -> None:
     with upstream() as port:
-        out = probe(settings, workspace, test_session, port)
+        out, _ = run_probe(
+            settings, workspace, test_session, "flag", PROBE, [str(port)],
+            EgressFlags(("allowed.test",), (), EgressLimits()), {"allowed.test": "127.0.0.1"},
+        )  # fmt: skip
     assert out["before"] == "HTTP/1.1 200 OK"
     assert out["taken"] is True
     assert out["after_listener"] == "HTTP/1.1 200 OK", out

@@ -10,25 +10,17 @@ server on 127.0.0.1, reached only through the proxy's in-process test resolver."
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchestrator import labels as wl
-from orchestrator.backend.connect import connect
-from orchestrator.backend.contract import SandboxSpec
-from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import Settings
 from orchestrator.egress.flags import EgressFlags
 from orchestrator.egress.handover import MAX_PASSED_LISTENERS
 from orchestrator.egress.limits import EgressLimits
-from orchestrator.egress.oneoff import start_exec_egress
-from orchestrator.egress.resolver import StaticResolver
-from orchestrator.images import resolve_image
-from orchestrator.lifecycle import socket_dirs
 from tests.egress_support import upstream
+from tests.integration.egress_probe import run_probe
 
 pytestmark = pytest.mark.integration
 
@@ -81,35 +73,12 @@ print("PROBE " + json.dumps(out))
 def probe(
     settings: Settings, workspace: Path, session: str, port: int
 ) -> tuple[dict[str, Any], dict[str, object]]:
-    client = connect()
-    try:
-        backend = DockerBackend(
-            client, state_dir=settings.state_dir, fallback_uid=settings.fallback_uid
-        )
-        spec = SandboxSpec(
-            image=resolve_image(client, "agent"),
-            command=["python3", "-c", PROBE, str(port), str(MAX_PASSED_LISTENERS)],
-            workspace=workspace,
-            warden_labels=wl.warden_labels(session, exec=f"{session}-listener"),
-            timeout_s=300,
-        )
-        flags = EgressFlags(
-            ("allowed.test",), ("denied.test",), EgressLimits(max_connections=MAX_CONNECTIONS)
-        )
-        egress = start_exec_egress(
-            settings, spec, flags, socket_root=socket_dirs.socket_root(),
-            resolver=StaticResolver({"allowed.test": "127.0.0.1", "denied.test": "127.0.0.1"}),
-        )  # fmt: skip
-        try:
-            result = backend.run(egress.sandbox_spec(spec))
-        finally:
-            summary = egress.close()
-    finally:
-        client.close()
-    line = next((ln for ln in result.stdout.splitlines() if ln.startswith("PROBE ")), None)
-    assert result.exit_code == 0 and line is not None, result.stderr[-3000:]
-    out: dict[str, Any] = json.loads(line.removeprefix("PROBE "))
-    return out, summary
+    flags = EgressFlags(
+        ("allowed.test",), ("denied.test",), EgressLimits(max_connections=MAX_CONNECTIONS)
+    )
+    hosts = {"allowed.test": "127.0.0.1", "denied.test": "127.0.0.1"}
+    args = [str(port), str(MAX_PASSED_LISTENERS)]
+    return run_probe(settings, workspace, session, "listener", PROBE, args, flags, hosts)
 
 
 def test_the_proxy_accepts_on_the_sandboxs_listener_with_every_check(

@@ -9,7 +9,6 @@ proxy's in-process test resolver."""
 from __future__ import annotations
 
 import hashlib
-import json
 import socket
 import socketserver
 import threading
@@ -19,18 +18,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator import labels as wl
-from orchestrator.backend.connect import connect
-from orchestrator.backend.contract import SandboxSpec
-from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import Settings
 from orchestrator.egress.flags import EgressFlags
 from orchestrator.egress.limits import EgressLimits
-from orchestrator.egress.oneoff import start_exec_egress
-from orchestrator.egress.resolver import StaticResolver
-from orchestrator.images import resolve_image
-from orchestrator.lifecycle import socket_dirs
 from tests.egress_support import pattern, upstream
+from tests.integration.egress_probe import run_probe
 
 pytestmark = pytest.mark.integration
 
@@ -145,39 +137,10 @@ def probe(
     limits: EgressLimits,
 ) -> tuple[dict[str, Any], dict[str, object]]:  # fmt: skip
     """Run the probe in a real sandbox behind one proxy; (its output, the summary)."""
-    client = connect()
-    try:
-        backend = DockerBackend(
-            client, state_dir=settings.state_dir, fallback_uid=settings.fallback_uid
-        )
-        spec = SandboxSpec(
-            image=resolve_image(client, "agent"),
-            command=[
-                "python3",
-                "-c",
-                PROBE,
-                mode,
-                *map(str, (http_port, raw_port, BIG, UPLOAD, SERVER_HALF, AFTER_EOF)),
-            ],
-            workspace=workspace,
-            warden_labels=wl.warden_labels(session, exec=f"{session}-{mode}"),
-            timeout_s=300,
-        )
-        flags = EgressFlags(("big.test", f"tcp://raw.test:{raw_port}"), (), limits)
-        egress = start_exec_egress(
-            settings, spec, flags, socket_root=socket_dirs.socket_root(),
-            resolver=StaticResolver({"big.test": "127.0.0.1", "raw.test": "127.0.0.1"}),
-        )  # fmt: skip
-        try:
-            result = backend.run(egress.sandbox_spec(spec))
-        finally:
-            summary = egress.close()
-    finally:
-        client.close()
-    line = next((ln for ln in result.stdout.splitlines() if ln.startswith("PROBE ")), None)
-    assert result.exit_code == 0 and line is not None, result.stderr[-3000:]
-    out: dict[str, Any] = json.loads(line.removeprefix("PROBE "))
-    return out, summary
+    args = [mode, *map(str, (http_port, raw_port, BIG, UPLOAD, SERVER_HALF, AFTER_EOF))]
+    flags = EgressFlags(("big.test", f"tcp://raw.test:{raw_port}"), (), limits)
+    hosts = {"big.test": "127.0.0.1", "raw.test": "127.0.0.1"}
+    return run_probe(settings, workspace, session, mode, PROBE, args, flags, hosts)
 
 
 def test_large_transfers_and_half_closes_through_a_real_sandbox(
