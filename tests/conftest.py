@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +99,31 @@ def result_document(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     assert len(results) == 1 and docs and results[0] is docs[-1], proc.stdout[-2000:]
     final: dict[str, Any] = docs[-1]
     return final
+
+
+FIFO_PATIENCE_S = 30.0
+"""How long `without_waiting_on` lets a call run before it says the call waited."""
+
+
+def without_waiting_on(fifo: Path, call: Callable[[], object]) -> object:
+    """What `call` returned or raised, run on a thread; the test fails if it is still
+    running after FIFO_PATIENCE_S, stuck opening `fifo` (which a sandbox may leave
+    where a file is expected): the FIFO is then opened for writing to release it."""
+    import threading
+
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(FIFO_PATIENCE_S)
+    if worker.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(FIFO_PATIENCE_S)
+        pytest.fail(f"the call waited on the FIFO {fifo}")
+    return outcome[0]

@@ -17,6 +17,7 @@ from orchestrator.agents.registry import AgentRegistry
 from orchestrator.config import Settings
 from orchestrator.errors import AgentDefinitionError, UnknownAgentError
 from sandbox_tools.wire import TOOL_NAMES
+from tests.conftest import without_waiting_on
 
 # The style Claude Code's `/agents` command writes: one unquoted line with literal
 # `\n`s and `user:`/`assistant:` colons, which strict YAML rejects.
@@ -415,22 +416,13 @@ def test_an_agent_file_that_is_a_fifo_is_a_problem_not_a_wait(
 ) -> None:
     """A FIFO among the agent files is reported as a problem at once; nothing waits in
     `open` for a writer (which held `warden run` at its start for good)."""
-    import threading
-
     project = _project(workspace)
     project.mkdir(parents=True)
     _write(project, "ok.md", "---\nname: ok\ndescription: d\n---\nhi\n")
     os.mkfifo(project / "stuck.md")
-    loaded: list[AgentRegistry] = []
-    loader = threading.Thread(
-        target=lambda: loaded.append(AgentRegistry.load(settings, workspace)), daemon=True
+    registry = without_waiting_on(
+        project / "stuck.md", lambda: AgentRegistry.load(settings, workspace)
     )
-    loader.start()
-    loader.join(30)
-    if loader.is_alive():  # the old code: release its open, then fail
-        os.close(os.open(project / "stuck.md", os.O_WRONLY | os.O_NONBLOCK))
-        loader.join(30)
-        pytest.fail("loading the agent files waited on a FIFO")
-    registry = loaded[0]
+    assert isinstance(registry, AgentRegistry), registry
     assert "ok" in registry
     assert any("stuck.md" in p and "not a regular file" in p for p in registry.problems)

@@ -20,6 +20,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.images.devbuild import check_dockerfile
 from orchestrator.images.devcontainer import NOT_APPLIED, find_devcontainer
 from orchestrator.images.runtime import RUNTIME_TARGET, Runtime
+from tests.conftest import without_waiting_on
 
 
 def agent(image: str | None = None, source: str = "/w/.claude/agents/a.md") -> AgentDefinition:
@@ -183,25 +184,9 @@ def test_a_devcontainer_json_that_is_a_fifo_is_refused_without_waiting(tmp_path:
     """A sandbox can leave a FIFO where devcontainer.json goes (the workspace is
     writable); the next run must refuse it at once, not wait in `open` for a writer
     (that wait held the run's event loop, and SIGTERM could not end it)."""
-    import threading
-
     (tmp_path / ".devcontainer").mkdir()
     fifo = tmp_path / ".devcontainer/devcontainer.json"
     os.mkfifo(fifo)
-    outcome: list[BaseException | object] = []
-
-    def find() -> None:
-        try:
-            outcome.append(find_devcontainer(tmp_path))
-        except BaseException as exc:  # handed to the test's thread
-            outcome.append(exc)
-
-    reader = threading.Thread(target=find, daemon=True)
-    reader.start()
-    reader.join(30)
-    if reader.is_alive():  # the old code: release its open, then fail
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        reader.join(30)
-        pytest.fail("find_devcontainer waited on a FIFO")
-    assert len(outcome) == 1 and isinstance(outcome[0], ConfigError)
-    assert "not a regular file" in str(outcome[0]) and "--no-devcontainer" in str(outcome[0])
+    outcome = without_waiting_on(fifo, lambda: find_devcontainer(tmp_path))
+    assert isinstance(outcome, ConfigError), outcome
+    assert "not a regular file" in str(outcome) and "--no-devcontainer" in str(outcome)
