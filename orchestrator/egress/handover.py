@@ -45,7 +45,8 @@ TAKEN = b"+"
 ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 """Accept errors that pass (out of descriptors or memory): retry later, keep the socket."""
 ACCEPT_RETRY_S = 0.1
-"""How long an acceptor waits after such an error before it accepts again."""
+"""How long an accept loop (the proxy's own, or an acceptor's) pauses after such an
+error before it accepts again."""
 ACCEPT_POLL_MS = 1000
 """How long an acceptor waits for a connection when the sandbox made its listener
 non-blocking again (then `accept` says "nothing waits" at once)."""

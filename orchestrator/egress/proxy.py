@@ -39,6 +39,7 @@ from pathlib import Path
 
 from orchestrator.broker.listener import peer_groups, peer_uid, sandbox_group
 from orchestrator.egress.handover import (
+    ACCEPT_RETRY_S,
     MAX_PASSED_LISTENERS,
     TAKEN,
     ListenerAcceptor,
@@ -76,8 +77,6 @@ CONNECT_TIMEOUT_S = 15.0
 """Longest the proxy waits for an upstream TCP connect (each address)."""
 RELAY_JOIN_TIMEOUT_S = 5.0
 """How long `close()` waits for each stopped relay's thread to let go of its sockets."""
-ACCEPT_RETRY_S = 0.1
-"""Pause after an accept failed for want of descriptors or memory."""
 MAX_RELAY_THREADS = 256
 """Relay threads one proxy keeps at most (a connection beyond waits for one); the
 task's open-connection cap (64 by default) normally binds first. Threads are reused:
