@@ -89,16 +89,23 @@ async def proxied(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterat
     svc.events = events
     egress = await svc.open(FakeTask(), None, tmp_path)
     assert egress is not None
-    server = egress_forward.listen()
+    server = forwarding(tmp_path)
     port = server.getsockname()[1]
-    threading.Thread(
-        target=egress_forward.serve, args=(server, str(tmp_path / "egress.sock")), daemon=True
-    ).start()
     try:
         yield Proxied(port, events, svc, egress)
     finally:
         server.close()
         await egress.close()
+
+
+def forwarding(tmp_path: Path) -> socket.socket:
+    """The in-container forwarder's fallback, serving on a loopback port here: each
+    client relayed to the proxy's socket in `tmp_path` (the caller closes it)."""
+    server = egress_forward.listen()
+    threading.Thread(
+        target=egress_forward.serve, args=(server, str(tmp_path / "egress.sock")), daemon=True
+    ).start()
+    return server
 
 
 def fetch(proxy_port: int, url: str, ca: LocalCA | None = None) -> tuple[int, str, str]:
@@ -229,11 +236,8 @@ async def test_unknown_host_asks_the_approver_and_its_answers_hold(
     svc.events = Events()
     egress = await svc.open(FakeTask(), None, tmp_path)
     assert egress is not None
-    server = egress_forward.listen()
+    server = forwarding(tmp_path)
     port = server.getsockname()[1]
-    threading.Thread(
-        target=egress_forward.serve, args=(server, str(tmp_path / "egress.sock")), daemon=True
-    ).start()
     url = f"http://unknown.test:{servers[0]}/hello"
     try:
         status, body, _ = await asyncio.to_thread(fetch, port, url)
@@ -278,11 +282,8 @@ async def test_an_unknown_host_is_asked_through_the_runs_asker(
     svc.events = Events()
     egress = await svc.open(FakeTask(), None, tmp_path)
     assert egress is not None
-    server = egress_forward.listen()
+    server = forwarding(tmp_path)
     port = server.getsockname()[1]
-    threading.Thread(
-        target=egress_forward.serve, args=(server, str(tmp_path / "egress.sock")), daemon=True
-    ).start()
     try:
         status, _, _ = await asyncio.to_thread(
             fetch, port, f"http://unknown.test:{servers[0]}/hello"
@@ -558,11 +559,8 @@ async def test_parallel_connections_to_a_new_host_share_one_question(
     svc.events = Events()
     egress = await svc.open(FakeTask(), None, tmp_path)
     assert egress is not None
-    server = egress_forward.listen()
+    server = forwarding(tmp_path)
     port = server.getsockname()[1]
-    threading.Thread(
-        target=egress_forward.serve, args=(server, str(tmp_path / "egress.sock")), daemon=True
-    ).start()
     url = f"http://unknown.test:{servers[0]}/hello"
     try:
         results = await asyncio.gather(*(asyncio.to_thread(fetch, port, url) for _ in range(20)))
@@ -682,10 +680,7 @@ async def test_no_byte_goes_upstream_before_the_connections_audit_record_is_writ
     svc.events = Events()
     egress = await svc.open(FakeTask(), None, tmp_path)
     assert egress is not None
-    forwarder = egress_forward.listen()
-    threading.Thread(
-        target=egress_forward.serve, args=(forwarder, str(tmp_path / "egress.sock")), daemon=True
-    ).start()
+    forwarder = forwarding(tmp_path)
     with socket.create_server(("127.0.0.1", 0)) as origin:
         port = origin.getsockname()[1]
         request = f"GET http://allowed.test:{port}/x HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
@@ -730,10 +725,7 @@ async def test_a_connection_whose_audit_record_cannot_be_written_is_closed_unsen
     svc.events = Events()
     egress = await svc.open(FakeTask(), None, tmp_path)
     assert egress is not None
-    forwarder = egress_forward.listen()
-    threading.Thread(
-        target=egress_forward.serve, args=(forwarder, str(tmp_path / "egress.sock")), daemon=True
-    ).start()
+    forwarder = forwarding(tmp_path)
     with socket.create_server(("127.0.0.1", 0)) as origin:
         port = origin.getsockname()[1]
         request = f"GET http://allowed.test:{port}/x HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
