@@ -143,9 +143,9 @@ async def test_calls_that_outrun_the_pool_grow_it_up_to_its_cap(pool: HookSandbo
     assert not backend.live() & set(served)
 
 
-async def test_the_next_burst_of_the_same_size_finds_every_sandbox_started(
-    pool: HookSandboxPool,
-) -> None:
+async def grown_by_a_burst_of_four(pool: HookSandboxPool) -> set[str]:
+    """The pool at rest (2 started), then four calls while the engine is slow: it grows
+    to 4 and refills to that; the containers that served the four calls."""
     backend = backend_of(pool)
     pool.warm()
     await until(started_all(pool, 2))
@@ -153,8 +153,15 @@ async def test_the_next_burst_of_the_same_size_finds_every_sandbox_started(
     first = await_all([asyncio.create_task(call(pool)) for _ in range(4)])
     await until(lambda: pool.target == 4)
     backend.gate.set()
-    earlier = set(await first)
+    served = set(await first)
     await until(started_all(pool, 4))
+    return served
+
+
+async def test_the_next_burst_of_the_same_size_finds_every_sandbox_started(
+    pool: HookSandboxPool,
+) -> None:
+    earlier = await grown_by_a_burst_of_four(pool)
     # The next model turn's four calls: none finds the pool short (a miss would grow
     # it to 5), and each is served by a new container.
     served = await asyncio.gather(*(call(pool) for _ in range(4)))
@@ -166,14 +173,7 @@ async def test_the_pool_falls_back_to_its_resting_size_when_calls_stop(
     pool: HookSandboxPool,
 ) -> None:
     backend = backend_of(pool)
-    pool.warm()
-    await until(started_all(pool, 2))
-    backend.gate.clear()
-    first = await_all([asyncio.create_task(call(pool)) for _ in range(4)])
-    await until(lambda: pool.target == 4)
-    backend.gate.set()
-    earlier = set(await first)
-    await until(started_all(pool, 4))
+    earlier = await grown_by_a_burst_of_four(pool)
     await until(lambda: len(backend.live()) == 4)  # the used ones removed
     pool.idle_s = 0.05
     earlier.add(await call(pool))  # the last call; the idle clock runs from here
