@@ -16,17 +16,10 @@ import orchestrator
 from orchestrator.runtime.parent_tools import input_schema
 from orchestrator.runtime.tasks import TaskInput
 from orchestrator.schema_docs import documented
+from tests.unit.broker.test_client import RUN_START_MODULES
 
 START_MODULES = (
-    # `warden run` / `resume` / `mcp` (tests/unit/broker/test_client.py's list) ...
-    "orchestrator.runtime.session",
-    "orchestrator.runtime.manager",
-    "orchestrator.runtime.parent",
-    "orchestrator.broker",
-    "orchestrator.api",
-    "orchestrator.commands.run",
-    "orchestrator.commands.resume",
-    "orchestrator.mcp_server.runs",
+    *RUN_START_MODULES,  # `warden run` / `resume` / `mcp` ...
     "orchestrator.permissions.webhook",
     # ... and `warden exec`.
     "orchestrator.commands.exec",
