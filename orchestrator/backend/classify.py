@@ -28,6 +28,8 @@ from orchestrator.errors import EngineSlowError, EngineUnavailableError
 PERMANENT_5XX = ("no such", "not running", "already in progress", "is dead")
 """Words in a 5xx message that make it final, not worth a retry."""
 EXPLANATION_CHARS = 300
+"""Most of an engine message shown; a longer one keeps its start (what failed) and
+its end (the runtime's errno, e.g. `: no such file or directory: unknown`)."""
 
 
 def status_code(exc: BaseException) -> int | None:
@@ -42,7 +44,13 @@ def status_code(exc: BaseException) -> int | None:
 def explain(exc: BaseException) -> str:
     """The engine's own message (first line, bounded), else the error's text."""
     text = str((exc.explanation if isinstance(exc, APIError) else None) or exc).strip()
-    return text.splitlines()[0][:EXPLANATION_CHARS] if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    line = text.splitlines()[0]
+    if len(line) <= EXPLANATION_CHARS:
+        return line
+    tail = EXPLANATION_CHARS // 3
+    return f"{line[: EXPLANATION_CHARS - tail - 5]} ... {line[-tail:]}"
 
 
 def is_read_timeout(exc: BaseException) -> bool:

@@ -17,11 +17,24 @@ and Claude Code read settings, hooks and agent files from `.claude/`). So:
 - A workspace with no `.git` gets an empty, read-only placeholder directory
   for the run (git skips an empty `.git` and keeps looking upward), so a
   sandbox cannot plant a repository at the root; warden removes the
-  placeholder when the run ends. `.git` below the root cannot be protected that
-  way; the end-of-run report lists every one a run creates or changes.
+  placeholder when the last run on the workspace ends. `.git` below the root
+  cannot be protected that way; the end-of-run report lists every one a run
+  creates or changes.
 - `--protect PATH` and the `warden.protect` settings key add paths.
 - `warden exec` applies the same protections to its one command, and removes
   the `.claude`/`.git` placeholders it created when they are still empty.
+
+Runs on one workspace share its placeholders. Each run holds a shared `flock`
+on the workspace directory from `prepare` to `release`; a run removes
+placeholders only when it can take the lock exclusively (no other run is live),
+and a run that starts beside a live one adopts the empty `.git` it finds (the
+other run's placeholder). Without that, a run that ended would remove the
+`.git` another run had just checked for a sandbox it was starting, and that
+sandbox would fail to start. The lock is on the directory itself, the one thing
+every run on it (whatever its state dir or user) can name. A sandbox can take
+the same lock; the most it achieves is that a placeholder outlives the runs
+(an empty directory), since warden never waits on it for more than
+`HOLD_WAIT_S`.
 
 Every mount source is checked here when the guard is made and again by the
 backend immediately before the container is created (`Mount.confined_to`):
@@ -32,9 +45,12 @@ is refused with `UnsafeMountError`.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import posixpath
+import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +68,9 @@ ALWAYS_PROTECTED = (CLAUDE_DIR, GIT_DIR)
 """Workspace paths read-only in every subagent sandbox, whatever the settings say."""
 MAX_PROTECTED_PATHS = 64
 """Most extra protected paths (each is one bind mount per sandbox)."""
+HOLD_WAIT_S = 2.0
+"""Longest wait for the shared lock on the workspace (another run holds it
+exclusively only while it removes its placeholders)."""
 
 
 class ProtectedPathError(ConfigError):
@@ -95,7 +114,13 @@ class WorkspaceGuard:
     protected: tuple[str, ...]
     """Relative paths mounted read-only, in mount order."""
     placeholders: list[str] = field(default_factory=list)
-    """Directories warden created only for this run (removed by `release` if empty)."""
+    """Directories warden created only for this run, or adopted from a run that was
+    live when this one started (removed by `release` if empty and no run is live)."""
+    hold: int | None = None
+    """A descriptor of the workspace directory holding its shared lock, or None
+    when the lock could not be had (then `release` removes nothing)."""
+    _closer: weakref.finalize[[int], WorkspaceGuard] | None = field(default=None, repr=False, compare=False)
+    """Lets the lock go if the guard is dropped without `release`."""
 
     @classmethod
     def prepare(
@@ -135,10 +160,42 @@ class WorkspaceGuard:
                 "parent directory instead"
             )
         guard = cls(workspace, tuple(paths))
-        guard._ensure_dir(CLAUDE_DIR, placeholder=leave_no_trace)
-        guard._ensure_dir(GIT_DIR, placeholder=True)
-        guard.mounts()  # refuse a bad source now, before anything starts
+        alone = guard._hold()
+        if not alone and _is_empty_dir(workspace / GIT_DIR):
+            guard.placeholders.append(GIT_DIR)  # a live run's placeholder: ours too now
+        try:
+            guard._ensure_dir(CLAUDE_DIR, placeholder=leave_no_trace)
+            guard._ensure_dir(GIT_DIR, placeholder=True)
+            guard.mounts()  # refuse a bad source now, before anything starts
+        except BaseException:
+            guard.release()
+            raise
         return guard
+
+    def _hold(self) -> bool:
+        """Take the shared lock on the workspace; whether no other run held it."""
+        try:
+            fd = os.open(self.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            log.info("cannot open %s to share it with other runs: %s", self.workspace, exc)
+            return False
+        alone = _try_flock(fd, fcntl.LOCK_EX)
+        # From exclusive to shared is not atomic (the lock is dropped, then taken):
+        # a run ending meanwhile may take it for a moment to remove its placeholders.
+        deadline = time.monotonic() + HOLD_WAIT_S
+        while not _try_flock(fd, fcntl.LOCK_SH):
+            if time.monotonic() > deadline:
+                os.close(fd)
+                log.warning(
+                    "%s is locked by something other than a warden run (a sandbox?); "
+                    "this run leaves its placeholder directories in place when it ends",
+                    self.workspace,
+                )
+                return False
+            time.sleep(0.01)
+        self.hold = fd
+        self._closer = weakref.finalize(self, _close_quietly, fd)
+        return alone
 
     def _ensure_dir(self, relative: str, *, placeholder: bool) -> None:
         path = self.workspace / relative
@@ -160,9 +217,9 @@ class WorkspaceGuard:
 
         Raises UnsafeMountError when a source became a link or left the workspace.
         """
-        # Another run on this workspace may have ended and removed the placeholder it
-        # made (it was empty): this run's next sandbox gets its own, never an unguarded
-        # root where a repository could be planted.
+        # The placeholder may be gone (the person removed it, or a run that could not
+        # take the workspace's lock did): this run's next sandbox gets its own, never
+        # an unguarded root where a repository could be planted.
         self._ensure_dir(GIT_DIR, placeholder=True)
         mounts = []
         for relative in self.protected:
@@ -181,11 +238,43 @@ class WorkspaceGuard:
         return mounts
 
     def release(self) -> None:
-        """Remove the placeholders this run created, if they are still empty."""
-        for relative in dict.fromkeys(self.placeholders):
-            with contextlib.suppress(OSError):
-                os.rmdir(self.workspace / relative)
+        """Remove this run's placeholders that are still empty, unless another run
+        on the workspace is live (it removes them when it ends); let the lock go."""
+        fd, self.hold = self.hold, None
+        if self._closer is not None:
+            self._closer.detach()  # closed below: its number may be reused after
+        if fd is None:
+            self.placeholders.clear()
+            return
+        try:
+            # Failing, this drops the shared lock too: the run is over either way.
+            if _try_flock(fd, fcntl.LOCK_EX):
+                for relative in dict.fromkeys(self.placeholders):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(self.workspace / relative)
+        finally:
+            _close_quietly(fd)
         self.placeholders.clear()
+
+
+def _try_flock(fd: int, kind: int) -> bool:
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except OSError:  # held by another (EWOULDBLOCK), or no locks here (ENOLCK)
+        return False
+    return True
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _is_empty_dir(path: Path) -> bool:
+    try:
+        return os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path)
+    except OSError:
+        return False
 
 
 __all__ = ["ALWAYS_PROTECTED", "ProtectedPathError", "UnsafeMountError", "WorkspaceGuard"]

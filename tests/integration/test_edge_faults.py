@@ -171,6 +171,9 @@ def test_two_resumes_of_one_session_at_once_one_runs_the_other_is_refused(
     assert len(session) == 2  # the first task and one continuation
     assert len(bash_calls) == 1  # the resumed tool call was put to the gate once
     assert containers_of(keeper["task_id"]) == []
+    # Whichever made the .git placeholder, it stayed while the other was live (the
+    # loser's end did not pull it from under the winner's sandbox) and went after.
+    assert not (workspace / ".git").exists()
 
 
 FILL_MIDRUN = """

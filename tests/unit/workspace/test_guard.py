@@ -4,6 +4,8 @@ has one on its way, or leaves the workspace."""
 
 from __future__ import annotations
 
+import fcntl
+import gc
 import json
 import os
 from pathlib import Path
@@ -14,6 +16,7 @@ from orchestrator.backend.mounts import check_confined
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError, UnsafeMountError
 from orchestrator.workspace import ProtectedPathError, WorkspaceGuard
+from orchestrator.workspace import guard as guard_module
 from orchestrator.workspace.guard import normalise_protected
 from orchestrator.workspace.settings import protected_paths
 
@@ -150,15 +153,59 @@ def test_a_run_keeps_its_git_placeholder_when_another_run_on_the_workspace_ends(
     tmp_path: Path,
 ) -> None:
     """Two runs on a workspace without .git: the first made the placeholder, the
-    second found it; when the first ends and removes it, the second's next sandbox
-    still gets a read-only .git (a new placeholder), which it removes at its end."""
-    first = WorkspaceGuard.prepare(tmp_path)
-    second = WorkspaceGuard.prepare(tmp_path)
-    assert (tmp_path / ".git").is_dir()
-    first.release()
+    second found it. The first ends while the second is starting a sandbox whose
+    .git it has checked: the placeholder stays (the same directory) until the last
+    run on the workspace ends, whichever of the two that is."""
+    for last in ("second", "first"):
+        first = WorkspaceGuard.prepare(tmp_path)
+        second = WorkspaceGuard.prepare(tmp_path)
+        (checked,) = [m.source for m in second.mounts() if m.target == "/workspace/.git"]
+        before = os.stat(checked)
+        ending, staying = (first, second) if last == "second" else (second, first)
+        ending.release()
+        after = os.stat(tmp_path / ".git")
+        assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino), last
+        staying.release()
+        assert not (tmp_path / ".git").exists(), last
+
+
+def test_a_placeholder_removed_by_hand_is_made_again_for_the_next_sandbox(
+    tmp_path: Path,
+) -> None:
+    guard = WorkspaceGuard.prepare(tmp_path)
+    (tmp_path / ".git").rmdir()
+    mounts = {m.target: m for m in guard.mounts()}
+    assert (tmp_path / ".git").is_dir() and mounts["/workspace/.git"].read_only
+    guard.release()
     assert not (tmp_path / ".git").exists()
-    mounts = {m.target: m for m in second.mounts()}
+
+
+def test_a_run_that_cannot_lock_the_workspace_starts_and_leaves_its_placeholder(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Something that is not a warden run (a sandbox can open /workspace too) holds
+    the workspace's lock exclusively: the run still starts, after a bounded wait,
+    and leaves its (empty) placeholder rather than remove it under another run."""
+    monkeypatch.setattr(guard_module, "HOLD_WAIT_S", 0.05)
+    squatter = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(squatter, fcntl.LOCK_EX)
+        guard = WorkspaceGuard.prepare(tmp_path)
+        assert "is locked by something other than a warden run" in caplog.text
+        assert "/workspace/.git" in targets(guard)
+        guard.release()
+    finally:
+        os.close(squatter)
     assert (tmp_path / ".git").is_dir()
-    assert mounts["/workspace/.git"].read_only
-    second.release()
-    assert not (tmp_path / ".git").exists()
+    WorkspaceGuard.prepare(tmp_path).release()  # alone now, and it is no placeholder
+    assert (tmp_path / ".git").is_dir()
+
+
+def test_a_guard_dropped_without_release_lets_the_workspace_go(tmp_path: Path) -> None:
+    WorkspaceGuard.prepare(tmp_path)
+    gc.collect()
+    probe = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if still held
+    finally:
+        os.close(probe)
