@@ -84,6 +84,8 @@ SHIM_WAIT_S = 3600
 """How long a shim waits for its one request before it exits by itself."""
 MAX_RESPONSE_OVERHEAD_BYTES = 4096
 """Room for the response's JSON around the two base64 streams."""
+ACCEPT_RETRY_S = 0.1
+"""Pause before accepting again after an accept failed for want of resources."""
 
 SHIM = r"""
 import base64, json, socket, subprocess, sys, threading
@@ -325,7 +327,14 @@ class HookSandboxPool:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            log.debug("hook sandbox accept failed: %s", exc)
+            # Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS): the connection
+            # stays queued, so the reader would fire again at once and spin the loop.
+            # Stop reading and try again after a pause.
+            log.debug("hook sandbox accept failed: %s; trying again shortly", exc)
+            fd = warm.listener.fileno()
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(fd)
+            loop.call_later(ACCEPT_RETRY_S, self._accept_again, warm, fd)
             return
         if warm.connected.done() or not holds_group(conn, warm.socket_dir):
             conn.close()  # one sandbox, one connection: its own
@@ -333,6 +342,10 @@ class HookSandboxPool:
         conn.setblocking(False)
         warm.connected.set_result(conn)
         _stop_listening(warm)  # its one connection came: nothing else may connect
+
+    def _accept_again(self, warm: _Warm, fd: int) -> None:
+        if warm.listener.fileno() == fd and not warm.connected.done():  # not disposed
+            asyncio.get_running_loop().add_reader(fd, self._accept, warm)
 
     async def _call(
         self,

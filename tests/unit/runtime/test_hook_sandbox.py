@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import resource
 import shutil
 import socket
 import tempfile
@@ -24,6 +26,7 @@ import pytest
 from orchestrator import labels
 from orchestrator.backend.contract import Mount, SandboxSpec
 from orchestrator.backend.fake import FakeBackend
+from orchestrator.runtime import hook_sandbox
 from orchestrator.runtime.hook_sandbox import HOOK_SOCKET_DIR, HOOK_SOCKET_NAME, HookSandboxPool
 
 SESSION = "test-hook-pool"
@@ -201,3 +204,37 @@ async def test_refills_wait_until_calls_pause_but_a_call_that_finds_none_does_no
     assert backend.removed == []
     await pool.close()
     await until(lambda: set(served) <= set(backend.removed))  # removed when the run ends
+
+
+async def test_out_of_descriptors_pauses_accepting_instead_of_spinning(
+    pool: HookSandboxPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection waits while the process has no descriptor left for it: the
+    pool tries again now and then instead of running the loop hot, and takes the
+    connection once a descriptor is free."""
+    backend = backend_of(pool)
+    backend.gate.clear()  # the shims wait: this test makes the one connection
+    pool.warm()
+    await until(started_all(pool, 2))
+    warm = pool._waiting[0].result()
+    failures: list[str] = []
+    monkeypatch.setattr(
+        hook_sandbox.log, "debug", lambda text, *args: failures.append(text % args)
+    )
+    client = socket.socket(socket.AF_UNIX)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        client.connect(str(warm.socket_dir / HOOK_SOCKET_NAME))
+        lowest_free = os.dup(0)
+        os.close(lowest_free)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # none left
+        try:
+            await asyncio.sleep(0.3)  # a loop that spun would try thousands of times
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert failures and all("Too many open files" in f for f in failures), failures
+        assert len(failures) < 20, len(failures)
+        await until(warm.connected.done)
+    finally:
+        client.close()
+        backend.gate.set()
