@@ -116,6 +116,8 @@ class WorkspaceGuard:
     placeholders: list[str] = field(default_factory=list)
     """Directories warden created only for this run, or adopted from a run that was
     live when this one started (removed by `release` if empty and no run is live)."""
+    leave_no_trace: bool = False
+    """A `.claude` made for this run is a placeholder too (one-off `warden exec`)."""
     hold: int | None = None
     """A descriptor of the workspace directory holding its shared lock, or None
     when the lock could not be had (then `release` removes nothing)."""
@@ -159,14 +161,12 @@ class WorkspaceGuard:
                 f"more than {MAX_PROTECTED_PATHS} protected paths; protect their common "
                 "parent directory instead"
             )
-        guard = cls(workspace, tuple(paths))
+        guard = cls(workspace, tuple(paths), leave_no_trace=leave_no_trace)
         alone = guard._hold()
         if not alone and _is_empty_dir(workspace / GIT_DIR):
             guard.placeholders.append(GIT_DIR)  # a live run's placeholder: ours too now
         try:
-            guard._ensure_dir(CLAUDE_DIR, placeholder=leave_no_trace)
-            guard._ensure_dir(GIT_DIR, placeholder=True)
-            guard.mounts()  # refuse a bad source now, before anything starts
+            guard.mounts()  # makes what must exist; refuses a bad source now
         except BaseException:
             guard.release()
             raise
@@ -217,9 +217,10 @@ class WorkspaceGuard:
 
         Raises UnsafeMountError when a source became a link or left the workspace.
         """
-        # The placeholder may be gone (the person removed it, or a run that could not
-        # take the workspace's lock did): this run's next sandbox gets its own, never
-        # an unguarded root where a repository could be planted.
+        # Either may be gone (the person removed it, or a run that could not take the
+        # workspace's lock did): this run's next sandbox gets its own, never an
+        # unguarded place where a repository or settings could be planted.
+        self._ensure_dir(CLAUDE_DIR, placeholder=self.leave_no_trace)
         self._ensure_dir(GIT_DIR, placeholder=True)
         mounts = []
         for relative in self.protected:

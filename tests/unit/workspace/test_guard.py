@@ -169,15 +169,18 @@ def test_a_run_keeps_its_git_placeholder_when_another_run_on_the_workspace_ends(
         assert not (tmp_path / ".git").exists(), last
 
 
-def test_a_placeholder_removed_by_hand_is_made_again_for_the_next_sandbox(
+def test_claude_and_git_removed_by_hand_are_made_again_for_the_next_sandbox(
     tmp_path: Path,
 ) -> None:
     guard = WorkspaceGuard.prepare(tmp_path)
     (tmp_path / ".git").rmdir()
+    (tmp_path / ".claude").rmdir()
     mounts = {m.target: m for m in guard.mounts()}
-    assert (tmp_path / ".git").is_dir() and mounts["/workspace/.git"].read_only
+    assert mounts["/workspace/.git"].read_only and mounts["/workspace/.claude"].read_only
+    assert (tmp_path / ".git").is_dir() and (tmp_path / ".claude").is_dir()
     guard.release()
     assert not (tmp_path / ".git").exists()
+    assert (tmp_path / ".claude").is_dir()  # a run's .claude stays, as it was made first
 
 
 def test_a_run_that_cannot_lock_the_workspace_starts_and_leaves_its_placeholder(
