@@ -28,7 +28,7 @@ Runs on one workspace share its placeholders. Each run holds a shared `flock`
 on the workspace directory from `prepare` to `release`; a run removes
 placeholders only when it can take the lock exclusively (no other run is live),
 and a run that starts beside a live one adopts the empty `.git` it finds (the
-other run's placeholder). Without that, a run that ended would remove the
+other run's placeholder; `warden exec` adopts an empty `.claude` too). Without that, a run that ended would remove the
 `.git` another run had just checked for a sandbox it was starting, and that
 sandbox would fail to start. The lock is on the directory itself, the one thing
 every run on it (whatever its state dir or user) can name. A sandbox can take
@@ -162,9 +162,9 @@ class WorkspaceGuard:
                 "parent directory instead"
             )
         guard = cls(workspace, tuple(paths), leave_no_trace=leave_no_trace)
-        alone = guard._hold()
-        if not alone and _is_empty_dir(workspace / GIT_DIR):
-            guard.placeholders.append(GIT_DIR)  # a live run's placeholder: ours too now
+        if not guard._hold():  # another run is live: its empty placeholders are ours too
+            adopted = (GIT_DIR, CLAUDE_DIR) if leave_no_trace else (GIT_DIR,)
+            guard.placeholders += [d for d in adopted if _is_empty_dir(workspace / d)]
         try:
             guard.mounts()  # makes what must exist; refuses a bad source now
         except BaseException:

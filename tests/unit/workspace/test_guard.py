@@ -169,6 +169,17 @@ def test_a_run_keeps_its_git_placeholder_when_another_run_on_the_workspace_ends(
         assert not (tmp_path / ".git").exists(), last
 
 
+def test_two_one_off_commands_at_once_leave_no_trace_whichever_ends_last(
+    tmp_path: Path,
+) -> None:
+    for last in (0, 1):
+        guards = [WorkspaceGuard.prepare(tmp_path, leave_no_trace=True) for _ in range(2)]
+        guards[1 - last].release()
+        assert (tmp_path / ".git").is_dir() and (tmp_path / ".claude").is_dir()
+        guards[last].release()
+        assert sorted(os.listdir(tmp_path)) == [], last
+
+
 def test_claude_and_git_removed_by_hand_are_made_again_for_the_next_sandbox(
     tmp_path: Path,
 ) -> None:
