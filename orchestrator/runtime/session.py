@@ -167,7 +167,8 @@ async def open_run(
         gate_hooks = load_hooks(settings, workspace, trusted=trusted)
         for note in gate_policy.notes:
             log.warning("policy: %s", note)
-    guard = prepare_guard(settings, workspace, protect)
+    # Off the loop: a lock a sandbox holds on the workspace can make this wait (bounded).
+    guard = await asyncio.to_thread(prepare_guard, settings, workspace, protect)
     run_id = new_run_id()
     session = run_id
     api_key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None
