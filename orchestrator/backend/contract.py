@@ -187,6 +187,17 @@ def parse_user(user: str) -> tuple[int, int]:
     return uid, gid
 
 
+def root_owned_note(workspace: Path, fallback_uid: int) -> str:
+    """What to tell the person whose workspace is root-owned (sandboxes run as the
+    fallback uid there, so they cannot write what only root may write)."""
+    return (
+        f"workspace {workspace} is owned by root; sandboxes run as uid:gid "
+        f"{fallback_uid}:{fallback_uid} (never root), so they cannot write files that only "
+        "root may write. Fix: chown the workspace to an unprivileged user, or pass "
+        "--user UID:GID."
+    )
+
+
 class SandboxStatus(enum.StrEnum):
     OK = "ok"
     ERROR = "error"

@@ -31,6 +31,7 @@ from orchestrator.backend.contract import (
     SandboxSpec,
     SandboxStatus,
     parse_user,
+    root_owned_note,
 )
 from orchestrator.backend.engine_json import (
     ContainerCreated,
@@ -247,14 +248,7 @@ class DockerBackend(ContainerBackend):
         if owner.st_uid == 0:
             if workspace not in self._warned_root_owned:
                 self._warned_root_owned.add(workspace)
-                log.warning(
-                    "workspace %s is owned by root; the sandbox runs as uid:gid %d:%d "
-                    "(never root), so it cannot write files that only root may write. "
-                    "Fix: chown the workspace to an unprivileged user, or pass --user UID:GID.",
-                    workspace,
-                    fallback,
-                    fallback,
-                )
+                log.warning("%s", root_owned_note(workspace, fallback))
             return f"{fallback}:{fallback}"
         return f"{owner.st_uid}:{owner.st_gid or fallback}"
 

@@ -8,12 +8,20 @@ limits, never raise them, and no sandbox ever runs as root.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator import labels
-from orchestrator.backend.contract import DiskLimits, Mount, ResourceLimits, SandboxSpec, parse_user
+from orchestrator.backend.contract import (
+    DiskLimits,
+    Mount,
+    ResourceLimits,
+    SandboxSpec,
+    parse_user,
+    root_owned_note,
+)
 from orchestrator.broker import SandboxIdentity, groups_for
 from orchestrator.images.choice import WARDEN_RUNNER
 from orchestrator.runtime.pool import WARM_WAIT_S, PoolKey
@@ -23,6 +31,8 @@ if TYPE_CHECKING:
     from orchestrator.agents.definition import AgentDefinition
     from orchestrator.runtime.protocols import ImageResolver
     from orchestrator.workspace import WorkspaceGuard
+
+log = logging.getLogger(__name__)
 
 RUNNER_COMMAND = WARDEN_RUNNER
 """The in-container runner (`sandbox_tools`); only it knows `--wait` (warm starts).
@@ -45,6 +55,19 @@ def sandbox_identity(
     if owner.st_uid == 0:
         return SandboxIdentity(fallback_uid, fallback_uid)
     return SandboxIdentity(owner.st_uid, owner.st_gid or fallback_uid)
+
+
+def warn_if_root_owned(workspace: Path, fallback_uid: int, user: str | None) -> None:
+    """Say so when the run's sandboxes get the fallback uid because root owns the
+    workspace: every write they try there would fail with no other sign why."""
+    if user is not None:
+        return
+    try:
+        root_owned = workspace.stat().st_uid == 0
+    except OSError:
+        return
+    if root_owned:
+        log.warning("%s", root_owned_note(workspace, fallback_uid))
 
 
 def agent_limits(agent: AgentDefinition) -> ResourceLimits:

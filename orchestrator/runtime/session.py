@@ -32,7 +32,7 @@ from orchestrator.runtime.hook_sandbox import HookSandboxPool, hook_sandbox_pool
 from orchestrator.runtime.manager import TaskManager
 from orchestrator.runtime.parent import ParentAgent, ParentOptions
 from orchestrator.runtime.protocols import PermissionGate
-from orchestrator.runtime.sandbox import sandbox_identity
+from orchestrator.runtime.sandbox import sandbox_identity, warn_if_root_owned
 from orchestrator.runtime.tasks import TaskContext
 from orchestrator.tracing import run_tracer
 from orchestrator.workspace import WorkspaceGuard
@@ -265,6 +265,7 @@ async def open_run(
         # The uid:gid of every sandbox of the run: its broker, hook sandboxes and
         # egress proxy admit only it.
         identity = sandbox_identity(workspace, config.fallback_uid, config.user)
+        warn_if_root_owned(workspace, config.fallback_uid, config.user)
         hook_pool: HookSandboxPool | None = None
         # Every task of the run, by id: the manager records them, the gate reads them.
         tasks: dict[str, TaskContext] = {}

@@ -279,3 +279,34 @@ def test_fork_and_background_flags_reach_the_parent(
     assert "Task started in the background with id" in sent
     assert "<task-notification>Background task" in sent
     assert "Result: FORK-DONE" in sent  # only the fork's final answer came back
+
+
+def test_a_root_owned_workspace_is_named_with_the_fix_before_any_write_fails(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """Sandboxes never run as root: in a root-owned workspace they get the fallback
+    uid and every write there fails. The person hears why once, at the start, not
+    only as a subagent's failed writes."""
+    script = _script(
+        tmp_path,
+        [
+            {"name": "parent", "match": PARENT_MATCH,
+             "turns": [{"content": [task("WRITER write", "general-purpose")]},
+                       {"content": [text("done")]}]},
+            {"name": "writer", "match": {"prompt_contains": "WRITER"},
+             "turns": [{"content": [tool("Write", file_path="/workspace/out.md", content="x")]},
+                       {"content": [text("tried")]}]},
+        ],
+    )  # fmt: skip
+    run = ("run", "go", "--replay", str(script), "--allow", "Write")
+    owned = run_warden(settings, *run, "--workspace", str(workspace))
+    assert owned.returncode == 0, owned.stderr[-2000:]
+    assert "owned by root" not in owned.stderr and (workspace / "out.md").is_file()
+    root_owned = tmp_path / "root-owned"
+    root_owned.mkdir()
+    assert root_owned.stat().st_uid == 0, "the test runs as root, as CI does"
+    ran = run_warden(settings, *run, "--workspace", str(root_owned))
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stderr.count("owned by root") == 1, ran.stderr[-2000:]
+    assert "chown" in ran.stderr and "--user UID:GID" in ran.stderr
+    assert not (root_owned / "out.md").exists()
