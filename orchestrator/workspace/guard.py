@@ -121,6 +121,9 @@ class WorkspaceGuard:
     hold: int | None = None
     """A descriptor of the workspace directory holding its shared lock, or None
     when the lock could not be had (then `release` removes nothing)."""
+    unlocked: bool = False
+    """The workspace's filesystem has no locks: runs on it cannot see each other,
+    and `release` removes this run's placeholders as it ends."""
     _closer: weakref.finalize[[int], WorkspaceGuard] | None = field(default=None, repr=False, compare=False)
     """Lets the lock go if the guard is dropped without `release`."""
 
@@ -177,25 +180,33 @@ class WorkspaceGuard:
         try:
             fd = os.open(self.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
-            log.info("cannot open %s to share it with other runs: %s", self.workspace, exc)
-            return False
-        alone = _try_flock(fd, fcntl.LOCK_EX)
-        # From exclusive to shared is not atomic (the lock is dropped, then taken):
-        # a run ending meanwhile may take it for a moment to remove its placeholders.
-        deadline = time.monotonic() + HOLD_WAIT_S
-        while not _try_flock(fd, fcntl.LOCK_SH):
-            if time.monotonic() > deadline:
-                os.close(fd)
-                log.warning(
-                    "%s is locked by something other than a warden run (a sandbox?); "
-                    "this run leaves its placeholder directories in place when it ends",
-                    self.workspace,
-                )
-                return False
-            time.sleep(0.01)
+            return self._without_locks(exc)
+        try:
+            alone = _try_flock(fd, fcntl.LOCK_EX)
+            # From exclusive to shared is not atomic (the lock is dropped, then taken):
+            # a run ending meanwhile may take it for a moment to remove its placeholders.
+            deadline = time.monotonic() + HOLD_WAIT_S
+            while not _try_flock(fd, fcntl.LOCK_SH):
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    log.warning(
+                        "%s is locked by something other than a warden run (a sandbox?); "
+                        "this run leaves its placeholder directories in place when it ends",
+                        self.workspace,
+                    )
+                    return False
+                time.sleep(0.01)
+        except OSError as exc:  # not "held": this filesystem has no locks (ENOLCK...)
+            os.close(fd)
+            return self._without_locks(exc)
         self.hold = fd
         self._closer = weakref.finalize(self, _close_quietly, fd)
         return alone
+
+    def _without_locks(self, exc: OSError) -> bool:
+        log.info("cannot lock %s to share it with other runs (%s)", self.workspace, exc)
+        self.unlocked = True
+        return True
 
     def _ensure_dir(self, relative: str, *, placeholder: bool) -> None:
         path = self.workspace / relative
@@ -245,23 +256,31 @@ class WorkspaceGuard:
         if self._closer is not None:
             self._closer.detach()  # closed below: its number may be reused after
         if fd is None:
+            if self.unlocked:
+                self._remove_placeholders()
             self.placeholders.clear()
             return
         try:
             # Failing, this drops the shared lock too: the run is over either way.
-            if _try_flock(fd, fcntl.LOCK_EX):
-                for relative in dict.fromkeys(self.placeholders):
-                    with contextlib.suppress(OSError):
-                        os.rmdir(self.workspace / relative)
+            with contextlib.suppress(OSError):
+                if _try_flock(fd, fcntl.LOCK_EX):
+                    self._remove_placeholders()
         finally:
             _close_quietly(fd)
         self.placeholders.clear()
 
+    def _remove_placeholders(self) -> None:
+        for relative in dict.fromkeys(self.placeholders):
+            with contextlib.suppress(OSError):
+                os.rmdir(self.workspace / relative)
+
 
 def _try_flock(fd: int, kind: int) -> bool:
+    """Whether the lock was taken (False: another holds it). Raises OSError when the
+    filesystem cannot lock at all."""
     try:
         fcntl.flock(fd, kind | fcntl.LOCK_NB)
-    except OSError:  # held by another (EWOULDBLOCK), or no locks here (ENOLCK)
+    except BlockingIOError:
         return False
     return True
 

@@ -4,6 +4,7 @@ has one on its way, or leaves the workspace."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import gc
 import json
@@ -213,6 +214,20 @@ def test_a_run_that_cannot_lock_the_workspace_starts_and_leaves_its_placeholder(
     assert (tmp_path / ".git").is_dir()
     WorkspaceGuard.prepare(tmp_path).release()  # alone now, and it is no placeholder
     assert (tmp_path / ".git").is_dir()
+
+
+def test_on_a_filesystem_without_locks_a_run_cleans_up_after_itself_as_before(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(guard_module.fcntl, "flock", no_locks)
+    monkeypatch.setattr(guard_module, "HOLD_WAIT_S", 3600.0)  # a wait here would hang
+    guard = WorkspaceGuard.prepare(tmp_path)
+    assert "/workspace/.git" in targets(guard) and "is locked by" not in caplog.text
+    guard.release()
+    assert not (tmp_path / ".git").exists()
 
 
 def test_a_guard_dropped_without_release_lets_the_workspace_go(tmp_path: Path) -> None:
