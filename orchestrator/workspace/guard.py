@@ -28,13 +28,14 @@ Runs on one workspace share its placeholders. Each run holds a shared `flock`
 on the workspace directory from `prepare` to `release`; a run removes
 placeholders only when it can take the lock exclusively (no other run is live),
 and a run that starts beside a live one adopts the empty `.git` it finds (the
-other run's placeholder; `warden exec` adopts an empty `.claude` too). Without that, a run that ended would remove the
-`.git` another run had just checked for a sandbox it was starting, and that
-sandbox would fail to start. The lock is on the directory itself, the one thing
-every run on it (whatever its state dir or user) can name. A sandbox can take
-the same lock; the most it achieves is that a placeholder outlives the runs
-(an empty directory), since warden never waits on it for more than
-`HOLD_WAIT_S`.
+other run's placeholder; `warden exec` adopts an empty `.claude` too). Without
+that, a run that ended would remove the `.git` another run had just checked for
+a sandbox it was starting, and that sandbox would fail to start. The lock is on
+the directory itself, the one thing every run on it (whatever its state dir or
+user) can name. A sandbox can take the same lock; the most it achieves is that
+a placeholder outlives the runs (an empty directory), since warden never waits
+on it for more than `HOLD_WAIT_S`. On a filesystem without locks each run
+removes its own placeholders as it ends, as before.
 
 Every mount source is checked here when the guard is made and again by the
 backend immediately before the container is created (`Mount.confined_to`):
@@ -120,11 +121,14 @@ class WorkspaceGuard:
     """A `.claude` made for this run is a placeholder too (one-off `warden exec`)."""
     hold: int | None = None
     """A descriptor of the workspace directory holding its shared lock, or None
-    when the lock could not be had (then `release` removes nothing)."""
+    when the lock could not be had (then `release` removes nothing, unless
+    `unlocked`)."""
     unlocked: bool = False
     """The workspace's filesystem has no locks: runs on it cannot see each other,
     and `release` removes this run's placeholders as it ends."""
-    _closer: weakref.finalize[[int], WorkspaceGuard] | None = field(default=None, repr=False, compare=False)
+    _closer: weakref.finalize[[int], WorkspaceGuard] | None = field(
+        default=None, repr=False, compare=False
+    )
     """Lets the lock go if the guard is dropped without `release`."""
 
     @classmethod
