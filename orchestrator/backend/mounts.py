@@ -101,7 +101,19 @@ def _open_beneath(root: Path, relative: Path) -> int:
     time with O_NOFOLLOW (the caller closes it). UnsafeMountError for a link."""
     fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        walked = root
+        return open_under(fd, relative, root)
+    finally:
+        os.close(fd)
+
+
+def open_under(dir_fd: int, relative: Path, shown: Path) -> int:
+    """An O_PATH descriptor of `relative` under the directory `dir_fd`, opened one
+    component at a time with O_NOFOLLOW (the caller closes it; `dir_fd` stays open).
+    `shown` names `dir_fd`'s directory in messages. UnsafeMountError for a link
+    (or a missing component); OSError when the tree changes while it is walked."""
+    fd = os.dup(dir_fd)
+    try:
+        walked = shown
         for part in relative.parts:
             walked = walked / part
             try:

@@ -12,7 +12,12 @@ so the build is treated as hostile input run on the host's engine:
   (the engine would pull it; warden never pulls);
 - no host paths: the context is a tar warden makes of the context directory
   (honouring `.dockerignore`); links in it stay links, never followed, and the
-  classic builder has no RUN mounts;
+  classic builder has no RUN mounts. The tar is warden's own (`_context_tar`),
+  not the docker SDK's: the SDK checks a file's type by its path and then opens
+  the path, so a sandbox of a concurrent run that swapped a file for a link in
+  between would have a host file's bytes sent to the engine (and, with a COPY,
+  into the image). Every entry is opened from its directory's descriptor with
+  O_NOFOLLOW, from the workspace down, and described by what was opened;
 - bounded (`BuildLimits`): the processes and memory of all steps together, a
   total deadline, the context size (`MAX_CONTEXT_BYTES`). A build that crosses a
   limit fails with an error naming it and its variable, and leaves nothing: its
@@ -28,9 +33,13 @@ run with the same files builds nothing.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
+import posixpath
 import re
+import stat
 import tarfile
 import tempfile
 from collections import deque
@@ -41,7 +50,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from orchestrator import __version__
 from orchestrator.backend.contract import BuildLimits
-from orchestrator.errors import ConfigError, ImageBuildError
+from orchestrator.backend.mounts import open_under
+from orchestrator.errors import ConfigError, ImageBuildError, UnsafeMountError
 from orchestrator.images.base_image import image_id
 from orchestrator.images.buildbox import BuildBox, BuildEgress, BuildLimitError
 from orchestrator.images.devcontainer import DevContainer, read_regular
@@ -131,12 +141,27 @@ def _dockerfile_in_context(dev: DevContainer) -> str:
 
 def _context_tar(dev: DevContainer, into: IO[bytes]) -> str:
     """Write the build context as a tar into `into`; its content hash."""
-    from docker.utils.build import tar
+    from docker.utils.build import exclude_paths
 
     assert dev.context is not None
     exclude = _dockerignore(dev.context)
     dockerfile = _dockerfile_in_context(dev)
-    tar(dev.context, exclude=exclude, dockerfile=(dockerfile, None), fileobj=into)
+    # The SDK's own list (its .dockerignore rules; the Dockerfile always in it).
+    files = sorted(exclude_paths(str(dev.context), exclude or [], dockerfile=dockerfile))
+    try:
+        root = _open_context(dev)
+        try:
+            with tarfile.open(mode="w", fileobj=into) as archive:
+                for name in files:
+                    _add_entry(archive, root, name, dev.context)
+        finally:
+            os.close(root)
+    except (UnsafeMountError, OSError) as exc:
+        raise ImageBuildError(
+            f"{dev.relative}: the build context {dev.context} changed while it was read "
+            f"({getattr(exc, 'strerror', None) or exc}); something is rewriting the "
+            "workspace (a sandbox may be swapping files for links): stop it and build again"
+        ) from None
     made = into
     size = made.seek(0, 2)
     if size > MAX_CONTEXT_BYTES:
@@ -159,6 +184,56 @@ def _context_tar(dev: DevContainer, into: IO[bytes]) -> str:
                     digest.update(block)
     made.seek(0)
     return digest.hexdigest()
+
+
+def _open_context(dev: DevContainer) -> int:
+    """An O_PATH descriptor of the context directory, walked down from the
+    workspace with no link followed."""
+    assert dev.context is not None
+    if dev.workspace is None:
+        return os.open(dev.context, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    workspace = os.open(
+        dev.workspace, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    )
+    try:
+        return open_under(workspace, dev.context.relative_to(dev.workspace), dev.workspace)
+    finally:
+        os.close(workspace)
+
+
+def _add_entry(archive: tarfile.TarFile, root: int, name: str, shown: Path) -> None:
+    """Add the context's entry `name` as what was opened under `root`: a regular
+    file's bytes from its own descriptor, a link as a link, a directory as one;
+    sockets and device nodes are left out. OSError when it changed meanwhile."""
+    parent, base = posixpath.split(name)
+    at = open_under(root, Path(parent), shown) if parent else os.dup(root)
+    try:
+        found = os.stat(base, dir_fd=at, follow_symlinks=False)
+        info = tarfile.TarInfo(name)
+        info.mode = stat.S_IMODE(found.st_mode)
+        info.uid, info.gid = found.st_uid, found.st_gid
+        info.mtime = min(max(int(found.st_mtime), 0), 8**11 - 1)
+        if stat.S_ISREG(found.st_mode):
+            # O_NONBLOCK: a FIFO swapped in is opened without waiting, then refused.
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            with os.fdopen(os.open(base, flags, dir_fd=at), "rb") as content:
+                opened = os.fstat(content.fileno())
+                if not stat.S_ISREG(opened.st_mode):
+                    raise OSError(errno.ESTALE, f"{name} is no longer a regular file")
+                info.size = opened.st_size
+                archive.addfile(info, content)  # a file that shrank meanwhile: OSError
+        elif stat.S_ISDIR(found.st_mode):
+            info.type = tarfile.DIRTYPE
+            archive.addfile(info)
+        elif stat.S_ISLNK(found.st_mode):
+            info.type = tarfile.SYMTYPE
+            info.linkname = os.readlink(base, dir_fd=at)
+            archive.addfile(info)
+        elif stat.S_ISFIFO(found.st_mode):
+            info.type = tarfile.FIFOTYPE
+            archive.addfile(info)
+    finally:
+        os.close(at)
 
 
 def _dockerignore(context: Path) -> list[str] | None:

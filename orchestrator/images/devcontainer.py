@@ -94,6 +94,8 @@ class DevContainer:
     """`build.dockerfile`, resolved on the host (inside the workspace)."""
     context: Path | None = None
     """`build.context`, resolved (default: the devcontainer.json's directory)."""
+    workspace: Path | None = None
+    """The workspace (resolved) `dockerfile` and `context` were confined to."""
     args: tuple[tuple[str, str], ...] = ()
     target: str | None = None
     warnings: tuple[str, ...] = ()
@@ -162,7 +164,7 @@ def parse_devcontainer(workspace: Path, path: Path, relative: str) -> DevContain
     ):
         raise ConfigError(f"{relative}: `build.args` must map names to strings")
     return DevContainer(
-        path, relative, dockerfile=dockerfile, context=context,
+        path, relative, dockerfile=dockerfile, context=context, workspace=workspace,
         args=tuple(sorted(args.items())), target=_text(build, "target", relative),
         warnings=tuple(warnings),
     )  # fmt: skip

@@ -2,10 +2,17 @@
 limits come from WARDEN_BUILD_* (named in every error), an engine that cannot
 nest a build's cgroups refuses a process limit before anything starts, and the
 images a failed build made are told apart from base images and cache hits; a
-Dockerfile that is not a regular file is refused before anything waits on it."""
+Dockerfile that is not a regular file is refused before anything waits on it; the
+build context is read from what was opened, so a file or directory a sandbox swaps
+for a link (or a FIFO) while it is read sends no host byte and hangs nothing."""
 
 from __future__ import annotations
 
+import io
+import os
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +21,8 @@ from orchestrator.backend.contract import BuildLimits
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError, ImageBuildError
 from orchestrator.images.buildbox import BuildBox
-from orchestrator.images.devbuild import BuildOutput
+from orchestrator.images.devbuild import BuildOutput, _context_tar
+from orchestrator.images.devcontainer import DevContainer, find_devcontainer
 from tests.conftest import without_waiting_on
 
 
@@ -97,3 +105,117 @@ def test_a_dockerfile_that_is_a_fifo_is_refused_without_waiting(tmp_path: Any) -
     outcome = without_waiting_on(fifo, lambda: devcontainer_image(NoImages(), dev, print))  # type: ignore[arg-type]
     assert isinstance(outcome, ConfigError), outcome
     assert "Dockerfile: not a regular file" in str(outcome)
+
+
+HOST_SECRET = b"a host file no build may read\n"
+
+
+def dev_container_with_context(tmp_path: Path) -> tuple[Path, DevContainer]:
+    """A workspace whose dev container's context is the whole workspace (with a
+    nested file, an executable, a link, and a file .dockerignore leaves out), and
+    a host file outside it."""
+    ws = tmp_path / "ws"
+    (ws / ".devcontainer").mkdir(parents=True)
+    (ws / ".devcontainer/devcontainer.json").write_text(
+        '{"build": {"dockerfile": "Dockerfile", "context": ".."}}'
+    )
+    (ws / ".devcontainer/Dockerfile").write_text("FROM scratch\nCOPY app /app\n")
+    (ws / "app").mkdir()
+    (ws / "app/data.txt").write_text("workspace data, a little longer than the secret\n")
+    (ws / "app/run.sh").write_text("#!/bin/sh\n")
+    (ws / "app/run.sh").chmod(0o755)
+    (ws / "app/latest").symlink_to("data.txt")
+    (ws / "notes.log").write_text("left out\n")
+    (ws / ".dockerignore").write_text("*.log\n")
+    (tmp_path / "host-secret").write_bytes(HOST_SECRET)
+    dev = find_devcontainer(ws)
+    assert dev is not None
+    return ws, dev
+
+
+def members(archive: io.BytesIO) -> list[tuple[str, bytes, int, str, bytes | None]]:
+    archive.seek(0)
+    with tarfile.open(fileobj=archive) as tar:
+        return sorted(
+            (m.name, m.type, m.mode, m.linkname, f.read() if (f := tar.extractfile(m)) else None)
+            for m in tar.getmembers()
+        )
+
+
+def test_the_build_context_is_what_the_docker_sdk_would_send(tmp_path: Path) -> None:
+    """The same entries, modes, links and bytes as docker-py's own `tar` (so the
+    engine builds the same thing and the content hash keeps its cached images)."""
+    from docker.utils.build import tar
+
+    _, dev = dev_container_with_context(tmp_path)
+    ours, theirs = io.BytesIO(), io.BytesIO()
+    _context_tar(dev, ours)
+    tar(str(dev.context), exclude=["*.log"], dockerfile=(".devcontainer/Dockerfile", None),
+        fileobj=theirs)  # fmt: skip
+    assert members(ours) == members(theirs)
+    assert "notes.log" not in [m[0] for m in members(ours)]
+
+
+def swap_before_opening(monkeypatch: pytest.MonkeyPatch, name: str, swap: Callable[[], None]) -> None:
+    """Run `swap` the moment the context's reader opens `name`: after it looked at
+    what `name` is, before it reads it (where docker-py followed a link)."""
+    real_open = os.open
+
+    def racing_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if path == name:
+            swap()
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", racing_open)
+
+
+def test_a_file_swapped_for_a_link_while_the_context_is_read_sends_no_host_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, dev = dev_container_with_context(tmp_path)
+
+    def to_link() -> None:
+        (ws / "app/data.txt").unlink()
+        (ws / "app/data.txt").symlink_to(tmp_path / "host-secret")
+
+    swap_before_opening(monkeypatch, "data.txt", to_link)
+    sent = io.BytesIO()
+    with pytest.raises(ImageBuildError, match=r"changed while it was read.*stop it and build again"):
+        _context_tar(dev, sent)
+    assert HOST_SECRET[:8] not in sent.getvalue()
+
+
+def test_a_directory_swapped_for_a_link_is_not_walked_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, dev = dev_container_with_context(tmp_path)
+    elsewhere = tmp_path / "host-dir"
+    elsewhere.mkdir()
+    for name in ("data.txt", "run.sh"):
+        (elsewhere / name).write_bytes(HOST_SECRET)
+
+    def to_link() -> None:
+        (ws / "app").rename(tmp_path / "moved-app")
+        (ws / "app").symlink_to(elsewhere)
+
+    swap_before_opening(monkeypatch, "app", to_link)
+    sent = io.BytesIO()
+    with pytest.raises(ImageBuildError, match="changed while it was read"):
+        _context_tar(dev, sent)
+    assert HOST_SECRET[:8] not in sent.getvalue()
+
+
+def test_a_file_swapped_for_a_fifo_is_refused_without_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, dev = dev_container_with_context(tmp_path)
+    fifo = ws / "app/data.txt"
+
+    def to_fifo() -> None:
+        fifo.unlink()
+        os.mkfifo(fifo)
+
+    swap_before_opening(monkeypatch, "data.txt", to_fifo)
+    outcome = without_waiting_on(fifo, lambda: _context_tar(dev, io.BytesIO()))
+    assert isinstance(outcome, ImageBuildError), outcome
+    assert "no longer a regular file" in str(outcome)
