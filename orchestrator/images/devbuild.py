@@ -240,7 +240,11 @@ def _dockerignore(context: Path) -> list[str] | None:
     path = context / ".dockerignore"
     if not path.is_file() or path.is_symlink():
         return None
-    lines = [line.strip() for line in path.read_text(errors="replace").splitlines()]
+    # Read as any workspace file: a FIFO swapped in after the check never blocks.
+    raw = read_regular(path, f"{path} (the build's .dockerignore)", MAX_DOCKERFILE_BYTES)
+    if len(raw) > MAX_DOCKERFILE_BYTES:
+        raise ConfigError(f"{path} is larger than {MAX_DOCKERFILE_BYTES} bytes")
+    lines = [line.strip() for line in raw.decode(errors="replace").splitlines()]
     return [line for line in lines if line and not line.startswith("#")]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -219,3 +220,22 @@ def test_a_file_swapped_for_a_fifo_is_refused_without_waiting(
     outcome = without_waiting_on(fifo, lambda: _context_tar(dev, io.BytesIO()))
     assert isinstance(outcome, ImageBuildError), outcome
     assert "no longer a regular file" in str(outcome)
+
+
+def test_a_dockerignore_swapped_for_a_fifo_after_its_check_is_refused_without_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, dev = dev_container_with_context(tmp_path)
+    ignore = ws / ".dockerignore"
+    real_is_symlink = Path.is_symlink
+
+    def swapping_is_symlink(self: Path) -> bool:
+        if self == ignore and not stat.S_ISFIFO(os.lstat(ignore).st_mode):
+            ignore.unlink()
+            os.mkfifo(ignore)
+        return real_is_symlink(self)
+
+    monkeypatch.setattr(Path, "is_symlink", swapping_is_symlink)
+    outcome = without_waiting_on(ignore, lambda: _context_tar(dev, io.BytesIO()))
+    assert isinstance(outcome, ConfigError), outcome
+    assert ".dockerignore" in str(outcome) and "not a regular file" in str(outcome)
