@@ -43,7 +43,7 @@ def status_code(exc: BaseException) -> int | None:
 
 def explain(exc: BaseException) -> str:
     """The engine's own message (first line, bounded), else the error's text."""
-    text = str((exc.explanation if isinstance(exc, APIError) else None) or exc).strip()
+    text = _message(exc).strip()
     if not text:
         return type(exc).__name__
     line = text.splitlines()[0]
@@ -51,6 +51,10 @@ def explain(exc: BaseException) -> str:
         return line
     tail = EXPLANATION_CHARS // 3
     return f"{line[: EXPLANATION_CHARS - tail - 5]} ... {line[-tail:]}"
+
+
+def _message(exc: BaseException) -> str:
+    return str((exc.explanation if isinstance(exc, APIError) else None) or exc)
 
 
 def is_read_timeout(exc: BaseException) -> bool:
@@ -74,7 +78,8 @@ def is_transient(exc: BaseException) -> bool:
     code = status_code(exc)
     if code is None or code < 500:
         return False
-    return not any(marker in explain(exc).lower() for marker in PERMANENT_5XX)
+    text = _message(exc).lower()  # all of it: a marker may sit where `explain` cuts
+    return not any(marker in text for marker in PERMANENT_5XX)
 
 
 def unavailable(exc: BaseException, operation: str | None = None) -> EngineUnavailableError | None:
