@@ -2,10 +2,11 @@
 
 `guard` decides what sandboxes may not write and builds the read-only mounts;
 `report` lists what a run changed under paths the host or developer tools
-execute; `settings` reads warden's own keys (`warden.protect`).
+execute; `settings` reads warden's own keys (`warden.protect`); `beneath` opens
+what those walks read without following a link a sandbox swapped in.
 
-May import: `config`, `errors`, `backend` (mount models), `permissions` (path
-patterns, settings documents), `store.records` (text limits), `untrusted_text`.
+May import: `config`, `errors`, `backend` (mount models, the no-link walk),
+`permissions` (path patterns, settings documents), `store.records` (text limits), `untrusted_text`.
 """
 
 from orchestrator.workspace.guard import ALWAYS_PROTECTED, ProtectedPathError, WorkspaceGuard

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from orchestrator.workspace import beneath
 from sandbox_tools.wire import WORKSPACE
 
 MAX_SCAN_ENTRIES = 50_000
@@ -53,40 +54,48 @@ class Snapshot:
 
 
 def take_snapshot(workspace: Path, *, limit: int = MAX_SCAN_ENTRIES) -> Snapshot:
-    """Walk the workspace depth first in name order, without following links."""
+    """Walk the workspace depth first in name order, without following links. Each
+    directory is opened from the workspace down without following a link
+    (`workspace.beneath`): one a sandbox swaps for a link mid-walk is not walked."""
     entries: dict[_Key, _Meta] = {}
     visited = 0
-    stack: list[tuple[str, _Key]] = [(str(workspace), ())]
-    while stack:
-        directory, prefix = stack.pop()
-        try:
-            with os.scandir(directory) as it:
-                children = sorted(it, key=lambda e: e.name)
-        except OSError:
-            continue
-        subdirs: list[tuple[str, _Key]] = []
-        for child in children:
-            key = (*prefix, child.name)
-            if visited >= limit:
-                return Snapshot(entries, truncated=True, last=key)
-            visited += 1
+    stack: list[_Key] = [()]
+    with beneath.workspace_root(workspace) as root:
+        while stack:
+            prefix = stack.pop()
+            fd = beneath.open_directory(root, prefix, workspace)
+            if fd is None:
+                continue
             try:
-                info = child.stat(follow_symlinks=False)
+                with os.scandir(fd) as it:
+                    children = sorted(it, key=lambda e: e.name)
+                subdirs: list[_Key] = []
+                for child in children:
+                    key = (*prefix, child.name)
+                    if visited >= limit:
+                        return Snapshot(entries, truncated=True, last=key)
+                    visited += 1
+                    try:
+                        info = child.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISDIR(info.st_mode):
+                        if "/".join(key) not in SKIPPED_DIRS:
+                            subdirs.append(key)
+                        continue
+                    entries[key] = (
+                        info.st_mode,
+                        info.st_size,
+                        info.st_mtime_ns,
+                        info.st_ctime_ns,
+                        info.st_ino,
+                    )
             except OSError:
                 continue
-            if stat.S_ISDIR(info.st_mode):
-                if "/".join(key) not in SKIPPED_DIRS:
-                    subdirs.append((child.path, key))
-                continue
-            entries[key] = (
-                info.st_mode,
-                info.st_size,
-                info.st_mtime_ns,
-                info.st_ctime_ns,
-                info.st_ino,
-            )
-        # Depth first in name order: the next directory to walk goes on top.
-        stack.extend(reversed(subdirs))
+            finally:
+                os.close(fd)
+            # Depth first in name order: the next directory to walk goes on top.
+            stack.extend(reversed(subdirs))
     return Snapshot(entries, truncated=False, last=None)
 
 

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.permissions.executed_paths import hooks_path_pattern, report_patterns
 from orchestrator.permissions.paths import matches, pattern_regex
 from orchestrator.store.records import AuditRecord, audit_record
+from orchestrator.workspace import beneath
 
 if TYPE_CHECKING:
     from orchestrator.store import Store
@@ -152,43 +153,70 @@ def _printable(text: str) -> str:
 def take_snapshot(
     workspace: Path, patterns: Sequence[str], *, limit: int = MAX_SCAN_ENTRIES
 ) -> Snapshot:
-    """Walk the workspace (breadth-first, no links followed) and record what matches."""
+    """Walk the workspace (breadth-first, no links followed) and record what matches.
+    Every directory is opened from the workspace down without following a link and
+    every file from its directory's descriptor (`workspace.beneath`): a directory a
+    sandbox swaps for a link mid-walk is not walked through."""
     matcher = _Matcher(patterns)
     entries: dict[str, _Entry] = {}
-    queue: deque[tuple[str, str]] = deque([(str(workspace), "")])
+    queue: deque[tuple[str, ...]] = deque([()])
     visited = 0
-    while queue:
-        directory, rel_dir = queue.popleft()
-        try:
-            with os.scandir(directory) as it:
-                children = sorted(it, key=lambda e: e.name)
-        except OSError:
-            continue
-        in_node_modules = os.path.basename(rel_dir) == "node_modules"
-        for child in children:
-            if visited >= limit:
-                return Snapshot(entries, visited, truncated=True)
-            visited += 1
-            rel = f"{rel_dir}/{child.name}"
-            if matcher.matches(rel, child.name):
-                try:
-                    info = child.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if not _placeholder(child.name, child.path, info):
-                    entries[rel.lstrip("/")] = _describe(child.path, info)
+    with beneath.workspace_root(workspace) as root:
+        while queue:
+            parts = queue.popleft()
+            fd = beneath.open_directory(root, parts, workspace)
+            if fd is None:
+                continue
             try:
-                if not child.is_dir(follow_symlinks=False):
-                    continue
+                visited, truncated = _scan(fd, parts, matcher, entries, queue, visited, limit)
+            finally:
+                os.close(fd)
+            if truncated:
+                return Snapshot(entries, visited, truncated=True)
+    return Snapshot(entries, visited, truncated=False)
+
+
+def _scan(
+    fd: int,
+    parts: tuple[str, ...],
+    matcher: _Matcher,
+    entries: dict[str, _Entry],
+    queue: deque[tuple[str, ...]],
+    visited: int,
+    limit: int,
+) -> tuple[int, bool]:
+    """List the directory `fd` (at `parts`): record the entries that match, queue its
+    subdirectories. The entries visited so far, and whether the limit stopped it."""
+    try:
+        with os.scandir(fd) as it:
+            children = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return visited, False
+    in_node_modules = bool(parts) and parts[-1] == "node_modules"
+    for child in children:
+        if visited >= limit:
+            return visited, True
+        visited += 1
+        rel = "/" + "/".join((*parts, child.name))
+        if matcher.matches(rel, child.name):
+            try:
+                info = child.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if in_node_modules and child.name != ".bin":
+            if not _placeholder(fd, child.name, info):
+                entries[rel.lstrip("/")] = _describe(fd, child.name, info)
+        try:
+            if not child.is_dir(follow_symlinks=False):
                 continue
-            if rel.endswith("/.git/objects"):
-                queue.append((os.path.join(child.path, "info"), rel + "/info"))
-                continue
-            queue.append((child.path, rel))
-    return Snapshot(entries, visited, truncated=False)
+        except OSError:
+            continue
+        if in_node_modules and child.name != ".bin":
+            continue
+        if rel.endswith("/.git/objects"):
+            queue.append((*parts, child.name, "info"))
+            continue
+        queue.append((*parts, child.name))
+    return visited, False
 
 
 class _Matcher:
@@ -220,25 +248,30 @@ PLACEHOLDER_NAMES = frozenset({".git", ".claude"})
 and removes again; another run on the workspace may do so at any time."""
 
 
-def _placeholder(name: str, path: str, info: os.stat_result) -> bool:
+def _placeholder(dir_fd: int, name: str, info: os.stat_result) -> bool:
     """An empty `.git` or `.claude` directory: a placeholder, which runs nothing, so its
     coming and going (a concurrent run's) is no change of this run's."""
     if name not in PLACEHOLDER_NAMES or not stat.S_ISDIR(info.st_mode):
         return False
+    fd = beneath.directory_at(dir_fd, name)
+    if fd is None:
+        return False
     try:
-        with os.scandir(path) as it:
+        with os.scandir(fd) as it:
             return next(it, None) is None
     except OSError:
         return False
+    finally:
+        os.close(fd)
 
 
-def _describe(path: str, info: os.stat_result) -> _Entry:
+def _describe(dir_fd: int, name: str, info: os.stat_result) -> _Entry:
     mode = info.st_mode
     digest = None
     if stat.S_ISLNK(mode):
         kind = "link"
         try:
-            digest = os.readlink(path)
+            digest = os.readlink(name, dir_fd=dir_fd)
         except OSError:
             digest = None
     elif stat.S_ISDIR(mode):
@@ -246,19 +279,11 @@ def _describe(path: str, info: os.stat_result) -> _Entry:
     elif stat.S_ISREG(mode):
         kind = "file"
         if info.st_size <= HASH_MAX_BYTES:
-            digest = _hash(path)
+            data = beneath.read_regular(dir_fd, name, HASH_MAX_BYTES)
+            digest = None if data is None else hashlib.sha256(data).hexdigest()
     else:
         kind = "other"
     return _Entry(kind, mode, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, digest)
-
-
-def _hash(path: str) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        return hashlib.sha256(handle.read(HASH_MAX_BYTES + 1)).hexdigest()
 
 
 def compare(

@@ -1,7 +1,8 @@
 """Files changed per task come from the workspace itself: a write by any means
 (Bash included) is seen, a rewrite that restores size and mtime is still seen, a
 task that overlapped another is marked `shared` rather than blamed, the scan is
-bounded and says when it was cut short, and the result and summary carry it."""
+bounded and says when it was cut short, and the result and summary carry it; a
+directory a sandbox swaps for a link mid-scan is not walked through."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from orchestrator.results.models import Event
 from orchestrator.results.summary import files_cell
 from orchestrator.store import TaskRecord
 from orchestrator.workspace.changes import TaskChanges, compare, take_snapshot
+from tests.unit.workspace.racing import swap_when_touched
 
 
 def test_created_modified_deleted_and_relinked_files_are_seen(tmp_path: Path) -> None:
@@ -117,3 +119,22 @@ async def test_tasks_that_begin_together_share_one_snapshot(
     assert len(taken) == 11  # but each end looks after its own sandbox is gone
     assert all(c is not None and c.paths == ["/workspace/x"] for c in ended)
     assert {c.attribution for c in ended if c is not None} == {"shared"}
+
+
+def test_a_directory_swapped_for_a_link_mid_scan_lists_no_host_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, host = tmp_path / "ws", tmp_path / "host"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "sub" / "mine.txt").write_text("x")
+    host.mkdir()
+    (host / "id_rsa").write_text("host secret")
+    before = take_snapshot(ws)
+
+    def to_link() -> None:  # a sandbox, after the scan saw `sub` was a directory
+        (ws / "sub").rename(tmp_path / "moved")
+        (ws / "sub").symlink_to(host)
+
+    swap_when_touched(monkeypatch, "sub", to_link)
+    paths, _ = compare(before, take_snapshot(ws))
+    assert paths == ["/workspace/sub/mine.txt"]  # removed from sight; no host name listed

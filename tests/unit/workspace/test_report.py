@@ -5,7 +5,10 @@ is bounded and says when it stopped; each change becomes one audit record."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
+
+import pytest
 
 from orchestrator.workspace.report import (
     EXECUTED_PATHS,
@@ -15,6 +18,8 @@ from orchestrator.workspace.report import (
     compare,
     take_snapshot,
 )
+from tests.conftest import FIFO_PATIENCE_S
+from tests.unit.workspace.racing import swap_when_touched
 
 
 def write(path: Path, text: str = "x") -> None:
@@ -170,3 +175,47 @@ def test_an_empty_placeholder_coming_and_going_is_no_change(tmp_path: Path) -> N
     found = changes(watch.report())
     assert ("deleted", ".git") not in found
     assert ("deleted", "sub/.git/HEAD") in found
+
+
+def test_a_directory_swapped_for_a_link_mid_scan_lists_no_host_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, host = tmp_path / "ws", tmp_path / "host"
+    write(ws / ".vscode" / "settings.json", "{}")
+    write(host / "id_rsa", "host secret")
+    watch = ExecutedPathsWatch(ws)
+
+    def to_link() -> None:  # a sandbox, between the listing of ws and that of .vscode
+        (ws / ".vscode").rename(tmp_path / "moved")
+        (ws / ".vscode").symlink_to(host)
+
+    swap_when_touched(monkeypatch, ".vscode", to_link)
+    report = watch.report()
+    assert not any("id_rsa" in c.path for c in report.changes), report.changes
+    assert ("deleted", ".vscode/settings.json") in changes(report)
+
+
+def test_a_file_swapped_for_a_fifo_mid_scan_is_reported_without_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path / "Makefile", "all:\n")
+    watch = ExecutedPathsWatch(tmp_path)
+    writers: list[int] = []
+
+    def to_fifo() -> None:  # a sandbox keeps a writer open, writing nothing
+        (tmp_path / "Makefile").unlink()
+        os.mkfifo(tmp_path / "Makefile")
+        writers.append(os.open(tmp_path / "Makefile", os.O_RDWR | os.O_NONBLOCK))
+
+    swap_when_touched(monkeypatch, "Makefile", to_fifo)
+    outcome: list[object] = []
+    worker = threading.Thread(target=lambda: outcome.append(watch.report()), daemon=True)
+    worker.start()
+    worker.join(FIFO_PATIENCE_S)
+    stuck = worker.is_alive()
+    for fd in writers:
+        os.write(fd, b"released")  # unblock a reader stuck on the FIFO, then fail
+        os.close(fd)
+    assert not stuck, "the report waited on a FIFO"
+    assert outcome and isinstance(outcome[0], SensitiveReport), "the report failed"
+    assert ("modified", "Makefile") in changes(outcome[0])
