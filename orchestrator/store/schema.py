@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -46,6 +47,9 @@ MIN_FREE_BYTES = 2 * 1024 * 1024
 """Free space the state dir's file system must have when the store is opened."""
 BUSY_TIMEOUT_S = 10.0
 """How long a write waits for another process's write to finish before giving up."""
+WAL_SWITCH_PAUSE_S = 0.02
+"""Pause between tries to switch a new store to WAL while another process is doing
+the same (`_use_wal`)."""
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -310,7 +314,7 @@ def _quick_check(conn: sqlite3.Connection, path: Path) -> None:
 def _configure(conn: sqlite3.Connection, path: Path, synchronous: Synchronous) -> None:
     try:
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            mode = _use_wal(conn)
             if mode != "wal":
                 raise StoreError(
                     f"the state store {path} cannot use WAL mode (got {mode!r}); put "
@@ -323,6 +327,30 @@ def _configure(conn: sqlite3.Connection, path: Path, synchronous: Synchronous) -
         if _is_write_failure(exc):
             raise translate(path, exc) from exc
         raise corrupt_error(path, exc) from exc
+
+
+def _use_wal(conn: sqlite3.Connection) -> str:
+    """Switch a new store to WAL; the journal mode now in effect.
+
+    Several processes may open a new store at once (two CI jobs, `warden run` beside
+    `warden ps` on first use). A journal-mode change that meets another connection's
+    half-done change (or write) fails at once with "database is locked": SQLite skips
+    its busy handler there to avoid a deadlock. So the switch is tried again, for up to
+    BUSY_TIMEOUT_S, like any other write that waits for the lock; the other process's
+    switch usually makes ours a no-op. (A small loop rather than tenacity: every
+    command opens the store, and tenacity's import would cost each of them.)"""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() or time.monotonic() >= deadline:
+                raise
+        _pause(WAL_SWITCH_PAUSE_S)
+
+
+def _pause(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 def _read_version(conn: sqlite3.Connection) -> tuple[int, int]:

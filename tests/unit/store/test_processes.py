@@ -271,3 +271,53 @@ def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path: Path) -> No
     assert [p.wait(timeout=CHILD_TIMEOUT_S) for p in openers] == [0] * 5
     with Store.open(path) as store:
         assert sorted(r.run_id for r in store.list_runs()) == [f"run{i}" for i in range(5)]
+
+
+NEW_STORE_HOLDER = """
+    import sqlite3, sys
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")  # a new store, still in rollback mode: as another
+    conn.execute("CREATE TABLE half_way (x)")  # opener holds it mid-way through its set-up
+    print("locked", flush=True)
+    sys.stdin.readline()
+    conn.execute("ROLLBACK")
+    print("released", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_new_store_opened_by_two_processes_at_once_opens_in_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite fails a switch to WAL that meets another connection's write at once
+    ("database is locked", its busy handler skipped): two processes opening a new
+    state dir together (two CI jobs, `warden run` and `warden ps` on first use) made
+    one fail with "stayed locked for more than 10 s". It now waits its turn."""
+    from orchestrator.store import schema
+
+    db = tmp_path / "state" / DB_FILENAME
+    db.parent.mkdir()
+    holder = subprocess.Popen(
+        _python(NEW_STORE_HOLDER, str(db)), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert holder.stdin is not None and holder.stdout is not None
+    pauses: list[float] = []
+
+    def let_the_other_finish(seconds: float) -> None:
+        """The first wait for the lock is where the other opener finishes."""
+        if not pauses:
+            holder.stdin.write("go\n")
+            holder.stdin.flush()
+            assert holder.stdout.readline().strip() == "released"
+        pauses.append(seconds)
+
+    monkeypatch.setattr(schema, "_pause", let_the_other_finish, raising=False)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with Store.open(db) as opened:
+            opened.create_run("run1", prompt="p", workspace="/ws", model="m", pid=os.getpid())
+            assert [r.run_id for r in opened.list_runs()] == ["run1"]
+    finally:
+        holder.communicate("done\n", timeout=CHILD_TIMEOUT_S)
+    assert pauses  # it did meet the other opener's lock
