@@ -178,13 +178,19 @@ def _join(head: str, tail: str | None) -> str | None:
 
 def _entries(base: str, pattern: str, cwd: str, workspace_host: Path) -> list[str] | None:
     """Container paths of `base`'s entries that `pattern` matches, listed on the host
-    (outside the workspace nothing is listed: the host cannot see the container)."""
+    (outside the workspace nothing is listed: the host cannot see the container).
+    `base` is resolved as the container would (a link to `/etc` means the container's
+    `/etc`, which the host cannot list) and opened without following a link: a link
+    a sandbox planted never makes the host list a host directory."""
     container = posixpath.normpath(posixpath.join(cwd, base))
-    host = paths.to_host(container, workspace_host)
-    if host is None:
+    resolved = paths.resolve_symlinks(container, workspace_host)
+    if resolved is None:
+        return None  # a link loop: nothing is known
+    fd = paths.open_directory(resolved, workspace_host)
+    if fd is None:
         return []
     try:
-        with os.scandir(host) as listing:
+        with os.scandir(fd) as listing:
             names = []
             for i, entry in enumerate(listing):
                 if i >= MAX_GLOB_ENTRIES:
@@ -192,6 +198,8 @@ def _entries(base: str, pattern: str, cwd: str, workspace_host: Path) -> list[st
                 names.append(entry.name)
     except OSError:
         return []
+    finally:
+        os.close(fd)
     hidden_ok = pattern.startswith(".")
     return [
         posixpath.join(container, n)

@@ -127,6 +127,28 @@ def resolve_symlinks(path: str, workspace_host: Path) -> str | None:
         walk.close()
 
 
+def open_directory(container_path: str, workspace_host: Path) -> int | None:
+    """A readable descriptor of the directory `container_path` (absolute, links
+    resolved) under the workspace, opened from the workspace down one component at
+    a time without following a link (the caller closes it); None when it is outside
+    the workspace, missing, not a directory, or a link now (a sandbox swapped it)."""
+    parts = [p for p in container_path.split("/") if p]
+    walk = _Walk(workspace_host)
+    try:
+        for depth in range(1, len(parts) + 1):
+            st = walk.lookup(parts[:depth])
+            if st is None or not stat.S_ISDIR(st.st_mode):
+                return None
+        if walk.fd is None or walk.depth != len(parts):
+            return None  # a component turned into a link between its lstat and open
+        try:
+            return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=walk.fd)
+        except OSError:
+            return None
+    finally:
+        walk.close()
+
+
 class _Walk:
     """An `O_PATH` descriptor of the deepest existing workspace directory on the way
     (`depth` components of the container path: 1 is `/workspace` itself)."""

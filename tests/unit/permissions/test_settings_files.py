@@ -13,6 +13,7 @@ import pytest
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
 from orchestrator.permissions import ToolCall, evaluate, load_hooks, load_policy
+from orchestrator.permissions.glob_reads import glob_operand
 from orchestrator.permissions.models import Behavior
 
 
@@ -295,3 +296,23 @@ def test_a_glob_operand_is_decided_on_todays_matches(settings: Settings, workspa
     (workspace / "notes.py").symlink_to(".env")
     assert decide("cat *.py") == "deny"
     assert decide("cat .e*") == "deny"  # today's match is .env itself
+
+
+def test_a_glob_through_a_planted_link_lists_no_host_directory(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """The host lists a glob's directory to decide it; a link a sandbox left there
+    means the container's own directory, never one of the host's."""
+    host_dir = tmp_path / "host-only"
+    host_dir.mkdir()
+    (host_dir / "id_rsa").write_text("host secret\n")
+    (workspace / "out").symlink_to(host_dir)
+    (workspace / "src").mkdir()
+    (workspace / "src" / "app.py").write_text("x\n")
+    (workspace / "inner").symlink_to("src")
+    ws = Path(os.path.realpath(workspace))
+    assert glob_operand("out/*", "/workspace", ws).matches == []  # type: ignore[union-attr]
+    # a link that stays inside the workspace is still listed where it leads
+    assert glob_operand("inner/*.py", "/workspace", ws).matches == [  # type: ignore[union-attr]
+        "/workspace/inner/app.py"
+    ]
