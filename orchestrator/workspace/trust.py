@@ -12,12 +12,21 @@ A workspace is trusted when any of these says so:
 A workspace with nothing to trust (no project allow rules, mode, hooks, agent
 files or dev container) needs no answer. An untrusted workspace's dev container is
 not used unless `--devcontainer` asks for it.
+
+Several warden processes may record a yes at once (two runs in two workspaces
+answered together): `remember` reads, adds and replaces the record under an
+exclusive `flock` on the config directory, through a temporary file of its own, so
+neither answer is lost and no half-written record is ever read.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.config import Settings
@@ -91,21 +100,47 @@ def needs_trust(workspace: Path) -> list[str]:
 
 
 def remember(settings: Settings, workspace: Path) -> None:
-    """Record the person's yes, so the prompt is not shown again."""
+    """Record the person's yes, so the prompt is not shown again (other processes'
+    yeses recorded meanwhile are kept: see the module docstring)."""
     path = settings.config_dir / TRUST_FILE
-    doc = _load(path)
-    listed = doc.get("workspaces") if isinstance(doc, dict) else None
-    workspaces = [w for w in (listed or []) if isinstance(w, str)]
     ws = str(workspace.resolve())
-    if ws not in workspaces:
-        workspaces.append(ws)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"workspaces": workspaces}, indent=2) + "\n")
-        os.replace(tmp, path)
+        with _locked(path.parent):
+            doc = _load(path)
+            listed = doc.get("workspaces") if isinstance(doc, dict) else None
+            workspaces = [w for w in (listed or []) if isinstance(w, str)]
+            if ws in workspaces:
+                return
+            workspaces.append(ws)
+            _replace(path, json.dumps({"workspaces": workspaces}, indent=2) + "\n")
     except OSError as exc:
         raise ConfigError(
             f"cannot record the trusted workspace in {path} ({exc.strerror}); "
             "pass --trust-workspace instead"
         ) from exc
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive flock on `directory`, held for the block (waits for other warden
+    processes recording at the same time; nothing else takes it)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # lets the lock go
+
+
+def _replace(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically, through a temporary file of this call's own."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

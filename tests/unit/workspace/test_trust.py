@@ -4,8 +4,13 @@ the person trusted (as Claude Code does); its deny and ask rules always apply.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from orchestrator.agents.registry import AgentRegistry
 from orchestrator.config import Settings
@@ -14,6 +19,8 @@ from orchestrator.workspace.trust import is_trusted, needs_trust, remember
 from tests.conftest import warden_argv, warden_env
 
 HOOK = {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "true"}]}]}
+WAIT_S = 60.0
+"""Longest wait for the other thread (generous: the machine may be loaded)."""
 AGENT = "---\nname: helper\ndescription: helps\ntools: Bash\n---\nHelp.\n"
 
 
@@ -111,3 +118,48 @@ def test_policy_explain_in_an_untrusted_workspace(settings: Settings, workspace:
         [*argv, "--trust-workspace"], env=env, capture_output=True, text=True, check=True
     ).stdout
     assert "decision: ALLOW" in trusted
+
+
+def _waits_for_flock_on(path: Path) -> bool:
+    """Whether some process waits for a flock on `path` (a `->` line of /proc/locks)."""
+    st = path.stat()
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
+    lines = Path("/proc/locks").read_text().splitlines()
+    return any("->" in line and "FLOCK" in line and inode in line for line in lines)
+
+
+def test_two_yeses_recorded_at_once_are_both_kept(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs answer the trust prompt together: the second records its yes while
+    the first is between reading and replacing the record. Both are kept (the
+    record was read, changed and replaced unlocked, through one fixed `.tmp` name:
+    the first's write dropped the second's workspace)."""
+    from orchestrator.workspace import trust
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    remember(settings, tmp_path)  # the record exists, as after any earlier yes
+    real_load = trust._load
+    other = threading.Thread(target=remember, args=(settings, second))
+
+    def load_then_let_the_other_in(path: Path) -> object:
+        doc = real_load(path)
+        if threading.current_thread() is not other and not other.is_alive():
+            other.start()  # the second yes, while the first has read the record
+            deadline = time.monotonic() + WAIT_S
+            while other.is_alive() and not _waits_for_flock_on(settings.config_dir):
+                assert time.monotonic() < deadline, "the second yes neither ended nor waited"
+                time.sleep(0.01)
+        return doc
+
+    monkeypatch.setattr(trust, "_load", load_then_let_the_other_in)
+    remember(settings, first)
+    other.join(WAIT_S)
+    assert not other.is_alive()
+    monkeypatch.setattr(trust, "_load", real_load)
+    recorded = json.loads((settings.config_dir / trust.TRUST_FILE).read_text())
+    assert sorted(recorded["workspaces"]) == sorted(str(p) for p in (tmp_path, first, second))
+    assert is_trusted(settings, first) and is_trusted(settings, second)
+    assert [p.name for p in settings.config_dir.iterdir()] == [trust.TRUST_FILE]  # no .tmp
