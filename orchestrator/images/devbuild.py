@@ -352,10 +352,10 @@ def _build(
             if crossed is None and failure is not None:
                 crossed = box.memory_reached()
         except BaseException:
-            _remove_images(client, output.created, tag)
+            _remove_images(client, output, tag)
             raise
     if crossed is not None or failure is not None:
-        _remove_images(client, output.created, tag)
+        _remove_images(client, output, tag)
     if crossed is not None:
         raise BuildLimitError(
             f"building the dev container {dev.relative} stopped: {crossed}\nlast build "
@@ -384,6 +384,8 @@ class BuildOutput:
         self.log = log
         self.recent: deque[str] = deque(maxlen=ERROR_CONTEXT_LINES)
         self.created: list[str] = []
+        self.tagged = False
+        """The engine said it tagged the image (the build's last act)."""
         self._step = ""
         self._cached = False
 
@@ -394,7 +396,9 @@ class BuildOutput:
             shown = printable(line.rstrip(), LOG_LINE_CHARS)
             self.recent.append(shown)
             self.log(f"  {shown}")
-            if _STEP.match(line):
+            if _TAGGED.match(line):
+                self.tagged = True
+            elif _STEP.match(line):
                 self._step, self._cached = line, False
             elif line.strip() == "---> Using cache":
                 self._cached = True
@@ -409,13 +413,20 @@ _COLOURS = re.compile("\x1b\\[(?:91|0)m")
 _STEP = re.compile(r"^Step \d+/\d+ : ")
 _FROM_STEP = re.compile(r"^Step \d+/\d+ : FROM\s", re.IGNORECASE)
 _RESULT = re.compile(r"^ ---> ([0-9a-f]{12,64})$")
+_TAGGED = re.compile(r"^Successfully tagged ")
 
 
-def _remove_images(client: DockerClient, created: list[str], tag: str) -> None:
-    """Remove what a failed build made: its tag (when the engine got that far) and
-    its steps' images, newest first (each is the parent of the next)."""
+def _remove_images(client: DockerClient, output: BuildOutput, tag: str) -> None:
+    """Remove what a failed build made: its tag, only when this build got as far as
+    making it, and its steps' images that no tag names, newest first (each is the
+    parent of the next). Another process may build the same dev container at the
+    same time: the tag, and an image it names, are then that build's, in use."""
     from docker.errors import APIError
 
-    for ref in [tag, *reversed(created)]:
-        with suppress(APIError):  # not made, or already gone
+    for ref in [tag] if output.tagged else []:
+        with suppress(APIError):  # already gone
             client.images.remove(ref, noprune=True)
+    for ref in reversed(output.created):
+        with suppress(APIError):  # gone, or the parent of another build's image
+            if not client.images.get(ref).tags:
+                client.images.remove(ref, noprune=True)

@@ -168,3 +168,40 @@ def test_warden_exec_builds_the_dev_container_in_the_same_box(
     finally:
         for image in engine.images.list(filters={"label": f"{MARK}={marker}"}):
             engine.images.remove(image.id, force=True)
+
+
+def test_a_failed_build_leaves_the_image_another_process_built_meanwhile(
+    engine: Any, settings: Settings, workspace: Path, cc_image: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Two runs (two CI jobs) start building the same dev container; the second
+    finishes while the first is still building, and the first then fails (the
+    engine errs, Ctrl-C). The first removed the tag it never made, the second's
+    image, and the second run's sandboxes failed to start ("No such image")."""
+    from orchestrator.images.buildbox import BuildBox
+
+    marker = uuid.uuid4().hex
+    text = dockerfile(cc_image, marker, f"RUN echo {marker} > /etc/made")
+    real_build = BuildBox.build
+    others: list[str] = []
+
+    def the_other_finishes_first(box: BuildBox, context: Any, params: Any) -> Any:
+        if not others:  # the first build: the other one starts and ends meanwhile
+            monkeypatch.setattr(BuildBox, "build", real_build)
+            other = workspace.parent / "other"
+            other.mkdir()
+            others.append(build(engine, settings, other, text))
+            yield {"stream": "Step 1/4 : FROM ...\n"}
+            yield {"error": "no space left on device"}  # this engine call fails
+
+    monkeypatch.setattr(BuildBox, "build", the_other_finishes_first)
+    try:
+        with pytest.raises(Exception, match="no space left on device"):
+            build(engine, settings, workspace, text)
+        assert others, "the other build ran"
+        assert engine.images.get(others[0]).labels.get(MARK) == marker  # still there
+    finally:
+        for image in engine.images.list(filters={"label": f"{MARK}={marker}"}):
+            for tag in image.tags:
+                engine.images.remove(tag, noprune=False)
+    assert left_behind(engine, marker) == []
