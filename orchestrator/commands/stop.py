@@ -36,10 +36,12 @@ def stop(task_id: str) -> None:
                 "task_stop_requested",
                 {"by": "warden stop", "pid": os.getpid()},
             )
-            # A task that took a warm sandbox has no task label: its id is in the store.
+            # A task that took a warm sandbox has no task label: its id is in the store,
+            # read again now: a task starting meanwhile either records its container
+            # before it checks for this stop (then it is read here) or sees the stop.
             ids = {info.id for info in backend.list({labels.TASK: t.task_id})}
-            if t.container_id:
-                ids.add(t.container_id)
+            if container_id := store.get_task(t.task_id).container_id:
+                ids.add(container_id)
             for container_id in ids:
                 backend.kill(container_id)
         click.echo(f"stopped {len(live)} task(s): {', '.join(t.task_id for t in live)}")

@@ -393,6 +393,10 @@ class TaskManager:
                 ctx.stop_requested = True
                 await asyncio.shield(self._conclude(ctx, task_result(ctx, None, None, None)))
                 raise
+            if admitted and not ctx.stop_requested and await self._stop_requested_elsewhere(
+                ctx.task_id
+            ):
+                ctx.stop_requested = True  # `warden stop` from another process while queued
             if admitted and not ctx.stop_requested:
                 return await self._run_sandbox(ctx, spec)
             await self._conclude(ctx, task_result(ctx, None, None, None))
@@ -488,7 +492,11 @@ class TaskManager:
                 ),
             )
             ctx.announced.set()
-            if ctx.stop_requested:  # stopped while it was starting
+            # Stopped while it was starting, here or by `warden stop` from another
+            # process: that one found no container to kill yet (it records the stop
+            # before it looks for the container, and the container exists by now).
+            if ctx.stop_requested or await self._stop_requested_elsewhere(ctx.task_id):
+                ctx.stop_requested = True
                 await self._kill(ctx)
             sandbox = await self._blocking(self.backend.wait, ctx.container_id, ctx.timeout_s)
         except asyncio.CancelledError:

@@ -119,6 +119,64 @@ async def test_a_sandbox_killed_from_outside_says_by_what(
     assert clean_s < 30
 
 
+async def test_warden_stop_of_a_task_still_queued_stops_it_before_it_runs(
+    settings: Settings, workspace: Path
+) -> None:
+    """`warden stop` from another process, of a task that is queued (or starting): it
+    has no container to kill yet. It said "stopped 1 task(s)", and the task then
+    started and ran to the end."""
+    script = [
+        convo(
+            "first",
+            {"prompt_contains": "FIRST"},
+            [tool("Bash", command="touch first.txt; sleep 300", timeout=600000)],
+            [text("never")],
+        ),
+        convo(
+            "second",
+            {"prompt_contains": "SECOND"},
+            [tool("Bash", command="touch second.txt")],
+            [text("second ran")],
+        ),
+    ]
+    one_at_a_time = settings.model_copy(update={"max_concurrent": 1})
+    env = warden_env(WARDEN_STATE_DIR=str(settings.state_dir))
+
+    def warden_stop(task_id: str) -> str:
+        done = subprocess.run(
+            warden_argv("stop", task_id), capture_output=True, text=True, env=env, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    async with scripted_run(one_at_a_time, workspace, script) as (run, _):
+        first = asyncio.create_task(
+            run.manager.run_task(TaskInput(description="1", prompt="FIRST", subagent_type="bash"))
+        )
+        deadline = time.monotonic() + 120
+        while not (workspace / "first.txt").exists():
+            assert time.monotonic() < deadline and not first.done()
+            await asyncio.sleep(0.1)
+        second = asyncio.create_task(
+            run.manager.run_task(TaskInput(description="2", prompt="SECOND", subagent_type="bash"))
+        )
+        while len(run.manager.tasks) < 2:  # queued behind the first: pending, no container
+            assert time.monotonic() < deadline and not second.done()
+            await asyncio.sleep(0.05)
+        queued = next(c for c in run.manager.tasks.values() if c.description == "2")
+        assert run.store.get_task(queued.task_id).status == "pending"
+        said = await asyncio.to_thread(warden_stop, queued.task_id)
+        assert f"stopped 1 task(s): {queued.task_id}" in said
+        running = next(c for c in run.manager.tasks.values() if c.description == "1")
+        await asyncio.to_thread(warden_stop, running.task_id)  # the slot frees
+        stopped = await asyncio.wait_for(second, 120)
+        await asyncio.wait_for(first, 60)
+        stored = run.store.get_task(stopped.task_id)
+    assert stopped.status is TaskStatus.STOPPED and stored.status == "stopped"
+    assert not (workspace / "second.txt").exists(), "the stopped task ran its command"
+    assert containers_of(run.session) == []
+
+
 RESUMED_TURNS = (
     [text("first answer")],
     [tool("Bash", command="true")],
