@@ -30,6 +30,7 @@ from orchestrator.permissions.approvers import (
 )
 from orchestrator.permissions.models import Mode
 from orchestrator.results.models import Event
+from orchestrator.results.output_files import at_start
 from orchestrator.results.report import RunOutputs, RunState, one_line, write_outcome
 from orchestrator.runtime.tasks import TaskInput, TaskResult, TaskStatus
 from orchestrator.schema_docs import documented
@@ -210,6 +211,8 @@ async def open_session(
             "Anthropic-compatible endpoint), or pass Settings with anthropic_api_key"
         )
     hub = question_hub(config, on_question, approver)
+    # The result files' directories, as they are before any sandbox runs.
+    junit, audit, result_file = map(at_start, (config.junit, config.audit_out, config.result_file))
     state = RunState()
     code = ExitCode.OK
     try:
@@ -231,9 +234,9 @@ async def open_session(
                 await asyncio.shield(hub.aclose())
     finally:
         if state.run_id is not None and (config.junit or config.result_file or config.audit_out):
-            outputs = RunOutputs(fail_on=config.fail_on, junit=config.junit, audit=config.audit_out)
+            outputs = RunOutputs(fail_on=config.fail_on, junit=junit, audit=audit)
             await asyncio.shield(
-                asyncio.to_thread(write_outcome, settings, state, code, outputs, config.result_file)
+                asyncio.to_thread(write_outcome, settings, state, code, outputs, result_file)
             )
 
 

@@ -21,6 +21,7 @@ from orchestrator.commands._frame import (
 )
 from orchestrator.commands._page import page_from_flags, page_options
 from orchestrator.exit_codes import Outcome
+from orchestrator.results.output_files import at_start
 from orchestrator.results.report import RunOutputs, RunState
 
 if TYPE_CHECKING:
@@ -68,7 +69,10 @@ def resume(
     page = page_from_flags(ui, ui_listen, ui_tls_cert, ui_tls_key, ui_host_name)
     settings = Settings.from_env()
     outputs = RunOutputs(
-        json_mode=output != "text", fail_on=fail_on, junit=junit_path, audit=audit_out
+        json_mode=output != "text",
+        fail_on=fail_on,
+        junit=at_start(junit_path, "--junit"),
+        audit=at_start(audit_out, "--audit-out"),
     )
     run_to_end(
         settings,

@@ -23,6 +23,7 @@ from orchestrator.commands.agents import image_options
 from orchestrator.commands.exec import SizeType, UserType, disk_limit_options
 from orchestrator.egress.flags import egress_options, limits_from_flags
 from orchestrator.exit_codes import Outcome
+from orchestrator.results.output_files import at_start
 from orchestrator.results.report import RunOutputs, RunState
 
 if TYPE_CHECKING:
@@ -274,7 +275,10 @@ def run(
         page=page,
     )
     outputs = RunOutputs(
-        json_mode=output != "text", fail_on=fail_on, junit=junit_path, audit=audit_out
+        json_mode=output != "text",
+        fail_on=fail_on,
+        junit=at_start(junit_path, "--junit"),
+        audit=at_start(audit_out, "--audit-out"),
     )
     run_to_end(
         settings,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
-from pathlib import Path
 
 from orchestrator.results.models import RunResult, TaskSummary
 from orchestrator.results.summary import tree_order
@@ -135,10 +134,6 @@ def case_names(tasks: Iterable[TaskSummary]) -> dict[str, str]:
         task_id: name if len(name) <= MAX_NAME_CHARS else name[: MAX_NAME_CHARS - 1] + "…"
         for task_id, name in own.items()
     }
-
-
-def write_junit(result: RunResult, path: Path) -> None:
-    path.write_bytes(junit_xml(result))
 
 
 def _problems(task: TaskSummary, result: RunResult) -> list[str]:

@@ -16,6 +16,7 @@ from orchestrator.exit_codes import FAIL_ON_OUTCOMES, ExitCode, Outcome
 from orchestrator.jsontypes import JSONObject
 from orchestrator.results.build import build_result
 from orchestrator.results.models import RunResult, RunStatus, TokenUsage
+from orchestrator.results.output_files import OutputFile, at_start, write_output
 from orchestrator.untrusted_text import printable
 
 MAX_ERROR_CHARS = 2_000
@@ -41,12 +42,13 @@ class RunState:
 
 @dataclass(frozen=True)
 class RunOutputs:
-    """Where the result goes: `--json`, `--fail-on`, `--junit`, `--audit-out`."""
+    """Where the result goes: `--json`, `--fail-on`, `--junit`, `--audit-out` (files
+    whose directories were looked at before any sandbox ran: `results.output_files`)."""
 
     json_mode: bool = False
     fail_on: tuple[Outcome, ...] = ()
-    junit: Path | None = None
-    audit: Path | None = None
+    junit: OutputFile | None = None
+    audit: OutputFile | None = None
 
 
 def parse_fail_on(value: str | None) -> tuple[Outcome, ...]:
@@ -88,7 +90,7 @@ def write_outcome(
     state: RunState,
     code: int,
     outputs: RunOutputs,
-    result_file: Path | None = None,
+    result_file: OutputFile | None = None,
 ) -> RunResult:
     """Build the run's result document and write the files asked for (`--audit-out`,
     `--junit`, and `result_file`: the document itself), printing nothing: the
@@ -111,29 +113,28 @@ def write_outcome(
     else:
         result, audit = _result(None, state, code, outputs), []
     if outputs.audit is not None:
-        outputs.audit.write_text(json.dumps(audit, indent=2) + "\n", encoding="utf-8")
+        write_output(outputs.audit, (json.dumps(audit, indent=2) + "\n").encode())
     if outputs.junit is not None:
-        from orchestrator.results.junit import write_junit
+        from orchestrator.results.junit import junit_xml
 
-        write_junit(result, outputs.junit)
+        write_output(outputs.junit, junit_xml(result))
     if result_file is not None:  # whole or not at all: a reader may be waiting for it
-        partial = result_file.with_name(result_file.name + ".partial")
-        partial.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        partial.replace(result_file)
+        write_output(result_file, (result.model_dump_json(indent=2) + "\n").encode())
     return result
 
 
 def write_error_outcome(message: str, code: int, *, json_mode: bool, junit: Path | None) -> None:
     """The result document (and JUnit report) of a run refused before it began."""
     state = RunState(error=" ".join(message.split())[:MAX_ERROR_CHARS])
-    result = _result(None, state, code, RunOutputs(json_mode=json_mode, junit=junit))
-    if junit is not None:
-        from orchestrator.results.junit import write_junit
+    junit_file = at_start(junit)  # nothing has run: no sandbox touched its directory
+    result = _result(None, state, code, RunOutputs(json_mode=json_mode, junit=junit_file))
+    if junit_file is not None:
+        from orchestrator.results.junit import junit_xml
 
         try:
-            write_junit(result, junit)
+            write_output(junit_file, junit_xml(result))
         except OSError as exc:
-            click.echo(f"warden: cannot write the JUnit report {junit}: {exc.strerror}", err=True)
+            click.echo(f"warden: {exc}", err=True)
     if json_mode:
         print(result.model_dump_json(), flush=True)
 
