@@ -21,7 +21,7 @@ from typing import Protocol
 from aiohttp import web
 from pydantic import ValidationError
 
-from orchestrator.errors import StoreError, TaskNotFoundError
+from orchestrator.errors import ConfigError, StoreError, TaskNotFoundError
 from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.store import RunNotFoundError, Store
 from orchestrator.web import views
@@ -57,6 +57,10 @@ STATIC = {
     "app.css": ("app.css", "text/css"),
 }
 """Path under the prefix -> (file in `static/`, content type). Nothing else is served."""
+
+
+class PageListenError(ConfigError):
+    """The page cannot listen where `--ui-listen` says (the port is taken)."""
 
 
 class Questions(Protocol):
@@ -130,7 +134,16 @@ class PageServer:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(self.listen.tls_cert, self.listen.tls_key)
         site = web.TCPSite(self._runner, self.listen.host, self.listen.port, ssl_context=context)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # the port is taken (another page), or the host is not ours
+            await self.close()
+            raise PageListenError(
+                f"the page cannot listen on {self.listen.host}:{self.listen.port} "
+                f"({exc.strerror or exc}); another process (another `warden ui`, or a "
+                "`warden run --ui`) may have that port: pick another with --ui-listen, "
+                "or port 0 for a free one"
+            ) from exc
         server = site._server  # aiohttp keeps the asyncio server here
         assert isinstance(server, asyncio.Server)
         port = int(server.sockets[0].getsockname()[1])
