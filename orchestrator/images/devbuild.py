@@ -68,10 +68,12 @@ EgressFactory = Callable[[], AbstractContextManager[BuildEgress | None]]
 REPOSITORY = "warden-devcontainer"
 LABEL_SOURCE = "warden.devcontainer"
 RECIPE = "devcontainer-build 1"
+DOCKERIGNORE = ".dockerignore"
+"""The build's ignore file, at the root of its context (read from the opened context)."""
 MAX_CONTEXT_BYTES = 512 * 1024 * 1024
+"""Largest build context (as a tar) sent to the engine."""
 MAX_DOCKERFILE_BYTES = 1024 * 1024
 """Largest Dockerfile warden reads to check before a build."""
-"""Largest build context (as a tar) sent to the engine."""
 ERROR_CONTEXT_LINES = 30
 LOG_LINE_CHARS = 300
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^git@")
@@ -144,13 +146,13 @@ def _context_tar(dev: DevContainer, into: IO[bytes]) -> str:
     from docker.utils.build import exclude_paths
 
     assert dev.context is not None
-    exclude = _dockerignore(dev.context)
     dockerfile = _dockerfile_in_context(dev)
-    # The SDK's own list (its .dockerignore rules; the Dockerfile always in it).
-    files = sorted(exclude_paths(str(dev.context), exclude or [], dockerfile=dockerfile))
     try:
         root = _open_context(dev)
         try:
+            exclude = _dockerignore(root, dev.context)
+            # The SDK's own list (its .dockerignore rules; the Dockerfile always in it).
+            files = sorted(exclude_paths(str(dev.context), exclude or [], dockerfile=dockerfile))
             with tarfile.open(mode="w", fileobj=into) as archive:
                 for name in files:
                     _add_entry(archive, root, name, dev.context)
@@ -236,12 +238,21 @@ def _add_entry(archive: tarfile.TarFile, root: int, name: str, shown: Path) -> N
         os.close(at)
 
 
-def _dockerignore(context: Path) -> list[str] | None:
-    path = context / ".dockerignore"
-    if not path.is_file() or path.is_symlink():
+def _dockerignore(root: int, context: Path) -> list[str] | None:
+    """The patterns of the context's .dockerignore, read from the context directory
+    opened by the no-link walk (`root`): a link swapped in above it is not followed."""
+    path = context / DOCKERIGNORE
+    try:
+        found = os.stat(DOCKERIGNORE, dir_fd=root, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(found.st_mode):
         return None
     # Read as any workspace file: a FIFO swapped in after the check never blocks.
-    raw = read_regular(path, f"{path} (the build's .dockerignore)", MAX_DOCKERFILE_BYTES)
+    raw = read_regular(
+        Path(DOCKERIGNORE), f"{path} (the build's .dockerignore)", MAX_DOCKERFILE_BYTES,
+        dir_fd=root,
+    )  # fmt: skip
     if len(raw) > MAX_DOCKERFILE_BYTES:
         raise ConfigError(f"{path} is larger than {MAX_DOCKERFILE_BYTES} bytes")
     lines = [line.strip() for line in raw.decode(errors="replace").splitlines()]

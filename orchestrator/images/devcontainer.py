@@ -188,14 +188,21 @@ def _read_confined(workspace: Path, path: Path, relative: str) -> str:
 
 
 def read_regular(
-    path: Path, relative: str, max_bytes: int, *, expected: os.stat_result | None = None
+    path: Path,
+    relative: str,
+    max_bytes: int,
+    *,
+    expected: os.stat_result | None = None,
+    dir_fd: int | None = None,
 ) -> bytes:
-    """At most `max_bytes + 1` bytes of `path`, which must be a regular file (and, given
-    `expected`, that very file). Opened without following a link and non-blocking: a
-    FIFO a sandbox left in its place would otherwise hold the open (and the run's event
-    loop) until something writes to it, for good. ConfigError naming the fix otherwise."""
+    """At most `max_bytes + 1` bytes of `path` (relative to the directory `dir_fd` when
+    given), which must be a regular file (and, given `expected`, that very file).
+    Opened without following a link and non-blocking: a FIFO a sandbox left in its
+    place would otherwise hold the open (and the run's event loop) until something
+    writes to it, for good. ConfigError naming the fix otherwise."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as exc:
         raise ConfigError(
             f"cannot read {relative}: {exc}; a dev container file must be a regular file "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import os
-import stat
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -163,7 +162,7 @@ def swap_before_opening(monkeypatch: pytest.MonkeyPatch, name: str, swap: Callab
     real_open = os.open
 
     def racing_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        if path == name:
+        if os.fspath(path) == name:
             swap()
         return real_open(path, flags, *args, **kwargs)
 
@@ -227,15 +226,54 @@ def test_a_dockerignore_swapped_for_a_fifo_after_its_check_is_refused_without_wa
 ) -> None:
     ws, dev = dev_container_with_context(tmp_path)
     ignore = ws / ".dockerignore"
-    real_is_symlink = Path.is_symlink
 
-    def swapping_is_symlink(self: Path) -> bool:
-        if self == ignore and not stat.S_ISFIFO(os.lstat(ignore).st_mode):
-            ignore.unlink()
-            os.mkfifo(ignore)
-        return real_is_symlink(self)
+    def to_fifo() -> None:
+        ignore.unlink()
+        os.mkfifo(ignore)
 
-    monkeypatch.setattr(Path, "is_symlink", swapping_is_symlink)
+    swap_before_opening(monkeypatch, ".dockerignore", to_fifo)
     outcome = without_waiting_on(ignore, lambda: _context_tar(dev, io.BytesIO()))
     assert isinstance(outcome, ConfigError), outcome
     assert ".dockerignore" in str(outcome) and "not a regular file" in str(outcome)
+
+
+def test_the_dockerignore_is_read_from_the_opened_context_not_through_a_link_above_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sandbox swaps the context directory for a link to a host directory while
+    warden reads its .dockerignore (and back): the host's file must not be read (its
+    patterns would show in what the image holds)."""
+    ws = tmp_path / "ws"
+    (ws / ".devcontainer").mkdir(parents=True)
+    (ws / ".devcontainer/devcontainer.json").write_text(
+        '{"build": {"dockerfile": "../ctx/Dockerfile", "context": "../ctx"}}'
+    )
+    (ws / "ctx").mkdir()
+    (ws / "ctx/Dockerfile").write_text("FROM scratch\n")
+    (ws / "ctx/data.txt").write_text("workspace data\n")
+    (ws / "ctx/.dockerignore").write_text("*.log\n")
+    (tmp_path / "host-dir").mkdir()
+    (tmp_path / "host-dir/.dockerignore").write_text("data.txt\n")
+    dev = find_devcontainer(ws)
+    assert dev is not None
+    real_open = os.open
+
+    def racing_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if os.path.basename(os.fspath(path)) != ".dockerignore":
+            return real_open(path, flags, *args, **kwargs)
+        (ws / "ctx").rename(tmp_path / "ctx-away")
+        (ws / "ctx").symlink_to(tmp_path / "host-dir")
+        try:
+            return real_open(path, flags, *args, **kwargs)
+        finally:
+            (ws / "ctx").unlink()
+            (tmp_path / "ctx-away").rename(ws / "ctx")
+
+    monkeypatch.setattr(os, "open", racing_open)
+    sent = io.BytesIO()
+    _context_tar(dev, sent)
+    sent.seek(0)
+    with tarfile.open(fileobj=sent) as archive:
+        assert "data.txt" in archive.getnames()
+
+
