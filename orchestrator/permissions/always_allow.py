@@ -42,6 +42,7 @@ import os
 import re
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,6 +67,10 @@ PATH_RULE_TOOLS = frozenset({"Read", "Edit", "Write"})
 """Tools whose "always allow" rule names the one file of the call."""
 MAX_SETTINGS_BYTES = 1024 * 1024
 """Largest settings.local.json read back before adding a rule."""
+LOCK_WAIT_S = 10.0
+"""Longest wait for the lock on `.claude` (another warden holds it only while it
+writes one rule; anything longer is a process holding it on purpose)."""
+LOCK_POLL_S = 0.02
 _PATH_RULE = re.compile(r"^(?P<tool>Edit|Write)\((?P<spec>/[^()*?\[\]]*)\)$")
 
 
@@ -185,13 +190,27 @@ def _add_to_settings_lists(workspace: Path, additions: list[tuple[tuple[str, ...
 
 @contextlib.contextmanager
 def _locked(claude: Path) -> Iterator[None]:
-    """An exclusive flock on the `.claude` directory (opened without following a link)."""
+    """An exclusive flock on the `.claude` directory (opened without following a link),
+    waited for at most LOCK_WAIT_S: every sandbox sees `.claude` (read-only, which does
+    not stop a flock), so one could hold the lock for good. ConfigError then."""
     try:
         fd = os.open(claude, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise ConfigError(f"{claude} is not a directory warden can use ({exc.strerror})") from exc
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ConfigError(
+                        f"{claude} stayed locked by another process for {LOCK_WAIT_S:g} s "
+                        "(any sandbox can lock it); add the rule to "
+                        f"{claude / SETTINGS_FILE.name} by hand"
+                    ) from None
+                time.sleep(LOCK_POLL_S)
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -303,3 +303,55 @@ def test_an_always_read_rule_leaves_searches_of_the_workspace_alone(tmp_path: Pa
     policy = load_policy(settings, ws, mode="default")
     grep = ToolCall(tool_name="Grep", tool_input={"pattern": "x", "path": "."})
     assert evaluate(policy, grep, workspace_host=ws).decision.behavior == "allow"
+
+
+async def test_a_lock_a_sandbox_holds_on_claude_costs_the_rule_not_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every sandbox sees .claude (read-only does not stop a flock): one that holds its
+    lock for good makes an "always" answer give up on the rule after a bounded wait,
+    saying to add it by hand; the call itself is still allowed, as the person said."""
+    import fcntl
+    import os
+
+    from orchestrator.permissions import always_allow
+    from orchestrator.permissions.approvers import ApprovalAnswer
+
+    monkeypatch.setattr(always_allow, "LOCK_WAIT_S", 0.2)
+    ws = tmp_path / "ws"
+    (ws / ".claude").mkdir(parents=True)
+    settings = Settings(state_dir=tmp_path / "state", config_dir=tmp_path / "cfg")
+    events: list[tuple[str, dict[str, object]]] = []
+
+    class Always:
+        async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
+            return ApprovalAnswer(behavior="allow", scope="always", decided_by="t")
+
+    gate = PolicyGate(
+        policy=load_policy(settings, ws, mode="default"),
+        hooks=load_hooks(settings, ws),
+        workspace_host=ws,
+        approver=Always(),  # type: ignore[arg-type]
+    )
+
+    async def emit(kind: str, task: object, **data: object) -> None:
+        events.append((kind, data))
+
+    monkeypatch.setattr(gate, "_emit", emit)
+    agent = AgentRegistry.load(settings, ws).get("bash")
+    task = TaskContext(task_id="sa_x", session_id="sa_x", run_id="run_x", trace_id="t",
+                       parent_id=None, depth=1, agent=agent, description="d", timeout_s=5)  # fmt: skip
+    squatter = os.open(ws / ".claude", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(squatter, fcntl.LOCK_EX)
+        request = wire_models.PermissionRequest(
+            tool_name="Bash", tool_input={"command": "touch a.txt"}, tool_use_id="tu"
+        )
+        assert (await gate.answer_tool_call(task, request)).behavior == "allow"
+        with pytest.raises(ConfigError, match="by hand"):
+            add_allow_rule(ws, "Bash(touch b.txt)")
+    finally:
+        os.close(squatter)
+    assert not (ws / ".claude" / "settings.local.json").exists()
+    failed = [data for kind, data in events if kind == "permission_rule_failed"]
+    assert failed and "stayed locked" in str(failed[0]["error"]), events
