@@ -156,6 +156,8 @@ def _context_tar(dev: DevContainer, into: IO[bytes]) -> str:
             with tarfile.open(mode="w", fileobj=into) as archive:
                 for name in files:
                     _add_entry(archive, root, name, dev.context)
+                    if archive.offset > MAX_CONTEXT_BYTES:
+                        raise _too_large(dev, archive.offset)
         finally:
             os.close(root)
     except (UnsafeMountError, OSError) as exc:
@@ -167,10 +169,7 @@ def _context_tar(dev: DevContainer, into: IO[bytes]) -> str:
     made = into
     size = made.seek(0, 2)
     if size > MAX_CONTEXT_BYTES:
-        raise ConfigError(
-            f"{dev.relative}: the build context {dev.context} is {size} bytes, more than "
-            f"{MAX_CONTEXT_BYTES}; add a .dockerignore or a smaller build.context"
-        )
+        raise _too_large(dev, size)
     made.seek(0)
     digest = hashlib.sha256(f"{RECIPE}\ndockerfile {dockerfile}\n".encode())
     digest.update(f"args {sorted(dev.args)}\ntarget {dev.target}\n".encode())
@@ -186,6 +185,13 @@ def _context_tar(dev: DevContainer, into: IO[bytes]) -> str:
                     digest.update(block)
     made.seek(0)
     return digest.hexdigest()
+
+
+def _too_large(dev: DevContainer, size: int) -> ConfigError:
+    return ConfigError(
+        f"{dev.relative}: the build context {dev.context} is {size} bytes or more, more "
+        f"than {MAX_CONTEXT_BYTES}; add a .dockerignore or a smaller build.context"
+    )
 
 
 def _open_context(dev: DevContainer) -> int:
@@ -223,6 +229,14 @@ def _add_entry(archive: tarfile.TarFile, root: int, name: str, shown: Path) -> N
                 if not stat.S_ISREG(opened.st_mode):
                     raise OSError(errno.ESTALE, f"{name} is no longer a regular file")
                 info.size = opened.st_size
+                if archive.offset + info.size > MAX_CONTEXT_BYTES:
+                    # Before a byte is copied: a sparse file a sandbox made with
+                    # `truncate -s 1T` would fill the host's disk with zeros.
+                    raise ConfigError(
+                        f"{name} in the build context {shown} is {info.size} bytes: the "
+                        f"context would pass {MAX_CONTEXT_BYTES} bytes; add it to "
+                        ".dockerignore or choose a smaller build.context"
+                    )
                 archive.addfile(info, content)  # a file that shrank meanwhile: OSError
         elif stat.S_ISDIR(found.st_mode):
             info.type = tarfile.DIRTYPE

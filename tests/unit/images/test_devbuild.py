@@ -20,6 +20,7 @@ import pytest
 from orchestrator.backend.contract import BuildLimits
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError, ImageBuildError
+from orchestrator.images import devbuild
 from orchestrator.images.buildbox import BuildBox
 from orchestrator.images.devbuild import BuildOutput, _context_tar
 from orchestrator.images.devcontainer import DevContainer, find_devcontainer
@@ -277,3 +278,18 @@ def test_the_dockerignore_is_read_from_the_opened_context_not_through_a_link_abo
         assert "data.txt" in archive.getnames()
 
 
+
+
+def test_a_huge_sparse_file_in_the_context_is_refused_before_it_is_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sandbox's `truncate -s 1T app/big` costs it no disk; copying it into the
+    context tar would fill the host's. It is refused before its bytes are read."""
+    ws, dev = dev_container_with_context(tmp_path)
+    monkeypatch.setattr(devbuild, "MAX_CONTEXT_BYTES", 1024 * 1024)
+    with open(ws / "app/big", "wb") as big:
+        big.truncate(64 * 1024 * 1024)
+    sent = io.BytesIO()
+    with pytest.raises(ConfigError, match=r"app/big in the build context .* add it to \.dockerignore"):
+        _context_tar(dev, sent)
+    assert len(sent.getvalue()) <= 1024 * 1024
