@@ -28,7 +28,9 @@ Runs on one workspace share its placeholders. Each run holds a shared `flock`
 on the workspace directory from `prepare` to `release`; a run removes
 placeholders only when it can take the lock exclusively (no other run is live),
 and a run that starts beside a live one adopts the empty `.git` it finds (the
-other run's placeholder; `warden exec` adopts an empty `.claude` too). Without
+other run's placeholder; `warden exec` adopts an empty `.claude` too), as does a
+run that finds one made after it started (a run that took the lock just after
+it, before it made its own). Without
 that, a run that ended would remove the `.git` another run had just checked for
 a sandbox it was starting, and that sandbox would fail to start. The lock is on
 the directory itself, the one thing every run on it (whatever its state dir or
@@ -123,6 +125,9 @@ class WorkspaceGuard:
     """A descriptor of the workspace directory holding its shared lock, or None
     when the lock could not be had (then `release` removes nothing, unless
     `unlocked`)."""
+    absent_at_start: tuple[str, ...] = ()
+    """Placeholder names missing when this run started: found empty later, another
+    run that started meanwhile made them, and they are this run's to remove too."""
     unlocked: bool = False
     """The workspace's filesystem has no locks: runs on it cannot see each other,
     and `release` removes this run's placeholders as it ends."""
@@ -168,9 +173,12 @@ class WorkspaceGuard:
                 f"more than {MAX_PROTECTED_PATHS} protected paths; protect their common "
                 "parent directory instead"
             )
+        adopted = (GIT_DIR, CLAUDE_DIR) if leave_no_trace else (GIT_DIR,)
         guard = cls(workspace, tuple(paths), leave_no_trace=leave_no_trace)
+        # Looked at before the lock: one missing now that a run finds made later was
+        # made by another run that started meanwhile (`_ensure_dir` adopts it).
+        guard.absent_at_start = tuple(d for d in adopted if not os.path.lexists(workspace / d))
         if not guard._hold():  # another run is live: its empty placeholders are ours too
-            adopted = (GIT_DIR, CLAUDE_DIR) if leave_no_trace else (GIT_DIR,)
             guard.placeholders += [d for d in adopted if _is_empty_dir(workspace / d)]
         try:
             guard.mounts()  # makes what must exist; refuses a bad source now
@@ -214,16 +222,25 @@ class WorkspaceGuard:
 
     def _ensure_dir(self, relative: str, *, placeholder: bool) -> None:
         path = self.workspace / relative
-        if os.path.lexists(path):
-            return
-        owner = os.stat(self.workspace)
-        try:
-            os.mkdir(path, 0o755)
-        except FileExistsError:
-            return
-        with contextlib.suppress(PermissionError):
-            os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
-        if placeholder:
+        if not os.path.lexists(path):
+            owner = os.stat(self.workspace)
+            try:
+                os.mkdir(path, 0o755)
+            except FileExistsError:
+                pass  # another run made it just now: adopted below
+            else:
+                with contextlib.suppress(PermissionError):
+                    os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+                if placeholder:
+                    self.placeholders.append(relative)
+                return
+        if (
+            relative in self.absent_at_start
+            and not self.unlocked  # without locks, a run removes only what it made
+            and relative not in self.placeholders
+            and _is_empty_dir(path)
+        ):
+            # Another run, started after this one, made it: whichever ends last removes it.
             self.placeholders.append(relative)
 
     def mounts(self) -> list[Mount]:

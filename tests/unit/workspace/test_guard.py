@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.backend.contract import Mount
 from orchestrator.backend.mounts import check_confined
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError, UnsafeMountError
@@ -238,3 +239,30 @@ def test_a_guard_dropped_without_release_lets_the_workspace_go(tmp_path: Path) -
         fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if still held
     finally:
         os.close(probe)
+
+
+@pytest.mark.parametrize("last", ["first", "second"])
+def test_a_run_starting_while_another_is_between_its_lock_and_its_placeholder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, last: str
+) -> None:
+    """The second run takes the workspace's lock after the first has taken it but
+    before the first made `.git`: the second makes it and the first finds it there.
+    Whichever ends last removes it (it stayed in the workspace for good when the
+    one that made it ended first: the other had neither made nor adopted it)."""
+    real_mounts = WorkspaceGuard.mounts
+    started: list[WorkspaceGuard] = []
+
+    def the_second_starts_now(guard: WorkspaceGuard) -> list[Mount]:
+        monkeypatch.setattr(WorkspaceGuard, "mounts", real_mounts)  # once
+        started.append(WorkspaceGuard.prepare(tmp_path))
+        return real_mounts(guard)
+
+    monkeypatch.setattr(WorkspaceGuard, "mounts", the_second_starts_now)
+    first = WorkspaceGuard.prepare(tmp_path)
+    (second,) = started
+    assert (tmp_path / ".git").is_dir()
+    ending, staying = (first, second) if last == "second" else (second, first)
+    ending.release()
+    assert (tmp_path / ".git").is_dir(), "the other run is live: its .git stays"
+    staying.release()
+    assert not (tmp_path / ".git").exists(), last
