@@ -19,8 +19,10 @@ The managed-only keys that narrow what lower levels may do are read here
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -172,6 +174,19 @@ class SettingsStack:
         return [n for f in self.files for n in f.unknown_keys()]
 
 
+def read_bounded(path: Path, max_bytes: int) -> bytes:
+    """At most `max_bytes + 1` bytes of the regular file at `path` (links followed:
+    these are the person's paths). Opened non-blocking and checked on the opened
+    descriptor, so a FIFO left where a policy or settings file is expected (a `--policy`
+    file in the workspace, which sandboxes write) is refused, never waited on, and a
+    file that grew after a size check is still read only up to the bound. OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return handle.read(max_bytes + 1)
+
+
 def refuse(path: Path, what: str, fix: str) -> PolicyError:
     return PolicyError(f"{path}: {what}; {fix}")
 
@@ -196,9 +211,9 @@ def read_settings(path: Path, kind: SettingsKind, max_bytes: int) -> SettingsFil
     if not path.is_file():
         raise refuse(path, "not a regular file", "replace it with a JSON settings file")
     try:
-        if path.stat().st_size > max_bytes:
+        raw = read_bounded(path, max_bytes)
+        if len(raw) > max_bytes:
             raise refuse(path, f"larger than {max_bytes} bytes", "is it a settings file?")
-        raw = path.read_bytes()
     except OSError as exc:
         raise refuse(
             path,

@@ -25,7 +25,7 @@ from orchestrator.permissions.models import MODES, Mode
 from orchestrator.permissions.policy import EffectivePolicy
 from orchestrator.permissions.rules import PATH_TOOLS, Rule, RuleBehavior, parse_rule
 from orchestrator.permissions.sandbox_settings import filesystem_denies
-from orchestrator.permissions.settings_files import SettingsFile, load_stack
+from orchestrator.permissions.settings_files import SettingsFile, load_stack, read_bounded
 
 SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
 """The policies warden ships (`default`, `ci`, `strict`)."""
@@ -63,9 +63,10 @@ class PolicySource:
 def read_document(path: Path) -> Any:
     """Parse a JSON or YAML file; PolicyError names the file and line."""
     try:
-        if path.stat().st_size > MAX_POLICY_BYTES:
+        data = read_bounded(path, MAX_POLICY_BYTES)
+        if len(data) > MAX_POLICY_BYTES:
             raise PolicyError(f"{path}: larger than {MAX_POLICY_BYTES} bytes; is it a policy?")
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except OSError as exc:
         raise PolicyError(f"{path}: cannot read it ({exc.strerror}); check the path") from exc
     except UnicodeDecodeError as exc:
@@ -90,7 +91,7 @@ def read_document(path: Path) -> Any:
 
 def _line_of(path: Path, needle: str) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, MAX_POLICY_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return ""
     for quoted in (json.dumps(needle), needle):

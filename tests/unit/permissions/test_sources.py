@@ -7,6 +7,7 @@ exceed its parent's; and `warden policy explain` prints the deciding rule."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -14,9 +15,9 @@ import pytest
 
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
-from orchestrator.permissions import ToolCall, effective_tools, evaluate, load_policy
+from orchestrator.permissions import ToolCall, effective_tools, evaluate, load_policy, sources
 from orchestrator.permissions.models import Behavior
-from tests.conftest import warden_argv, warden_env
+from tests.conftest import warden_argv, warden_env, without_waiting_on
 
 
 def write_json(path: Path, doc: object) -> Path:
@@ -295,3 +296,24 @@ def test_agents_cannot_quietly_rewrite_settings_or_git_hooks(
     )
     assert bash(pol, "git diff > .claude/settings.local.json") == expected
     assert call(pol, "Edit", file_path="src/a.py", **edit) == "allow"
+
+
+def test_a_policy_file_a_sandbox_swapped_for_a_fifo_is_refused_not_waited_on(
+    settings: Settings, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--policy ./ci.yaml` in the workspace: a sandbox (of another run) swaps it for a
+    FIFO just after warden found it. The run says so at once instead of hanging."""
+    policy = workspace / "ci.yaml"
+    policy.write_text("permissions: {deny: [Bash]}\n")
+    found = sources.find_policy
+
+    def found_then_swapped(settings: Settings, name: str) -> Path:
+        path = found(settings, name)
+        path.unlink()
+        os.mkfifo(path)
+        return path
+
+    monkeypatch.setattr(sources, "find_policy", found_then_swapped)
+    outcome = without_waiting_on(policy, lambda: load_policy(settings, workspace, policy=str(policy)))
+    assert isinstance(outcome, PolicyError), outcome
+    assert f"{policy}: cannot read it (not a regular file)" in str(outcome)
