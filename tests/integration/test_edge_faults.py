@@ -160,7 +160,8 @@ async def test_warden_stop_of_a_task_still_queued_stops_it_before_it_runs(
         second = asyncio.create_task(
             run.manager.run_task(TaskInput(description="2", prompt="SECOND", subagent_type="bash"))
         )
-        while len(run.manager.tasks) < 2:  # queued behind the first: pending, no container
+        # Queued behind the first: recorded `pending`, no container.
+        while not [t for t in run.store.list_tasks(run_id=run.run_id) if t.description == "2"]:
             assert time.monotonic() < deadline and not second.done()
             await asyncio.sleep(0.05)
         queued = next(c for c in run.manager.tasks.values() if c.description == "2")
