@@ -22,7 +22,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from orchestrator import __version__
-from orchestrator.errors import WardenError
+from orchestrator.errors import ConfigError, WardenError
 from orchestrator.mcp_server.runs import SessionRun, SessionRuns
 from orchestrator.mcp_server.tools import AGENTS_URI, agents_text, call_tool, result, tool_list
 from orchestrator.results.models import Event
@@ -296,12 +296,25 @@ def http_app(runs: SessionRuns, secret: str, port: int, idle_timeout_s: float) -
     return RequireSecret(app, secret)
 
 
+class McpListenError(ConfigError):
+    """`--port` names a port warden cannot listen on (another process holds it)."""
+
+
 def listen(port: int) -> socket.socket:
-    """A listening TCP socket on 127.0.0.1 (port 0: any free one)."""
+    """A listening TCP socket on 127.0.0.1 (port 0: any free one). Raises
+    McpListenError when the port is taken (two `warden mcp --http` on the default)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    sock.listen(128)
+    try:
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise McpListenError(
+            f"cannot serve MCP on 127.0.0.1:{port} ({exc.strerror or exc}); another "
+            "process (another `warden mcp --http`?) may have that port: pick another "
+            "with --port, or --port 0 for a free one (its address is printed)"
+        ) from exc
     sock.setblocking(False)
     return sock
 
