@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,21 +48,33 @@ class OutputFile:
             info = os.stat(path.parent)
         except OSError:
             return cls(path, None)
+        if not stat.S_ISDIR(info.st_mode):
+            return cls(path, None)
         return cls(path, (info.st_dev, info.st_ino))
 
 
 def at_start(path: Path | None, flag: str | None = None) -> OutputFile | None:
-    """`OutputFile.at_start` of an optional path; given the command-line `flag` that
-    named it, a directory that does not exist is a usage error now, not at the end."""
+    """`OutputFile.at_start` of an optional path, its missing directories made now (as
+    `pytest --junitxml` does), before any sandbox could put a link on the way. Given
+    the command-line `flag` that named it, a directory that cannot be made is a usage
+    error now, not a failure at the end."""
     if path is None:
         return None
     found = OutputFile.at_start(path)
-    if flag is not None and found.directory is None:
-        import click
+    if found.directory is None:
+        try:
+            os.makedirs(found.path.parent, exist_ok=True)
+        except OSError as exc:
+            if flag is None:
+                return found  # `write_output` says so at the end
+            import click
 
-        raise click.BadParameter(
-            f"the directory of {path} does not exist; create it first", param_hint=flag
-        )
+            raise click.BadParameter(
+                f"cannot make the directory of {path} ({exc.strerror or exc}); create it "
+                "or give another path",
+                param_hint=flag,
+            ) from exc
+        found = OutputFile.at_start(path)
     return found
 
 

@@ -46,9 +46,19 @@ def test_a_directory_that_did_not_exist_when_the_run_began_is_refused(tmp_path: 
         write_output(target, b"x")
 
 
-def test_a_missing_directory_on_the_command_line_is_a_usage_error_before_the_run(
+def test_a_missing_directory_is_made_before_the_run_and_written_into_at_the_end(
     tmp_path: Path,
 ) -> None:
-    with pytest.raises(click.BadParameter, match="does not exist; create it first"):
-        at_start(tmp_path / "missing" / "junit.xml", "--junit")
+    target = at_start(tmp_path / "reports" / "ci" / "junit.xml", "--junit")
+    assert target is not None and (tmp_path / "reports" / "ci").is_dir()
+    write_output(target, b"<testsuites/>")
+    assert (tmp_path / "reports" / "ci" / "junit.xml").read_bytes() == b"<testsuites/>"
     assert at_start(None, "--junit") is None
+
+
+def test_a_directory_that_cannot_be_made_is_a_usage_error_before_the_run(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(click.BadParameter, match="cannot make the directory"):
+        at_start(tmp_path / "file" / "junit.xml", "--junit")
