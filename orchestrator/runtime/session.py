@@ -24,6 +24,7 @@ from orchestrator.lifecycle import socket_dirs
 from orchestrator.lifecycle.recovery import recover
 from orchestrator.permissions import load_hooks, load_policy
 from orchestrator.permissions.approvers import NonInteractiveApprover
+from orchestrator.permissions.sources import find_policy
 from orchestrator.results.parent_transcript import ObservedClient, ParentTranscript, transcript_path
 from orchestrator.runtime.caps import TaskManagerConfig
 from orchestrator.runtime.events import EventLog
@@ -66,12 +67,28 @@ def check_workspace(workspace: Path) -> Path:
     return resolved
 
 
-def prepare_guard(settings: Settings, workspace: Path, protect: tuple[str, ...]) -> WorkspaceGuard:
+def prepare_guard(
+    settings: Settings, workspace: Path, protect: tuple[str, ...], policy: str | None = None
+) -> WorkspaceGuard:
     """The run's workspace protections (`--protect` paths must exist; those from
-    settings files are skipped when missing)."""
+    settings files are skipped when missing). A `--policy` file inside the workspace
+    is protected too: a subagent must not rewrite the rules the next run follows."""
     return WorkspaceGuard.prepare(
-        workspace, protect=protect, optional=protected_paths(settings, workspace)
+        workspace,
+        protect=(*protect, *policy_inside(settings, workspace, policy)),
+        optional=protected_paths(settings, workspace),
     )
+
+
+def policy_inside(settings: Settings, workspace: Path, policy: str | None) -> tuple[str, ...]:
+    """The `--policy` file's path in the workspace, when it lies there (none else)."""
+    if policy is None:
+        return ()
+    path = Path(os.path.realpath(find_policy(settings, policy)))
+    try:
+        return (str(path.relative_to(workspace)),)
+    except ValueError:
+        return ()
 
 
 @dataclass
@@ -168,7 +185,7 @@ async def open_run(
         for note in gate_policy.notes:
             log.warning("policy: %s", note)
     # Off the loop: a lock a sandbox holds on the workspace can make this wait (bounded).
-    guard = await asyncio.to_thread(prepare_guard, settings, workspace, protect)
+    guard = await asyncio.to_thread(prepare_guard, settings, workspace, protect, policy)
     run_id = new_run_id()
     session = run_id
     api_key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None

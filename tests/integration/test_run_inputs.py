@@ -6,6 +6,7 @@ against the real engine and the scripted model."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -310,3 +311,36 @@ def test_a_root_owned_workspace_is_named_with_the_fix_before_any_write_fails(
     assert ran.stderr.count("owned by root") == 1, ran.stderr[-2000:]
     assert "chown" in ran.stderr and "--user UID:GID" in ran.stderr
     assert not (root_owned / "out.md").exists()
+
+
+def test_a_policy_file_in_the_workspace_cannot_be_rewritten_by_a_subagent(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """`--policy` may name a file in the checkout; a subagent that could rewrite it
+    would choose the rules of the next run. It is read-only in every sandbox."""
+    policy = workspace / "ci" / "policy.yaml"
+    policy.parent.mkdir()
+    rules = "allow:\n  - Bash\ndeny:\n  - Bash(rm:*)\n"
+    policy.write_text(rules)
+    owner = workspace.stat()
+    for made in (policy.parent, policy):  # the checkout's own files, as a user's are
+        os.chown(made, owner.st_uid, owner.st_gid)
+    overwrite = "echo 'allow: [Bash]' > ci/policy.yaml; echo status=$?; echo x > ci/other; echo other=$?"
+    script = _script(
+        tmp_path,
+        [
+            {"name": "parent", "match": PARENT_MATCH,
+             "turns": [{"content": [task("REWRITER go", "bash")]},
+                       {"content": [text("done")]}]},
+            {"name": "rewriter", "match": {"prompt_contains": "REWRITER"},
+             "turns": [{"content": [tool("Bash", command=overwrite)]},
+                       {"content": [text("tried")]}]},
+        ],
+    )  # fmt: skip
+    ran = run_warden(
+        settings, "run", "go", "--replay", str(script), "--policy", str(policy),
+        "--permission-mode", "acceptEdits", "--workspace", str(workspace), "--json",
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert policy.read_text() == rules
+    assert (workspace / "ci" / "other").read_text() == "x\n"  # the rest stays writable
