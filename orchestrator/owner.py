@@ -106,11 +106,16 @@ def host_id() -> str:
         machine = MACHINE_ID_PATH.read_text().strip()
     except OSError:
         machine = ""
+    return f"{machine or socket.gethostname()}/{pid_namespace()}"
+
+
+@functools.cache
+def pid_namespace() -> int:
+    """This process's pid namespace (its inode; 0 when unknown)."""
     try:
-        pidns = os.stat("/proc/self/ns/pid").st_ino
+        return os.stat("/proc/self/ns/pid").st_ino
     except OSError:
-        pidns = 0
-    return f"{machine or socket.gethostname()}/{pidns}"
+        return 0
 
 
 @functools.cache

@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
+from orchestrator import owner
 from orchestrator.errors import UnsafeMountError
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,9 @@ log = logging.getLogger(__name__)
 PIN_ROOT = Path("/run/warden-pins")
 """Where pinned mount sources are bind-mounted (root only, mode 0700)."""
 PIN_PREFIX = "pin-"
-"""A pin is `pin-<pid of the process that made it>-XXXX`."""
+"""A pin is `pin-PID-START-PIDNS-XXXX`: the process that made it, its start time and
+its pid namespace (`owner`), so a sweep never takes a live process's pin for a dead
+one's (a reused pid, a pid of another namespace). Older wardens wrote `pin-PID-XXXX`."""
 MS_BIND = 4096
 MS_REC = 16384
 MNT_DETACH = 2
@@ -193,7 +196,8 @@ class PinnedSources:
                 f"{self._root} (where warden pins mount sources) is not a directory only "
                 "root can use; remove it and run again"
             )
-        prefix = f"{PIN_PREFIX}{os.getpid()}-"  # so a sweep can tell a dead owner's
+        pid = os.getpid()  # so a sweep can tell a dead owner's pins from a live one's
+        prefix = f"{PIN_PREFIX}{pid}-{owner.process_start(pid) or 0}-{owner.pid_namespace()}-"
         if stat.S_ISDIR(os.fstat(fd).st_mode):
             pin = Path(tempfile.mkdtemp(prefix=prefix, dir=self._root))
         else:
@@ -233,8 +237,9 @@ def _target(path: Path) -> str:
 
 
 def sweep_pins(pin_root: Path = PIN_ROOT) -> int:
-    """Detach and remove pins whose process is gone (killed between pinning and the
-    container's start); returns how many. Pins of live processes are left alone."""
+    """Detach and remove pins whose process is provably gone (killed between pinning
+    and the container's start); returns how many. Pins of live processes, and of
+    processes of another pid namespace (nothing here can tell), are left alone."""
     if os.geteuid() != 0:
         return 0
     try:
@@ -244,15 +249,7 @@ def sweep_pins(pin_root: Path = PIN_ROOT) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     swept = 0
     for name in names:
-        parts = name.split("-")
-        if len(parts) < 3 or not name.startswith(PIN_PREFIX) or not parts[1].isdigit():
-            continue
-        try:
-            os.kill(int(parts[1]), 0)
-            continue  # its process is alive: its pin is in use
-        except ProcessLookupError:
-            pass
-        except OSError:
+        if not _pin_owner_dead(name):
             continue
         path = pin_root / name
         libc.umount2(str(path).encode(), MNT_DETACH)
@@ -260,3 +257,24 @@ def sweep_pins(pin_root: Path = PIN_ROOT) -> int:
             os.rmdir(path) if path.is_dir() else os.unlink(path)
             swept += 1
     return swept
+
+
+def _pin_owner_dead(name: str) -> bool:
+    """Whether the process that made pin `name` (see PIN_PREFIX) is provably gone."""
+    parts = name.split("-")
+    if len(parts) < 3 or not name.startswith(PIN_PREFIX) or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if len(parts) == 5 and parts[2].isdigit() and parts[3].isdigit():
+        if int(parts[3]) != owner.pid_namespace():
+            return False  # its pid means another process here, or none
+        start = owner.process_start(pid)
+        if start is not None and int(parts[2]):
+            return start != int(parts[2])  # a different start: the pid was reused
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass
+    return False

@@ -67,3 +67,28 @@ def test_a_dead_owners_pins_are_swept_and_a_live_ones_kept(tmp_path: Path) -> No
     assert not gone.exists() and mounted(mine)
     pins.__exit__(None, None, None)
     assert not mounted(mine)
+
+
+@needs_root
+def test_a_pin_is_judged_by_its_makers_start_time_and_pid_namespace(tmp_path: Path) -> None:
+    """Wardens share /run/warden-pins. A pin whose pid now names another process (the
+    maker died, the pid was reused) is swept; a pin made in another pid namespace is
+    kept whatever its pid means here (its maker may be alive: it was swept, and the
+    container it was pinned for failed to start)."""
+    from orchestrator import owner
+    from orchestrator.backend.mounts import sweep_pins
+
+    (tmp_path / "ws" / "d").mkdir(parents=True)
+    root = tmp_path / "pins"
+    pins = PinnedSources(root)
+    mine = pins.pin(tmp_path / "ws", tmp_path / "ws" / "d")
+    me, start, here = os.getpid(), owner.process_start(os.getpid()), owner.pid_namespace()
+    assert start is not None
+    reused = root / f"pin-{me}-{start + 1}-{here}-x"  # my pid, another process's start
+    elsewhere = root / f"pin-{me + 100000}-{start}-{here + 1}-x"  # no such pid here
+    for pin in (reused, elsewhere):
+        pin.mkdir()
+    assert sweep_pins(root) == 1
+    assert not reused.exists() and elsewhere.exists() and mounted(mine)
+    pins.__exit__(None, None, None)
+    assert not mounted(mine)
