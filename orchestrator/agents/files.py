@@ -34,10 +34,7 @@ Such frontmatter is read key by key instead, as Claude Code does, and a literal
 
 from __future__ import annotations
 
-import errno
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +46,7 @@ from orchestrator.config import DEFAULT_MODEL_ALIASES as MODEL_ALIASES
 from orchestrator.errors import AgentDefinitionError, PolicyError
 from orchestrator.permissions.hooks import parse_hooks
 from orchestrator.permissions.models import MODES
+from orchestrator.regular_file import open_regular
 from sandbox_tools.wire import TOOL_NAMES
 
 MAX_AGENT_FILE_BYTES = 256 * 1024
@@ -459,12 +457,10 @@ def _load_confined(
 
 
 def _read_text(path: Path) -> str:
-    """At most `MAX_AGENT_FILE_BYTES` of a regular file, as UTF-8. Opened non-blocking
-    and checked: a FIFO in the file's place would otherwise hold the open for good."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
+    """At most `MAX_AGENT_FILE_BYTES` of a regular file, as UTF-8 (links followed: the
+    caller has confined them). Opened non-blocking and checked (`regular_file`): a
+    FIFO in the file's place would otherwise hold the open for good."""
+    with open_regular(path, follow_links=True) as handle:
         return handle.read(MAX_AGENT_FILE_BYTES).decode("utf-8")
 
 

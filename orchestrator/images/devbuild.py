@@ -56,6 +56,7 @@ from orchestrator.images.base_image import image_id
 from orchestrator.images.buildbox import BuildBox, BuildEgress, BuildLimitError
 from orchestrator.images.devcontainer import DevContainer, read_regular
 from orchestrator.images.hashing import HASH_LENGTH, LABEL_CONTENT_HASH, LABEL_KIND, LABEL_VERSION
+from orchestrator.regular_file import NotRegularFileError, open_regular
 from orchestrator.untrusted_text import printable
 
 if TYPE_CHECKING:
@@ -222,13 +223,15 @@ def _add_entry(archive: tarfile.TarFile, root: int, name: str, shown: Path) -> N
         info.uid, info.gid = found.st_uid, found.st_gid
         info.mtime = min(max(int(found.st_mtime), 0), 8**11 - 1)
         if stat.S_ISREG(found.st_mode):
-            # O_NONBLOCK: a FIFO swapped in is opened without waiting, then refused.
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            with os.fdopen(os.open(base, flags, dir_fd=at), "rb") as content:
-                opened = os.fstat(content.fileno())
-                if not stat.S_ISREG(opened.st_mode):
-                    raise OSError(errno.ESTALE, f"{name} is no longer a regular file")
-                info.size = opened.st_size
+            # A FIFO swapped in is opened without waiting, then refused.
+            try:
+                content = open_regular(base, dir_fd=at)
+            except NotRegularFileError as exc:
+                if exc.reason != "not regular":
+                    raise
+                raise OSError(errno.ESTALE, f"{name} is no longer a regular file") from None
+            with content:
+                info.size = os.fstat(content.fileno()).st_size
                 if archive.offset + info.size > MAX_CONTEXT_BYTES:
                     # Before a byte is copied: a sparse file a sandbox made with
                     # `truncate -s 1T` would fill the host's disk with zeros.

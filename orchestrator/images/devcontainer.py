@@ -19,10 +19,10 @@ Dockerfile is `images.devbuild`.
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator import regular_file
 from orchestrator.backend.mounts import check_confined
 from orchestrator.errors import ConfigError, UnsafeMountError
 from orchestrator.untrusted_text import printable
@@ -200,27 +200,23 @@ def read_regular(
     Opened without following a link and non-blocking: a FIFO a sandbox left in its
     place would otherwise hold the open (and the run's event loop) until something
     writes to it, for good. ConfigError naming the fix otherwise."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags, dir_fd=dir_fd)
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read {relative}: {exc}; a dev container file must be a regular file "
-            "inside the workspace (or run with --no-devcontainer)"
-        ) from exc
-    with os.fdopen(fd, "rb") as handle:
-        opened = os.fstat(handle.fileno())
-        if not stat.S_ISREG(opened.st_mode):
+        return regular_file.read_regular(path, max_bytes, dir_fd=dir_fd, expected=expected)
+    except regular_file.NotRegularFileError as exc:
+        if exc.reason == "not regular":
             raise ConfigError(
                 f"cannot read {relative}: not a regular file (a FIFO, a device or a "
                 "directory); replace it with the file, or run with --no-devcontainer"
-            )
-        if expected is not None and (opened.st_dev, opened.st_ino) != (
-            expected.st_dev,
-            expected.st_ino,
-        ):
-            raise ConfigError(f"{relative} changed while being read; run again")
-        return handle.read(max_bytes + 1)
+            ) from None
+        if exc.reason == "changed":
+            raise ConfigError(f"{relative} changed while being read; run again") from None
+        failure: OSError = exc
+    except OSError as exc:
+        failure = exc
+    raise ConfigError(
+        f"cannot read {relative}: {failure}; a dev container file must be a regular file "
+        "inside the workspace (or run with --no-devcontainer)"
+    ) from failure
 
 
 def _inside(workspace: Path, path: Path, relative: str, key: str) -> Path:

@@ -40,7 +40,6 @@ import fcntl
 import json
 import os
 import re
-import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -54,6 +53,7 @@ from orchestrator.permissions.models import ToolCall
 from orchestrator.permissions.policy import EffectivePolicy
 from orchestrator.permissions.rules import parse_rule
 from orchestrator.permissions.shell import analyse
+from orchestrator.regular_file import NotRegularFileError, read_regular
 from sandbox_tools.wire import WORKSPACE
 
 SETTINGS_FILE = Path(".claude") / "settings.local.json"
@@ -220,17 +220,18 @@ def _read_settings(target: Path, value: str) -> JSONObject:
     """The settings file's object ({} when absent). A link, a FIFO, a device or a
     directory is refused without blocking: it is opened non-blocking and checked."""
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular(target, MAX_SETTINGS_BYTES)
     except FileNotFoundError:
         return {}
+    except NotRegularFileError as exc:
+        if exc.reason == "link":
+            raise ConfigError(f"{target} is a symbolic link; not writing {value} there") from exc
+        raise ConfigError(
+            f"{target} is not a regular file; remove it or add {value} by hand"
+        ) from exc
     except OSError as exc:
         what = "a symbolic link" if target.is_symlink() else f"not readable ({exc.strerror})"
         raise ConfigError(f"{target} is {what}; not writing {value} there") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ConfigError(f"{target} is not a regular file; remove it or add {value} by hand")
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MAX_SETTINGS_BYTES + 1)
     if len(data) > MAX_SETTINGS_BYTES:
         raise ConfigError(
             f"{target} is larger than {MAX_SETTINGS_BYTES} bytes; add {value} by hand"

@@ -19,10 +19,8 @@ The managed-only keys that narrow what lower levels may do are read here
 from __future__ import annotations
 
 import difflib
-import errno
 import json
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -32,6 +30,7 @@ import yaml
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
 from orchestrator.jsontypes import JSONObject
+from orchestrator.regular_file import read_regular
 
 SettingsKind = Literal["managed", "project-local", "project", "user", "warden-user"]
 MANAGED_KINDS = frozenset({"managed"})
@@ -176,15 +175,11 @@ class SettingsStack:
 
 def read_bounded(path: Path, max_bytes: int) -> bytes:
     """At most `max_bytes + 1` bytes of the regular file at `path` (links followed:
-    these are the person's paths). Opened non-blocking and checked on the opened
-    descriptor, so a FIFO left where a policy or settings file is expected (a `--policy`
-    file in the workspace, which sandboxes write) is refused, never waited on, and a
-    file that grew after a size check is still read only up to the bound. OSError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        return handle.read(max_bytes + 1)
+    these are the person's paths), by `regular_file.read_regular`: a FIFO left where a
+    policy or settings file is expected (a `--policy` file in the workspace, which
+    sandboxes write) is refused, never waited on, and a file that grew after a size
+    check is still read only up to the bound. OSError."""
+    return read_regular(path, max_bytes, follow_links=True)
 
 
 def refuse(path: Path, what: str, fix: str) -> PolicyError:

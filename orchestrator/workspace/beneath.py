@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from orchestrator import regular_file
 from orchestrator.backend.mounts import open_under
 from orchestrator.errors import UnsafeMountError
 
@@ -68,16 +68,9 @@ def read_regular(dir_fd: int, name: str, max_bytes: int) -> bytes | None:
     """At most `max_bytes + 1` bytes of the regular file `name` in `dir_fd`; None when
     it is not one now (a link, a FIFO, a device, a directory, gone). Opened without
     following a link and non-blocking, and checked on the opened descriptor, so a
-    FIFO swapped in after the caller's look neither blocks nor is read."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    FIFO swapped in after the caller's look neither blocks nor is read
+    (`regular_file.read_regular`)."""
     try:
-        fd = os.open(name, flags, dir_fd=dir_fd)
+        return regular_file.read_regular(name, max_bytes, dir_fd=dir_fd)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as handle:
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            return handle.read(max_bytes + 1)
-        except OSError:
-            return None

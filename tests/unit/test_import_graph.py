@@ -16,9 +16,10 @@ How the graph is built (with `ast`, nothing is imported):
   counted: a package `__init__` is either already running (an import from inside
   the package) or a re-export facade whose own imports are its edges.
 
-The package rules: `errors`, `jsontypes`, `schema_docs` and the root package
-(`__version__`) may be imported from anywhere; every other import that leaves a package (or a
-top-level module) must name a package or module listed in backticks on its
+The package rules: `errors`, `jsontypes`, `schema_docs`, `regular_file` (the one
+safe read of a file a sandbox may have written, which every package that reads the
+workspace needs) and the root package (`__version__`) may be imported from
+anywhere; every other import that leaves a package (or a top-level module) must name a package or module listed in backticks on its
 docstring's "May import:" line ("everything" for the top: `cli`, `commands`).
 A sub-package with its own "May import:" line (`permissions.shell`) is a room of
 its own: its package may import it, and it may import only what its line names
@@ -38,7 +39,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "orchestrator"
 ALWAYS_ALLOWED = frozenset(
-    {"orchestrator", "orchestrator.errors", "orchestrator.jsontypes", "orchestrator.schema_docs"}
+    {
+        "orchestrator",
+        "orchestrator.errors",
+        "orchestrator.jsontypes",
+        "orchestrator.regular_file",
+        "orchestrator.schema_docs",
+    }
 )
 RULE_MARK = "May import:"
 DATA_DIRS = ("orchestrator/demo/",)
