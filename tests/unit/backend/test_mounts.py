@@ -59,13 +59,12 @@ def test_a_dead_owners_pins_are_swept_and_a_live_ones_kept(tmp_path: Path) -> No
 
     (tmp_path / "ws" / "d").mkdir(parents=True)
     root = tmp_path / "pins"
-    pins = PinnedSources(root)
-    mine = pins.pin(tmp_path / "ws", tmp_path / "ws" / "d")  # this process: alive
-    gone = root / f"pin-{os.getpid() + 100000}-x"  # no such process (pid_max is lower)
-    gone.mkdir()
-    assert sweep_pins(root) == 1
-    assert not gone.exists() and mounted(mine)
-    pins.__exit__(None, None, None)
+    with PinnedSources(root) as pins:  # detached on the way out, whatever fails
+        mine = pins.pin(tmp_path / "ws", tmp_path / "ws" / "d")  # this process: alive
+        gone = root / f"pin-{os.getpid() + 100000}-x"  # no such process (pid_max is lower)
+        gone.mkdir()
+        assert sweep_pins(root) == 1
+        assert not gone.exists() and mounted(mine)
     assert not mounted(mine)
 
 
@@ -80,15 +79,14 @@ def test_a_pin_is_judged_by_its_makers_start_time_and_pid_namespace(tmp_path: Pa
 
     (tmp_path / "ws" / "d").mkdir(parents=True)
     root = tmp_path / "pins"
-    pins = PinnedSources(root)
-    mine = pins.pin(tmp_path / "ws", tmp_path / "ws" / "d")
-    me, start, here = os.getpid(), owner.process_start(os.getpid()), owner.pid_namespace()
-    assert start is not None
-    reused = root / f"pin-{me}-{start + 1}-{here}-x"  # my pid, another process's start
-    elsewhere = root / f"pin-{me + 100000}-{start}-{here + 1}-x"  # no such pid here
-    for pin in (reused, elsewhere):
-        pin.mkdir()
-    assert sweep_pins(root) == 1
-    assert not reused.exists() and elsewhere.exists() and mounted(mine)
-    pins.__exit__(None, None, None)
+    with PinnedSources(root) as pins:  # detached on the way out, whatever fails
+        mine = pins.pin(tmp_path / "ws", tmp_path / "ws" / "d")
+        me, start, here = os.getpid(), owner.process_start(os.getpid()), owner.pid_namespace()
+        assert start is not None
+        reused = root / f"pin-{me}-{start + 1}-{here}-x"  # my pid, another process's start
+        elsewhere = root / f"pin-{me + 100000}-{start}-{here + 1}-x"  # no such pid here
+        for pin in (reused, elsewhere):
+            pin.mkdir()
+        assert sweep_pins(root) == 1
+        assert not reused.exists() and elsewhere.exists() and mounted(mine)
     assert not mounted(mine)
