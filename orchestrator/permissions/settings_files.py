@@ -173,15 +173,6 @@ class SettingsStack:
         return [n for f in self.files for n in f.unknown_keys()]
 
 
-def read_bounded(path: Path, max_bytes: int) -> bytes:
-    """At most `max_bytes + 1` bytes of the regular file at `path` (links followed:
-    these are the person's paths), by `regular_file.read_regular`: a FIFO left where a
-    policy or settings file is expected (a `--policy` file in the workspace, which
-    sandboxes write) is refused, never waited on, and a file that grew after a size
-    check is still read only up to the bound. OSError."""
-    return read_regular(path, max_bytes, follow_links=True)
-
-
 def refuse(path: Path, what: str, fix: str) -> PolicyError:
     return PolicyError(f"{path}: {what}; {fix}")
 
@@ -206,7 +197,7 @@ def read_settings(path: Path, kind: SettingsKind, max_bytes: int) -> SettingsFil
     if not path.is_file():
         raise refuse(path, "not a regular file", "replace it with a JSON settings file")
     try:
-        raw = read_bounded(path, max_bytes)
+        raw = read_regular(path, max_bytes, follow_links=True)  # the person's paths
         if len(raw) > max_bytes:
             raise refuse(path, f"larger than {max_bytes} bytes", "is it a settings file?")
     except OSError as exc:

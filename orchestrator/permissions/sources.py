@@ -25,7 +25,8 @@ from orchestrator.permissions.models import MODES, Mode
 from orchestrator.permissions.policy import EffectivePolicy
 from orchestrator.permissions.rules import PATH_TOOLS, Rule, RuleBehavior, parse_rule
 from orchestrator.permissions.sandbox_settings import filesystem_denies
-from orchestrator.permissions.settings_files import SettingsFile, load_stack, read_bounded
+from orchestrator.permissions.settings_files import SettingsFile, load_stack
+from orchestrator.regular_file import read_regular
 
 SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
 """The policies warden ships (`default`, `ci`, `strict`)."""
@@ -61,9 +62,11 @@ class PolicySource:
 
 
 def read_document(path: Path) -> Any:
-    """Parse a JSON or YAML file; PolicyError names the file and line."""
+    """Parse a JSON or YAML file; PolicyError names the file and line. Read by
+    `read_regular` (links followed: the person's path), so a FIFO left where a
+    `--policy` file in the workspace is expected is refused, never waited on."""
     try:
-        data = read_bounded(path, MAX_POLICY_BYTES)
+        data = read_regular(path, MAX_POLICY_BYTES, follow_links=True)
         if len(data) > MAX_POLICY_BYTES:
             raise PolicyError(f"{path}: larger than {MAX_POLICY_BYTES} bytes; is it a policy?")
         text = data.decode("utf-8")
@@ -91,7 +94,7 @@ def read_document(path: Path) -> Any:
 
 def _line_of(path: Path, needle: str) -> str:
     try:
-        text = read_bounded(path, MAX_POLICY_BYTES).decode("utf-8", errors="replace")
+        text = read_regular(path, MAX_POLICY_BYTES, follow_links=True).decode("utf-8", errors="replace")
     except OSError:
         return ""
     for quoted in (json.dumps(needle), needle):
