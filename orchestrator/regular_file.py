@@ -31,7 +31,8 @@ from orchestrator.errors import WardenError
 Reason = Literal["link", "not regular", "changed"]
 
 NOT_REGULAR = "not a regular file"
-"""The `strerror` of a `NotRegularFileError` whose reason is "not regular"."""
+"""The `strerror` of a `NotRegularFileError` whose reason is "not regular" (but a
+directory's, which is EISDIR's own, as reading one has always said)."""
 
 CHANGED = "changed while being read"
 """The `strerror` of a `NotRegularFileError` whose reason is "changed"."""
@@ -39,8 +40,8 @@ CHANGED = "changed while being read"
 
 class NotRegularFileError(WardenError, OSError):
     """What is at the path is a symbolic link (`reason` "link", errno ELOOP), not a
-    regular file (a FIFO, a device, a directory, a socket: "not regular", EINVAL),
-    or not the file the caller looked at ("changed", ESTALE)."""
+    regular file ("not regular": EISDIR for a directory, EINVAL for a FIFO, a device
+    or a socket), or not the file the caller looked at ("changed", ESTALE)."""
 
     reason: Reason = "not regular"
 
@@ -74,6 +75,8 @@ def open_regular(
         raise _refused("link", exc.errno, exc.strerror or os.strerror(exc.errno), exc.filename) from exc
     try:
         opened = os.fstat(fd)
+        if stat.S_ISDIR(opened.st_mode):  # worded as reading a directory always was
+            raise _refused("not regular", errno.EISDIR, os.strerror(errno.EISDIR))
         if not stat.S_ISREG(opened.st_mode):
             raise _refused("not regular", errno.EINVAL, NOT_REGULAR)
         if expected is not None and (opened.st_dev, opened.st_ino) != (

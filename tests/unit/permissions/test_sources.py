@@ -317,3 +317,11 @@ def test_a_policy_file_a_sandbox_swapped_for_a_fifo_is_refused_not_waited_on(
     outcome = without_waiting_on(policy, lambda: load_policy(settings, workspace, policy=str(policy)))
     assert isinstance(outcome, PolicyError), outcome
     assert f"{policy}: cannot read it (not a regular file)" in str(outcome)
+
+
+def test_a_policy_file_a_sandbox_swapped_for_a_directory_is_named_so(workspace: Path) -> None:
+    """Found as a file, then swapped for a directory before it is read: said as such."""
+    (workspace / "ci.yaml").mkdir()
+    with pytest.raises(PolicyError) as err:
+        sources.read_document(workspace / "ci.yaml")
+    assert str(err.value) == f"{workspace / 'ci.yaml'}: cannot read it (Is a directory); check the path"
