@@ -190,3 +190,15 @@ def test_a_devcontainer_json_that_is_a_fifo_is_refused_without_waiting(tmp_path:
     outcome = without_waiting_on(fifo, lambda: find_devcontainer(tmp_path))
     assert isinstance(outcome, ConfigError), outcome
     assert "not a regular file" in str(outcome) and "--no-devcontainer" in str(outcome)
+
+
+def test_a_devcontainer_json_that_is_a_directory_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """A sandbox can make a directory where devcontainer.json goes: the next run says
+    what it is and how to go on (it used to end in a bare IsADirectoryError)."""
+    (tmp_path / ".devcontainer/devcontainer.json").mkdir(parents=True)
+    with pytest.raises(ConfigError) as err:
+        find_devcontainer(tmp_path)
+    assert str(err.value) == (
+        "cannot read .devcontainer/devcontainer.json: not a regular file (a FIFO, a device or "
+        "a directory); replace it with the file, or run with --no-devcontainer"
+    )
