@@ -134,6 +134,13 @@ async def until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
         await asyncio.sleep(0.1)
 
 
+async def until_made(path: Path, task: asyncio.Future[object], timeout_s: float = 120) -> None:
+    """Wait for the sandbox of `task` to make `path`; fail at once if `task` ends
+    first (it never will), or naming `path` after `timeout_s`."""
+    await until(lambda: path.exists() or task.done(), timeout_s, f"{path.name} being made")
+    assert not task.done(), f"the task ended before it made {path.name}: {task.result()!r}"
+
+
 def hold_command(marker: str) -> str:
     """A Bash command that says it is running (creates `marker` in the workspace) and
     then holds its sandbox until the test creates `marker + ".release"` (or 10 minutes

@@ -41,6 +41,8 @@ from tests.integration.harness import (
     task,
     text,
     tool,
+    until,
+    until_made,
 )
 
 pytestmark = pytest.mark.integration
@@ -92,10 +94,7 @@ async def test_a_sandbox_killed_from_outside_says_by_what(
         running = asyncio.create_task(
             run.manager.run_task(TaskInput(description="v", prompt="VICTIM", subagent_type="bash"))
         )
-        deadline = time.monotonic() + 120
-        while not (workspace / "victim.txt").exists():
-            assert time.monotonic() < deadline and not running.done()
-            await asyncio.sleep(0.1)
+        await until_made(workspace / "victim.txt", running)
         (ctx,) = run.manager.tasks.values()
         assert ctx.container_id is not None
         target = ctx.task_id if said is None else ctx.container_id
@@ -153,17 +152,18 @@ async def test_warden_stop_of_a_task_still_queued_stops_it_before_it_runs(
         first = asyncio.create_task(
             run.manager.run_task(TaskInput(description="1", prompt="FIRST", subagent_type="bash"))
         )
-        deadline = time.monotonic() + 120
-        while not (workspace / "first.txt").exists():
-            assert time.monotonic() < deadline and not first.done()
-            await asyncio.sleep(0.1)
+        await until_made(workspace / "first.txt", first)
         second = asyncio.create_task(
             run.manager.run_task(TaskInput(description="2", prompt="SECOND", subagent_type="bash"))
         )
         # Queued behind the first: recorded `pending`, no container.
-        while not [t for t in run.store.list_tasks(run_id=run.run_id) if t.description == "2"]:
-            assert time.monotonic() < deadline and not second.done()
-            await asyncio.sleep(0.05)
+        await until(
+            lambda: second.done()
+            or any(t.description == "2" for t in run.store.list_tasks(run_id=run.run_id)),
+            120,
+            "the second task being recorded",
+        )
+        assert not second.done()
         queued = next(c for c in run.manager.tasks.values() if c.description == "2")
         assert run.store.get_task(queued.task_id).status == "pending"
         said = await asyncio.to_thread(warden_stop, queued.task_id)

@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import docker
@@ -23,7 +22,15 @@ from orchestrator.runtime.session import open_run
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from orchestrator.store import Store
 from tests.conftest import warden_argv, warden_env
-from tests.integration.harness import convo, requests_of, scripted_run, text, tool, write_agent
+from tests.integration.harness import (
+    convo,
+    requests_of,
+    scripted_run,
+    text,
+    tool,
+    until_made,
+    write_agent,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -42,10 +49,7 @@ async def test_container_removed_from_outside_says_so(settings: Settings, worksp
         running = asyncio.create_task(
             run.manager.run_task(TaskInput(description="v", prompt="VICTIM", subagent_type="bash"))
         )
-        deadline = time.monotonic() + 120
-        while not (workspace / "victim.txt").exists():
-            assert time.monotonic() < deadline and not running.done()
-            await asyncio.sleep(0.1)
+        await until_made(workspace / "victim.txt", running)
         (ctx,) = run.manager.tasks.values()
         assert ctx.container_id is not None
         await asyncio.to_thread(client.api.remove_container, ctx.container_id, force=True)
