@@ -366,7 +366,7 @@ def _build(
     }  # fmt: skip
     if dev.target:
         params["target"] = dev.target
-    output = BuildOutput(log)
+    output = BuildOutput(log, tag)
     failure: str | None = None
     with box:
         try:
@@ -408,12 +408,15 @@ class BuildOutput:
     error, and the ids of the images this build's steps made (not the base images
     of `FROM`, not cache hits), so a failed build can remove them."""
 
-    def __init__(self, log: Log) -> None:
+    def __init__(self, log: Log, tag: str = "") -> None:
         self.log = log
         self.recent: deque[str] = deque(maxlen=ERROR_CONTEXT_LINES)
         self.created: list[str] = []
+        self._tagged_line = f"Successfully tagged {tag}" if tag else None
         self.tagged = False
-        """The engine said it tagged the image (the build's last act)."""
+        """The engine said it tagged the image as `tag` (the build's last act). A
+        step's own output is in the same stream: to fake this line it would have to
+        compute `tag`, a hash of the whole context (not of what it was given)."""
         self._step = ""
         self._cached = False
 
@@ -424,7 +427,7 @@ class BuildOutput:
             shown = printable(line.rstrip(), LOG_LINE_CHARS)
             self.recent.append(shown)
             self.log(f"  {shown}")
-            if _TAGGED.match(line):
+            if line.strip() == self._tagged_line:
                 self.tagged = True
             elif _STEP.match(line):
                 self._step, self._cached = line, False
@@ -441,7 +444,6 @@ _COLOURS = re.compile("\x1b\\[(?:91|0)m")
 _STEP = re.compile(r"^Step \d+/\d+ : ")
 _FROM_STEP = re.compile(r"^Step \d+/\d+ : FROM\s", re.IGNORECASE)
 _RESULT = re.compile(r"^ ---> ([0-9a-f]{12,64})$")
-_TAGGED = re.compile(r"^Successfully tagged ")
 
 
 def _remove_images(client: DockerClient, output: BuildOutput, tag: str) -> None:

@@ -78,6 +78,19 @@ def test_a_failed_builds_own_images_are_told_from_base_images_and_cache_hits() -
     assert all("\x1b" not in line for line in output.recent)
 
 
+def test_only_the_engines_own_line_for_this_builds_tag_counts_as_tagged() -> None:
+    """A failed build removes its tag only when it made it; a step that prints a
+    "Successfully tagged" line of its own must not make it remove the tag another
+    process built meanwhile."""
+    tag = "warden-devcontainer:0123456789ab"
+    output = BuildOutput(lambda line: None, tag)
+    output.add("Step 2/2 : RUN echo 'Successfully tagged warden-devcontainer:ffffffffffff'\n")
+    output.add("Successfully tagged warden-devcontainer:ffffffffffff\nSuccessfully tagged x\n")
+    assert not output.tagged
+    output.add("Successfully built 0123abcd\nSuccessfully tagged warden-devcontainer:0123456789ab\n")
+    assert output.tagged
+
+
 def test_a_dockerfile_that_is_a_fifo_is_refused_without_waiting(tmp_path: Any) -> None:
     """A sandbox can leave a FIFO where the dev container's Dockerfile goes; the build
     refuses it at once (reading it waited for a writer, for good) and starts nothing."""
