@@ -416,7 +416,7 @@ class BuildOutput:
         self.tagged = False
         """The engine said it tagged the image as `tag` (the build's last act). A
         step's own output is in the same stream: to fake this line it would have to
-        compute `tag`, a hash of the whole context (not of what it was given)."""
+        compute `tag` (a hash of the whole context) inside the build."""
         self._step = ""
         self._cached = False
 
