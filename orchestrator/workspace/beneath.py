@@ -54,6 +54,18 @@ def open_directory(root: int | None, parts: tuple[str, ...], shown: Path) -> int
         os.close(path_fd)
 
 
+@contextlib.contextmanager
+def directory(root: int | None, parts: tuple[str, ...], shown: Path) -> Iterator[int | None]:
+    """`open_directory` for a `with` block: the descriptor (None when it is not a
+    directory reachable without a link now), closed when the block ends."""
+    fd = open_directory(root, parts, shown)
+    try:
+        yield fd
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def directory_at(dir_fd: int, name: str) -> int | None:
     """A readable descriptor of the directory `name` in `dir_fd`, not through a link
     (None when it is not a directory now)."""

@@ -63,37 +63,35 @@ def take_snapshot(workspace: Path, *, limit: int = MAX_SCAN_ENTRIES) -> Snapshot
     with beneath.workspace_root(workspace) as root:
         while stack:
             prefix = stack.pop()
-            fd = beneath.open_directory(root, prefix, workspace)
-            if fd is None:
-                continue
-            try:
-                with os.scandir(fd) as it:
-                    children = sorted(it, key=lambda e: e.name)
-                subdirs: list[_Key] = []
-                for child in children:
-                    key = (*prefix, child.name)
-                    if visited >= limit:
-                        return Snapshot(entries, truncated=True, last=key)
-                    visited += 1
-                    try:
-                        info = child.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if stat.S_ISDIR(info.st_mode):
-                        if "/".join(key) not in SKIPPED_DIRS:
-                            subdirs.append(key)
-                        continue
-                    entries[key] = (
-                        info.st_mode,
-                        info.st_size,
-                        info.st_mtime_ns,
-                        info.st_ctime_ns,
-                        info.st_ino,
-                    )
-            except OSError:
-                continue
-            finally:
-                os.close(fd)
+            with beneath.directory(root, prefix, workspace) as fd:
+                if fd is None:
+                    continue
+                try:
+                    with os.scandir(fd) as it:  # its entries stat through `fd`
+                        children = sorted(it, key=lambda e: e.name)
+                    subdirs: list[_Key] = []
+                    for child in children:
+                        key = (*prefix, child.name)
+                        if visited >= limit:
+                            return Snapshot(entries, truncated=True, last=key)
+                        visited += 1
+                        try:
+                            info = child.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if stat.S_ISDIR(info.st_mode):
+                            if "/".join(key) not in SKIPPED_DIRS:
+                                subdirs.append(key)
+                            continue
+                        entries[key] = (
+                            info.st_mode,
+                            info.st_size,
+                            info.st_mtime_ns,
+                            info.st_ctime_ns,
+                            info.st_ino,
+                        )
+                except OSError:
+                    continue
             # Depth first in name order: the next directory to walk goes on top.
             stack.extend(reversed(subdirs))
     return Snapshot(entries, truncated=False, last=None)

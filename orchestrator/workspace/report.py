@@ -164,13 +164,10 @@ def take_snapshot(
     with beneath.workspace_root(workspace) as root:
         while queue:
             parts = queue.popleft()
-            fd = beneath.open_directory(root, parts, workspace)
-            if fd is None:
-                continue
-            try:
+            with beneath.directory(root, parts, workspace) as fd:
+                if fd is None:
+                    continue
                 visited, truncated = _scan(fd, parts, matcher, entries, queue, visited, limit)
-            finally:
-                os.close(fd)
             if truncated:
                 return Snapshot(entries, visited, truncated=True)
     return Snapshot(entries, visited, truncated=False)
