@@ -155,9 +155,11 @@ def tool_results(body: Any) -> list[dict[str, Any]]:
     return []
 
 
-def run_group(group: dict[str, Any], claude: str) -> dict[str, Any]:
+def run_group(group: dict[str, Any], claude: str, work_root: Path | None = None) -> dict[str, Any]:
+    """`work_root`: where the group's files go; the caller removes it once this
+    process (and its mount namespace, whose binds reach real directories) is gone."""
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    work = Path(tempfile.mkdtemp(prefix="warden-diff-"))
+    work = Path(tempfile.mkdtemp(prefix="warden-diff-", dir=work_root))
     private_etc(work)
     python_for_everyone(work)
     home, ws = work / "home", work / "ws"
@@ -273,8 +275,9 @@ def run_group(group: dict[str, Any], claude: str) -> dict[str, Any]:
 
 def main() -> None:
     group_file, out_file, claude = sys.argv[1], sys.argv[2], sys.argv[3]
+    work_root = Path(sys.argv[4]) if len(sys.argv) > 4 else None
     group = json.loads(Path(group_file).read_text())
-    Path(out_file).write_text(json.dumps(run_group(group, claude), indent=1))
+    Path(out_file).write_text(json.dumps(run_group(group, claude, work_root), indent=1))
 
 
 if __name__ == "__main__":

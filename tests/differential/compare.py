@@ -87,12 +87,15 @@ def claude_group(group: dict[str, Any], claude: str, use_cache: bool = True) -> 
 
 
 def _run_child(group: dict[str, Any], claude: str) -> dict[str, Any]:
+    # Removed when the child is gone: its files too (made under `tmp`, which Claude
+    # Code, run unprivileged in it, must be able to pass through).
     with tempfile.TemporaryDirectory(prefix="warden-diff-g-") as tmp:
+        os.chmod(tmp, 0o711)
         gfile, ofile = Path(tmp) / "group.json", Path(tmp) / "out.json"
         gfile.write_text(json.dumps(group))
         proc = subprocess.run(
             ["unshare", "-n", "-m", "--", sys.executable, "-m",
-             "tests.differential.claude_side", str(gfile), str(ofile), claude],
+             "tests.differential.claude_side", str(gfile), str(ofile), claude, tmp],
             cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
             timeout=GROUP_TIMEOUT_S, check=False,
         )  # fmt: skip

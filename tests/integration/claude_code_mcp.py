@@ -79,7 +79,14 @@ def main() -> None:
     claude, workspace, state, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
     transport = sys.argv[5] if len(sys.argv) > 5 else "stdio"
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    home = Path(tempfile.mkdtemp(prefix="warden-cc-home-"))
+    with tempfile.TemporaryDirectory(prefix="warden-cc-home-") as made:
+        run_claude_code(claude, workspace, state, out, transport, Path(made))
+
+
+def run_claude_code(
+    claude: str, workspace: Path, state: Path, out: str, transport: str, home: Path
+) -> None:
+    """Claude Code with `home` as its home (removed afterwards by the caller)."""
     (home / ".claude").mkdir()
     projects = {str(workspace): {"hasTrustDialogAccepted": True}}
     (home / ".claude.json").write_text(json.dumps({"projects": projects}))
