@@ -7,6 +7,7 @@ host records each retry."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import tempfile
 import time
@@ -254,34 +255,39 @@ async def test_spend_limits_are_never_retried(
     assert line is not None and "add credits or raise the limit" in line
 
 
-def _closed_port() -> int:
+@contextlib.contextmanager
+def _refusing_url() -> Iterator[str]:
+    """A loopback URL whose port is bound but never listened on: every connection is
+    refused, and, held for the block, no other process can take the port and answer."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 async def test_a_refused_connection_is_retried_then_a_clear_502() -> None:
-    async for sandbox in _sandbox(f"http://127.0.0.1:{_closed_port()}", retries=2):
-        response = await sandbox.ask(body_for("anyone there"))
-        assert response.status_code == 502
-        error = response.json()["error"]
-        assert error["type"] == "api_error"
-        assert error["message"].startswith("the model endpoint did not answer: APIConnectionError")
-        failures = sandbox.broker.model_failures
-        assert failures.status is None and failures.attempts == 3
-        line = from_upstream(failures)
-        assert line is not None and line.startswith("the model endpoint did not answer (")
-        assert "after 3 attempt(s)" in line and "ANTHROPIC_BASE_URL" in line
-        (notice,) = retry_notices(sandbox.host)
-        assert "#1 no answer (APIConnectionError" in notice
+    with _refusing_url() as url:
+        async for sandbox in _sandbox(url, retries=2):
+            response = await sandbox.ask(body_for("anyone there"))
+            assert response.status_code == 502
+            error = response.json()["error"]
+            assert error["type"] == "api_error"
+            said = error["message"]
+            assert said.startswith("the model endpoint did not answer: APIConnectionError")
+            failures = sandbox.broker.model_failures
+            assert failures.status is None and failures.attempts == 3
+            line = from_upstream(failures)
+            assert line is not None and line.startswith("the model endpoint did not answer (")
+            assert "after 3 attempt(s)" in line and "ANTHROPIC_BASE_URL" in line
+            (notice,) = retry_notices(sandbox.host)
+            assert "#1 no answer (APIConnectionError" in notice
 
 
 async def test_refused_connections_stop_at_the_retry_budget_too() -> None:
-    async for sandbox in _sandbox(f"http://127.0.0.1:{_closed_port()}", retries=100, total_s=0.5):
-        started = time.monotonic()
-        response = await sandbox.ask(body_for("anyone there"))
-        assert time.monotonic() - started < 10
-        assert response.status_code == 502
-        assert "the retry budget of 0.5 s is spent" in response.json()["error"]["message"]
-        assert 2 <= sandbox.broker.model_failures.attempts < 100
+    with _refusing_url() as url:
+        async for sandbox in _sandbox(url, retries=100, total_s=0.5):
+            started = time.monotonic()
+            response = await sandbox.ask(body_for("anyone there"))
+            assert time.monotonic() - started < 10
+            assert response.status_code == 502
+            assert "the retry budget of 0.5 s is spent" in response.json()["error"]["message"]
+            assert 2 <= sandbox.broker.model_failures.attempts < 100

@@ -167,11 +167,13 @@ async def test_refusals_are_403_with_a_reason(
 async def test_an_allowed_host_that_refuses_the_connection_is_502_with_a_reason(
     proxied: Proxied,
 ) -> None:
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        closed_port = probe.getsockname()[1]  # nothing listens there once closed
-    status, body, header = await asyncio.to_thread(
-        fetch, proxied.port, f"http://allowed.test:{closed_port}/hello"
-    )
+    # Bound but never listened on, and held: refused, and no other process can take it.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        closed_port = held.getsockname()[1]
+        status, body, header = await asyncio.to_thread(
+            fetch, proxied.port, f"http://allowed.test:{closed_port}/hello"
+        )
     assert status == 502
     expected = f"could not connect to allowed.test:{closed_port} (Connection refused)"
     assert expected in body and expected in header

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -219,12 +220,14 @@ async def test_a_receiver_briefly_down_gets_the_question_again_and_answers_it_on
 
 
 async def test_a_receiver_that_is_down_denies_after_the_timeout_saying_why() -> None:
-    receiver = Receiver("--silent")
-    url = receiver.url
-    receiver.stop()  # nothing listens on its port any more
-    started = time.monotonic()
-    async with approver(url, timeout_s=1.5) as hook:
-        answer = await ApproverHub([hook]).approve(question())
+    # A port bound but never listened on: every connection to it is refused, and no
+    # other process can take it meanwhile (a freed port could be, and answer).
+    with socket.socket() as down:
+        down.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{down.getsockname()[1]}/"
+        started = time.monotonic()
+        async with approver(url, timeout_s=1.5) as hook:
+            answer = await ApproverHub([hook]).approve(question())
     assert time.monotonic() - started >= 1.4  # denied at the deadline, not before
     assert (answer.behavior, answer.decided_by) == ("deny", "no approver")
     assert f"could not deliver the question to the webhook receiver {url}" in answer.reason
