@@ -41,12 +41,12 @@ import json
 import os
 import re
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.errors import ConfigError
 from orchestrator.jsontypes import JSONObject
+from orchestrator.locking import flock_within
 from orchestrator.permissions import paths
 from orchestrator.permissions.evaluate import evaluate
 from orchestrator.permissions.models import ToolCall
@@ -70,7 +70,6 @@ MAX_SETTINGS_BYTES = 1024 * 1024
 LOCK_WAIT_S = 10.0
 """Longest wait for the lock on `.claude` (another warden holds it only while it
 writes one rule; anything longer is a process holding it on purpose)."""
-LOCK_POLL_S = 0.02
 _PATH_RULE = re.compile(r"^(?P<tool>Edit|Write)\((?P<spec>/[^()*?\[\]]*)\)$")
 
 
@@ -198,19 +197,12 @@ def _locked(claude: Path) -> Iterator[None]:
     except OSError as exc:
         raise ConfigError(f"{claude} is not a directory warden can use ({exc.strerror})") from exc
     try:
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise ConfigError(
-                        f"{claude} stayed locked by another process for {LOCK_WAIT_S:g} s "
-                        "(any sandbox can lock it); add the rule to "
-                        f"{claude / SETTINGS_FILE.name} by hand"
-                    ) from None
-                time.sleep(LOCK_POLL_S)
+        if not flock_within(fd, fcntl.LOCK_EX, LOCK_WAIT_S):
+            raise ConfigError(
+                f"{claude} stayed locked by another process for {LOCK_WAIT_S:g} s "
+                "(any sandbox can lock it); add the rule to "
+                f"{claude / SETTINGS_FILE.name} by hand"
+            )
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -52,7 +52,6 @@ import fcntl
 import logging
 import os
 import posixpath
-import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ from pathlib import Path
 from orchestrator.backend.contract import Mount
 from orchestrator.backend.mounts import check_confined
 from orchestrator.errors import ConfigError, UnsafeMountError
+from orchestrator.locking import flock_within
 from sandbox_tools.wire import WORKSPACE
 
 log = logging.getLogger(__name__)
@@ -194,23 +194,21 @@ class WorkspaceGuard:
         except OSError as exc:
             return self._without_locks(exc)
         try:
-            alone = _try_flock(fd, fcntl.LOCK_EX)
+            alone = flock_within(fd, fcntl.LOCK_EX, 0)
             # From exclusive to shared is not atomic (the lock is dropped, then taken):
             # a run ending meanwhile may take it for a moment to remove its placeholders.
-            deadline = time.monotonic() + HOLD_WAIT_S
-            while not _try_flock(fd, fcntl.LOCK_SH):
-                if time.monotonic() > deadline:
-                    os.close(fd)
-                    log.warning(
-                        "%s is locked by something other than a warden run (a sandbox?); "
-                        "this run leaves its placeholder directories in place when it ends",
-                        self.workspace,
-                    )
-                    return False
-                time.sleep(0.01)
+            shared = flock_within(fd, fcntl.LOCK_SH, HOLD_WAIT_S)
         except OSError as exc:  # not "held": this filesystem has no locks (ENOLCK...)
             os.close(fd)
             return self._without_locks(exc)
+        if not shared:
+            os.close(fd)
+            log.warning(
+                "%s is locked by something other than a warden run (a sandbox?); "
+                "this run leaves its placeholder directories in place when it ends",
+                self.workspace,
+            )
+            return False
         self.hold = fd
         self._closer = weakref.finalize(self, _close_quietly, fd)
         return alone
@@ -284,7 +282,7 @@ class WorkspaceGuard:
         try:
             # Failing, this drops the shared lock too: the run is over either way.
             with contextlib.suppress(OSError):
-                if _try_flock(fd, fcntl.LOCK_EX):
+                if flock_within(fd, fcntl.LOCK_EX, 0):
                     self._remove_placeholders()
         finally:
             _close_quietly(fd)
@@ -294,16 +292,6 @@ class WorkspaceGuard:
         for relative in dict.fromkeys(self.placeholders):
             with contextlib.suppress(OSError):
                 os.rmdir(self.workspace / relative)
-
-
-def _try_flock(fd: int, kind: int) -> bool:
-    """Whether the lock was taken (False: another holds it). Raises OSError when the
-    filesystem cannot lock at all."""
-    try:
-        fcntl.flock(fd, kind | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
 
 
 def _close_quietly(fd: int) -> None:

@@ -18,7 +18,7 @@ How the graph is built (with `ast`, nothing is imported):
 
 The package rules: `errors`, `jsontypes`, `schema_docs`, `regular_file` (the one
 safe read of a file a sandbox may have written, which every package that reads the
-workspace needs) and the root package (`__version__`) may be imported from
+workspace needs), `locking` (the one bounded wait for a lock a sandbox can hold) and the root package (`__version__`) may be imported from
 anywhere; every other import that leaves a package (or a top-level module) must name a package or module listed in backticks on its
 docstring's "May import:" line ("everything" for the top: `cli`, `commands`).
 A sub-package with its own "May import:" line (`permissions.shell`) is a room of
@@ -43,6 +43,7 @@ ALWAYS_ALLOWED = frozenset(
         "orchestrator",
         "orchestrator.errors",
         "orchestrator.jsontypes",
+        "orchestrator.locking",
         "orchestrator.regular_file",
         "orchestrator.schema_docs",
     }
