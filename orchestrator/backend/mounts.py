@@ -92,14 +92,14 @@ def check_confined(root: Path, source: Path) -> os.stat_result:
 def _walk(root: Path, relative: Path) -> os.stat_result:
     """Open `relative` under `root` one component at a time with O_NOFOLLOW; the stat
     of what was opened. UnsafeMountError for a link; OSError when the tree changes."""
-    fd = _open_beneath(root, relative)
+    fd = open_beneath(root, relative)
     try:
         return os.fstat(fd)
     finally:
         os.close(fd)
 
 
-def _open_beneath(root: Path, relative: Path) -> int:
+def open_beneath(root: Path, relative: Path) -> int:
     """An O_PATH descriptor of `relative` under `root`, opened one component at a
     time with O_NOFOLLOW (the caller closes it). UnsafeMountError for a link."""
     fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -176,7 +176,7 @@ class PinnedSources:
         if os.geteuid() != 0:
             return source
         try:
-            fd = _open_beneath(root, source.relative_to(root))
+            fd = open_beneath(root, source.relative_to(root))
         except OSError as exc:
             raise UnsafeMountError(
                 f"mount source {source} changed while being checked ({exc.strerror or exc}); "

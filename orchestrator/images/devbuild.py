@@ -50,7 +50,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from orchestrator import __version__
 from orchestrator.backend.contract import BuildLimits
-from orchestrator.backend.mounts import open_under
+from orchestrator.backend.mounts import open_beneath, open_under
 from orchestrator.errors import ConfigError, ImageBuildError, UnsafeMountError
 from orchestrator.images.base_image import image_id
 from orchestrator.images.buildbox import BuildBox, BuildEgress, BuildLimitError
@@ -149,7 +149,10 @@ def _context_tar(dev: DevContainer, into: IO[bytes]) -> str:
     assert dev.context is not None
     dockerfile = _dockerfile_in_context(dev)
     try:
-        root = _open_context(dev)
+        # The context directory, walked down from the workspace with no link followed
+        # (`parse_devcontainer` sets both for a Dockerfile build).
+        assert dev.workspace is not None
+        root = open_beneath(dev.workspace, dev.context.relative_to(dev.workspace))
         try:
             exclude = _dockerignore(root, dev.context)
             # The SDK's own list (its .dockerignore rules; the Dockerfile always in it).
@@ -193,21 +196,6 @@ def _too_large(dev: DevContainer, size: int) -> ConfigError:
         f"{dev.relative}: the build context {dev.context} is {size} bytes or more, more "
         f"than {MAX_CONTEXT_BYTES}; add a .dockerignore or a smaller build.context"
     )
-
-
-def _open_context(dev: DevContainer) -> int:
-    """An O_PATH descriptor of the context directory, walked down from the
-    workspace with no link followed."""
-    assert dev.context is not None
-    if dev.workspace is None:
-        return os.open(dev.context, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    workspace = os.open(
-        dev.workspace, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    )
-    try:
-        return open_under(workspace, dev.context.relative_to(dev.workspace), dev.workspace)
-    finally:
-        os.close(workspace)
 
 
 def _add_entry(archive: tarfile.TarFile, root: int, name: str, shown: Path) -> None:
