@@ -213,6 +213,10 @@ async def open_run(
         # default only where the person trusted the workspace (or asked for it).
         if devcontainer is None and not trusted:
             devcontainer = untrusted_devcontainer(workspace)
+        # The uid:gid of every sandbox of the run: its broker, hook sandboxes and
+        # egress proxies (a dev container build's too) admit only it.
+        identity = sandbox_identity(workspace, config.fallback_uid, config.user)
+        warn_if_root_owned(workspace, config.fallback_uid, config.user)
         # Images first: an unusable one (or a dev container that does not build)
         # stops the run before it is recorded or any sandbox starts. A build reaches
         # the network only through the run's egress rules.
@@ -222,7 +226,7 @@ async def open_run(
             egress or EgressRequest(),
             gate_policy,
             policy_file=policy,
-            identity=sandbox_identity(workspace, config.fallback_uid, config.user),
+            identity=identity,
             trusted=trusted,
         )
         image_for = await asyncio.to_thread(
@@ -279,10 +283,6 @@ async def open_run(
             pid=os.getpid(),
             owner=me.to_json(),
         )
-        # The uid:gid of every sandbox of the run: its broker, hook sandboxes and
-        # egress proxy admit only it.
-        identity = sandbox_identity(workspace, config.fallback_uid, config.user)
-        warn_if_root_owned(workspace, config.fallback_uid, config.user)
         hook_pool: HookSandboxPool | None = None
         # Every task of the run, by id: the manager records them, the gate reads them.
         tasks: dict[str, TaskContext] = {}
