@@ -393,10 +393,15 @@ class TaskManager:
                 ctx.stop_requested = True
                 await asyncio.shield(self._conclude(ctx, task_result(ctx, None, None, None)))
                 raise
-            if admitted and not ctx.stop_requested and await self._stop_requested_elsewhere(
-                ctx.task_id
+            # `warden stop` from another process while it waited in the queue (a stop
+            # while it starts is seen once its container exists, in `_run_sandbox`).
+            if (
+                admitted
+                and ctx.ticket.queued
+                and not ctx.stop_requested
+                and await self._stop_requested_elsewhere(ctx.task_id)
             ):
-                ctx.stop_requested = True  # `warden stop` from another process while queued
+                ctx.stop_requested = True
             if admitted and not ctx.stop_requested:
                 return await self._run_sandbox(ctx, spec)
             await self._conclude(ctx, task_result(ctx, None, None, None))
