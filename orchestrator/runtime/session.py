@@ -39,6 +39,7 @@ from orchestrator.tracing import run_tracer
 from orchestrator.workspace import WorkspaceGuard
 from orchestrator.workspace.report import ExecutedPathsWatch
 from orchestrator.workspace.settings import protected_paths
+from orchestrator.workspace.walls import walls_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from orchestrator.agents.registry import AgentRegistry
     from orchestrator.backend.contract import ContainerBackend
     from orchestrator.permissions.approvers import Approver
+    from orchestrator.permissions.policy import EffectivePolicy
     from orchestrator.store import Store
     from orchestrator.tracing.spans import RunTracer
 
@@ -68,15 +70,21 @@ def check_workspace(workspace: Path) -> Path:
 
 
 def prepare_guard(
-    settings: Settings, workspace: Path, protect: tuple[str, ...], policy: str | None = None
+    settings: Settings,
+    workspace: Path,
+    protect: tuple[str, ...],
+    policy: str | None = None,
+    rules: EffectivePolicy | None = None,
 ) -> WorkspaceGuard:
     """The run's workspace protections (`--protect` paths must exist; those from
     settings files are skipped when missing). A `--policy` file inside the workspace
-    is protected too: a subagent must not rewrite the rules the next run follows."""
+    is protected too: a subagent must not rewrite the rules the next run follows.
+    `rules`' deny rules become mounts in every sandbox (`workspace.walls`)."""
     return WorkspaceGuard.prepare(
         workspace,
         protect=(*protect, *policy_inside(settings, workspace, policy)),
         optional=protected_paths(settings, workspace),
+        walls=walls_of(rules) if rules is not None else (),
     )
 
 
@@ -185,7 +193,9 @@ async def open_run(
         for note in gate_policy.notes:
             log.warning("policy: %s", note)
     # Off the loop: a lock a sandbox holds on the workspace can make this wait (bounded).
-    guard = await asyncio.to_thread(prepare_guard, settings, workspace, protect, policy)
+    guard = await asyncio.to_thread(
+        prepare_guard, settings, workspace, protect, policy, gate_policy
+    )
     run_id = new_run_id()
     session = run_id
     api_key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None

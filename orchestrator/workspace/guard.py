@@ -21,6 +21,9 @@ and Claude Code read settings, hooks and agent files from `.claude/`). So:
   cannot be protected that way; the end-of-run report lists every one a run
   creates or changes.
 - `--protect PATH` and the `warden.protect` settings key add paths.
+- The policy's deny rules are walls too (`walls`): at each sandbox's start, what a
+  `Read` deny matches is masked by an empty read-only file or directory, what an
+  `Edit`/`Write` deny matches is mounted read-only.
 - `warden exec` applies the same protections to its one command, and removes
   the `.claude`/`.git` placeholders it created when they are still empty.
 
@@ -52,6 +55,7 @@ import fcntl
 import logging
 import os
 import posixpath
+import stat
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -61,6 +65,7 @@ from orchestrator.backend.contract import Mount
 from orchestrator.backend.mounts import check_confined
 from orchestrator.errors import ConfigError, UnsafeMountError
 from orchestrator.locking import flock_within
+from orchestrator.workspace.walls import DenyWall, find_walled, mask_sources
 from sandbox_tools.wire import WORKSPACE
 
 log = logging.getLogger(__name__)
@@ -131,6 +136,8 @@ class WorkspaceGuard:
     unlocked: bool = False
     """The workspace's filesystem has no locks: runs on it cannot see each other,
     and `release` removes this run's placeholders as it ends."""
+    walls: tuple[DenyWall, ...] = ()
+    """The policy's deny rules as mounts, matched anew at each sandbox's start."""
     _closer: weakref.finalize[[int], WorkspaceGuard] | None = field(
         default=None, repr=False, compare=False
     )
@@ -144,14 +151,16 @@ class WorkspaceGuard:
         protect: Sequence[str] = (),
         optional: Sequence[str] = (),
         leave_no_trace: bool = False,
+        walls: Sequence[DenyWall] = (),
     ) -> WorkspaceGuard:
         """Create what must exist, check every source, and return the guard.
 
         `protect` paths (from `--protect`) must exist; `optional` ones (from a
         settings file shared across workspaces) are skipped when missing.
         `leave_no_trace` (one-off `warden exec`) makes a created `.claude` a
-        placeholder too, removed by `release` when it is still empty.
-        Raises UnsafeMountError, ProtectedPathError.
+        placeholder too, removed by `release` when it is still empty. `walls`: the
+        run policy's deny rules (`walls.walls_of`), held as mounts in every sandbox.
+        Raises UnsafeMountError, ProtectedPathError, WallError.
         """
         workspace = Path(os.path.realpath(workspace))
         extra = [normalise_protected(p, workspace) for p in protect]
@@ -174,7 +183,7 @@ class WorkspaceGuard:
                 "parent directory instead"
             )
         adopted = (GIT_DIR, CLAUDE_DIR) if leave_no_trace else (GIT_DIR,)
-        guard = cls(workspace, tuple(paths), leave_no_trace=leave_no_trace)
+        guard = cls(workspace, tuple(paths), leave_no_trace=leave_no_trace, walls=tuple(walls))
         # Looked at before the lock: one missing now that a run finds made later was
         # made by another run that started meanwhile (`_ensure_dir` adopts it).
         guard.absent_at_start = tuple(d for d in adopted if not os.path.lexists(workspace / d))
@@ -245,7 +254,8 @@ class WorkspaceGuard:
         """Read-only mounts for one sandbox, computed and checked now (never cached:
         a sandbox that starts later gets the protections as they are then).
 
-        Raises UnsafeMountError when a source became a link or left the workspace.
+        Raises UnsafeMountError when a source became a link or left the workspace,
+        WallError when the deny rules match more than a sandbox can hold.
         """
         # Either may be gone (the person removed it, or a run that could not take the
         # workspace's lock did): this run's next sandbox gets its own, never an
@@ -266,7 +276,29 @@ class WorkspaceGuard:
                     confined_to=self.workspace,
                 )
             )
-        return mounts
+        return self._with_walls(mounts)
+
+    def _with_walls(self, mounts: list[Mount]) -> list[Mount]:
+        """`mounts` and the deny rules' walls (a mask replaces a read-only mount of
+        the same path; mount order is the engine's, parents first)."""
+        walled = find_walled(self.workspace, self.walls)
+        by_target = {m.target: m for m in mounts}
+        for relative in walled.read_only:
+            source = self.workspace / relative
+            check_confined(self.workspace, source)
+            by_target.setdefault(
+                f"{WORKSPACE}/{relative}",
+                Mount(source=source, target=f"{WORKSPACE}/{relative}", confined_to=self.workspace),
+            )
+        if walled.masked:
+            empty_file, empty_dir = mask_sources()
+            for relative in walled.masked:
+                # The target must be the workspace's own path, no link on the way.
+                info = check_confined(self.workspace, self.workspace / relative)
+                mask = empty_dir if stat.S_ISDIR(info.st_mode) else empty_file
+                target = f"{WORKSPACE}/{relative}"
+                by_target[target] = Mount(source=mask, target=target, read_only=True)
+        return list(by_target.values())
 
     def release(self) -> None:
         """Remove this run's placeholders that are still empty, unless another run
