@@ -22,13 +22,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.broker.provider_egress import NO_EGRESS, ProviderEgress
 from orchestrator.egress.limits import EgressLimits, Meter
+from orchestrator.egress.provider import provider_egress
 from orchestrator.egress.proxy import EgressProxy
 from orchestrator.egress.resolver import Resolver
 from orchestrator.egress.rules import RuleSet
 from orchestrator.egress.sources import agent_rules
 from orchestrator.egress.verdict import TOOL_NAME, Answer, ConnectionPolicy, Verdict
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, PolicyError
 from orchestrator.jsontypes import JSONLike
 
 if TYPE_CHECKING:
@@ -65,9 +67,12 @@ class EgressService:
     """Each opened task's rules (None: no egress), so a nested task starts from its
     parent's, never from the run's: delegating cannot widen what a subagent reaches."""
 
-    async def open(self, task: AskingTask, agent: object, socket_dir: Path) -> TaskEgress | None:
-        """Start `task`'s proxy in `socket_dir`; None when it has no egress (the run
-        has none, its agent file says `network: none`, or its parent task had none)."""
+    def rules_for(self, task: AskingTask, agent: object) -> RuleSet | None:
+        """`task`'s egress rules (None: no egress): its parent's, or the run's, narrowed
+        by its agent file; worked out once per task. PolicyError names a malformed
+        agent file `network:` key."""
+        if task.task_id in self._effective:
+            return self._effective[task.task_id]
         base: RuleSet | None = self.rules
         if task.parent_id is not None and task.parent_id in self._effective:
             base = self._effective[task.parent_id]
@@ -82,6 +87,21 @@ class EgressService:
             )
         )
         self._effective[task.task_id] = rules
+        return rules
+
+    def provider_egress(self, task: AskingTask, agent: object) -> ProviderEgress:
+        """Where the model provider may go for `task` (server tools, MCP servers, URL
+        sources): its egress rules read strictly (`provider`); nowhere when it has no
+        egress or its agent file's `network:` key cannot be read."""
+        try:
+            return provider_egress(self.rules_for(task, agent))
+        except PolicyError:
+            return NO_EGRESS  # `open` raises it for the task; nothing is forwarded meanwhile
+
+    async def open(self, task: AskingTask, agent: object, socket_dir: Path) -> TaskEgress | None:
+        """Start `task`'s proxy in `socket_dir`; None when it has no egress (the run
+        has none, its agent file says `network: none`, or its parent task had none)."""
+        rules = self.rules_for(task, agent)
         if rules is None:
             return None
         egress = TaskEgress(self, task, rules)

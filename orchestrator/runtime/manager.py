@@ -16,6 +16,7 @@ it happens; each step's own logic lives in the modules named above.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -39,8 +40,10 @@ from orchestrator.broker import (
     make_socket_dir,
     wire_models,
 )
+from orchestrator.broker.forwarding import ForwardingPolicy
 from orchestrator.broker.limits import open_descriptors, raise_open_file_limit
 from orchestrator.broker.listener import ConnectionBudget
+from orchestrator.broker.provider_egress import NO_EGRESS
 from orchestrator.config import PoolConfig
 from orchestrator.errors import StoreError, TaskNotFoundError, WardenError
 from orchestrator.jsontypes import JSONObject
@@ -426,6 +429,12 @@ class TaskManager:
                 "sandbox_guard_weakened", trace_id=self.trace_id, message=message
             )
 
+    def _forwarding(self, ctx: TaskContext) -> ForwardingPolicy:
+        """What `ctx`'s broker forwards: the gate's rules, and the provider reaches only
+        what the task's egress reaches (nothing without egress: the model API is egress)."""
+        egress = NO_EGRESS if self.egress is None else self.egress.provider_egress(ctx, ctx.agent)
+        return dataclasses.replace(self.gate.forwarding_policy(ctx), egress=egress)
+
     async def _run_sandbox(self, ctx: TaskContext, spec: wire_models.TaskSpec) -> TaskResult:
         await self._say_weakened_guards()
         key = self.plan.pool_key(ctx.agent)
@@ -450,7 +459,7 @@ class TaskManager:
             ),
             budget=budget,
             identity=self.identity,
-            forwarding=self.gate.forwarding_policy(ctx),
+            forwarding=self._forwarding(ctx),
             connections=self.connections,
         )
         ctx.broker = broker

@@ -26,6 +26,9 @@ from orchestrator.broker import (
 )
 from orchestrator.broker.limits import EVENTS_BURST, EVENTS_PER_S, FORWARDING_AUDITS_BURST
 from orchestrator.broker.upstream import model_client
+from orchestrator.egress.provider import RuleSetEgress
+from orchestrator.egress.rules import RuleSet
+from orchestrator.egress.rules import parse_rule as egress_rule
 from orchestrator.permissions import parse_rule
 from sandbox_tools import wire
 
@@ -287,10 +290,17 @@ async def test_a_request_larger_than_the_budget_is_never_forwarded(socket_dir: P
     await upstream_client.aclose()
 
 
-def policy(*allow: str, deny: tuple[str, ...] = ()) -> ForwardingPolicy:
+def policy(
+    *allow: str, deny: tuple[str, ...] = (), egress: tuple[str, ...] | None = None
+) -> ForwardingPolicy:
+    """Permission rules `allow`/`deny`; `egress`: the domains the subagent's egress
+    allows (None: it has no egress)."""
     rules = [parse_rule(r, "allow", "test", "test") for r in allow]
     rules += [parse_rule(r, "deny", "test", "test") for r in deny]
-    return ForwardingPolicy.from_rules(rules)
+    if egress is None:
+        return ForwardingPolicy.from_rules(rules)
+    egress_rules = RuleSet(tuple(egress_rule(d, "allow", "test", "test") for d in egress))
+    return ForwardingPolicy.from_rules(rules, RuleSetEgress(egress_rules))
 
 
 WEB_FETCH = {"type": "web_fetch_20250910", "name": "web_fetch"}
@@ -346,7 +356,9 @@ async def test_egress_through_the_model_api_is_refused_without_a_rule(
 
 async def test_client_tools_pass_and_allowed_server_tools_are_narrowed(socket_dir: Path) -> None:
     model = FakeModel()
-    rules = policy("WebFetch(domain:docs.example.com)", "AnthropicBeta(b1)")
+    rules = policy(
+        "WebFetch(domain:docs.example.com)", "AnthropicBeta(b1)", egress=("docs.example.com",)
+    )
     broker, upstream_client = budget_broker(
         socket_dir, model, Budget(max_turns=10), forwarding=rules
     )
@@ -379,7 +391,7 @@ async def test_client_tools_pass_and_allowed_server_tools_are_narrowed(socket_di
 
 async def test_deny_rules_win_over_allow_rules(socket_dir: Path) -> None:
     model = FakeModel()
-    rules = policy("WebFetch", deny=("WebFetch",))
+    rules = policy("WebFetch", deny=("WebFetch",), egress=("docs.example.com",))
     broker, upstream_client = budget_broker(
         socket_dir, model, Budget(max_turns=10), forwarding=rules
     )
