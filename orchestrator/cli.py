@@ -108,7 +108,19 @@ ASYNCIO_ONLY = frozenset({"run", "resume", "mcp"})
 """Commands whose process runs asyncio loops only (`lifecycle.interrupts.run_stoppable`).
 The model SDK's HTTP stack (httpcore2) imports trio whenever it is installed, only to
 serve trio loops too: about 40 ms of CPU before a run's first model request. In these
-processes that import is refused, and httpcore2 takes trio as not installed."""
+processes that import is refused (`_RefuseTrio`), and httpcore2 takes trio as not
+installed. Refused by a finder, not by `sys.modules["trio"] = None`: libraries that
+ask whether trio is running check `"trio" in sys.modules` first (tenacity's async
+sleep does), and a None entry there made them import it and fail."""
+
+
+class _RefuseTrio:
+    """A meta-path finder that answers "no such module" for trio and its submodules."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
+        if name == "trio" or name.startswith("trio."):
+            raise ModuleNotFoundError(f"No module named {name!r} (not used by warden)", name=name)
 
 
 def main() -> None:
@@ -117,8 +129,8 @@ def main() -> None:
         import gc
 
         gc.disable()
-    if sys.argv[1:2] and sys.argv[1] in ASYNCIO_ONLY:
-        sys.modules.setdefault("trio", None)  # type: ignore[arg-type]  # None: refused
+    if sys.argv[1:2] and sys.argv[1] in ASYNCIO_ONLY and "trio" not in sys.modules:
+        sys.meta_path.insert(0, _RefuseTrio())
     try:
         _main()
     except SystemExit as exc:

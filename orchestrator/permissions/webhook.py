@@ -211,6 +211,9 @@ class WebhookApprover:
             retry=retry_if_exception_type(_Retryable),
             wait=wait_random_exponential(multiplier=RETRY_FIRST_S, max=RETRY_MAX_S),
             stop=stop,
+            # Given explicitly: tenacity's own choice looks for trio, which the CLI
+            # refuses to import (`cli.ASYNCIO_ONLY`).
+            sleep=asyncio.sleep,
             reraise=True,
         ):
             with attempt:

@@ -104,6 +104,56 @@ def test_a_webhook_answers_a_ci_runs_questions(
     assert out.count("-> 200") == 2, out
 
 
+def test_a_receiver_that_fails_first_gets_the_question_again_under_the_cli(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """The CLI's own event loop retries a delivery: a receiver answering 503 twice
+    (briefly down, restarting) gets the question again with back-off and answers it;
+    the command runs well before the question's timeout would deny it."""
+    workspace.chmod(0o777)
+    script = write_script(
+        tmp_path / "script.yaml",
+        [
+            convo("parent", PARENT_MATCH, [task("ASKER go", "general-purpose")], [text("done")]),
+            convo(
+                "asker",
+                {"prompt_contains": "ASKER"},
+                [tool("Bash", command="touch retried.txt")],
+                [text("asked once")],
+            ),
+        ],
+    )
+    receiver = subprocess.Popen(
+        [sys.executable, str(RECEIVER), "--port", "0", "--allow", "touch retried.txt",
+         "--person", "flaky-bot", "--fail-first", "2"],
+        env={"WARDEN_WEBHOOK_SECRET": SECRET, "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert receiver.stdout is not None
+        url = receiver.stdout.readline().removeprefix("listening on ").strip()
+        proc = run_warden(
+            settings,
+            "run", "go", "--replay", str(script), "--workspace", str(workspace),
+            "--permission-mode", "default", "--user", "1234:1234",
+            "--approver", f"webhook:{url}", "--audit-out", str(tmp_path / "audit.json"),
+            WARDEN_WEBHOOK_SECRET=SECRET, WARDEN_WEBHOOK_TIMEOUT_S="60",
+        )  # fmt: skip
+    finally:
+        receiver.terminate()
+        out, _ = receiver.communicate(timeout=10)
+    assert "Traceback" not in proc.stderr and "trio" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (workspace / "retried.txt").exists()
+    # Two 503s, then the question arrived (new) and was answered.
+    assert out.count("(new)") == 1 and out.count("-> 200") == 1, out
+    audit = json.loads((tmp_path / "audit.json").read_text())
+    records = audit if isinstance(audit, list) else audit["records"]
+    (asked,) = [r for r in records if r["decision"] == "ask"]
+    assert asked["final"] == "allow" and asked["decided_by"] == "webhook:flaky-bot"
+
+
 def test_a_webhook_approver_without_its_secret_is_refused_before_anything_runs(
     settings: Settings, workspace: Path, tmp_path: Path
 ) -> None:
