@@ -54,6 +54,7 @@ from orchestrator.runtime.admission import AdmissionQueue
 from orchestrator.runtime.background import BackgroundTasks
 from orchestrator.runtime.briefing import runner_spec, session_history
 from orchestrator.runtime.caps import TaskManagerConfig, check_caps
+from orchestrator.runtime.endings import TaskEndings
 from orchestrator.runtime.host import TaskHost
 from orchestrator.runtime.outcome import task_result
 from orchestrator.runtime.pool import WarmPool
@@ -158,6 +159,8 @@ class TaskManager:
         self.tasks: dict[str, TaskContext] = {} if tasks is None else tasks
         """Every task of the run by id; shared with the gate when the run gives both one."""
         self.results: dict[str, TaskResult] = {}
+        self._endings = TaskEndings()
+        """Whose end is recorded: the run closes only once every task's is."""
         self.children_started: dict[str | None, int] = {}
         self.background = BackgroundTasks()
         """Tasks started with run_in_background, and their results not yet reported."""
@@ -182,11 +185,19 @@ class TaskManager:
         )
 
     async def close(self) -> None:
-        """Stop every task still running, remove warm sandboxes, release the threads."""
+        """Stop every task still running (foreground and background), wait until each
+        has recorded its end (a stopped task's end is recorded by a shielded step that
+        outlives the call it cancelled), remove warm sandboxes, release the threads."""
         running = self.background.running()
-        if running:
+        if running or self.running_count():
             await self.stop_all()
-            await asyncio.gather(*running, return_exceptions=True)
+        await asyncio.gather(*running, return_exceptions=True)
+        for task_id in await self._endings.settle(list(self.tasks)):
+            ctx = self.tasks[task_id]  # its end never began: say so, and record it
+            log.warning("%s did not end after the stop; recording it stopped", task_id)
+            if self._endings.begin(task_id):
+                ctx.stop_requested = True
+                await self._conclude(ctx, task_result(ctx, None, None, None))
         await self.pool.close()
         self._waits.shutdown(wait=False, cancel_futures=True)
 
@@ -307,8 +318,10 @@ class TaskManager:
         )
         try:
             await self.recorder.created(ctx, task_input.prompt)
-        except BaseException:
+        except BaseException as exc:
             self.admission.release(ticket)
+            if isinstance(exc, asyncio.CancelledError):
+                await self._stopped_before_start(ctx)
             raise
         return ctx, spec
 
@@ -390,12 +403,7 @@ class TaskManager:
         """Wait for a slot, run the subagent, give the slot back."""
         assert ctx.ticket is not None
         try:
-            try:
-                admitted = await self.admission.wait(ctx.ticket)
-            except asyncio.CancelledError:
-                ctx.stop_requested = True
-                await asyncio.shield(self._conclude(ctx, task_result(ctx, None, None, None)))
-                raise
+            admitted = await self.admission.wait(ctx.ticket)
             # `warden stop` from another process while it waited in the queue (a stop
             # while it starts is seen once its container exists, in `_run_sandbox`).
             if (
@@ -407,10 +415,22 @@ class TaskManager:
                 ctx.stop_requested = True
             if admitted and not ctx.stop_requested:
                 return await self._run_sandbox(ctx, spec)
-            await self._conclude(ctx, task_result(ctx, None, None, None))
+            if self._endings.begin(ctx.task_id):
+                await self._conclude(ctx, task_result(ctx, None, None, None))
             return self.results[ctx.task_id]
+        except asyncio.CancelledError:
+            # Stopped at any await before its sandbox's end began (queued, admitted,
+            # starting): its end is recorded here.
+            await self._stopped_before_start(ctx)
+            raise
         finally:
             self.admission.release(ctx.ticket)
+
+    async def _stopped_before_start(self, ctx: TaskContext) -> None:
+        """Record a stopped task's end, unless that is under way already (shielded)."""
+        if self._endings.begin(ctx.task_id):
+            ctx.stop_requested = True
+            await asyncio.shield(self._conclude(ctx, task_result(ctx, None, None, None)))
 
     def _new_socket_dir(self) -> Path:
         """A broker socket directory, marked as this process's so a cleanup after a
@@ -520,7 +540,9 @@ class TaskManager:
             failure = str(exc)
         finally:
             # Shielded: a cancelled parent must still not leave a container behind,
-            # and the task's end must still be recorded.
+            # and the task's end must still be recorded (claimed now, before the
+            # shielded step starts, so nothing else records it first).
+            self._endings.begin(ctx.task_id)
             await asyncio.shield(self._finish(ctx, broker, socket_dir, sandbox, budget, failure))
         return self.results[ctx.task_id]
 
@@ -563,14 +585,18 @@ class TaskManager:
             return False  # unreadable store: it is reported as killed from outside
 
     async def _conclude(self, ctx: TaskContext, result: TaskResult) -> None:
-        self.results[ctx.task_id] = result
+        """Record the task's end (the caller has claimed it: `TaskEndings.begin`)."""
         try:
-            await self.recorder.finished(ctx, result)
-        except StoreError as exc:  # state disk full or unwritable: the run reports it
-            if self.events.failure is None:
-                log.warning("could not record the end of %s: %s", ctx.task_id, exc)
-        await self._release(ctx.session_id, ctx.task_id)
-        await self.background.ended(ctx, result)
+            self.results[ctx.task_id] = result
+            try:
+                await self.recorder.finished(ctx, result)
+            except StoreError as exc:  # state disk full or unwritable: the run reports it
+                if self.events.failure is None:
+                    log.warning("could not record the end of %s: %s", ctx.task_id, exc)
+            await self._release(ctx.session_id, ctx.task_id)
+            await self.background.ended(ctx, result)
+        finally:
+            self._endings.done(ctx.task_id)
 
     def _token_budget(self, agent: AgentDefinition) -> int | None:
         """The run's cap, or the agent's own when that is lower."""

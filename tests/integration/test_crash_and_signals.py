@@ -300,3 +300,60 @@ def test_unwritable_event_log_is_one_clear_error_before_anything_starts(
     assert len(errors) == 1 and "Traceback" not in err, err
     assert errors[0].startswith("warden: error: cannot write the run's event log"), err
     assert ps(state) == []  # no run was recorded, so none is left `running`
+
+
+def three_nappers_script(path: Path) -> Path:
+    """A parent that starts three bash subagents in one turn; each touches its marker
+    and sleeps."""
+    nappers = [
+        {
+            "name": f"napper{i}",
+            "match": {"prompt_contains": f"NAPPER{i} "},
+            "turns": [
+                {"content": [tool("Bash", command=f"touch nap{i}; sleep 300", timeout=600000)]}
+            ],
+        }
+        for i in range(3)
+    ]
+    parent = {
+        "name": "parent",
+        "match": PARENT_MATCH,
+        "turns": [{"content": [task(f"NAPPER{i} go") for i in range(3)]}],
+    }
+    path.write_text(yaml.safe_dump({"conversations": [parent, *nappers]}))
+    return path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_with_three_subagents_running_records_every_end(
+    tmp_path: Path, engine: Any, procs: list[subprocess.Popen[str]], sig: int
+) -> None:
+    """Every subagent's end is recorded before the store closes: the message, the
+    result document and the store say the same three tasks were stopped."""
+    state, ws = tmp_path / "state", new_workspace(tmp_path / "ws")
+    argv = warden_argv(
+        "run", "go", "--replay", str(three_nappers_script(tmp_path / "s.yaml")),
+        "--workspace", str(ws), "--permission-mode", "bypassPermissions", "--json",
+    )  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        env=warden_env(WARDEN_STATE_DIR=str(state), CI="true"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    procs.append(proc)
+    for i in range(3):
+        wait_for(ws / f"nap{i}", proc)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, err
+    assert "Traceback" not in err and "could not record" not in err, err
+    assert "interrupted: stopped 3 subagent(s)" in err, err
+    document = json.loads(out.splitlines()[-1])
+    assert document["type"] == "result" and document["status"] == "stopped"
+    assert sorted(t["status"] for t in document["tasks"]) == ["stopped"] * 3, document
+    (run,) = ps(state)
+    assert run["status"] == "stopped"
+    assert sorted(t["status"] for t in run["tasks"]) == ["stopped"] * 3, run
+    assert of_run(engine, run["run_id"]) == []

@@ -417,6 +417,36 @@ async def test_a_stopped_task_is_stopped_and_its_container_gone(make: Any) -> No
         assert h.kinds(ctx.task_id) == ["task_started", "task_stopped"]
 
 
+async def test_closing_after_a_stop_waits_until_every_end_is_recorded(make: Any) -> None:
+    # Ctrl-C cancels the parent's Task calls; each one's end (container removed, status
+    # recorded) runs on, shielded. The run closes its store right after `close`: every
+    # task must be recorded stopped by then, never left `running`.
+    started = threading.Semaphore(0)
+
+    def runner(w: Wire) -> None:
+        w.get("/v1/spec")
+        started.release()
+        w.get(wire.ALIVE_PATH)  # held until the broker closes
+
+    async with make(runner) as h:
+        calls = asyncio.gather(*(h.manager.run_task(task(f"t{i}")) for i in range(3)))
+        for _ in range(3):
+            assert await asyncio.to_thread(started.acquire, True, 10)
+        removing = threading.Event()  # container removals wait until close has begun
+        remove = h.backend.remove
+        h.backend.remove = lambda cid: (removing.wait(10), remove(cid))[1]  # type: ignore[method-assign]
+        calls.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await calls
+        closing = asyncio.ensure_future(h.manager.close())
+        await asyncio.sleep(0)  # one step: close has begun
+        removing.set()
+        await closing
+        recorded = {t.task_id: t.status for t in h.store.list_tasks(RUN_ID)}
+        assert sorted(recorded.values()) == ["stopped"] * 3, recorded
+        assert sorted(c.status.value for c in h.manager.tasks.values()) == ["stopped"] * 3
+
+
 async def test_what_the_disk_meter_missed_is_an_event_of_the_task(
     make: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
