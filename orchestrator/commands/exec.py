@@ -16,7 +16,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from orchestrator.egress.flags import EgressFlags, egress_options, limits_from_flags
+from orchestrator.errors import WardenError
 
 F = TypeVar("F", bound=Callable[..., Any])  # Any: any click command function
 
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from orchestrator.config import Settings
     from orchestrator.images.buildbox import BuildEgress
     from orchestrator.images.choice import SandboxImage
+
+log = logging.getLogger(__name__)
 
 DEFAULT_IMAGE = "bash"
 DEFAULT_TIMEOUT_S = 300.0
@@ -118,16 +122,6 @@ class UserType(click.ParamType[str]):
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
         return f"{uid}:{gid}"
-
-
-class _Terminated(BaseException):
-    """SIGTERM/SIGHUP arrived: treated like Ctrl-C. A BaseException, as KeyboardInterrupt
-    is, so no `except Exception` on the way (say, around a container's start) takes it
-    for a failure of the call it interrupted."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 @click.command(
@@ -294,9 +288,7 @@ def _run(
     exec_id = os.urandom(8).hex()  # 16 hex digits; `uuid` would cost ~2 ms of imports
     # The command is untrusted and the workspace outlives it: .claude (settings,
     # hooks, agents) and .git (hooks, config) stay read-only, as in `warden run`.
-    guard = WorkspaceGuard.prepare(
-        workspace or Path.cwd(), protect=protect, leave_no_trace=True
-    )
+    guard = WorkspaceGuard.prepare(workspace or Path.cwd(), protect=protect, leave_no_trace=True)
     egress = None
     try:
         chosen = _resolve_image(
@@ -366,35 +358,67 @@ class Interrupted:
 
 def _problems(exc: ValidationError) -> str:
     return "; ".join(
-        f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
-        for error in exc.errors()
+        f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()
     )
 
 
 def run_interruptible(backend: ContainerBackend, spec: SandboxSpec) -> SandboxResult | Interrupted:
     """`backend.run(spec)`, but SIGINT/SIGTERM/SIGHUP kill and remove the container.
 
-    Returns `Interrupted` when a signal arrived. The container is found by its unique
-    labels, so one created just before the signal is removed too.
+    Returns `Interrupted` when a signal arrived. A signal never interrupts a call
+    midway (an exception raised inside the engine's client, or while a lock is held,
+    can leave that lock taken and the cleanup waiting on it for ever): its handler
+    only notes it and has a thread remove the containers carrying the run's unique
+    labels, which ends the wait; one created after that sweep is removed here.
     """
+    arrived: list[int] = []
+    sweeps: list[threading.Thread] = []
 
-    def terminate(signum: int, frame: FrameType | None) -> None:
-        raise _Terminated(signum)
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if arrived:
+            return  # the cleanup is under way already
+        arrived.append(signum)
+        sweep = threading.Thread(
+            target=_sweep, args=(backend, spec.warden_labels), name="warden-stop", daemon=True
+        )
+        sweeps.append(sweep)
+        sweep.start()
 
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.getsignal(sig) for sig in handled}
-    signal.signal(signal.SIGTERM, terminate)
-    signal.signal(signal.SIGHUP, terminate)
+    for sig in handled:
+        signal.signal(sig, on_signal)
+    container_id: str | None = None
+    result: SandboxResult | None = None
     try:
-        return backend.run(spec)
-    except (KeyboardInterrupt, _Terminated) as exc:
-        for sig in handled:
-            signal.signal(sig, signal.SIG_IGN)  # finish the cleanup whatever comes next
-        backend.cleanup(spec.warden_labels)
-        return Interrupted(exc.signum if isinstance(exc, _Terminated) else signal.SIGINT)
+        try:
+            container_id = backend.start(spec)
+            if not arrived:
+                result = backend.wait(container_id, spec.timeout_s)
+        except WardenError:
+            if not arrived:
+                raise  # a real failure; with a stop under way, the sweep caused it
+        finally:
+            for sweep in sweeps:  # one removal at a time: the engine refuses a second
+                sweep.join()
+            if container_id is not None:
+                backend.remove(container_id)
+            if arrived:
+                backend.cleanup(spec.warden_labels)  # one made after the sweep looked
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if arrived:
+        return Interrupted(arrived[0])
+    assert result is not None
+    return result
+
+
+def _sweep(backend: ContainerBackend, labels: Mapping[str, str]) -> None:
+    try:
+        backend.cleanup(labels)
+    except WardenError as exc:  # the main thread sweeps again and reports what fails
+        log.debug("could not remove the interrupted command's container: %s", exc)
 
 
 def exit_status(result: SandboxResult) -> int:

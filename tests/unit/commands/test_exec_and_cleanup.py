@@ -60,7 +60,13 @@ def test_bad_sizes(text: str) -> None:
 def test_signal_kills_and_removes(sig: int) -> None:
     backend = FakeBackend(lambda _spec: FakeOutcome(run_s=float("inf")))
     before = signal.getsignal(signal.SIGTERM)
-    threading.Timer(0.3, os.kill, args=(os.getpid(), sig)).start()
+
+    def signal_once_it_runs() -> None:  # a condition, not a time: any machine load
+        while not backend.list({wl.SESSION: "s1"}):
+            threading.Event().wait(0.01)
+        os.kill(os.getpid(), sig)
+
+    threading.Thread(target=signal_once_it_runs, daemon=True).start()
     assert run_interruptible(backend, spec()) == Interrupted(sig)
     assert backend.list({wl.SESSION: None}) == []
     assert signal.getsignal(signal.SIGTERM) is before  # handlers restored
