@@ -14,6 +14,13 @@ and Claude Code read settings, hooks and agent files from `.claude/`). So:
   inside, so `mv .git x` fails too. Committing needs a writable `.git` root
   (`index.lock` is renamed onto `index`, which fails on a bind-mounted file), so
   sandboxes read history (`status`, `diff`, `log`) and you commit after review.
+- `.devcontainer/` is read-only as a whole: warden builds and runs what it names
+  (a Dockerfile, `initializeCommand`-free images), so a sandbox must not plant or
+  change one. A workspace without it gets an empty read-only placeholder for the
+  run, as for `.git`, so no sandbox can create one. The root file
+  `.devcontainer.json` is mounted read-only when it exists; one a sandbox creates
+  is new content, which the trust record (`workspace.trust`) does not let in
+  until a person has seen it and said yes.
 - A workspace with no `.git` gets an empty, read-only placeholder directory
   for the run (git skips an empty `.git` and keeps looking upward), so a
   sandbox cannot plant a repository at the root; warden removes the
@@ -72,8 +79,13 @@ log = logging.getLogger(__name__)
 
 CLAUDE_DIR = ".claude"
 GIT_DIR = ".git"
-ALWAYS_PROTECTED = (CLAUDE_DIR, GIT_DIR)
-"""Workspace paths read-only in every subagent sandbox, whatever the settings say."""
+DEVCONTAINER_DIR = ".devcontainer"
+DEVCONTAINER_FILE = ".devcontainer.json"
+ALWAYS_PROTECTED = (CLAUDE_DIR, GIT_DIR, DEVCONTAINER_DIR, DEVCONTAINER_FILE)
+"""Workspace paths read-only in every subagent sandbox, whatever the settings say
+(`.devcontainer.json` only when it exists: a file cannot be a placeholder)."""
+PLACEHOLDER_DIRS = (GIT_DIR, DEVCONTAINER_DIR)
+"""Made empty for a run when missing, removed again when the last run ends."""
 MAX_PROTECTED_PATHS = 64
 """Most extra protected paths (each is one bind mount per sandbox)."""
 HOLD_WAIT_S = 2.0
@@ -182,7 +194,7 @@ class WorkspaceGuard:
                 f"more than {MAX_PROTECTED_PATHS} protected paths; protect their common "
                 "parent directory instead"
             )
-        adopted = (GIT_DIR, CLAUDE_DIR) if leave_no_trace else (GIT_DIR,)
+        adopted = (*PLACEHOLDER_DIRS, CLAUDE_DIR) if leave_no_trace else PLACEHOLDER_DIRS
         guard = cls(workspace, tuple(paths), leave_no_trace=leave_no_trace, walls=tuple(walls))
         # Looked at before the lock: one missing now that a run finds made later was
         # made by another run that started meanwhile (`_ensure_dir` adopts it).
@@ -261,11 +273,14 @@ class WorkspaceGuard:
         # workspace's lock did): this run's next sandbox gets its own, never an
         # unguarded place where a repository or settings could be planted.
         self._ensure_dir(CLAUDE_DIR, placeholder=self.leave_no_trace)
-        self._ensure_dir(GIT_DIR, placeholder=True)
+        for placeholder in PLACEHOLDER_DIRS:
+            self._ensure_dir(placeholder, placeholder=True)
         mounts = []
         for relative in self.protected:
             source = self.workspace / relative
-            if not os.path.lexists(source) and relative not in ALWAYS_PROTECTED:
+            if not os.path.lexists(source) and (
+                relative not in ALWAYS_PROTECTED or relative == DEVCONTAINER_FILE
+            ):
                 continue  # an optional path that is gone: the report lists it
             check_confined(self.workspace, source)
             mounts.append(

@@ -257,30 +257,40 @@ def test_uid_zero_is_refused(workspace: Path, sandbox_image: str, test_session: 
     assert made.stdout.strip() == ""
 
 
-def test_git_and_claude_stay_read_only_and_leave_no_trace(
+def test_git_claude_and_devcontainer_stay_read_only_and_leave_no_trace(
     workspace: Path, sandbox_image: str, no_leftovers: Any
 ) -> None:
     """An untrusted command cannot plant what the host runs later (git hooks and
-    config, Claude Code/warden settings and hooks), and `warden exec` leaves no
-    directories of its own behind."""
+    config, Claude Code/warden settings and hooks, a dev container warden would
+    build), and `warden exec` leaves no directories of its own behind."""
     (workspace / "keep").mkdir()
     (workspace / "keep" / "f").write_text("original\n")
     _own_like_the_workspace(workspace)
     _, out = sh(
         workspace, sandbox_image, no_leftovers,
-        "for p in .git/config .git/hooks/pre-commit .claude/settings.json keep/f x; do "
+        "for p in .git/config .git/hooks/pre-commit .claude/settings.json "
+        "  .devcontainer/devcontainer.json .devcontainer/Dockerfile keep/f x; do "
         "  (echo '[core] fsmonitor = evil' > /workspace/$p) 2>/dev/null "
         "    && echo WROTE $p || echo REFUSED $p; done; "
-        "mv /workspace/.git /workspace/g 2>/dev/null && echo MOVED || echo STUCK",
+        "mv /workspace/.git /workspace/g 2>/dev/null && echo MOVED || echo STUCK; "
+        "mv /workspace/.devcontainer /workspace/d 2>/dev/null && echo MOVED || echo STUCK",
         "--protect", "keep",
     )  # fmt: skip
     lines = out["stdout"].split("\n")
-    for path in (".git/config", ".git/hooks/pre-commit", ".claude/settings.json", "keep/f"):
+    for path in (
+        ".git/config",
+        ".git/hooks/pre-commit",
+        ".claude/settings.json",
+        ".devcontainer/devcontainer.json",
+        ".devcontainer/Dockerfile",
+        "keep/f",
+    ):
         assert f"REFUSED {path}" in lines
-    assert "WROTE x" in lines and "STUCK" in lines
+    assert "WROTE x" in lines and lines.count("STUCK") == 2
     assert (workspace / "keep" / "f").read_text() == "original\n"
     # The empty placeholders warden made for the command are gone again.
-    assert not (workspace / ".git").exists() and not (workspace / ".claude").exists()
+    for made in (".git", ".claude", ".devcontainer"):
+        assert not (workspace / made).exists(), made
 
 
 def test_existing_git_directory_is_read_only(

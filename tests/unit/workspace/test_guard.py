@@ -1,4 +1,4 @@
-"""What sandboxes may not write: `.claude/` and `.git` always, `--protect` and
+"""What sandboxes may not write: `.claude/`, `.git` and `.devcontainer` always, `--protect` and
 `warden.protect` paths besides; every mount source is refused when it is a link,
 has one on its way, or leaves the workspace."""
 
@@ -27,15 +27,29 @@ def targets(guard: WorkspaceGuard) -> list[str]:
     return [m.target for m in guard.mounts()]
 
 
-def test_claude_and_git_are_created_and_mounted_read_only(tmp_path: Path) -> None:
+def test_claude_git_and_devcontainer_are_created_and_mounted_read_only(tmp_path: Path) -> None:
     guard = WorkspaceGuard.prepare(tmp_path)
     assert (tmp_path / ".claude").is_dir() and (tmp_path / ".git").is_dir()
+    assert (tmp_path / ".devcontainer").is_dir(), "no sandbox can plant a dev container"
     mounts = guard.mounts()
-    assert [m.target for m in mounts] == ["/workspace/.claude", "/workspace/.git"]
+    assert [m.target for m in mounts] == [
+        "/workspace/.claude",
+        "/workspace/.git",
+        "/workspace/.devcontainer",
+    ]
     assert all(m.read_only and m.confined_to == tmp_path for m in mounts)
     guard.release()
     assert (tmp_path / ".claude").is_dir(), ".claude stays: it is the workspace's own"
     assert not (tmp_path / ".git").exists(), "the .git placeholder goes with the run"
+    assert not (tmp_path / ".devcontainer").exists(), "so does the .devcontainer one"
+
+
+def test_an_existing_devcontainer_json_at_the_root_is_mounted_read_only(tmp_path: Path) -> None:
+    (tmp_path / ".devcontainer.json").write_text('{"image": "x"}')
+    guard = WorkspaceGuard.prepare(tmp_path)
+    assert "/workspace/.devcontainer.json" in targets(guard)
+    guard.release()
+    assert (tmp_path / ".devcontainer.json").read_text() == '{"image": "x"}'
 
 
 def test_an_existing_git_is_never_removed_and_a_filled_placeholder_stays(tmp_path: Path) -> None:
