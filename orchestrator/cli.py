@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "completion": "orchestrator.commands.completion:completion",
     "mcp": "orchestrator.commands.mcp:mcp",
     "ui": "orchestrator.commands.ui:ui",
+    "trust": "orchestrator.commands.trust:trust",
 }
 
 HELP: dict[str, str] = {
@@ -51,6 +52,7 @@ HELP: dict[str, str] = {
     "completion": "Print the shell completion script (bash, zsh, fish).",
     "mcp": "Serve warden's Task tools to an MCP client (Claude Code, …).",
     "ui": "Serve the web page of the runs in the state dir (task trees, questions, audit).",
+    "trust": "Review what changed in a workspace's settings and trust it as it is now.",
 }
 
 

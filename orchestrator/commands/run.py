@@ -288,26 +288,34 @@ def run(
     )
 
 
-def resolve_workspace_trust(settings: Settings, workspace: Path, flag: bool, interactive: bool) -> bool:
-    """Trusted by the flag, the environment or a record; else, at a terminal, asked
-    once (a yes is recorded); else not trusted, and the run says what it leaves out."""
-    from orchestrator.workspace.trust import is_trusted, needs_trust, remember
+def resolve_workspace_trust(
+    settings: Settings, workspace: Path, flag: bool, interactive: bool
+) -> bool:
+    """Trusted by the flag, the environment or a record whose content still matches;
+    else, at a terminal, the change is shown and asked about once (a yes is recorded
+    with the content shown); else not trusted, and the run says what it leaves out."""
+    from orchestrator.commands.trust import describe
+    from orchestrator.untrusted_text import printable
+    from orchestrator.workspace.trust import remember, verdict
 
     ws = workspace.resolve()
-    if flag or is_trusted(settings, ws):
+    if flag:
         return True
-    wants = needs_trust(ws)
+    found = verdict(settings, ws)
+    if found.trusted:
+        return True
     if interactive:
-        click.echo(f"The workspace {ws} has its own settings:", err=True)
-        for item in wants:
-            click.echo(f"  - {item}", err=True)
-        if click.confirm("Do you trust this workspace's settings to apply?", err=True):
-            remember(settings, ws)
+        for line in describe(ws, found):
+            click.echo(line, err=True)
+        if click.confirm("Do you trust this content to apply?", err=True):
+            remember(settings, ws, found.prints)
             return True
     click.echo(
-        f"warden: {ws} is not trusted, so its own allow rules, mode, hooks and agent files "
-        f"are not applied ({'; '.join(wants)}); its deny and ask rules are. Trust it with "
-        "--trust-workspace (CI: WARDEN_TRUST_WORKSPACE=1).",
+        f"warden: {ws} is not trusted ({found.reason}), so its own allow rules, mode, "
+        f"hooks, agent files and dev container are not applied "
+        f"({'; '.join(printable(w, 200) for w in found.wants)}); "
+        "its deny and ask rules are. Review and trust it with `warden trust` "
+        "(or this checkout as it is: --trust-workspace; CI: WARDEN_TRUST_WORKSPACE=1).",
         err=True,
     )
     return False

@@ -40,6 +40,8 @@ from orchestrator.permissions.executed_paths import hooks_path_pattern, report_p
 from orchestrator.permissions.paths import matches, pattern_regex
 from orchestrator.store.records import AuditRecord, audit_record
 from orchestrator.workspace import beneath
+from orchestrator.workspace.trusted_content import changes as trust_changes
+from orchestrator.workspace.trusted_content import fingerprint as trust_fingerprint
 
 if TYPE_CHECKING:
     from orchestrator.store import Store
@@ -106,10 +108,22 @@ class SensitiveReport(BaseModel):
     scan_truncated: bool = False
     """A snapshot stopped at MAX_SCAN_ENTRIES: changes deeper in the tree are not listed."""
     scan_limit: int = MAX_SCAN_ENTRIES
+    trust_review: list[str] = []
+    """Files workspace trust covers (`workspace.trusted_content`) that are new, changed
+    or removed since the run started: they unlock nothing until a person says yes."""
 
     def render(self) -> list[str]:
         """Plain-text lines for the terminal summary (empty when there is nothing to say)."""
         lines = []
+        if self.trust_review:
+            lines.append(
+                f"needs your review before it takes effect: {len(self.trust_review)} file(s) "
+                "that workspace trust covers changed during this run (`warden trust` shows "
+                "the diff and records your yes):"
+            )
+            lines += [f"  {_printable(p)}" for p in self.trust_review[:MAX_PRINTED]]
+            if len(self.trust_review) > MAX_PRINTED:
+                lines.append(f"  … and {len(self.trust_review) - MAX_PRINTED} more")
         if self.changes:
             lines.append(
                 f"review before trusting: {len(self.changes)} file(s) under "
@@ -333,11 +347,12 @@ class ExecutedPathsWatch:
             *("/" + p.strip("/") for p in extra),
         )
         self.before = take_snapshot(workspace, self.patterns)
+        self.trust_before = trust_fingerprint(workspace)
 
     def report(self) -> SensitiveReport:
-        return compare(
-            self.before, take_snapshot(self.workspace, self.patterns), self.patterns
-        )
+        found = compare(self.before, take_snapshot(self.workspace, self.patterns), self.patterns)
+        review = trust_changes(self.trust_before, trust_fingerprint(self.workspace))
+        return found.model_copy(update={"trust_review": [c.path for c in review]})
 
 
 REVIEW_REASON = (

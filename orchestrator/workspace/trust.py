@@ -1,43 +1,89 @@
-"""Workspace trust: a project's own allow rules, mode, hooks and agent files take
-effect only in a workspace the person has trusted, as in Claude Code. Deny and
-ask rules always apply (they only narrow).
+"""Workspace trust, bound to content: a project's own allow rules, mode,
+additional directories, hooks, agent files, dev container and MCP servers take
+effect only while the files that carry them are exactly what a person said yes to
+(`direnv allow` is the model). Deny and ask rules always apply (they only narrow).
 
-A workspace is trusted when any of these says so:
+A workspace is trusted when one of these says so:
 - `--trust-workspace` (or the API's `trusted=True`), or `WARDEN_TRUST_WORKSPACE=1`
-  (`Settings.trust_workspace`, for CI);
-- warden's record, `~/.config/warden/trusted-workspaces.json`, written when the
-  person answers yes to the prompt `warden run` shows on first use;
-- Claude Code's own record: `hasTrustDialogAccepted` for the directory or one
-  above it in `~/.claude.json` (`$CLAUDE_CONFIG_DIR/.claude.json`).
-A workspace with nothing to trust (no project allow rules, mode, hooks, agent
-files or dev container) needs no answer. An untrusted workspace's dev container is
-not used unless `--devcontainer` asks for it.
+  (`Settings.trust_workspace`, for CI): this checkout as it is now;
+- warden's record, `~/.config/warden/trusted-workspaces.json`, holds a yes for
+  this exact path (a yes for `/` or a parent trusts no child, as in Claude Code)
+  whose fingerprints (`trusted_content`) match every file trust covers now. Any
+  file new, changed or removed since, by anyone (a sandbox included), unlocks
+  nothing until the person has been shown the change (`warden trust`, or the prompt
+  `warden run` shows at a terminal) and said yes again;
+- the workspace has nothing to trust (`trusted_content.needs_trust`).
+Claude Code's own record (`hasTrustDialogAccepted` in `~/.claude.json`) trusts a
+directory, not content, so it unlocks nothing here; the prompt mentions it.
 
-Several warden processes may record a yes at once (two runs in two workspaces
-answered together): `remember` reads, adds and replaces the record under an
-exclusive `flock` on the config directory, through a temporary file of its own, so
-neither answer is lost and no half-written record is ever read.
+The record keeps, per workspace, each covered file's fingerprint, and the text of
+small ones under `trusted-content/` (by hash) so the next review is a diff. A record
+of the old form (a list of paths) trusts no content: the next run shows everything
+as new once. Several warden processes may record a yes at once: `remember` reads,
+adds and replaces the record under an exclusive `flock` on the config directory,
+through a temporary file of its own, so neither answer is lost and no half-written
+record is ever read.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
+from orchestrator.workspace.trusted_content import (
+    ContentChange,
+    Fingerprint,
+    TrustedFile,
+    changes,
+    fingerprint,
+    needs_trust,
+)
 
 TRUST_FILE = "trusted-workspaces.json"
-MAX_TRUST_FILE_BYTES = 4 * 1024 * 1024
+CONTENT_DIR = "trusted-content"
+"""Beside the record: the text of each file a person said yes to, by its sha256."""
+RECORD_VERSION = 2
+MAX_TRUST_FILE_BYTES = 16 * 1024 * 1024
 """Largest trust record read (Claude Code's `.claude.json` grows with history)."""
-PROJECT_SETTINGS = (".claude/settings.json", ".claude/settings.local.json")
-PROJECT_AGENTS = ".claude/agents"
-PROJECT_DEVCONTAINERS = (".devcontainer/devcontainer.json", ".devcontainer.json")
+MAX_KEPT_TEXT_BYTES = 1024 * 1024
+"""Largest kept text read back for a diff."""
+
+__all__ = [
+    "TrustVerdict",
+    "is_trusted",
+    "needs_trust",
+    "recorded",
+    "remember",
+    "verdict",
+]
+
+
+class TrustVerdict(BaseModel):
+    """Whether a workspace's own loosening settings apply, and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trusted: bool
+    reason: str
+    """In words, for messages."""
+    wants: tuple[str, ...] = ()
+    """What the workspace would add that only trust lets in."""
+    changes: tuple[ContentChange, ...] = ()
+    """New, changed or removed since the last yes (everything, when there is none)."""
+    prints: dict[str, TrustedFile] = {}
+    """Every covered file's fingerprint, as looked at for this verdict."""
+    claude_trusts: bool = False
+    """Claude Code's record trusts this exact directory (a hint for the prompt)."""
 
 
 def _load(path: Path) -> object:
@@ -55,70 +101,121 @@ def _claude_record(settings: Settings) -> Path:
     return settings.claude_dir / ".claude.json"  # CLAUDE_CONFIG_DIR
 
 
-def recorded(settings: Settings, workspace: Path) -> bool:
-    """True when warden's or Claude Code's record trusts `workspace`."""
-    ws = workspace.resolve()
-    mine = _load(settings.config_dir / TRUST_FILE)
-    if isinstance(mine, dict) and str(ws) in (mine.get("workspaces") or []):
-        return True
+def _claude_trusts(settings: Settings, ws: Path) -> bool:
     claude = _load(_claude_record(settings))
     projects = claude.get("projects") if isinstance(claude, dict) else None
-    if not isinstance(projects, dict):
-        return False
-    for place in (ws, *ws.parents):
-        entry = projects.get(str(place))
-        if isinstance(entry, dict) and entry.get("hasTrustDialogAccepted") is True:
-            return True
-    return False
+    entry = projects.get(str(ws)) if isinstance(projects, dict) else None
+    return isinstance(entry, dict) and entry.get("hasTrustDialogAccepted") is True
+
+
+def _entries(doc: object) -> dict[str, object]:
+    """The record's workspaces: path → {"files": {...}} (old form: path → None)."""
+    listed = doc.get("workspaces") if isinstance(doc, dict) else None
+    if isinstance(listed, list):  # the old form: paths, no content
+        return {w: None for w in listed if isinstance(w, str)}
+    if isinstance(listed, dict):
+        return {k: v for k, v in listed.items() if isinstance(k, str)}
+    return {}
+
+
+def _kept_text(settings: Settings, digest: str) -> str | None:
+    if not digest.startswith("sha256:"):
+        return None
+    path = settings.config_dir / CONTENT_DIR / digest.removeprefix("sha256:")
+    try:
+        data = path.read_bytes()[: MAX_KEPT_TEXT_BYTES + 1]
+        if hashlib.sha256(data).hexdigest() != digest.removeprefix("sha256:"):
+            return None  # not what was seen: no diff from it
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def recorded(settings: Settings, workspace: Path) -> Fingerprint | None:
+    """The fingerprints of warden's last yes for exactly `workspace` (None: no yes;
+    {} for a yes of the old form, which covered no content)."""
+    entry = _entries(_load(settings.config_dir / TRUST_FILE)).get(str(workspace.resolve()), False)
+    if entry is False:
+        return None
+    files = entry.get("files") if isinstance(entry, dict) else None
+    out: Fingerprint = {}
+    for rel, digest in (files or {}).items() if isinstance(files, dict) else ():
+        if isinstance(rel, str) and isinstance(digest, str):
+            out[rel] = TrustedFile(digest=digest, text=_kept_text(settings, digest))
+    return out
+
+
+def verdict(settings: Settings, workspace: Path) -> TrustVerdict:
+    """Whether the workspace's own loosening settings apply (see the module doc)."""
+    ws = workspace.resolve()
+    prints = fingerprint(ws)
+    wants = tuple(needs_trust(ws, prints))
+    if settings.trust_workspace:
+        return TrustVerdict(
+            trusted=True,
+            reason="trusted as it is now (--trust-workspace)",
+            wants=wants,
+            prints=prints,
+        )
+    if not wants:
+        return TrustVerdict(trusted=True, reason="nothing of its own to trust", prints=prints)
+    before = recorded(settings, ws)
+    found = tuple(changes(before or {}, prints))
+    if before is not None and not found:
+        return TrustVerdict(
+            trusted=True, reason="its content is what you said yes to", wants=wants, prints=prints
+        )
+    reason = (
+        "its content changed since you said yes"
+        if before
+        else "you have not said yes to its content"
+    )
+    return TrustVerdict(
+        trusted=False,
+        reason=reason,
+        wants=wants,
+        changes=found,
+        prints=prints,
+        claude_trusts=_claude_trusts(settings, ws),
+    )
 
 
 def is_trusted(settings: Settings, workspace: Path) -> bool:
     """Whether the workspace's own loosening settings apply (see the module doc)."""
-    return settings.trust_workspace or recorded(settings, workspace) or not needs_trust(workspace)
+    return verdict(settings, workspace).trusted
 
 
-def needs_trust(workspace: Path) -> list[str]:
-    """What the workspace itself would add that only trust lets in, in words."""
-    found: list[str] = []
-    for rel in PROJECT_SETTINGS:
-        doc = _load(workspace / rel)
-        if not isinstance(doc, dict):
-            continue
-        perms = doc.get("permissions")
-        if isinstance(perms, dict) and (perms.get("allow") or perms.get("defaultMode")):
-            found.append(f"{rel}: allow rules or a permission mode")
-        if doc.get("hooks"):
-            found.append(f"{rel}: hooks")
-    agents = workspace / PROJECT_AGENTS
-    if agents.is_dir() and any(p.suffix == ".md" for p in agents.iterdir()):
-        found.append(f"{PROJECT_AGENTS}/: agent definitions")
-    for rel in PROJECT_DEVCONTAINERS:
-        if (workspace / rel).exists():
-            found.append(f"{rel}: a dev container (its image, or a Dockerfile warden builds)")
-            break
-    return found
-
-
-def remember(settings: Settings, workspace: Path) -> None:
-    """Record the person's yes, so the prompt is not shown again (other processes'
-    yeses recorded meanwhile are kept: see the module docstring)."""
+def remember(settings: Settings, workspace: Path, prints: Fingerprint | None = None) -> None:
+    """Record the person's yes to `prints` (what they were shown; default: the
+    content now), so it unlocks until it changes. Other processes' yeses recorded
+    meanwhile are kept (see the module docstring)."""
     path = settings.config_dir / TRUST_FILE
-    ws = str(workspace.resolve())
+    ws = workspace.resolve()
+    prints = fingerprint(ws) if prints is None else prints
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        _keep_texts(settings, prints)
         with _locked(path.parent):
-            doc = _load(path)
-            listed = doc.get("workspaces") if isinstance(doc, dict) else None
-            workspaces = [w for w in (listed or []) if isinstance(w, str)]
-            if ws in workspaces:
-                return
-            workspaces.append(ws)
-            _replace(path, json.dumps({"workspaces": workspaces}, indent=2) + "\n")
+            workspaces = _entries(_load(path))
+            workspaces[str(ws)] = {"files": {rel: f.digest for rel, f in sorted(prints.items())}}
+            doc = {"version": RECORD_VERSION, "workspaces": workspaces}
+            _replace(path, json.dumps(doc, indent=2) + "\n")
     except OSError as exc:
         raise ConfigError(
             f"cannot record the trusted workspace in {path} ({exc.strerror}); "
             "pass --trust-workspace instead"
         ) from exc
+
+
+def _keep_texts(settings: Settings, prints: Fingerprint) -> None:
+    directory = settings.config_dir / CONTENT_DIR
+    for f in prints.values():
+        if f.text is None or not f.digest.startswith("sha256:"):
+            continue
+        directory.mkdir(mode=0o700, exist_ok=True)
+        target = directory / f.digest.removeprefix("sha256:")
+        if not target.exists():
+            _replace(target, f.text)
 
 
 @contextlib.contextmanager
@@ -137,7 +234,7 @@ def _replace(path: Path, text: str) -> None:
     """Replace `path` with `text` atomically, through a temporary file of this call's own."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:

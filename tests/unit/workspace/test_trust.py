@@ -1,5 +1,7 @@
 """A project's allow rules, mode, hooks and agent files apply only in a workspace
-the person trusted (as Claude Code does); its deny and ask rules always apply."""
+the person trusted (as Claude Code does); its deny and ask rules always apply. Trust
+covers the exact path and the content a person said yes to: a change by anyone
+unlocks nothing until a new yes."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 from orchestrator.agents.registry import AgentRegistry
 from orchestrator.config import Settings
 from orchestrator.permissions import ToolCall, evaluate, load_hooks, load_policy
-from orchestrator.workspace.trust import is_trusted, needs_trust, remember
+from orchestrator.workspace.trust import is_trusted, needs_trust, remember, verdict
 from tests.conftest import warden_argv, warden_env
 
 HOOK = {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "true"}]}]}
@@ -85,15 +87,131 @@ def test_trust_records(settings: Settings, workspace: Path) -> None:
     assert is_trusted(settings, workspace)
 
 
-def test_claude_codes_trust_record_counts(settings: Settings, workspace: Path) -> None:
+def test_a_record_for_a_parent_or_claude_codes_record_trusts_nothing(
+    settings: Settings, workspace: Path
+) -> None:
+    """A yes for `/` (or any parent) trusts no child, as in Claude Code; Claude Code's
+    own record trusts a directory, not content, so warden asks once (and says why)."""
     project(workspace)
+    remember(settings, Path("/"))
+    remember(settings, workspace.parent)
+    assert not is_trusted(settings, workspace)
     record = settings.claude_dir / ".claude.json"  # CLAUDE_CONFIG_DIR's record
     record.parent.mkdir(parents=True)
-    record.write_text(
-        json.dumps({"projects": {str(workspace.parent): {"hasTrustDialogAccepted": True}}})
-    )
-    assert is_trusted(settings, workspace)
+    record.write_text(json.dumps({"projects": {str(workspace): {"hasTrustDialogAccepted": True}}}))
+    found = verdict(settings, workspace)
+    assert not found.trusted and found.claude_trusts
     assert is_trusted(settings.model_copy(update={"trust_workspace": True}), workspace)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"permissions": {"additionalDirectories": ["/"]}},
+        {"permissions": {"defaultMode": "acceptEdits"}},
+        {"enabledMcpjsonServers": ["x"]},
+        {"disableAllHooks": True},
+        {"env": {"PATH": "/workspace/bin"}},
+    ],
+)
+def test_every_key_that_widens_needs_trust(
+    settings: Settings, workspace: Path, doc: dict[str, object]
+) -> None:
+    (workspace / ".claude").mkdir()
+    (workspace / ".claude" / "settings.json").write_text(json.dumps(doc))
+    assert needs_trust(workspace)
+    assert not is_trusted(settings, workspace)
+
+
+def test_additional_directories_of_an_untrusted_workspace_widen_nothing(
+    settings: Settings, workspace: Path
+) -> None:
+    """The issue's attack: only `additionalDirectories: ["/"]` in the project's
+    settings. Reading /etc/shadow asks; in acceptEdits a write outside asks."""
+    (workspace / ".claude").mkdir()
+    (workspace / ".claude" / "settings.json").write_text(
+        json.dumps({"permissions": {"additionalDirectories": ["/"]}})
+    )
+    trusted = is_trusted(settings, workspace)
+    assert not trusted
+    pol = load_policy(settings, workspace, mode="acceptEdits", trusted=trusted)
+    read = ToolCall(tool_name="Read", tool_input={"file_path": "/etc/shadow"})
+    assert evaluate(pol, read).decision.behavior == "ask"
+    write = ToolCall(tool_name="Write", tool_input={"file_path": "/etc/x", "content": ""})
+    assert evaluate(pol, write).decision.behavior == "ask"
+
+
+def test_only_narrowing_settings_need_no_trust(settings: Settings, workspace: Path) -> None:
+    (workspace / ".claude").mkdir()
+    (workspace / ".claude" / "settings.json").write_text(
+        json.dumps({"permissions": {"deny": ["Read(./.env)"], "ask": ["Bash"]},
+                    "warden": {"protect": ["src"]}})
+    )  # fmt: skip
+    assert needs_trust(workspace) == []
+    assert is_trusted(settings, workspace)
+
+
+def test_a_change_since_the_yes_unlocks_nothing_until_reviewed(
+    settings: Settings, workspace: Path
+) -> None:
+    """Trust binds to content: any covered file new, changed or removed since the
+    yes (here a hook script the settings name, a dev container planted outside a
+    run) turns trust off, and the review shows the change as a diff."""
+    project(workspace)
+    hook = {
+        "PreToolUse": [
+            {
+                "matcher": "Bash",
+                "hooks": [
+                    {"type": "command", "command": "sh $CLAUDE_PROJECT_DIR/scripts/check.sh"}
+                ],
+            }
+        ]
+    }
+    settings_json = workspace / ".claude" / "settings.json"
+    doc = json.loads(settings_json.read_text())
+    settings_json.write_text(json.dumps({**doc, "hooks": hook}))
+    (workspace / "scripts").mkdir()
+    (workspace / "scripts" / "check.sh").write_text("exit 2\n")
+    remember(settings, workspace)
+    assert is_trusted(settings, workspace)
+    assert "scripts/check.sh" in verdict(settings, workspace).prints
+
+    (workspace / "scripts" / "check.sh").write_text("exit 0\n")
+    found = verdict(settings, workspace)
+    assert not found.trusted and "changed" in found.reason
+    [change] = found.changes
+    assert change.path == "scripts/check.sh" and change.change == "changed"
+    assert "-exit 2" in change.diff and "+exit 0" in change.diff
+    remember(settings, workspace, found.prints)  # the person's yes to what was shown
+    assert is_trusted(settings, workspace)
+
+    (workspace / ".devcontainer").mkdir()
+    (workspace / ".devcontainer" / "devcontainer.json").write_text('{"image": "evil"}')
+    found = verdict(settings, workspace)
+    assert not found.trusted
+    assert [(c.path, c.change) for c in found.changes] == [
+        (".devcontainer/devcontainer.json", "new")
+    ]
+    (workspace / ".devcontainer" / "devcontainer.json").unlink()
+    assert is_trusted(settings, workspace)
+    (workspace / ".claude" / "agents" / "helper.md").unlink()
+    assert not is_trusted(settings, workspace), "a removal is a change too"
+
+
+def test_a_record_of_the_old_form_trusts_no_content(settings: Settings, workspace: Path) -> None:
+    from orchestrator.workspace import trust
+
+    project(workspace)
+    settings.config_dir.mkdir(parents=True, exist_ok=True)
+    (settings.config_dir / trust.TRUST_FILE).write_text(
+        json.dumps({"workspaces": [str(workspace)]})
+    )
+    found = verdict(settings, workspace)
+    assert not found.trusted
+    assert {c.change for c in found.changes} == {"new"}
+    remember(settings, workspace)
+    assert is_trusted(settings, workspace)
 
 
 def test_user_agents_come_from_claude_codes_directory(settings: Settings) -> None:
@@ -161,5 +279,7 @@ def test_two_yeses_recorded_at_once_are_both_kept(
     monkeypatch.setattr(trust, "_load", real_load)
     recorded = json.loads((settings.config_dir / trust.TRUST_FILE).read_text())
     assert sorted(recorded["workspaces"]) == sorted(str(p) for p in (tmp_path, first, second))
-    assert is_trusted(settings, first) and is_trusted(settings, second)
+    for place in (first, second):
+        project(place)  # trust.recorded holds the yes; its content is empty
+        assert trust.recorded(settings, place) == {}
     assert [p.name for p in settings.config_dir.iterdir()] == [trust.TRUST_FILE]  # no .tmp

@@ -1,0 +1,69 @@
+"""`warden trust`: show what a workspace's trust would unlock that is new or changed
+since the last yes, as a diff, and record a new yes (`workspace.trust`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from orchestrator.config import Settings
+from orchestrator.untrusted_text import printable
+from orchestrator.workspace.trust import TrustVerdict
+
+
+@click.command("trust")
+@click.option(
+    "--workspace",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="The workspace (its exact path is what is trusted).",
+)
+@click.option("--yes", "-y", is_flag=True, help="Record the yes without asking (after showing).")
+@click.option("--show", is_flag=True, help="Only show what is new or changed; record nothing.")
+def trust(workspace: Path, yes: bool, show: bool) -> None:
+    """Review and trust WORKSPACE's own settings, hooks, agent files, dev container and
+    MCP configuration as they are now.
+
+    Shows every file new, changed or removed since your last yes (names and a diff,
+    as plain text: anyone, a sandbox included, may have written it), then asks.
+    What you said yes to unlocks until it changes again."""
+    from orchestrator.workspace.trust import remember, verdict
+
+    settings = Settings.from_env().model_copy(update={"trust_workspace": False})
+    ws = workspace.resolve()
+    found = verdict(settings, ws)
+    for line in describe(ws, found):
+        click.echo(line)
+    if found.trusted or show:
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(
+                "no terminal to answer on: review the above and pass --yes to trust it"
+            )
+        if not click.confirm("Trust this content?", default=False):
+            click.echo("not trusted; nothing recorded")
+            return
+    remember(settings, ws, found.prints)
+    click.echo(f"trusted {ws} as shown ({len(found.prints)} file(s) recorded)")
+
+
+def describe(ws: Path, found: TrustVerdict) -> list[str]:
+    """The review: what trust unlocks, what changed since the last yes, as plain text."""
+    from orchestrator.workspace.trusted_content import render
+
+    if found.trusted:
+        return [f"{ws}: trusted ({found.reason})"]
+    lines = [f"{ws}: not trusted ({found.reason}). Trust would let in:"]
+    lines += [f"  - {printable(w, 300)}" for w in found.wants]
+    if found.claude_trusts:
+        lines.append(
+            "Claude Code trusts this folder; warden's trust covers content, so it asks once."
+        )
+    if found.changes:
+        lines.append("New or changed since your last yes (written by anyone; plain text):")
+        lines += ["  " + line for line in render(list(found.changes))]
+    return lines
