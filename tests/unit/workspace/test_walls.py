@@ -119,7 +119,8 @@ def test_the_guard_mounts_masks_over_denied_paths_and_keeps_one_mount_per_target
     try:
         mounts = {m.target: m for m in guard.mounts()}
         assert sorted(mounts) == [
-            "/workspace/.claude", "/workspace/.env", "/workspace/.git", "/workspace/src",
+            "/workspace/.claude", "/workspace/.devcontainer", "/workspace/.env",
+            "/workspace/.git", "/workspace/src",
         ]  # fmt: skip
         env = mounts["/workspace/.env"]
         assert env.read_only and env.confined_to is None and env.source.name == "empty-file"
