@@ -1,7 +1,8 @@
 """What a sandbox container may do: the HostConfig every warden container gets, and its
 bind mounts.
 
-No capabilities, no new privileges, a read-only root with a small `/tmp` tmpfs, an
+No capabilities, no new privileges, warden's own seccomp profile (`seccomp`),
+a read-only root with a small `/tmp` tmpfs, an
 init process (so a kill is prompt), memory (no swap), CPU and pids caps, RLIMIT_FSIZE
 for the disk limit (`disk.py` watches the rest), and a capped json-file log (output is
 captured over attach). The network is switched off in the create request itself
@@ -17,6 +18,7 @@ from docker.types import LogConfig, Ulimit
 
 from orchestrator.backend.contract import SandboxSpec
 from orchestrator.backend.mounts import PinnedSources, check_confined
+from orchestrator.backend.seccomp import security_options
 from orchestrator.errors import ConfigError
 from sandbox_tools.wire import WORKSPACE
 
@@ -41,7 +43,7 @@ def host_config(api: APIClient, spec: SandboxSpec, pins: PinnedSources | None = 
     return api.create_host_config(
         binds=binds(spec, pins),
         cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
+        security_opt=security_options(),
         read_only=True,
         tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_bytes},mode=1777"},
         shm_size=SHM_BYTES,

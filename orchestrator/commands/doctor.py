@@ -50,6 +50,7 @@ def doctor(fix: bool, as_json: bool, workspace: Path) -> None:
     else:
         report["notes"].append(GVISOR_NOTE)
         report["images"] = _images_report(client, report, count_as_problem=not fix)
+        report["seccomp"] = _seccomp_report(client, report)
     report["agents"] = _agents_report(workspace, report)
     report["ok"] = not report["problems"]
     if as_json:
@@ -104,6 +105,24 @@ def _images_report(client: Any, report: dict[str, Any], *, count_as_problem: boo
     return rows
 
 
+def _seccomp_report(client: Any, report: dict[str, Any]) -> str:
+    """What the engine does with warden's seccomp profile, tried in a probe container
+    of warden's bash image (when it is built)."""
+    from orchestrator.backend.seccomp import probe
+    from orchestrator.errors import ImageNotFoundError
+    from orchestrator.images import resolve_image
+
+    try:
+        image = resolve_image(client, "bash")
+    except ImageNotFoundError:
+        return "not checked (warden's bash image is not built: warden images build)"
+    problem = probe(client, image)
+    if problem is not None:
+        report["problems"].append(f"seccomp: {problem}")
+        return f"NOT applied: {problem}"
+    return "warden's profile applied (a probe ran under a filter; io_uring_setup refused)"
+
+
 def _agents_report(workspace: Path, report: dict[str, Any]) -> list[dict[str, str]]:
     """Which image each agent type of a run in `workspace` would use, and why."""
     from orchestrator.agents.images import choose_image
@@ -149,6 +168,8 @@ def _print(report: dict[str, Any]) -> None:
     else:
         click.echo("engine:   NOT reachable")
     click.echo(f"pool:     {report['pool']['summary']}")
+    if "seccomp" in report:
+        click.echo(f"seccomp:  {report['seccomp']}")
     for row in report.get("images", []):
         tag = row["tag"] or "-"
         click.echo(f"image {row['kind']:<6} {row['state']:<8} {tag}  {row['detail']}")

@@ -44,6 +44,7 @@ from orchestrator.backend.contract import (
     BUILD_PIDS_VARIABLE,
     BuildLimits,
 )
+from orchestrator.backend.seccomp import security_options
 from orchestrator.errors import ImageBuildError
 from orchestrator.labels import warden_labels
 
@@ -200,7 +201,7 @@ class BuildBox:
             init=True,
             read_only=True,
             cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
+            security_opt=security_options(),
             pids_limit=self.limits.pids or -1,
             mem_limit=memory,
             memswap_limit=memory,

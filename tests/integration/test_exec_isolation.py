@@ -108,6 +108,50 @@ def test_no_capabilities_and_no_new_privileges(
     assert (workspace / "f").stat().st_uid != 0
 
 
+_KERNEL_PROBE = """
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(number, *args):
+    answer = libc.syscall(number, *args)
+    return errno.errorcode.get(ctypes.get_errno(), "?") if answer < 0 else "served"
+params = ctypes.create_string_buffer(120)
+found = {
+    "io_uring_setup": call(425, 8, params),
+    "io_uring_register": call(427, -1, 0, 0, 0),
+    "userfaultfd": call(323, 0),
+    "bpf": call(321, 0, 0, 0),
+    "perf_event_open": call(298, 0, 0, -1, -1, 0),
+    "keyctl": call(250, 0, 0),
+    "unshare_user": call(272, 0x10000000),
+    "seccomp": [l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")][0],
+}
+print(json.dumps(found))
+"""
+
+
+def test_warden_seccomp_profile_refuses_io_uring_and_ordinary_work_goes_on(
+    workspace: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    """The kernel itself refuses io_uring and the other calls warden has no use for
+    (the engine's default profile serves io_uring_setup), while python, bash and git
+    work as before."""
+    _, out = warden_exec(workspace, sandbox_image, no_leftovers, "python3", "-c", _KERNEL_PROBE)
+    found = json.loads(out["stdout"])
+    assert found.pop("seccomp") == "2"  # a filter is on the process
+    assert all(answer in ("EPERM", "ENOSYS") for answer in found.values()), found
+    script = (
+        "set -e; cd /workspace; git init -q r; cd r; echo hi > f; git add f; "
+        "git -c user.name=t -c user.email=t@t commit -qm one; git log --oneline | wc -l; "
+        "python3 -c 'import subprocess, threading; "
+        "t = threading.Thread(target=print, args=(\"thread\",)); t.start(); t.join(); "
+        "print(subprocess.run([\"echo\", \"child\"], capture_output=True, text=True).stdout)'"
+    )
+    # in the general-purpose image, which has git
+    _, out = warden_exec(workspace, "agent", no_leftovers, "bash", "-c", script)
+    assert out["status"] == "ok", out
+    assert out["stdout"].split() == ["1", "thread", "child"]
+
+
 def test_fork_bomb_is_contained(workspace: Path, sandbox_image: str, no_leftovers: Any) -> None:
     pids = 64
     script = (

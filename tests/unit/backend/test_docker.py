@@ -6,6 +6,7 @@ start."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -160,7 +161,9 @@ def test_container_is_hardened(backend: DockerBackend, api: StubAPI, workspace: 
     created = api.calls[0][2]
     host = created["host_config"]
     assert created["network_disabled"] is True
-    assert host["cap_drop"] == ["ALL"] and host["security_opt"] == ["no-new-privileges"]
+    assert host["cap_drop"] == ["ALL"] and host["security_opt"][0] == "no-new-privileges"
+    (profile,) = [o for o in host["security_opt"] if o.startswith("seccomp=")]
+    assert json.loads(profile[len("seccomp="):])["defaultAction"] == "SCMP_ACT_ERRNO"
     assert host["read_only"] is True and host["init"] is True
     assert host["mem_limit"] == host["memswap_limit"] == 512 * 1024 * 1024
     assert host["nano_cpus"] == 1_000_000_000 and host["pids_limit"] == 256
