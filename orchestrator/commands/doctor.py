@@ -50,7 +50,7 @@ def doctor(fix: bool, as_json: bool, workspace: Path) -> None:
     else:
         report["notes"].append(GVISOR_NOTE)
         report["images"] = _images_report(client, report, count_as_problem=not fix)
-        report["seccomp"] = _seccomp_report(client, report)
+        report["seccomp"] = _seccomp_report(client, report, report["images"])
     report["agents"] = _agents_report(workspace, report)
     report["ok"] = not report["problems"]
     if as_json:
@@ -105,18 +105,15 @@ def _images_report(client: Any, report: dict[str, Any], *, count_as_problem: boo
     return rows
 
 
-def _seccomp_report(client: Any, report: dict[str, Any]) -> str:
+def _seccomp_report(client: Any, report: dict[str, Any], images: list[Any]) -> str:
     """What the engine does with warden's seccomp profile, tried in a probe container
-    of warden's bash image (when it is built)."""
+    of warden's bash image (when it is built and current)."""
     from orchestrator.backend.seccomp import probe
-    from orchestrator.errors import ImageNotFoundError
-    from orchestrator.images import resolve_image
 
-    try:
-        image = resolve_image(client, "bash")
-    except ImageNotFoundError:
+    tags = [row["tag"] for row in images if row["kind"] == "bash" and row["state"] == "current"]
+    if not tags or not tags[0]:
         return "not checked (warden's bash image is not built: warden images build)"
-    problem = probe(client, image)
+    problem = probe(client, tags[0])
     if problem is not None:
         report["problems"].append(f"seccomp: {problem}")
         return f"NOT applied: {problem}"
