@@ -97,8 +97,20 @@ DEFAULT_CONTEXT_WINDOW_TOKENS = 200_000
 DEFAULT_BASH_TIMEOUT_S = 120.0
 """Timeout of a Bash call that gives none, when the spec does not say."""
 
-TOOL_NAMES = ("Bash", "Read", "Write", "Edit", "Glob", "Grep")
-"""Tools that run inside the container, with Claude Code's names."""
+TOOL_NAMES = (
+    "Bash",
+    "Read",
+    "Write",
+    "Edit",
+    "Glob",
+    "Grep",
+    "TaskOutput",
+    "TaskStop",
+    "NotebookEdit",
+    "TodoWrite",
+)
+"""Tools that run inside the container, with Claude Code's names (`TaskOutput` and
+`TaskStop` read and stop the background shells `Bash` starts)."""
 
 DELEGATION_TOOL_NAMES = ("Task",)
 """Tools that a container asks the host to carry out (nesting)."""

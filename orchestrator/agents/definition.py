@@ -29,30 +29,44 @@ MIN_MEMORY_BYTES = 6 * 1024 * 1024
 VALID_TOOLS = (*TOOL_NAMES, *DELEGATION_TOOL_NAMES)
 """Tool names an agent may list and keep."""
 
-CLAUDE_CODE_ONLY_TOOLS = frozenset(
-    {
-        "AskUserQuestion",
-        "BashOutput",
-        "EnterPlanMode",
-        "ExitPlanMode",
-        "KillBash",
-        "KillShell",
-        "LS",
-        "ListMcpResourcesTool",
-        "LSP",
-        "MultiEdit",
-        "NotebookEdit",
-        "NotebookRead",
-        "ReadMcpResourceTool",
-        "Skill",
-        "SlashCommand",
-        "TodoRead",
-        "TodoWrite",
-        "WebFetch",
-        "WebSearch",
-    }
+_WEB = "not yet run for subagents (they need the host's egress rules and the subagent's budget)"
+_MCP = "MCP servers are not started for subagents yet"
+_TEAM = (
+    "an agent-team tool: warden's subagents are one-shot tasks, with no message channel "
+    "into a running one and no shared task list"
 )
-"""Claude Code tools warden does not run in a container: dropped with a warning."""
+_OLD = "an older Claude Code tool; its work is done by the current ones"
+_HOST = "needs Claude Code's own runtime or a person at its terminal"
+
+UNSUPPORTED_TOOLS: dict[str, str] = {
+    "WebFetch": _WEB,
+    "WebSearch": _WEB,
+    "ListMcpResourcesTool": _MCP,
+    "ReadMcpResourceTool": _MCP,
+    "SendMessage": _TEAM,
+    "TaskCreate": _TEAM,
+    "TaskGet": _TEAM,
+    "TaskList": _TEAM,
+    "TaskUpdate": _TEAM,
+    "LS": _OLD,
+    "MultiEdit": _OLD,
+    "NotebookRead": _OLD,
+    "TodoRead": _OLD,
+    "AskUserQuestion": _HOST,
+    "EnterPlanMode": _HOST,
+    "ExitPlanMode": _HOST,
+    "LSP": _HOST,
+    "Skill": _HOST,
+    "SlashCommand": _HOST,
+}
+"""Claude Code tools warden does not run in a container, each with the short reason
+its warning gives; `UNSUPPORTED_TOOLS_DOC` lists each with the full reason."""
+
+CLAUDE_CODE_ONLY_TOOLS = frozenset(UNSUPPORTED_TOOLS)
+"""Their names (and `mcp__…`): dropped with a warning naming `UNSUPPORTED_TOOLS_DOC`."""
+
+UNSUPPORTED_TOOLS_DOC = "docs/tools.md"
+"""The one page listing the Claude Code tools warden does not run, and why."""
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
@@ -128,8 +142,13 @@ class AgentDefinition(BaseModel):
         return tools
 
 
-TOOL_ALIASES = {"Agent": "Task"}
-"""Claude Code's newer names for tools warden has under another name."""
+TOOL_ALIASES = {
+    "Agent": "Task",
+    "BashOutput": "TaskOutput",
+    "KillBash": "TaskStop",
+    "KillShell": "TaskStop",
+}
+"""Claude Code's other names (newer, or older) for tools warden has under another name."""
 
 
 def split_tool_names(tools: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
@@ -141,7 +160,10 @@ def split_tool_names(tools: list[str]) -> tuple[list[str], list[tuple[str, str]]
         if tool in VALID_TOOLS:
             kept.append(tool)
         elif tool in CLAUDE_CODE_ONLY_TOOLS or tool.startswith("mcp__"):
-            dropped.append((tool, "a Claude Code tool warden does not run in a sandbox"))
+            why = UNSUPPORTED_TOOLS.get(tool, _MCP)
+            dropped.append(
+                (tool, f"a Claude Code tool warden does not run: {why} ({UNSUPPORTED_TOOLS_DOC})")
+            )
         elif "(" in tool:
             dropped.append(
                 (

@@ -124,7 +124,7 @@ BUILTIN_AGENTS = (
             "it for commands, counting, searching and small edits."
         ),
         system_prompt=BASH_PROMPT,
-        tools=("Bash", "Read", "Write", "Edit", "Glob"),
+        tools=("Bash", "Read", "Write", "Edit", "Glob", "TaskOutput", "TaskStop"),
         max_turns=30,
         image=IMAGE_BASH,
         timeout_s=DEFAULT_TIMEOUT_S,

@@ -18,6 +18,7 @@ from orchestrator.permissions.glob_reads import glob_may_read
 from orchestrator.permissions.models import (
     EDIT_TOOLS,
     NO_PROMPT_TOOLS,
+    OWN_STATE_TOOLS,
     READ_TOOLS,
     Decision,
     ToolCall,
@@ -135,7 +136,11 @@ class _Evaluator:
     def _mode_default(self, tool: str, in_workspace: bool, why: str = "") -> Explanation:
         m = self.mode
         lead = f"{why}; " if why else "no rule matches; "
-        if m == "bypassPermissions" or (tool in NO_PROMPT_TOOLS and m != "plan"):
+        if (
+            m == "bypassPermissions"
+            or tool in OWN_STATE_TOOLS
+            or (tool in NO_PROMPT_TOOLS and m != "plan")
+        ):
             b: Behavior = "allow"
         elif tool in READ_TOOLS and in_workspace:
             b = "allow"  # as Claude Code: reading the working directories needs no rule
@@ -178,6 +183,8 @@ class _Evaluator:
         tool = self.call.tool_name
         if tool in ("Read", "Write", "Edit"):
             p = inp.get("file_path")
+        elif tool == "NotebookEdit":
+            p = inp.get("notebook_path")
         elif tool in ("Glob", "Grep"):
             p = inp.get("path") or self.cwd
             pattern = inp.get("pattern")
@@ -211,12 +218,13 @@ class _Evaluator:
     def _tool(self) -> Explanation:
         tool = self.call.tool_name
         target = self._target()
-        if tool in ("Read", "Write", "Edit") and not target:
-            return self._done("deny", f"{tool} input has no 'file_path' string", source="input")
+        if tool in ("Read", "Write", "Edit", "NotebookEdit") and not target:
+            key = "notebook_path" if tool == "NotebookEdit" else "file_path"
+            return self._done("deny", f"{tool} input has no {key!r} string", source="input")
         for rule in self.policy.rules_for("deny"):
             if self._matches(rule, target, strict=True):
                 return self._done("deny", f"denied by {rule.text} ({rule.source})", rule)
-        if self.mode == "plan" and tool not in READ_TOOLS:
+        if self.mode == "plan" and tool not in READ_TOOLS | OWN_STATE_TOOLS:
             return self._done("deny", "the plan mode is read-only", source=f"{MODE_SOURCE}:plan")
         for rule in self.policy.rules_for("ask"):
             if self._matches(rule, target, strict=True):

@@ -18,7 +18,11 @@ READ_TOOLS = frozenset({"Read", "Glob", "Grep"})
 NO_PROMPT_TOOLS = frozenset({"Task"})
 """Tools that, as in Claude Code, need no approval by default: a delegated task is
 itself bound by the child's policy (its tools ∩ the parent's rules)."""
-EDIT_TOOLS = frozenset({"Edit", "Write"})
+OWN_STATE_TOOLS = frozenset({"TaskOutput", "TaskStop", "TodoWrite"})
+"""Tools that touch only the agent's own state (the background shells an allowed
+Bash call started, its todo list): as in Claude Code they need no approval in any
+mode, the plan mode included; a deny or ask rule still holds."""
+EDIT_TOOLS = frozenset({"Edit", "Write", "NotebookEdit"})
 """Tools that change files; allowed inside the workspace by `acceptEdits`."""
 
 REQUIRED_INPUT_KEYS: dict[str, tuple[str, ...]] = {
@@ -29,6 +33,9 @@ REQUIRED_INPUT_KEYS: dict[str, tuple[str, ...]] = {
     "Glob": ("pattern",),
     "Grep": ("pattern",),
     "Task": ("description", "prompt", "subagent_type"),
+    "TaskOutput": ("task_id",),
+    "NotebookEdit": ("notebook_path", "new_source"),
+    "TodoWrite": ("todos",),
 }
 """Keys each tool's input must carry (Claude Code's schemas); checked on `updatedInput`."""
 

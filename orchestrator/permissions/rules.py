@@ -29,13 +29,14 @@ RuleBehavior = Behavior
 MAX_RULE_CHARS = 4096
 """Longest rule text accepted."""
 
-PATH_TOOLS = frozenset({"Read", "Edit", "Write", "Glob", "Grep"})
+PATH_TOOLS = frozenset({"Read", "Edit", "Write", "Glob", "Grep", "NotebookEdit"})
 APPLIES_TO: dict[str, frozenset[str]] = {
     "Read": frozenset({"Read", "Glob", "Grep"}),
-    "Edit": frozenset({"Edit", "Write"}),
-    "Write": frozenset({"Write", "Edit"}),
+    "Edit": frozenset({"Edit", "Write", "NotebookEdit"}),
+    "Write": frozenset({"Write", "Edit", "NotebookEdit"}),
 }
-"""A rule for the key tool also governs these tools."""
+"""A rule for the key tool also governs these tools (as in Claude Code, `Edit` rules
+hold for every tool that edits files, NotebookEdit included)."""
 
 _RULE = re.compile(r"^(?P<tool>[A-Za-z][A-Za-z0-9_-]*)(?:\((?P<spec>.*)\))?$", re.DOTALL)
 

@@ -110,7 +110,11 @@ class ParentAgent:
         lines = agent_listing([(n, registry.get(n).description) for n in names])
         if not self.fork:
             return tool_schemas(lines)
-        return [*tool_schemas(lines, fork=True), *tool_params(list(wire.TOOL_NAMES))]
+        own = tool_schemas(lines, fork=True)
+        # TaskOutput and TaskStop are the parent's own (its background tasks); a forked
+        # subagent given these definitions reads and stops its background shells with them.
+        taken = {t.get("name") for t in own}
+        return [*own, *tool_params([n for n in wire.TOOL_NAMES if n not in taken])]
 
     async def run(self, prompt: str) -> ParentResult:
         self.messages.append({"role": "user", "content": prompt})

@@ -31,6 +31,10 @@ _LOCAL_TOOLS: dict[str, tuple[str, str]] = {
     "Edit": ("files", "edit"),
     "Glob": ("search", "glob"),
     "Grep": ("search", "grep"),
+    "TaskOutput": ("shells", "task_output"),
+    "TaskStop": ("shells", "task_stop"),
+    "NotebookEdit": ("notebook", "notebook_edit"),
+    "TodoWrite": ("todos", "todo_write"),
 }
 """Tool name -> (module under sandbox_tools.tools, function). Imported on first use:
 the first model request goes out before the tools' imports (subprocess, re) are paid."""
@@ -79,7 +83,7 @@ def describe(name: str, raw: JSONObject) -> str:
     command = raw.get("command")
     if name == "Bash" and isinstance(command, str):
         return one_line(command, BASH_DETAIL_CHARS)
-    for key in ("file_path", "pattern", "description", "path"):
+    for key in ("file_path", "notebook_path", "pattern", "description", "path", "task_id"):
         value = raw.get(key)
         if isinstance(value, str):
             return value if len(value) <= DETAIL_CHARS else value[: DETAIL_CHARS - 1] + "…"
@@ -102,10 +106,11 @@ __all__ = [
 
 
 def kill_running_tools() -> None:
-    """SIGKILL every Bash call in progress (the host is gone); nothing to do when no
-    Bash call was ever made (its module was never imported)."""
+    """SIGKILL every Bash call in progress and every background shell (the host is
+    gone); nothing to do for a module never imported (no such call was made)."""
     import sys
 
-    bash = sys.modules.get("sandbox_tools.tools.bash")
-    if bash is not None:
-        bash.kill_running()
+    for module in ("sandbox_tools.tools.bash", "sandbox_tools.tools.shells"):
+        loaded = sys.modules.get(module)
+        if loaded is not None:
+            loaded.kill_running()

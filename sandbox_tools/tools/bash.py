@@ -4,7 +4,10 @@ Each call gets a new session (`start_new_session`), so the shell and everything
 it starts share one process group. On timeout the whole group gets SIGKILL.
 When the shell exits normally, processes it left in the background are
 stopped too: a tool call never leaves work running behind the model's back,
-and the pipe they hold cannot keep the call waiting.
+and the pipe they hold cannot keep the call waiting. A command the model asks
+to run in the background (`run_in_background`) is a background shell instead
+(`shells`): it returns at once and runs until it ends, is stopped, or the
+sandbox ends.
 
 One thread does everything: it polls the output pipe and a pidfd (which
 becomes readable when the shell exits), so a short command costs about what
@@ -173,6 +176,10 @@ def _pump(proc: subprocess.Popen[bytes], capture: _CappedCapture, timeout_s: flo
 
 
 def bash(inp: BashInput, ctx: ToolContext) -> ToolOutput:
+    if inp.run_in_background:
+        from sandbox_tools.tools import shells
+
+        return shells.start(inp.command, inp.description, ctx)
     timeout_s = inp.timeout / 1000 if inp.timeout is not None else ctx.bash_timeout_s
     ooms_before = oom.oom_kills()
     try:

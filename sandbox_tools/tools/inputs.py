@@ -1,42 +1,25 @@
 """Tool inputs with Claude Code's names and fields, and the JSON schemas shown to the model.
 
-Each tool's input is a named tuple; `CHECKS` says how each of its fields is
-checked: the JSON key (Claude Code's, e.g. `-i`), the type and its bounds; a
-field without a default is required. `parse` validates what the model sent against it as
-strictly as a closed pydantic model would: unknown fields, missing required
-ones and wrong types are refused (a boolean is not a number, a number is not a
-string; a whole float such as `2.0` is taken as an int), and every problem is
-listed. Written by hand because the sandbox carries only the standard library
-(no pydantic), which has no validator for this.
-
-`TOOL_SCHEMAS` holds the hand-written JSON schemas (Claude Code's wording); a
-unit test checks that they list the same fields as the input types. Its size
-(about 480 lines) is one idea: the tools' input contract, mostly declarations.
+Each tool's input is a named tuple, its fields' checks in `checks.CHECKS` (how
+they are checked: `checks`). `TOOL_SCHEMAS` holds the hand-written JSON schemas
+(Claude Code's wording); a unit test checks that they list the same fields as the
+input types. This module declares the file, search, shell and Task tools; the
+tools added for Claude Code's agent files (background shells, notebooks, the todo
+list) are declared in `more_inputs` and joined here, so `INPUT_TYPES` and
+`TOOL_SCHEMAS` name every tool once.
 """
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, TypeVar
+from typing import Literal, NamedTuple
 
-from sandbox_tools.errors import ToolError
-from sandbox_tools.jsontypes import JSONObject, JSONValue
+from sandbox_tools.jsontypes import JSONObject
+from sandbox_tools.tools import more_inputs
+from sandbox_tools.tools.checks import CHECKS, Check, dump, input_fields, parse
+from sandbox_tools.tools.more_inputs import schema as _schema
 
 BASH_MAX_TIMEOUT_MS = 600_000
 """Longest timeout a Bash call may ask for (Claude Code's limit, 10 minutes)."""
-
-
-class Check(NamedTuple):
-    """How one input field is checked."""
-
-    kind: type
-    """str, int, float or bool."""
-    key: str | None = None
-    """The JSON key when it differs from the attribute name (`-i`)."""
-    min_length: int | None = None
-    ge: float | None = None
-    gt: float | None = None
-    le: float | None = None
-    choices: tuple[str, ...] | None = None
 
 
 class BashInput(NamedTuple):
@@ -48,6 +31,9 @@ class BashInput(NamedTuple):
     """Timeout in milliseconds; the agent's default when absent."""
     description: str | None = None
     """What the command does, in a few words (shown in progress)."""
+    run_in_background: bool | None = None
+    """Start it and return its shell id at once (`TaskOutput` reads it, `TaskStop`
+    ends it); it runs until it exits, is stopped, or the sandbox ends."""
 
 
 class ReadInput(NamedTuple):
@@ -138,53 +124,55 @@ class TaskInput(NamedTuple):
     """Resume an earlier task's session."""
 
 
-CHECKS: dict[type, dict[str, Check]] = {
-    BashInput: {
-        "command": Check(str, min_length=1),
-        "timeout": Check(float, gt=0, le=BASH_MAX_TIMEOUT_MS),
-        "description": Check(str),
-    },
-    ReadInput: {
-        "file_path": Check(str),
-        "offset": Check(int, ge=0),
-        "limit": Check(int, ge=1),
-    },
-    WriteInput: {
-        "file_path": Check(str),
-        "content": Check(str),
-    },
-    EditInput: {
-        "file_path": Check(str),
-        "old_string": Check(str),
-        "new_string": Check(str),
-        "replace_all": Check(bool),
-    },
-    GlobInput: {
-        "pattern": Check(str, min_length=1),
-        "path": Check(str),
-    },
-    GrepInput: {
-        "pattern": Check(str, min_length=1),
-        "path": Check(str),
-        "glob": Check(str),
-        "output_mode": Check(str, choices=GREP_OUTPUT_MODES),
-        "case_insensitive": Check(bool, key="-i"),
-        "line_numbers": Check(bool, key="-n"),
-        "after": Check(int, ge=0, key="-A"),
-        "before": Check(int, ge=0, key="-B"),
-        "context": Check(int, ge=0, key="-C"),
-        "head_limit": Check(int, ge=1),
-    },
-    TaskInput: {
-        "description": Check(str, min_length=1),
-        "prompt": Check(str, min_length=1),
-        "subagent_type": Check(str, min_length=1),
-        "max_turns": Check(int, ge=1),
-        "run_in_background": Check(bool),
-        "session_id": Check(str),
-    },
-}
-"""How each field of each input type is checked (its JSON key, type and bounds)."""
+CHECKS.update(
+    {
+        BashInput: {
+            "command": Check(str, min_length=1),
+            "timeout": Check(float, gt=0, le=BASH_MAX_TIMEOUT_MS),
+            "description": Check(str),
+            "run_in_background": Check(bool),
+        },
+        ReadInput: {
+            "file_path": Check(str),
+            "offset": Check(int, ge=0),
+            "limit": Check(int, ge=1),
+        },
+        WriteInput: {
+            "file_path": Check(str),
+            "content": Check(str),
+        },
+        EditInput: {
+            "file_path": Check(str),
+            "old_string": Check(str),
+            "new_string": Check(str),
+            "replace_all": Check(bool),
+        },
+        GlobInput: {
+            "pattern": Check(str, min_length=1),
+            "path": Check(str),
+        },
+        GrepInput: {
+            "pattern": Check(str, min_length=1),
+            "path": Check(str),
+            "glob": Check(str),
+            "output_mode": Check(str, choices=GREP_OUTPUT_MODES),
+            "case_insensitive": Check(bool, key="-i"),
+            "line_numbers": Check(bool, key="-n"),
+            "after": Check(int, ge=0, key="-A"),
+            "before": Check(int, ge=0, key="-B"),
+            "context": Check(int, ge=0, key="-C"),
+            "head_limit": Check(int, ge=1),
+        },
+        TaskInput: {
+            "description": Check(str, min_length=1),
+            "prompt": Check(str, min_length=1),
+            "subagent_type": Check(str, min_length=1),
+            "max_turns": Check(int, ge=1),
+            "run_in_background": Check(bool),
+            "session_id": Check(str),
+        },
+    }
+)
 
 INPUT_TYPES: dict[str, type] = {
     "Bash": BashInput,
@@ -194,134 +182,10 @@ INPUT_TYPES: dict[str, type] = {
     "Glob": GlobInput,
     "Grep": GrepInput,
     "Task": TaskInput,
+    **more_inputs.INPUT_TYPES,
 }
 
-InputT = TypeVar("InputT")
-
-
-class InputField(NamedTuple):
-    """One field of a tool input: its attribute, JSON key, check and default."""
-
-    name: str
-    key: str
-    check: Check
-    required: bool
-    default: object
-
-
-def input_fields(input_type: type) -> list[InputField]:
-    """The fields of a tool input type, in declaration order."""
-    checks = CHECKS[input_type]
-    defaults: dict[str, object] = input_type._field_defaults  # type: ignore[attr-defined]
-    names: tuple[str, ...] = input_type._fields  # type: ignore[attr-defined]
-    return [
-        InputField(
-            name, checks[name].key or name, checks[name], name not in defaults, defaults.get(name)
-        )
-        for name in names
-    ]
-
-
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "an array" if isinstance(value, list) else "an object"
-
-
-def _coerce(check: Check, value: object) -> tuple[object, str | None]:
-    """(the value as the field's type, None) or (None, what is wrong)."""
-    wrong = f"must be {_TYPE_NAMES[check.kind]}, got {_json_type(value)}"
-    if isinstance(value, bool) and check.kind is not bool:
-        return None, wrong
-    if check.kind is int:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if not isinstance(value, int):
-            return None, wrong
-    elif check.kind is float:
-        if not isinstance(value, (int, float)):
-            return None, wrong
-        value = float(value)
-    elif not isinstance(value, check.kind):
-        return None, wrong
-    return value, _bounds(check, value)
-
-
-def _bounds(check: Check, value: object) -> str | None:
-    if isinstance(value, str):
-        if check.min_length is not None and len(value) < check.min_length:
-            return f"must have at least {check.min_length} character(s)"
-        if check.choices is not None and value not in check.choices:
-            return "must be one of " + ", ".join(repr(c) for c in check.choices)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        if check.ge is not None and value < check.ge:
-            return f"must be at least {check.ge:g}"
-        if check.gt is not None and value <= check.gt:
-            return f"must be greater than {check.gt:g}"
-        if check.le is not None and value > check.le:
-            return f"must be at most {check.le:g}"
-    return None
-
-
-def parse(name: str, input_type: type[InputT], raw: object) -> InputT:
-    """`raw` checked against `input_type`'s fields; a ToolError listing every problem."""
-    if not isinstance(raw, dict):
-        raise ToolError(f"invalid input for {name}: must be an object, got {_json_type(raw)}")
-    fields = input_fields(input_type)
-    known = {f.key for f in fields}
-    problems = [
-        f"{key}: unknown field (not one of {', '.join(sorted(known))})"
-        for key in raw
-        if key not in known
-    ]
-    values: dict[str, object] = {}
-    for f in fields:
-        if f.key not in raw:
-            if f.required:
-                problems.append(f"{f.key}: required field is missing")
-            continue
-        value = raw[f.key]
-        if value is None and not f.required and f.default is None:
-            values[f.name] = None
-            continue
-        coerced, problem = _coerce(f.check, value)
-        if problem is not None:
-            problems.append(f"{f.key}: {problem}")
-        else:
-            values[f.name] = coerced
-    if problems:
-        raise ToolError(f"invalid input for {name}: {'; '.join(problems)}")
-    return input_type(**values)
-
-
-def dump(inp: object) -> JSONObject:
-    """A parsed input back as JSON keys, without the fields that are None."""
-    return {
-        f.key: getattr(inp, f.name)
-        for f in input_fields(type(inp))
-        if getattr(inp, f.name) is not None
-    }
-
-
-def _schema(description: str, properties: dict[str, JSONObject], required: list[str]) -> JSONObject:
-    return {
-        "description": description,
-        "input_schema": {
-            "type": "object",
-            "properties": dict[str, JSONValue](properties),
-            "required": list[JSONValue](required),
-            "additionalProperties": False,
-        },
-    }
+__all__ = ["CHECKS", "Check", "dump", "input_fields", "parse"]
 
 
 def _path_prop(what: str) -> JSONObject:
@@ -332,7 +196,9 @@ TOOL_SCHEMAS: dict[str, JSONObject] = {
     "Bash": _schema(
         "Executes a bash command in the workspace directory and returns its combined "
         "stdout and stderr and its exit code. Each call starts a fresh shell; processes "
-        "it leaves running in the background are stopped when the command finishes.",
+        "it leaves running in the background are stopped when the command finishes, "
+        "unless run_in_background is set: then the command keeps running and its shell "
+        "id comes back at once.",
         {
             "command": {"type": "string", "description": "The command to execute"},
             "timeout": {
@@ -342,6 +208,11 @@ TOOL_SCHEMAS: dict[str, JSONObject] = {
             "description": {
                 "type": "string",
                 "description": "Clear, concise description of what this command does in 5-10 words",
+            },
+            "run_in_background": {
+                "type": "boolean",
+                "description": "Set to true to run this command in the background. Use "
+                "TaskOutput to read the output later.",
             },
         },
         ["command"],
@@ -475,6 +346,7 @@ TOOL_SCHEMAS: dict[str, JSONObject] = {
         },
         ["description", "prompt", "subagent_type"],
     ),
+    **more_inputs.TOOL_SCHEMAS,
 }
 
 

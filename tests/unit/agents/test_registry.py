@@ -120,14 +120,26 @@ def test_builtins_without_any_files(settings: Settings, workspace: Path) -> None
     assert registry.names() == ["bash", "general-purpose"]
     general = registry.get("general-purpose")
     # Task is in the definition; the TaskManager offers it only while nesting is allowed.
-    assert general.tools == ("Bash", "Read", "Write", "Edit", "Glob", "Grep", "Task")
+    assert general.tools == (
+        "Bash",
+        "Read",
+        "Write",
+        "Edit",
+        "Glob",
+        "Grep",
+        "TaskOutput",
+        "TaskStop",
+        "NotebookEdit",
+        "TodoWrite",
+        "Task",
+    )
     # No image of its own: the run's choice applies (agents.images), by default `agent`.
     assert (general.image, general.max_turns, general.timeout_s) == (None, 50, 900.0)
     assert general.model is None and general.source == "built-in"
     assert "/workspace" in general.system_prompt and "final message" in general.system_prompt
     bash = registry.get("bash")
     assert (bash.tools, bash.image, bash.max_turns, bash.timeout_s) == (
-        ("Bash", "Read", "Write", "Edit", "Glob"),
+        ("Bash", "Read", "Write", "Edit", "Glob", "TaskOutput", "TaskStop"),
         "bash",
         30,
         900.0,
@@ -392,12 +404,12 @@ def test_durations_sizes_and_wildcard_tools(tmp_path: Path) -> None:
 def test_dropped_tools_are_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     settings = Settings(state_dir=tmp_path / "s", config_dir=tmp_path / "c")
     _write(
-        _user(settings), "w.md", "---\nname: w\ndescription: d\ntools: Read, TodoWrite\n---\nx\n"
+        _user(settings), "w.md", "---\nname: w\ndescription: d\ntools: Read, WebSearch\n---\nx\n"
     )
     with caplog.at_level(logging.WARNING, logger="orchestrator.agents.registry"):
         registry = AgentRegistry.load(settings, None)
     assert registry.get("w").tools == ("Read",)
-    assert "dropped tool 'TodoWrite'" in caplog.text
+    assert "dropped tool 'WebSearch'" in caplog.text
 
 
 def test_definitions_are_closed_and_check_tools() -> None:

@@ -31,7 +31,13 @@ def test_tools_match_the_wire_contract() -> None:
     assert set(INPUT_TYPES) == set(TOOL_SCHEMAS)
 
 
-SCHEMA_TYPES = {str: {"string"}, int: {"number", "integer"}, float: {"number"}, bool: {"boolean"}}
+SCHEMA_TYPES = {
+    str: {"string"},
+    int: {"number", "integer"},
+    float: {"number"},
+    bool: {"boolean"},
+    list: {"array"},
+}
 
 
 @pytest.mark.parametrize("name", sorted(TOOL_SCHEMAS))

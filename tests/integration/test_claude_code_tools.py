@@ -1,0 +1,126 @@
+"""Claude Code's tools beyond the file and shell ones, end to end in real sandboxes
+with the scripted model: a background shell outlives the Bash call that started it,
+its output is read by later TaskOutput calls, it is a process of its sandbox (seen
+on the host while the sandbox runs) and it is gone when the sandbox ends; a
+background process counts against the sandbox's pids limit."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import Settings
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
+from tests.integration.harness import (
+    convo,
+    hold_command,
+    requests_of,
+    scripted_run,
+    text,
+    tool,
+    until,
+    write_agent,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def host_processes_with(marker: str) -> list[int]:
+    """Pids of every process on the host whose command line holds `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and b"for i in" not in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def tool_results(server: object, conversation: str) -> list[str]:
+    """The text of every tool result the model was sent in this conversation."""
+    last = requests_of(server, conversation)[-1].body  # type: ignore[arg-type]
+    return [
+        block["content"]
+        for message in last["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]
+
+
+def task(prompt: str, agent: str = "general-purpose") -> TaskInput:
+    return TaskInput(description="tools", prompt=prompt, subagent_type=agent)
+
+
+async def test_a_background_shell_outlives_its_call_and_dies_with_the_sandbox(
+    settings: Settings, workspace: Path
+) -> None:
+    marker = f"warden-bg-{uuid.uuid4().hex[:10]}"
+    background = (
+        "echo one; while [ ! -e /workspace/go ]; do sleep 0.05; done; "
+        f"echo two; touch /workspace/two.done; exec -a {marker} sleep 600"
+    )
+    script = [
+        convo(
+            "child",
+            {"prompt_contains": "BACKGROUND"},
+            [tool("Bash", command=background, run_in_background=True)],
+            # The call above returned while its command waits for `go`: it survived it.
+            [tool("Bash", command="touch /workspace/go; "
+                  "while [ ! -e /workspace/two.done ]; do sleep 0.05; done")],
+            [tool("TaskOutput", task_id="bash_1", block=False)],
+            [tool("Bash", command=hold_command("holding"), timeout=600000)],
+            [text("finished without stopping it")],
+        ),
+    ]  # fmt: skip
+    async with scripted_run(settings, workspace, script) as (run, server):
+        child = asyncio.create_task(run.manager.run_task(task("BACKGROUND")))
+        await until((workspace / "holding").exists, 180, "the holding Bash call")
+        while_running = host_processes_with(marker)
+        (workspace / "holding.release").touch()
+        result = await child
+        await until(lambda: not host_processes_with(marker), 60, "the background process ending")
+
+    assert result.status is TaskStatus.COMPLETED, result
+    assert len(while_running) == 1, while_running
+    results = tool_results(server, "child")
+    assert "Command running in background with ID: bash_1" in results[0]
+    assert results[2].splitlines() == ["one", "two", "[bash_1: running]"]
+
+
+async def test_background_processes_count_against_the_sandbox_pids_limit(
+    settings: Settings, workspace: Path
+) -> None:
+    write_agent(
+        workspace,
+        "few-pids",
+        "---\nname: few-pids\ndescription: d\ntools: Bash, TaskOutput\npids: 40\n---\nx\n",
+    )
+    fill = "for i in $(seq 200); do sleep 600 & done; echo started; wait"
+    script = [
+        convo(
+            "child",
+            {"prompt_contains": "PIDS"},
+            [tool("Bash", command=fill, run_in_background=True)],
+            [tool("TaskOutput", task_id="bash_1", block=True, timeout=5000)],
+            [tool("Bash", command="sleep 0 && echo forked")],
+            [text("done")],
+        ),
+    ]
+    async with scripted_run(settings, workspace, script) as (run, server):
+        result = await run.manager.run_task(task("PIDS", "few-pids"))
+
+    assert result.status is TaskStatus.COMPLETED, result
+    results = tool_results(server, "child")
+    # The background shell ran into the limit, and so does the next call: the
+    # processes it left running hold the sandbox's pids.
+    assert "Resource temporarily unavailable" in results[1], results[1]
+    assert "forked" not in results[2], results[2]

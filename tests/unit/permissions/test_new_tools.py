@@ -1,0 +1,50 @@
+"""The tools added for Claude Code's agent files are decided as Claude Code decides
+them: NotebookEdit is an edit of its `notebook_path` (Edit and Write rules hold for
+it, acceptEdits allows it inside the workspace, plan mode denies it); TaskOutput,
+TaskStop and TodoWrite touch only the agent's own state and need no approval in any
+mode, while a deny rule naming them still holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.permissions import ToolCall, evaluate
+from orchestrator.permissions.models import Behavior
+from tests.unit.permissions.test_paths import policy
+
+
+def notebook(pol_kwargs: dict[str, object], path: str) -> Behavior:
+    call = ToolCall(tool_name="NotebookEdit", tool_input={"notebook_path": path, "new_source": "x"})
+    return evaluate(policy(**pol_kwargs), call).decision.behavior  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("rules", "path", "expected"),
+    [
+        ({"deny": ["Edit(secret/**)"]}, "/workspace/secret/a.ipynb", "deny"),
+        ({"allow": ["Edit(nb/**)"]}, "nb/a.ipynb", "allow"),
+        ({"allow": ["Edit(nb/**)"]}, "other/a.ipynb", "ask"),
+        ({"ask": ["Write(nb/**)"], "mode": "acceptEdits"}, "nb/a.ipynb", "ask"),
+        ({"mode": "acceptEdits"}, "a.ipynb", "allow"),
+        ({"mode": "acceptEdits"}, "/tmp/a.ipynb", "ask"),
+        ({"mode": "plan"}, "a.ipynb", "deny"),
+    ],
+)
+def test_notebook_edit_is_decided_as_an_edit_of_its_path(
+    rules: dict[str, object], path: str, expected: Behavior
+) -> None:
+    assert notebook(rules, path) == expected
+
+
+def test_a_notebook_edit_without_a_path_is_denied() -> None:
+    call = ToolCall(tool_name="NotebookEdit", tool_input={"new_source": "x"})
+    decision = evaluate(policy(mode="bypassPermissions"), call).decision
+    assert decision.behavior == "deny" and "'notebook_path'" in decision.reason
+
+
+@pytest.mark.parametrize("tool", ["TaskOutput", "TaskStop", "TodoWrite"])
+@pytest.mark.parametrize("mode", ["default", "plan", "dontAsk", "acceptEdits"])
+def test_own_state_tools_need_no_approval_but_obey_deny_rules(tool: str, mode: str) -> None:
+    call = ToolCall(tool_name=tool, tool_input={"task_id": "bash_1"})
+    assert evaluate(policy(mode=mode), call).decision.behavior == "allow"
+    assert evaluate(policy(deny=[tool], mode=mode), call).decision.behavior == "deny"
