@@ -50,7 +50,7 @@ def test_the_bash_type_stays_restricted_unless_a_person_names_its_image() -> Non
     assert chosen.name == "node-tools:1" and chosen.restricted_instead
     assert "instead of the restricted" in chosen.origin
     # It has the file tools too, decided by the same rules as any tool.
-    assert bash.tools == ("Bash", "Read", "Write", "Edit", "Glob")
+    assert bash.tools == ("Bash", "Read", "Write", "Edit", "Glob", "TaskOutput", "TaskStop")
 
 
 def write(workspace: Path, relative: str, text: str) -> Path:
