@@ -10,6 +10,7 @@ import difflib
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from orchestrator.agents.keys import McpServerSpec, MemoryScope
 from orchestrator.permissions.hooks import HookCommand
 from orchestrator.permissions.models import Mode
 from sandbox_tools.wire import DELEGATION_TOOL_NAMES, TOOL_NAMES
@@ -100,8 +101,8 @@ class AgentDefinition(BaseModel):
     choice applies (`--image`, the dev container, else `agent`; see `agents.images`)."""
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     """Wall-clock deadline; the container is killed when it passes."""
-    memory: int | None = Field(default=None, ge=MIN_MEMORY_BYTES)
-    """Memory limit in bytes; None keeps the backend's default."""
+    memory_limit: int | None = Field(default=None, ge=MIN_MEMORY_BYTES)
+    """RAM limit in bytes (`warden.memory`); None keeps the backend's default."""
     cpus: float | None = Field(default=None, gt=0)
     """CPU limit; None keeps the backend's default."""
     pids: int | None = Field(default=None, ge=1)
@@ -114,10 +115,36 @@ class AgentDefinition(BaseModel):
     fork: bool = False
     """Start subagents of this type in fork mode (from the parent's conversation)
     unless a Task call says `fork: false`; needs a run with fork mode on."""
+    network: object = None
+    """`warden.network` as written (None: not set; see `egress.sources.agent_rules`)."""
+    memory_scope: MemoryScope | None = None
+    """Claude Code's `memory`: where the agent's memory directory lives (user:
+    the user's `agent-memory/NAME/`, project: `.claude/agent-memory/NAME/`, local:
+    `.claude/agent-memory-local/NAME/`); its MEMORY.md goes into the prompt."""
+    skills: tuple[str, ...] = ()
+    """Skills preloaded into its first message (`.claude/skills/NAME/SKILL.md`)."""
+    effort: str | None = None
+    """Claude Code's `effort` (low, medium, high, xhigh, max, or a number as text)."""
+    initial_prompt: str | None = None
+    """`initialPrompt`: Claude Code reads it only for a main-session agent, never for a
+    subagent; kept and shown, not sent."""
+    omit_claude_md: bool = False
+    """`omitClaudeMd`: its context leaves out the CLAUDE.md files."""
+    background: bool = False
+    """`background`: a Task call that does not say `run_in_background` runs in the
+    background."""
+    isolation: str | None = None
+    """`isolation` (`worktree`): accepted, not run yet (see `keys.WORKTREE_NOTE`)."""
+    mcp_servers: tuple[McpServerSpec, ...] = ()
+    """`mcpServers`: MCP servers this agent's tools include (started by the tools layer)."""
+    color: str | None = None
+    """`color`: shown by `warden agents list/show`."""
+    omit_git_status: bool = False
+    """Its context leaves out the git status snapshot (the built-in Explore and Plan)."""
     source: str = BUILTIN_SOURCE
     """The file it came from, or `built-in`."""
     extra: dict[str, object] = Field(default_factory=dict)
-    """Frontmatter keys warden does not use (`color`, `permissionMode`, `hooks`, …)."""
+    """Frontmatter keys warden does not know, kept as written."""
     dropped_tools: tuple[str, ...] = ()
     """Listed tools warden does not run in a container (`WebFetch`, `mcp__…`)."""
 

@@ -6,18 +6,26 @@
     tools: Read, Grep, Glob, Bash     # or a YAML list; absent = every tool
     model: inherit                    # or sonnet / opus / haiku / a model id
     maxTurns: 20
-    image: agent                      # warden: agent | bash | a local image
-    timeout: 10m                      # warden: seconds, or 90s / 10m / 1h
-    memory: 1g                        # warden: bytes, or 512m / 1g / 2GiB
-    cpus: 1.5                         # warden
-    pids: 256                         # warden
-    tokenBudget: 200000               # warden: tokens per subagent (all usage fields)
-    diskWriteLimit: 500m              # warden: lowers the run's disk write cap
-    fork: true                        # warden: start from the parent's conversation
+    memory: project                   # Claude Code: user / project / local agent memory
+    skills: [api-style]               # Claude Code: skills preloaded into its context
+    color: blue                       # Claude Code: shown by `warden agents list`
+    warden:                           # warden's own keys, apart from Claude Code's
+      image: agent                    # agent | bash | a local image
+      timeout: 10m                    # seconds, or 90s / 10m / 1h
+      memory: 1g                      # RAM: bytes, or 512m / 1g / 2GiB
+      cpus: 1.5
+      pids: 256
+      tokenBudget: 200000             # tokens per subagent (all usage fields)
+      diskWriteLimit: 500m            # lowers the run's disk write cap
+      network: none                   # or {allowedDomains: [...], deniedDomains: [...]}
+      fork: true                      # start from the parent's conversation
     ---
     The system prompt.
 
-Other keys (`color`, `skills`, …) are kept in `AgentDefinition.extra`.
+Claude Code's other keys (`effort`, `initialPrompt`, `omitClaudeMd`, `background`,
+`isolation`, `mcpServers`) are read by `orchestrator.agents.keys`, as are the old
+top-level spellings of warden's keys (deprecated, with a warning; `memory: 512m`, a
+size, is the old RAM limit). Unknown keys are kept in `AgentDefinition.extra`.
 `disallowedTools` is honoured (removed from `tools`); `permissionMode` narrows the
 parent's mode (it never widens it); `hooks` (Claude Code's settings format) apply to
 that agent's tool calls, on top of the settings files' hooks, with the same rules
@@ -42,6 +50,13 @@ import yaml
 from pydantic import ValidationError
 
 from orchestrator.agents.definition import AgentDefinition, split_tool_names
+from orchestrator.agents.keys import (
+    WARDEN_KEYS,
+    claude_code_fields,
+    parse_duration,
+    parse_size,
+    warden_values,
+)
 from orchestrator.config import DEFAULT_MODEL_ALIASES as MODEL_ALIASES
 from orchestrator.errors import AgentDefinitionError, PolicyError
 from orchestrator.permissions.hooks import parse_hooks
@@ -61,25 +76,68 @@ KNOWN_KEYS = {
     "disallowedTools": "disallowed_tools",
     "model": "model",
     "maxTurns": "max_turns",
-    "image": "image",
-    "timeout": "timeout_s",
-    "memory": "memory",
-    "cpus": "cpus",
-    "pids": "pids",
     "permissionMode": "permission_mode",
     "hooks": "hooks",
-    "tokenBudget": "token_budget",
-    "diskWriteLimit": "disk_write_limit",
-    "fork": "fork",
-}
-"""Frontmatter key → `AgentDefinition` field."""
+    "memory": "memory_scope",
+    "skills": "skills",
+    "effort": "effort",
+    "initialPrompt": "initial_prompt",
+    "omitClaudeMd": "omit_claude_md",
+    "background": "background",
+    "isolation": "isolation",
+    "mcpServers": "mcp_servers",
+    "color": "color",
+    "warden": "warden",
+} | {key: field for key, field in WARDEN_KEYS.items() if key != "memory"}
+"""Frontmatter key → `AgentDefinition` field (warden's keys: their deprecated
+top-level spellings, read with a warning)."""
 
 RESTRICTING_KEYS = frozenset(
     {"tools", "disallowedTools", "network", "permissionMode", "maxTurns", "timeout", "memory",
-     "cpus", "pids", "tokenBudget", "diskWriteLimit", "hooks"}
+     "cpus", "pids", "tokenBudget", "diskWriteLimit", "hooks", "warden"}
 )
 """Keys that narrow what an agent may do: malformed or misspelt, the file is refused."""
 NETWORK_KEYS = ("allowedDomains", "deniedDomains")
+
+
+def _warden_fields(found: dict[str, object], path: Path, text: str) -> dict[str, object]:
+    """`AgentDefinition` fields from warden's keys (`keys.warden_values`)."""
+    fields: dict[str, object] = {}
+    for key in ("pids", "tokenBudget"):
+        if found.get(key) is not None:
+            if not isinstance(found[key], int) or isinstance(found[key], bool):
+                raise AgentDefinitionError(
+                    f"{path}: `{key}` must be a whole number, not {found[key]!r}"
+                )
+            fields[WARDEN_KEYS[key]] = found[key]
+    if found.get("fork") is not None:
+        if not isinstance(found["fork"], bool):
+            raise AgentDefinitionError(
+                f"{path}: `fork` must be true or false, not {found['fork']!r}"
+            )
+        fields["fork"] = found["fork"]
+    if found.get("image") is not None:
+        fields["image"] = _text(found, "image", path)
+    if found.get("timeout") is not None:
+        fields["timeout_s"] = parse_duration(found["timeout"], "timeout", path)
+    if found.get("memory") is not None:
+        fields["memory_limit"] = parse_size(found["memory"], "memory", path)
+    if found.get("diskWriteLimit") is not None:
+        fields["disk_write_limit"] = parse_size(found["diskWriteLimit"], "diskWriteLimit", path)
+    if found.get("cpus") is not None:
+        cpus = found["cpus"]
+        try:
+            if isinstance(cpus, bool) or not isinstance(cpus, int | float | str):
+                raise TypeError(cpus)
+            fields["cpus"] = float(cpus)
+        except (TypeError, ValueError):
+            raise AgentDefinitionError(
+                f"{path}: `cpus: {found['cpus']}` is not a number; use e.g. 1 or 1.5"
+            ) from None
+    if "network" in found:
+        check_network(found["network"], path, text)
+        fields["network"] = found["network"]
+    return fields
 
 
 def _line(text: str, key: str) -> str:
@@ -115,13 +173,10 @@ def check_network(block: object, path: Path, text: str) -> None:
 
 
 _FIELD_TO_KEY = {field: key for key, field in KNOWN_KEYS.items()} | {
-    "system_prompt": "the body (system prompt)"
+    "system_prompt": "the body (system prompt)",
+    "memory_limit": "warden.memory",
 }
 _KEY_LINE = re.compile(r"^([A-Za-z_][\w-]*)\s*:(?:\s(.*)|)$")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$", re.IGNORECASE)
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-_DURATION_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
 
 FRONTMATTER_HELP = (
     "An agent file starts with a line `---`, then YAML with at least `name:` and "
@@ -216,31 +271,6 @@ def _read_key_by_key(front: str, file: Path, error: yaml.YAMLError) -> dict[str,
         rest = [line.strip() for line in chunk[1:] if line.strip()]
         values[key] = "\n".join([first, *rest]).strip()
     return values
-
-
-def parse_duration(value: object, key: str, file: Path) -> float:
-    """Seconds from `900`, `90s`, `15m` or `1h`."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    found = _DURATION.match(str(value)) if isinstance(value, str) else None
-    if found and float(found.group(1)) > 0:
-        unit = (found.group(2) or "s").lower()
-        return float(found.group(1)) * _DURATION_UNITS[unit]
-    raise AgentDefinitionError(
-        f"{file}: `{key}: {value}` is not a duration; use seconds (900) or 90s, 15m, 1h"
-    )
-
-
-def parse_size(value: object, key: str, file: Path) -> int:
-    """Bytes from `1073741824`, `512m`, `1g`, `2GiB` (1024-based, like Docker)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    found = _SIZE.match(value) if isinstance(value, str) else None
-    if found and float(found.group(1)) > 0:
-        return int(float(found.group(1)) * _SIZE_UNITS[found.group(2).lower()])
-    raise AgentDefinitionError(
-        f"{file}: `{key}: {value}` is not a size; use bytes or a unit: 512m, 1g, 2GiB"
-    )
 
 
 def parse_tool_list(value: object, key: str, file: Path) -> list[str] | None:
@@ -338,37 +368,14 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
             f"{path}: agent {name!r}: `model: {model}` is not an alias warden knows "
             f"({', '.join(MODEL_ALIASES)}, inherit); it is sent as a model id"
         )
-    for key in ("maxTurns", "pids", "tokenBudget"):
-        if values.get(key) is not None:
-            if not isinstance(values[key], int) or isinstance(values[key], bool):
-                raise AgentDefinitionError(
-                    f"{path}: `{key}` must be a whole number, not {values[key]!r}"
-                )
-            fields[KNOWN_KEYS[key]] = values[key]
-    if values.get("fork") is not None:
-        if not isinstance(values["fork"], bool):
+    if values.get("maxTurns") is not None:
+        if not isinstance(values["maxTurns"], int) or isinstance(values["maxTurns"], bool):
             raise AgentDefinitionError(
-                f"{path}: `fork` must be true or false, not {values['fork']!r}"
+                f"{path}: `maxTurns` must be a whole number, not {values['maxTurns']!r}"
             )
-        fields["fork"] = values["fork"]
-    if values.get("image") is not None:
-        fields["image"] = _text(values, "image", path)
-    if values.get("timeout") is not None:
-        fields["timeout_s"] = parse_duration(values["timeout"], "timeout", path)
-    if values.get("memory") is not None:
-        fields["memory"] = parse_size(values["memory"], "memory", path)
-    if values.get("diskWriteLimit") is not None:
-        fields["disk_write_limit"] = parse_size(values["diskWriteLimit"], "diskWriteLimit", path)
-    if values.get("cpus") is not None:
-        cpus = values["cpus"]
-        try:
-            if isinstance(cpus, bool) or not isinstance(cpus, int | float | str):
-                raise TypeError(cpus)
-            fields["cpus"] = float(cpus)
-        except (TypeError, ValueError):
-            raise AgentDefinitionError(
-                f"{path}: `cpus: {values['cpus']}` is not a number; use e.g. 1 or 1.5"
-            ) from None
+        fields["max_turns"] = values["maxTurns"]
+    fields.update(claude_code_fields(values, path, str(name), warnings))
+    fields.update(_warden_fields(warden_values(values, path, warnings), path, text))
 
     extra = {key: value for key, value in values.items() if key not in KNOWN_KEYS}
     fields["extra"] = extra
@@ -384,7 +391,6 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
             )
         if near and near != key:
             warnings.append(f"{path}: key {key!r} is not read; did you mean {near!r}?")
-    check_network(values.get("network"), path, text)
     try:
         return AgentDefinition.model_validate(fields), warnings
     except ValidationError as exc:

@@ -119,7 +119,16 @@ def _summary(agent: AgentDefinition, run: RunImages, may_delegate: bool) -> dict
         "image_from": choice.origin,
         "max_turns": agent.max_turns,
         "timeout_s": agent.timeout_s,
-        "memory": agent.memory,
+        "memory_limit": agent.memory_limit,
+        "memory": agent.memory_scope,
+        "skills": list(agent.skills),
+        "effort": agent.effort,
+        "color": agent.color,
+        "background": agent.background,
+        "isolation": agent.isolation,
+        "omit_claude_md": agent.omit_claude_md,
+        "initial_prompt": agent.initial_prompt,
+        "mcp_servers": [server.name for server in agent.mcp_servers],
         "cpus": agent.cpus,
         "pids": agent.pids,
         "permission_mode": agent.permission_mode,
@@ -170,7 +179,8 @@ def list_command(
         tools = ", ".join(agent.offered_tools(may_delegate=may_delegate)) or "none"
         click.echo(
             f"{printable(agent.name, None)}\t{printable(_model(agent), 60)}\t{tools}\t"
-            f"{printable(_choice(agent, run).name, 60)}\t{printable(agent.source, None)}"
+            f"{printable(_choice(agent, run).name, 60)}\t{printable(agent.source, None)}\t"
+            f"{printable(agent.color or '-', 20)}"
         )
     _report(registry.warnings, registry.problems)
 

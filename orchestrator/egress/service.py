@@ -83,7 +83,7 @@ class EgressService:
                 base,
                 task.agent_type,
                 str(getattr(agent, "source", "?")),
-                getattr(agent, "extra", {}) or {},
+                {"network": getattr(agent, "network", None)},
             )
         )
         self._effective[task.task_id] = rules

@@ -241,7 +241,8 @@ def exec_rules(
 def agent_rules(
     base: RuleSet, name: str, source: str, extra: Mapping[str, object]
 ) -> RuleSet | None:
-    """`base` narrowed by an agent file's `network:` key; None: no egress for it.
+    """`base` narrowed by an agent file's `warden.network` (`extra["network"]`; absent
+    or None: not set); None: no egress for it.
     PolicyError names the file when the key is malformed."""
     block = extra.get("network")
     if block is None:

@@ -73,8 +73,8 @@ def warn_if_root_owned(workspace: Path, fallback_uid: int, user: str | None) -> 
 def agent_limits(agent: AgentDefinition) -> ResourceLimits:
     """Memory, CPU and pids: the agent's own where it sets them, else the defaults."""
     update: dict[str, int | float] = {}
-    if agent.memory:
-        update["memory_bytes"] = agent.memory
+    if agent.memory_limit:
+        update["memory_bytes"] = agent.memory_limit
     if agent.cpus:
         update["cpus"] = agent.cpus
     if agent.pids:

@@ -53,7 +53,7 @@ def test_text_keys_stay_lenient(tmp_path: Path) -> None:
 
 def test_empty_allowed_domains_means_no_domain(tmp_path: Path) -> None:
     found, _ = load_agent_file(agent(tmp_path, "network:\n  allowedDomains: []\n"))
-    assert agent_rules(RuleSet(), found.name, found.source, found.extra) is None
+    assert agent_rules(RuleSet(), found.name, found.source, {"network": found.network}) is None
 
 
 def test_agents_validate_exits_non_zero(settings: Settings, tmp_path: Path) -> None:

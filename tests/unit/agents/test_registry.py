@@ -171,7 +171,7 @@ def test_real_world_files_load(settings: Settings, workspace: Path) -> None:
     assert reviewer.description.count("<example>") == 2
     assert reviewer.system_prompt.startswith("You are a senior code reviewer.")
     assert "2. Focus on the modified files." in reviewer.system_prompt
-    assert reviewer.extra == {"color": "red"}
+    assert (reviewer.color, reviewer.extra) == ("red", {})
     assert reviewer.source == str(project / "code-reviewer.md")
 
     runner = registry.get("test-runner")
@@ -180,7 +180,7 @@ def test_real_world_files_load(settings: Settings, workspace: Path) -> None:
         "Runs the test suite and fixes failures.\nUse PROACTIVELY after code changes."
     )
     assert (runner.max_turns, runner.timeout_s) == (25, 600.0)
-    assert (runner.memory, runner.cpus, runner.pids) == (1024**3, 1.5, 256)
+    assert (runner.memory_limit, runner.cpus, runner.pids) == (1024**3, 1.5, 256)
 
     writer = registry.get("doc-writer")
     assert writer.model is None  # inherit
@@ -188,7 +188,7 @@ def test_real_world_files_load(settings: Settings, workspace: Path) -> None:
     assert writer.dropped_tools == ("WebFetch", "mcp__github__get_issue")
     assert writer.description.endswith("Use when docs lag behind code.")
     assert writer.permission_mode == "acceptEdits"
-    assert writer.extra["skills"] == ["markdown-style"]
+    assert writer.skills == ("markdown-style",)
     [hook] = writer.hooks
     assert (hook.event, hook.matcher, hook.command) == (
         "PostToolUse",
@@ -252,8 +252,14 @@ def test_unknown_agent_type_lists_the_valid_ones(settings: Settings, workspace: 
         ("---\nname: a b\ndescription: d\n---\nhi\n", "`name`: String should match"),
         ("---\nname: a\ndescription: d\nmaxTurns: lots\n---\nhi\n", "`maxTurns` must be a whole"),
         ("---\nname: a\ndescription: d\nmaxTurns: 0\n---\nhi\n", "`maxTurns`: Input should be"),
-        ("---\nname: a\ndescription: d\nmemory: lots\n---\nhi\n", "is not a size"),
-        ("---\nname: a\ndescription: d\nmemory: 1k\n---\nhi\n", "`memory`: Input should be"),
+        ("---\nname: a\ndescription: d\nmemory: lots\n---\nhi\n", "nor a size"),
+        ("---\nname: a\ndescription: d\nmemory: 1k\n---\nhi\n", "`warden.memory`: Input should"),
+        ("---\nname: a\ndescription: d\nwarden: {memory: lots}\n---\nhi\n", "is not a size"),
+        ("---\nname: a\ndescription: d\nwarden: {ram: 1g}\n---\nhi\n", "`warden.ram` is not"),
+        ("---\nname: a\ndescription: d\nwarden: 3\n---\nhi\n", "`warden:` must be a mapping"),
+        ("---\nname: a\ndescription: d\ncpus: 1\nwarden: {cpus: 2}\n---\nhi\n", "both at the"),
+        ("---\nname: a\ndescription: d\nisolation: remote\n---\nhi\n", "not an isolation"),
+        ("---\nname: a\ndescription: d\nbackground: maybe\n---\nhi\n", "true or false"),
         ("---\nname: a\ndescription: d\ntimeout: soon\n---\nhi\n", "is not a duration"),
         ("---\nname: a\ndescription: d\ncpus: many\n---\nhi\n", "is not a number"),
         ("---\nname: a\ndescription: d\npermissionMode: yolo\n---\nhi\n", "is not a mode"),
@@ -390,11 +396,11 @@ def test_durations_sizes_and_wildcard_tools(tmp_path: Path) -> None:
     path = _write(
         tmp_path,
         "a.md",
-        "---\nname: a\ndescription: d\ntools: '*'\ntimeout: 1h\nmemory: 512MiB\n---\nhi\n",
+        "---\nname: a\ndescription: d\ntools: '*'\nwarden:\n  timeout: 1h\n  memory: 512MiB\n---\nhi\n",
     )
     agent, warnings = load_agent_file(path)
     assert agent.tools is None and warnings == []
-    assert (agent.timeout_s, agent.memory) == (3600.0, 512 * 1024**2)
+    assert (agent.timeout_s, agent.memory_limit) == (3600.0, 512 * 1024**2)
     agent, _ = load_agent_file(
         _write(tmp_path, "b.md", "---\nname: b\ndescription: d\ntimeout: 90\n---\nhi\n")
     )

@@ -181,6 +181,10 @@ class _Agent:
     extra: dict[str, object]
     source: str = "agents/x.md"
 
+    @property
+    def network(self) -> object:
+        return self.extra.get("network")
+
 
 async def test_a_nested_task_never_reaches_more_than_its_parent(tmp_path: Path) -> None:
     """Delegating cannot widen egress: a nested task starts from its parent's rules
