@@ -97,7 +97,7 @@ def test_old_top_level_spellings_load_with_one_warning_each(tmp_path: Path) -> N
 
 
 def test_a_malformed_network_in_the_block_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(AgentDefinitionError, match="network.allowed"):
+    with pytest.raises(AgentDefinitionError, match=r"network\.allowed"):
         load_agent_file(_file(tmp_path, "warden:\n  network:\n    allowed: [a.com]\n"))
 
 
