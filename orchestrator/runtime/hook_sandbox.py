@@ -49,7 +49,7 @@ from orchestrator.errors import WardenError
 from orchestrator.images.sealing import sealed_program
 from orchestrator.lifecycle import socket_dirs
 from orchestrator.permissions.hooks import SandboxedHookRun
-from sandbox_tools.wire import WORKSPACE
+from orchestrator.permissions.hooks.trust import sandboxed_environment
 
 if TYPE_CHECKING:
     from orchestrator.backend.contract import ContainerBackend
@@ -57,8 +57,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HOOK_SANDBOX_ENV = {"HOME": "/tmp", "CLAUDE_PROJECT_DIR": WORKSPACE}
-"""A sandboxed hook's environment (the image's PATH; nothing from the host)."""
+HOOK_SANDBOX_ENV = sandboxed_environment()
+"""A sandboxed hook's environment (nothing from the host; the shim gives the hook
+exactly this, whatever the image sets: `permissions.hooks.trust`)."""
 HOOK_IMAGE = "agent"
 """The image sandboxed hooks run in (Python, git, coreutils)."""
 HOOK_SOCKET_DIR = "/run/warden-hook"
@@ -102,7 +103,7 @@ s.settimeout(None)
 req = json.loads(data)
 limit = req["limit"]
 proc = subprocess.Popen(["sh", "-c", req["command"]], cwd=req["cwd"], stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=req["env"])
 kept = {}
 def drain(name, stream):
     buf, cut = bytearray(), False
@@ -360,6 +361,7 @@ class HookSandboxPool:
         request = {
             "command": command,
             "cwd": cwd,
+            "env": HOOK_SANDBOX_ENV,
             "limit": limit,
             "stdin": base64.b64encode(stdin).decode(),
         }

@@ -48,6 +48,7 @@ from typing import Literal, TypedDict
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
 from orchestrator.jsontypes import JSONObject
+from orchestrator.permissions.hooks.trust import steers
 from orchestrator.permissions.settings_files import SettingsFile, load_stack
 from orchestrator.permissions.sources import MAX_POLICY_BYTES
 
@@ -177,6 +178,12 @@ def load_hooks(settings: Settings, workspace: Path, *, trusted: bool = True) -> 
         warnings.extend(warned)
         env_names += _hook_env(f.doc, f.path)
     names = tuple(dict.fromkeys(env_names))
+    steering = [n for n in names if steers(n)]
+    if steering:
+        warnings.append(
+            f"warden.hookEnv: {', '.join(steering)} not passed to hooks: they point an "
+            "interpreter, a shell or the loader at other code (see permissions.hooks.trust)"
+        )
     return HookSet(
         tuple(replace(h, env_names=names) for h in hooks),
         tuple(warnings),

@@ -165,7 +165,7 @@ async def _run_hook(
         cwd = Path(neutral)
         if hook.cwd == "workspace" and workspace_host is not None:
             cwd = workspace_host
-        env = hook_environment(workspace_host, hook.env_names)
+        env = hook_environment(workspace_host, hook.env_names, home=Path(neutral))
         return await _run_on_host(hook, base, stdin, tool_name, str(cwd), env)
 
 
