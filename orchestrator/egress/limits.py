@@ -1,9 +1,13 @@
 """Per-task egress limits and the meter that enforces and records them.
 
 Counted in the proxy on the host (the container cannot touch the counters):
-connections opened, bytes sent upstream (requests) and received (responses).
-A connection that would cross a limit is refused before it opens; a transfer
-that crosses a byte cap is cut at the cap, and the cut is recorded and announced.
+connections held, connections opened, bytes sent upstream (requests) and received
+(responses). Every connection the proxy accepts is held from its accept, on the
+accepting thread, before it waits for a byte (`hold`): one over the open-connection
+cap is closed at once, so a sandbox that opens thousands of connections and sends
+nothing holds at most the cap of the host's descriptors. A connection that would
+cross the lifetime cap is refused before it opens; a transfer that crosses a byte
+cap is cut at the cap, and the cut is recorded and announced.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ DEFAULT_MAX_BYTES_DOWN = 2 * 1024**3
 DEFAULT_MAX_CONNECTIONS = 2000
 """Most connections one task may open through the proxy over its life."""
 DEFAULT_MAX_OPEN_CONNECTIONS = 64
-"""Most connections one task may hold open at once."""
+"""Most connections one task may hold open at once, counted from their accept (a
+connection that has sent nothing yet counts)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,8 @@ class Meter:
     open_connections: int = 0
     bytes_up: int = 0
     bytes_down: int = 0
+    refused_open: int = 0
+    """Connections closed at their accept because the open-connection cap was reached."""
     cut: str | None = None
     """The first limit crossed (recorded once; later transfers are refused outright)."""
     destinations: dict[tuple[str, int], Destination] = field(default_factory=dict)
@@ -68,18 +75,28 @@ class Meter:
     def destination(self, host: str, port: int) -> Destination:
         return self.destinations.setdefault((host, port), Destination(host, port))
 
+    def hold(self) -> str | None:
+        """Count a connection just accepted (from any thread, before its first byte);
+        the reason it must be closed at once, or None. `closed` gives it back."""
+        cap = self.limits.max_open_connections
+        with self._lock:
+            if cap and self.open_connections >= cap:
+                self.refused_open += 1
+                return f"the task's limit of {cap} open connections"
+            self.open_connections += 1
+            return None
+
     def admit(self) -> str | None:
-        """Count a new connection; the reason it may not open, or None."""
+        """Count a held connection as a client's request (over the task's life); the
+        reason it may not open, or None."""
         lim = self.limits
-        if self.cut is not None and "bytes" in self.cut:
-            return self.cut
-        if lim.max_connections and self.connections >= lim.max_connections:
-            return self._crossed(f"the task's connection limit ({lim.max_connections})")
-        if lim.max_open_connections and self.open_connections >= lim.max_open_connections:
-            return f"the task's limit of {lim.max_open_connections} open connections"
-        self.connections += 1
-        self.open_connections += 1
-        return None
+        with self._lock:
+            if self.cut is not None and "bytes" in self.cut:
+                return self.cut
+            if lim.max_connections and self.connections >= lim.max_connections:
+                return self._crossed(f"the task's connection limit ({lim.max_connections})")
+            self.connections += 1
+            return None
 
     def opened(self, dest: Destination) -> None:
         """Count a connection to `dest` that was allowed and recorded (from any thread)."""
@@ -87,7 +104,9 @@ class Meter:
             dest.connections += 1
 
     def closed(self) -> None:
-        self.open_connections = max(0, self.open_connections - 1)
+        """A held connection was closed (from any thread)."""
+        with self._lock:
+            self.open_connections = max(0, self.open_connections - 1)
 
     def allow_up(self, dest: Destination, n: int) -> int:
         """How many of `n` bytes may go upstream now (the rest crosses the cap)."""

@@ -7,6 +7,12 @@ connection, which is served as the client itself. Every socket the proxy reads a
 writes is its own (a passed connection, whose blocking flag the sandbox shares, is
 refused).
 
+Every accepted connection is held against the task's open-connection cap from its
+accept, on the accepting thread, before anything is read from it (`Meter.hold`): one
+over the cap gets a one-line `429` and is closed there, and the first such refusal
+is announced once (`egress_open_limit`), so a sandbox that opens thousands of
+connections and sends nothing costs the host at most the cap in descriptors.
+
 One request per connection, in three phases:
 1. checks, on the event loop: the peer's uid and group (of the Unix connection that
    passed the connection or its listening socket), the connection caps, the request head
@@ -131,6 +137,8 @@ class EgressProxy:
         """Forwarders' listening sockets, accepted on directly (`handover`)."""
         self._relay_threads = RelayThreads(MAX_RELAY_THREADS)
         self._cut_reported = False
+        self._open_limit_reported = False
+        self._notices: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -179,23 +187,52 @@ class EgressProxy:
                 log.warning("egress proxy: accept failed: %s", exc)
                 await asyncio.sleep(ACCEPT_RETRY_S)
                 continue
+            why = self.meter.hold()
+            if why is not None:
+                _close_over_cap(conn, why)
+                self._open_limit(why)
+                continue
             self._handle(conn, checked=False)
 
     def _handle(self, conn: socket.socket, *, checked: bool) -> None:
+        """Serve a held connection (`Meter.hold` counted it; `_accepted` gives it back)."""
         task = asyncio.create_task(self._accepted(conn, checked))
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
+
+    def _open_limit(self, why: str) -> None:
+        """On the loop: announce the open-connection cap, once per proxy."""
+        if self._open_limit_reported:
+            return
+        self._open_limit_reported = True
+        task = asyncio.create_task(
+            self.notice(
+                "egress_open_limit",
+                f"egress: {why} was reached; further connections are closed at accept "
+                "until one ends",
+            )
+        )
+        self._notices.add(task)
+        task.add_done_callback(self._notices.discard)
 
     def _handle_checked(self, conn: socket.socket) -> None:
         self._handle(conn, checked=True)
 
     def _deliver_passed(self, loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
         """From an acceptor's thread: a connection accepted on a passed listener (made
-        inside the sandbox that passed it: its peer checks were that socket's)."""
+        inside the sandbox that passed it: its peer checks were that socket's). Held
+        here, on the acceptor's thread, so connections waiting for the loop count too."""
+        why = self.meter.hold()
+        if why is not None:
+            _close_over_cap(conn, why)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._open_limit, why)
+            return
         try:
             loop.call_soon_threadsafe(self._handle_checked, conn)
         except RuntimeError:  # the loop is closed: the proxy is gone
             conn.close()
+            self.meter.closed()
 
     async def _accepted(self, conn: socket.socket, checked: bool) -> None:
         owned = [conn]
@@ -213,6 +250,7 @@ class EgressProxy:
         finally:
             for sock in owned:
                 sock.close()
+            self.meter.closed()
 
     async def _serve(self, conn: socket.socket, owned: list[socket.socket]) -> None:
         uid = peer_uid(conn)
@@ -246,15 +284,12 @@ class EgressProxy:
         await self._admitted(passed, owned)
 
     async def _admitted(self, client: BufferedSocket, owned: list[socket.socket]) -> None:
-        """One client connection: the connection caps, then its request."""
+        """One client connection (already held): the lifetime cap, then its request."""
         why = self.meter.admit()
         if why is not None:
             await _refuse(client.sock, 429, f"refused: {why} is reached")
             return
-        try:
-            await self._request(client, owned)
-        finally:
-            self.meter.closed()
+        await self._request(client, owned)
 
     async def _request(self, client: BufferedSocket, owned: list[socket.socket]) -> None:
         try:
@@ -472,7 +507,16 @@ def _connected_at_once(sock: socket.socket, address: tuple[str, int]) -> bool:
     return True
 
 
-async def _refuse(sock: socket.socket, status: int, reason: str) -> None:
+def _close_over_cap(conn: socket.socket, why: str) -> None:
+    """A connection over the open-connection cap: a `429` if it fits the socket's
+    buffer at once (never a wait), then closed, on the accepting thread."""
+    with contextlib.suppress(OSError):
+        conn.setblocking(False)
+        conn.send(_refusal(429, f"refused: {why} is reached"))
+    conn.close()
+
+
+def _refusal(status: int, reason: str) -> bytes:
     line = " ".join(reason.split())[:1000]
     body = (line + "\n").encode("utf-8", "replace")
     header_line = line.encode("ascii", "replace").decode("ascii")
@@ -481,5 +525,9 @@ async def _refuse(sock: socket.socket, status: int, reason: str) -> None:
         f"Content-Type: text/plain; charset=utf-8\r\nX-Warden-Egress: {header_line}\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
+    return head.encode("ascii") + body
+
+
+async def _refuse(sock: socket.socket, status: int, reason: str) -> None:
     with contextlib.suppress(OSError):
-        await asyncio.get_running_loop().sock_sendall(sock, head.encode("ascii") + body)
+        await asyncio.get_running_loop().sock_sendall(sock, _refusal(status, reason))

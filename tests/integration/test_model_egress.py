@@ -24,7 +24,7 @@ from tests.integration.harness import convo, requests_of, scripted_run, text, to
 
 pytestmark = pytest.mark.integration
 
-PROBE = r'''
+PROBE = r"""
 import json, socket, sys
 SOCK = "/run/warden/broker.sock"
 
@@ -65,7 +65,7 @@ for name, extra in parts.items():
         body["messages"] = extra["messages"]
     out[name] = request(body)
 print(json.dumps(out))
-'''
+"""
 
 RULES = [
     "Bash",
@@ -114,9 +114,7 @@ async def test_server_tools_follow_each_subagents_egress(
         )
         for who in ("offline", "online")
     ] + [convo("provider", {"prompt_contains": "PROVIDER-"}, [text("fetched")])]
-    egress = EgressRequest(
-        allow_domains=("docs.test", "pypi.test"), resolver=StaticResolver({})
-    )
+    egress = EgressRequest(allow_domains=("docs.test", "pypi.test"), resolver=StaticResolver({}))
     async with scripted_run(settings, workspace, script, egress=egress) as (run, server):
         results = {
             who: await run.manager.run_task(
@@ -149,7 +147,14 @@ async def test_server_tools_follow_each_subagents_egress(
 
     # With egress: forwarded, web tools narrowed to the egress allowlist; the MCP
     # server at a host outside it refused.
-    for name in ("web_fetch", "web_search", "code_execution", "unknown_tool", "mcp_docs", "url_image"):
+    for name in (
+        "web_fetch",
+        "web_search",
+        "code_execution",
+        "unknown_tool",
+        "mcp_docs",
+        "url_image",
+    ):
         assert online[name][0] == 200, (name, online[name])
     assert online["mcp_evil"][0] == 400 and "evil.test" in online["mcp_evil"][1]
     by_name = {

@@ -1,5 +1,6 @@
-"""Egress limits: connections and bytes are counted per task and cut at the cap,
-and the first limit crossed is recorded."""
+"""Egress limits: connections (held from their accept, and opened over the task's
+life) and bytes are counted per task and cut at the cap, and the first limit crossed
+is recorded."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ def test_connection_cap_refuses_before_opening() -> None:
     assert meter.connections == 2
 
 
-def test_open_connection_cap_frees_on_close() -> None:
+def test_open_connection_cap_counts_from_the_accept_and_frees_on_close() -> None:
     meter = Meter(EgressLimits(max_open_connections=1))
-    assert meter.admit() is None
-    assert meter.admit() is not None
+    assert meter.hold() is None  # held before any byte, and before any request counts
+    assert meter.connections == 0
+    assert "limit of 1 open connections" in (meter.hold() or "")
+    assert meter.refused_open == 1
     meter.closed()
-    assert meter.admit() is None
+    assert meter.hold() is None
 
 
 def test_byte_cap_cuts_at_the_cap_and_is_recorded() -> None:
