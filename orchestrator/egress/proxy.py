@@ -205,13 +205,14 @@ class EgressProxy:
         if self._open_limit_reported:
             return
         self._open_limit_reported = True
-        task = asyncio.create_task(
-            self.notice(
-                "egress_open_limit",
-                f"egress: {why} was reached; further connections are closed at accept "
-                "until one ends",
-            )
+        message = (
+            f"egress: {why} was reached; further connections are closed at accept until one ends"
         )
+
+        async def say() -> None:
+            await self.notice("egress_open_limit", message)
+
+        task = asyncio.create_task(say())
         self._notices.add(task)
         task.add_done_callback(self._notices.discard)
 
