@@ -497,8 +497,12 @@ class TaskManager:
             if warm:
                 warm.release()  # its runner was waiting for this broker
             if ctx.container_id is None:
-                sandbox_spec = self.plan.spec(ctx.agent, socket_dir, task_id=ctx.task_id)
-                ctx.container_id = await self._blocking(self.backend.start, sandbox_spec)
+                # The spec walks the workspace for the deny rules' mounts: off the loop.
+                ctx.container_id = await self._blocking(
+                    lambda: self.backend.start(
+                        self.plan.spec(ctx.agent, socket_dir, task_id=ctx.task_id)
+                    )
+                )
             await self.recorder.update(
                 ctx.task_id,
                 status=ctx.status.value,

@@ -264,7 +264,8 @@ class WarmPool:
         self._holds.append(hold)
         try:
             await hold.open()  # before the container starts, so its runner finds it
-            container_id = await self._blocking(self.backend.start, factory(socket_dir))
+            # The spec walks the workspace for the deny rules' mounts: off the loop.
+            container_id = await self._blocking(lambda: self.backend.start(factory(socket_dir)))
         except (WardenError, OSError) as exc:
             log.warning("could not start a warm sandbox (tasks will start cold): %s", exc)
             hold.dismiss()
