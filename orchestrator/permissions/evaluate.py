@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.behavior import Behavior
-from orchestrator.permissions import file_reads, file_writes, glob_reads, paths
+from orchestrator.permissions import file_reads, file_writes, glob_reads, paths, program_options
 from orchestrator.permissions.glob_reads import glob_may_read
 from orchestrator.permissions.models import (
     EDIT_TOOLS,
@@ -281,8 +281,14 @@ class _Evaluator:
         globs: list[tuple[str, glob_reads.GlobOperand]] = []
         changed: list[tuple[str, list[str]]] = []  # written by a command's operands
         write_trees: list[tuple[str, list[str]]] = []
+        problems += program_options.link_problems(analysis.commands)
+        problems += program_options.route_problems([*analysis.reads, *analysis.writes])
         for cmd in analysis.commands:
             written = file_writes.writes(cmd, self.cwd)
+            hidden = program_options.effects(cmd)  # options and scripts that read or write
+            problems += hidden.problems
+            written.files += hidden.writes
+            written.trees += hidden.write_trees
             for target in written.files:
                 if analysis.changes_dir and not target.startswith("/"):
                     write_trees.append((f"{target} (after a cd)", ["/"]))
@@ -292,6 +298,7 @@ class _Evaluator:
                 root = "/" if analysis.changes_dir and not target.startswith("/") else target
                 write_trees.append((target, paths.normalise(root, self.cwd)))
             found = file_reads.reads(cmd, self.cwd)
+            found.files += hidden.reads
             for target in found.files:
                 if analysis.changes_dir and not target.startswith("/"):
                     trees.append((f"{target} (after a cd)", ["/"]))
