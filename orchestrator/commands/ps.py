@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from orchestrator.store import RunRecord, TaskRecord
+    from orchestrator.jsontypes import JSONObject
+    from orchestrator.store import RunRecord, Store, TaskRecord
 
 FORMAT_FIELDS = ("ID", "Status", "Age", "Tasks", "Model", "Workspace", "Prompt")
 """What `--format` can name: `{{.ID}}`, `{{.Status}}`, …"""
@@ -44,6 +45,7 @@ def ps(show_all: bool, quiet: bool, fmt: str | None, json_mode: bool) -> None:
     from orchestrator.commands._common import age, console, emit_json
     from orchestrator.config import Settings
     from orchestrator.lifecycle.recovery import open_store
+    from orchestrator.results.todos import todo_count, todo_lines
     from orchestrator.untrusted_text import printable
 
     if fmt is not None and fmt != "json":
@@ -57,6 +59,7 @@ def ps(show_all: bool, quiet: bool, fmt: str | None, json_mode: bool) -> None:
     with store:
         runs = store.list_runs(limit=1000 if show_all else 10)
         tasks_by_run = {r.run_id: store.list_tasks(run_id=r.run_id) for r in runs}
+        todos = {} if quiet or fmt or json_mode else _latest_todos(store, runs)
     if quiet:
         for run in runs:
             click.echo(run.run_id)
@@ -105,8 +108,26 @@ def ps(show_all: bool, quiet: bool, fmt: str | None, json_mode: bool) -> None:
                 f"{printable(task.status, 20)}  {age(task.created_at)}  {task.tokens} tok  "
                 f"{printable(task.description, 50)}"
             )
-            nodes[task.task_id] = parent.add(label)
+            node = nodes[task.task_id] = parent.add(label)
+            listed = todos.get(task.task_id)
+            if listed is not None:
+                node.add(Text(f"todos {printable(todo_count(listed), 20)}", style="dim"))
+                for line in todo_lines(listed, limit=5):
+                    node.add(Text(printable(line, 100), style="dim"))
         out.print(tree)
+
+
+def _latest_todos(store: Store, runs: list[RunRecord]) -> dict[str, JSONObject]:
+    """Each task's latest todo list (`TodoWrite`), by task id."""
+    from orchestrator.results.build import stored_event
+    from orchestrator.results.todos import TODOS_EVENT
+
+    latest: dict[str, JSONObject] = {}
+    for run in runs:
+        for record in store.events(run_id=run.run_id):
+            if record.kind == TODOS_EVENT and record.task_id is not None:
+                latest[record.task_id] = dict(stored_event(record).data)
+    return latest
 
 
 def render(template: str, run: RunRecord, tasks: list[TaskRecord]) -> str:

@@ -49,6 +49,7 @@ EVENT_KINDS = (
     "egress_summary",
     "task_stop_requested",
     "task_refused",
+    "todos_updated",
 )
 """The kinds warden emits today. Readers should ignore kinds they do not know."""
 

@@ -35,6 +35,7 @@ from orchestrator.permissions.approvers import (
 )
 from orchestrator.permissions.hooks import HookSandbox
 from orchestrator.runtime.tasks import TaskContext
+from orchestrator.runtime.todos import TODOS_EVENT, event_data, parse_todos
 from sandbox_tools import wire
 
 if TYPE_CHECKING:
@@ -117,6 +118,12 @@ class PolicyGate:
         context = self._context(task)
         engine = self.engine_for(task)
         digest = input_hash(call.tool_name, call.tool_input)
+        if call.tool_name == "TodoWrite" and isinstance(bad := parse_todos(call.tool_input), str):
+            await self._emit(
+                "permission_denied", task, tool_name=call.tool_name,
+                tool_use_id=call.tool_use_id, input_hash=digest, decided_by="host", reason=bad,
+            )  # fmt: skip
+            return wire_models.PermissionResponse(behavior="deny", reason=bad)
         audited = False
         if engine.rules_alone(call.tool_name):
             # One worker-thread hop for the rules (they may resolve symlinks) and, when
@@ -146,6 +153,10 @@ class PolicyGate:
             await self._audit(
                 task, call, tool_input, digest, decision, final, decided_by, reason, answer
             )
+        if final == "allow" and call.tool_name == "TodoWrite":
+            todos = parse_todos(tool_input)
+            if not isinstance(todos, str):
+                await self._emit(TODOS_EVENT, task, **event_data(todos))
         if final != "allow":
             await self._emit(
                 "permission_denied",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 from orchestrator.results.models import TASK_END_KINDS, Event
+from orchestrator.results.todos import TODOS_EVENT, todo_count, todo_lines
 from orchestrator.untrusted_text import DETAIL_CHARS, plain, printable
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ class TaskRow:
     parent_id: str | None = None
     background: bool = False
     denials: int = 0
+    todos: str = ""
+    """The latest todo list, in one line (`2/5 done: [>] Running tests`)."""
 
 
 class Progress:
@@ -167,6 +170,8 @@ class Progress:
             row.background = bool(event.data.get("background"))
         elif event.kind == "permission_denied":
             row.denials += 1
+        elif event.kind == TODOS_EVENT:
+            row.todos = _todo_line(event)
         if event.kind == "task_running":
             if event.data.get("event") == "tool_started":
                 row.tool = f"{event.data.get('tool_name')}: {event.data.get('detail', '')}"
@@ -204,6 +209,8 @@ class Progress:
                 f"{who} denied {printable(data.get('tool_name'), 40)} "
                 f"({printable(data.get('decided_by'), 80)}): {printable(data.get('reason', ''), 200)}"
             )
+        if event.kind == TODOS_EVENT:
+            return f"{who} todos {printable(_todo_line(event), 300)}"
         if event.kind == "broker_rejected":
             endpoint = printable(data.get("endpoint"), 60)
             return (
@@ -242,10 +249,16 @@ class Progress:
                 plain(row.agent_type, 30),
                 plain(row.status, 20),
                 str(row.denials) if row.denials else "",
-                plain(row.tool, DETAIL_CHARS),
+                plain(row.tool or row.todos, DETAIL_CHARS),
                 f"{elapsed:5.1f}s",
             )
         return table
+
+
+def _todo_line(event: Event) -> str:
+    """A todo list event in one line: its count and the first open item."""
+    first = todo_lines(event.data, limit=1)
+    return f"{todo_count(event.data)}: {first[0]}" if first else todo_count(event.data)
 
 
 def _nothing() -> Text:

@@ -7,6 +7,7 @@ background process counts against the sandbox's pids limit."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import uuid
 from pathlib import Path
@@ -124,3 +125,64 @@ async def test_background_processes_count_against_the_sandbox_pids_limit(
     # processes it left running hold the sandbox's pids.
     assert "Resource temporarily unavailable" in results[1], results[1]
     assert "forked" not in results[2], results[2]
+
+
+NOTEBOOK = {
+    "cells": [
+        {"cell_type": "code", "execution_count": 1, "id": "c0ffee00", "metadata": {},
+         "outputs": [{"name": "stdout", "output_type": "stream", "text": "1\n"}],
+         "source": "print(1)"},
+    ],
+    "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+}  # fmt: skip
+
+
+async def test_todo_lists_reach_the_host_and_notebooks_are_edited_in_the_sandbox(
+    settings: Settings, workspace: Path
+) -> None:
+    from orchestrator.commands.ps import _latest_todos
+    from orchestrator.results.build import stored_event
+    from orchestrator.results.todos import TODOS_EVENT, todo_lines
+
+    notebook = workspace / "analysis.ipynb"
+    notebook.write_text(json.dumps(NOTEBOOK))
+    os.chown(notebook, workspace.stat().st_uid, workspace.stat().st_gid)
+    todos = [
+        {"content": "Edit the notebook", "status": "in_progress", "activeForm": "Editing it"},
+        {"content": "Report <b>back</b>\x1b[31m", "status": "pending", "activeForm": "Reporting"},
+    ]
+    script = [
+        convo(
+            "child",
+            {"prompt_contains": "NOTEBOOK"},
+            [tool("TodoWrite", todos=todos)],
+            [tool("NotebookEdit", notebook_path="/workspace/analysis.ipynb", cell_id="c0ffee00",
+                  new_source="print(2)")],
+            [tool("TodoWrite", todos=[{"content": "x", "status": "done", "activeForm": "x"}])],
+            [text("edited")],
+        ),
+    ]  # fmt: skip
+    async with scripted_run(settings, workspace, script) as (run, server):
+        result = await run.manager.run_task(task("NOTEBOOK"))
+        events = [
+            stored_event(e) for e in run.store.events(run_id=run.run_id) if e.kind == TODOS_EVENT
+        ]
+        latest = _latest_todos(run.store, [run.store.list_runs(limit=1)[0]])
+        denied = sum(
+            1 for e in run.store.events(run_id=run.run_id) if e.kind == "permission_denied"
+        )
+
+    assert result.status is TaskStatus.COMPLETED, result
+    cell = json.loads(notebook.read_text())["cells"][0]
+    assert (cell["source"], cell["outputs"], cell["execution_count"]) == ("print(2)", [], None)
+    # One list was recorded: the host refused the malformed one before it ran.
+    [event] = events
+    assert event.task_id == result.task_id
+    assert event.data == {"todos": todos, "completed": 0, "total": 2}
+    assert todo_lines(latest[result.task_id]) == [
+        "[>] Editing it",
+        "[ ] Report <b>back</b>\x1b[31m",  # raw here; every view prints it with `printable`
+    ]
+    results = tool_results(server, "child")
+    assert "the todo list is invalid" in results[2] and "todos.0.status" in results[2]
+    assert denied == 1
