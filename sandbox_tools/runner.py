@@ -40,7 +40,7 @@ from sandbox_tools.tools import (
     parse_input,
     run_tool,
 )
-from sandbox_tools.tools.inputs import dump, tool_params
+from sandbox_tools.tools.inputs import TaskInput, dump, input_fields, tool_params
 
 log = logging.getLogger("sandbox_tools")
 
@@ -285,8 +285,17 @@ class AgentLoop:
 
     def delegate(self, tool_use_id: str, tool_input: JSONObject) -> ToolOutput:
         """A nested `Task`, carried out by the host; waits as long as the subtask runs."""
+        known = {f.key for f in input_fields(TaskInput)}
+        ignored = [key for key in tool_input if key not in known]
+        if ignored:  # Claude Code runs such a call without them; so does warden
+            self.outbox.event(
+                wire.event_request(
+                    "log", "Task", tool_use_id,
+                    f"Task input fields ignored (not part of the Task tool): {', '.join(ignored)}",
+                )  # fmt: skip
+            )
         try:
-            task = parse_input("Task", tool_input)
+            task = parse_input("Task", {k: v for k, v in tool_input.items() if k in known})
             answer = self.broker.delegate(wire.delegate_request(tool_use_id, dump(task)))
         except ToolError as e:
             return ToolOutput(f"Error: {e}", is_error=True, summary=str(e)[:160])

@@ -50,6 +50,7 @@ EVENT_KINDS = (
     "task_stop_requested",
     "task_refused",
     "todos_updated",
+    "task_warning",
 )
 """The kinds warden emits today. Readers should ignore kinds they do not know."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from orchestrator.backend.contract import DiskLimits
-from orchestrator.config import DEFAULT_FALLBACK_UID, PoolConfig
+from orchestrator.config import DEFAULT_FALLBACK_UID, DEFAULT_MODEL_ALIASES, PoolConfig
 from orchestrator.errors import WardenError
 from sandbox_tools import wire
 
@@ -57,6 +57,8 @@ class TaskManagerConfig:
     """Retries of one subagent model call on 429/5xx/529."""
     model_retry_total_s: float = wire.DEFAULT_MODEL_RETRY_TOTAL_S
     """Longest one subagent model call keeps retrying."""
+    model_aliases: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_MODEL_ALIASES))
+    """Model alias → model id, for a Task call's `model` (as for agent files')."""
     context_windows: dict[str, int] = field(default_factory=dict)
     """Context window (tokens) per model id; others get
     `wire.DEFAULT_CONTEXT_WINDOW_TOKENS`."""
@@ -86,6 +88,7 @@ class TaskManagerConfig:
             model_max_retries=settings.model_max_retries,
             model_retry_total_s=settings.model_retry_total_s,
             context_windows=dict(settings.model_context_windows),
+            model_aliases=dict(settings.model_aliases),
             disk=DiskLimits.from_settings(settings),
             warm_pool=settings.pool_config(),
         )

@@ -74,6 +74,7 @@ from orchestrator.runtime.tasks import (
     TaskInput,
     TaskResult,
     TaskStatus,
+    call_overrides,
     new_task_id,
 )
 from orchestrator.workspace import WorkspaceGuard
@@ -283,6 +284,7 @@ class TaskManager:
         session_id: str,
         fork: ForkPrefix | None,
     ) -> tuple[TaskContext, wire_models.TaskSpec]:
+        agent, warnings = call_overrides(agent, task_input)
         history: list[JSONObject] = []
         if task_input.session_id is not None:
             history = await self._load_session(task_input.session_id, agent.name)
@@ -303,6 +305,7 @@ class TaskManager:
             description=task_input.description,
             timeout_s=float(agent.timeout_s),
             ticket=ticket,
+            name=task_input.name,
         )
         self.tasks[task_id] = ctx
         self.children_started[ctx.parent_id] = self.children_started.get(ctx.parent_id, 0) + 1
@@ -312,10 +315,12 @@ class TaskManager:
             history=history,
             max_turns=max_turns,
             may_delegate=depth < self.config.max_depth,
-            model=agent.model or self.default_model,
+            model=self._model(agent, task_input),
             config=self.config,
             fork=fork,
         )
+        for warning in warnings:
+            self.recorder.note("task_warning", ctx, warning=warning)
         try:
             await self.recorder.created(ctx, task_input.prompt)
         except BaseException as exc:
@@ -324,6 +329,15 @@ class TaskManager:
                 await self._stopped_before_start(ctx)
             raise
         return ctx, spec
+
+    def _model(self, agent: AgentDefinition, task_input: TaskInput) -> str:
+        """The task's model: the call's alias (`inherit`: the parent's), else the
+        agent type's, else the parent's."""
+        if task_input.model == "inherit":
+            return self.default_model
+        if task_input.model is not None:
+            return self.config.model_aliases.get(task_input.model, task_input.model)
+        return agent.model or self.default_model
 
     async def _claim(self, session_id: str, task_id: str) -> None:
         if self.store is not None:

@@ -24,7 +24,7 @@ from orchestrator.runtime.parent_tools import (
     agent_listing,
     tool_schemas,
 )
-from orchestrator.runtime.tasks import ForkPrefix, TaskInput, TaskResult
+from orchestrator.runtime.tasks import ForkPrefix, TaskInput, TaskResult, unknown_fields
 from sandbox_tools import wire
 from sandbox_tools.caching import cached_messages, cached_tools, system_blocks
 from sandbox_tools.context import ContextWindow, estimate_tokens
@@ -260,6 +260,19 @@ class ParentAgent:
         if "run_in_background" not in raw and self.background_default:
             raw = {**raw, "run_in_background": True}
         task_input = TaskInput.model_validate(raw)
+        ignored = unknown_fields(raw)
+        if ignored:  # as Claude Code does: the call goes on without them
+            await self.manager.recorder.events.emit(
+                "task_warning",
+                tool_use_id=tool_use_id,
+                warning=f"Task input fields ignored (not part of the Task tool): {', '.join(ignored)}",
+            )
+        if task_input.run_in_background is None:
+            agent_type = task_input.subagent_type
+            background = agent_type in self.manager.registry and (
+                self.manager.registry.get(agent_type).background
+            )
+            task_input = task_input.model_copy(update={"run_in_background": background})
         denial = self.manager.gate.task_denial(task_input.subagent_type)
         if denial is not None:
             await self.manager.recorder.task_refused(tool_use_id, raw, denial)

@@ -117,6 +117,9 @@ def tool_schemas(agent_lines: list[str], *, fork: bool = False) -> list[JSONObje
     """The parent's tools, with Claude Code's names and input schemas (`fork`: the
     Task description tells of fork mode; without it the `fork` field is not offered)."""
     task_schema = input_schema(TaskInput)
+    # Shown closed, as Claude Code shows it; a call with other fields still runs
+    # (they are ignored with a `task_warning` event, as Claude Code ignores them).
+    task_schema["additionalProperties"] = False
     if not fork:
         properties = task_schema.get("properties")
         if isinstance(properties, dict):

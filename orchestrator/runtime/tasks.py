@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.broker import wire_models
@@ -37,27 +39,82 @@ ACTIVE_STATUSES = ACTIVE_TASK_STATUSES
 """A task in these may still start or run a container."""
 
 
-class TaskInput(BaseModel):
-    """The `Task` tool's input, as the model sends it (Claude Code's schema). The
-    field docstrings are the descriptions the model sees (`parent_tools`)."""
+TASK_MODELS = ("sonnet", "opus", "haiku", "inherit")
+TaskModel = Literal["sonnet", "opus", "haiku", "inherit"]
+TaskMode = Literal["acceptEdits", "auto", "bypassPermissions", "default", "dontAsk", "plan"]
+TaskIsolation = Literal["worktree", "remote"]
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=documented)
+
+class TaskInput(BaseModel):
+    """The `Task` tool's input, as the model sends it (Claude Code's Agent input,
+    plus warden's `max_turns`, `session_id` and `fork`). The field docstrings are the
+    descriptions the model sees (`parent_tools`). Unknown fields are ignored, as the
+    pinned Claude Code ignores them (`unknown_fields` names them for a warning)."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=documented)
 
     description: str = Field(min_length=1, max_length=200)
     """A short (3-5 word) description of the task."""
     prompt: str = Field(min_length=1, max_length=100_000)
     """The task for the subagent: all it will know."""
-    subagent_type: str = Field(min_length=1, max_length=100)
-    """The type of agent to use."""
+    subagent_type: str = Field(default="general-purpose", min_length=1, max_length=100)
+    """The type of agent to use (general-purpose when absent)."""
+    model: TaskModel | None = None
+    """Model for this task (sonnet, opus, haiku; inherit: yours); it takes precedence
+    over the agent type's model."""
+    name: str | None = Field(default=None, min_length=1, max_length=100)
+    """A name for the subagent, shown with it while it runs."""
+    mode: TaskMode | None = None
+    """Permission mode for the subagent; it can only make the mode in force stricter."""
+    isolation: TaskIsolation | None = None
+    """Claude Code's isolation: warden does not run worktree isolation yet (the task
+    runs in the shared workspace, in its own sandbox); remote is not available."""
     max_turns: int | None = Field(default=None, ge=1, le=1000)
     """Lower the agent's turn cap for this task (never raise it)."""
-    run_in_background: bool = False
-    """Return at once with a task id; the result arrives later."""
+    run_in_background: bool | None = None
+    """Return at once with a task id; the result arrives later. Absent: the agent
+    type's `background` setting."""
     session_id: str | None = Field(default=None, max_length=100)
     """Resume that subagent session (its task id) instead of starting a new one."""
     fork: bool | None = None
     """Fork mode: the subagent starts from this whole conversation (and its prompt
     cache) instead of a fresh one; the prompt is its directive. Off by default."""
+
+
+def call_overrides(
+    agent: AgentDefinition, task_input: TaskInput
+) -> tuple[AgentDefinition, list[str]]:
+    """The agent type as this call narrows it (its `mode`, never wider than the
+    type's own `permissionMode`), and warnings about what the call or the type asked
+    that warden does not do. TaskRefusedError for `isolation: remote`."""
+    from orchestrator.agents.keys import WORKTREE_NOTE
+    from orchestrator.errors import TaskRefusedError
+    from orchestrator.permissions.policy import MODE_STRICTNESS
+
+    warnings: list[str] = []
+    mode = task_input.mode
+    if task_input.isolation == "remote":
+        raise TaskRefusedError(
+            "isolation: remote (a cloud environment) is not available in warden; leave "
+            "out isolation to run the subagent in its own local sandbox"
+        )
+    if task_input.isolation == "worktree" or agent.isolation == "worktree":
+        warnings.append(WORKTREE_NOTE)
+    if mode == "auto":
+        warnings.append(
+            "mode auto (Claude Code's classifier mode) does not exist in warden; the mode "
+            "in force stays"
+        )
+        return agent, warnings
+    current = agent.permission_mode
+    if mode is not None and (current is None or MODE_STRICTNESS[mode] > MODE_STRICTNESS[current]):
+        return agent.model_copy(update={"permission_mode": mode}), warnings
+    return agent, warnings
+
+
+def unknown_fields(raw: dict[str, object]) -> list[str]:
+    """The keys of a Task call's input that `TaskInput` does not read (ignored)."""
+    return [key for key in raw if key not in TaskInput.model_fields]
 
 
 @dataclass(frozen=True)
@@ -136,6 +193,8 @@ class TaskContext:
     agent: AgentDefinition
     description: str
     timeout_s: float
+    name: str | None = None
+    """The Task call's `name`, if it gave one."""
     started: float = field(default_factory=time.monotonic)
     status: TaskStatus = TaskStatus.PENDING
     container_id: str | None = None

@@ -18,6 +18,12 @@ from sandbox_tools.tools import more_inputs
 from sandbox_tools.tools.checks import CHECKS, Check, dump, input_fields, parse
 from sandbox_tools.tools.more_inputs import schema as _schema
 
+TASK_MODELS = ("sonnet", "opus", "haiku", "inherit")
+TASK_MODES = ("acceptEdits", "auto", "bypassPermissions", "default", "dontAsk", "plan")
+TASK_ISOLATIONS = ("worktree", "remote")
+"""The Task input's choices (`orchestrator.runtime.tasks` holds the same; a unit
+test keeps them equal)."""
+
 BASH_MAX_TIMEOUT_MS = 600_000
 """Longest timeout a Bash call may ask for (Claude Code's limit, 10 minutes)."""
 
@@ -114,8 +120,16 @@ class TaskInput(NamedTuple):
     """A short (3-5 word) description of the task."""
     prompt: str
     """The task for the agent to perform."""
-    subagent_type: str
+    subagent_type: str = "general-purpose"
     """The type of agent to use."""
+    model: str | None = None
+    """A model alias for this task (sonnet, opus, haiku, inherit)."""
+    name: str | None = None
+    """A name for the subagent."""
+    mode: str | None = None
+    """A permission mode; it can only make the mode in force stricter."""
+    isolation: str | None = None
+    """Claude Code's isolation (warden: worktree not run yet, remote refused)."""
     max_turns: int | None = None
     """Most model calls the subagent may make."""
     run_in_background: bool | None = None
@@ -167,6 +181,10 @@ CHECKS.update(
             "description": Check(str, min_length=1),
             "prompt": Check(str, min_length=1),
             "subagent_type": Check(str, min_length=1),
+            "model": Check(str, choices=TASK_MODELS),
+            "name": Check(str, min_length=1),
+            "mode": Check(str, choices=TASK_MODES),
+            "isolation": Check(str, choices=TASK_ISOLATIONS),
             "max_turns": Check(int, ge=1),
             "run_in_background": Check(bool),
             "session_id": Check(str),
@@ -331,6 +349,24 @@ TOOL_SCHEMAS: dict[str, JSONObject] = {
                 "type": "string",
                 "description": "The type of specialized agent to use for this task",
             },
+            "model": {
+                "type": "string",
+                "enum": list(TASK_MODELS),
+                "description": "Optional model for this agent; takes precedence over the "
+                "agent type's model (inherit: yours)",
+            },
+            "name": {"type": "string", "description": "Name for the spawned agent"},
+            "mode": {
+                "type": "string",
+                "enum": list(TASK_MODES),
+                "description": "Permission mode for the agent (it can only be stricter)",
+            },
+            "isolation": {
+                "type": "string",
+                "enum": list(TASK_ISOLATIONS),
+                "description": "Isolation mode (warden does not run worktree isolation "
+                "yet: the agent works in the shared workspace)",
+            },
             "max_turns": {
                 "type": "number",
                 "description": "Optional limit on the agent's model calls",
@@ -344,7 +380,7 @@ TOOL_SCHEMAS: dict[str, JSONObject] = {
                 "description": "Optional session id of an earlier task to resume",
             },
         },
-        ["description", "prompt", "subagent_type"],
+        ["description", "prompt"],
     ),
     **more_inputs.TOOL_SCHEMAS,
 }

@@ -115,7 +115,7 @@ def test_valid_inputs_parse_with_defaults_and_whole_floats_as_ints() -> None:
                 "content: must be a string",
             ],
         ),
-        ("Task", {"description": "d", "prompt": "p"}, ["subagent_type: required field"]),
+        ("Task", {"description": "d", "prompt": "p", "model": "gpt"}, ["model: must be one of"]),
     ],
 )
 def test_bad_inputs_are_refused_listing_every_problem(

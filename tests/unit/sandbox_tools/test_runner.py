@@ -453,7 +453,7 @@ async def test_task_tool_is_delegated_to_the_host(socket_dir: Path, tmp_path: Pa
     )
     assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
     task_schema = next(t for t in broker.model_requests[0]["tools"] if t["name"] == "Task")
-    assert task_schema["input_schema"]["required"] == ["description", "prompt", "subagent_type"]
+    assert task_schema["input_schema"]["required"] == ["description", "prompt"]  # as Claude Code
     [delegation] = broker.delegations
     assert delegation.tool_use_id == "toolu_1"
     assert delegation.input == task_input
