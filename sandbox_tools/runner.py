@@ -288,12 +288,8 @@ class AgentLoop:
         known = {f.key for f in input_fields(TaskInput)}
         ignored = [key for key in tool_input if key not in known]
         if ignored:  # Claude Code runs such a call without them; so does warden
-            self.outbox.event(
-                wire.event_request(
-                    "log", "Task", tool_use_id,
-                    f"Task input fields ignored (not part of the Task tool): {', '.join(ignored)}",
-                )  # fmt: skip
-            )
+            note = f"Task input fields ignored (not part of the Task tool): {', '.join(ignored)}"
+            self.outbox.event(wire.event_request("log", "Task", tool_use_id, note))
         try:
             task = parse_input("Task", {k: v for k, v in tool_input.items() if k in known})
             answer = self.broker.delegate(wire.delegate_request(tool_use_id, dump(task)))

@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -112,7 +111,7 @@ def call_overrides(
     return agent, warnings
 
 
-def unknown_fields(raw: dict[str, object]) -> list[str]:
+def unknown_fields(raw: Mapping[str, object]) -> list[str]:
     """The keys of a Task call's input that `TaskInput` does not read (ignored)."""
     return [key for key in raw if key not in TaskInput.model_fields]
 
