@@ -1,13 +1,14 @@
 """The broker: the one channel between a subagent container and the host.
 
 `server` serves one subagent's socket and `upstream` talks to the model API (through
-`client`, which imports the SDK in the background); `forwarding` decides what reaches the
-model API, `budget` what it may cost, `limits` how much a container may make
-the host write, `listener` who may connect and for how long, and `calls` which
-finished calls the host may act on.
+`client`, which imports the SDK in the background); `forwarding` decides what reaches
+the model API (and `provider_egress` where the provider may go for it), `budget` what
+it may cost (`documents` and `image_tokens`: what its PDFs and images cost), `limits`
+how much a container may make the host write, `listener` who may connect and for how
+long, and `calls` which finished calls the host may act on.
 
 May import: `errors`, `jsontypes`, `behavior` (what a permission answer says),
-`permissions` (the rules forwarding follows).
+`permissions` (the rules forwarding follows), `documents` (what a PDF costs).
 """
 
 from orchestrator.broker.budget import Budget

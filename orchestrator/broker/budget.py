@@ -2,9 +2,11 @@
 forwarded, so the money is never spent first and counted afterwards.
 
 Input tokens are estimated from the request's size: `BYTES_PER_TOKEN_ESTIMATE`
-bytes per token for everything but images, which are estimated by the API's
-formula from their dimensions (`images`: a tiny, highly compressible image costs
-as many tokens as its pixel area says, whatever its bytes). Tokenizers average about four bytes per token on English text
+bytes per token for everything but images and documents. Images are estimated by
+the API's formula from their dimensions (`image_tokens`: a tiny, highly
+compressible image costs as many tokens as its pixel area says, whatever its
+bytes), and PDF documents by their pages (`broker.documents`: a 16 KB PDF of 100
+pages costs 100 pages of text and images), each as the API bills it. Tokenizers average about four bytes per token on English text
 and code and more on JSON punctuation, so dividing the JSON body's bytes by
 three over-counts; an estimate that is too high only refuses early, one that is
 too low would let a request through that the budget cannot pay for. A request
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from orchestrator.broker.documents import DocumentCost
 from orchestrator.broker.image_tokens import images_in
 from orchestrator.jsontypes import JSONValue
 
@@ -53,12 +56,16 @@ MAX_OBJECTS_WALKED = 200_000
 """JSON objects walked to find images (the forwarding check refuses a request with more)."""
 
 
-def estimate_input_tokens(body: JSONValue, body_bytes: int) -> int:
+def estimate_input_tokens(
+    body: JSONValue, body_bytes: int, documents: DocumentCost | None = None
+) -> int:
     """Input tokens of a request of `body_bytes` bytes: its images by their dimensions,
-    the rest (base64 image data left out) at `BYTES_PER_TOKEN_ESTIMATE` bytes each."""
+    its `documents` as counted (`broker.documents.PageCounts.cost`), the rest (base64
+    image and PDF data left out) at `BYTES_PER_TOKEN_ESTIMATE` bytes each."""
     image_tokens, image_chars = images_in(body, MAX_OBJECTS_WALKED)
-    text_bytes = max(0, body_bytes - image_chars)
-    return -(-text_bytes // BYTES_PER_TOKEN_ESTIMATE) + image_tokens
+    documents = documents or DocumentCost()
+    text_bytes = max(0, body_bytes - image_chars - documents.chars)
+    return -(-text_bytes // BYTES_PER_TOKEN_ESTIMATE) + image_tokens + documents.tokens
 
 
 def usage_tokens(usage: JSONValue) -> int:
@@ -121,7 +128,8 @@ class Budget:
             self.exhausted = (
                 f"token budget exhausted ({self.tokens_used} of {self.max_total_tokens} used): "
                 f"this request needs about {estimate} input tokens (text at "
-                f"{BYTES_PER_TOKEN_ESTIMATE} bytes a token, images by their size in pixels) plus at least {MIN_OUTPUT_TOKENS} for the answer; "
+                f"{BYTES_PER_TOKEN_ESTIMATE} bytes a token, images by their size in pixels, "
+                f"PDF documents by their pages) plus at least {MIN_OUTPUT_TOKENS} for the answer; "
                 "the broker did not send it"
             )
             raise BudgetRefused(self.exhausted)

@@ -34,9 +34,16 @@ from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.broker import wire_models
-from orchestrator.broker.budget import Admission, Budget, BudgetRefused, estimate_input_tokens
+from orchestrator.broker.budget import (
+    MAX_OBJECTS_WALKED,
+    Admission,
+    Budget,
+    BudgetRefused,
+    estimate_input_tokens,
+)
 from orchestrator.broker.calls import ApprovedCall, ApprovedCalls
 from orchestrator.broker.client import Upstream
+from orchestrator.broker.documents import DocumentCost, PageCounts
 from orchestrator.broker.forwarding import (
     ForwardDecision,
     ForwardingPolicy,
@@ -144,6 +151,8 @@ class Broker:
     allowances: dict[str, Allowance] = field(default_factory=flood_allowances, repr=False)
     model_failures: UpstreamFailures = field(default_factory=lambda: UpstreamFailures())
     """The upstream model errors since the last success, as the host saw them."""
+    page_counts: PageCounts = field(default_factory=PageCounts, repr=False)
+    """PDF page counts of this subagent's documents (sent again on every turn)."""
     _runner: web.AppRunner | None = field(default=None, repr=False)
     _listener: Listener | None = field(default=None, repr=False)
     _model_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
@@ -364,7 +373,10 @@ class Broker:
             raise RequestRejected(400, "invalid_request_error", str(exc)) from None
         await self._audit_forwarding(forwarded.decisions)
         body = forwarded.body
-        estimate = estimate_input_tokens(body, size)
+        documents = DocumentCost()
+        if self.budget.max_total_tokens is not None:  # only a token budget needs pages
+            documents = await self.page_counts.cost(body, MAX_OBJECTS_WALKED)
+        estimate = estimate_input_tokens(body, size, documents)
         # One model call at a time per subagent, so parallel requests cannot race
         # past the budget.
         async with self._model_lock:

@@ -7,7 +7,8 @@
 Sync callers: `with ScriptedModelServer(script).in_thread() as server: ...`.
 Standalone: `python -m orchestrator.scripted SCRIPT [--port N] [--record FILE]`.
 
-May import: `errors`. Nothing else of warden: tests and the demo run it alone.
+May import: `errors`, `documents` (PDFs billed by their pages, as the broker
+estimates them). Nothing else of warden: tests and the demo run it alone.
 """
 
 from orchestrator.scripted.billing import MovableClock

@@ -26,7 +26,10 @@ tests/unit/scripted/test_billing.py):
   `invalid_request_error` "prompt is too long: N tokens > M maximum".
 
 Tokens are the scripted model's estimate, `CHARS_PER_TOKEN` characters of each
-block's JSON per token, counted on the whole prefix so far.
+block's JSON per token, counted on the whole prefix so far; a base64 PDF document
+is billed by its pages instead (`orchestrator.documents`, as the broker estimates
+it: the API renders each page as text and an image). A URL or file document cannot
+be read here and counts by its JSON only.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from orchestrator.documents import PdfBlock, document_blocks, pdf_bytes, pdf_facts, pdf_tokens
 from orchestrator.jsontypes import JSONObject, JSONValue
 
 CHARS_PER_TOKEN = 4
@@ -160,11 +164,39 @@ def _parts(body: JSONObject) -> list[tuple[Role, JSONObject]]:
     return parts
 
 
+MAX_DOCUMENT_OBJECTS = 200_000
+"""JSON objects of one block searched for documents."""
+MAX_PDFS_KEPT = 1024
+_pdf_tokens: dict[str, int] = {}
+"""PDF tokens by the PDF's SHA-256 (a conversation sends its PDFs on every turn)."""
+
+
+def _documents(block: JSONObject) -> tuple[int, int]:
+    """(tokens of the PDFs in `block`, the base64 characters they carry)."""
+    tokens = chars = 0
+    for document in document_blocks(block, MAX_DOCUMENT_OBJECTS):
+        if not isinstance(document, PdfBlock):
+            continue
+        chars += len(document.data)
+        raw = pdf_bytes(document.data)
+        if raw is None:
+            tokens += pdf_tokens(None, None)
+            continue
+        digest = hashlib.sha256(raw).hexdigest()
+        if digest not in _pdf_tokens:
+            if len(_pdf_tokens) >= MAX_PDFS_KEPT:
+                _pdf_tokens.clear()
+            facts = dict(pdf_facts(raw))
+            _pdf_tokens[digest] = pdf_tokens(facts.get("pages"), facts.get("text_bytes"))
+        tokens += _pdf_tokens[digest]
+    return tokens, chars
+
+
 def prefix_blocks(body: JSONObject) -> list[Block]:
     """The request as a chain of prefix blocks (hash and tokens so far, breakpoint)."""
     model = body.get("model")
     digest = hashlib.sha256(f"model:{model}".encode()).hexdigest()
-    chars = 0
+    chars = document_tokens = 0
     blocks: list[Block] = []
     previous_role: str | None = None
     auto = body.get("cache_control")
@@ -175,11 +207,13 @@ def prefix_blocks(body: JSONObject) -> list[Block]:
         marker = f"\n{role}:" if role != previous_role else "\n"
         previous_role = role
         digest = hashlib.sha256((digest + marker + text).encode()).hexdigest()
-        chars += len(text)
+        pdf_tokens_, pdf_chars = _documents(block)
+        chars += len(text) - pdf_chars
+        document_tokens += pdf_tokens_
         ttl = _ttl(block)
         if ttl is None and index == len(parts) - 1 and auto is not None:
             ttl = _ttl({"cache_control": auto})
-        blocks.append(Block(digest, chars // CHARS_PER_TOKEN, ttl))
+        blocks.append(Block(digest, chars // CHARS_PER_TOKEN + document_tokens, ttl))
     return blocks
 
 

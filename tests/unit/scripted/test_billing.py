@@ -6,12 +6,16 @@ the real anthropic SDK."""
 
 from __future__ import annotations
 
+import base64
+import io
 from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import pytest
+from pypdf import PdfWriter
 
+from orchestrator.documents import PDF_PAGE_IMAGE_TOKENS
 from orchestrator.scripted import (
     Conversation,
     Match,
@@ -243,3 +247,17 @@ async def test_streamed_answers_report_the_same_usage() -> None:
         await client.close()
     assert final.usage.cache_read_input_tokens and final.usage.cache_read_input_tokens > 1000
     assert final.usage.cache_creation_input_tokens == 0
+
+
+def test_a_pdf_is_billed_by_its_pages_like_the_broker_estimates_it(api: Api) -> None:
+    """A 16 KB PDF of 100 empty pages: 100 page images, not its bytes."""
+    writer = PdfWriter()
+    for _ in range(100):
+        writer.add_blank_page(612, 792)
+    out = io.BytesIO()
+    writer.write(out)
+    data = base64.b64encode(out.getvalue()).decode()
+    source = {"type": "base64", "media_type": "application/pdf", "data": data}
+    content = [{"type": "document", "source": source}, {"type": "text", "text": "?"}]
+    billed = api.usage(messages=[{"role": "user", "content": content}])["input"]
+    assert 100 * PDF_PAGE_IMAGE_TOKENS <= billed < 100 * PDF_PAGE_IMAGE_TOKENS + 100
