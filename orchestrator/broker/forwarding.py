@@ -134,6 +134,9 @@ class ForwardingPolicy:
 
     allow: tuple[Rule, ...] = ()
     deny: tuple[Rule, ...] = ()
+    """Deny rules, then ask rules: a model request cannot wait for a person, so what
+    a rule asks about is refused here (the most restrictive answer wins: an ask is
+    never lost to an allow of any scope)."""
     egress: ProviderEgress = NO_EGRESS
     """Where the subagent's egress lets the provider go (default: nowhere)."""
 
@@ -144,7 +147,8 @@ class ForwardingPolicy:
         rules = tuple(rules)
         return cls(
             allow=tuple(r for r in rules if r.behavior == "allow"),
-            deny=tuple(r for r in rules if r.behavior == "deny"),
+            deny=tuple(r for r in rules if r.behavior == "deny")
+            + tuple(r for r in rules if r.behavior == "ask"),
             egress=egress,
         )
 
@@ -175,7 +179,7 @@ class ForwardingPolicy:
         label = f"{subject}({spec})" if spec is not None else subject
         if denied:
             return ForwardDecision(
-                label, detail, False, f"rule: {denied[0].text}", f"{label} is denied by policy"
+                label, detail, False, f"rule: {denied[0].text}", f"{label} {_refused(denied[0])}"
             )
         allowed = self._rules(self.allow, subject, spec)
         if allowed:
@@ -198,7 +202,11 @@ class ForwardingPolicy:
         if whole_deny:
             return (
                 ForwardDecision(
-                    subject, detail, False, f"rule: {whole_deny[0].text}", f"{subject} is denied"
+                    subject,
+                    detail,
+                    False,
+                    f"rule: {whole_deny[0].text}",
+                    f"{subject} {_refused(whole_deny[0])}",
                 ),
                 None,
                 [],
@@ -213,7 +221,7 @@ class ForwardingPolicy:
                             detail,
                             False,
                             f"rule: {rule.text}",
-                            f"{subject} of {domain} is denied by policy",
+                            f"{subject} of {domain} {_refused(rule)}",
                         ),
                         None,
                         [],
@@ -265,6 +273,32 @@ class ForwardingPolicy:
                 None,
                 [],
             )
+        # Domains a deny or ask rule covers leave the list; one inside an allowed domain
+        # cannot be cut out of it (the API takes allowed or blocked domains, not both).
+        rule_domains = [
+            r for r in rule_domains if not any(_covers(b, r) for b, _ in denied_domains)
+        ]
+        inside = [
+            (b, rule) for b, rule in denied_domains if any(_covers(r, b) for r in rule_domains)
+        ]
+        if inside or not rule_domains:
+            why = (
+                f"{inside[0][1].text} narrows an allowed domain, which the model API cannot "
+                "be told; name the fetched domains in the request to decide each"
+                if inside
+                else "every allowed domain is denied or asked about"
+            )
+            return (
+                ForwardDecision(
+                    subject,
+                    detail,
+                    False,
+                    f"rule: {inside[0][1].text}" if inside else "broker forwarding policy",
+                    f"{subject} without named domains is refused: {why}",
+                ),
+                None,
+                [],
+            )
         return (
             ForwardDecision(
                 subject,
@@ -276,6 +310,15 @@ class ForwardingPolicy:
             rule_domains,
             [],
         )
+
+
+def _refused(rule: Rule) -> str:
+    if rule.behavior == "deny":
+        return "is denied by policy"
+    return (
+        f"needs approval ({rule.text}), which the broker cannot wait for inside a model "
+        "request: refused"
+    )
 
 
 def _covers(rule_domain: str, domain: str) -> bool:

@@ -12,8 +12,8 @@ where such a file lives, what runs it, and whether an edit of it asks:
   dontAsk (where it is denied), whatever the allow rules say. These are Claude
   Code's protected files and directories (its list of "dangerous" files and
   directories in 2.1.x, by name at any depth) plus git's metadata, so acceptEdits
-  and bypassPermissions ask where Claude Code asks. Linux file systems are case
-  sensitive and tools read the exact names, so matching is too.
+  and bypassPermissions ask where Claude Code asks. Like every ask rule they
+  match in either case (`permissions.paths`), so `.GIT/config` asks too.
 - every row (asking or not) is watched by the end-of-run report (`workspace.report`):
   each file created, changed or removed under it is listed and audited.
 

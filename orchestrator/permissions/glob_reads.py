@@ -100,7 +100,8 @@ def glob_may_read(rule: Rule, operand: GlobOperand) -> bool:
 def may_read_under(operand: GlobOperand, rule_pattern: str) -> bool:
     """Whether a path of the operand's language lies at or under `rule_pattern` (an
     absolute container glob from `paths.rule_patterns`). True when unsure."""
-    covering = f"{paths.pattern_regex(rule_pattern)}(?:/.*)?" if rule_pattern != "/" else "/.*"
+    regex = paths.pattern_regex(rule_pattern, fold=True)  # deny/ask: either case
+    covering = f"{regex}(?:/.*)?" if rule_pattern != "/" else "/.*"
     return any(_overlap(regex, covering) for regex in operand.regexes)
 
 

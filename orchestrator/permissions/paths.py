@@ -21,6 +21,12 @@ A tool path is compared in every spelling it might take: lexically normalised
 (`..` collapsed) and, when the host workspace is known, with symlinks inside the
 workspace resolved (a link's target is read as a container path). A deny or ask
 rule matches when ANY spelling matches; an allow rule only when ALL do.
+
+Deny and ask rules match regardless of case, as Claude Code matches path rules
+(`Read(**/*.PEM)` denies `key.pem`); an allow rule matches only the case it names
+(Linux file systems are case sensitive: `Edit(src/**)` does not allow `SRC/x`,
+which is a different directory), stricter than Claude Code and listed in the
+table of differences in `policies/README.md`.
 """
 
 from __future__ import annotations
@@ -256,27 +262,52 @@ def _clean_pattern(pattern: str) -> str:
     return "/" + "/".join(parts)
 
 
-def matches(pattern: str, path: str) -> bool:
+def matches(pattern: str, path: str, *, fold: bool = False) -> bool:
     """gitignore semantics: the pattern matches the path or a directory above it
-    (one match of the pattern followed by `(/.*)?`, not one match per parent)."""
-    return _compile_covering(pattern).fullmatch(path) is not None
+    (one match of the pattern followed by `(/.*)?`, not one match per parent).
+    `fold`: letters match in either case (deny and ask rules)."""
+    return _compile_covering(pattern, fold).fullmatch(path) is not None
 
 
-def pattern_regex(pattern: str) -> str:
+def pattern_regex(pattern: str, *, fold: bool = False) -> str:
     """The regular expression (source) a glob pattern compiles to: it matches the
-    path itself; append `(?:/.*)?` for the directories above it too."""
-    return _compile(pattern).pattern
+    path itself; append `(?:/.*)?` for the directories above it too. `fold`: each
+    letter as a class of both its cases (no flags: readers of the source need none)."""
+    return _compile(pattern, fold).pattern
 
 
 @lru_cache(maxsize=1024)
-def _compile_covering(pattern: str) -> re.Pattern[str]:
+def _compile_covering(pattern: str, fold: bool = False) -> re.Pattern[str]:
     if pattern == "/":
         return re.compile("/.*", re.DOTALL)
-    return re.compile(f"(?:{_compile(pattern).pattern})(?:/.*)?", re.DOTALL)
+    return re.compile(f"(?:{_compile(pattern, fold).pattern})(?:/.*)?", re.DOTALL)
+
+
+def _literal(c: str, fold: bool) -> str:
+    if fold and c.lower() != c.upper() and len(c.lower()) == len(c.upper()) == 1:
+        return f"[{re.escape(c.lower())}{re.escape(c.upper())}]"
+    return re.escape(c)
+
+
+def _both_cases(body: str) -> str:
+    """A bracket body with every letter's other case added (ranges of letters too)."""
+    extra = []
+    i = 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            lo, hi = body[i], body[i + 2]
+            if lo.isalpha() and hi.isalpha() and lo.isascii() and hi.isascii():
+                extra.append(f"{lo.swapcase()}-{hi.swapcase()}")
+            i += 3
+            continue
+        if body[i].isalpha() and len(body[i].swapcase()) == 1:
+            extra.append(body[i].swapcase())
+        i += 1
+    return body + "".join(extra)
 
 
 @lru_cache(maxsize=1024)
-def _compile(pattern: str) -> re.Pattern[str]:
+def _compile(pattern: str, fold: bool = False) -> re.Pattern[str]:
     out: list[str] = []
     i = 0
     while i < len(pattern):
@@ -303,12 +334,15 @@ def _compile(pattern: str) -> re.Pattern[str]:
                 i += 1
             else:
                 body = pattern[i + 1 : end]
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append("[" + body.replace("\\", "\\\\") + "]")
+                negated = body.startswith("!")
+                if negated:
+                    body = body[1:]
+                if fold:
+                    body = _both_cases(body)
+                out.append("[" + ("^" if negated else "") + body.replace("\\", "\\\\") + "]")
                 i = end + 1
         else:
-            out.append(re.escape(c))
+            out.append(_literal(c, fold))
             i += 1
     return re.compile("".join(out), re.DOTALL)
 

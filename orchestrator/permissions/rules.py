@@ -22,6 +22,7 @@ from orchestrator.behavior import Behavior
 from orchestrator.errors import PolicyError
 from orchestrator.permissions import paths
 from orchestrator.permissions.shell import SimpleCommand
+from orchestrator.permissions.shell.wrappers import NOT_PROVEN
 
 RuleBehavior = Behavior
 """What a rule says (`behavior.Behavior`)."""
@@ -121,11 +122,34 @@ def bash_matches(rule: Rule, command: SimpleCommand, *, strict: bool) -> bool:
         return True
     assert rule.specifier is not None
     variants = [command.words]
-    if strict and "/" in command.words[0]:
-        variants.append((command.words[0].rsplit("/", 1)[-1], *command.words[1:]))
+    if strict:
+        variants += _strict_variants(command.words)
     return any(
         _bash_spec_matches(rule.specifier, words, command.open_ended, strict) for words in variants
     )
+
+
+MAX_LOOKED_THROUGH = 64
+"""Words after a privilege changer tried as the start of the command it runs."""
+
+
+def _strict_variants(words: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Other readings a deny or ask rule must also catch: the command name without
+    its directory (`/bin/rm` as `rm`), and, after a privilege or root changer whose
+    options warden does not read (`sudo`, `doas`, `su`, ...: `shell.wrappers`), every
+    later word as the start of the command it may run (`sudo -u x rm ...` as `rm ...`),
+    as Claude Code denies `sudo rm` under a deny of `rm`."""
+    out: list[tuple[str, ...]] = []
+    name = words[0].rsplit("/", 1)[-1]
+    if name != words[0]:
+        out.append((name, *words[1:]))
+    if name in NOT_PROVEN:
+        for i in range(1, min(len(words), MAX_LOOKED_THROUGH + 1)):
+            rest = words[i:]
+            out.append(rest)
+            if "/" in rest[0]:
+                out.append((rest[0].rsplit("/", 1)[-1], *rest[1:]))
+    return out
 
 
 def _bash_spec_matches(spec: str, words: tuple[str, ...], open_ended: bool, strict: bool) -> bool:
@@ -193,8 +217,8 @@ def path_matches(rule: Rule, spellings: list[str], *, strict: bool) -> bool:
     assert rule.specifier is not None
     patterns = paths.rule_patterns(rule.specifier, strict=strict)
 
-    def hit(p: str) -> bool:
-        return any(paths.matches(pat, p) for pat in patterns)
+    def hit(p: str) -> bool:  # deny and ask rules match in either case (paths.py)
+        return any(paths.matches(pat, p, fold=strict) for pat in patterns)
 
     return any(hit(p) for p in spellings) if strict else all(hit(p) for p in spellings)
 
@@ -205,8 +229,8 @@ def could_reach(rule: Rule, root_spellings: list[str]) -> bool:
         return True
     assert rule.specifier is not None
     for pattern in paths.rule_patterns(rule.specifier, strict=True):
-        prefix = paths.static_prefix(pattern)
-        for root in root_spellings:
+        prefix = paths.static_prefix(pattern).lower()  # deny/ask rules: either case
+        for root in (r.lower() for r in root_spellings):
             if paths.inside(prefix, [root]) or paths.inside(root, [prefix]):
                 return True
     return False

@@ -94,7 +94,9 @@ def read_document(path: Path) -> Any:
 
 def _line_of(path: Path, needle: str) -> str:
     try:
-        text = read_regular(path, MAX_POLICY_BYTES, follow_links=True).decode("utf-8", errors="replace")
+        text = read_regular(path, MAX_POLICY_BYTES, follow_links=True).decode(
+            "utf-8", errors="replace"
+        )
     except OSError:
         return ""
     for quoted in (json.dumps(needle), needle):

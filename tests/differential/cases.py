@@ -468,6 +468,111 @@ def hook_groups() -> list[Group]:
     return groups
 
 
+def _notebook(rel: str) -> dict[str, Any]:
+    return {
+        "tool": "NotebookEdit",
+        "input": {"notebook_path": "{ws}/" + rel, "new_source": "x = 2", "cell_id": "c1"},
+    }
+
+
+NOTEBOOK = json.dumps(
+    {
+        "cells": [{"cell_type": "code", "id": "c1", "metadata": {}, "source": ["x = 1"],
+                   "outputs": [], "execution_count": None}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }
+)  # fmt: skip
+
+
+def trust_record_groups() -> list[Group]:
+    """Trust as recorded (no flag): Claude Code's record for the exact project path,
+    for its parent, for `/`; warden's own record; an untrusted workspace whose local
+    settings allow and set a mode; a project with only `additionalDirectories`."""
+    calls = [_bash("touch x"), _bash("echo hi"), _read("README.md"),
+             {"tool": "Read", "input": {"file_path": "/etc/hostname"}},
+             {"tool": "Write", "input": {"file_path": "/tmp/tr_out.txt", "content": "x\n"}}]  # fmt: skip
+    project = {"permissions": {"allow": ["Bash(touch:*)", "Bash(echo:*)"]}}
+    groups = []
+    for place in ("ws", "parent", "root"):
+        groups.append(_group(f"trec-{place}", calls, project=project, trust_record=[place]))
+    groups.append(
+        _group("trec-warden", calls, project=project, trust_record=["ws"], warden_record=True)
+    )
+    local = {"permissions": {"allow": ["Bash(touch:*)"], "defaultMode": "acceptEdits"}}
+    for trusted in (True, False):
+        tag = "t" if trusted else "u"
+        groups.append(_group(f"tlocal-{tag}", calls, local=local, trusted=trusted))
+        dirs = {"permissions": {"additionalDirectories": ["/etc", "/tmp"]}}
+        for mode in ("default", "acceptEdits"):
+            groups.append(
+                _group(f"tdirs-{tag}-{mode}", calls, project=dirs, trusted=trusted, mode=mode)
+            )
+    return groups
+
+
+def ask_under_allow_groups() -> list[Group]:
+    """An ask never lost to an allow of any scope: managed asks under lower allows,
+    allow and ask at one level, WebFetch domain asks under a bare allow."""
+    fetches = [_fetch("https://example.com/a"), _fetch("https://other.org/c")]
+    bashes = [_bash("touch au.txt"), _bash("echo hi")]
+    cases: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = [
+        ("fetch-bare", {"project": {"permissions": {
+            "allow": ["WebFetch"], "ask": ["WebFetch(domain:example.com)"]}}}, fetches),
+        ("fetch-managed", {"managed": {"permissions": {"ask": ["WebFetch(domain:example.com)"]}},
+                           "project": {"permissions": {"allow": ["WebFetch"]}}}, fetches),
+        ("fetch-same", {"user": {"permissions": {
+            "allow": ["WebFetch(domain:example.com)"],
+            "ask": ["WebFetch(domain:example.com)"]}}}, fetches),
+        ("bash-managed", {"managed": {"permissions": {"ask": ["Bash(touch:*)"]}},
+                          "project": {"permissions": {"allow": ["Bash(touch:*)", "Bash"]}}},
+         bashes),
+        ("bash-cli", {"managed": {"permissions": {"ask": ["Bash(echo:*)"]}},
+                      "cli_allow": ["Bash(echo:*)"]}, bashes),
+        ("read-managed", {"managed": {"permissions": {"ask": ["Read(./README.md)"]}},
+                          "local": {"permissions": {"allow": ["Read"]}}}, [_read("README.md")]),
+    ]  # fmt: skip
+    groups = []
+    for name, levels, calls in cases:
+        for mode in ("default", "bypassPermissions"):
+            groups.append(_group(f"askallow-{name}-{mode}", calls, mode=mode, **levels))
+    return groups
+
+
+def case_and_command_groups() -> list[Group]:
+    """Path rules in another case than the file; `sudo` before a denied command;
+    NotebookEdit under an Edit deny in bypassPermissions."""
+    files = {**FILES, "nb/a.ipynb": NOTEBOOK, "Docs/Guide.MD": "g\n"}
+    reads = [_read("key.pem"), _read("sub/key.pem"), _read("README.md"), _read("Docs/Guide.MD"),
+             _read("src/app.py")]  # fmt: skip
+    groups = []
+    for i, spec in enumerate(("**/*.PEM", "./readme.md", "./docs/**", "SRC/**", "*.md")):
+        for behavior in ("deny", "ask"):
+            g = _group(f"case{i}{behavior[0]}", reads, project={"permissions": {
+                behavior: [f"Read({spec})"]}})  # fmt: skip
+            g["files"] = files
+            groups.append(g)
+    writes = [_write("src/c_new.py"), _write("SRC/c_new2.py"), _write("docs/c.md")]
+    g = _group("case-edit", writes, project={"permissions": {"deny": ["Edit(./Src/**)"]}},
+               mode="acceptEdits")  # fmt: skip
+    g["files"] = files
+    groups.append(g)
+    sudo = [_bash("sudo rm -f nothing"), _bash("sudo -u root rm -f nothing"),
+            _bash("command rm -f nothing"), _bash("env rm -f nothing")]  # fmt: skip
+    for mode in ("default", "bypassPermissions"):
+        groups.append(_group(f"sudo-{mode}", sudo, mode=mode, project={"permissions": {
+            "deny": ["Bash(rm:*)"], "allow": ["Bash"]}}))  # fmt: skip
+    looser = {"permissions": {"allow": ["Write(//tmp/lw_out.txt)", "Edit(/workspace/docs/**)"]}}
+    groups.append(_group("looser-write", [
+        {"tool": "Write", "input": {"file_path": "/tmp/lw_out.txt", "content": "x\n"}},
+        _write("docs/lw.md")], project=looser))  # fmt: skip
+    for mode in ("default", "acceptEdits", "bypassPermissions"):
+        g = _group(f"nbedit-{mode}", [_notebook("nb/a.ipynb")], mode=mode,
+                   project={"permissions": {"deny": ["Edit(./nb/**)"]}})  # fmt: skip
+        g["files"] = files
+        groups.append(g)
+    return groups
+
+
 def all_groups() -> list[Group]:
     return [
         *read_rule_groups(),
@@ -481,6 +586,9 @@ def all_groups() -> list[Group]:
         *webfetch_groups(),
         *mode_groups(),
         *hook_groups(),
+        *trust_record_groups(),
+        *ask_under_allow_groups(),
+        *case_and_command_groups(),
     ]
 
 

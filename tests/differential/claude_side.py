@@ -175,7 +175,11 @@ def run_group(group: dict[str, Any], claude: str, work_root: Path | None = None)
         for rel, content in group.get(key, {}).items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(content)
-    if group.get("trusted", True):  # as after the person accepted the trust dialog
+    if "trust_record" in group:  # a record for these places only (`cases.trust_record_groups`)
+        places = {"ws": str(ws), "parent": str(ws.parent), "root": "/"}
+        projects = {places[p]: {"hasTrustDialogAccepted": True} for p in group["trust_record"]}
+        (home / ".claude.json").write_text(json.dumps({"projects": projects}))
+    elif group.get("trusted", True):  # as after the person accepted the trust dialog
         projects = {str(ws): {"hasTrustDialogAccepted": True}}
         (home / ".claude.json").write_text(json.dumps({"projects": projects}))
     chown_tree(work)

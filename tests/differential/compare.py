@@ -188,8 +188,8 @@ KNOWN: list[Known] = [
     Known(
         "webfetch-needs-allow",
         "WebFetch and WebSearch are server tools: the model API fetches, so the broker "
-        "forwards them only under an allow rule, in every mode (an ask cannot wait inside "
-        "a model request).",
+        "forwards them only under an allow rule, in every mode, and refuses what an ask "
+        "rule of any scope covers (an ask cannot wait inside a model request).",
         lambda g, c, w, cl: _tool(c) in ("WebFetch", "WebSearch") and w == "deny",
     ),
     Known(
@@ -259,6 +259,19 @@ KNOWN: list[Known] = [
         lambda g, c, w, cl: g.get("trusted") is False and _workspace_hooks(g),
     ),
     Known(
+        "untrusted-workspace-drops-every-widening-key",
+        "In a workspace the person has not trusted, warden applies none of the project's "
+        "allow rules, modes or additionalDirectories, from settings.local.json as from "
+        "settings.json; Claude Code drops only settings.json's allow rules.",
+        lambda g, c, w, cl: g.get("trusted") is False and bool(g.get("local") or g.get("project")),
+    ),
+    Known(
+        "trust-binds-to-content",
+        "Claude Code's trust record names a directory; warden's trust covers the content "
+        "a person said yes to, so Claude Code's record alone unlocks nothing.",
+        lambda g, c, w, cl: "ws" in g.get("trust_record", []) and not g.get("warden_record"),
+    ),
+    Known(
         "write-rules-apply",
         "`Write(path)` rules hold for Write and Edit in warden; Claude Code reads path rules "
         "only for Read and Edit, so it ignores them.",
@@ -277,6 +290,21 @@ KNOWN_LOOSER: list[Known] = [
             _tool(c) == "WebFetch"
             and w == "allow"
             and "example.com" in str(c["input"].get("url", ""))
+        ),
+    ),
+    Known(
+        "write-allow-rules",
+        "An allow rule `Write(path)` allows Write and Edit in warden (a rule that names a "
+        "tool is read as meaning it); Claude Code ignores Write path rules and asks.",
+        lambda g, c, w, cl: "allowed by Write(" in c.get("_reason", ""),
+    ),
+    Known(
+        "workspace-spelled-out",
+        "A path rule naming `/workspace/...` (warden's mount point spelled out) is read as "
+        "that absolute container path; Claude Code reads `/x` relative to the project "
+        "root, so for it the rule names `<project>/workspace/...` and does not match.",
+        lambda g, c, w, cl: (
+            "(/workspace/" in c.get("_reason", "") or "(//workspace/" in c.get("_reason", "")
         ),
     ),
 ]

@@ -27,6 +27,7 @@ from orchestrator.permissions import (
     load_hooks,
     load_policy,
 )
+from orchestrator.workspace.trust import is_trusted, remember
 from tests.differential.claude_side import fill
 
 WS = "/workspace"
@@ -59,6 +60,7 @@ def decide_group(group: dict[str, Any]) -> list[dict[str, Any]]:
         _write(settings.claude_dir / "settings.json", group.get("user"))
         _write(ws / ".claude" / "settings.json", group.get("project"))
         _write(ws / ".claude" / "settings.local.json", group.get("local"))
+        group = {**group, "trusted": _trusted(group, settings, ws)}
         if _hook_commands(group):
             trusting = {"warden": {"trustedHooks": sorted(_hook_commands(group))}}
             _write(settings.config_dir / "settings.json", trusting)
@@ -87,6 +89,20 @@ def decide_group(group: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 LEVELS = ("managed", "user", "project", "local")
+
+
+def _trusted(group: dict[str, Any], settings: Settings, ws: Path) -> bool:
+    """The group's `trusted`, or, for a group with `trust_record`, what warden makes
+    of the same Claude Code record (and of its own yes, with `warden_record`)."""
+    if "trust_record" not in group:
+        return bool(group.get("trusted", True))
+    places = {"ws": str(ws), "parent": str(ws.parent), "root": "/"}
+    projects = {places[p]: {"hasTrustDialogAccepted": True} for p in group["trust_record"]}
+    settings.claude_dir.mkdir(parents=True, exist_ok=True)
+    (settings.claude_dir / ".claude.json").write_text(json.dumps({"projects": projects}))
+    if group.get("warden_record"):
+        remember(settings, ws)
+    return is_trusted(settings, ws)
 
 
 def _hook_commands(group: dict[str, Any]) -> set[str]:
