@@ -225,6 +225,13 @@ class AgentRegistry:
         """Every known type, sorted."""
         return sorted(self._agents)
 
+    def listed(self) -> list[AgentDefinition]:
+        """Every type in the order a Task tool lists them: the built-in ones first,
+        then by name."""
+        builtin = {agent.name for agent in BUILTIN_AGENTS}
+        names = sorted(self._agents, key=lambda n: (n not in builtin, n))
+        return [self._agents[name] for name in names]
+
     def __contains__(self, name: object) -> bool:
         return name in self._agents
 

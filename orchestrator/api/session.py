@@ -290,14 +290,9 @@ class WardenRun:
     def agent_types(self) -> list[AgentType]:
         """The types a Task call may name: the built-in ones first, then by name (the
         order the parent's Task tool lists them in)."""
-        from orchestrator.agents.registry import BUILTIN_AGENTS
-
-        registry = self._run.manager.registry
-        builtin = {agent.name for agent in BUILTIN_AGENTS}
-        names = sorted(registry.names(), key=lambda n: (n not in builtin, n))
         return [
-            AgentType(name, registry.get(name).description, registry.get(name).source)
-            for name in names
+            AgentType(agent.name, agent.description, agent.source)
+            for agent in self._run.manager.registry.listed()
         ]
 
     async def task(

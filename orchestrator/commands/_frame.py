@@ -18,13 +18,13 @@ import click
 
 from orchestrator.errors import WardenError
 from orchestrator.exit_codes import FAIL_ON_OUTCOMES, ExitCode, exit_code_for
-from orchestrator.results.report import RunOutputs, RunState, finish_run, one_line, parse_fail_on
 from orchestrator.untrusted_text import printable
 
 if TYPE_CHECKING:
     from orchestrator.config import Settings
     from orchestrator.permissions.approval_hub import ApproverHub
     from orchestrator.permissions.approvers import Approver
+    from orchestrator.results.report import RunOutputs, RunState
     from orchestrator.runtime.session import Run
     from orchestrator.ui.progress import Progress
     from orchestrator.web.guard import ListenConfig
@@ -74,11 +74,19 @@ def fail_on_option(help: str) -> Callable[[F], F]:
     outcomes it accepts (`exit_codes.Outcome`)."""
     return click.option(
         "--fail-on",
-        callback=lambda _ctx, _param, value: parse_fail_on(value),
+        callback=lambda _ctx, _param, value: _parse_fail_on(value),
         default=None,
         metavar="OUTCOMES",
         help=f"{help} (comma list): {', '.join(FAIL_ON_OUTCOMES)}.",
     )
+
+
+def _parse_fail_on(value: str | None) -> tuple[str, ...]:
+    if not value:  # the usual case: nothing to check, and nothing to import
+        return ()
+    from orchestrator.results.report import parse_fail_on
+
+    return parse_fail_on(value)
 
 
 def outcome_options(what: str) -> Callable[[F], F]:
@@ -150,6 +158,7 @@ def run_to_end(
     started (settings, policy, workspace, engine, images, an unknown session) still
     ends with a result document."""
     from orchestrator.lifecycle.interrupts import Stopped, run_stoppable
+    from orchestrator.results.report import RunState, finish_run, one_line
 
     state = RunState()
     stopped = Stopped()
@@ -342,6 +351,7 @@ async def drive(
     """Open the run, do `work`, record how it ended; what it leaves in `state` becomes
     the result document (`finish_run`). With `page`, the run's web page is served
     there and is where questions are answered (`--ui`)."""
+    from orchestrator.results.report import one_line
     from orchestrator.ui.progress import Progress
     from orchestrator.workspace.report import end_of_run_report
 

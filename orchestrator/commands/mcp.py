@@ -8,6 +8,7 @@ import secrets
 import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,6 +19,11 @@ from orchestrator.commands._frame import (
     replay_option,
 )
 from orchestrator.commands.agents import image_options
+
+if TYPE_CHECKING:
+    from orchestrator.api import RunConfig
+    from orchestrator.config import Settings
+    from orchestrator.mcp_server.front import StdioFront
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 """An HTTP session with no request in flight and no open event stream this long is
@@ -144,25 +150,36 @@ def mcp(
     \b
     Claude Code:  claude mcp add warden -- warden mcp --workspace "$PWD"
     """
-    from orchestrator.api import RunConfig
     from orchestrator.commands.run import resolve_workspace_trust
     from orchestrator.config import Settings
-    from orchestrator.errors import WardenError
+    from orchestrator.errors import ConfigError, WardenError
     from orchestrator.exit_codes import exit_code_for
     from orchestrator.lifecycle.interrupts import run_stoppable
     from orchestrator.untrusted_text import printable
 
-    settings = Settings.from_env().model_copy(update={"non_interactive": True})
-    trusted = resolve_workspace_trust(settings, workspace, trust_workspace, interactive=False)
+    # stdio: answer the client's handshake and tool listing at once, while the rest
+    # (the MCP SDK, the engine client, images, policy, the model SDK) loads here.
+    front = None if use_http else _front()
+    failure: WardenError | None = None
     try:
-        config = RunConfig(
+        settings = Settings.from_env().model_copy(update={"non_interactive": True})
+        trusted = resolve_workspace_trust(settings, workspace, trust_workspace, interactive=False)
+    except WardenError as exc:
+        if front is None:
+            raise
+        front.set_listing(None)  # the client is connected: its Task calls say what is wrong
+        settings, trusted, failure = Settings(non_interactive=True), False, exc
+    if front is not None and failure is None:
+        front.set_listing(_listing(settings, workspace, trusted))
+    try:
+        config = _run_config(
             workspace=workspace.resolve(),
             label=f"warden mcp ({'http' if use_http else 'stdio'})",
             model=model,
             policy=policy,
             allow=allow,
             deny=deny,
-            mode=permission_mode,  # type: ignore[arg-type]  # click.Choice of the modes
+            mode=permission_mode,
             trusted=trusted,
             max_concurrent=max_concurrent,
             max_depth=max_depth,
@@ -172,13 +189,16 @@ def mcp(
             bash_image=bash_image,
             devcontainer=devcontainer,
             approval_timeout_s=approval_timeout,
-            fail_on=fail_on,  # type: ignore[arg-type]  # parse_fail_on checked the names
+            fail_on=fail_on,
             junit=junit,
             result_file=result_file,
             audit_out=audit_out,
         )
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        if front is None:
+            raise click.UsageError(str(exc)) from None
+        failure = failure or ConfigError(f"{exc} (fix the `warden mcp` arguments)")
+        config = None
     secret = _secret() if use_http else ""
 
     async def main() -> int:
@@ -191,10 +211,20 @@ def mcp(
         import_in_background()  # the model SDK, for the first run (gc off until it is in)
         start_up_done()
         async with AsyncExitStack() as stack:
+            if front is not None:
+                failure_now: WardenError | None = failure
+                try:
+                    configured = await model_endpoint(stack, settings, replay)
+                except click.UsageError as exc:
+                    configured, failure_now = settings, ConfigError(exc.format_message())
+                    click.echo(f"warden: error: {failure_now}", err=True)
+                runs = SessionRuns(
+                    None if failure_now else config, configured, one_session=True,
+                    failure=failure_now,
+                )  # fmt: skip
+                await serve_stdio(runs, front)
+                return exit_code_for(failure_now) if failure_now else 0
             configured = await model_endpoint(stack, settings, replay)
-            if not use_http:
-                await serve_stdio(SessionRuns(config, configured, one_session=True))
-                return 0
             sock = listen(port)
             click.echo(
                 f"warden mcp: serving MCP on http://127.0.0.1:{sock.getsockname()[1]}"
@@ -203,12 +233,40 @@ def mcp(
             )
             return await serve_http(SessionRuns(config, configured), sock, secret, idle_timeout)
 
+    if failure is not None:
+        click.echo(f"warden: error: {printable(failure, None, multiline=True)}", err=True)
     try:
         code = run_stoppable(main())
     except (WardenError, click.UsageError) as exc:
         click.echo(f"warden: error: {printable(exc, None, multiline=True)}", err=True)
         sys.exit(exit_code_for(exc))
     sys.exit(code)
+
+
+def _front() -> StdioFront:
+    from orchestrator.mcp_server.front import StdioFront
+
+    return StdioFront.on_stdio().start()
+
+
+def _listing(settings: Settings, workspace: Path, trusted: bool) -> list[dict[str, Any]] | None:
+    """The tools as `tools/list` gives them, with the workspace's agent types; None
+    (the SDK server lists them once loaded) when the agent files cannot be read."""
+    from orchestrator.agents.registry import AgentRegistry
+    from orchestrator.errors import WardenError
+    from orchestrator.mcp_server.listing import tool_dicts
+
+    try:
+        registry = AgentRegistry.load(settings, workspace.resolve(), trusted=trusted)
+    except (WardenError, OSError):
+        return None
+    return tool_dicts([(a.name, a.description) for a in registry.listed()])
+
+
+def _run_config(**fields: Any) -> RunConfig:  # Any: RunConfig's fields, checked by it
+    from orchestrator.api import RunConfig
+
+    return RunConfig(**fields)
 
 
 def _secret() -> str:

@@ -8,7 +8,11 @@ program), on the official `mcp` SDK, over stdio or streamable HTTP on 127.0.0.1.
 - `runs`: one warden run per MCP session, ended (tasks stopped, containers gone,
   results written) when the session ends;
 - `server`: the low-level SDK server, the stdio and HTTP transports, the HTTP
-  secret and Host/Origin checks.
+  secret and Host/Origin checks;
+- `front` and `listing`: the stdio wire, which answers `initialize` and lists the
+  tools (`listing`: their schemas, from pydantic alone) before the SDK and the run
+  are loaded, then hands the stream to the SDK server; a client that goes away ends
+  the session quietly.
 
 May import: `api`, `config`, `errors`, `jsontypes`, `permissions`, `results`,
 `runtime.parent_tools`, `runtime.tasks`, `ui.question_text`, `untrusted_text`.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.api import RunConfig, WardenRun, open_session
 from orchestrator.config import Settings
+from orchestrator.errors import ConfigError, WardenError
 from orchestrator.mcp_server.elicit import ElicitationApprover, ElicitChannel, client_elicits
 
 if TYPE_CHECKING:
@@ -55,15 +56,19 @@ class SessionRuns:
 
     def __init__(
         self,
-        config: RunConfig,
+        config: RunConfig | None,
         settings: Settings,
         *,
         one_session: bool = False,
+        failure: WardenError | None = None,
     ) -> None:
         """`one_session` (stdio): the transport carries exactly one session, so its run
-        starts at once, before the client's first call."""
+        starts at once, before the client's first call. `failure` (with no `config`):
+        what kept the server from configuring its run; every session's run fails with
+        it, so each tool call says what went wrong."""
         self.config = config
         self.settings = settings
+        self.failure = failure
         self._runs: list[SessionRun] = []
         self._sessions = 0
         self._spare: SessionRun | None = self._start() if one_session else None
@@ -77,7 +82,9 @@ class SessionRuns:
         slot = SessionRun()
         self._sessions += 1
         config = self.config
-        if self._sessions > 1:  # several sessions (HTTP): each writes its own files
+        if (
+            config is not None and self._sessions > 1
+        ):  # several sessions (HTTP): each writes its own files
             config = config.model_copy(
                 update={
                     k: _numbered(v, self._sessions)
@@ -89,8 +96,10 @@ class SessionRuns:
         self._runs.append(slot)
         return slot
 
-    async def _hold(self, slot: SessionRun, config: RunConfig) -> None:
+    async def _hold(self, slot: SessionRun, config: RunConfig | None) -> None:
         try:
+            if config is None:
+                raise self.failure or ConfigError("warden mcp has no run configuration")
             async with open_session(config, settings=self.settings) as run:
                 # Warm the built-in types' sandboxes while the client starts (as warden run).
                 run.prewarm("general-purpose", "bash")

@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from orchestrator import __version__
 from orchestrator.errors import ConfigError, WardenError
+from orchestrator.mcp_server.front import INSTRUCTIONS, SERVER_NAME, StdioFront
 from orchestrator.mcp_server.runs import SessionRun, SessionRuns
 from orchestrator.mcp_server.tools import AGENTS_URI, agents_text, call_tool, result, tool_list
 from orchestrator.results.models import Event
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SERVER_NAME = "warden"
 HTTP_PATH = "/mcp"
 SLOT_KEY = "warden.run"
 """Where a connection's `SessionRun` is kept (`Connection.state`)."""
@@ -45,10 +45,6 @@ LEVELS: tuple[types.LoggingLevel, ...] = (
 WARNING_KINDS = frozenset({"task_failed", "task_timed_out", "permission_denied", "task_refused"})
 MAX_EVENT_TEXT_CHARS = 300
 """Of one event's data, what a progress or log message shows."""
-INSTRUCTIONS = (
-    "warden runs each subagent in its own locked-down container. Delegate work with the "
-    "Task tool; read the agent types in its description (or the warden://agents resource)."
-)
 
 
 def build_server(runs: SessionRuns) -> Server[Any]:
@@ -68,7 +64,10 @@ def build_server(runs: SessionRuns) -> Server[Any]:
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        run = await (await slot(ctx)).run(ctx.session)
+        try:
+            run = await (await slot(ctx)).run(ctx.session)
+        except WardenError:  # the tools still list; a Task call says what went wrong
+            return types.ListToolsResult(tools=tool_list([]))
         return types.ListToolsResult(tools=tool_list(run.agent_types()))
 
     async def list_resources(
@@ -219,15 +218,21 @@ def describe(event: Event) -> str:
 # -- transports ------------------------------------------------------------
 
 
-async def serve_stdio(runs: SessionRuns) -> None:
-    """Serve one session over stdin/stdout until the client closes them; the run
-    ends with it (or with a stop signal, as Ctrl-C ends a run)."""
+async def serve_stdio(runs: SessionRuns, front: StdioFront) -> None:
+    """Serve one session over the front's stdio wire (which answered the client until
+    now) until the client closes it; the run ends with it (or with a stop signal, as
+    Ctrl-C ends a run). A client that goes away mid-call ends the session as a close
+    would: quietly."""
     from mcp.server.stdio import stdio_server
 
     server = build_server(runs)
     stopping = True
+    front.handover()
     try:
-        async with stdio_server() as (read_stream, write_stream):
+        async with stdio_server(stdin=front.lines(), stdout=front.writer()) as (  # type: ignore[arg-type]  # duck-typed AsyncFile
+            read_stream,
+            write_stream,
+        ):
             await server.run(read_stream, write_stream, server.create_initialization_options())
         stopping = False
     finally:

@@ -1,6 +1,5 @@
 """The MCP face of the parent's tools: `Task`, `TaskOutput` and `TaskStop` with the
-parent tool's input schemas (generated from the same pydantic models) and result
-texts, and the workspace's agent types as a listing. A call warden refuses (invalid
+parent tool's input schemas (`listing`) and result texts, and the workspace's agent types as a listing. A call warden refuses (invalid
 input, an unknown subagent_type, a `Task(type)` deny rule, a cap, an unknown id) is
 a tool result with `isError`, in words the calling model can act on."""
 
@@ -13,15 +12,8 @@ import mcp.types as types
 from pydantic import ValidationError
 
 from orchestrator.errors import TaskNotFoundError, TaskRefusedError
-from orchestrator.runtime.parent_tools import (
-    MAX_OUTPUT_TIMEOUT_MS,
-    TASK_ID_WARNING,
-    TaskOutputInput,
-    TaskStopInput,
-    agent_listing,
-    input_schema,
-)
-from orchestrator.runtime.tasks import TaskInput
+from orchestrator.mcp_server.listing import tool_dicts
+from orchestrator.runtime.parent_tools import MAX_OUTPUT_TIMEOUT_MS, TaskOutputInput, TaskStopInput
 
 if TYPE_CHECKING:
     from orchestrator.api import AgentType, WardenRun
@@ -29,50 +21,11 @@ if TYPE_CHECKING:
 AGENTS_URI = "warden://agents"
 """The resource that lists the workspace's agent types (also in Task's description)."""
 
-TASK_DESCRIPTION = (
-    "Launch a subagent in its own locked-down warden container to carry out a task: it "
-    "shares the workspace, has no network unless policy allows, and every tool call it "
-    "makes is decided by warden's policy on the host. It sees only your prompt (not this "
-    "conversation) and returns only its final answer. With run_in_background it returns "
-    "a task id at once; collect the result with TaskOutput. Pass session_id (a task id "
-    "from an earlier Task result) to continue that subagent's conversation."
-)
-
-
-def task_schema() -> dict[str, Any]:
-    """The Task input schema of the parent's tool, without fork mode (a fork needs
-    warden's own parent conversation)."""
-    schema: dict[str, Any] = dict(input_schema(TaskInput))
-    properties = schema.get("properties")
-    if isinstance(properties, dict):
-        schema["properties"] = {k: v for k, v in properties.items() if k != "fork"}
-    return schema
-
 
 def tool_list(agents: list[AgentType]) -> list[types.Tool]:
-    lines = agent_listing([(a.name, a.description) for a in agents])
     return [
-        types.Tool(
-            name="Task",
-            description=TASK_DESCRIPTION + "\n\nAvailable agent types:\n" + "\n".join(lines),
-            input_schema=task_schema(),
-        ),
-        types.Tool(
-            name="TaskOutput",
-            description=(
-                "Get the status and result of a background task, optionally waiting for "
-                "it. " + TASK_ID_WARNING
-            ),
-            input_schema=dict(input_schema(TaskOutputInput)),
-        ),
-        types.Tool(
-            name="TaskStop",
-            description=(
-                "Stop a running task (and every subagent it started): its container is "
-                "killed; its partial transcript is kept. " + TASK_ID_WARNING
-            ),
-            input_schema=dict(input_schema(TaskStopInput)),
-        ),
+        types.Tool.model_validate(tool)
+        for tool in tool_dicts([(a.name, a.description) for a in agents])
     ]
 
 

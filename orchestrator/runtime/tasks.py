@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.broker import wire_models
 from orchestrator.jsontypes import JSONObject
 from orchestrator.schema_docs import documented
 from orchestrator.store.records import ACTIVE_TASK_STATUSES
@@ -22,7 +21,10 @@ from orchestrator.store.records import TaskStatus as TaskStatus  # defined once,
 
 if TYPE_CHECKING:
     from orchestrator.agents.definition import AgentDefinition
-    from orchestrator.broker import Broker
+    from orchestrator.broker import (
+        Broker,
+        wire_models,  # not at run time: `warden mcp` lists TaskInput early
+    )
     from orchestrator.runtime.admission import Ticket
 
 TASK_ID_PREFIX = "sa_"

@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +35,41 @@ def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-@pytest.mark.parametrize("transport", ["stdio", "http"])
+BUSY_LOOPS = 2
+"""Processes spinning beside Claude Code in the loaded case: one per core here."""
+
+
+@contextmanager
+def busy_machine(loops: int) -> Iterator[None]:
+    """`loops` processes keeping the CPUs busy while the block runs (always stopped)."""
+    spinning = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(loops)]
+    try:
+        yield
+    finally:
+        for proc in spinning:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("transport", "loaded"), [("stdio", False), ("http", False), ("stdio", True)]
+)
 def test_claude_code_delegates_to_a_warden_sandbox_over_mcp(
-    transport: str, workspace: Path, tmp_path: Path
+    transport: str, loaded: bool, workspace: Path, tmp_path: Path
 ) -> None:
+    """Loaded: two busy loops keep both cores busy while Claude Code starts `warden
+    mcp`; Claude Code waits about 5 s for a server, so warden must have answered its
+    handshake and tool listing by then (its first Task call must find the tool, not
+    "No such tool available ... still connecting")."""
     assert os.geteuid() == 0, "the Claude Code test needs root for unshare -n"
     claude = differential.claude_binary()  # installed by .ci/setup (npm, pinned)
     out = tmp_path / "out.json"
-    proc = subprocess.run(
-        ["unshare", "-n", "--", sys.executable, "-m", "tests.integration.claude_code_mcp",
-         claude, str(workspace), str(tmp_path), str(out), transport],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    with busy_machine(BUSY_LOOPS if loaded else 0):
+        proc = subprocess.run(
+            ["unshare", "-n", "--", sys.executable, "-m", "tests.integration.claude_code_mcp",
+             claude, str(workspace), str(tmp_path), str(out), transport],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
     assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
     seen = json.loads(out.read_text())
     assert seen["add"]["exit"] == 0, seen["add"]

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -381,3 +382,45 @@ async def test_http_needs_the_secret_and_this_host_and_serves_a_session(
     third = result_document(tmp_path / "http-3.json")
     assert len({doc["run_id"], vanished["run_id"], third["run_id"]}) == 3
     assert containers_of(third["run_id"]) == []
+
+
+async def test_a_client_that_goes_away_mid_task_ends_the_server_quietly(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """The client process dies while its Task call runs (its pipes close under the
+    server): the task is stopped, its container removed, the result document written,
+    and `warden mcp` exits 0 without a traceback."""
+    status, stderr, results = tmp_path / "status", tmp_path / "stderr", tmp_path / "session.json"
+    with model_server() as server:
+        argv = warden_argv("mcp", "--workspace", str(workspace), "--trust-workspace",
+                           "--permission-mode", "bypassPermissions",
+                           "--result-file", str(results))  # fmt: skip
+        client = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.mcp_leaving_client", str(status),
+             str(stderr), "--", *argv],
+            env=server_env(settings, server), cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert client.stdout is not None
+            assert client.stdout.readline().strip() == "calling"
+            for _ in range(2400):  # until the subagent has asked for its `sleep` (mid-Task)
+                if any(r.conversation == "SLEEPER" for r in server.requests):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                pytest.fail("the Task's subagent never asked the model")
+        finally:
+            client.kill()
+            client.wait()
+            if client.stdout is not None:
+                client.stdout.close()
+        for _ in range(2400):  # the server stops the task, removes it, writes, exits
+            if status.exists() and status.read_text().strip():
+                break
+            await asyncio.sleep(0.05)
+    said = stderr.read_text()
+    assert status.read_text().strip() == "0", said
+    assert "Traceback" not in said and "Error" not in said, said
+    doc = result_document(results)
+    assert [t["status"] for t in doc["tasks"]] == ["stopped"]
+    assert containers_of(doc["run_id"]) == []
