@@ -19,7 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
-from sandbox_tools import watchdog, wire
+from sandbox_tools import environment, watchdog, wire
 from sandbox_tools.broker import MODEL_CALL_TIMEOUT_S, BrokerClient
 from sandbox_tools.caching import cached_messages, cached_tools, system_blocks
 from sandbox_tools.context import ContextWindow, estimate_tokens
@@ -105,7 +105,17 @@ class AgentLoop:
         self.ctx = ctx
         # The host repaired the history; a resume may end with tool results, so
         # the prompt joins that user message rather than following it.
-        self.messages = append_user_text(list(spec.history), spec.prompt)
+        if not spec.history and (spec.context_before or spec.context_after):
+            prompt_block: JSONObject = {"type": "text", "text": spec.prompt}
+            first = [*spec.context_before, prompt_block, *spec.context_after]
+            self.messages: list[JSONObject] = [{"role": "user", "content": list[JSONValue](first)}]
+        else:
+            self.messages = append_user_text(list(spec.history), spec.prompt)
+        self.system_prompt = environment.system_prompt(
+            spec.system_prompt, str(ctx.root), environment=spec.environment,
+            git_status=spec.git_status,
+        )  # fmt: skip
+        """The spec's system prompt with the environment details and git snapshot."""
         self.context = ContextWindow(spec.context_window_tokens, spec.max_tokens)
         """What of `messages` is sent (`context`): they stay whole for the transcript."""
         self.turn = 0
@@ -123,7 +133,7 @@ class AgentLoop:
         request: JSONObject = {
             "model": self.spec.model,
             "max_tokens": self.spec.max_tokens,
-            "system": list[JSONValue](system_blocks(self.spec.system_prompt)),
+            "system": list[JSONValue](system_blocks(self.system_prompt)),
             "messages": list[JSONValue](cached_messages(messages)),
         }
         tools = list(self.spec.tool_definitions) or tool_params(self.spec.tools)

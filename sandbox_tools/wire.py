@@ -304,6 +304,14 @@ class TaskSpec(NamedTuple):
     tool_definitions: tuple[JSONObject, ...] = ()
     """Fork mode: the parent's tool definitions, sent as they are (so the request's
     prefix is the parent's); the tools this runner may run are still `tools`."""
+    context_before: tuple[JSONObject, ...] = ()
+    """Blocks before the prompt in a new task's first message (CLAUDE.md, date)."""
+    context_after: tuple[JSONObject, ...] = ()
+    """Blocks after the prompt in a new task's first message (preloaded skills)."""
+    environment: bool = False
+    """Add the environment details to the system prompt (`sandbox_tools.environment`)."""
+    git_status: bool = False
+    """Add a git status snapshot of the workspace to the system prompt."""
 
     @classmethod
     def from_json(cls, doc: object) -> TaskSpec:
@@ -333,6 +341,14 @@ class TaskSpec(NamedTuple):
             tool_definitions=tuple(
                 t for t in _typed(doc, "tool_definitions", list, []) if isinstance(t, dict)
             ),
+            context_before=tuple(
+                b for b in _typed(doc, "context_before", list, []) if isinstance(b, dict)
+            ),
+            context_after=tuple(
+                b for b in _typed(doc, "context_after", list, []) if isinstance(b, dict)
+            ),
+            environment=_typed(doc, "environment", bool, False),
+            git_status=_typed(doc, "git_status", bool, False),
         )
 
 

@@ -4,7 +4,9 @@ A subagent type is an `AgentDefinition`. `AgentRegistry.load(settings, workspace
 collects them, where a later source replaces an earlier one of the same name,
 as in Claude Code:
 
-1. built-in (`general-purpose`, `bash`),
+1. built-in (`general-purpose`, `bash`, and Claude Code's read-only `Explore` and
+   `Plan`, with warden's own prompts of the same intent; both leave CLAUDE.md and
+   the git snapshot out of their context, as Claude Code's do),
 2. user: `Settings.config_dir/agents/**/*.md`,
 3. project: `WORKSPACE/.claude/agents/**/*.md` (wins).
 
@@ -36,7 +38,7 @@ from orchestrator.agents.definition import (
     AgentDefinition,
 )
 from orchestrator.agents.files import load_agent_dir
-from orchestrator.config import Settings
+from orchestrator.config import DEFAULT_MODEL_ALIASES, Settings
 from orchestrator.errors import UnknownAgentError
 from sandbox_tools.wire import DELEGATION_TOOL_NAMES, TOOL_NAMES
 
@@ -102,6 +104,53 @@ Your final message is the ONLY thing the parent sees. Make it concise and \
 self-contained: the answer or outcome, the exact figures or lines that support \
 it, the files you changed, and anything that failed or is left undone."""
 
+EXPLORE_PROMPT = """\
+You are a search subagent: a parent agent needs something found or understood in \
+this project, quickly. Your job is to locate and read, never to change anything.
+
+You work read-only. You have no tools that edit files, and you must not use Bash \
+to change anything either: no file creation, moving, copying or deletion, no \
+redirections into files, no installs, no commits. Bash is for read-only commands \
+(ls, find, git status, git log, git diff, head, tail, wc).
+
+How to work:
+- Glob finds files by name pattern; Grep searches contents with regular expressions; \
+Read opens a file once you know its path.
+- Start broad, then narrow. Issue several independent searches in one turn when \
+you can: speed matters more than exhaustiveness, unless the parent asked for a \
+thorough search (it may say "quick", "medium" or "very thorough").
+- Try the other names a thing may go by (singular and plural, snake_case and \
+camelCase, the words of an error message).
+
+Your final message is all the parent sees: answer the question directly, with the \
+paths (as absolute paths) and line numbers of what you found, and quote only the \
+lines that matter. Do not write report files."""
+
+PLAN_PROMPT = """\
+You are a planning subagent: a software architect who studies the project and \
+designs how to carry out the change the parent describes. You do not make the \
+change.
+
+You work read-only. You have no tools that edit files, and you must not use Bash \
+to change anything either: no file creation (not even in /tmp), moving, copying or \
+deletion, no redirections or heredocs into files, no installs, no commits. Bash is \
+for read-only commands (ls, find, git status, git log, git diff, head, tail).
+
+How to work:
+1. Understand the requirements, and the perspective the parent asks you to take.
+2. Explore: read the files the parent names, find the project's existing patterns \
+and conventions (Glob, Grep, Read), trace the code paths involved, and look for \
+similar features to follow.
+3. Design: choose an approach that fits the existing architecture; weigh the \
+alternatives and say why you chose this one.
+4. Detail it: the steps in order, what depends on what, and the risks to watch.
+
+End your answer with a section "Critical files for implementation" listing the \
+3 to 5 files that matter most, as paths. Your final message is all the parent sees."""
+
+READ_ONLY_TOOLS = ("Bash", "Read", "Glob", "Grep")
+"""Explore's and Plan's tools: Claude Code's read-only set, as warden has it."""
+
 BUILTIN_AGENTS = (
     AgentDefinition(
         name="general-purpose",
@@ -128,6 +177,36 @@ BUILTIN_AGENTS = (
         max_turns=30,
         image=IMAGE_BASH,
         timeout_s=DEFAULT_TIMEOUT_S,
+    ),
+    AgentDefinition(
+        name="Explore",
+        description=(
+            "Fast read-only search agent: finds files by pattern, searches code for "
+            "symbols or keywords, answers where something is defined or used. Not for "
+            "reviews or open-ended analysis. Say how thorough to be: quick, medium or "
+            "very thorough."
+        ),
+        system_prompt=EXPLORE_PROMPT,
+        tools=READ_ONLY_TOOLS,
+        model=DEFAULT_MODEL_ALIASES["haiku"],
+        model_alias="haiku",
+        max_turns=50,
+        timeout_s=DEFAULT_TIMEOUT_S,
+        omit_claude_md=True,
+        omit_git_status=True,
+    ),
+    AgentDefinition(
+        name="Plan",
+        description=(
+            "Software architect agent for implementation plans: studies the code read-only "
+            "and returns a step-by-step plan, the critical files and the trade-offs."
+        ),
+        system_prompt=PLAN_PROMPT,
+        tools=READ_ONLY_TOOLS,
+        max_turns=50,
+        timeout_s=DEFAULT_TIMEOUT_S,
+        omit_claude_md=True,
+        omit_git_status=True,
     ),
 )
 
@@ -170,7 +249,7 @@ class AgentRegistry:
         from orchestrator.permissions.settings_files import load_stack
         from orchestrator.permissions.sources import MAX_POLICY_BYTES
 
-        registry = cls()
+        registry = cls([resolve_model(agent, settings) for agent in BUILTIN_AGENTS])
         locked = "agents" in load_stack(settings, workspace, MAX_POLICY_BYTES).managed.plugin_only
         sources: list[tuple[Path, Path | None]] = [
             (settings.claude_dir / USER_AGENTS_DIR, None),
@@ -243,7 +322,11 @@ class AgentRegistry:
 
 
 def resolve_model(agent: AgentDefinition, settings: Settings) -> AgentDefinition:
-    """`agent` with an alias in `model` replaced by its model id (kept in `model_alias`)."""
+    """`agent` with an alias in `model` replaced by its model id (kept in `model_alias`;
+    a built-in's alias is resolved again, for the run's alias settings)."""
+    if agent.model_alias is not None:
+        resolved = settings.resolve_model(agent.model_alias)
+        return agent if resolved == agent.model else agent.model_copy(update={"model": resolved})
     if agent.model is None:
         return agent
     resolved = settings.resolve_model(agent.model)

@@ -60,6 +60,17 @@ class TaskSpec(_Wire):
     tool_definitions: list[JSONObject] = Field(default_factory=list)
     """Fork mode: the parent's tool definitions, sent as they are so the subagent's
     requests begin with the parent's cached prefix; empty: built from `tools`."""
+    context_before: list[JSONObject] = Field(default_factory=list)
+    """Content blocks before the prompt in a new task's first message (the CLAUDE.md
+    files and the date, as a system reminder)."""
+    context_after: list[JSONObject] = Field(default_factory=list)
+    """Content blocks after the prompt in a new task's first message (preloaded skills)."""
+    environment: bool = False
+    """The runner adds its environment details (working directory, platform, date,
+    git repository or not) to the system prompt."""
+    git_status: bool = False
+    """The runner adds a git status snapshot of the workspace to the system prompt
+    (taken inside the sandbox, where the workspace's git config can reach nothing)."""
     model_max_retries: int = Field(default=wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
     """Retries of one model call on 429/5xx/529 (the host SDK's retry layer)."""
     model_retry_total_s: float = Field(default=wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)

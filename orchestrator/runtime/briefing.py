@@ -11,6 +11,7 @@ definitions and model, so its first request reads the parent's cached prefix.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
@@ -18,12 +19,20 @@ from orchestrator.broker import wire_models
 from orchestrator.errors import TaskNotFoundError
 from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.runtime.caps import CapError, TaskManagerConfig
+from orchestrator.runtime.subagent_context import (
+    ContextSources,
+    context_reminder,
+    memory_section,
+    skill_blocks,
+)
 from orchestrator.runtime.tasks import ForkPrefix, TaskContext, TaskInput
 from sandbox_tools import conversation
 
 if TYPE_CHECKING:
     from orchestrator.store import Store
 
+
+log = logging.getLogger(__name__)
 
 FORK_RESULT = "Forked: a subagent carries this call out from here."
 """The result a fork child sees for each Task call of the parent's last turn (the
@@ -66,14 +75,30 @@ def runner_spec(
     model: str,
     config: TaskManagerConfig,
     fork: ForkPrefix | None = None,
+    sources: ContextSources | None = None,
 ) -> wire_models.TaskSpec:
     """The spec a task's broker hands its runner; in fork mode its conversation
-    begins with `fork` (the parent's system prompt, tools, messages and model)."""
+    begins with `fork` (the parent's system prompt, tools, messages and model).
+    A new task's context is Claude Code's (`subagent_context`): the agent's prompt
+    and memory section, the CLAUDE.md files and date before the task, preloaded
+    skills after it; the runner adds the environment and git snapshot."""
     agent = ctx.agent
     tools = agent.offered_tools(may_delegate=may_delegate)
     prompt = task_input.prompt
     system_prompt = agent.system_prompt
     tool_definitions: list[JSONObject] = []
+    before: list[JSONObject] = []
+    after: list[JSONObject] = []
+    if sources is not None and fork is None:
+        memory = memory_section(agent, sources)
+        if memory:
+            system_prompt = f"{system_prompt}\n\n{memory}"
+        if not history:
+            before = [context_reminder(agent, sources)]
+            after, missing = skill_blocks(agent, sources)
+            for name in missing:
+                log.warning("agent %s: skill %r not found (.claude/skills/%s/SKILL.md)",
+                            agent.name, name, name)  # fmt: skip
     if fork is not None:
         model, system_prompt = fork.model, fork.system_prompt
         tool_definitions = fork.tool_definitions
@@ -95,6 +120,10 @@ def runner_spec(
         model_max_retries=config.model_max_retries,
         model_retry_total_s=config.model_retry_total_s,
         context_window_tokens=config.context_window(model),
+        context_before=before,
+        context_after=after,
+        environment=sources is not None and fork is None,
+        git_status=sources is not None and fork is None and not agent.omit_git_status,
     )
 
 

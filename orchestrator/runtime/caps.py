@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from orchestrator.backend.contract import DiskLimits
@@ -57,6 +58,8 @@ class TaskManagerConfig:
     """Retries of one subagent model call on 429/5xx/529."""
     model_retry_total_s: float = wire.DEFAULT_MODEL_RETRY_TOTAL_S
     """Longest one subagent model call keeps retrying."""
+    claude_dir: Path | None = None
+    """The user's Claude Code directory (CLAUDE.md, skills, agent memory); None: none."""
     model_aliases: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_MODEL_ALIASES))
     """Model alias → model id, for a Task call's `model` (as for agent files')."""
     context_windows: dict[str, int] = field(default_factory=dict)
@@ -89,6 +92,7 @@ class TaskManagerConfig:
             model_retry_total_s=settings.model_retry_total_s,
             context_windows=dict(settings.model_context_windows),
             model_aliases=dict(settings.model_aliases),
+            claude_dir=settings.claude_dir,
             disk=DiskLimits.from_settings(settings),
             warm_pool=settings.pool_config(),
         )

@@ -67,6 +67,7 @@ from orchestrator.runtime.sandbox import (
     agent_limits,
     sandbox_identity,
 )
+from orchestrator.runtime.subagent_context import ContextSources
 from orchestrator.runtime.tasks import (
     ACTIVE_STATUSES,
     ForkPrefix,
@@ -318,6 +319,7 @@ class TaskManager:
             model=self._model(agent, task_input),
             config=self.config,
             fork=fork,
+            sources=ContextSources(self.config.claude_dir, self.workspace),
         )
         for warning in warnings:
             self.recorder.note("task_warning", ctx, warning=warning)

@@ -117,7 +117,7 @@ def _user(settings: Settings) -> Path:
 
 def test_builtins_without_any_files(settings: Settings, workspace: Path) -> None:
     registry = AgentRegistry.load(settings, workspace)
-    assert registry.names() == ["bash", "general-purpose"]
+    assert registry.names() == ["Explore", "Plan", "bash", "general-purpose"]
     general = registry.get("general-purpose")
     # Task is in the definition; the TaskManager offers it only while nesting is allowed.
     assert general.tools == (
@@ -155,6 +155,8 @@ def test_real_world_files_load(settings: Settings, workspace: Path) -> None:
     _write(project, "security-auditor.md", SECURITY_AUDITOR)
     registry = AgentRegistry.load(settings, workspace)
     assert registry.names() == [
+        "Explore",
+        "Plan",
         "bash",
         "code-reviewer",
         "doc-writer",
@@ -235,7 +237,7 @@ def test_unknown_agent_type_lists_the_valid_ones(settings: Settings, workspace: 
     message = str(caught.value)
     assert "unknown subagent type 'general_purpose'" in message
     assert "Did you mean 'general-purpose'?" in message
-    assert "Valid types: bash, general-purpose" in message
+    assert "Valid types: Explore, Plan, bash, general-purpose" in message
     assert isinstance(caught.value, LookupError)
 
 

@@ -39,7 +39,7 @@ def test_list_shows_sources_models_and_dropped_tools(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     listed = json.loads(proc.stdout)
     by_name = {a["name"]: a for a in listed["agents"]}
-    assert set(by_name) == {"bash", "general-purpose", "reviewer"}
+    assert set(by_name) == {"Explore", "Plan", "bash", "general-purpose", "reviewer"}
     reviewer = by_name["reviewer"]
     assert (reviewer["model"], reviewer["model_alias"]) == ("claude-opus-4-5", "opus")
     assert reviewer["tools"] == ["Read", "Grep"] and reviewer["dropped_tools"] == ["WebFetch"]

@@ -1,0 +1,228 @@
+"""What a subagent is told besides its agent prompt and its task, as Claude Code
+tells its subagents: the agent's memory section (appended to the system prompt),
+and in the first user message the CLAUDE.md files and the date (one system
+reminder before the task) and the preloaded skills (after it). The environment
+details and the git snapshot are added by the runner, inside the sandbox
+(`sandbox_tools.environment`).
+
+Every file read here may be attacker-written (the workspace's CLAUDE.md, skills
+and memory; the user's too, in the end): each is read as a regular file only
+(never a FIFO or a device), links confined to the directory they belong to,
+size-capped, as text. It is prompt text for the model and nothing else: nothing
+here decides or runs anything. The prompt text is warden's own wording, with
+the intent of Claude Code's (see docs/agents.md for the differences).
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.agents.definition import AgentDefinition
+from orchestrator.jsontypes import JSONObject
+from orchestrator.regular_file import open_regular
+
+MAX_CONTEXT_FILE_BYTES = 64 * 1024
+"""Most of one CLAUDE.md, SKILL.md or MEMORY.md read (the rest is cut, saying so)."""
+MEMORY_INDEX_LINES = 200
+"""Lines of MEMORY.md put in the prompt (Claude Code's limit too)."""
+PROJECT_MEMORY = Path(".claude") / "agent-memory"
+LOCAL_MEMORY = Path(".claude") / "agent-memory-local"
+SANDBOX_WORKSPACE = "/workspace"
+
+MEMORY_SECTION = """\
+# Agent memory
+
+You keep a memory that lasts from one task to the next, as files in \
+`{directory}`. Use it for what a later task of yours could not work out again \
+from the project itself: what the people you work for want and why, decisions \
+and their reasons, pitfalls you ran into. Do not store what the code, the git \
+history or CLAUDE.md already say, nor the details of the task at hand.
+
+Each memory is a short Markdown file of its own (e.g. `feedback_tests.md`), \
+starting with frontmatter (`name`, a one-line `description`, `type`: user, \
+feedback, project or reference), then the fact, why it holds, and how to apply \
+it. `MEMORY.md` in that directory is the index: one line per memory file, \
+`- [Title](file.md) - what it is about`, no frontmatter, kept short (only its \
+first {lines} lines are shown to you). Update or remove memories that turn out \
+wrong instead of adding duplicates, and check a remembered file, function or \
+flag still exists before you rely on it.
+
+{scope}
+
+## MEMORY.md
+
+{index}"""
+SCOPE_NOTES = {
+    "user": "This memory is yours across every project: keep what you learn general.",
+    "project": (
+        "This memory belongs to this project and is shared with its team through "
+        "version control: keep it about this project."
+    ),
+    "local": (
+        "This memory belongs to this project on this machine only (not in version "
+        "control): keep it about this project and machine."
+    ),
+}
+NO_INDEX = "(empty: no memories yet)"
+READ_ONLY_NOTE = (
+    "In warden this directory is read-only inside your sandbox for now: read your "
+    "memories, and put what you would save in your final answer instead."
+)
+
+CONTEXT_HEADER = (
+    "<system-reminder>\nContext for your task follows. The CLAUDE.md files hold the "
+    "user's and the project's instructions: follow them; they take precedence over "
+    "your default behaviour.\n"
+)
+CONTEXT_FOOTER = (
+    "\nThis context may not bear on your task; do not respond to it unless it does.\n"
+    "</system-reminder>\n"
+)
+CLAUDE_MD_KINDS = {
+    "user": "the user's own instructions, for every project",
+    "project": "the project's instructions, checked into it",
+    "local": "the project's local instructions, not checked in",
+}
+
+
+@dataclass(frozen=True)
+class ContextSources:
+    """Where one run's context files are: the user's Claude Code directory and the
+    workspace (None: none)."""
+
+    claude_dir: Path | None
+    workspace: Path | None
+
+
+def read_text(path: Path, confine_to: Path | None) -> str | None:
+    """A regular file's text, at most MAX_CONTEXT_FILE_BYTES (cut, saying so); None
+    when absent, not a regular file, or a link out of `confine_to`."""
+    try:
+        real = path.resolve()
+        if confine_to is not None and not real.is_relative_to(confine_to.resolve()):
+            return None
+        with open_regular(real, follow_links=False) as handle:
+            data = handle.read(MAX_CONTEXT_FILE_BYTES + 1)
+    except (OSError, ValueError):
+        return None
+    text = data[:MAX_CONTEXT_FILE_BYTES].decode("utf-8", errors="replace")
+    if len(data) > MAX_CONTEXT_FILE_BYTES:
+        text += f"\n[cut at {MAX_CONTEXT_FILE_BYTES} bytes]"
+    return text
+
+
+def memory_directory(agent: AgentDefinition, sources: ContextSources) -> tuple[Path, str] | None:
+    """(the host directory, how the subagent sees it) of the agent's memory."""
+    slug = "".join(c if c.isalnum() or c in "-_" else "-" for c in agent.name) or "unknown"
+    if agent.memory_scope == "user" and sources.claude_dir is not None:
+        host = sources.claude_dir / "agent-memory" / slug
+        return host, str(host)
+    if agent.memory_scope in ("project", "local") and sources.workspace is not None:
+        rel = (PROJECT_MEMORY if agent.memory_scope == "project" else LOCAL_MEMORY) / slug
+        return sources.workspace / rel, f"{SANDBOX_WORKSPACE}/{rel.as_posix()}/"
+    return None
+
+
+def memory_section(agent: AgentDefinition, sources: ContextSources) -> str | None:
+    """The memory section of the agent's system prompt; None without `memory`."""
+    where = memory_directory(agent, sources)
+    if where is None or agent.memory_scope is None:
+        return None
+    host, shown = where
+    confine = sources.claude_dir if agent.memory_scope == "user" else sources.workspace
+    index = read_text(host / "MEMORY.md", confine)
+    lines = (index or "").strip().splitlines()
+    if len(lines) > MEMORY_INDEX_LINES:
+        lines = [*lines[:MEMORY_INDEX_LINES], f"[{len(lines) - MEMORY_INDEX_LINES} more lines cut]"]
+    scope = SCOPE_NOTES[agent.memory_scope]
+    if agent.memory_scope == "user":
+        scope += " " + READ_ONLY_NOTE.replace("read-only inside", "not reachable from")
+    else:
+        scope += " " + READ_ONLY_NOTE
+    return MEMORY_SECTION.format(
+        directory=shown, lines=MEMORY_INDEX_LINES, scope=scope,
+        index="\n".join(lines) if lines else NO_INDEX,
+    )  # fmt: skip
+
+
+def claude_md_files(sources: ContextSources) -> list[tuple[str, str, str]]:
+    """(kind, shown path, text) of each CLAUDE.md that exists, in Claude Code's order:
+    the user's, then the project's."""
+    found: list[tuple[str, str, str]] = []
+    if sources.claude_dir is not None:
+        text = read_text(sources.claude_dir / "CLAUDE.md", sources.claude_dir)
+        if text is not None:
+            found.append(("user", str(sources.claude_dir / "CLAUDE.md"), text))
+    if sources.workspace is not None:
+        for rel, kind in (
+            ("CLAUDE.md", "project"),
+            (".claude/CLAUDE.md", "project"),
+            ("CLAUDE.local.md", "local"),
+        ):
+            text = read_text(sources.workspace / rel, sources.workspace)
+            if text is not None:
+                found.append((kind, f"{SANDBOX_WORKSPACE}/{rel}", text))
+    return found
+
+
+def context_reminder(
+    agent: AgentDefinition, sources: ContextSources, today: datetime.date | None = None
+) -> JSONObject:
+    """The block before the task: the CLAUDE.md files (unless the agent omits them)
+    and the date."""
+    parts = [CONTEXT_HEADER]
+    files = [] if agent.omit_claude_md else claude_md_files(sources)
+    if files:
+        parts.append("# claudeMd")
+        for kind, shown, text in files:
+            parts.append(f"Contents of {shown} ({CLAUDE_MD_KINDS[kind]}):\n\n{text.strip()}\n")
+    day = (today or datetime.datetime.now(datetime.UTC).date()).isoformat()
+    parts.append(f"# currentDate\nToday's date is {day}.\n")
+    parts.append(CONTEXT_FOOTER)
+    return {"type": "text", "text": "\n".join(parts)}
+
+
+def skill_file(name: str, sources: ContextSources) -> tuple[Path, str] | None:
+    """(directory, text) of skill `name`: the project's first, then the user's."""
+    if "/" in name or name in ("", ".", ".."):
+        return None
+    places: list[tuple[Path, Path]] = []
+    if sources.workspace is not None:
+        places.append((sources.workspace / ".claude" / "skills", sources.workspace))
+    if sources.claude_dir is not None:
+        places.append((sources.claude_dir / "skills", sources.claude_dir))
+    for root, confine in places:
+        text = read_text(root / name / "SKILL.md", confine)
+        if text is not None:
+            return root / name, text
+    return None
+
+
+def skill_blocks(agent: AgentDefinition, sources: ContextSources) -> tuple[list[JSONObject], list[str]]:
+    """The preloaded skills' blocks (after the task), and the names not found."""
+    blocks: list[JSONObject] = []
+    missing: list[str] = []
+    for name in agent.skills:
+        found = skill_file(name, sources)
+        if found is None:
+            missing.append(name)
+            continue
+        directory, text = found
+        shown = directory
+        if sources.workspace is not None and directory.is_relative_to(sources.workspace):
+            shown = Path(SANDBOX_WORKSPACE) / directory.relative_to(sources.workspace)
+        body = _without_frontmatter(text).strip()
+        blocks.append({"type": "text", "text": f"<skill-name>{name}</skill-name>"})
+        blocks.append({"type": "text", "text": f"Skill directory: {shown}\n\n{body}"})
+    return blocks, missing
+
+
+def _without_frontmatter(text: str) -> str:
+    lines = text.lstrip("\ufeff").splitlines()
+    if lines and lines[0].strip() == "---":
+        end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+        if end is not None:
+            return "\n".join(lines[end + 1 :])
+    return text

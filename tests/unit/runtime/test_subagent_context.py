@@ -1,0 +1,114 @@
+"""A subagent's context is Claude Code's: the memory section after the agent's
+prompt, the CLAUDE.md files and the date before the task, preloaded skills after
+it, the environment and a git snapshot (taken in the sandbox) in the system
+prompt; Explore and Plan leave out CLAUDE.md and the git snapshot."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+from pathlib import Path
+
+from orchestrator.agents.definition import AgentDefinition
+from orchestrator.agents.registry import AgentRegistry
+from orchestrator.runtime.subagent_context import (
+    ContextSources,
+    context_reminder,
+    memory_section,
+    skill_blocks,
+)
+from sandbox_tools import environment
+
+DAY = datetime.date(2026, 12, 6)
+
+
+def _sources(tmp_path: Path) -> ContextSources:
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    (home / "skills" / "style").mkdir(parents=True, exist_ok=True)
+    (ws / ".claude" / "skills" / "greet").mkdir(parents=True, exist_ok=True)
+    (ws / ".claude" / "agent-memory" / "rev").mkdir(parents=True, exist_ok=True)
+    (home / "CLAUDE.md").write_text("USER RULE\n")
+    (ws / "CLAUDE.md").write_text("PROJECT RULE\n")
+    (ws / ".claude" / "skills" / "greet" / "SKILL.md").write_text(
+        "---\nname: greet\ndescription: d\n---\nSAY HI\n"
+    )
+    (home / "skills" / "style" / "SKILL.md").write_text("USER STYLE\n")
+    (ws / ".claude" / "agent-memory" / "rev" / "MEMORY.md").write_text("- [x](x.md) - REMEMBERED\n")
+    return ContextSources(claude_dir=home, workspace=ws)
+
+
+def _agent(**fields: object) -> AgentDefinition:
+    return AgentDefinition.model_validate(
+        {"name": "rev", "description": "d", "system_prompt": "BODY", **fields}
+    )
+
+
+def test_claude_md_files_and_the_date_come_before_the_task(tmp_path: Path) -> None:
+    text = str(context_reminder(_agent(), _sources(tmp_path), DAY)["text"])
+    assert text.index("USER RULE") < text.index("PROJECT RULE") < text.index("2026-12-06")
+    assert "/workspace/CLAUDE.md" in text  # the path as the subagent sees it
+    omitted = str(context_reminder(_agent(omit_claude_md=True), _sources(tmp_path), DAY)["text"])
+    assert "RULE" not in omitted and "2026-12-06" in omitted
+
+
+def test_memory_section_holds_the_index_and_where_it_lives(tmp_path: Path) -> None:
+    section = memory_section(_agent(memory_scope="project"), _sources(tmp_path))
+    assert section is not None
+    assert "/workspace/.claude/agent-memory/rev/" in section and "REMEMBERED" in section
+    assert memory_section(_agent(), _sources(tmp_path)) is None
+    empty = memory_section(_agent(memory_scope="local"), _sources(tmp_path))
+    assert empty is not None and "no memories yet" in empty
+
+
+def test_skills_are_preloaded_project_first_then_the_users(tmp_path: Path) -> None:
+    blocks, missing = skill_blocks(_agent(skills=("greet", "style", "nope")), _sources(tmp_path))
+    text = "\n".join(str(b["text"]) for b in blocks)
+    assert text.index("SAY HI") < text.index("USER STYLE")
+    assert "name: greet" not in text  # frontmatter left out
+    assert missing == ["nope"]
+
+
+def test_a_link_out_of_the_workspace_is_not_read(tmp_path: Path) -> None:
+    sources = _sources(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET")
+    assert sources.workspace is not None
+    (sources.workspace / "CLAUDE.md").unlink()
+    (sources.workspace / "CLAUDE.md").symlink_to(secret)
+    assert "SECRET" not in str(context_reminder(_agent(), sources, DAY)["text"])
+
+
+def test_explore_and_plan_are_read_only_and_leave_out_claude_md_and_git() -> None:
+    registry = AgentRegistry()
+    for name in ("Explore", "Plan"):
+        agent = registry.get(name)
+        assert agent.tools == ("Bash", "Read", "Glob", "Grep")
+        assert agent.omit_claude_md and agent.omit_git_status
+    assert registry.get("Explore").model_alias == "haiku"
+    assert registry.get("Plan").model is None  # inherit
+
+
+def test_the_git_snapshot_ignores_the_repositorys_hooks_and_fsmonitor(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
+    for argv in (["git", "init", "-q", "-b", "main"],
+                 ["git", "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q",
+                  "--allow-empty", "-m", "first"]):  # fmt: skip
+        subprocess.run(argv, cwd=ws, env=env, check=True)
+    marker = tmp_path / "ran"
+    script = tmp_path / "evil.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    os.chmod(script, 0o755)
+    subprocess.run(["git", "config", "core.fsmonitor", str(script)], cwd=ws, env=env, check=True)
+    (ws / ".git" / "hooks" / "post-index-change").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    os.chmod(ws / ".git" / "hooks" / "post-index-change", 0o755)
+    (ws / "new.txt").write_text("x")
+    prompt = environment.system_prompt("BODY", str(ws), environment=True, git_status=True)
+    assert not marker.exists()
+    assert prompt.startswith("BODY\n\n")
+    assert "Is directory a git repo: Yes" in prompt
+    assert "Current branch: main" in prompt and "?? new.txt" in prompt and "first" in prompt
+    bare = environment.system_prompt("BODY", str(ws), environment=True, git_status=False)
+    assert "gitStatus" not in bare
