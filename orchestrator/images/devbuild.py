@@ -6,10 +6,10 @@ so the build is treated as hostile input run on the host's engine:
 
 - no network: every step runs in the network namespace of the build's holder
   (`images.buildbox`: only `lo`), unless the run's egress grants domains, and
-  then only through warden's egress proxy with the run's rules; the Dockerfile is
-  refused before the build when the engine itself would reach out: `ADD` of a URL
-  or git repository, a `FROM` or `COPY --from` image that is not present locally
-  (the engine would pull it; warden never pulls);
+  then only through warden's egress proxy with the run's rules; and the engine
+  itself fetches nothing, because it builds a Dockerfile warden writes
+  (`images.buildfile`: no `ADD`, no image name but local ids, no `ONBUILD`, no
+  here-documents), appended to the context tar as `ENGINE_DOCKERFILE`;
 - no host paths: the context is a tar warden makes of the context directory
   (honouring `.dockerignore`); links in it stay links, never followed, and the
   classic builder has no RUN mounts. The tar is warden's own (`_context_tar`),
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import os
 import posixpath
@@ -54,6 +55,7 @@ from orchestrator.backend.mounts import open_beneath, open_under
 from orchestrator.errors import ConfigError, ImageBuildError, UnsafeMountError
 from orchestrator.images.base_image import image_id
 from orchestrator.images.buildbox import BuildBox, BuildEgress, BuildLimitError
+from orchestrator.images.buildfile import engine_dockerfile
 from orchestrator.images.devcontainer import DevContainer, read_regular
 from orchestrator.images.hashing import HASH_LENGTH, LABEL_CONTENT_HASH, LABEL_KIND, LABEL_VERSION
 from orchestrator.regular_file import NotRegularFileError, open_regular
@@ -71,14 +73,14 @@ LABEL_SOURCE = "warden.devcontainer"
 RECIPE = "devcontainer-build 1"
 DOCKERIGNORE = ".dockerignore"
 """The build's ignore file, at the root of its context (read from the opened context)."""
+ENGINE_DOCKERFILE = ".warden.Dockerfile"
+"""Where warden's own Dockerfile for the engine goes in the context tar."""
 MAX_CONTEXT_BYTES = 512 * 1024 * 1024
 """Largest build context (as a tar) sent to the engine."""
 MAX_DOCKERFILE_BYTES = 1024 * 1024
 """Largest Dockerfile warden reads to check before a build."""
 ERROR_CONTEXT_LINES = 30
 LOG_LINE_CHARS = 300
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^git@")
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def devcontainer_image(
@@ -107,13 +109,17 @@ def devcontainer_image(
         if image_id(client, tag) is not None:
             log(f"dev container: {tag} is up to date (same files); not rebuilding")
             return tag
-        dockerfile = _dockerfile_in_context(dev)
         text = read_regular(dev.dockerfile, f"{dev.relative}'s Dockerfile", MAX_DOCKERFILE_BYTES)
         if len(text) > MAX_DOCKERFILE_BYTES:
             raise ConfigError(
                 f"{dev.relative}'s Dockerfile is larger than {MAX_DOCKERFILE_BYTES} bytes; not read"
             )
-        check_dockerfile(client, text.decode(errors="replace"), dict(dev.args), dev.relative)
+        engine = engine_dockerfile(
+            client, text.decode(errors="replace"), dict(dev.args), dev.relative
+        )
+        for note in engine.notes:
+            log(f"dev container: {note}")
+        dockerfile = _add_engine_dockerfile(context, engine.text)
         from orchestrator.images import resolve_image
 
         context.seek(0)
@@ -129,6 +135,24 @@ def devcontainer_image(
             )
             _build(client, box, dev, context, dockerfile, tag, digest, log)
     return tag
+
+
+def _add_engine_dockerfile(context: IO[bytes], text: str) -> str:
+    """Append warden's Dockerfile (`images.buildfile`) to the context tar under a
+    name no context entry has; that name, for the build's `dockerfile`."""
+    context.seek(0)
+    with tarfile.open(fileobj=context, mode="r") as archive:
+        names = set(archive.getnames())
+    name = ENGINE_DOCKERFILE
+    while name in names:
+        name = f"_{name}"
+    data = text.encode()
+    context.seek(0)
+    with tarfile.open(fileobj=context, mode="a") as archive:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = len(data), 0o644
+        archive.addfile(info, io.BytesIO(data))
+    return name
 
 
 def _dockerfile_in_context(dev: DevContainer) -> str:
@@ -264,70 +288,6 @@ def _dockerignore(root: int, context: Path) -> list[str] | None:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def check_dockerfile(client: DockerClient, text: str, args: dict[str, str], where: str) -> None:
-    """Refuse, before any build, what would make the engine reach a network: `ADD`
-    of a URL, and `FROM` / `COPY --from` images that are not present locally.
-    Parsed with Docker's own parser (the `dockerfile` package wraps BuildKit's)."""
-    import dockerfile  # type: ignore[import-not-found]  # a compiled module without stubs
-
-    try:
-        commands = dockerfile.parse_string(text)
-    except dockerfile.GoParseError as exc:
-        raise ConfigError(f"{where}: its Dockerfile does not parse: {exc}") from exc
-    variables: dict[str, str] = {}
-    stages: set[str] = set()
-    count = 0
-    seen_from = False
-    for command in commands:
-        line = f"{where}: Dockerfile line {command.start_line}"
-        name = command.cmd.upper()
-        if name == "ARG" and not seen_from:
-            for item in command.value:
-                key, _, default = item.partition("=")
-                variables[key] = args.get(key, default)
-        elif name == "FROM":
-            seen_from = True
-            ref = _substitute(command.value[0], variables, line)
-            _check_image(client, ref, stages, line, "FROM")
-            if len(command.value) >= 3 and command.value[1].upper() == "AS":
-                stages.add(command.value[2].lower())
-            stages.add(str(count))  # `COPY --from=0` names the first stage
-            count += 1
-        elif name in ("ADD", "COPY"):
-            for flag in command.flags:
-                if flag.startswith("--from="):
-                    _check_image(client, flag[len("--from=") :], stages, line, f"{name} --from")
-            if name == "ADD" and any(_URL.match(source) for source in command.value[:-1]):
-                raise ConfigError(
-                    f"{line}: `ADD` of a URL or git repository makes the engine download it "
-                    "on the host's network, and dev container builds are offline; put the "
-                    "file in the build context and COPY it"
-                )
-
-
-def _substitute(value: str, variables: dict[str, str], line: str) -> str:
-    def one(match: re.Match[str]) -> str:
-        key = match.group(1) or match.group(3)
-        if variables.get(key):
-            return variables[key]
-        if match.group(2) is not None:
-            return match.group(2)
-        raise ConfigError(f"{line}: `FROM` uses ${key}, which has no value; give it a default")
-
-    return _VARIABLE.sub(one, value)
-
-
-def _check_image(client: DockerClient, ref: str, stages: set[str], line: str, what: str) -> None:
-    if ref.lower() in stages or ref == "scratch":
-        return
-    if image_id(client, ref) is None:
-        raise ConfigError(
-            f"{line}: `{what} {printable(ref, 100)}` is not an image present locally, and "
-            "dev container builds never pull (no network, no registry); build or load it "
-            "first (`docker load`), or use a local image"
-        )
-
-
 def _build(
     client: DockerClient,
     box: BuildBox,
@@ -349,6 +309,7 @@ def _build(
             LABEL_SOURCE: dev.relative,
         }),
         "pull": False,
+        "version": "1",  # the classic builder: no BuildKit frontend, no `# syntax` image
         "rm": True,
         "forcerm": True,
     }  # fmt: skip
@@ -377,6 +338,11 @@ def _build(
             f"building the dev container {dev.relative} stopped: {crossed}\nlast build "
             "output:\n" + "\n".join(output.recent) + "\nnothing of the build was kept; "
             "or run with --no-devcontainer"
+        )
+    if failure is not None and "can't be a URL" in failure:
+        failure += (
+            " (dev container builds never download: `ADD` is built as `COPY`, so a source "
+            "that expands to a URL fails; put the file in the build context)"
         )
     if failure is not None:
         raise ImageBuildError(

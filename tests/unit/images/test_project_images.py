@@ -7,6 +7,7 @@ warden's borrowed runtime."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from orchestrator.agents.definition import AgentDefinition
 from orchestrator.agents.images import RunImages, choose_image
 from orchestrator.agents.registry import AgentRegistry
 from orchestrator.errors import ConfigError
-from orchestrator.images.devbuild import check_dockerfile
+from orchestrator.images.buildfile import engine_dockerfile
 from orchestrator.images.devcontainer import NOT_APPLIED, find_devcontainer
 from orchestrator.images.runtime import RUNTIME_TARGET, Runtime
 from tests.conftest import without_waiting_on
@@ -135,9 +136,13 @@ class Images:
     def get(self, ref: str) -> Any:
         from docker.errors import ImageNotFound
 
+        by_id = {f"sha256:{hashlib.sha256(p.encode()).hexdigest()}": p for p in self.present}
+        ref = by_id.get(ref, ref)
         if ref not in self.present:
             raise ImageNotFound(ref)
-        return type("Image", (), {"id": f"sha256:{ref}"})()
+        digest = hashlib.sha256(ref.encode()).hexdigest()
+        config = {"OnBuild": ["ADD x /y"] if ref.startswith("trigger") else None}
+        return type("Image", (), {"id": f"sha256:{digest}", "attrs": {"Config": config}})()
 
 
 @pytest.mark.parametrize(
@@ -149,21 +154,39 @@ class Images:
         ("ARG BASE=elsewhere:2\nFROM ${BASE}\n", "never pull"),
         ("FROM node-tools:1\nCOPY --from=remote.invalid/x:1 /a /a\n", "never pull"),
         ("FROM $UNSET\n", "has no value"),
+        ("FROM trigger:1\n", "ONBUILD triggers"),
+        ("FROM node-tools:1 AS a\nONBUILD RUN true\nFROM a\n", "ONBUILD"),
+        ("FROM node-tools:1\nRUN <<CMD\nADD http://x/y /z\nCMD\n", "here-documents"),
+        ("FROM node-tools:1\nADD --checksum=sha256:00 http://x/y /z\n", "--checksum"),
     ],
 )
 def test_dockerfiles_that_would_reach_a_network_are_refused_before_building(
     dockerfile: str, refusal: str
 ) -> None:
     with pytest.raises(ConfigError, match=refusal):
-        check_dockerfile(Images("node-tools:1"), dockerfile, {}, ".devcontainer/devcontainer.json")  # type: ignore[arg-type]
+        engine_dockerfile(Images("node-tools:1", "trigger:1"), dockerfile, {}, ".devcontainer/devcontainer.json")  # type: ignore[arg-type]
 
 
-def test_local_bases_stages_and_build_args_pass() -> None:
+def test_local_bases_stages_and_build_args_pass_and_the_engine_gets_no_add_and_no_name() -> None:
     text = (
-        "ARG BASE=elsewhere:2\nFROM ${BASE} AS build\nRUN true\n"
-        "FROM scratch\nCOPY --from=build / /\nCOPY --from=0 /a /b\nADD local.tar /x\n"
+        "ARG BASE=elsewhere:2\nFROM ${BASE} AS build\nRUN true \\\n  && echo $BASE\n"
+        "FROM scratch\nCOPY --from=build / /\nCOPY --from=0 /a /b\nadd --chown=1:1 local.tar ${U} /x/\n"
     )
-    check_dockerfile(Images("node-tools:1"), text, {"BASE": "node-tools:1"}, "d")  # type: ignore[arg-type]
+    made = engine_dockerfile(Images("node-tools:1"), text, {"BASE": "node-tools:1"}, "d")  # type: ignore[arg-type]
+    base = "sha256:" + hashlib.sha256(b"node-tools:1").hexdigest()
+    assert made.text.splitlines() == [
+        "ARG BASE=elsewhere:2", f"FROM {base} AS build", "RUN true   && echo $BASE",
+        "FROM scratch", "COPY --from=build / /", "COPY --from=0 /a /b",
+        "COPY --chown=1:1 local.tar ${U} /x/",
+    ]  # fmt: skip
+    assert len(made.notes) == 1 and "built as `COPY`" in made.notes[0]
+
+
+def test_a_backtick_escape_directive_is_kept_for_the_engine() -> None:
+    text = "# escape=`\nFROM node-tools:1\nRUN echo `\n  a\n"
+    made = engine_dockerfile(Images("node-tools:1"), text, {}, "d")  # type: ignore[arg-type]
+    assert made.text.splitlines()[0] == "# escape=`"
+    assert made.text.splitlines()[2] == "RUN echo   a"
 
 
 def test_the_borrowed_runtime_starts_the_runner_through_its_own_loader() -> None:
