@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.warning(
             "fallocate stays allowed (%s); the host's free-space floor still holds", problem
         )
+    from sandbox_tools import image_env
+
+    image_env.restore()  # sealed now: the image's environment is for the tools' commands
     # http.client imports ssl for HTTPS, which the broker's Unix socket never needs;
     # ssl is about a third of the runner's import time. A None entry makes that
     # optional import fail at once. Only here, in the runner's own process (tools

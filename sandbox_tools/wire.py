@@ -59,6 +59,13 @@ BROKER_BASE_URL = f"http://{BROKER_HOST}"
 WORKSPACE = "/workspace"
 """Where the shared workspace is mounted inside the container."""
 
+IMAGE_ENV_VARIABLE = "WARDEN_IMAGE_ENV"
+"""In a project image's sandbox: the image's own environment (`Config.Env`) as a JSON
+object. Every one of its keys reaches warden's process (the runner, the seal shim)
+empty, so the image's `LD_PRELOAD`, `LD_LIBRARY_PATH`, `PYTHON*`, `BASH_ENV` ... never
+act on warden's loader or interpreter; once sealed, warden's process puts the values
+back for the commands it runs (`sandbox_tools.image_env`)."""
+
 ANTHROPIC_VERSION = "2023-06-01"
 """`anthropic-version` header the runner sends on model calls."""
 

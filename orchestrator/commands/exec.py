@@ -301,6 +301,7 @@ def _run(
                 command=sealed_command(chosen.python, command),
                 workspace=(workspace or Path.cwd()),
                 mounts=[*chosen.mounts, *guard.mounts()],
+                env=dict(chosen.env),  # a project image's ENV: back for the command only
                 user=user,
                 limits=ResourceLimits(**limits),
                 labels=user_labels,

@@ -100,6 +100,7 @@ class SandboxImages:
             ref=checked.image_id,
             runner=runtime.runner() if runner else (),
             mounts=(runtime.mount(),),
+            env=checked.sandbox_env(),
             project=True,
             python=runtime.python_command(),
         )

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from orchestrator.backend.classify import status_code
 from orchestrator.errors import ImageNotFoundError, UnsupportedImageError
 from orchestrator.labels import warden_labels
+from sandbox_tools.wire import IMAGE_ENV_VARIABLE
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -57,6 +58,20 @@ class ProjectImage:
     """Where bash was found (on the image's PATH)."""
     user: str
     """The image's USER (informational: sandboxes run as the workspace owner)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """The image's `ENV` (`Config.Env`), in its order."""
+
+    def sandbox_env(self) -> dict[str, str]:
+        """What warden adds to a sandbox's environment for this image: each of the
+        image's keys empty (the engine cannot drop them), so nothing of the image's
+        environment acts on warden's own process (the runner or the seal shim: its
+        loader, interpreter and C library), and the image's values in
+        `IMAGE_ENV_VARIABLE`, which that process puts back once sealed
+        (`sandbox_tools.image_env`) for the commands it runs. PATH stays: it only
+        says where commands are found."""
+        values = dict(self.env)
+        emptied = {key: "" for key in values if key != "PATH"}
+        return {**emptied, IMAGE_ENV_VARIABLE: json.dumps(values, separators=(",", ":"))}
 
 
 def host_machine() -> str:
@@ -96,8 +111,9 @@ def check_project_image(
         )
     config = info.get("Config") or {}
     user = str(config.get("User") or "")
+    env = _env_pairs(config.get("Env") or [])
     if not need_bash:
-        return ProjectImage(ref=ref, image_id=str(info["Id"]), bash="", user=user)
+        return ProjectImage(ref=ref, image_id=str(info["Id"]), bash="", user=user, env=env)
     path = _env_path(config.get("Env") or [])
     bash = _find_bash(client, ref, path)
     if bash is None:
@@ -105,7 +121,16 @@ def check_project_image(
             f"image {ref!r} has no bash on its PATH ({path}): warden's Bash tool runs "
             f"`bash -c`, and its permission rules are proven for bash; {fix}"
         )
-    return ProjectImage(ref=ref, image_id=str(info["Id"]), bash=bash, user=user)
+    return ProjectImage(ref=ref, image_id=str(info["Id"]), bash=bash, user=user, env=env)
+
+
+def _env_pairs(env: list[str]) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for entry in env:
+        key, _, value = str(entry).partition("=")
+        if key and "\0" not in entry:
+            pairs.append((key, value))
+    return tuple(pairs)
 
 
 def _env_path(env: list[str]) -> str:

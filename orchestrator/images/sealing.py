@@ -24,13 +24,22 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.errors import WardenError
+from sandbox_tools.wire import IMAGE_ENV_VARIABLE
 
 EXEC_TAIL = """
-import os, signal, sys
+import json, os, signal, sys
 _problem = refuse_fallocate()
 if _problem:
     sys.stderr.write("warden: warning: fallocate stays allowed in this sandbox (%s); "
                      "the host's free-space floor still holds\\n" % _problem)
+_carried = os.environ.pop("IMAGE_ENV_VARIABLE", "")
+try:
+    _image = json.loads(_carried) if _carried else {}
+except ValueError:
+    _image = {}
+for _key, _value in (_image.items() if isinstance(_image, dict) else ()):
+    if isinstance(_value, str) and os.environ.get(_key) == "":
+        os.environ[_key] = _value
 for _name in ("SIGPIPE", "SIGXFSZ"):
     if hasattr(signal, _name):
         signal.signal(getattr(signal, _name), signal.SIG_DFL)
@@ -40,8 +49,10 @@ except OSError as _exc:
     sys.stderr.write("warden: cannot run %r: %s\\n" % (sys.argv[1], _exc.strerror))
     sys.stderr.flush()
     os._exit(127 if isinstance(_exc, FileNotFoundError) else 126)
-"""
-"""Runs in the sandbox after the seal's source: seal, restore signals, become the command."""
+""".replace("IMAGE_ENV_VARIABLE", IMAGE_ENV_VARIABLE)
+"""Runs in the sandbox after the seal's source: seal, give the command a project
+image's environment back (`sandbox_tools.image_env`), restore signals, become the
+command."""
 
 
 @functools.cache
