@@ -37,6 +37,7 @@ DEFAULT_BUILD_DEADLINE_S = 900.0
 BUILD_PIDS_VARIABLE = "WARDEN_BUILD_PIDS_LIMIT"
 BUILD_MEMORY_VARIABLE = "WARDEN_BUILD_MEMORY"
 BUILD_DEADLINE_VARIABLE = "WARDEN_BUILD_DEADLINE_S"
+BUILD_DISK_VARIABLE = "WARDEN_BUILD_DISK_LIMIT"
 DEFAULT_MODEL = "claude-sonnet-5"
 """The parent's model (and its subagents') unless `--model` or an agent file says otherwise."""
 DEFAULT_MODEL_ALIASES: dict[str, str] = {
@@ -177,6 +178,9 @@ class Settings(BaseModel):
     """Memory of a dev container build's steps together (WARDEN_BUILD_MEMORY, e.g. `2g`)."""
     build_deadline_s: float = Field(default=DEFAULT_BUILD_DEADLINE_S, gt=0)
     """Wall-clock time of a whole dev container build (WARDEN_BUILD_DEADLINE_S)."""
+    build_disk_limit: int | None = Field(default=None, ge=0)
+    """Most bytes a dev container build's steps write together (WARDEN_BUILD_DISK_LIMIT,
+    e.g. `2g`; 0: no cap); None: the sandbox write limit (`disk_write_limit`)."""
     devcontainer: bool = True
     """Run subagents in the workspace's dev container when it has one
     (WARDEN_DEVCONTAINER=0 turns it off by default; `--devcontainer` /
@@ -289,6 +293,8 @@ class Settings(BaseModel):
                     "give a whole number such as 10000 (0: no floor)"
                 )
             values["disk_free_inodes"] = int(inodes)
+        if env.get(BUILD_DISK_VARIABLE, "").strip():
+            values["build_disk_limit"] = parse_size(env[BUILD_DISK_VARIABLE], BUILD_DISK_VARIABLE)
         if env.get(BUILD_MEMORY_VARIABLE, "").strip():
             values["build_memory"] = parse_size(env[BUILD_MEMORY_VARIABLE], BUILD_MEMORY_VARIABLE)
         if env.get("WARDEN_DEVCONTAINER", "").strip():
@@ -323,7 +329,9 @@ class Settings(BaseModel):
         if env.get("WARDEN_WEBHOOK_CALLBACK_URL", "").strip():
             values["webhook_callback_url"] = env["WARDEN_WEBHOOK_CALLBACK_URL"].strip()
         values["trust_workspace"] = env.get("WARDEN_TRUST_WORKSPACE", "").lower() in {
-            "1", "true", "yes"
+            "1",
+            "true",
+            "yes",
         }
         if env.get("WARDEN_CONTEXT_WINDOWS", "").strip():
             values["model_context_windows"] = _context_windows(env["WARDEN_CONTEXT_WINDOWS"])

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator import labels as _labels
 from orchestrator.config import BUILD_DEADLINE_VARIABLE as BUILD_DEADLINE_VARIABLE
+from orchestrator.config import BUILD_DISK_VARIABLE as BUILD_DISK_VARIABLE
 from orchestrator.config import BUILD_MEMORY_VARIABLE as BUILD_MEMORY_VARIABLE
 from orchestrator.config import BUILD_PIDS_VARIABLE as BUILD_PIDS_VARIABLE
 from orchestrator.config import (
@@ -96,6 +97,10 @@ class BuildLimits(_Closed):
     """Memory of all build steps together, no swap (WARDEN_BUILD_MEMORY)."""
     deadline_s: float = Field(default=DEFAULT_BUILD_DEADLINE_S, gt=0)
     """Wall-clock time of the whole build (WARDEN_BUILD_DEADLINE_S)."""
+    disk_bytes: int = Field(default=DEFAULT_DISK_WRITE_BYTES, ge=0)
+    """Bytes all steps write together (WARDEN_BUILD_DISK_LIMIT, by default the sandbox
+    write limit; 0: no cap): their layers, measured while they run, and no single
+    file larger (RLIMIT_FSIZE in every step)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BuildLimits:
@@ -103,6 +108,11 @@ class BuildLimits(_Closed):
             pids=settings.build_pids_limit,
             memory_bytes=settings.build_memory,
             deadline_s=settings.build_deadline_s,
+            disk_bytes=(
+                settings.disk_write_limit
+                if settings.build_disk_limit is None
+                else settings.build_disk_limit
+            ),
         )
 
 

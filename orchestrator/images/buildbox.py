@@ -28,6 +28,7 @@ builds there with a memory cap per step and no process cap).
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -40,6 +41,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from orchestrator.backend.contract import (
     BUILD_DEADLINE_VARIABLE,
+    BUILD_DISK_VARIABLE,
     BUILD_MEMORY_VARIABLE,
     BUILD_PIDS_VARIABLE,
     BuildLimits,
@@ -101,8 +103,51 @@ _PIDS_CROSSED = (
     "its processes reached the build's process limit of {0} ({1}; a fork bomb or a "
     "runaway build, or raise it)"
 )
+DISK_EVERY = 2
+"""The watchdog measures the steps' layers every this many looks (walking a layer
+costs more than the other looks)."""
+SIGXFSZ_STATUS = 128 + 25
+"""A step's shell status when a file reached RLIMIT_FSIZE (SIGXFSZ)."""
 _CGROUP_LINE = re.compile(r"^cgroup (/\S*)$", re.MULTILINE)
 _PROXY_LINE = re.compile(r"^proxy (\S*)$", re.MULTILINE)
+
+
+def tree_bytes(root: Path) -> int:
+    """Disk blocks used under `root` (no link followed); 0 when it cannot be read
+    (the engine is remote, or warden is not root: RLIMIT_FSIZE still holds)."""
+    total = 0
+    pending = [str(root)]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                found = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += found.st_blocks * 512
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+    return total
+
+
+def layers_bytes(client: DockerClient, images: list[str]) -> int:
+    """Bytes of the top layers of `images` (each step image's own layer)."""
+    from docker.errors import APIError
+
+    api: Any = client.api  # inspect_image has no annotations in the SDK
+    total = 0
+    for image in images:
+        try:
+            found = api.inspect_image(image)
+        except APIError:
+            continue
+        upper = ((found.get("GraphDriver") or {}).get("Data") or {}).get("UpperDir")
+        if upper:
+            total += tree_bytes(Path(upper))
+    return total
 
 
 class BuildLimitError(ImageBuildError):
@@ -149,6 +194,8 @@ class BuildBox:
         """The forwarder's URL inside the holder's network namespace ("" without egress)."""
         self.crossed: str | None = None
         """Which limit the watchdog stopped the build for, in words (None: none)."""
+        self.written: dict[str, int] = {}
+        """Bytes in each step container's layer, as last measured (by container id)."""
         self._done = threading.Event()
 
     def __enter__(self) -> BuildBox:
@@ -246,6 +293,9 @@ class BuildBox:
             params["cgroupparent"] = self.cgroup
         else:  # no nesting: at least each step's memory
             params["memory"] = params["memswap"] = self.limits.memory_bytes
+        if self.limits.disk_bytes:  # no single file past the cap, whatever the timing
+            cap = self.limits.disk_bytes
+            params["ulimits"] = json.dumps([{"Name": "fsize", "Soft": cap, "Hard": cap}])
         return params
 
     def proxy_args(self) -> dict[str, str]:
@@ -291,9 +341,13 @@ class BuildBox:
     def _watch(self, response: Response) -> None:
         deadline = time.monotonic() + self.limits.deadline_s
         cut_at: float | None = None
+        looks = 0
         while not self._done.wait(WATCH_INTERVAL_S):
+            looks += 1
+            if self.limits.disk_bytes and self.crossed is None and looks % DISK_EVERY == 0:
+                self._measure()
             if self.crossed is None:
-                self.crossed = self._crossed(deadline)
+                self.crossed = self._crossed(deadline) or self.disk_reached()
             if self.crossed is None:
                 continue
             self.kill_steps()
@@ -345,6 +399,37 @@ class BuildBox:
         except Exception:  # the holder is going away
             return False
         return f"\n{word}\n" in output
+
+    def _measure(self) -> None:
+        """The size of each step container's layer (its writable directory)."""
+        from docker.errors import APIError
+
+        for step in self.steps():
+            try:
+                found = self.client.api.inspect_container(step)
+            except APIError:  # removed meanwhile: its last size stands
+                continue
+            upper = ((found.get("GraphDriver") or {}).get("Data") or {}).get("UpperDir")
+            if upper:
+                self.written[step] = max(self.written.get(step, 0), tree_bytes(Path(upper)))
+
+    def disk_reached(self, failure: str | None = None, layers: int = 0) -> str | None:
+        """Words for the disk limit when the steps' layers (measured while they ran,
+        or `layers`: the bytes of the images the build made) reached it, or a step
+        was stopped by RLIMIT_FSIZE (its `failure`); None: not reached."""
+        cap = self.limits.disk_bytes
+        if not cap:
+            return None
+        written = max(sum(self.written.values()), layers)
+        stopped = failure is not None and f"non-zero code: {SIGXFSZ_STATUS}" in failure
+        if written < cap and not stopped:
+            return None
+        return (
+            f"its steps wrote {'a file as large as' if stopped and written < cap else 'more than'}"
+            f" the build's disk limit of {cap // 1024**2} MiB ({BUILD_DISK_VARIABLE}; by "
+            "default the sandbox write limit, WARDEN_DISK_WRITE_LIMIT; raise it if the "
+            "build needs more)"
+        )
 
     def memory_reached(self) -> str | None:
         """Words for the memory limit when the build's processes hit it (None: no)."""

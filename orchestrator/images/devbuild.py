@@ -54,7 +54,7 @@ from orchestrator.backend.contract import BuildLimits
 from orchestrator.backend.mounts import open_beneath, open_under
 from orchestrator.errors import ConfigError, ImageBuildError, UnsafeMountError
 from orchestrator.images.base_image import image_id
-from orchestrator.images.buildbox import BuildBox, BuildEgress, BuildLimitError
+from orchestrator.images.buildbox import BuildBox, BuildEgress, BuildLimitError, layers_bytes
 from orchestrator.images.buildfile import engine_dockerfile
 from orchestrator.images.devcontainer import DevContainer, read_regular
 from orchestrator.images.hashing import HASH_LENGTH, LABEL_CONTENT_HASH, LABEL_KIND, LABEL_VERSION
@@ -326,6 +326,8 @@ def _build(
                         break
                     output.add(str(chunk.get("stream", "")))
             crossed = box.crossed or box.pids_reached()
+            if crossed is None:  # what the build's step images hold, however fast
+                crossed = box.disk_reached(failure, layers_bytes(client, output.created))
             if crossed is None and failure is not None:
                 crossed = box.memory_reached()
         except BaseException:

@@ -35,9 +35,21 @@ def dockerfile(base: str, marker: str, *steps: str) -> str:
 def left_behind(engine: Any, marker: str) -> list[str]:
     """Everything of a build still on the engine: its images, step containers and
     warden's holder containers."""
-    found = [f"image {i.id}" for i in engine.images.list(all=True, filters={"label": f"{MARK}={marker}"})]
-    found += [f"container {c.name}" for c in engine.containers.list(ignore_removed=True, all=True, filters={"label": f"{MARK}={marker}"})]
-    found += [f"holder {c.name}" for c in engine.containers.list(ignore_removed=True, all=True, filters={"label": "warden.images=build"})]
+    found = [
+        f"image {i.id}" for i in engine.images.list(all=True, filters={"label": f"{MARK}={marker}"})
+    ]
+    found += [
+        f"container {c.name}"
+        for c in engine.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"{MARK}={marker}"}
+        )
+    ]
+    found += [
+        f"holder {c.name}"
+        for c in engine.containers.list(
+            ignore_removed=True, all=True, filters={"label": "warden.images=build"}
+        )
+    ]
     return found  # fmt: skip
 
 
@@ -48,7 +60,7 @@ def build(engine: Any, settings: Settings, workspace: Path, text: str, **limits:
     chosen = BuildLimits(**limits)
     bounded = settings.model_copy(update={
         "build_pids_limit": chosen.pids, "build_memory": chosen.memory_bytes,
-        "build_deadline_s": chosen.deadline_s,
+        "build_deadline_s": chosen.deadline_s, "build_disk_limit": chosen.disk_bytes,
     })  # fmt: skip
     resolver = prepare_run_images(engine, bounded, workspace)
     assert resolver.run.devcontainer is not None
@@ -72,6 +84,77 @@ def test_a_fork_bomb_step_stops_the_build_at_the_process_limit(
     assert left_behind(engine, marker) == []
 
 
+DISK_CAP = 64 * 1024**2
+
+
+@pytest.mark.parametrize(
+    "writes",
+    [
+        "dd if=/dev/zero of=/opt/big bs=1M count=200",  # one file past the cap
+        "for i in 1 2 3 4 5; do dd if=/dev/zero of=/opt/f$i bs=1M count=20; done",  # many below it
+    ],
+)
+def test_a_build_that_writes_past_its_disk_cap_stops_naming_it_and_leaves_nothing(
+    writes: str, engine: Any, settings: Settings, workspace: Path, cc_image: str
+) -> None:
+    marker = uuid.uuid4().hex
+    text = dockerfile(cc_image, marker, f"RUN echo {marker} > /etc/made", f"RUN {writes}")
+    with pytest.raises(BuildLimitError) as stopped:
+        build(engine, settings, workspace, text, disk_bytes=DISK_CAP, deadline_s=120)
+    message = str(stopped.value)
+    assert "disk limit of 64 MiB" in message and "WARDEN_BUILD_DISK_LIMIT" in message, message
+    assert left_behind(engine, marker) == []
+
+
+def test_an_archive_that_unpacks_past_the_disk_cap_stops_the_build(
+    engine: Any, settings: Settings, workspace: Path, cc_image: str
+) -> None:
+    """A small archive in the context that unpacks to more than the cap: `ADD` no
+    longer unpacks it in the engine (it is copied), and unpacking it in a step stops
+    at the cap."""
+    import gzip
+    import tarfile
+
+    marker = uuid.uuid4().hex
+    folder = workspace / ".devcontainer"
+    folder.mkdir()
+    with (
+        gzip.open(folder / "bomb.tar.gz", "wb", compresslevel=1) as packed,
+        tarfile.open(fileobj=packed, mode="w") as archive,  # type: ignore[call-overload]
+    ):
+        info = tarfile.TarInfo("zeros")
+        info.size = 4 * DISK_CAP
+        archive.addfile(info, _Zeros(info.size))  # type: ignore[arg-type]
+    assert (folder / "bomb.tar.gz").stat().st_size < DISK_CAP // 8
+    text = dockerfile(
+        cc_image, marker, "ADD bomb.tar.gz /opt/", "RUN ls -l /opt/bomb.tar.gz",
+        "RUN tar -xzf /opt/bomb.tar.gz -C /opt",
+    )  # fmt: skip
+    (folder / "devcontainer.json").write_text('{"build": {"dockerfile": "Dockerfile"}}')
+    (folder / "Dockerfile").write_text(text)
+    from orchestrator.runtime.run_images import prepare_run_images
+    from tests.integration.project_fixtures import project_workspace
+
+    project_workspace(workspace)
+    bounded = settings.model_copy(update={"build_disk_limit": DISK_CAP})
+    with pytest.raises(BuildLimitError) as stopped:
+        prepare_run_images(engine, bounded, workspace)
+    assert "disk limit of 64 MiB" in str(stopped.value), stopped.value
+    assert left_behind(engine, marker) == []
+
+
+class _Zeros:
+    """A file object of `size` zero bytes (made as it is read)."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        self.left -= n
+        return bytes(n)
+
+
 def test_a_step_past_the_deadline_stops_the_build_and_leaves_nothing(
     engine: Any, settings: Settings, workspace: Path, cc_image: str
 ) -> None:
@@ -90,7 +173,7 @@ def test_the_memory_of_a_build_is_capped(
 ) -> None:
     marker = uuid.uuid4().hex
     text = dockerfile(
-        cc_image, marker, 'RUN bash -c \'x=$(head -c 400m /dev/zero | tr "\\0" a); echo ${#x}\''
+        cc_image, marker, "RUN bash -c 'x=$(head -c 400m /dev/zero | tr \"\\0\" a); echo ${#x}'"
     )
     with pytest.raises(BuildLimitError) as stopped:
         build(engine, settings, workspace, text, memory_bytes=128 * 1024**2, deadline_s=90)
@@ -109,7 +192,7 @@ async def test_build_steps_reach_only_what_the_run_s_egress_allows(
     marker = uuid.uuid4().hex
     # Plain HTTP through the build's proxy variables, with bash's /dev/tcp.
     fetch = (
-        'p=${HTTP_PROXY##*:}; p=${p%%/*}; for host in allowed.test denied.test; do '
+        "p=${HTTP_PROXY##*:}; p=${p%%/*}; for host in allowed.test denied.test; do "
         "exec 3<>/dev/tcp/127.0.0.1/$p; "
         'printf "GET http://$host:PORT/hello HTTP/1.1\\r\\nHost: $host\\r\\nConnection: '
         'close\\r\\n\\r\\n" >&3; echo "$host: $(head -1 <&3 | tr -d "\\r")" >> /etc/fetched; '

@@ -31,11 +31,16 @@ def test_the_build_limits_are_settings() -> None:
     assert BuildLimits.from_settings(Settings.from_env({})) == BuildLimits()
     limits = BuildLimits.from_settings(Settings.from_env({
         "WARDEN_BUILD_PIDS_LIMIT": "64", "WARDEN_BUILD_MEMORY": "256m",
-        "WARDEN_BUILD_DEADLINE_S": "30",
+        "WARDEN_BUILD_DEADLINE_S": "30", "WARDEN_BUILD_DISK_LIMIT": "100m",
     }))  # fmt: skip
-    assert limits == BuildLimits(pids=64, memory_bytes=256 * 1024**2, deadline_s=30)
+    assert limits == BuildLimits(
+        pids=64, memory_bytes=256 * 1024**2, deadline_s=30, disk_bytes=100 * 1024**2
+    )
+    # the disk cap follows the sandbox write limit unless it is set itself
+    follows = BuildLimits.from_settings(Settings.from_env({"WARDEN_DISK_WRITE_LIMIT": "1g"}))
+    assert follows.disk_bytes == 1024**3
     for bad in ({"WARDEN_BUILD_PIDS_LIMIT": "-1"}, {"WARDEN_BUILD_DEADLINE_S": "0"},
-                {"WARDEN_BUILD_MEMORY": "lots"}):  # fmt: skip
+                {"WARDEN_BUILD_MEMORY": "lots"}, {"WARDEN_BUILD_DISK_LIMIT": "x"}):  # fmt: skip
         with pytest.raises(ConfigError, match=r"WARDEN_BUILD|build_"):
             Settings.from_env(bad)
 
