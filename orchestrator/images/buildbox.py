@@ -15,8 +15,12 @@ container the engine starts on the host), so warden builds it inside a box:
   loopback port wired to the run's egress proxy (`BuildEgress`: its rules, no
   questions), and the build gets the standard proxy build arguments pointing at
   it; nothing else is reachable;
-- a watchdog ends the build when it runs past its deadline or its processes
-  reach the limit: it kills the running step (steps are found by their network
+- every step has RLIMIT_FSIZE at the build's disk cap (the build request's
+  `ulimits`), and the watchdog measures the running steps' layers (their writable
+  directories) against the cap; `layers_bytes` counts the step images' layers
+  once the build ends;
+- a watchdog ends the build when it runs past its deadline, its processes
+  reach the limit or its layers the disk cap: it kills the running step (steps are found by their network
   mode), so the engine fails the build; `CUT_AFTER_S` later it cuts the
   connection, which makes the engine cancel the build.
 Nesting a build's cgroups under a container needs the engine's cgroupfs driver

@@ -18,8 +18,8 @@ so the build is treated as hostile input run on the host's engine:
   between would have a host file's bytes sent to the engine (and, with a COPY,
   into the image). Every entry is opened from its directory's descriptor with
   O_NOFOLLOW, from the workspace down, and described by what was opened;
-- bounded (`BuildLimits`): the processes and memory of all steps together, a
-  total deadline, the context size (`MAX_CONTEXT_BYTES`). A build that crosses a
+- bounded (`BuildLimits`): the processes, memory and bytes written of all steps
+  together, a total deadline, the context size (`MAX_CONTEXT_BYTES`). A build that crosses a
   limit fails with an error naming it and its variable, and leaves nothing: its
   step containers and the images its steps made are removed.
 Build steps run as the engine runs them (root in the build container, default
