@@ -70,7 +70,9 @@ EgressFactory = Callable[[], AbstractContextManager[BuildEgress | None]]
 
 REPOSITORY = "warden-devcontainer"
 LABEL_SOURCE = "warden.devcontainer"
-RECIPE = "devcontainer-build 1"
+RECIPE = "devcontainer-build 2"
+"""Part of the tag's hash: a change to how warden builds (2: the engine gets warden's
+Dockerfile, `images.buildfile`) never reuses an image an older warden built."""
 DOCKERIGNORE = ".dockerignore"
 """The build's ignore file, at the root of its context (read from the opened context)."""
 ENGINE_DOCKERFILE = ".warden.Dockerfile"
