@@ -13,7 +13,8 @@ pulls). Build steps themselves run in the holder's network namespace
   or anything else, is an error of the engine's) and never unpacks an archive
   (the daemon would unpack it outside any step's limits); unpack with `RUN tar`.
 - **no image name**: every `FROM` and `COPY --from` names a stage of the same
-  Dockerfile or the local image's id (`sha256:…`), resolved and inspected here;
+  Dockerfile or the local image's id (64 hex digits, which the engine never reads
+  as a name to pull), resolved and inspected here;
   an image that is not present is refused (warden never pulls), and so is one
   that carries `ONBUILD` triggers (the engine would run them in this build).
 - **no `ONBUILD`**, **no here-documents**: refused (the classic builder does not
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^git@")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _DIRECTIVE = re.compile(r"^#\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(.+?)\s*$")
-_IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
+_IMAGE_ID = re.compile(r"^[0-9a-f]{64}$")
 _KEYWORD = re.compile(r"^(\s*)([A-Za-z]+)")
 _FROM_FLAG = re.compile(r"--from=(\S+)")
 ADD_NOTE = (
@@ -207,7 +208,9 @@ def _local(client: DockerClient, ref: str, stages: set[str], line: str, what: st
             f"({printable('; '.join(triggers), 200)}), which the engine would run in this "
             "build unchecked; base the dev container on an image without them"
         )
-    return found
+    # The bare hex id: the engine finds a local image by it, and cannot mistake it
+    # for a name to pull (it refuses 64-hex names) should the image go meanwhile.
+    return found.removeprefix("sha256:")
 
 
 def _onbuild(client: DockerClient, found: str) -> list[str]:
