@@ -41,10 +41,17 @@ class Watched:
                 self.end_headers()
                 self.wfile.write(body)
 
+            do_HEAD = do_GET
+
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            def process_request(self, request: Any, client_address: Any) -> None:
+                seen.append(f"connection from {client_address}")  # before any byte
+                super().process_request(request, client_address)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/payload"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
