@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """The PATH the engine gives a container whose image sets none."""
+KEPT_KEYS = frozenset({"PATH", "HOME"})
+"""Image keys warden's own process keeps (`ProjectImage.sandbox_env`)."""
 MAX_PATH_DIRS = 32
 """PATH entries searched for bash (an image's PATH is its author's input)."""
 ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le",
@@ -67,10 +69,11 @@ class ProjectImage:
         environment acts on warden's own process (the runner or the seal shim: its
         loader, interpreter and C library), and the image's values in
         `IMAGE_ENV_VARIABLE`, which that process puts back once sealed
-        (`sandbox_tools.image_env`) for the commands it runs. PATH stays: it only
-        says where commands are found."""
+        (`sandbox_tools.image_env`) for the commands it runs. PATH and HOME are not
+        emptied: they only say where commands are found and where home is (warden
+        sets HOME itself)."""
         values = dict(self.env)
-        emptied = {key: "" for key in values if key != "PATH"}
+        emptied = {key: "" for key in values if key not in KEPT_KEYS}
         return {**emptied, IMAGE_ENV_VARIABLE: json.dumps(values, separators=(",", ":"))}
 
 
