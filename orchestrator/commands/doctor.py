@@ -1,4 +1,5 @@
-"""`warden doctor [--fix] [--json]`: is the engine up, which runtimes, are the images
+"""`warden doctor [--fix] [--json]`: is the engine up, which runtimes, does it apply
+warden's seccomp profile (a probe container of the bash image), are the images
 current, which image each agent type of the workspace runs in, how is the warm pool
 sized."""
 
