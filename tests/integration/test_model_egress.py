@@ -97,7 +97,8 @@ async def test_server_tools_follow_each_subagents_egress(
     write_agent(
         workspace,
         "offline",
-        "---\nname: offline\ndescription: no network\ntools: Bash\nnetwork: none\n---\nGo.\n",
+        "---\nname: offline\ndescription: no network\ntools: Bash\nwarden:\n  network: none\n---\n"
+        "Go.\n",
     )
     write_agent(
         workspace, "online", "---\nname: online\ndescription: egress\ntools: Bash\n---\nGo.\n"
