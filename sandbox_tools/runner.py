@@ -283,6 +283,8 @@ class AgentLoop:
         )
         if name in wire.DELEGATION_TOOL_NAMES:
             output = self.delegate(tool_use_id, tool_input)
+        elif name == "WebFetch":
+            output = self.web_fetch(tool_input)
         else:
             output = run_tool(name, tool_input, self.ctx)
         self.outbox.event(
@@ -314,6 +316,30 @@ class AgentLoop:
         return ToolOutput(
             answer.text, is_error=answer.is_error, summary="failed" if answer.is_error else "done"
         )
+
+    def web_fetch(self, tool_input: JSONObject) -> ToolOutput:
+        """Fetch through the sandbox's egress, then one model call for the prompt
+        (`tools.webfetch`); the page never enters this conversation whole."""
+        from sandbox_tools.tools import webfetch
+
+        try:
+            inp = parse_input("WebFetch", tool_input)
+            page = webfetch.fetch(inp.url)  # type: ignore[attr-defined]
+            reply = self.broker.messages(
+                webfetch.prompt_request(self.spec.model, page, inp.prompt)  # type: ignore[attr-defined]
+            )
+            content, _ = _reply_parts(reply)
+        except ToolError as e:
+            return ToolOutput(f"Error: {e}", is_error=True, summary=str(e)[:160])
+        except (BrokerRequestError, BrokerTimeoutError, MalformedReplyError) as e:
+            return ToolOutput(
+                f"Error: the page was fetched but the model call on it failed: {e}",
+                is_error=True,
+                summary="model call failed",
+            )
+        cut = " (cut to the size limit)" if page.cut else ""
+        head = f"[{page.url}: HTTP {page.status} {page.reason}, {page.size} bytes{cut}]"
+        return ToolOutput(f"{head}\n{final_text(content).strip()}", summary=f"HTTP {page.status}")
 
     def checkpoint(self) -> None:
         """Queue the whole transcript (sent in the background, after the events

@@ -115,9 +115,11 @@ TOOL_NAMES = (
     "TaskStop",
     "NotebookEdit",
     "TodoWrite",
+    "WebFetch",
 )
 """Tools that run inside the container, with Claude Code's names (`TaskOutput` and
-`TaskStop` read and stop the background shells `Bash` starts)."""
+`TaskStop` read and stop the background shells `Bash` starts; `WebFetch` goes out
+through the sandbox's egress and makes one model call through the broker)."""
 
 DELEGATION_TOOL_NAMES = ("Task",)
 """Tools that a container asks the host to carry out (nesting)."""

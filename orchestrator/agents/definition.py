@@ -30,7 +30,10 @@ MIN_MEMORY_BYTES = 6 * 1024 * 1024
 VALID_TOOLS = (*TOOL_NAMES, *DELEGATION_TOOL_NAMES)
 """Tool names an agent may list and keep."""
 
-_WEB = "not yet run for subagents (they need the host's egress rules and the subagent's budget)"
+_WEB = (
+    "not yet run for subagents (it must go through the model API's server tool under the "
+    "host's egress rules and the subagent's budget)"
+)
 _MCP = "MCP servers are not started for subagents yet"
 _TEAM = (
     "an agent-team tool: warden's subagents are one-shot tasks, with no message channel "
@@ -40,7 +43,6 @@ _OLD = "an older Claude Code tool; its work is done by the current ones"
 _HOST = "needs Claude Code's own runtime or a person at its terminal"
 
 UNSUPPORTED_TOOLS: dict[str, str] = {
-    "WebFetch": _WEB,
     "WebSearch": _WEB,
     "ListMcpResourcesTool": _MCP,
     "ReadMcpResourceTool": _MCP,

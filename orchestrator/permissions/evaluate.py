@@ -24,7 +24,14 @@ from orchestrator.permissions.models import (
     ToolCall,
 )
 from orchestrator.permissions.policy import AGENT_DEFINITION_SOURCE, EffectivePolicy
-from orchestrator.permissions.rules import PATH_TOOLS, Rule, bash_matches, could_reach, path_matches
+from orchestrator.permissions.rules import (
+    PATH_TOOLS,
+    Rule,
+    bash_matches,
+    could_reach,
+    path_matches,
+    webfetch_matches,
+)
 from orchestrator.permissions.shell import SimpleCommand, analyse
 from sandbox_tools.wire import WORKSPACE
 
@@ -213,6 +220,8 @@ class _Evaluator:
             return path_matches(rule, target, strict=strict)
         if rule.tool == "Task":
             return self.call.tool_input.get("subagent_type") == (rule.specifier or "").strip()
+        if rule.tool == "WebFetch":
+            return webfetch_matches(rule.specifier or "", self.call.tool_input.get("url"))
         return False
 
     def _tool(self) -> Explanation:

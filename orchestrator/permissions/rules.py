@@ -234,3 +234,28 @@ def could_reach(rule: Rule, root_spellings: list[str]) -> bool:
             if paths.inside(prefix, [root]) or paths.inside(root, [prefix]):
                 return True
     return False
+
+
+WEBFETCH_DOMAIN = "domain:"
+"""`WebFetch(domain:HOST)`: the form of a WebFetch rule's specifier."""
+
+
+def webfetch_matches(specifier: str, url: object) -> bool:
+    """Whether a `WebFetch(domain:…)` rule names the host of a WebFetch call's `url`:
+    `domain:example.com` that host, `domain:*.example.com` its subdomains (as the
+    egress rules read the same text). A url that does not parse matches no rule."""
+    from urllib.parse import urlsplit
+
+    spec = specifier.strip()
+    if not spec.startswith(WEBFETCH_DOMAIN) or not isinstance(url, str):
+        return False
+    try:
+        host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    except ValueError:
+        return False
+    domain = spec[len(WEBFETCH_DOMAIN) :].strip().rstrip(".").lower()
+    if not host or not domain:
+        return False
+    if domain.startswith("*."):
+        return host.endswith(domain[1:])
+    return host == domain

@@ -1,6 +1,6 @@
 """Inputs of the tools Claude Code's agent files list beyond the file, search and
-shell tools: `TaskOutput` and `TaskStop` (background shells), `NotebookEdit`
-and `TodoWrite`, with the pinned CLI's field names (its `sdk-tools.d.ts`) and
+shell tools: `TaskOutput` and `TaskStop` (background shells), `NotebookEdit`,
+`TodoWrite` and `WebFetch`, with the pinned CLI's field names (its `sdk-tools.d.ts`) and
 the JSON schemas shown to the model. `inputs` joins them to the other tools.
 """
 
@@ -59,6 +59,15 @@ class NotebookEditInput(NamedTuple):
     """What to do with the cell."""
 
 
+class WebFetchInput(NamedTuple):
+    """Fetch a URL and answer a prompt about it."""
+
+    url: str
+    """The http(s) URL to fetch."""
+    prompt: str
+    """What to find out from the page."""
+
+
 class TodoWriteInput(NamedTuple):
     """Replace the agent's todo list."""
 
@@ -85,6 +94,7 @@ CHECKS.update(
             "edit_mode": Check(str, choices=EDIT_MODES),
         },
         TodoWriteInput: {"todos": Check(list)},
+        WebFetchInput: {"url": Check(str, min_length=1), "prompt": Check(str, min_length=1)},
     }
 )
 
@@ -93,6 +103,7 @@ INPUT_TYPES: dict[str, type] = {
     "TaskStop": TaskStopInput,
     "NotebookEdit": NotebookEditInput,
     "TodoWrite": TodoWriteInput,
+    "WebFetch": WebFetchInput,
 }
 
 
@@ -165,6 +176,21 @@ TOOL_SCHEMAS: dict[str, JSONObject] = {
             },
         },
         ["notebook_path", "new_source"],
+    ),
+    "WebFetch": schema(
+        "Fetches a URL (through this sandbox's network egress, which decides each host), "
+        "converts HTML to Markdown, and answers the prompt about its content with a model "
+        "call. A redirect to another host is reported, not followed: fetch the new URL in "
+        "another call. Only works when the run gives this agent network egress.",
+        {
+            "url": {
+                "type": "string",
+                "format": "uri",
+                "description": "The URL to fetch content from",
+            },
+            "prompt": _string("The prompt to run on the fetched content"),
+        },
+        ["url", "prompt"],
     ),
     "TodoWrite": schema(
         "Replaces your todo list for this task (shown to the person running it). Use it "

@@ -131,6 +131,7 @@ def test_builtins_without_any_files(settings: Settings, workspace: Path) -> None
         "TaskStop",
         "NotebookEdit",
         "TodoWrite",
+        "WebFetch",
         "Task",
     )
     # No image of its own: the run's choice applies (agents.images), by default `agent`.
@@ -186,8 +187,8 @@ def test_real_world_files_load(settings: Settings, workspace: Path) -> None:
 
     writer = registry.get("doc-writer")
     assert writer.model is None  # inherit
-    assert writer.tools == ("Read", "Write", "Edit", "Glob")
-    assert writer.dropped_tools == ("WebFetch", "mcp__github__get_issue")
+    assert writer.tools == ("Read", "Write", "Edit", "Glob", "WebFetch")
+    assert writer.dropped_tools == ("mcp__github__get_issue",)
     assert writer.description.endswith("Use when docs lag behind code.")
     assert writer.permission_mode == "acceptEdits"
     assert writer.skills == ("markdown-style",)
@@ -206,7 +207,7 @@ def test_real_world_files_load(settings: Settings, workspace: Path) -> None:
 
     warnings = "\n".join(registry.warnings)
     assert "code-reviewer.md: frontmatter is not valid YAML" in warnings
-    assert "dropped tool 'WebFetch'" in warnings
+    assert "dropped tool 'WebFetch'" not in warnings  # warden runs it now
     assert "dropped tool 'mcp__github__get_issue'" in warnings
 
 
@@ -285,7 +286,7 @@ def test_malformed_files_name_the_file_and_the_fix(
         ("[Frobnicate, Grep]", ("Grep",), "dropped tool 'Frobnicate': an unknown tool"),
         ("Bash(git:*), Read", ("Read",), "'Bash(git:*)': a permission rule, not a tool name"),
         ("Read, TaskList, SendMessage", ("Read",), "dropped tool 'SendMessage'"),
-        ("WebFetch", (), "has no tool warden runs"),
+        ("WebSearch", (), "has no tool warden runs"),
         ("[]", (), "has no tool warden runs"),
     ],
 )

@@ -48,3 +48,20 @@ def test_own_state_tools_need_no_approval_but_obey_deny_rules(tool: str, mode: s
     call = ToolCall(tool_name=tool, tool_input={"task_id": "bash_1"})
     assert evaluate(policy(mode=mode), call).decision.behavior == "allow"
     assert evaluate(policy(deny=[tool], mode=mode), call).decision.behavior == "deny"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("https://docs.test/guide", "allow"),
+        ("http://docs.test:8080/x", "allow"),
+        ("https://api.docs.test/", "deny"),  # *.docs.test is denied
+        ("https://evil.test/?docs.test", "ask"),  # the host decides, not the text
+        ("https://docs.test.evil.test/", "ask"),
+        ("not a url", "ask"),
+    ],
+)
+def test_webfetch_domain_rules_decide_by_the_urls_host(url: str, expected: Behavior) -> None:
+    pol = policy(allow=["WebFetch(domain:docs.test)"], deny=["WebFetch(domain:*.docs.test)"])
+    call = ToolCall(tool_name="WebFetch", tool_input={"url": url, "prompt": "p"})
+    assert evaluate(pol, call).decision.behavior == expected

@@ -12,7 +12,7 @@ import pytest
 
 from sandbox_tools import wire
 from sandbox_tools.errors import ToolError
-from sandbox_tools.tools import LOCAL_TOOL_NAMES, parse_input
+from sandbox_tools.tools import LOCAL_TOOL_NAMES, LOOP_TOOL_NAMES, parse_input
 from sandbox_tools.tools.inputs import (
     INPUT_TYPES,
     TOOL_SCHEMAS,
@@ -26,7 +26,7 @@ from sandbox_tools.tools.inputs import (
 
 
 def test_tools_match_the_wire_contract() -> None:
-    assert set(LOCAL_TOOL_NAMES) == set(wire.TOOL_NAMES)
+    assert set(LOCAL_TOOL_NAMES) | set(LOOP_TOOL_NAMES) == set(wire.TOOL_NAMES)
     assert set(TOOL_SCHEMAS) == set(wire.TOOL_NAMES) | set(wire.DELEGATION_TOOL_NAMES)
     assert set(INPUT_TYPES) == set(TOOL_SCHEMAS)
 
@@ -53,7 +53,7 @@ def test_schema_and_input_type_list_the_same_fields(name: str) -> None:
 
 
 def test_tool_params_keep_the_specs_order_and_skip_unknown_names() -> None:
-    params = tool_params(["Grep", "Bash", "WebFetch"])
+    params = tool_params(["Grep", "Bash", "WebSearch"])
     assert [p["name"] for p in params] == ["Grep", "Bash"]
     assert set(params[0]) == {"name", "description", "input_schema"}
 
