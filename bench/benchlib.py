@@ -95,14 +95,29 @@ FIGURE_PREFIX = "BENCH-FIGURE "
 """Start of the one line per figure that `run_all.py` collects (JSON after it)."""
 
 
-def figure(name: str, value: float, target: float, unit: str = "x", note: str = "") -> None:
+def figure(
+    name: str,
+    value: float,
+    target: float,
+    unit: str = "x",
+    note: str = "",
+    *,
+    floor: float | None = None,
+    floor_note: str = "",
+) -> None:
     """Print one figure for `run_all.py`: `value` against `target` (lower is better;
-    unit "x" for a ratio, else e.g. "ms", "MiB", "%<" when higher is better)."""
+    unit "x" for a ratio, else e.g. "ms", "MiB", "%<" when higher is better).
+
+    `floor`: the best any program doing the same work could do, measured in the same
+    run and in `value`'s unit (for a ratio: the floor program against the same
+    baseline), with `floor_note` saying what that program is. A figure that misses its
+    target beside a floor that misses it too is a floor, not a gap in warden."""
     higher_better = unit.endswith("<")
     met = value >= target if higher_better else value <= target
     record = {"name": name, "value": round(value, 4), "target": target,
               "unit": unit.rstrip("<"), "met": met, "higher_better": higher_better,
-              "note": note}  # fmt: skip
+              "note": note, "floor": None if floor is None else round(floor, 4),
+              "floor_note": floor_note}  # fmt: skip
     print(FIGURE_PREFIX + json.dumps(record), flush=True)
 
 

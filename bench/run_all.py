@@ -1,9 +1,12 @@
 """Every benchmark, one after another, and one table of every figure beside its target.
 
 Each benchmark measures its figures against a baseline in its own run (interleaved)
-and prints one `BENCH-FIGURE` line per figure (`benchlib.figure`); this script runs
+and prints one `BENCH-FIGURE` line per figure (`benchlib.figure`), with the figure's
+floor where it measures one (the best any program doing the same work does, in the
+same run); this script runs
 them in turn (never two at once: they would share the machine), collects those lines
-and prints the table. A benchmark that fails is listed with the end of its output;
+and prints the table: under each figure that misses, its floor, so a reader can tell
+a floor from a gap. A benchmark that fails is listed with the end of its output;
 the others still count.
 
     python bench/run_all.py --quick          # small samples: a few minutes on 2 cores
@@ -44,8 +47,9 @@ class Bench:
     full: tuple[str, ...] = ()
 
 
-BENCHES = (
+BENCHES: tuple[Bench, ...] = (
     Bench("exec", "bench_exec.py", ("--quick",)),
+    Bench("mcp-start", "bench_mcp_start.py", ("--quick",)),
     Bench("peers", "bench_peers.py", ("--quick",)),
     Bench("run-start", "bench_run_start.py", ("--quick",)),
     Bench("permission", "bench_permission.py", ("-n", "300", "--rounds", "1")),
@@ -69,6 +73,9 @@ class Figure:
     met: bool
     higher_better: bool
     note: str
+    floor: float | None = None
+    """The same work's floor, measured in the same run (`benchlib.figure`)."""
+    floor_note: str = ""
 
 
 def run(bench: Bench, quick: bool) -> tuple[list[Figure], str | None, float]:
@@ -116,6 +123,17 @@ def table(figures: list[Figure]) -> None:
         note = f"  ({f.note})" if f.note else ""
         print(f"{f.bench:<14}{f.name:<{width + 2}}{show(f.value, f.unit):>12}  {target:<14}"
               f"{verdict}{note}")  # fmt: skip
+        if not f.met:
+            print(f"{'':<14}{'  floor, same run:':<{width + 2}}{floor_text(f)}")
+
+
+def floor_text(f: Figure) -> str:
+    """What a missed figure's floor is, so a reader tells a floor from a gap."""
+    if f.floor is None:
+        return f"{'-':>12}  (this benchmark measures no floor for it)"
+    gap = f.value / f.floor if f.floor else float("inf")
+    what = f"{f.floor_note}; " if f.floor_note else ""
+    return f"{show(f.floor, f.unit):>12}  ({what}warden is {gap:.2f}x its floor)"
 
 
 def main() -> None:

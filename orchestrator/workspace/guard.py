@@ -67,13 +67,16 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.backend.contract import Mount
 from orchestrator.backend.mounts import check_confined
 from orchestrator.errors import ConfigError, UnsafeMountError
 from orchestrator.locking import flock_within
-from orchestrator.workspace.walls import DenyWall, find_walled, mask_sources
 from sandbox_tools.wire import WORKSPACE
+
+if TYPE_CHECKING:
+    from orchestrator.workspace.walls import DenyWall
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +299,11 @@ class WorkspaceGuard:
     def _with_walls(self, mounts: list[Mount]) -> list[Mount]:
         """`mounts` and the deny rules' walls (a mask replaces a read-only mount of
         the same path; mount order is the engine's, parents first)."""
+        if not self.walls:  # no deny rule to hold (`warden exec`): nothing to walk or import
+            return list({m.target: m for m in mounts}.values())
+        # `walls` reads the policy's path rules: `permissions`, which `warden exec` never needs.
+        from orchestrator.workspace.walls import find_walled, mask_sources
+
         walled = find_walled(self.workspace, self.walls)
         by_target = {m.target: m for m in mounts}
         for relative in walled.read_only:
