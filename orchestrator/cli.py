@@ -16,6 +16,7 @@ from orchestrator import __version__
 
 # name -> "module:attribute" of a click command, each in its own module.
 COMMANDS: dict[str, str] = {
+    "demo": "orchestrator.commands.demo:demo",
     "doctor": "orchestrator.commands.doctor:doctor",
     "images": "orchestrator.commands.images:images",
     "exec": "orchestrator.commands.exec:exec_command",
@@ -36,6 +37,7 @@ COMMANDS: dict[str, str] = {
 }
 
 HELP: dict[str, str] = {
+    "demo": "Run the offline demo (no network, no API key) in a fresh sample project.",
     "doctor": "Check (and with --fix, set up) the Docker engine and images.",
     "images": "Build warden's sandbox images offline.",
     "exec": "Run one command in a fresh hardened container.",
@@ -101,12 +103,12 @@ modules of the docker SDK, requests and pydantic) costs 20-50 ms of a `warden ex
 that the command has no use for."""
 
 
-START_UP_WITHOUT_GC = frozenset({"exec", "run", "resume", "mcp"})
+START_UP_WITHOUT_GC = frozenset({"exec", "run", "demo", "resume", "mcp"})
 """Commands that import with the cyclic garbage collector off and turn it back on
 themselves (`orchestrator.start_up_done`), once their heavy imports are done."""
 
 
-ASYNCIO_ONLY = frozenset({"run", "resume", "mcp"})
+ASYNCIO_ONLY = frozenset({"run", "demo", "resume", "mcp"})
 """Commands whose process runs asyncio loops only (`lifecycle.interrupts.run_stoppable`).
 The model SDK's HTTP stack (httpcore2) imports trio whenever it is installed, only to
 serve trio loops too: about 40 ms of CPU before a run's first model request. In these

@@ -48,6 +48,10 @@ class ImageBuildError(WardenError, RuntimeError):
     """Building an image failed."""
 
 
+class ShippedFilesMissingError(WardenError, FileNotFoundError):
+    """An installation without warden's shipped files (image build inputs, policies)."""
+
+
 class UnsupportedImageError(WardenError, ValueError):
     """An image warden cannot run a subagent in (another architecture or OS, no
     bash); found before any sandbox starts."""

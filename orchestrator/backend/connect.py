@@ -35,6 +35,9 @@ ENGINE_FIX = (
     "start the engine with `warden doctor --fix` (root on Debian: installs docker.io and "
     "starts dockerd), or point DOCKER_HOST at a running engine"
 )
+DEFAULT_SOCKET = "/var/run/docker.sock"
+"""The engine's socket when DOCKER_HOST is unset."""
+ROOTLESS_DOCS = "https://docs.docker.com/engine/security/rootless/"
 
 CONNECT_TIMEOUT_S = 10
 """Per-request timeout of a client for calls that should answer quickly (`warden doctor`)."""
@@ -85,13 +88,83 @@ def connect(
             timeout=int(timeout_s), max_pool_size=max_pool_size, version="auto"
         )
     except DockerException as exc:
-        raise EngineUnavailableError(
-            f"the Docker engine does not answer ({_short(exc)}); {ENGINE_FIX}"
-        ) from exc
+        raise EngineUnavailableError(engine_problem(host, _short(exc))) from exc
     # requests would look up proxy variables and ~/.netrc on every request; neither
     # applies to a Unix socket (1-5 ms per request here).
     client.api.trust_env = False
     return client
+
+
+def socket_path(host: str) -> str:
+    """The file system path of a `unix://` DOCKER_HOST (the default socket for `unix://`)."""
+    return host.removeprefix("unix://") or DEFAULT_SOCKET
+
+
+def socket_state(path: str) -> str:
+    """What a connect to the engine's socket meets: "answers" (something accepts),
+    "absent" (no such file), "refused" (a socket nobody listens on: a stopped engine),
+    "denied" (this user may not use it) or "other"."""
+    import socket
+
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(2)
+    try:
+        probe.connect(path)
+    except FileNotFoundError:
+        return "absent"
+    except PermissionError:
+        return "denied"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError:
+        return "other"
+    finally:
+        probe.close()
+    return "answers"
+
+
+def dockerd_installed() -> bool:
+    import shutil
+
+    return shutil.which("dockerd") is not None or os.path.exists("/usr/sbin/dockerd")
+
+
+def engine_problem(host: str, detail: str, state: str | None = None) -> str:
+    """Why the engine at `host` (a `unix://` DOCKER_HOST) did not answer, and the fix
+    for that case: not installed, not running, no permission on its socket, or a
+    socket that accepts but does not answer as an engine."""
+    path = socket_path(host)
+    state = state or socket_state(path)
+    rootless = f"/run/user/{os.getuid()}/docker.sock"
+    if state == "denied":
+        other = (
+            f"; a rootless engine's socket is at {rootless}: set DOCKER_HOST=unix://{rootless}"
+            if os.getuid() != 0 and os.path.exists(rootless)
+            else ""
+        )
+        return (
+            f"the Docker engine's socket {path} refused this user (uid {os.getuid()}): "
+            "permission denied. The engine runs, but only root and the `docker` group may "
+            "use it: add yourself to that group (`sudo usermod -aG docker $USER`, then log "
+            "in again or run `newgrp docker`; the group is root-equivalent on this host), "
+            f"or use rootless Docker ({ROOTLESS_DOCS}) and point DOCKER_HOST at its socket, "
+            f"or run warden as root{other}"
+        )
+    if state in ("absent", "refused") and not dockerd_installed():
+        return (
+            f"no Docker engine is installed here (no answer on {path}, no dockerd). As root "
+            "on Debian or Ubuntu, `warden doctor --fix` installs docker.io and starts it; "
+            "elsewhere install Docker Engine (https://docs.docker.com/engine/install/) or "
+            f"rootless Docker ({ROOTLESS_DOCS}), then run `warden doctor`"
+        )
+    if state in ("absent", "refused"):
+        return (
+            f"the Docker engine is installed but not running (no answer on {path}): start it "
+            "with `sudo systemctl start docker` or `sudo warden doctor --fix` (starts "
+            "dockerd); for rootless Docker, `systemctl --user start docker` and "
+            "DOCKER_HOST=unix://$XDG_RUNTIME_DIR/docker.sock"
+        )
+    return f"the Docker engine does not answer on {path} ({detail}); {ENGINE_FIX}"
 
 
 def _short(exc: BaseException) -> str:

@@ -9,7 +9,7 @@ Public API:
 - `choice.SandboxImages`: image names to what a sandbox runs (project images too).
 - `sealing.sealed_command(python, command)`: a command under the fallocate filter (`warden exec`).
 
-May import: `errors`, `labels`, `backend`, `untrusted_text` (build output of a dev
+May import: `errors`, `labels`, `shipped` (the build inputs), `backend`, `untrusted_text` (build output of a dev
 container is shown as plain text), `owner` (the owner labels of a build's
 probe container).
 """

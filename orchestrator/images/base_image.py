@@ -29,10 +29,10 @@ from orchestrator.images.hashing import (
     LABEL_KIND,
     LABEL_VERSION,
     MIN_PYTHON,
-    SOURCE_ROOT,
     ImageKind,
 )
 from orchestrator.labels import warden_labels
+from orchestrator.shipped import shipped_root
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -99,7 +99,7 @@ class BaseResolver:
     configured: str
     log: Log
     pull: bool = True
-    root: Path = SOURCE_ROOT
+    root: Path = field(default_factory=shipped_root)
     owner_labels: dict[str, str] = field(default_factory=dict)
     """The building process's owner labels, put on the probe container so a cleanup
     removes it once that process is dead (a SIGKILL between create and remove)."""
@@ -237,19 +237,22 @@ def probe_image(
         raise ImageBuildError(f"unexpected probe output from {ref}: {output[:300]!r}") from exc
 
 
-def bootstrap_hash(root: Path = SOURCE_ROOT) -> str:
+def bootstrap_hash(root: Path | None = None) -> str:
     """sha256 of the bootstrap inputs: script, suite, packages."""
+    root = root or shipped_root()
     digest = hashlib.sha256()
     digest.update((root / BOOTSTRAP_SCRIPT).read_bytes())
     digest.update(f"\nsuite {BOOTSTRAP_SUITE}\npackages {' '.join(BOOTSTRAP_PACKAGES)}\n".encode())
     return digest.hexdigest()
 
 
-def bootstrap_tag(root: Path = SOURCE_ROOT) -> str:
+def bootstrap_tag(root: Path | None = None) -> str:
     return f"{BOOTSTRAP_REPOSITORY}:{bootstrap_hash(root)[:HASH_LENGTH]}"
 
 
-def bootstrap_base(client: DockerClient, tag: str, log: Log, *, root: Path = SOURCE_ROOT) -> str:
+def bootstrap_base(
+    client: DockerClient, tag: str, log: Log, *, root: Path | None = None
+) -> str:
     """Run images/bootstrap-base.sh (root and debootstrap needed); the new image's id."""
     if os.geteuid() != 0:
         raise ImageBuildError(
@@ -267,6 +270,7 @@ def bootstrap_base(client: DockerClient, tag: str, log: Log, *, root: Path = SOU
         LABEL_CONTENT_HASH: bootstrap_hash(root),
         LABEL_VERSION: __version__,
     }
+    root = root or shipped_root()
     argv = ["bash", str(root / BOOTSTRAP_SCRIPT)]
     for key, value in labels.items():
         argv += ["--label", f"{key}={value}"]

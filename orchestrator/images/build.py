@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from orchestrator import __version__
 from orchestrator.errors import ImageBuildError
 from orchestrator.images import hints
+from orchestrator.shipped import shipped_root
 from orchestrator.images.base_image import BaseImage, BaseResolver, image_id
 from orchestrator.images.hashing import (
     KINDS,
@@ -25,7 +26,6 @@ from orchestrator.images.hashing import (
     LABEL_INPUTS_HASH,
     LABEL_KIND,
     LABEL_VERSION,
-    SOURCE_ROOT,
     ImageKind,
     content_hash,
     content_tag,
@@ -64,7 +64,7 @@ def build_images(
     """
     from orchestrator import owner
 
-    _check_sources()
+    shipped_root()  # an installation without the build inputs fails here, naming the fix
     _remove_leftovers(client, log)
     kinds = list(KINDS.values())
     resolver = BaseResolver(
@@ -97,21 +97,14 @@ def build_images(
     return tags
 
 
-def _check_sources() -> None:
-    if not (SOURCE_ROOT / "images").is_dir() or not (SOURCE_ROOT / "Dockerfile.agent").is_file():
-        raise ImageBuildError(
-            f"warden's image sources (images/, Dockerfile.agent) are not in {SOURCE_ROOT}; "
-            "build from a source checkout (`pip install -e .`)"
-        )
-
-
 def _assemble_context(kind: ImageKind, into: Path) -> None:
     """Exactly the hashed inputs, at their repo paths, plus the Dockerfile."""
-    for path in input_files(kind):
-        target = into / path.relative_to(SOURCE_ROOT)
+    root = shipped_root()
+    for path in input_files(kind, root):
+        target = into / path.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target, follow_symlinks=False)
-    shutil.copy2(SOURCE_ROOT / kind.dockerfile, into / "Dockerfile")
+    shutil.copy2(root / kind.dockerfile, into / "Dockerfile")
 
 
 CONTEXT_PREFIX = "warden-{kind}-context-{pid}-"

@@ -13,8 +13,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-SOURCE_ROOT = Path(__file__).resolve().parents[2]
-"""The checkout that holds `images/`, `Dockerfile.agent` and `sandbox_tools/`."""
+from orchestrator.shipped import shipped_root
+
 
 RECIPE_VERSION = "2"
 """Bumped when the way a build context is assembled changes (it is a build input
@@ -99,8 +99,10 @@ def _files(root: Path, relative: str) -> list[Path]:
     return found
 
 
-def input_files(kind: ImageKind, root: Path = SOURCE_ROOT) -> list[Path]:
-    """Every file that goes into the build context of `kind`."""
+def input_files(kind: ImageKind, root: Path | None = None) -> list[Path]:
+    """Every file that goes into the build context of `kind` (under `root`, by default
+    the checkout's or the installed wheel's shipped files)."""
+    root = root or shipped_root()
     files: dict[Path, None] = {}
     for relative in kind.all_inputs():
         for path in _files(root, relative):
@@ -108,11 +110,13 @@ def input_files(kind: ImageKind, root: Path = SOURCE_ROOT) -> list[Path]:
     return sorted(files)
 
 
-def inputs_hash(kind: ImageKind, root: Path = SOURCE_ROOT) -> str:
+def inputs_hash(kind: ImageKind, root: Path | None = None) -> str:
     """sha256 over the kind's input files (paths, contents, exec bits), not the base.
 
     Modification times and `__pycache__` do not count; a renamed or edited file does.
+    Paths count relative to `root`, so a wheel's copies hash as the checkout's do.
     """
+    root = root or shipped_root()
     digest = hashlib.sha256()
     digest.update(f"warden-image recipe {RECIPE_VERSION} kind {kind.name}\n".encode())
     for path in input_files(kind, root):

@@ -3,7 +3,7 @@
 Two rooms have their own rules: the Bash analyser (`shell`) and hooks (`hooks`;
 a sandboxed hook runs in a container the run provides, `hooks.HookSandbox`).
 
-May import: `config`, `errors`, `behavior`, `event_sink` (the task a question is for),
+May import: `config`, `errors`, `shipped` (the shipped policies), `behavior`, `event_sink` (the task a question is for),
 `labels`, `untrusted_text` (questions show container text). Never `backend`,
 `images` or `workspace`.
 """

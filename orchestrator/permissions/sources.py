@@ -27,9 +27,11 @@ from orchestrator.permissions.rules import PATH_TOOLS, Rule, RuleBehavior, parse
 from orchestrator.permissions.sandbox_settings import filesystem_denies
 from orchestrator.permissions.settings_files import SettingsFile, load_stack
 from orchestrator.regular_file import read_regular
+from orchestrator.shipped import shipped_root
 
-SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
-"""The policies warden ships (`default`, `ci`, `strict`)."""
+SHIPPED_POLICIES = "policies"
+"""The folder of warden's shipped files (`shipped.shipped_root`) holding the policies it
+ships (`default`, `ci`, `strict`)."""
 POLICY_SUFFIXES = (".yaml", ".yml", ".json")
 MAX_POLICY_BYTES = 1024 * 1024
 """Largest policy or settings file read."""
@@ -155,7 +157,7 @@ def find_policy(settings: Settings, name_or_path: str) -> Path:
         return candidate
     if "/" in name_or_path or candidate.suffix in POLICY_SUFFIXES:
         raise PolicyError(f"policy file {name_or_path} does not exist")
-    dirs = [settings.config_dir / "policies", SHIPPED_POLICIES]
+    dirs = [settings.config_dir / "policies", shipped_root() / SHIPPED_POLICIES]
     for directory in dirs:
         for suffix in POLICY_SUFFIXES:
             path = directory / f"{name_or_path}{suffix}"

@@ -11,7 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.backend.connect import connect
+from orchestrator.backend.connect import (
+    connect,
+    dockerd_installed,
+    engine_problem,
+    socket_path,
+    socket_state,
+)
 from orchestrator.errors import EngineUnavailableError
 
 DOCKERD = Path("/usr/sbin/dockerd")
@@ -40,6 +46,8 @@ class HostFacts:
     dockerd_running: bool
     debootstrap_installed: bool
     docker_host: str = ""
+    socket: str = "absent"
+    """What a connect to the engine's socket met (`connect.socket_state`)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,9 @@ def plan_fix(facts: HostFacts) -> FixPlan:
             refusal=f"DOCKER_HOST={facts.docker_host} does not answer and warden only starts "
             "a local engine: start the engine DOCKER_HOST points at, or unset DOCKER_HOST"
         )
+    if not facts.is_root and facts.socket == "denied":
+        host = facts.docker_host or "unix://"
+        return FixPlan(refusal=engine_problem(host, "permission denied", facts.socket))
     if not facts.is_root:
         return FixPlan(
             refusal="the Docker engine is not running and starting it needs root: run "
@@ -95,11 +106,12 @@ def host_facts() -> HostFacts:
         engine_answers=answers,
         is_root=os.geteuid() == 0,
         is_debian=_is_debian(),
-        dockerd_installed=DOCKERD.exists() or shutil.which("dockerd") is not None,
+        dockerd_installed=dockerd_installed(),
         dockerd_running=_dockerd_pid() is not None,
         debootstrap_installed=shutil.which("debootstrap") is not None
         or Path("/usr/sbin/debootstrap").exists(),
         docker_host=os.environ.get("DOCKER_HOST", ""),
+        socket=socket_state(socket_path(os.environ.get("DOCKER_HOST") or "unix://")),
     )
 
 

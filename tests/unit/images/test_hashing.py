@@ -16,11 +16,11 @@ import pytest
 from orchestrator.errors import ImageNotFoundError
 from orchestrator.images import hints, resolve_image
 from orchestrator.images.base_image import BaseProbe, bootstrap_hash
+from orchestrator.shipped import shipped_root
 from orchestrator.images.hashing import (
     KINDS,
     LABEL_INPUTS_HASH,
     LABEL_KIND,
-    SOURCE_ROOT,
     content_tag,
     inputs_hash,
 )
@@ -127,8 +127,8 @@ def test_a_missing_input_is_an_error(tree: Path) -> None:
 
 
 def test_the_real_tree_hashes() -> None:
-    assert re.fullmatch(r"[0-9a-f]{64}", inputs_hash(AGENT, SOURCE_ROOT))
-    assert inputs_hash(AGENT, SOURCE_ROOT) != inputs_hash(BASH, SOURCE_ROOT)
+    assert re.fullmatch(r"[0-9a-f]{64}", inputs_hash(AGENT, shipped_root()))
+    assert inputs_hash(AGENT, shipped_root()) != inputs_hash(BASH, shipped_root())
 
 
 def test_python_and_tools_decide_whether_a_base_is_suitable() -> None:
