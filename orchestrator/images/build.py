@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from orchestrator import __version__
 from orchestrator.errors import ImageBuildError
 from orchestrator.images import hints
-from orchestrator.shipped import shipped_root
 from orchestrator.images.base_image import BaseImage, BaseResolver, image_id
 from orchestrator.images.hashing import (
     KINDS,
@@ -32,6 +31,7 @@ from orchestrator.images.hashing import (
     input_files,
     inputs_hash,
 )
+from orchestrator.shipped import shipped_root
 
 if TYPE_CHECKING:
     from docker import DockerClient

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from orchestrator.shipped import shipped_root
 
-
 RECIPE_VERSION = "2"
 """Bumped when the way a build context is assembled changes (it is a build input
 that lives in Python code, not in a hashed file)."""

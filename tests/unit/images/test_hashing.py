@@ -16,7 +16,6 @@ import pytest
 from orchestrator.errors import ImageNotFoundError
 from orchestrator.images import hints, resolve_image
 from orchestrator.images.base_image import BaseProbe, bootstrap_hash
-from orchestrator.shipped import shipped_root
 from orchestrator.images.hashing import (
     KINDS,
     LABEL_INPUTS_HASH,
@@ -24,6 +23,7 @@ from orchestrator.images.hashing import (
     content_tag,
     inputs_hash,
 )
+from orchestrator.shipped import shipped_root
 
 AGENT = KINDS["agent"]
 BASH = KINDS["bash"]
