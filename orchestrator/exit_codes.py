@@ -19,7 +19,8 @@ class ExitCode(enum.IntEnum):
     """The run itself failed: the parent's model endpoint refused for good, the engine
     failed mid-run, or warden hit an internal error. A result document is still written."""
     USAGE = 2
-    """Bad flags, settings, policy, agent files or workspace: nothing was started."""
+    """Bad flags, settings, policy, agent files or workspace, or an image that is missing
+    or cannot run a subagent (another architecture, no bash): nothing was started."""
     OUTCOME = 3
     """A subagent outcome named in `--fail-on` happened (failed, timed_out, denied, asked)."""
     INTERRUPTED = 130
@@ -52,12 +53,21 @@ def is_interrupted(code: int) -> bool:
 
 def exit_code_for(exc: BaseException) -> int:
     """The exit code of an error raised before or instead of a run: a mistake in what
-    the user gave (flags, settings, policy, agent files, workspace) is a usage error;
-    anything else (engine, images, model endpoint) is a run error."""
+    the user gave (flags, settings, policy, agent files, workspace, an image that is
+    missing or cannot run a subagent) is a usage error, since nothing ran; anything
+    else (engine, image builds, model endpoint) is a run error."""
     import click
 
-    from orchestrator.errors import AgentDefinitionError, ConfigError, PolicyError
+    from orchestrator.errors import (
+        AgentDefinitionError,
+        ConfigError,
+        ImageNotFoundError,
+        PolicyError,
+        UnsupportedImageError,
+    )
 
-    if isinstance(exc, click.UsageError | ConfigError | PolicyError | AgentDefinitionError):
+    usage = (click.UsageError, ConfigError, PolicyError, AgentDefinitionError,
+             ImageNotFoundError, UnsupportedImageError)  # fmt: skip
+    if isinstance(exc, usage):
         return int(ExitCode.USAGE)
     return int(ExitCode.RUN_ERROR)

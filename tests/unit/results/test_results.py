@@ -14,7 +14,13 @@ from pathlib import Path
 import click
 import pytest
 
-from orchestrator.errors import ConfigError, EngineUnavailableError, PolicyError
+from orchestrator.errors import (
+    ConfigError,
+    EngineUnavailableError,
+    ImageNotFoundError,
+    PolicyError,
+    UnsupportedImageError,
+)
 from orchestrator.exit_codes import ExitCode, exit_code_for
 from orchestrator.results.build import build_result, final_exit_code, stored_event
 from orchestrator.results.junit import junit_xml
@@ -185,6 +191,8 @@ def test_errors_map_to_usage_or_run_error() -> None:
     assert exit_code_for(ConfigError("x")) == exit_code_for(PolicyError("x")) == 2
     assert exit_code_for(click.UsageError("x")) == 2
     assert exit_code_for(EngineUnavailableError("x")) == 1
+    # An image that is missing or cannot run a subagent: refused before anything ran.
+    assert exit_code_for(ImageNotFoundError("x")) == exit_code_for(UnsupportedImageError("x")) == 2
 
 
 def test_junit_has_a_case_per_task_failures_for_failed_timed_out_denied_and_escapes_text(
