@@ -10,7 +10,41 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rich.console import Console
+
+    from orchestrator.config import Settings
+
+
+TRUST_FLAG_HELP = (
+    "Describe the run as `warden run --trust-workspace` would make it: the workspace's "
+    "own agent files, settings and dev container as if trusted now."
+)
+
+
+def described_trust(workspace: Path, flag: bool) -> tuple[Settings, bool, str]:
+    """(settings, trusted, why) for a command that describes what a run in `workspace`
+    would do (`doctor`, `agents list/show`): the same answer `warden run` starts from
+    (`--trust-workspace`, WARDEN_TRUST_WORKSPACE, else the trust record), without
+    asking anyone."""
+    from orchestrator.config import Settings
+    from orchestrator.workspace.trust import verdict
+
+    settings = Settings.from_env()
+    if flag:
+        settings = settings.model_copy(update={"trust_workspace": True})
+    found = verdict(settings, workspace)
+    return settings, found.trusted, found.reason
+
+
+def untrusted_note(workspace: Path, why: str) -> str:
+    """What a describing command says of an untrusted workspace."""
+    return (
+        f"{workspace} is not trusted ({why}): shown as `warden run` would run it, without "
+        "the workspace's own agent files, allow rules and dev container; --trust-workspace "
+        "shows it as trusted (`warden trust` records a yes)"
+    )
 
 
 def emit_json(value: object) -> None:

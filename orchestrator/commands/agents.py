@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from orchestrator.commands._common import emit_json
+from orchestrator.commands._common import (
+    TRUST_FLAG_HELP,
+    described_trust,
+    emit_json,
+    untrusted_note,
+)
 from orchestrator.untrusted_text import printable
 
 if TYPE_CHECKING:
@@ -27,6 +32,7 @@ _WORKSPACE = click.option(
     help="Workspace whose .claude/agents/ are read.",
 )
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+_TRUST = click.option("--trust-workspace", "trust_workspace", is_flag=True, help=TRUST_FLAG_HELP)
 F = TypeVar("F", bound=Callable[..., Any])  # Any: any click command function
 
 
@@ -60,21 +66,44 @@ def agents() -> None:
     """List, show and validate subagent types (Claude Code agent files)."""
 
 
-def _registry(workspace: Path) -> AgentRegistry:
-    """The registry a run would load. Its warnings are reported once, by the command
-    (`_report`), not also by the registry's own log lines."""
-    import logging
+class _Described:
+    """What a run in a workspace would have, decided with the trust `warden run` would
+    start from: the registry it would load and its image choices."""
 
-    from orchestrator.agents.registry import AgentRegistry
-    from orchestrator.config import Settings
+    def __init__(
+        self,
+        workspace: Path,
+        trust_flag: bool,
+        image: str | None,
+        bash_image: str | None,
+        devcontainer: bool | None,
+    ) -> None:
+        import logging
 
-    logger = logging.getLogger("orchestrator.agents")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        return AgentRegistry.load(Settings.from_env(), workspace.resolve())
-    finally:
-        logger.setLevel(level)
+        from orchestrator.agents.registry import AgentRegistry
+        from orchestrator.runtime.run_images import describe_run_images
+
+        settings, self.trusted, why = described_trust(workspace, trust_flag)
+        self.note = None if self.trusted else untrusted_note(workspace, why)
+        # The registry's warnings are reported once, by the command (`_report`), not
+        # also by its own log lines.
+        logger = logging.getLogger("orchestrator.agents")
+        level = logger.level
+        logger.setLevel(logging.ERROR)
+        try:
+            self.registry: AgentRegistry = AgentRegistry.load(
+                settings, workspace.resolve(), trusted=self.trusted
+            )
+        finally:
+            logger.setLevel(level)
+        self.run: RunImages = describe_run_images(
+            settings, workspace, image=image, bash_image=bash_image,
+            devcontainer=devcontainer, trusted=self.trusted,
+        )  # fmt: skip
+
+    @property
+    def warnings(self) -> list[str]:
+        return [*([self.note] if self.note else []), *self.registry.warnings]
 
 
 def _may_delegate() -> bool:
@@ -84,18 +113,6 @@ def _may_delegate() -> bool:
     from orchestrator.runtime.caps import TaskManagerConfig
 
     return TaskManagerConfig.from_settings(Settings.from_env()).max_depth > 1
-
-
-def _run_images(
-    workspace: Path, image: str | None, bash_image: str | None, devcontainer: bool | None
-) -> RunImages:
-    from orchestrator.config import Settings
-    from orchestrator.runtime.run_images import describe_run_images
-
-    return describe_run_images(
-        Settings.from_env(), workspace, image=image, bash_image=bash_image,
-        devcontainer=devcontainer,
-    )  # fmt: skip
 
 
 def _choice(agent: AgentDefinition, run: RunImages) -> ImageChoice:
@@ -152,24 +169,28 @@ def _report(warnings: Sequence[str], problems: Sequence[str]) -> None:
 @agents.command("list")
 @_WORKSPACE
 @image_options
+@_TRUST
 @_JSON
 def list_command(
     workspace: Path,
     image: str | None,
     bash_image: str | None,
     devcontainer: bool | None,
+    trust_workspace: bool,
     as_json: bool,
 ) -> None:
     """Every subagent type a run in WORKSPACE would have, where it comes from, and
-    the image it would run in (with the same --image/--bash-image/--devcontainer)."""
-    registry = _registry(workspace)
-    run = _run_images(workspace, image, bash_image, devcontainer)
+    the image it would run in (with the same --image/--bash-image/--devcontainer and
+    the same trust as `warden run`)."""
+    described = _Described(workspace, trust_workspace, image, bash_image, devcontainer)
+    registry, run = described.registry, described.run
     may_delegate = _may_delegate()
     if as_json:
         emit_json(
             {
                 "agents": [_summary(agent, run, may_delegate) for agent in registry],
-                "warnings": registry.warnings,
+                "trusted": described.trusted,
+                "warnings": described.warnings,
                 "problems": registry.problems,
             }
         )
@@ -182,13 +203,14 @@ def list_command(
             f"{printable(_choice(agent, run).name, 60)}\t{printable(agent.source, None)}\t"
             f"{printable(agent.color or '-', 20)}"
         )
-    _report(registry.warnings, registry.problems)
+    _report(described.warnings, registry.problems)
 
 
 @agents.command("show")
 @click.argument("name")
 @_WORKSPACE
 @image_options
+@_TRUST
 @_JSON
 def show_command(
     name: str,
@@ -196,17 +218,26 @@ def show_command(
     image: str | None,
     bash_image: str | None,
     devcontainer: bool | None,
+    trust_workspace: bool,
     as_json: bool,
 ) -> None:
     """One subagent type in full: source, model, tools, limits, the image it would run
-    in and which rule chose it, system prompt."""
-    registry = _registry(workspace)
-    agent = registry.get(name)
-    run = _run_images(workspace, image, bash_image, devcontainer)
+    in and which rule chose it, system prompt (with the same trust as `warden run`)."""
+    described = _Described(workspace, trust_workspace, image, bash_image, devcontainer)
+    agent = described.registry.get(name)
+    run = described.run
     may_delegate = _may_delegate()
     if as_json:
-        emit_json({**_summary(agent, run, may_delegate), "system_prompt": agent.system_prompt})
+        emit_json(
+            {
+                **_summary(agent, run, may_delegate),
+                "system_prompt": agent.system_prompt,
+                "trusted": described.trusted,
+            }
+        )
         return
+    if described.note:
+        click.echo(f"note: {printable(described.note, None)}", err=True)
     summary = _summary(agent, run, may_delegate)
     del summary["listed_tools"]
     if not may_delegate and (agent.tools is None or "Task" in agent.tools):

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from orchestrator.commands._common import TRUST_FLAG_HELP, described_trust, untrusted_note
 from orchestrator.backend.connect import GVISOR_NOTE, EngineInfo, engine_info
 from orchestrator.errors import EngineUnavailableError
 from orchestrator.provision.engine import FixPlan, apply_fix, host_facts, plan_fix
@@ -28,7 +29,8 @@ from orchestrator.untrusted_text import printable
     show_default=True,
     help="Workspace whose agent types and dev container decide the images shown.",
 )
-def doctor(fix: bool, as_json: bool, workspace: Path) -> None:
+@click.option("--trust-workspace", "trust_workspace", is_flag=True, help=TRUST_FLAG_HELP)
+def doctor(fix: bool, as_json: bool, workspace: Path, trust_workspace: bool) -> None:
     """Report the engine, its runtimes and warden's images; --fix starts the engine.
 
     --fix (root on Debian) installs docker.io and debootstrap when missing, starts
@@ -52,7 +54,7 @@ def doctor(fix: bool, as_json: bool, workspace: Path) -> None:
         report["notes"].append(GVISOR_NOTE)
         report["images"] = _images_report(client, report, count_as_problem=not fix)
         report["seccomp"] = _seccomp_report(client, report, report["images"])
-    report["agents"] = _agents_report(workspace, report)
+    report["agents"] = _agents_report(workspace, trust_workspace, report)
     report["ok"] = not report["problems"]
     if as_json:
         click.echo(json.dumps(report, indent=2))
@@ -121,18 +123,22 @@ def _seccomp_report(client: Any, report: dict[str, Any], images: list[Any]) -> s
     return "warden's profile applied (a probe ran under a filter; io_uring_setup refused)"
 
 
-def _agents_report(workspace: Path, report: dict[str, Any]) -> list[dict[str, str]]:
-    """Which image each agent type of a run in `workspace` would use, and why."""
+def _agents_report(
+    workspace: Path, trust_flag: bool, report: dict[str, Any]
+) -> list[dict[str, str]]:
+    """Which image each agent type of a run in `workspace` would use, and why, with
+    the trust `warden run` would start from."""
     from orchestrator.agents.images import choose_image
     from orchestrator.agents.registry import AgentRegistry
-    from orchestrator.config import Settings
     from orchestrator.errors import WardenError
     from orchestrator.runtime.run_images import describe_run_images
 
-    settings = Settings.from_env()
     try:
-        run = describe_run_images(settings, workspace)
-        registry = AgentRegistry.load(settings, workspace.resolve())
+        settings, trusted, why = described_trust(workspace, trust_flag)
+        if not trusted:
+            report["notes"].append(untrusted_note(workspace, why))
+        run = describe_run_images(settings, workspace, trusted=trusted)
+        registry = AgentRegistry.load(settings, workspace.resolve(), trusted=trusted)
     except WardenError as exc:
         report["problems"].append(f"agent images: {exc}")
         return []

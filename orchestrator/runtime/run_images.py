@@ -86,11 +86,15 @@ def describe_run_images(
     image: str | None = None,
     bash_image: str | None = None,
     devcontainer: bool | None = None,
+    trusted: bool,
 ) -> RunImages:
     """The run's choices as `warden agents list/show` and `warden doctor` show them,
-    without building anything (a dev container Dockerfile is named, not built)."""
+    without building anything (a dev container Dockerfile is named, not built). An
+    untrusted workspace's dev container is not used unless asked for, as in a run."""
     from orchestrator.agents.images import RunImages
 
+    if devcontainer is None and not trusted:
+        devcontainer = False
     found = dev_container_of(settings, workspace, image=image, devcontainer=devcontainer)
     dev_name = None
     if found is not None:

@@ -15,7 +15,11 @@ BROKEN = "---\nname: broken\ndescription: d\nmaxTurns: lots\n---\nx\n"
 HOSTILE = '---\nname: shady\ndescription: "[link=http://127.0.0.1/]x[/link] \\x1b]8;;"\n---\nx\n'
 
 
-def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(tmp_path: Path, *args: str, trusted: bool = True) -> subprocess.CompletedProcess[str]:
+    """`warden agents ARGS`; `list` and `show` as in a trusted workspace unless not
+    `trusted` (an untrusted workspace's own agent files do not load, as in a run)."""
+    if trusted and args[0] in ("list", "show"):
+        args = (*args, "--trust-workspace")
     return subprocess.run(
         warden_argv("agents", *args),
         capture_output=True,
@@ -122,7 +126,10 @@ PINNED = "---\nname: pinned\ndescription: d\nimage: pinned-tools:1\n---\nx\n"
 
 def _images(tmp_path: Path, *flags: str, **env: str) -> dict[str, tuple[str, str]]:
     proc = subprocess.run(
-        warden_argv("agents", "list", "--json", "--workspace", str(tmp_path / "ws"), *flags),
+        warden_argv(
+            "agents", "list", "--json", "--trust-workspace", "--workspace", str(tmp_path / "ws"),
+            *flags,
+        ),
         capture_output=True,
         text=True,
         env=warden_env(WARDEN_CONFIG_DIR=str(tmp_path / "config"), **env),
@@ -146,3 +153,32 @@ def test_list_shows_each_type_s_image_by_the_written_precedence(tmp_path: Path) 
     assert off_then_on["general-purpose"][0] == "dev-tools:1"
     bash = _images(tmp_path, "--bash-image", "cli:1")["bash"]
     assert bash[0] == "cli:1" and "instead of the restricted bash image" in bash[1]
+
+
+def test_list_and_doctor_decide_with_the_trust_a_run_starts_from(tmp_path: Path) -> None:
+    """An untrusted workspace's own agent files and dev container are not what a run
+    would use: `agents list` and `doctor` say so, and show them only as if trusted."""
+    ws = _workspace(tmp_path, pinned=PINNED)
+    (ws / ".devcontainer.json").write_text('{"image": "dev-tools:1"}\n')
+    untrusted = _cli(tmp_path, "list", "--workspace", str(ws), "--json", trusted=False)
+    assert untrusted.returncode == 0, untrusted.stderr
+    listed = json.loads(untrusted.stdout)
+    by_name = {a["name"]: a for a in listed["agents"]}
+    assert listed["trusted"] is False and "pinned" not in by_name
+    assert by_name["general-purpose"]["image"] == "agent"
+    assert any("is not trusted" in w and "--trust-workspace" in w for w in listed["warnings"])
+
+    trusted = json.loads(_cli(tmp_path, "list", "--workspace", str(ws), "--json").stdout)
+    by_name = {a["name"]: a for a in trusted["agents"]}
+    assert trusted["trusted"] is True and "pinned" in by_name
+    assert by_name["general-purpose"]["image"] == "dev-tools:1"
+
+    doctor = subprocess.run(
+        warden_argv("doctor", "--json", "--workspace", str(ws)),
+        capture_output=True, text=True, check=False,
+        env=warden_env(WARDEN_CONFIG_DIR=str(tmp_path / "config"), DOCKER_HOST="unix:///nonexistent"),
+    )  # fmt: skip
+    report = json.loads(doctor.stdout)
+    rows = {row["agent"]: row["image"] for row in report["agents"]}
+    assert rows["general-purpose"] == "agent" and "pinned" not in rows
+    assert any("is not trusted" in note for note in report["notes"])
