@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from orchestrator.commands._common import TRUST_FLAG_HELP, described_trust, untrusted_note
 from orchestrator.backend.connect import GVISOR_NOTE, EngineInfo, engine_info
+from orchestrator.commands._common import TRUST_FLAG_HELP, described_trust, untrusted_note
 from orchestrator.errors import EngineUnavailableError
 from orchestrator.provision.engine import FixPlan, apply_fix, host_facts, plan_fix
 from orchestrator.untrusted_text import printable
