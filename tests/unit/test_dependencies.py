@@ -16,7 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_TREES = ("orchestrator", "sandbox_tools")
-TEST_TREES = ("tests", "bench")
+TEST_TREES = ("tests", "bench", "docs")
+"""`docs` holds the documentation site's hooks and a worked webhook receiver."""
 FIRST_PARTY = {"orchestrator", "sandbox_tools", "tests", "bench"} | {
     path.stem for path in (ROOT / "bench").glob("*.py")
 }
@@ -31,8 +32,11 @@ TOOLS_NOT_IMPORTED = {
     "types-pyyaml",
     "types-docker",
     "types-requests",
+    "mkdocs-material",
+    "mkdocs-click",
 }
-"""Declared test tools used as plugins or commands, never imported by name."""
+"""Declared test tools used as plugins or commands, never imported by name (the two
+mkdocs plugins are named in mkdocs.yml)."""
 
 
 def _normal(name: str) -> str:
