@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import ShellLine, documents, shell_lines
+from tests.docs_blocks import documents, shell_lines
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
