@@ -233,14 +233,17 @@ class TaskManager:
         *,
         parent: TaskContext | None = None,
         fork: ForkPrefix | None = None,
+        call_id: str | None = None,
     ) -> TaskResult:
-        """Run one subagent to the end and return its result.
+        """Run one subagent to the end and return its result. `call_id`: the parent
+        agent's Task tool call that asked for it.
 
         Raises UnknownAgentError, CapError, QueueFullError, TaskNotFoundError (resume
         of an unknown session) before anything starts; what the subagent does never
         raises.
         """
         ctx, spec = await self._prepare(task_input, parent, fork)
+        ctx.call_id = call_id
         return await self._supervise(ctx, spec)
 
     async def start_background(
@@ -249,10 +252,13 @@ class TaskManager:
         *,
         parent: TaskContext | None = None,
         fork: ForkPrefix | None = None,
+        call_id: str | None = None,
     ) -> TaskContext:
         """Start a subagent and return at once; its result arrives as a notification.
-        `fork`: start it in fork mode from that prefix (see `briefing.fork_history`)."""
+        `fork`: start it in fork mode from that prefix (see `briefing.fork_history`);
+        `call_id`: the parent agent's Task tool call that asked for it."""
         ctx, spec = await self._prepare(task_input, parent, fork)
+        ctx.call_id = call_id
         runner = asyncio.create_task(self._supervise(ctx, spec), name=ctx.task_id)
         self.background.add(ctx, runner)
         return ctx
@@ -531,6 +537,7 @@ class TaskManager:
                 description=ctx.description,
                 container_id=ctx.container_id[:12],
                 background=ctx.task_id in self.background,
+                call_id=ctx.call_id,
                 # For the trace: the task's span covers its queue and container start.
                 since_created_s=round(time.monotonic() - ctx.started, 3),
                 container_start_s=round(time.monotonic() - starting, 3),

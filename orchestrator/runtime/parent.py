@@ -282,7 +282,7 @@ class ParentAgent:
             await self.manager.recorder.task_refused(tool_use_id, raw, fork)
             return _tool_result(tool_use_id, fork, True)
         if task_input.run_in_background:
-            ctx = await self.manager.start_background(task_input, fork=fork)
+            ctx = await self.manager.start_background(task_input, fork=fork, call_id=tool_use_id)
             queued = ""
             if ctx.ticket is not None and ctx.ticket.queued:
                 queued = (
@@ -297,7 +297,7 @@ class ParentAgent:
                 "this id.",
                 False,
             )
-        result = await self.manager.run_task(task_input, fork=fork)
+        result = await self.manager.run_task(task_input, fork=fork, call_id=tool_use_id)
         self.results.append(result)
         return _tool_result(tool_use_id, result.render(), result.is_error)
 

@@ -207,6 +207,9 @@ class TaskContext:
     """Tokens its model calls used so far (every usage field)."""
     ticket: Ticket | None = None
     """Its place in the admission queue (see `orchestrator.runtime.admission`)."""
+    call_id: str | None = None
+    """The id of the parent agent's Task tool call that started it (`tool_use_id`), for
+    the trace's `execute_tool Task` span; None for a nested or resumed task."""
     announced: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     """Set once its `task_started` is recorded (or it ends): what its broker reports
     waits for it, so a warm runner's first events never come before the task's start."""

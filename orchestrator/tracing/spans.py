@@ -85,6 +85,18 @@ def _response_attributes(payload: JSONValue) -> dict[str, str | int | Sequence[s
         value = _count(usage.get(field) if isinstance(usage, dict) else None)
         if value is not None:
             out[attribute] = value
+    # The convention's input tokens include cached ones; the Messages API's
+    # `input_tokens` counts only those after the last cache breakpoint, so a cached
+    # run's input would read ~90 % low. The cache fields stay as they are, beside it.
+    counts = {
+        field: _count(usage.get(field)) if isinstance(usage, dict) else None
+        for field in USAGE_ATTRIBUTES
+    }
+    if counts["input_tokens"] is not None:
+        out[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] = sum(
+            counts[field] or 0
+            for field in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
     if isinstance(payload.get("id"), str):
         out[gen_ai.GEN_AI_RESPONSE_ID] = _text(payload["id"])
     if isinstance(payload.get("model"), str):
@@ -226,7 +238,7 @@ class RunTracer:
         elif event.kind == "task_running":
             self._tool(span, event)
         elif event.kind == "permission_denied":
-            span.add_event("permission_denied", {"warden.tool_name": _text(data.get("tool_name"))})
+            self._denied(span, event)
         elif event.kind in TASK_END_KINDS:
             self._end_task(event.task_id, event)
 
@@ -251,6 +263,9 @@ class RunTracer:
                     "queue", span, queue_end - queued_s, {"warden.task_id": event.task_id or ""}
                 ).end(end_time=_ns(queue_end))
         delegation = self.delegations.get(event.task_id or "")
+        if delegation is not None and isinstance(data.get("call_id"), str):
+            delegation.set_attribute(gen_ai.GEN_AI_TOOL_CALL_ID, _text(data["call_id"]))
+            delegation.set_attribute(gen_ai.GEN_AI_TOOL_TYPE, "function")
         if delegation is not None and data.get("background"):
             delegation.end(end_time=_ns(event.ts))  # a background Task call returns at once
 
@@ -281,6 +296,27 @@ class RunTracer:
                 span.set_attribute(error_attributes.ERROR_TYPE, "tool_error")
                 span.set_status(Status(StatusCode.ERROR))
             span.end(end_time=_ns(event.ts))
+
+    def _denied(self, task: Span, event: Event) -> None:
+        """A call the policy (or a person) refused never runs, so no `task_running`
+        starts its span: it gets an `execute_tool` span of its own, ended at once with
+        `error.type` `permission_denied`."""
+        data = event.data
+        name = _text(data.get("tool_name"))
+        task.add_event("permission_denied", {"warden.tool_name": name})
+        attributes: dict[str, str | int] = {
+            gen_ai.GEN_AI_OPERATION_NAME: EXECUTE_TOOL,
+            gen_ai.GEN_AI_TOOL_NAME: name,
+            gen_ai.GEN_AI_TOOL_TYPE: "function",
+            error_attributes.ERROR_TYPE: "permission_denied",
+            "warden.decided_by": _text(data.get("decided_by") or ""),
+            "warden.reason": _text(data.get("reason") or ""),
+        }
+        if data.get("tool_use_id"):
+            attributes[gen_ai.GEN_AI_TOOL_CALL_ID] = _text(data["tool_use_id"])
+        span = self._start(f"{EXECUTE_TOOL} {name}", task, event.ts, attributes)
+        span.set_status(Status(StatusCode.ERROR, "permission denied"))
+        span.end(end_time=_ns(event.ts))
 
     def _end_task(self, task_id: str, event: Event) -> None:
         span = self.tasks[task_id]

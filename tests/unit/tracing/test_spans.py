@@ -76,11 +76,14 @@ async def test_spans_form_the_run_tree_under_the_runs_trace_id(
     tracer = run_tracer("run_1", TRACE_ID, provider)
     assert tracer is not None and tracer.trace_id == TRACE_ID
     tracer(_event("task_started", "sa_a", agent_type="bash", description="outer",
-                  since_created_s=0.5, container_start_s=0.2, queued_s=0.25))  # fmt: skip
+                  since_created_s=0.5, container_start_s=0.2, queued_s=0.25,
+                  call_id="toolu_parent_1"))  # fmt: skip
     tracer(_event("task_running", "sa_a", ts=1, event="tool_started", tool_name="Bash",
                   tool_use_id="tu1", detail="ls"))  # fmt: skip
     tracer(_event("task_running", "sa_a", ts=2, event="tool_finished", tool_name="Bash",
                   tool_use_id="tu1"))  # fmt: skip
+    tracer(_event("permission_denied", "sa_a", ts=2.2, tool_name="Bash", tool_use_id="tu_no",
+                  decided_by="rule", reason="Bash(rm:*) denies it"))  # fmt: skip
     tracer(_event("task_running", "sa_a", ts=2.5, event="tool_started", tool_name="Task",
                   tool_use_id="tu2"))  # fmt: skip
     tracer(_event("task_started", "sa_b", parent="sa_a", ts=3, agent_type="general-purpose",
@@ -119,7 +122,7 @@ async def test_spans_form_the_run_tree_under_the_runs_trace_id(
     (run,) = spans["invoke_agent parent"]
     (outer,) = spans["invoke_agent bash"]
     (inner,) = spans["invoke_agent general-purpose"]
-    (bash,) = spans["execute_tool Bash"]
+    bash, denied = sorted(spans["execute_tool Bash"], key=lambda span: span.start_time or 0)
     (parent_call,) = spans["chat parent-m"]
     assert {f"{s.context.trace_id:032x}" for group in spans.values() for s in group} == {TRACE_ID}
     assert run.parent is None and run.attributes["warden.tokens"] == 118  # type: ignore[index]
@@ -128,6 +131,12 @@ async def test_spans_form_the_run_tree_under_the_runs_trace_id(
     # The parent agent's Task call is a span, and the task it started is its child.
     top_call = next(s for s in spans["execute_tool Task"] if s.parent.span_id == run.context.span_id)  # type: ignore[union-attr]
     assert outer.parent.span_id == top_call.context.span_id  # type: ignore[union-attr]
+    assert top_call.attributes["gen_ai.tool.call.id"] == "toolu_parent_1"  # type: ignore[index]
+    # A denied call never runs, and still is a span: ended at once, with the reason.
+    assert denied.parent.span_id == outer.context.span_id  # type: ignore[union-attr]
+    assert denied.attributes["gen_ai.tool.call.id"] == "tu_no"  # type: ignore[index]
+    assert denied.attributes["error.type"] == "permission_denied"  # type: ignore[index]
+    assert not denied.status.is_ok and denied.start_time == denied.end_time
     # A nested task is the child of the subagent's Task tool span that started it.
     nested_call = next(s for s in spans["execute_tool Task"] if s is not top_call)
     assert nested_call.parent.span_id == outer.context.span_id  # type: ignore[union-attr]
@@ -168,6 +177,8 @@ async def test_spans_form_the_run_tree_under_the_runs_trace_id(
     assert attrs["gen_ai.request.max_tokens"] == 1
     assert attrs["gen_ai.usage.cache_read.input_tokens"] == 40
     assert attrs["gen_ai.usage.cache_creation.input_tokens"] == 9
+    # The convention's input tokens include the cached ones (the API's 3 does not).
+    assert attrs["gen_ai.usage.input_tokens"] == 3 + 40 + 9
 
 
 def test_a_traceparent_makes_the_run_a_child_in_the_callers_trace(
