@@ -51,6 +51,13 @@ MAX_DECISION_CHARS = 4000
 MAX_OTHER_CHARS = 300
 """Shown of one agent-written field that does not decide what runs."""
 
+MAX_REASON_CHARS = 1000
+"""Shown of the "asked by" line (a rule, a hook's reason, the analyser's, which may
+quote the whole command: the command itself is shown above, cut at MAX_DECISION_CHARS)."""
+
+TERMINAL_MORE = "shown with v"
+"""How the terminal says where the rest of a cut field is (its `v` answer)."""
+
 MAX_FIELDS = 24
 """Input fields shown in a prompt; further fields are counted, shown with `v`."""
 
@@ -104,10 +111,18 @@ def chain_lines(q: ApprovalQuestion, width: int) -> list[str]:
     return lines
 
 
-def quoted(text: object, width: int, limit: int | None, *, escaped: bool = False) -> list[str]:
+def quoted(
+    text: object,
+    width: int,
+    limit: int | None,
+    *,
+    escaped: bool = False,
+    more: str = TERMINAL_MORE,
+) -> list[str]:
     """`text` made visible (unless `escaped` says it already is), cut at `limit`
-    characters with the cut announced, and wrapped into lines that each start with
-    the quote bar and fit `width` cells."""
+    characters with the cut announced (`more`: where the rest is, in the words of the
+    surface showing it), and wrapped into lines that each start with the quote bar and
+    fit `width` cells."""
     shown = _RUN.sub(_count_run, str(text) if escaped else as_data(text))
     cut = 0
     if limit is not None and len(shown) > limit:
@@ -120,7 +135,7 @@ def quoted(text: object, width: int, limit: int | None, *, escaped: bool = False
         for chunk in (chop_cells(line, columns) if line else [""])
     ]
     if cut:
-        lines.append(f"  [{cut} more characters, shown with v]")
+        lines.append(f"  [{cut} more characters, {more}]")
     return lines
 
 
@@ -154,9 +169,12 @@ def _value_text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
 
 
-def input_lines(q: ApprovalQuestion, width: int, *, full: bool = False) -> list[str]:
-    """The tool input: decision fields first and in full (or cut with a marker),
-    then the other fields; `full` shows everything uncut (the `v` answer)."""
+def input_lines(
+    q: ApprovalQuestion, width: int, *, full: bool = False, more: str = TERMINAL_MORE
+) -> list[str]:
+    """The tool input: decision fields first and in full (or cut with a marker saying
+    where the rest is, `more`), then the other fields; `full` shows everything uncut
+    (the `v` answer)."""
     decides = DECISION_FIELDS.get(q.tool_name, tuple(q.tool_input))
     first = [key for key in decides if key in q.tool_input]
     rest = [key for key in q.tool_input if key not in first]
@@ -175,25 +193,31 @@ def input_lines(q: ApprovalQuestion, width: int, *, full: bool = False) -> list[
             lines.append(f"  {name}: {len(text)} characters, {len(data)} bytes")
             lines.append(f"  {name} sha256: {hashlib.sha256(data).hexdigest()}")
         lines.append(f"  {name}:")
-        lines.extend(quoted(text, width, limit))
+        lines.extend(quoted(text, width, limit, more=more))
     if len(keys) > len(shown_keys):
-        lines.append(f"  [{len(keys) - len(shown_keys)} more input fields, shown with v]")
+        lines.append(f"  [{len(keys) - len(shown_keys)} more input fields, {more}]")
     return lines
 
 
-def render_question(q: ApprovalQuestion, width: int = DEFAULT_WIDTH) -> str:
-    """The question as plain text fitting `width` columns, container text quoted as data."""
+def render_question(
+    q: ApprovalQuestion, width: int = DEFAULT_WIDTH, *, more: str = TERMINAL_MORE
+) -> str:
+    """The question as plain text fitting `width` columns, container text quoted as
+    data; a cut field says where the rest is in `more` (the surface's own words)."""
     who = f"{printable(q.task_id, KEY_CHARS)} ({printable(q.agent_type, KEY_CHARS)})"
     lines = [
         f"Permission request: {printable(q.tool_name, KEY_CHARS)} for task {who}",
         "  input (from the agent, shown as data; what runs is exactly this):",
-        *input_lines(q, width),
+        *input_lines(q, width, more=more),
         f"  input sha256: {q.input_hash[:16]}",
         "  asked by:",
-        *quoted(f"{q.asked_by} — {q.reason}" if q.reason else q.asked_by, width, None),
+        *quoted(
+            f"{q.asked_by} — {q.reason}" if q.reason else q.asked_by,
+            width, MAX_REASON_CHARS, more=more,
+        ),  # fmt: skip
         *chain_lines(q, width),
         "  task description (from the agent, shown as data):",
-        *quoted(q.description, width, MAX_OTHER_CHARS),
+        *quoted(q.description, width, MAX_OTHER_CHARS, more=more),
     ]
     return "\n".join(lines)
 

@@ -24,11 +24,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions.approvers import AnswerScope, ApprovalAnswer, ApprovalQuestion
-from orchestrator.ui.question_text import render_full_input, render_question
+from orchestrator.ui.question_text import MAX_REASON_CHARS, render_full_input, render_question
 from orchestrator.untrusted_text import as_data
 from orchestrator.web.live import Changes
 
 PAGE_WIDTH = 110
+PAGE_MORE = "the whole input is under “view the whole input”"
+"""Where the page says the rest of a cut field is (it has no `v` key: a details box)."""
 """Columns the question's text is wrapped to on the page (its `<pre>` scrolls beyond)."""
 
 MAX_USER_CHARS = 64
@@ -200,9 +202,9 @@ def question_view(p: Pending) -> JSONObject:
         "agent_type": as_data(q.agent_type),
         "tool_name": as_data(q.tool_name),
         "asked_at": p.asked_at,
-        "text": render_question(q, PAGE_WIDTH),
+        "text": render_question(q, PAGE_WIDTH, more=PAGE_MORE),
         "full_input": render_full_input(q, PAGE_WIDTH),
-        "asked_by": as_data(q.asked_by),
+        "asked_by": as_data(q.asked_by)[:MAX_REASON_CHARS],
         "always_rule": q.always_rule,
         "always_rule_shown": as_data(q.always_rule),
         "always_file": as_data(q.always_file),

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, input_hash
 from orchestrator.ui.question_text import render_question
 from orchestrator.web.approver import (
+    PAGE_MORE,
     PAGE_WIDTH,
     AlreadyAnsweredError,
     AnswerRequest,
@@ -134,10 +135,26 @@ async def test_the_page_shows_the_terminals_text() -> None:
     q = _question("rm -rf / \u200b" + "y" * 5000)
     task, _ = await _asked(approver, q)
     view = question_view(approver.pending()[0])
-    assert view["text"] == render_question(q, PAGE_WIDTH)
+    assert view["text"] == render_question(q, PAGE_WIDTH, more=PAGE_MORE)
     assert "\\u202e" in view["text"] and "\u202e" not in view["text"]
-    assert "more characters, shown with v" in view["text"]
+    # The page says where the rest is in its own words: it has no `v` key.
+    assert "more characters, the whole input is under" in view["text"]
+    assert "shown with v" not in view["text"]
     assert "y" * 5000 in str(view["full_input"]).replace("\n  │ ", "")
+    task.cancel()
+
+
+async def test_a_long_reason_is_cut_on_the_asked_by_line_too() -> None:
+    """The analyser's reason can quote the whole command: shown once in the input
+    (cut there), it is cut on the "asked by" line as well, never quoted whole."""
+    approver = WebApprover()
+    long_command = "echo " + "z" * 6000
+    q = _question(long_command).model_copy(update={"reason": f"command {long_command!r} is unproven"})
+    task, _ = await _asked(approver, q)
+    view = question_view(approver.pending()[0])
+    assert "z" * 4000 not in str(view["text"]).split("asked by:", 1)[1].replace("\n  │ ", "")
+    assert str(view["text"]).count("more characters, the whole input is under") >= 2
+    assert len(str(view["asked_by"])) <= 1000
     task.cancel()
 
 
