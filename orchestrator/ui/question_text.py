@@ -51,7 +51,7 @@ MAX_DECISION_CHARS = 4000
 MAX_OTHER_CHARS = 300
 """Shown of one agent-written field that does not decide what runs."""
 
-MAX_REASON_CHARS = 1000
+MAX_ASKED_BY_CHARS = 1000
 """Shown of the "asked by" line (a rule, a hook's reason, the analyser's, which may
 quote the whole command: the command itself is shown above, cut at MAX_DECISION_CHARS)."""
 
@@ -213,8 +213,8 @@ def render_question(
         "  asked by:",
         *quoted(
             f"{q.asked_by} — {q.reason}" if q.reason else q.asked_by,
-            width, MAX_REASON_CHARS, more=more,
-        ),  # fmt: skip
+            width, MAX_ASKED_BY_CHARS, more=more,
+        ),
         *chain_lines(q, width),
         "  task description (from the agent, shown as data):",
         *quoted(q.description, width, MAX_OTHER_CHARS, more=more),

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions.approvers import AnswerScope, ApprovalAnswer, ApprovalQuestion
-from orchestrator.ui.question_text import MAX_REASON_CHARS, render_full_input, render_question
+from orchestrator.ui.question_text import MAX_ASKED_BY_CHARS, render_full_input, render_question
 from orchestrator.untrusted_text import as_data
 from orchestrator.web.live import Changes
 
@@ -204,7 +204,7 @@ def question_view(p: Pending) -> JSONObject:
         "asked_at": p.asked_at,
         "text": render_question(q, PAGE_WIDTH, more=PAGE_MORE),
         "full_input": render_full_input(q, PAGE_WIDTH),
-        "asked_by": as_data(q.asked_by)[:MAX_REASON_CHARS],
+        "asked_by": as_data(q.asked_by)[:MAX_ASKED_BY_CHARS],
         "always_rule": q.always_rule,
         "always_rule_shown": as_data(q.always_rule),
         "always_file": as_data(q.always_file),
