@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -253,15 +254,28 @@ def _append(settings: JSONObject, keys: tuple[str, ...], value: str, target: Pat
         items.append(value)
 
 
+_OWN_WRITES: dict[str, str] = {}
+"""Resolved path -> sha256 of the settings this process wrote there for a person's
+"always allow": warden's own change, which the end-of-run report must not present as a
+sandbox's (sandboxes cannot write `.claude/`)."""
+
+
+def own_write_digest(path: Path) -> str | None:
+    """sha256 of what this process last wrote to `path` for an "always allow", if any."""
+    return _OWN_WRITES.get(str(path.resolve()))
+
+
 def _replace(workspace: Path, claude: Path, target: Path, settings: JSONObject) -> None:
     owner = workspace.stat()
     fd, tmp = tempfile.mkstemp(dir=claude, prefix=".settings-")
+    data = (json.dumps(settings, indent=2) + "\n").encode("utf-8")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(settings, indent=2) + "\n")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         if os.geteuid() == 0:  # keep the file the workspace owner's
             os.chown(tmp, owner.st_uid, owner.st_gid)
         os.replace(tmp, target)
+        _OWN_WRITES[str(target.resolve())] = hashlib.sha256(data).hexdigest()
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.permissions.always_allow import own_write_digest
 from orchestrator.permissions.executed_paths import hooks_path_pattern, report_patterns
 from orchestrator.permissions.paths import matches, pattern_regex
 from orchestrator.store.records import AuditRecord, audit_record
@@ -74,6 +75,10 @@ class _Entry:
     ctime_ns: int
     inode: int
     digest: str | None
+
+
+_NONE = _Entry("absent", 0, 0, 0, 0, 0, None)
+"""Stands for an entry that is gone."""
 
 
 class Snapshot:
@@ -350,9 +355,25 @@ class ExecutedPathsWatch:
         self.trust_before = trust_fingerprint(workspace)
 
     def report(self) -> SensitiveReport:
-        found = compare(self.before, take_snapshot(self.workspace, self.patterns), self.patterns)
-        review = trust_changes(self.trust_before, trust_fingerprint(self.workspace))
-        return found.model_copy(update={"trust_review": [c.path for c in review]})
+        after = take_snapshot(self.workspace, self.patterns)
+        found = compare(self.before, after, self.patterns)
+        prints = trust_fingerprint(self.workspace)
+        review = trust_changes(self.trust_before, prints)
+        # A file whose content is exactly what warden itself wrote for a person's
+        # "always allow" is warden's change, not a sandbox's: not listed as one.
+        changes = [
+            c for c in found.changes
+            if not self._warden_wrote(c.path, (after.entries.get(c.path) or _NONE).digest)
+        ]  # fmt: skip
+        trust_review = [
+            c.path for c in review
+            if not self._warden_wrote(c.path, prints[c.path].digest.removeprefix("sha256:")
+                                      if c.path in prints else None)
+        ]  # fmt: skip
+        return found.model_copy(update={"changes": changes, "trust_review": trust_review})
+
+    def _warden_wrote(self, rel: str, digest: str | None) -> bool:
+        return digest is not None and digest == own_write_digest(self.workspace / rel)
 
 
 REVIEW_REASON = (

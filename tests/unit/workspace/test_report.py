@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.permissions.always_allow import add_allow_rule
 from orchestrator.workspace.report import (
     EXECUTED_PATHS,
     ExecutedPathsWatch,
@@ -219,3 +220,21 @@ def test_a_file_swapped_for_a_fifo_mid_scan_is_reported_without_waiting(
     assert not stuck, "the report waited on a FIFO"
     assert outcome and isinstance(outcome[0], SensitiveReport), "the report failed"
     assert ("modified", "Makefile") in changes(outcome[0])
+
+
+def test_warden_s_own_always_allow_write_is_not_reported_as_a_sandbox_s(tmp_path: Path) -> None:
+    """A person's "always allow" makes warden write `.claude/settings.local.json`; the
+    end of the run must not ask that person to review it as a sandbox's change. The
+    same file changed again afterwards (by anyone else) is listed."""
+    write(tmp_path / ".claude" / "settings.json", "{}")
+    watch = ExecutedPathsWatch(tmp_path)
+    add_allow_rule(tmp_path, "Bash(make test)")
+    report = watch.report()
+    assert ".claude/settings.local.json" not in [c.path for c in report.changes]
+    assert ".claude/settings.local.json" not in report.trust_review
+
+    target = tmp_path / ".claude" / "settings.local.json"
+    target.write_text(target.read_text().replace("make test", "make deploy"))
+    report = watch.report()
+    assert ".claude/settings.local.json" in [c.path for c in report.changes]
+    assert ".claude/settings.local.json" in report.trust_review
