@@ -126,6 +126,10 @@ _NUMBERS = {
 """Numeric settings read from the environment: variable -> field."""
 
 
+MIN_SECRET_CHARS = 16
+"""Shortest shared secret warden accepts (WARDEN_WEBHOOK_SECRET, WARDEN_MCP_TOKEN): a
+guessable secret protects nothing."""
+
 class Settings(BaseModel):
     """Process-wide settings. Build with `Settings.from_env()`, or directly in tests."""
 
@@ -323,6 +327,12 @@ class Settings(BaseModel):
                 a.strip() for a in env["WARDEN_APPROVERS"].split(",") if a.strip()
             )
         if env.get("WARDEN_WEBHOOK_SECRET"):
+            if len(env["WARDEN_WEBHOOK_SECRET"]) < MIN_SECRET_CHARS:
+                raise ConfigError(
+                    f"WARDEN_WEBHOOK_SECRET is shorter than {MIN_SECRET_CHARS} characters: a "
+                    "guessable secret lets anyone forge answers. Use a random one, e.g. "
+                    "`python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+                )
             values["webhook_secret"] = env["WARDEN_WEBHOOK_SECRET"]
         if env.get("WARDEN_WEBHOOK_LISTEN", "").strip():
             values["webhook_listen"] = env["WARDEN_WEBHOOK_LISTEN"].strip()

@@ -333,3 +333,16 @@ async def test_what_warden_sends_and_the_example_answers_fit_the_published_schem
     jsonschema.validate(json.loads(bodies[0]), schema("webhook-question"))
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**answer, "behaviour": "allow"}, schema("webhook-answer"))
+
+
+def test_a_short_shared_secret_is_refused_with_the_fix() -> None:
+    """A guessable secret lets anyone forge answers: one under 16 characters is refused,
+    as WARDEN_MCP_TOKEN's is."""
+    from orchestrator.config import MIN_SECRET_CHARS, Settings
+    from orchestrator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="shorter than 16 characters") as caught:
+        Settings.from_env({"WARDEN_WEBHOOK_SECRET": "x" * (MIN_SECRET_CHARS - 1)})
+    assert "secrets.token_urlsafe" in str(caught.value)
+    long_enough = Settings.from_env({"WARDEN_WEBHOOK_SECRET": "x" * MIN_SECRET_CHARS})
+    assert long_enough.webhook_secret is not None
