@@ -24,7 +24,12 @@ from orchestrator.broker import (
     Upstream,
     wire_models,
 )
-from orchestrator.broker.limits import EVENTS_BURST, EVENTS_PER_S, FORWARDING_AUDITS_BURST
+from orchestrator.broker.limits import (
+    EVENTS_BURST,
+    EVENTS_PER_S,
+    FORWARDING_AUDITS_BURST,
+    FORWARDING_AUDITS_PER_S,
+)
 from orchestrator.broker.upstream import model_client
 from orchestrator.egress.provider import RuleSetEgress
 from orchestrator.egress.rules import RuleSet
@@ -594,13 +599,18 @@ async def test_delegation_refused_when_task_tool_not_granted(broker_env: Any) ->
 async def test_refused_requests_cannot_flood_the_audit(broker_env: Any) -> None:
     _, host, model, client = broker_env
     tools = [{"type": "web_fetch_20250910", "name": f"f{i}"} for i in range(100)]
+    started = time.monotonic()
     statuses = [
         (await client.post("/v1/messages", json=messages_body(tools=tools))).status_code
         for _ in range(120)
     ]
+    elapsed = time.monotonic() - started
     assert set(statuses) == {400} and model.requests == []
-    # At most 20 decisions per request, and requests past the allowance are not audited.
-    assert len(host.forwarding) <= 20 * (FORWARDING_AUDITS_BURST + 10)
+    # At most 20 decisions per request, and requests past the allowance (the burst, plus
+    # what refilled while they were sent: a loaded machine sends them slowly) are not
+    # audited.
+    allowance = FORWARDING_AUDITS_BURST + FORWARDING_AUDITS_PER_S * elapsed + 1
+    assert len(host.forwarding) <= 20 * allowance
     assert [k for k, _ in host.notices] == ["flood/forwarding-audit"]
 
 
