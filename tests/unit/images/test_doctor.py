@@ -223,3 +223,30 @@ def test_apply_fix_gives_up_after_the_bounded_wait_pointing_at_the_log(
     monkeypatch.setattr(engine, "DOCKERD_LOG", tmp_path / "dockerd.log")
     with pytest.raises(EngineUnavailableError, match=r"did not answer within"):
         engine.apply_fix(FixPlan(wait_for_engine=True), lambda line: None)
+
+
+@pytest.mark.parametrize(
+    ("found", "ok", "says"),
+    [(None, True, "warden's profile applied"), ("the engine ignored it", False, "NOT applied")],
+)
+def test_doctor_says_what_the_engine_does_with_warden_s_seccomp_profile(
+    monkeypatch: pytest.MonkeyPatch, no_side_effects: None, found: str | None, ok: bool,
+    says: str,
+) -> None:  # fmt: skip
+    probed: list[str] = []
+    monkeypatch.setattr(doctor_module, "engine_info", lambda: (UP, object()))
+    monkeypatch.setattr(
+        "orchestrator.images.image_status",
+        lambda client: [ImageState("bash", "current", "warden-bash:1", "ok")],
+    )
+
+    def probe(client: Any, image: str) -> str | None:
+        probed.append(image)
+        return found
+
+    monkeypatch.setattr("orchestrator.backend.seccomp.probe", probe)
+    result = CliRunner().invoke(doctor_module.doctor, ["--json"])
+    report = json.loads(result.output)
+    assert probed == ["warden-bash:1"]  # the probe runs in warden's current bash image
+    assert says in report["seccomp"] and report["ok"] is ok
+    assert ok or any("seccomp" in problem for problem in report["problems"])

@@ -25,9 +25,7 @@ from tests.conftest import without_waiting_on
 
 
 def agent(image: str | None = None, source: str = "/w/.claude/agents/a.md") -> AgentDefinition:
-    return AgentDefinition(
-        name="a", description="d", system_prompt="p", image=image, source=source
-    )
+    return AgentDefinition(name="a", description="d", system_prompt="p", image=image, source=source)
 
 
 ALL = RunImages(image="cli:1", devcontainer="dev:1", devcontainer_source="x", bash_image=None)
@@ -164,7 +162,9 @@ def test_dockerfiles_that_would_reach_a_network_are_refused_before_building(
     dockerfile: str, refusal: str
 ) -> None:
     with pytest.raises(ConfigError, match=refusal):
-        engine_dockerfile(Images("node-tools:1", "trigger:1"), dockerfile, {}, ".devcontainer/devcontainer.json")  # type: ignore[arg-type]
+        engine_dockerfile(
+            Images("node-tools:1", "trigger:1"), dockerfile, {}, ".devcontainer/devcontainer.json"
+        )  # type: ignore[arg-type]
 
 
 def test_local_bases_stages_and_build_args_pass_and_the_engine_gets_no_add_and_no_name() -> None:
@@ -180,6 +180,20 @@ def test_local_bases_stages_and_build_args_pass_and_the_engine_gets_no_add_and_n
         "COPY --chown=1:1 local.tar ${U} /x/",
     ]  # fmt: skip
     assert len(made.notes) == 1 and "built as `COPY`" in made.notes[0]
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ['ADD ["${U}", "/x"]', "AD\\\nD $U /y", "  add\t$U /z", "Add --chown=1:1 ${U:-x} /w"],
+)
+def test_every_spelling_of_add_reaches_the_engine_as_copy(spelling: str) -> None:
+    """JSON form, a keyword split over a line continuation, any case, flags: the
+    engine is given no ADD at all, so no spelling makes it download."""
+    text = f"FROM node-tools:1\nARG U=http://127.0.0.1:1/x\n{spelling}\n"
+    made = engine_dockerfile(Images("node-tools:1"), text, {}, "d")  # type: ignore[arg-type]
+    last = made.text.splitlines()[-1]
+    assert last.startswith("COPY") and "ADD" not in last.upper().split()[0]
+    assert len(made.text.splitlines()) == 3  # one instruction per line
 
 
 def test_a_backtick_escape_directive_is_kept_for_the_engine() -> None:
@@ -198,7 +212,15 @@ def test_the_borrowed_runtime_starts_the_runner_through_its_own_loader() -> None
     assert argv[0] == f"{RUNTIME_TARGET}/lib/ld-linux-x86-64.so.2"
     assert argv[1:3] == ("--library-path", f"{RUNTIME_TARGET}/lib")
     # Isolated: the image's PYTHON* variables and site-packages never reach it.
-    assert argv[3:] == (f"{RUNTIME_TARGET}/bin/python3.11", "-I", "-S", "-u", "-B", "-m", "sandbox_tools")
+    assert argv[3:] == (
+        f"{RUNTIME_TARGET}/bin/python3.11",
+        "-I",
+        "-S",
+        "-u",
+        "-B",
+        "-m",
+        "sandbox_tools",
+    )
     mount = runtime.mount()
     assert mount.read_only and mount.target == RUNTIME_TARGET
 
