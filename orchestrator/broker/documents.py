@@ -34,7 +34,10 @@ log = logging.getLogger(__name__)
 PARSE_TIMEOUT_S = 10.0
 """Wall-clock time one PDF's page count may take (the child is killed after it)."""
 MAX_PDFS_COUNTED = 20
-"""Distinct PDFs counted in one request; any more count as unreadable."""
+"""PDFs counted in one request; any more count as unreadable."""
+REQUEST_PARSE_BUDGET_S = 20.0
+"""Wall-clock time the PDFs of one request may take to count in all; those not
+counted by then count as unreadable."""
 MAX_COUNTS_KEPT = 256
 """Page counts remembered (by SHA-256), newest kept."""
 
@@ -104,6 +107,8 @@ class PageCounts:
     """Page counts by the PDF's SHA-256, counted once each (`count_pages`)."""
 
     kept: OrderedDict[str, PdfFacts] = field(default_factory=OrderedDict)
+    _one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    """One counting child per subagent at a time, whatever it sends in parallel."""
 
     async def facts(self, raw: bytes) -> PdfFacts:
         digest = hashlib.sha256(raw).hexdigest()
@@ -119,6 +124,7 @@ class PageCounts:
     async def cost(self, body: JSONValue, max_objects: int) -> DocumentCost:
         """What the documents of `body` cost (see the module doc)."""
         tokens = chars = counted = 0
+        deadline = asyncio.get_running_loop().time() + REQUEST_PARSE_BUDGET_S
         for block in list(document_blocks(body, max_objects)):
             if not isinstance(block, PdfBlock):
                 tokens += UNREADABLE_DOCUMENT_TOKENS
@@ -126,8 +132,10 @@ class PageCounts:
             chars += len(block.data)
             raw = pdf_bytes(block.data)
             counted += 1
-            if raw is None or counted > MAX_PDFS_COUNTED:
+            late = asyncio.get_running_loop().time() > deadline
+            if raw is None or counted > MAX_PDFS_COUNTED or late:
                 tokens += UNREADABLE_DOCUMENT_TOKENS
                 continue
-            tokens += (await self.facts(raw)).tokens
+            async with self._one_at_a_time:
+                tokens += (await self.facts(raw)).tokens
         return DocumentCost(tokens, chars)

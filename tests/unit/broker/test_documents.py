@@ -105,3 +105,12 @@ async def test_a_request_whose_pdf_does_not_fit_the_budget_is_never_sent(
         assert ok.status_code == 200 and len(model.requests) == 1
         await client.aclose()
     await upstream_client.aclose()
+
+
+async def test_a_count_past_its_time_counts_as_unreadable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child is killed at the timeout; what it had not said counts as the most."""
+    from orchestrator.broker import documents
+
+    monkeypatch.setattr(documents, "PARSE_TIMEOUT_S", 0.0)
+    facts = await count_pages(blank_pdf(3))
+    assert facts.pages is None and facts.tokens == UNREADABLE_DOCUMENT_TOKENS
