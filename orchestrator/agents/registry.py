@@ -31,6 +31,7 @@ import difflib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.agents.definition import (
     DEFAULT_TIMEOUT_S,
@@ -41,6 +42,9 @@ from orchestrator.agents.files import load_agent_dir
 from orchestrator.config import DEFAULT_MODEL_ALIASES, Settings
 from orchestrator.errors import UnknownAgentError
 from sandbox_tools.wire import DELEGATION_TOOL_NAMES, TOOL_NAMES
+
+if TYPE_CHECKING:
+    from orchestrator.permissions.settings_files import SettingsStack
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +244,12 @@ class AgentRegistry:
 
     @classmethod
     def load(
-        cls, settings: Settings, workspace: Path | None, *, trusted: bool = True
+        cls,
+        settings: Settings,
+        workspace: Path | None,
+        *,
+        trusted: bool = True,
+        stack: SettingsStack | None = None,
     ) -> AgentRegistry:
         """Built-ins, then the user's agent files (Claude Code's `~/.claude/agents/`,
         then warden's), then the project's (see the module doc). The project's are
@@ -250,7 +259,9 @@ class AgentRegistry:
         from orchestrator.permissions.sources import MAX_POLICY_BYTES
 
         registry = cls([resolve_model(agent, settings) for agent in BUILTIN_AGENTS])
-        locked = "agents" in load_stack(settings, workspace, MAX_POLICY_BYTES).managed.plugin_only
+        if stack is None:  # the run passes the settings it read once (`workspace.inputs`)
+            stack = load_stack(settings, workspace, MAX_POLICY_BYTES)
+        locked = "agents" in stack.managed.plugin_only
         sources: list[tuple[Path, Path | None]] = [
             (settings.claude_dir / USER_AGENTS_DIR, None),
             (settings.config_dir / USER_AGENTS_DIR, None),

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from orchestrator.event_sink import EventSink
     from orchestrator.permissions import EffectivePolicy
     from orchestrator.permissions.approvers import Asker
+    from orchestrator.permissions.settings_files import SettingsStack
     from orchestrator.store import Store
 
 
@@ -51,6 +52,7 @@ def run_egress(
     events: EventSink | None,
     sandbox_uid: int,
     trusted: bool = False,
+    stack: SettingsStack | None = None,
 ) -> EgressService | None:
     """The run's egress service, or None when egress is off. `trusted`: the person
     trusted the workspace, so its allowed domains count (its denies always do).
@@ -63,6 +65,7 @@ def run_egress(
         deny_domains=request.deny_domains,
         policy_file=policy_file,
         trusted=trusted,
+        stack=stack,
     )
     if not (request.enabled or rules.any_allow):
         return None

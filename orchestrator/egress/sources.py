@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from orchestrator.config import Settings
 from orchestrator.egress.rules import MANAGED_ONLY, EgressRule, RuleSet, parse_rule
 from orchestrator.errors import PolicyError
-from orchestrator.permissions.settings_files import SettingsFile, load_stack
+from orchestrator.permissions.settings_files import SettingsFile, SettingsStack, load_stack
 from orchestrator.permissions.sources import MAX_POLICY_BYTES, find_policy, read_document
 
 if TYPE_CHECKING:
@@ -207,10 +207,12 @@ def load_rules(
     deny_domains: Sequence[str] = (),
     policy_file: str | None = None,
     trusted: bool = True,
+    stack: SettingsStack | None = None,
 ) -> RuleSet:
     """Every egress rule of a run, highest source first (see the module doc).
-    PolicyError when a settings file cannot be read completely or a rule is malformed."""
-    stack = load_stack(settings, workspace, MAX_POLICY_BYTES)
+    PolicyError when a settings file cannot be read completely or a rule is malformed.
+    `stack`: the run's settings as read once (None reads them now)."""
+    stack = load_stack(settings, workspace, MAX_POLICY_BYTES) if stack is None else stack
     found = _Collect(_managed_only(stack.files))
     found.managed_and_cli(stack.files, allow_domains, deny_domains)
     if policy_file is not None:

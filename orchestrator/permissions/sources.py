@@ -25,7 +25,7 @@ from orchestrator.permissions.models import MODES, Mode
 from orchestrator.permissions.policy import EffectivePolicy
 from orchestrator.permissions.rules import PATH_TOOLS, Rule, RuleBehavior, parse_rule
 from orchestrator.permissions.sandbox_settings import filesystem_denies
-from orchestrator.permissions.settings_files import SettingsFile, load_stack
+from orchestrator.permissions.settings_files import SettingsFile, SettingsStack, load_stack
 from orchestrator.regular_file import read_regular
 from orchestrator.shipped import shipped_root
 
@@ -181,12 +181,14 @@ def load_policy(
     deny: Sequence[str] = (),
     mode: str | None = None,
     trusted: bool = True,
+    stack: SettingsStack | None = None,
 ) -> EffectivePolicy:
     """Read every source and merge them into the workspace's effective policy.
 
     `trusted` False (a workspace the user has not trusted): the project's own allow
-    rules and mode are left out; its deny and ask rules still hold."""
-    stack = load_stack(settings, workspace, MAX_POLICY_BYTES)
+    rules and mode are left out; its deny and ask rules still hold. `stack`: the
+    run's settings files as read once (`workspace.inputs`); None reads them now."""
+    stack = load_stack(settings, workspace, MAX_POLICY_BYTES) if stack is None else stack
     if mode is not None and mode not in MODES:
         raise PolicyError(f"--mode {mode!r} is not one of {', '.join(MODES)}")
     cli_rules = [parse_rule(r, "deny", "cli:--deny", f"--deny {r!r}") for r in deny]

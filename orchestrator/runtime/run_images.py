@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from orchestrator.images.devbuild import EgressFactory
     from orchestrator.images.devcontainer import DevContainer
     from orchestrator.permissions import EffectivePolicy
+    from orchestrator.permissions.settings_files import SettingsStack
 
 log = logging.getLogger("warden.images")
 
@@ -253,6 +254,7 @@ def run_build_egress(
     policy_file: str | None,
     identity: SandboxIdentity,
     trusted: bool,
+    stack: SettingsStack | None = None,
 ) -> EgressFactory:
     """What a run's dev container build may reach: the run's own domain rules
     (`egress.sources.load_rules`, read only when a build starts; an untrusted
@@ -269,6 +271,7 @@ def run_build_egress(
             deny_domains=request.deny_domains,
             policy_file=policy_file,
             trusted=trusted,
+            stack=stack,
         )
         return oneoff_build_egress(rules, request.limits, identity, request.resolver)
 

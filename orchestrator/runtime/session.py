@@ -37,6 +37,7 @@ from orchestrator.runtime.sandbox import sandbox_identity, warn_if_root_owned
 from orchestrator.runtime.tasks import TaskContext
 from orchestrator.tracing import run_tracer
 from orchestrator.workspace import WorkspaceGuard
+from orchestrator.workspace.inputs import PolicyInputs, read_policy_inputs
 from orchestrator.workspace.report import ExecutedPathsWatch
 from orchestrator.workspace.settings import protected_paths
 from orchestrator.workspace.walls import walls_of
@@ -75,6 +76,7 @@ def prepare_guard(
     protect: tuple[str, ...],
     policy: str | None = None,
     rules: EffectivePolicy | None = None,
+    inputs: PolicyInputs | None = None,
 ) -> WorkspaceGuard:
     """The run's workspace protections (`--protect` paths must exist; those from
     settings files are skipped when missing). A `--policy` file inside the workspace
@@ -83,7 +85,7 @@ def prepare_guard(
     return WorkspaceGuard.prepare(
         workspace,
         protect=(*protect, *policy_inside(settings, workspace, policy)),
-        optional=protected_paths(settings, workspace),
+        optional=protected_paths(settings, workspace, inputs.stack if inputs else None),
         walls=walls_of(rules) if rules is not None else (),
     )
 
@@ -174,10 +176,12 @@ async def open_run(
 
     workspace = check_workspace(workspace)
     socket_dirs.check_workspace_excludes(workspace, settings)
-    if trusted is None:
-        from orchestrator.workspace.trust import is_trusted
-
-        trusted = is_trusted(settings, workspace)
+    # The run's policy inputs, read once: every part below decides from this snapshot.
+    inputs = await asyncio.to_thread(
+        partial(read_policy_inputs, settings, workspace, trusted=trusted)
+    )
+    trusted = inputs.trusted
+    read_once = inputs.stack
     model = settings.resolve_model(model or DEFAULT_MODEL)
     if config is None:  # a library caller gets the environment's limits, as the CLI does
         config = TaskManagerConfig.from_settings(settings)
@@ -187,14 +191,21 @@ async def open_run(
         gate_policy = gate.policy
     else:
         gate_policy = load_policy(
-            settings, workspace, policy=policy, allow=allow, deny=deny, mode=mode, trusted=trusted
+            settings,
+            workspace,
+            policy=policy,
+            allow=allow,
+            deny=deny,
+            mode=mode,
+            trusted=trusted,
+            stack=read_once,
         )
-        gate_hooks = load_hooks(settings, workspace, trusted=trusted)
+        gate_hooks = load_hooks(settings, workspace, trusted=trusted, stack=read_once)
         for note in gate_policy.notes:
             log.warning("policy: %s", note)
     # Off the loop: a lock a sandbox holds on the workspace can make this wait (bounded).
     guard = await asyncio.to_thread(
-        prepare_guard, settings, workspace, protect, policy, gate_policy
+        prepare_guard, settings, workspace, protect, policy, gate_policy, inputs
     )
     run_id = new_run_id()
     session = run_id
@@ -214,7 +225,9 @@ async def open_run(
             retry_total_s=settings.model_retry_total_s,
         )
         stack.push_async_callback(anthropic_client.close)
-        watch = await asyncio.to_thread(ExecutedPathsWatch, workspace, guard.protected)
+        watch = await asyncio.to_thread(
+            ExecutedPathsWatch, workspace, guard.protected, inputs.trust.prints
+        )
         # Pools sized to the wait threads of every subagent at once (see backend.connect).
         calls = config.max_concurrent_total * config.max_depth
         client = await asyncio.to_thread(partial(connect, max_pool_size=pool_size(calls)))
@@ -238,6 +251,7 @@ async def open_run(
             policy_file=policy,
             identity=identity,
             trusted=trusted,
+            stack=read_once,
         )
         image_for = await asyncio.to_thread(
             partial(
@@ -255,7 +269,7 @@ async def open_run(
         # each watched for its disk limits.
         backend = make_backend(client, settings) if backend is None else guarded(backend)
         if registry is None:
-            registry = AgentRegistry.load(settings, workspace, trusted=trusted)
+            registry = AgentRegistry.load(settings, workspace, trusted=trusted, stack=read_once)
         store = await asyncio.to_thread(Store.open, settings.state_dir / "warden.db")
         stack.callback(store.close)
         recovered = await asyncio.to_thread(recover, store, backend)
@@ -332,6 +346,7 @@ async def open_run(
             events=events,
             sandbox_uid=identity.uid,
             trusted=trusted,
+            stack=read_once,
         )
         manager = TaskManager(
             backend=backend,

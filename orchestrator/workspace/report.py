@@ -29,7 +29,7 @@ import os
 import re
 import stat
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -41,6 +41,7 @@ from orchestrator.permissions.executed_paths import hooks_path_pattern, report_p
 from orchestrator.permissions.paths import matches, pattern_regex
 from orchestrator.store.records import AuditRecord, audit_record
 from orchestrator.workspace import beneath
+from orchestrator.workspace.trusted_content import TrustedFile
 from orchestrator.workspace.trusted_content import changes as trust_changes
 from orchestrator.workspace.trusted_content import fingerprint as trust_fingerprint
 
@@ -343,7 +344,12 @@ def _row(patterns: Sequence[str], path: str) -> int:
 class ExecutedPathsWatch:
     """Snapshot at the start of a run, report at its end (both blocking: use a thread)."""
 
-    def __init__(self, workspace: Path, extra: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        extra: Sequence[str] = (),
+        trust_before: Mapping[str, TrustedFile] | None = None,
+    ) -> None:
         self.workspace = workspace
         hooks = hooks_path_pattern(workspace)
         self.patterns = (
@@ -352,7 +358,10 @@ class ExecutedPathsWatch:
             *("/" + p.strip("/") for p in extra),
         )
         self.before = take_snapshot(workspace, self.patterns)
-        self.trust_before = trust_fingerprint(workspace)
+        # The run's own trust snapshot when given (`workspace.inputs`): one read.
+        self.trust_before = (
+            dict(trust_before) if trust_before is not None else trust_fingerprint(workspace)
+        )
 
     def report(self) -> SensitiveReport:
         after = take_snapshot(self.workspace, self.patterns)

@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError
+from orchestrator.permissions.settings_files import SettingsStack
 from orchestrator.permissions.sources import read_document
 
 WARDEN_KEY = "warden"
@@ -38,7 +39,10 @@ def settings_files(settings: Settings, workspace: Path) -> list[Path]:
 
 def warden_block(path: Path) -> dict[str, Any]:
     """A settings file's `warden` block ({} when absent). Raises ConfigError when malformed."""
-    doc = read_document(path)
+    return _block_of(path, read_document(path))
+
+
+def _block_of(path: Path, doc: object) -> dict[str, Any]:
     if not isinstance(doc, dict):
         return {}
     block = doc.get(WARDEN_KEY)
@@ -51,11 +55,19 @@ def warden_block(path: Path) -> dict[str, Any]:
     return block
 
 
-def protected_paths(settings: Settings, workspace: Path) -> list[str]:
-    """Every path the settings files list under `warden.protect`."""
+def protected_paths(
+    settings: Settings, workspace: Path, stack: SettingsStack | None = None
+) -> list[str]:
+    """Every path the settings files list under `warden.protect`. `stack`: the run's
+    settings as read once (`workspace.inputs`); None reads the files now."""
     paths: list[str] = []
-    for path in settings_files(settings, workspace):
-        value = warden_block(path).get(PROTECT_KEY, [])
+    if stack is None:
+        blocks = [(p, warden_block(p)) for p in settings_files(settings, workspace)]
+    else:
+        wanted = {str(p) for p in settings_files(settings, workspace)}
+        blocks = [(f.path, _block_of(f.path, f.doc)) for f in stack.files if str(f.path) in wanted]
+    for path, block in blocks:
+        value = block.get(PROTECT_KEY, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(
                 f"{path}: `{WARDEN_KEY}.{PROTECT_KEY}` must be a list of workspace paths"

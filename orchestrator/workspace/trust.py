@@ -33,7 +33,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -145,10 +145,13 @@ def recorded(settings: Settings, workspace: Path) -> Fingerprint | None:
     return out
 
 
-def verdict(settings: Settings, workspace: Path) -> TrustVerdict:
-    """Whether the workspace's own loosening settings apply (see the module doc)."""
+def verdict(
+    settings: Settings, workspace: Path, *, texts: Mapping[str, str] | None = None
+) -> TrustVerdict:
+    """Whether the workspace's own loosening settings apply (see the module doc).
+    `texts`: the project's settings files as already read (`workspace.inputs`)."""
     ws = workspace.resolve()
-    prints = fingerprint(ws)
+    prints = fingerprint(ws, texts)
     wants = tuple(needs_trust(ws, prints))
     if settings.trust_workspace:
         return TrustVerdict(

@@ -172,8 +172,16 @@ def hook_scripts(root: Path, docs: Mapping[str, object]) -> list[str]:
     return found
 
 
-def fingerprint(root: Path) -> Fingerprint:
-    """Every file trust covers in the workspace `root`, fingerprinted now."""
+def _from_text(text: str) -> TrustedFile:
+    data = text.encode("utf-8")
+    kept = text if len(data) <= MAX_KEPT_BYTES else None
+    return TrustedFile(digest="sha256:" + hashlib.sha256(data).hexdigest(), text=kept)
+
+
+def fingerprint(root: Path, texts: Mapping[str, str] | None = None) -> Fingerprint:
+    """Every file trust covers in the workspace `root`, fingerprinted now. `texts`:
+    settings files (by relative path) already read, fingerprinted from that text."""
+    texts = texts or {}
     names: list[str] = [rel for rel in SINGLE_FILES if os.path.lexists(root / rel)]
     too_many: set[str] = set()
     for tree in (PROJECT_AGENTS, DEVCONTAINER_DIR):
@@ -185,12 +193,26 @@ def fingerprint(root: Path) -> Fingerprint:
                 names += inside
         elif os.path.lexists(root / tree):
             names.append(tree)  # a link or a file where a directory belongs
-    docs = {rel: _load_json(root, rel) for rel in PROJECT_SETTINGS if rel in names}
-    names += hook_scripts(root, docs)
+    names += [rel for rel in texts if rel not in names]
     out: Fingerprint = {tree: TrustedFile(digest=TOO_MANY) for tree in sorted(too_many)}
+    for rel in PROJECT_SETTINGS:
+        if rel in texts:
+            out[rel] = _from_text(texts[rel])
+    docs = {rel: _doc(root, rel, texts) for rel in PROJECT_SETTINGS if rel in names}
+    names += hook_scripts(root, docs)
     for rel in dict.fromkeys(names):
-        out[rel] = _fingerprint_one(root, rel)
+        if rel not in out:
+            out[rel] = _fingerprint_one(root, rel)
     return out
+
+
+def _doc(root: Path, rel: str, texts: Mapping[str, str]) -> object:
+    if rel not in texts:
+        return _load_json(root, rel)
+    try:
+        return json.loads(texts[rel])
+    except ValueError:
+        return None
 
 
 def _widening(rel: str, doc: object) -> list[str]:

@@ -66,3 +66,41 @@ async def test_a_dev_container_planted_by_run_one_is_not_used_by_run_two(
         result = await run.parent.run("run it")
     assert "ran" in result.text, result.text
     assert "the dev container is not used: the workspace is not trusted" in caplog.text
+
+
+async def test_a_run_reads_each_settings_file_once(
+    settings: Settings, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One snapshot per run (`workspace.inputs`): the policy, hooks, agent registry,
+    egress rules, protected paths and trust verdict all decide from one read of each
+    settings file, so a file changed while a run starts is never seen two ways."""
+    from orchestrator.permissions import settings_files
+
+    project_workspace(workspace)
+    (workspace / ".claude" / "settings.json").write_text(
+        json.dumps(
+            {
+                "permissions": {"allow": ["Bash(echo:*)"], "deny": ["Read(./.env)"]},
+                "warden": {"protect": ["keep"]},
+                "sandbox": {"network": {"allowedDomains": ["docs.test"]}},
+            }
+        )
+    )
+    (workspace / ".claude" / "settings.local.json").write_text('{"permissions": {}}')
+    settings.config_dir.mkdir(parents=True, exist_ok=True)
+    (settings.config_dir / "settings.json").write_text('{"warden": {"protect": ["keep"]}}')
+    chown_tree(workspace)
+    remember(settings, workspace)
+    reads: list[str] = []
+    real = settings_files.read_settings
+
+    def counted(path: Path, *args: object, **kwargs: object) -> object:
+        reads.append(str(path))
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(settings_files, "read_settings", counted)
+    async with scripted_run(settings, workspace, delegate("echo ran"), trusted=None) as (run, _):
+        result = await run.parent.run("run it")
+    assert "ran" in result.text, result.text
+    existing = [p for p in reads if Path(p).exists()]
+    assert existing and len(existing) == len(set(existing)), reads

@@ -49,7 +49,7 @@ from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
 from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions.hooks.trust import steers
-from orchestrator.permissions.settings_files import SettingsFile, load_stack
+from orchestrator.permissions.settings_files import SettingsFile, SettingsStack, load_stack
 from orchestrator.permissions.sources import MAX_POLICY_BYTES
 
 DEFAULT_HOOK_TIMEOUT_S = 60.0
@@ -134,7 +134,13 @@ class HookSet:
         return replace(self, hooks=self.hooks + extra)
 
 
-def load_hooks(settings: Settings, workspace: Path, *, trusted: bool = True) -> HookSet:
+def load_hooks(
+    settings: Settings,
+    workspace: Path,
+    *,
+    trusted: bool = True,
+    stack: SettingsStack | None = None,
+) -> HookSet:
     """Hooks from every settings file (`settings_files`), highest first. Managed
     `allowManagedHooksOnly` or `strictPluginOnlyCustomization` keep only managed
     hooks, managed `disableAllHooks` none; `disableAllHooks: true` in the user's or
@@ -142,7 +148,7 @@ def load_hooks(settings: Settings, workspace: Path, *, trusted: bool = True) -> 
     in Claude Code, when it is the highest such file that sets the key. An untrusted
     workspace's own hooks may only restrict: their deny and ask count, their allow
     and `updatedInput` do not (and the run says so)."""
-    stack = load_stack(settings, workspace, MAX_POLICY_BYTES)
+    stack = load_stack(settings, workspace, MAX_POLICY_BYTES) if stack is None else stack
     locked = stack.managed.hooks_only or "hooks" in stack.managed.plugin_only
     switched_off = _disabled_by(stack.files, trusted)
     hooks: list[HookCommand] = []

@@ -1,0 +1,58 @@
+"""One run's policy inputs, read once: `PolicyInputs`.
+
+Every part of a run that decides by the settings files (the permission policy,
+its hooks, the agent registry, the egress rules, warden's `protect` paths) decides
+from the one `SettingsStack` read here, and by the one trust verdict computed from
+those same bytes (`workspace.trust`), so a file that changes while a run starts is
+never seen two ways. `open_run` builds it before anything else and passes it down.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.config import Settings
+from orchestrator.permissions.settings_files import SettingsStack, load_stack
+from orchestrator.permissions.sources import MAX_POLICY_BYTES, PROJECT_KINDS
+from orchestrator.workspace.trust import TrustVerdict, verdict
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """The settings files of one run as read once, their hashes, and the trust verdict."""
+
+    workspace: Path
+    stack: SettingsStack
+    """Every settings file that exists, highest first, parsed once."""
+    hashes: tuple[tuple[str, str], ...]
+    """(path, `sha256:HEX` of the text read) for each file of `stack`."""
+    trust: TrustVerdict
+    """Computed from the same text for the project's settings files."""
+
+    @property
+    def trusted(self) -> bool:
+        return self.trust.trusted
+
+
+def read_policy_inputs(
+    settings: Settings, workspace: Path, *, trusted: bool | None = None
+) -> PolicyInputs:
+    """Read the run's settings once and decide trust from them. `trusted` (a flag, an
+    API caller's choice) overrides the recorded verdict; None: as recorded.
+    Raises PolicyError when a settings file cannot be read completely."""
+    stack = load_stack(settings, workspace, MAX_POLICY_BYTES)
+    texts = {
+        os.path.relpath(f.path, workspace): f.text for f in stack.files if f.kind in PROJECT_KINDS
+    }
+    found = verdict(settings, workspace, texts=texts)
+    if trusted is not None and trusted != found.trusted:
+        why = "trusted by the caller" if trusted else "not trusted, as the caller says"
+        found = found.model_copy(update={"trusted": trusted, "reason": why})
+    hashes = tuple(
+        (str(f.path), "sha256:" + hashlib.sha256(f.text.encode("utf-8")).hexdigest())
+        for f in stack.files
+    )
+    return PolicyInputs(workspace=workspace, stack=stack, hashes=hashes, trust=found)
