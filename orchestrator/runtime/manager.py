@@ -436,7 +436,15 @@ class TaskManager:
             ):
                 ctx.stop_requested = True
             if admitted and not ctx.stop_requested:
-                return await self._run_sandbox(ctx, spec)
+                try:
+                    return await self._run_sandbox(ctx, spec)
+                except WardenError as exc:
+                    # Failed before its sandbox was set up (its image could not be
+                    # resolved): an end like any other, recorded now, not left for the
+                    # run's close to wait on and record as stopped.
+                    if self._endings.begin(ctx.task_id):
+                        await self._conclude(ctx, task_result(ctx, None, None, str(exc)))
+                    return self.results[ctx.task_id]
             if self._endings.begin(ctx.task_id):
                 await self._conclude(ctx, task_result(ctx, None, None, None))
             return self.results[ctx.task_id]

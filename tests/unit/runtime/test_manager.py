@@ -746,3 +746,29 @@ async def _wait(flag: threading.Event, timeout_s: float = 10) -> bool:
     import asyncio
 
     return await asyncio.to_thread(flag.wait, timeout_s)
+
+
+async def test_a_task_whose_image_cannot_be_resolved_fails_at_once_and_is_recorded_failed(
+    make: Any,
+) -> None:
+    """Its end is recorded like any other: the parent, the store and the summary all say
+    failed, with the reason, and the run's close does not wait for it."""
+
+    def missing(agent: AgentDefinition) -> SandboxImage:
+        raise ImageNotFoundError("the warden agent image is not built for the current sources")
+
+    def never_runs(w: Wire) -> None:
+        raise AssertionError("no sandbox may start")
+
+    async with make(never_runs, image_resolver=missing) as h:
+        result = await h.manager.run_task(task())
+        assert result.status is TaskStatus.FAILED
+        assert "not built for the current sources" in (result.error or "")
+        assert result.render().startswith("Task failed. Error: ")
+        row = h.store.get_task(result.task_id)
+        assert row.status == "failed"
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await h.manager.close()
+        assert loop.time() - started < 5  # its end was recorded: nothing to wait for
+        assert h.store.get_task(result.task_id).status == "failed"
