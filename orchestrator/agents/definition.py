@@ -131,7 +131,9 @@ class AgentDefinition(BaseModel):
     """`initialPrompt`: Claude Code reads it only for a main-session agent, never for a
     subagent; kept and shown, not sent."""
     omit_claude_md: bool = False
-    """`omitClaudeMd`: its context leaves out the CLAUDE.md files."""
+    """`omitClaudeMd`. Leaves the CLAUDE.md files out of a built-in's context
+    (Explore, Plan); an agent file's is kept and shown but, as in the pinned Claude
+    Code, its subagents still get the files."""
     background: bool = False
     """`background`: a Task call that does not say `run_in_background` runs in the
     background."""

@@ -19,7 +19,7 @@ import datetime
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.agents.definition import AgentDefinition
+from orchestrator.agents.definition import BUILTIN_SOURCE, AgentDefinition
 from orchestrator.jsontypes import JSONObject
 from orchestrator.regular_file import open_regular
 
@@ -170,10 +170,13 @@ def claude_md_files(sources: ContextSources) -> list[tuple[str, str, str]]:
 def context_reminder(
     agent: AgentDefinition, sources: ContextSources, today: datetime.date | None = None
 ) -> JSONObject:
-    """The block before the task: the CLAUDE.md files (unless the agent omits them)
-    and the date."""
+    """The block before the task: the CLAUDE.md files and the date. Only a built-in
+    type's `omit_claude_md` leaves the files out (Explore, Plan): the pinned Claude
+    Code sends them to a custom agent whose file says `omitClaudeMd: true`, and
+    warden does what it does (the request differential checks it)."""
     parts = [CONTEXT_HEADER]
-    files = [] if agent.omit_claude_md else claude_md_files(sources)
+    omit = agent.omit_claude_md and agent.source == BUILTIN_SOURCE
+    files = [] if omit else claude_md_files(sources)
     if files:
         parts.append("# claudeMd")
         for kind, shown, text in files:

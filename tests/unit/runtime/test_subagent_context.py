@@ -48,8 +48,12 @@ def test_claude_md_files_and_the_date_come_before_the_task(tmp_path: Path) -> No
     text = str(context_reminder(_agent(), _sources(tmp_path), DAY)["text"])
     assert text.index("USER RULE") < text.index("PROJECT RULE") < text.index("2026-12-06")
     assert "/workspace/CLAUDE.md" in text  # the path as the subagent sees it
-    omitted = str(context_reminder(_agent(omit_claude_md=True), _sources(tmp_path), DAY)["text"])
+    builtin = _agent(omit_claude_md=True)  # source: built-in (Explore, Plan)
+    omitted = str(context_reminder(builtin, _sources(tmp_path), DAY)["text"])
     assert "RULE" not in omitted and "2026-12-06" in omitted
+    # an agent file's omitClaudeMd: the pinned Claude Code still sends the files
+    from_file = _agent(omit_claude_md=True, source="/x/quiet.md")
+    assert "PROJECT RULE" in str(context_reminder(from_file, _sources(tmp_path), DAY)["text"])
 
 
 def test_memory_section_holds_the_index_and_where_it_lives(tmp_path: Path) -> None:
@@ -83,7 +87,7 @@ def test_explore_and_plan_are_read_only_and_leave_out_claude_md_and_git() -> Non
     registry = AgentRegistry()
     for name in ("Explore", "Plan"):
         agent = registry.get(name)
-        assert agent.tools == ("Bash", "Read", "Glob", "Grep")
+        assert agent.tools == ("Bash", "Read", "Glob", "Grep", "TaskStop")
         assert agent.omit_claude_md and agent.omit_git_status
     assert registry.get("Explore").model_alias == "haiku"
     assert registry.get("Plan").model is None  # inherit
