@@ -240,9 +240,11 @@ def run(
     page = page_from_flags(ui, ui_listen, ui_tls_cert, ui_tls_key, ui_host_name)
     settings = Settings.from_env()
     interactive = not print_mode and not settings.non_interactive and sys.stdin.isatty()
-    trusted = resolve_workspace_trust(settings, workspace, trust_workspace, interactive)
+    resolve_workspace_trust(settings, workspace, trust_workspace, interactive)
     options = RunOptions(
-        trusted=trusted,
+        # The run decides trust from its own snapshot of the files (`workspace.inputs`),
+        # against the record a yes above just wrote: what changed since is not trusted.
+        trusted=True if trust_workspace else None,
         policy=policy,
         allow=allow + tuple(r for v in allowed_tools for r in split_tool_rules(v)),
         deny=deny + tuple(r for v in disallowed_tools for r in split_tool_rules(v)),

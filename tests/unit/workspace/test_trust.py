@@ -283,3 +283,35 @@ def test_two_yeses_recorded_at_once_are_both_kept(
         project(place)  # trust.recorded holds the yes; its content is empty
         assert trust.recorded(settings, place) == {}
     assert [p.name for p in settings.config_dir.iterdir()] == [trust.TRUST_FILE]  # no .tmp
+
+
+def test_warden_trust_shows_the_change_as_text_and_records_the_yes(
+    settings: Settings, workspace: Path
+) -> None:
+    """`warden trust` lists what is new or changed since the last yes, with a diff
+    rendered as inert text (a planted escape sequence is shown, not obeyed), and
+    records the yes to exactly what it showed."""
+    project(workspace)
+    env = warden_env(
+        WARDEN_STATE_DIR=str(settings.state_dir),
+        WARDEN_CONFIG_DIR=str(settings.config_dir),
+        CLAUDE_CONFIG_DIR=str(settings.claude_dir),
+        WARDEN_TRUST_WORKSPACE="0",
+    )
+    argv = warden_argv("trust", "--workspace", str(workspace))
+    shown = subprocess.run(
+        [*argv, "--show"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert "not trusted" in shown and "new      .claude/settings.json" in shown
+    assert not is_trusted(settings, workspace), "--show records nothing"
+    refused = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert refused.returncode != 0 and "--yes" in refused.stderr  # no terminal to answer on
+    subprocess.run([*argv, "--yes"], env=env, capture_output=True, text=True, check=True)
+    assert is_trusted(settings, workspace)
+
+    (workspace / ".claude" / "agents" / "helper.md").write_text(AGENT + "\x1b[2J evil\n")
+    shown = subprocess.run(
+        [*argv, "--show"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert "changed  .claude/agents/helper.md" in shown
+    assert "+\\x1b[2J evil" in shown and "\x1b" not in shown
