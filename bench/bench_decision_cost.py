@@ -10,6 +10,11 @@ resolved, so their time stays flat.
 
     python3 bench/bench_decision_cost.py [--repeat 5]
 
+A second table gives the worst shapes found for one decision within the caps
+(issue 32: 4,700 here-documents pending on one 63 KB line took 7 s of tree-sitter
+holding the interpreter; past `MAX_HEREDOCS` such a line asks unparsed), as a
+median in ms and as a ratio to deciding `git status` in the same run.
+
 Exits 0 whatever the figures; the table is the output.
 """
 
@@ -25,12 +30,45 @@ from pathlib import Path
 from orchestrator.permissions import EffectivePolicy, ToolCall, evaluate, parse_rule
 
 FAMILIES: dict[str, tuple[str, Callable[[int], dict[str, str]], int]] = {
-    "redirect target (components)": ("Bash", lambda n: {"command": "echo x > " + "a/" * n + "b"}, 500),
+    "redirect target (components)": (
+        "Bash",
+        lambda n: {"command": "echo x > " + "a/" * n + "b"},
+        500,
+    ),
     "Read file_path (components)": ("Read", lambda n: {"file_path": "a/" * n + "b"}, 500),
-    "[ -n a -a … ] (operators)": ("Bash", lambda n: {"command": "[ -n a " + "-a -n a " * n + "]"}, 150),
+    "[ -n a -a … ] (operators)": (
+        "Bash",
+        lambda n: {"command": "[ -n a " + "-a -n a " * n + "]"},
+        150,
+    ),
     "[[ a && … ]] (operators)": ("Bash", lambda n: {"command": "[[ a " + "&& a " * n + "]]"}, 60),
     "glob rule, long command (words)": ("Bash", lambda n: {"command": "echo " + "a b " * n}, 1000),
 }
+
+
+def _heredocs(n: int, size: int = 63_000) -> str:
+    """`n` here-documents pending on one line, bodies padded to about `size` bytes."""
+    pad = max(1, size // n - 10)
+    return (
+        "cat "
+        + "".join(f"<<E{i} " for i in range(n))
+        + "\n"
+        + "".join("y" * pad + f"\nE{i}\n" for i in range(n))
+    )
+
+
+WORST: dict[str, str] = {
+    "4,700 here-documents, 63 KB (refused)": "cat "
+    + "".join(f"<<E{i} " for i in range(4700))
+    + "\n"
+    + "".join(f"E{i}\n" for i in range(4700)),
+    "64 here-documents pending, 63 KB": _heredocs(64),
+    "32 here-documents pending, 63 KB": _heredocs(32),
+    "pipeline of 8,000 commands (16 KB)": ":|" * 8000 + ":",
+    "5,000 nested subshells": "(" * 5000 + ":" + ")" * 5000,
+    "64 KB of one word": "echo " + "a" * 65_000,
+}
+"""The slowest inputs found for one decision (fuzzing and issue reports)."""
 
 
 def _policy() -> EffectivePolicy:
@@ -61,12 +99,27 @@ def main() -> None:
             small = _time(tool, make(n), Path(host), args.repeat)
             large = _time(tool, make(4 * n), Path(host), args.repeat)
             decision = evaluate(
-                _policy(), ToolCall(tool_name=tool, tool_input=make(4 * n), tool_use_id="b"),
+                _policy(),
+                ToolCall(tool_name=tool, tool_input=make(4 * n), tool_use_id="b"),
                 workspace_host=Path(host),
             ).decision
             print(
                 f"{name:34} {n:>6} {small * 1e3:>9.2f} {large * 1e3:>9.2f} "
                 f"{large / small:>6.1f}  {decision.behavior}: {decision.reason[:60]}"
+            )
+
+        baseline = _time("Bash", {"command": "git status"}, Path(host), args.repeat)
+        print(f"\n{'worst shape':40} {'ms':>9} {'x git status':>13}  decision")
+        for name, command in WORST.items():
+            took = _time("Bash", {"command": command}, Path(host), args.repeat)
+            decision = evaluate(
+                _policy(),
+                ToolCall(tool_name="Bash", tool_input={"command": command}),
+                workspace_host=Path(host),
+            ).decision
+            print(
+                f"{name:40} {took * 1e3:>9.1f} {took / baseline:>13.0f}  "
+                f"{decision.behavior}: {decision.reason[:50]}"
             )
 
 

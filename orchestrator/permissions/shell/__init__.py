@@ -13,6 +13,7 @@ an analysis out), so it can be fuzzed and proven on its own.
 from orchestrator.permissions.shell.analysis import (
     DYNAMIC,
     MAX_COMMAND_CHARS,
+    MAX_HEREDOCS,
     MAX_NESTING,
     ShellAnalysis,
     SimpleCommand,
@@ -23,6 +24,7 @@ from orchestrator.permissions.shell.analysis import (
 __all__ = [
     "DYNAMIC",
     "MAX_COMMAND_CHARS",
+    "MAX_HEREDOCS",
     "MAX_NESTING",
     "ShellAnalysis",
     "SimpleCommand",

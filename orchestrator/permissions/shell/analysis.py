@@ -15,6 +15,7 @@ allowed by a rule (it asks, or is denied in `dontAsk`).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -50,6 +51,7 @@ from orchestrator.permissions.shell.wrappers import (
 __all__ = [
     "DYNAMIC",
     "MAX_COMMAND_CHARS",
+    "MAX_HEREDOCS",
     "MAX_NESTING",
     "ShellAnalysis",
     "SimpleCommand",
@@ -172,13 +174,39 @@ class _Unsettled(Exception):
         self.analysis = analysis
 
 
+MAX_HEREDOCS = 64
+"""Most here-document operators (`<<`, `<<-`) in one command line, counted before any
+parse (also inside quotes and bodies: a count cannot tell). tree-sitter-bash's parse
+grows with the square of the here-documents pending on one line (4,700 in 63 KB took
+7 s, holding the interpreter); at this cap the worst shape measured takes about 0.2 s
+(`bench/bench_decision_cost.py`). A line with more asks without being parsed."""
+_HEREDOC_OPERATOR = re.compile(r"(?<!<)<<(?!<)")
+
+
+def refused_shape(command: str) -> str | None:
+    """Why `command` is asked about without being parsed (its parse would cost more
+    than one decision may take), or None. Linear in the command: one regex scan."""
+    for count, _ in enumerate(_HEREDOC_OPERATOR.finditer(command), start=1):
+        if count > MAX_HEREDOCS:
+            return (
+                f"more than {MAX_HEREDOCS} here-document operators ('<<'), so it was not "
+                "parsed (nor checked against deny rules): split it, or write the files with "
+                "the Write tool"
+            )
+    return None
+
+
 def analyse(command: str) -> ShellAnalysis:
     """Split `command` into simple commands, redirect targets and problems.
 
     A pure function of the string (this package reads no file, clock or environment:
     what the paths it returns resolve to is the caller's to check, every time), so the
     last ANALYSIS_CACHE_SIZE results are reused for the same exact string; each caller
-    gets its own copy."""
+    gets its own copy. A command of a shape whose parse is superlinear
+    (`refused_shape`) is not parsed: it has one problem, so it asks."""
+    refused = refused_shape(command)
+    if refused is not None:
+        return ShellAnalysis(problems=[refused])
     if len(command) > ANALYSIS_CACHE_MAX_CHARS:
         return _analyse(command)
     try:
