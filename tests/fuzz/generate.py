@@ -21,6 +21,7 @@ import re
 from tests.fuzz.deep import deep
 from tests.fuzz.mutate import MAX_CASE_CHARS, SEED_CORPUS, mutate
 from tests.fuzz.netrule import net_safe
+from tests.fuzz.walls import walled_case
 
 ALLOWED = [
     "echo",
@@ -252,7 +253,7 @@ reopening, nested dialects, digit descriptors), so a short run reaches them."""
 def simple(r: random.Random, depth: int) -> str:
     """A simple command, maybe with prefixes, redirections and wrappers."""
     if r.random() < FAMILY_SHARE:
-        return r.choice([reopen, reopen, nested_dialect, digit_descriptor])(r)
+        return r.choice([reopen, reopen, nested_dialect, digit_descriptor, walled_case])(r)
     k = r.random()
     if k < 0.4:
         base = allowed_cmd(r)

@@ -7,7 +7,9 @@ allows is a bypass when the oracle saw
   by the file really executed, not by argv[0]),
 - a file opened for writing, created, removed, renamed, linked or re-moded, other
   than bash's own heredoc temp files, /dev/null, /dev/tty and pipes, or
-- a socket connect (glibc's failed look-up of the nscd socket aside).
+- a socket connect (glibc's failed look-up of the nscd socket aside), or
+- output holding the content of a file a Read deny rule walls off (`walls`: the
+  oracle's workspace has the policy's mounts, so this is a real read).
 Asks and denies are never bypasses.
 
 The rule matching here is written independently of the analyser's (only the
@@ -26,6 +28,7 @@ from functools import cache, lru_cache
 
 from orchestrator.permissions import EffectivePolicy, ToolCall, evaluate, parse_rule
 from tests.fuzz.oracle import Connect, Exec, Observation, Write
+from tests.fuzz.walls import DENY_RULES, SECRET
 
 ALLOW_RULES = (
     "Bash(echo:*)",
@@ -74,7 +77,10 @@ traced and judged); executing one of them from PROGRAM_DIRS is not itself a find
 HEREDOC_FILE = re.compile(r"^sh-thd\.[A-Za-z0-9]{6}$")
 """bash's here-document temp files (created O_EXCL in $TMPDIR, then unlinked by bash)."""
 BASH_IMAGES = frozenset({"/usr/bin/bash", "/bin/bash"})
-HARMLESS_OPEN_PATHS = frozenset({"/dev/null", "/dev/tty"})
+CASE_OUTPUT = "/tmp/.fuzz-output"
+"""The file the driver gives a case as stdout and stderr (`driver.OUTPUT`): reopening
+it (`>/dev/stdout`) writes the case's own output, nothing else."""
+HARMLESS_OPEN_PATHS = frozenset({"/dev/null", "/dev/tty", CASE_OUTPUT})
 FD_PATH = re.compile(r"^(/dev/fd/\d+|/proc/self/fd/\d+|/dev/stdout|/dev/stderr|/dev/stdin)$")
 FD_DIR_ERRORS = frozenset({"ENOENT", "ENOTDIR", "EISDIR", "EBADF", "ENXIO"})
 NSCD = '"\\x2f\\x76\\x61\\x72\\x2f\\x72\\x75\\x6e\\x2f\\x6e\\x73\\x63\\x64\\x2f\\x73\\x6f\\x63\\x6b\\x65\\x74"'
@@ -88,7 +94,8 @@ class NetworkRuleError(AssertionError):
 
 @lru_cache(maxsize=1)
 def fuzz_policy() -> EffectivePolicy:
-    rules = tuple(parse_rule(r, "allow", "fuzz", "fuzz allow list") for r in ALLOW_RULES)
+    rules = tuple(parse_rule(r, "deny", "fuzz", "fuzz deny list") for r in DENY_RULES)
+    rules += tuple(parse_rule(r, "allow", "fuzz", "fuzz allow list") for r in ALLOW_RULES)
     return EffectivePolicy(rules=rules, mode="default", mode_source="fuzz", sources=("fuzz",))
 
 
@@ -203,8 +210,12 @@ def _connect_violation(event: Connect) -> Violation | None:
 
 
 def violations(obs: Observation) -> list[Violation]:
-    """Everything bash did that no allow rule would have allowed."""
+    """Everything bash did that no allow rule would have allowed, and any byte of a
+    file a deny rule walls off that reached the case's output."""
     found: list[Violation] = []
+    if SECRET in obs.output:
+        at = obs.output.index(SECRET)
+        found.append(Violation("read", f"a denied file's content: {obs.output[at : at + 40]!r}"))
     for connect in obs.connects:
         cv = _connect_violation(connect)
         if cv:

@@ -1,6 +1,9 @@
 """The oracle: bash really running each case in one hardened warden sandbox.
 
 One container per fuzz session, created through warden's own `DockerBackend`
+with a workspace at /workspace that has the walls a run with the fuzz policy's
+deny rules gets (`walls`: the secrets masked, the protected directory read-only,
+by warden's `WorkspaceGuard`); each case runs there
 (no network, cap-drop ALL, no-new-privileges, read-only root, non-root user,
 pids/memory limits, warden labels with a unique session), removed at the end.
 Its command is the driver (`oracle_image/driver.py`), which connects back to a Unix
@@ -32,6 +35,9 @@ from orchestrator.backend.contract import Mount, ResourceLimits, SandboxSpec
 from orchestrator.backend.docker import DockerBackend
 from orchestrator.config import Settings
 from orchestrator.errors import WardenError
+from orchestrator.workspace import WorkspaceGuard
+from sandbox_tools.wire import WORKSPACE
+from tests.fuzz.walls import make_workspace
 
 CASE_TIMEOUT_S = 3.0
 """Wall time bash gets per case before everything it started is killed."""
@@ -93,6 +99,8 @@ class Observation(BaseModel):
     execs: list[Exec] = Field(default_factory=list)
     writes: list[Write] = Field(default_factory=list)
     connects: list[Connect] = Field(default_factory=list)
+    output: str = ""
+    """The case's stdout and stderr (the first OUTPUT_LIMIT bytes)."""
     truncated: bool = False
     timed_out: bool = False
     strace_status: int = 0
@@ -131,6 +139,9 @@ class Oracle:
         self._container: str | None = None
         self._next_id = 0
         self.restarts = 0
+        self._settings = settings
+        self._guard: WorkspaceGuard | None = None
+        self._ws_root: Path | None = None
 
     def __enter__(self) -> Oracle:
         self.start()
@@ -150,18 +161,28 @@ class Oracle:
         os.chmod(sock_path, 0o777)
         self._server.listen(1)
         self._server.settimeout(CONNECT_TIMEOUT_S)
+        # Apart from /fuzz-io (mounted as it is): only /workspace, walled, shows it.
+        self._ws_root = Path(tempfile.mkdtemp(prefix="warden-fuzz-ws-"))
+        self._guard = make_workspace(self._ws_root / "workspace", self._settings)
         spec = SandboxSpec(
             image=self._image,
-            command=["/usr/bin/python3", "/opt/fuzz-oracle/driver.py", "/fuzz-io/oracle.sock"],
+            command=[
+                "/usr/bin/python3",
+                "/opt/fuzz-oracle/driver.py",
+                "/fuzz-io/oracle.sock",
+                WORKSPACE,
+            ],
+            workspace=self._guard.workspace,
             mounts=[
                 Mount(source=self._dir, target="/fuzz-io", read_only=True),
                 Mount(source=self._dir / "hosts", target="/etc/hosts", read_only=True),
                 Mount(source=self._dir / "resolv.conf", target="/etc/resolv.conf", read_only=True),
+                *self._guard.mounts(),
             ],
             user="1000:1000",
             limits=ORACLE_LIMITS,
             warden_labels=wl.warden_labels(self.session, exec="fuzz-oracle"),
-            workdir="/tmp",
+            workdir=WORKSPACE,
         )
         self._container = self._backend.start(spec)
         try:
@@ -215,6 +236,12 @@ class Oracle:
         if self._container is not None:
             self._backend.remove(self._container)
             self._container = None
+        if self._guard is not None:
+            self._guard.release()
+            self._guard = None
+        if self._ws_root is not None:
+            shutil.rmtree(self._ws_root, ignore_errors=True)
+            self._ws_root = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None

@@ -1,5 +1,6 @@
 """The differential fuzzer against a real oracle: bash runs each case in a hardened
-warden sandbox under strace, and a fixed-seed slice of generated cases finds no
+warden sandbox under strace, in a workspace with the fuzz policy's walls (its
+denied files masked, its protected directory read-only), and a fixed-seed slice of generated cases finds no
 command the analyser allows while bash runs an unallowed program, writes a file
 or opens a socket. Every saved bypass still does something in bash and is not
 allowed by the analyser."""
@@ -18,6 +19,7 @@ from tests.fuzz.image import ensure_oracle_image
 from tests.fuzz.judge import decide, violations
 from tests.fuzz.oracle import Oracle, OracleError
 from tests.fuzz.session import REGRESSIONS, run
+from tests.fuzz.walls import SECRET
 
 pytestmark = pytest.mark.integration
 
@@ -79,12 +81,29 @@ def test_the_oracle_sees_execs_writes_and_connects(oracle: Oracle) -> None:
     shown = [str(v) for v in violations(seen)]
     assert any(s.startswith("exec: /usr/bin/touch") for s in shown)
     assert any(s.startswith("exec: /usr/bin/rm") for s in shown)
-    assert any("/tmp/fuzz-work/out O_WRONLY|O_CREAT|O_TRUNC" in s for s in shown)
-    assert any(s.startswith("write: unlinkat /tmp/fuzz-work/out") for s in shown)
+    assert any("/workspace/out O_WRONLY|O_CREAT|O_TRUNC" in s for s in shown)
+    assert any(s.startswith("write: unlinkat /workspace/out") for s in shown)
     assert any("inet_addr('127.0.0.1')" in s and "ECONNREFUSED" in s for s in shown)
     # bash's own heredoc temp file, /dev/null and the pipe are not findings
     assert not any("sh-thd" in s or "/dev/null" in s for s in shown)
     assert not any("seq" in s or "cat" in s for s in shown if s.startswith("exec"))
+
+
+def test_the_oracle_runs_cases_behind_the_policys_walls(oracle: Oracle) -> None:
+    # The fuzz policy's Read denies are masked and its Edit deny is read-only, so the
+    # routes the analyser once missed read nothing and write nothing: a real read or
+    # write, not a disagreement with a model, is what makes a bypass.
+    seen = oracle.observe(
+        "cat .env /proc/self/cwd/.env ~+/secrets/key; git diff --no-index /dev/null .env; "
+        "wc --files0-from=.env; ln -s secrets l && cat l/key; exec 3<.; cat /dev/fd/3/.env; "
+        "sort -o protected/p x.txt; cat protected/p"
+    )
+    assert SECRET not in seen.output and "original" in seen.output
+    assert not [v for v in violations(seen) if v.kind == "read"]
+    assert any("protected/p" in str(v) and "EROFS" in str(v) for v in violations(seen))
+    # The judge does see a secret that reaches the output.
+    leaked = oracle.observe(f"echo {SECRET}")
+    assert [v.kind for v in violations(leaked)] == ["read"]
 
 
 def test_the_oracle_stops_a_case_at_its_timeout_and_runs_the_next(oracle: Oracle) -> None:

@@ -26,6 +26,13 @@ import time
 WORK = "/tmp/fuzz-work"
 TEMPLATE = "/tmp/.fuzz-template"
 """Copied to WORK before each case: a git repository and a few hostile files."""
+WALLED = False
+"""argv[2] names the walled workspace (warden's mounts over denied paths): cases run
+there, its mount points stay, and everything else is reset to the template (its
+own `.git` is the host's, read-only)."""
+OUTPUT = "/tmp/.fuzz-output"
+OUTPUT_LIMIT = 64 * 1024
+"""Bytes of a case's stdout and stderr reported (the judge looks for secrets)."""
 TRACE_DIR = "/tmp/fuzz-trace"
 TRACE = TRACE_DIR + "/t"
 BASH = "/usr/bin/bash"
@@ -276,11 +283,39 @@ def _empty(directory: str, keep: tuple[str, ...] = ()) -> None:
                 os.unlink(path)
 
 
+def _mount_points(root: str) -> set[str]:
+    """Top-level names under `root` that are (or hold) mount points."""
+    names = set()
+    with open("/proc/self/mountinfo", encoding="utf-8") as info:
+        for line in info:
+            point = re.sub(r"\\(\d{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
+            if point.startswith(root + "/"):
+                names.add(point[len(root) + 1 :].split("/", 1)[0])
+    return names
+
+
+def _reset_walled() -> None:
+    keep = tuple(os.path.join(WORK, n) for n in _mount_points(WORK))
+    _empty(WORK, keep=keep)
+    for name in os.listdir(TEMPLATE):
+        if name == ".git" or os.path.join(WORK, name) in keep:
+            continue
+        source, target = os.path.join(TEMPLATE, name), os.path.join(WORK, name)
+        if os.path.isdir(source):
+            shutil.copytree(source, target, symlinks=True)
+        else:
+            shutil.copy2(source, target)
+
+
 def run_case(command: str, timeout: float) -> dict[str, object]:
     _empty("/tmp", keep=(TEMPLATE,))
     _empty("/dev/shm")
-    shutil.copytree(TEMPLATE, WORK, symlinks=True)
+    if WALLED:
+        _reset_walled()
+    else:
+        shutil.copytree(TEMPLATE, WORK, symlinks=True)
     os.makedirs(TRACE_DIR, mode=0o700)
+    output = open(OUTPUT, "wb")  # noqa: SIM115 - closed below, after bash ends
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
@@ -294,8 +329,8 @@ def run_case(command: str, timeout: float) -> dict[str, object]:
         cwd=WORK,
         env=env,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=output,
+        stderr=output,
         start_new_session=True,
     )
     timed_out = False
@@ -307,6 +342,9 @@ def run_case(command: str, timeout: float) -> dict[str, object]:
         status = proc.wait()
     elapsed = time.monotonic() - started
     _kill_strays()
+    output.close()
+    with open(OUTPUT, "rb") as produced:
+        text = produced.read(OUTPUT_LIMIT).decode("utf-8", "replace")
     # The root is the one traced process that no traced process created.
     result = collect(0)
     created = set(result["parents"])  # type: ignore[arg-type]
@@ -314,7 +352,7 @@ def run_case(command: str, timeout: float) -> dict[str, object]:
     roots = [p for p in roots if p not in created]
     result["root"] = roots[0] if len(roots) == 1 else None
     result["parents"] = {str(k): v for k, v in result["parents"].items()}  # type: ignore[union-attr]
-    result.update(timed_out=timed_out, strace_status=status, seconds=round(elapsed, 4))
+    result.update(timed_out=timed_out, strace_status=status, seconds=round(elapsed, 4), output=text)
     return result
 
 
@@ -351,6 +389,9 @@ def make_template() -> None:
 
 
 def main() -> None:
+    global WORK, WALLED
+    if len(sys.argv) > 2:
+        WORK, WALLED = sys.argv[2], True
     make_template()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(sys.argv[1])
