@@ -47,7 +47,7 @@ GIT_GLOBAL_PROBLEM = frozenset({"-c", "-C", "--config-env", "--exec-path", "--gi
                                 "--work-tree", "--super-prefix"})  # fmt: skip
 """git options before the subcommand that run configured commands or move git elsewhere."""
 GIT_OPTION_PROBLEM = (
-    "--output", "--no-index", "--upload-pack", "--receive-pack", "--exec", "--extcmd",
+    "--output", "--output-directory", "--no-index", "--upload-pack", "--receive-pack", "--exec", "--extcmd",
     "--open-files-in-pager", "--template", "--config", "--separate-git-dir", "--reference",
     "--git-dir", "--work-tree", "--contrib", "--run",
 )  # fmt: skip
@@ -181,8 +181,6 @@ def _git(name: str, args: tuple[str, ...], out: Effects) -> None:
                 for p in GIT_OPTION_PROBLEM
             ):
                 out.problems.append(f"'git {sub} {option}' reads, writes or runs other files")
-            elif option.startswith("--output"):
-                out.problems.append(f"'git {sub} {option}' writes a file")
         elif any(c in shorts for c in word[1:]):
             out.problems.append(f"'git {sub} {word}' reads, writes or runs other files")
     if sub in GIT_PATH_READERS:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import re
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -110,8 +111,15 @@ def find_walled(workspace: Path, walls: Iterable[DenyWall]) -> Walled:
         return found
     scan = _Scan(workspace, walls)
     linked: dict[tuple[int, int], tuple[str, bool]] = {}
+    # One regular expression for all walls: most entries match none, and are done
+    # with one match (which wall matched is looked up only for the few that do).
+    any_wall = re.compile(
+        "|".join(f"(?:{paths.pattern_regex(w.pattern)})(?:/.*)?" for w in walls), re.DOTALL
+    )
     for rel, entry in scan.entries():
         container = f"{WORKSPACE}/{rel}"
+        if any_wall.fullmatch(container) is None:
+            continue
         for wall in walls:
             target = found.masked if wall.mask else found.read_only
             if _under(rel, target) or not paths.matches(wall.pattern, container):
@@ -205,7 +213,9 @@ class _Scan:
         self.workspace = workspace
         self.walls = walls
         self.prefixes = [paths.static_prefix(w.pattern) for w in walls]
-        self.everything = everything
+        self.everything = everything or any(
+            paths.inside(WORKSPACE, [prefix]) for prefix in self.prefixes
+        )
         self.seen = 0
         self.skip: set[str] = set()
         """Directories not to descend into (masked as a whole)."""
@@ -235,7 +245,7 @@ class _Scan:
                             "`Read(/config/.env)` rather than `Read(./.env)`), or remove "
                             "what need not be in the workspace"
                         )
-                    rel = posixpath.join(rel_dir, entry.name) if rel_dir else entry.name
+                    rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
                     container = f"{WORKSPACE}/{rel}"
                     if not self._wanted(container):
                         continue
