@@ -160,7 +160,7 @@ async def test_a_stdio_session_runs_tasks_in_sandboxes_and_ends_them_when_the_cl
             tools = {t.name: t for t in (await session.list_tools()).tools}
             assert set(tools) == {"Task", "TaskOutput", "TaskStop"}
             schema = tools["Task"].input_schema
-            assert {"description", "prompt", "subagent_type"} <= set(schema["required"])
+            assert {"description", "prompt"} <= set(schema["required"])  # subagent_type: general-purpose
             assert "fork" not in schema["properties"]
             assert "- bash:" in (tools["Task"].description or "")
             listing = await session.read_resource("warden://agents")
