@@ -285,6 +285,8 @@ class AgentLoop:
             output = self.delegate(tool_use_id, tool_input)
         elif name == "WebFetch":
             output = self.web_fetch(tool_input)
+        elif name == "WebSearch":
+            output = self.web_search(tool_input)
         else:
             output = run_tool(name, tool_input, self.ctx)
         self.outbox.event(
@@ -340,6 +342,26 @@ class AgentLoop:
         cut = " (cut to the size limit)" if page.cut else ""
         head = f"[{page.url}: HTTP {page.status} {page.reason}, {page.size} bytes{cut}]"
         return ToolOutput(f"{head}\n{final_text(content).strip()}", summary=f"HTTP {page.status}")
+
+    def web_search(self, tool_input: JSONObject) -> ToolOutput:
+        """One model call with the web search server tool, decided by the broker's
+        forwarding gate (`tools.websearch`)."""
+        from sandbox_tools.tools import websearch
+
+        try:
+            inp = parse_input("WebSearch", tool_input)
+            allowed = [str(d) for d in inp.allowed_domains or []]  # type: ignore[attr-defined]
+            blocked = [str(d) for d in inp.blocked_domains or []]  # type: ignore[attr-defined]
+            query = str(inp.query)  # type: ignore[attr-defined]
+            reply = self.broker.messages(websearch.search_request(self.spec.model, query, allowed))
+            content, _ = _reply_parts(reply)
+        except ToolError as e:
+            return ToolOutput(f"Error: {e}", is_error=True, summary=str(e)[:160])
+        except (BrokerRequestError, BrokerTimeoutError, MalformedReplyError) as e:
+            return ToolOutput(
+                f"Error: the web search was not run: {e}", is_error=True, summary="refused"
+            )
+        return ToolOutput(websearch.answer(query, content, blocked), summary="searched")
 
     def checkpoint(self) -> None:
         """Queue the whole transcript (sent in the background, after the events

@@ -116,10 +116,12 @@ TOOL_NAMES = (
     "NotebookEdit",
     "TodoWrite",
     "WebFetch",
+    "WebSearch",
 )
 """Tools that run inside the container, with Claude Code's names (`TaskOutput` and
 `TaskStop` read and stop the background shells `Bash` starts; `WebFetch` goes out
-through the sandbox's egress and makes one model call through the broker)."""
+through the sandbox's egress and makes one model call through the broker;
+`WebSearch` is one model call with the API's web search server tool)."""
 
 DELEGATION_TOOL_NAMES = ("Task",)
 """Tools that a container asks the host to carry out (nesting)."""

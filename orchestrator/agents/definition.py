@@ -30,10 +30,6 @@ MIN_MEMORY_BYTES = 6 * 1024 * 1024
 VALID_TOOLS = (*TOOL_NAMES, *DELEGATION_TOOL_NAMES)
 """Tool names an agent may list and keep."""
 
-_WEB = (
-    "not yet run for subagents (it must go through the model API's server tool under the "
-    "host's egress rules and the subagent's budget)"
-)
 _MCP = "MCP servers are not started for subagents yet"
 _TEAM = (
     "an agent-team tool: warden's subagents are one-shot tasks, with no message channel "
@@ -43,7 +39,6 @@ _OLD = "an older Claude Code tool; its work is done by the current ones"
 _HOST = "needs Claude Code's own runtime or a person at its terminal"
 
 UNSUPPORTED_TOOLS: dict[str, str] = {
-    "WebSearch": _WEB,
     "ListMcpResourcesTool": _MCP,
     "ReadMcpResourceTool": _MCP,
     "SendMessage": _TEAM,

@@ -83,7 +83,9 @@ def describe(name: str, raw: JSONObject) -> str:
     command = raw.get("command")
     if name == "Bash" and isinstance(command, str):
         return one_line(command, BASH_DETAIL_CHARS)
-    for key in ("file_path", "notebook_path", "url", "pattern", "description", "path", "task_id"):
+    for key in (
+        "file_path", "notebook_path", "url", "query", "pattern", "description", "path", "task_id",
+    ):  # fmt: skip
         value = raw.get(key)
         if isinstance(value, str):
             return value if len(value) <= DETAIL_CHARS else value[: DETAIL_CHARS - 1] + "…"
@@ -91,9 +93,9 @@ def describe(name: str, raw: JSONObject) -> str:
 
 
 LOCAL_TOOL_NAMES = tuple(_LOCAL_TOOLS)
-LOOP_TOOL_NAMES = ("WebFetch",)
+LOOP_TOOL_NAMES = ("WebFetch", "WebSearch")
 """Tools the agent loop carries out itself, because they need a model call
-(`runner.AgentLoop.web_fetch`)."""
+(`runner.AgentLoop.web_fetch`, `.web_search`)."""
 
 __all__ = [
     "LOCAL_TOOL_NAMES",

@@ -1,6 +1,6 @@
 """Inputs of the tools Claude Code's agent files list beyond the file, search and
 shell tools: `TaskOutput` and `TaskStop` (background shells), `NotebookEdit`,
-`TodoWrite` and `WebFetch`, with the pinned CLI's field names (its `sdk-tools.d.ts`) and
+`TodoWrite`, `WebFetch` and `WebSearch`, with the pinned CLI's field names (its `sdk-tools.d.ts`) and
 the JSON schemas shown to the model. `inputs` joins them to the other tools.
 """
 
@@ -68,6 +68,17 @@ class WebFetchInput(NamedTuple):
     """What to find out from the page."""
 
 
+class WebSearchInput(NamedTuple):
+    """Search the web through the model API's server tool."""
+
+    query: str
+    """The search query."""
+    allowed_domains: list[JSONValue] | None = None
+    """Only results from these domains (checked against the rules by the host)."""
+    blocked_domains: list[JSONValue] | None = None
+    """Never results from these domains."""
+
+
 class TodoWriteInput(NamedTuple):
     """Replace the agent's todo list."""
 
@@ -95,6 +106,11 @@ CHECKS.update(
         },
         TodoWriteInput: {"todos": Check(list)},
         WebFetchInput: {"url": Check(str, min_length=1), "prompt": Check(str, min_length=1)},
+        WebSearchInput: {
+            "query": Check(str, min_length=2),
+            "allowed_domains": Check(list),
+            "blocked_domains": Check(list),
+        },
     }
 )
 
@@ -104,6 +120,7 @@ INPUT_TYPES: dict[str, type] = {
     "NotebookEdit": NotebookEditInput,
     "TodoWrite": TodoWriteInput,
     "WebFetch": WebFetchInput,
+    "WebSearch": WebSearchInput,
 }
 
 
@@ -191,6 +208,25 @@ TOOL_SCHEMAS: dict[str, JSONObject] = {
             "prompt": _string("The prompt to run on the fetched content"),
         },
         ["url", "prompt"],
+    ),
+    "WebSearch": schema(
+        "Searches the web (the model API's web search, decided by this run's rules and "
+        "egress) and returns the result links and a short summary. Only works when the "
+        "run allows WebSearch for this agent.",
+        {
+            "query": {"type": "string", "minLength": 2, "description": "The search query to use"},
+            "allowed_domains": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Only include search results from these domains",
+            },
+            "blocked_domains": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Never include search results from these domains",
+            },
+        },
+        ["query"],
     ),
     "TodoWrite": schema(
         "Replaces your todo list for this task (shown to the person running it). Use it "

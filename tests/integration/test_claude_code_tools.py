@@ -278,3 +278,50 @@ async def test_webfetch_goes_through_the_egress_and_asks_the_model_about_the_pag
     assert results[2].startswith("Error: fetching") and "403" in results[2]
     assert _Site.seen == [f"docs.test:{port}/hop", f"docs.test:{port}/page",
                           f"docs.test:{port}/away"]  # fmt: skip
+
+
+async def test_websearch_is_a_server_tool_call_the_broker_decides_by_rules_and_egress(
+    settings: Settings, workspace: Path
+) -> None:
+    from orchestrator.egress.resolver import StaticResolver
+    from orchestrator.egress.setup import EgressRequest
+
+    write_agent(
+        workspace,
+        "offline",
+        "---\nname: offline\ndescription: d\ntools: WebSearch\nwarden:\n  network: none\n---\nx\n",
+    )
+    search = {"query": "warden sandbox", "blocked_domains": ["ads.docs.test"]}
+
+    script = [
+        convo("online", {"prompt_contains": "SEARCH-ONLINE"},
+              [tool("WebSearch", **search)], [text("searched")]),
+        convo("offline", {"prompt_contains": "SEARCH-OFFLINE"},
+              [tool("WebSearch", query="warden sandbox")], [text("could not")]),
+        # The scripted model speaks text and tool_use only: the results' shape is the
+        # unit tests' (test_websearch); here, what leaves and what is refused.
+        convo("searcher", {"system_contains": "You search the web"},
+              [text("Warden runs subagents in sandboxes.")]),
+    ]  # fmt: skip
+    egress = EgressRequest(
+        allow_domains=("docs.test",), resolver=StaticResolver({"docs.test": "127.0.0.1"})
+    )
+    async with scripted_run(settings, workspace, script, egress=egress, allow=("WebSearch",)) as (
+        run,
+        model,
+    ):
+        online = await run.manager.run_task(task("SEARCH-ONLINE"))
+        offline = await run.manager.run_task(task("SEARCH-OFFLINE", "offline"))
+
+    assert online.status is TaskStatus.COMPLETED and offline.status is TaskStatus.COMPLETED
+    # The search left as the API's server tool, its domains set by the host's rules.
+    [sent] = requests_of(model, "searcher")
+    [server_tool] = sent.body["tools"]
+    assert server_tool["type"].startswith("web_search_")
+    assert server_tool["allowed_domains"] == ["docs.test"]
+    [answer] = tool_results(model, "online")
+    assert answer.startswith('Web search results for query: "warden sandbox"')
+    assert answer.endswith("Warden runs subagents in sandboxes.")
+    # A subagent without egress gets no web search: the broker refuses the request.
+    [refused] = tool_results(model, "offline")
+    assert refused.startswith("Error: the web search was not run"), refused

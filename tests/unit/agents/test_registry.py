@@ -132,6 +132,7 @@ def test_builtins_without_any_files(settings: Settings, workspace: Path) -> None
         "NotebookEdit",
         "TodoWrite",
         "WebFetch",
+        "WebSearch",
         "Task",
     )
     # No image of its own: the run's choice applies (agents.images), by default `agent`.
@@ -286,7 +287,7 @@ def test_malformed_files_name_the_file_and_the_fix(
         ("[Frobnicate, Grep]", ("Grep",), "dropped tool 'Frobnicate': an unknown tool"),
         ("Bash(git:*), Read", ("Read",), "'Bash(git:*)': a permission rule, not a tool name"),
         ("Read, TaskList, SendMessage", ("Read",), "dropped tool 'SendMessage'"),
-        ("WebSearch", (), "has no tool warden runs"),
+        ("AskUserQuestion", (), "has no tool warden runs"),
         ("[]", (), "has no tool warden runs"),
     ],
 )
@@ -413,12 +414,12 @@ def test_durations_sizes_and_wildcard_tools(tmp_path: Path) -> None:
 def test_dropped_tools_are_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     settings = Settings(state_dir=tmp_path / "s", config_dir=tmp_path / "c")
     _write(
-        _user(settings), "w.md", "---\nname: w\ndescription: d\ntools: Read, WebSearch\n---\nx\n"
+        _user(settings), "w.md", "---\nname: w\ndescription: d\ntools: Read, AskUserQuestion\n---\nx\n"
     )
     with caplog.at_level(logging.WARNING, logger="orchestrator.agents.registry"):
         registry = AgentRegistry.load(settings, None)
     assert registry.get("w").tools == ("Read",)
-    assert "dropped tool 'WebSearch'" in caplog.text
+    assert "dropped tool 'AskUserQuestion'" in caplog.text
 
 
 def test_definitions_are_closed_and_check_tools() -> None:

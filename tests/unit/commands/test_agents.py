@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.conftest import warden_argv, warden_env
 
-GOOD = "---\nname: reviewer\ndescription: Reviews code\nmodel: opus\ntools: Read, Grep, WebSearch\n---\nReview.\n"
+GOOD = "---\nname: reviewer\ndescription: Reviews code\nmodel: opus\ntools: Read, Grep, AskUserQuestion\n---\nReview.\n"
 BROKEN = "---\nname: broken\ndescription: d\nmaxTurns: lots\n---\nx\n"
 HOSTILE = '---\nname: shady\ndescription: "[link=http://127.0.0.1/]x[/link] \\x1b]8;;"\n---\nx\n'
 
@@ -46,11 +46,11 @@ def test_list_shows_sources_models_and_dropped_tools(tmp_path: Path) -> None:
     assert set(by_name) == {"Explore", "Plan", "bash", "general-purpose", "reviewer"}
     reviewer = by_name["reviewer"]
     assert (reviewer["model"], reviewer["model_alias"]) == ("claude-opus-4-5", "opus")
-    assert reviewer["tools"] == ["Read", "Grep"] and reviewer["dropped_tools"] == ["WebSearch"]
+    assert reviewer["tools"] == ["Read", "Grep"] and reviewer["dropped_tools"] == ["AskUserQuestion"]
     assert reviewer["source"].endswith("reviewer.md")
     assert by_name["bash"]["source"] == "built-in"
     assert listed["problems"] == []
-    assert any("dropped tool 'WebSearch'" in w for w in listed["warnings"])
+    assert any("dropped tool 'AskUserQuestion'" in w for w in listed["warnings"])
 
 
 def test_show_prints_one_agent_and_unknown_names_fail_clearly(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ LONG_NAME = "a-reviewer-whose-name-is-longer-than-forty-characters-by-far"
 
 def test_list_prints_whole_names_and_each_warning_once(tmp_path: Path) -> None:
     """Piped, a name must be whole to be fed to `show`; a warning is said once."""
-    odd = f"---\nname: {LONG_NAME}\ndescription: d\ntools: Read, WebSearch\n---\nx\n"
+    odd = f"---\nname: {LONG_NAME}\ndescription: d\ntools: Read, AskUserQuestion\n---\nx\n"
     ws = _workspace(tmp_path, long=odd)
     proc = _cli(tmp_path, "list", "--workspace", str(ws))
     assert proc.returncode == 0, proc.stderr
@@ -102,7 +102,7 @@ def test_list_prints_whole_names_and_each_warning_once(tmp_path: Path) -> None:
     assert LONG_NAME in names
     shown = _cli(tmp_path, "show", names[names.index(LONG_NAME)], "--workspace", str(ws))
     assert shown.returncode == 0, shown.stderr
-    assert sum("dropped tool 'WebSearch'" in line for line in proc.stderr.splitlines()) == 1, (
+    assert sum("dropped tool 'AskUserQuestion'" in line for line in proc.stderr.splitlines()) == 1, (
         proc.stderr
     )
 
