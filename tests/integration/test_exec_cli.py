@@ -158,5 +158,7 @@ def test_dead_engine_is_one_clear_line(tmp_path: Path) -> None:
         )  # fmt: skip
         assert proc.returncode in (2, 125)
         assert "Traceback" not in proc.stderr
-        assert proc.stderr.startswith("warden: error: the Docker engine does not answer")
+        # An absent socket on a machine with dockerd: the engine is not running.
+        assert proc.stderr.startswith("warden: error: the Docker engine is installed but not running")
+        assert f"no answer on {tmp_path}/no-engine.sock" in proc.stderr
         assert "warden doctor --fix" in proc.stderr
