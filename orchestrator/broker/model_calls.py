@@ -91,6 +91,8 @@ class Attempt:
     """Why there was no answer (connection error), or None."""
     stopped: str | None = None
     """Why the SDK was told not to retry this answer (`STOP_HEADER`), if it was."""
+    incomplete: str | None = None
+    """How a streamed answer that began (HTTP 200) broke off, if it did."""
 
 
 @dataclass
@@ -109,17 +111,31 @@ class UpstreamFailures:
     payload: JSONValue = None
     stopped: str | None = None
     """Why retries of the last call stopped early, if they did."""
+    incomplete: str | None = None
+    """How the last call's streamed answer broke off, when that is how it failed
+    (`status` is then None: no error status was answered)."""
+    incomplete_kind: str | None = None
+    """The error type of the `error` event that broke it, if one did."""
 
-    def observe(self, status: int | None, payload: JSONValue, attempts: list[Attempt]) -> None:
-        if status is not None and status < 400:
+    def observe(
+        self,
+        status: int | None,
+        payload: JSONValue,
+        attempts: list[Attempt],
+        incomplete: str | None = None,
+        stopped: str | None = None,
+        incomplete_kind: str | None = None,
+    ) -> None:
+        if status is not None and status < 400 and incomplete is None:
             self.count, self.attempts, self.status, self.payload = 0, 0, None, None
-            self.stopped = None
+            self.stopped = self.incomplete = self.incomplete_kind = None
             return
         self.count += 1
         self.attempts += max(1, len(attempts))
-        self.status = status
+        self.status = None if incomplete is not None else status
         self.payload = payload
-        self.stopped = attempts[-1].stopped if attempts else None
+        self.incomplete, self.incomplete_kind = incomplete, incomplete_kind
+        self.stopped = stopped or (attempts[-1].stopped if attempts else None)
 
 
 @dataclass
@@ -130,6 +146,12 @@ class UpstreamAnswer:
     payload: JSONValue
     headers: dict[str, str] = field(default_factory=dict)
     attempts: list[Attempt] = field(default_factory=list)
+    incomplete: str | None = None
+    """How the streamed answer broke off on the last attempt, when it failed so."""
+    incomplete_kind: str | None = None
+    """The error type of the `error` event that broke it, if one did."""
+    stopped: str | None = None
+    """Why no further attempt was made, when that was not the attempt count."""
 
     @property
     def retries(self) -> int:
@@ -156,6 +178,8 @@ def describe_retries(answer: UpstreamAnswer) -> str:
 
 
 def _outcome(attempt: Attempt) -> str:
+    if attempt.incomplete is not None:
+        return f"#{attempt.number} incomplete ({attempt.incomplete})"
     if attempt.status is None:
         return f"#{attempt.number} no answer ({attempt.error})"
     kind = None

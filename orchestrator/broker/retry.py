@@ -16,10 +16,13 @@ broker's upstream calls.
 
 from __future__ import annotations
 
+import contextvars
+import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import anthropic
@@ -41,6 +44,39 @@ DEFAULT_RETRY_TOTAL_S = wire.DEFAULT_MODEL_RETRY_TOTAL_S
 """Longest one model call keeps retrying, counted from its first attempt."""
 MAX_TRACKED_CALLS = 1024
 """Calls whose first attempt time is remembered (oldest forgotten first)."""
+STREAM_RETRY_FIRST_S = 0.5
+"""Wait before asking again after the first broken stream (the SDK's first back-off)."""
+STREAM_RETRY_MAX_S = 8.0
+"""Longest wait between two attempts after a broken stream (the SDK's cap)."""
+
+_CALL_STARTED: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "warden_call_started", default=None
+)
+"""When the call whose attempts run in this context began (`one_call`)."""
+
+
+@contextmanager
+def one_call() -> Iterator[float]:
+    """Every SDK request made in this context is an attempt of one call: its retry
+    budget counts from the first (a stream asked again after it broke, `streaming`).
+    Yields the call's start (`time.monotonic`)."""
+    started = time.monotonic()
+    token = _CALL_STARTED.set(started)
+    try:
+        yield started
+    finally:
+        _CALL_STARTED.reset(token)
+
+
+def stream_retry_delay(attempts_made: int) -> float:
+    """The jittered exponential wait before the next attempt after a broken stream."""
+    base = min(STREAM_RETRY_FIRST_S * 2.0 ** max(0, attempts_made - 1), STREAM_RETRY_MAX_S)
+    return base * (1 - 0.25 * random.random())
+
+
+def budget_of(client: anthropic.AsyncAnthropic) -> RetryBudget | None:
+    """The client's `RetryBudget` middleware, if it has one."""
+    return next((m for m in client.middleware if isinstance(m, RetryBudget)), None)
 
 
 def _retry_after_s(headers: httpx2.Headers) -> float | None:
@@ -76,9 +112,10 @@ class RetryBudget(Middleware):
     def _begin(self, request: APIRequest) -> None:
         """Remember when the call's first attempt started (before it is sent)."""
         key = self._key(request)
+        call_started = _CALL_STARTED.get()
         with self._lock:
             if request.retries_taken == 0 or key not in self._first:
-                self._first[key] = self._clock()
+                self._first[key] = self._clock() if call_started is None else call_started
                 while len(self._first) > MAX_TRACKED_CALLS:
                     self._first.popitem(last=False)
 
@@ -86,6 +123,11 @@ class RetryBudget(Middleware):
         with self._lock:
             first = self._first.get(self._key(request))
         return 0.0 if first is None else self._clock() - first
+
+    def spent_after(self, started: float, wait_s: float) -> bool:
+        """Whether a call begun at `started` (`one_call`) is past its budget once it
+        has waited `wait_s` more."""
+        return time.monotonic() - started + wait_s > self.total_s
 
     @staticmethod
     def _key(request: APIRequest) -> str:

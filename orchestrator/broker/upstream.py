@@ -44,7 +44,7 @@ from orchestrator.broker.retry import (
     RetryBudget,
     RetryBudgetSpent,
 )
-from orchestrator.broker.streaming import NotAStreamError, stream_message
+from orchestrator.broker.streaming import NotAStreamError, StreamBroken, stream_message
 from orchestrator.errors import API_ERROR_TYPES, api_error_type
 from orchestrator.jsontypes import JSONValue
 from sandbox_tools import wire
@@ -90,7 +90,9 @@ class AttemptLog(Middleware):
         attempts = _CALL_ATTEMPTS.get()
         if attempts is None:
             return await call_next(request)
-        number, started = request.retries_taken + 1, time.time()
+        # Numbered across the call: a stream asked again after it broke (`streaming`)
+        # is a new SDK request, whose own count starts again.
+        number, started = len(attempts) + 1, time.time()
         try:
             response = await call_next(request)
         except anthropic.APIError as exc:
@@ -162,7 +164,12 @@ async def forward_messages(
         attempts[-1].payload = answer.payload
     if failures is not None:
         last = attempts[-1] if attempts else None
-        if last is not None and last.status is None:  # never answered: say why
+        if answer.incomplete is not None:  # a stream that broke off, for good
+            failures.observe(
+                None, answer.payload, attempts, incomplete=answer.incomplete,
+                stopped=answer.stopped, incomplete_kind=answer.incomplete_kind,
+            )  # fmt: skip
+        elif last is not None and last.status is None:  # never answered: say why
             failures.observe(None, last.error, attempts)
         else:
             failures.observe(answer.status, answer.payload, attempts)
@@ -179,10 +186,12 @@ async def _post(
     stream: bool,
     progress: TextProgress | None,
 ) -> UpstreamAnswer:
-    url = f"{client.base_url}{MESSAGES_PATH.lstrip('/')}"
+    url = endpoint_url(client)
     try:
         if stream:
-            message, response = await stream_message(client, MESSAGES_PATH, body, headers, progress)
+            message, response = await stream_message(
+                client, MESSAGES_PATH, body, headers, progress, on_broken=_mark_broken
+            )
             return UpstreamAnswer(response.status_code, message, _returned(response, failed=False))
         # The SDK's raw-response wrapper: middleware and the retry loop see each
         # attempt's status (a bare `httpx2.Response` cast would bypass both).
@@ -204,6 +213,20 @@ async def _post(
         )
     except NotAStreamError as exc:
         return _not_a_message(url, exc.response)
+    except StreamBroken as exc:
+        log.warning("model endpoint %s: %s", url, exc.what)
+        status = _status_of({"error": {"type": exc.kind}}) if exc.kind else 502
+        answer = UpstreamAnswer(
+            status,
+            wire.error_body(
+                exc.kind or "api_error",
+                f"the model API's streamed answer was incomplete: {exc.what}",
+            ),
+            {"x-should-retry": "false"},
+        )
+        answer.incomplete, answer.stopped = exc.what, exc.stopped
+        answer.incomplete_kind = exc.kind
+        return answer
     except anthropic.APITimeoutError as exc:
         log.warning("model endpoint %s timed out: %s", url, exc)
         return UpstreamAnswer(
@@ -222,6 +245,18 @@ async def _post(
     if not _is_message(payload):
         return _not_a_message(url, response)
     return UpstreamAnswer(response.status_code, payload, _returned(response, failed=False))
+
+
+def endpoint_url(client: anthropic.AsyncAnthropic) -> str:
+    """The Messages endpoint's URL as a person reads it (one slash before `v1`)."""
+    return f"{str(client.base_url).rstrip('/')}{MESSAGES_PATH}"
+
+
+def _mark_broken(broken: StreamBroken) -> None:
+    """The call's last attempt began a stream that broke off: say so on its record."""
+    attempts = _CALL_ATTEMPTS.get()
+    if attempts:
+        attempts[-1].incomplete = broken.what
 
 
 def _status_of(body: object) -> int:

@@ -49,9 +49,12 @@ def describe(
     attempts: int = 1,
     stopped: str | None = None,
     body: bytes = b"",
+    incomplete: str | None = None,
 ) -> str:
     """One line: what the model API answered, and what the user should do."""
     quoted = " ".join(message.split())[:MAX_UPSTREAM_MESSAGE_CHARS]
+    if incomplete is not None:
+        return _describe_incomplete(incomplete, kind, attempts, stopped)
     if status is None:
         return (
             f"the model endpoint did not answer ({quoted}) after {attempts} attempt(s): check "
@@ -75,6 +78,25 @@ def describe(
         advice = "see the API's message"
     note = f"; {stopped}" if stopped else ""
     return f"{what}{tried}{note}. {advice[0].upper()}{advice[1:]}."
+
+
+def _describe_incomplete(what: str, kind: str | None, attempts: int, stopped: str | None) -> str:
+    """A streamed answer that began and broke off (no error status was answered)."""
+    tried = f" after {attempts} attempts" if attempts > 1 else " (not retried)"
+    note = f"; {stopped}" if stopped else ""
+    if kind == "overloaded_error":
+        advice = f"The API is overloaded: try again later, or allow more retries ({RETRY_SETTINGS})"
+    elif kind is not None:
+        advice = (
+            f"The API failed mid-answer: try again later, or allow more retries ({RETRY_SETTINGS})"
+        )
+    else:
+        advice = (
+            "The API, or a proxy on the way to ANTHROPIC_BASE_URL, ended the stream early: "
+            f"check that proxy's timeouts, try again, or allow more retries ({RETRY_SETTINGS})"
+        )
+    quoted = " ".join(what.split())[:MAX_UPSTREAM_MESSAGE_CHARS]
+    return f"the model API's streamed answer was incomplete ({quoted}){tried}{note}. {advice}."
 
 
 def from_sdk_error(exc: anthropic.APIError, *, max_retries: int = 0) -> ModelError:
@@ -113,12 +135,21 @@ def from_upstream(failures: UpstreamFailures | None) -> str | None:
     saw upstream (attempts and statuses on the host); None when the last call succeeded."""
     if failures is None or failures.count == 0:
         return None
-    if failures.status is None:
-        return describe(None, None, _error_text(failures.payload), attempts=failures.attempts)
     payload = failures.payload if isinstance(failures.payload, dict) else {}
     error = payload.get("error")
     error = error if isinstance(error, dict) else {}
     kind, message = error.get("type"), error.get("message")
+    if failures.incomplete is not None:
+        return describe(
+            None,
+            failures.incomplete_kind,
+            "",
+            attempts=failures.attempts,
+            stopped=failures.stopped,
+            incomplete=failures.incomplete,
+        )
+    if failures.status is None:
+        return describe(None, None, _error_text(failures.payload), attempts=failures.attempts)
     return describe(
         failures.status,
         kind if isinstance(kind, str) else None,

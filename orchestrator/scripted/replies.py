@@ -137,3 +137,20 @@ async def stream_events(message: Message) -> AsyncIterator[bytes]:
         },
     )
     yield _sse("message_stop", {"type": "message_stop"})
+
+
+async def broken_stream(message: Message, kind: str) -> AsyncIterator[bytes]:
+    """The events of `message`, broken as `kind` says (`script.StreamFault`)."""
+    events = [chunk async for chunk in stream_events(message)]
+    if kind == "no_message_stop":
+        for chunk in events[:-1]:
+            yield chunk
+        return
+    # Up to the first delta of the last content block: inside that block.
+    last_start = max(i for i, chunk in enumerate(events) if b"content_block_start" in chunk[:40])
+    cut = last_start + 2 if kind == "cut_in_block" else last_start + 1
+    for chunk in events[:cut]:
+        yield chunk
+    if kind in ("overloaded_error", "api_error"):
+        message_text = "Overloaded" if kind == "overloaded_error" else "Internal server error"
+        yield _sse("error", {"type": "error", "error": {"type": kind, "message": message_text}})

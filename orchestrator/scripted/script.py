@@ -88,6 +88,24 @@ class ScriptedError(_Closed):
         return self.type or api_error_type(self.status)
 
 
+StreamFaultKind = Literal[
+    "cut_in_block", "no_message_stop", "overloaded_error", "api_error", "reset"
+]
+
+
+class StreamFault(_Closed):
+    """Break a streamed answer to this turn (fault tests); a plain request is answered
+    whole. `cut_in_block`: the stream ends cleanly inside the last content block
+    (mid tool input); `no_message_stop`: every event but `message_stop`, then a clean
+    end; `overloaded_error` / `api_error`: an `error` event of that type after the
+    first content block starts; `reset`: the connection is reset (TCP RST) there."""
+
+    kind: StreamFaultKind
+    times: int | None = Field(default=None, ge=1)
+    """Break only this many streamed answers per conversation and turn, then answer
+    whole (so a retry succeeds); None breaks every one."""
+
+
 class Usage(_Closed):
     """Token counts to report instead of the chars/4 estimate."""
 
@@ -111,6 +129,8 @@ class Turn(_Closed):
     """Wait this long before answering, to simulate a slow model."""
     error: ScriptedError | None = None
     """Answer with this error (while `error.times` lasts)."""
+    stream_fault: StreamFault | None = None
+    """Break a streamed answer this way (while `stream_fault.times` lasts)."""
 
     @model_validator(mode="after")
     def _has_something(self) -> Turn:

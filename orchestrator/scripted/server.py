@@ -19,6 +19,8 @@ import contextlib
 import ipaddress
 import json
 import secrets
+import socket
+import struct
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -35,11 +37,17 @@ from orchestrator.scripted.billing import (
     PromptCache,
     count_input_tokens,
 )
-from orchestrator.scripted.replies import Message, render_message, stream_events
+from orchestrator.scripted.replies import (
+    Message,
+    broken_stream,
+    render_message,
+    stream_events,
+)
 from orchestrator.scripted.script import (
     RequestView,
     Script,
     ScriptedError,
+    StreamFault,
     TextBlock,
     Turn,
 )
@@ -341,7 +349,12 @@ class ScriptedModelServer:
             record.usage = dict[str, JSONValue](message_body["usage"])
             if body.get("stream") is True:
                 record.stream = True
-                return await self._stream(request, message_body, record.request_id)
+                fault = turn.stream_fault
+                if fault is not None and not self._should_break(
+                    fault, conversation.name, view.instance_key(), view.turn
+                ):
+                    fault = None
+                return await self._stream(request, message_body, record.request_id, fault)
             return web.json_response(message_body, headers={"request-id": record.request_id})
 
         return await self._handle(request, answer)
@@ -388,6 +401,16 @@ class ScriptedModelServer:
         self._failures[key] = done + 1
         return True
 
+    def _should_break(self, fault: StreamFault, name: str, instance: str, turn: int) -> bool:
+        if fault.times is None:
+            return True
+        key = (f"stream:{name}", instance, turn)
+        done = self._failures.get(key, 0)
+        if done >= fault.times:
+            return False
+        self._failures[key] = done + 1
+        return True
+
     @staticmethod
     def _scripted_error(error: ScriptedError, request_id: str) -> web.Response:
         if error.body is not None:
@@ -403,7 +426,7 @@ class ScriptedModelServer:
 
     @staticmethod
     async def _stream(
-        request: web.Request, message: Message, request_id: str
+        request: web.Request, message: Message, request_id: str, fault: StreamFault | None
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={
@@ -413,7 +436,26 @@ class ScriptedModelServer:
             }
         )
         await response.prepare(request)
-        async for chunk in stream_events(message):
-            await response.write(chunk)
+        if fault is None:
+            async for chunk in stream_events(message):
+                await response.write(chunk)
+        else:
+            async for chunk in broken_stream(message, fault.kind):
+                await response.write(chunk)
+            if fault.kind == "reset":
+                reset_connection(request)
+                return response
         await response.write_eof()
         return response
+
+
+def reset_connection(request: web.Request) -> None:
+    """Reset the request's TCP connection (RST, not a clean close): a fault test's
+    connection dropped mid-answer."""
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
