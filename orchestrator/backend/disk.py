@@ -177,10 +177,11 @@ def inode_breach(free: int, floor: int, workspace: Path) -> DiskBreach:
     )
 
 
-def free_space(path: Path) -> tuple[int, int | None]:
-    """Bytes and inodes an unprivileged user can still use on `path`'s file system;
+def free_space(where: Path | int) -> tuple[int, int | None]:
+    """Bytes and inodes an unprivileged user can still use on the file system of
+    `where` (a path, or a descriptor: the same file system however the path moves);
     inodes None when the file system does not count them (btrfs reports 0 of 0)."""
-    st = os.statvfs(path)
+    st = os.fstatvfs(where) if isinstance(where, int) else os.statvfs(where)
     return st.f_bavail * st.f_frsize, (st.f_favail if st.f_files else None)
 
 
@@ -269,12 +270,27 @@ class DiskWatch:
         self.written = 0
         """High-water mark of the bytes written (0 when not measured)."""
         self.samples = 0
+        self._workspace_fd: int | None = None
+        """The workspace, held open while watched: its file system's floors are read
+        through it, so a workspace renamed or removed meanwhile is still measured."""
+        floors = limits.free_floor_bytes or limits.free_inode_floor
+        if self.workspace is not None and floors:
+            try:
+                self._workspace_fd = os.open(
+                    self.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+                )
+            except OSError as exc:
+                log.warning(
+                    "cannot open the workspace %s to watch its free space (%s): the "
+                    "free-space floor is not enforced for this sandbox",
+                    self.workspace,
+                    exc.strerror or exc,
+                )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"warden-disk-{name}", daemon=True)
 
     def start(self) -> DiskWatch:
-        floors = self.limits.free_floor_bytes or self.limits.free_inode_floor
-        if self.meter is not None or self._find_meter is not None or (self.workspace and floors):
+        if self.meter is not None or self._find_meter is not None or self._workspace_fd is not None:
             self._thread.start()
         return self
 
@@ -296,6 +312,9 @@ class DiskWatch:
             self._thread.join()
         if self.meter is not None:
             self.meter.close()
+        if self._workspace_fd is not None:
+            fd, self._workspace_fd = self._workspace_fd, None
+            os.close(fd)
         return self.breach
 
     def _loop(self) -> None:
@@ -332,8 +351,8 @@ class DiskWatch:
                 if self.written >= cap:
                     return write_breach(self.written, cap)
         floor, inode_floor = self.limits.free_floor_bytes, self.limits.free_inode_floor
-        if self.workspace is not None and (floor or inode_floor):
-            free, inodes = free_space(self.workspace)
+        if self.workspace is not None and self._workspace_fd is not None:
+            free, inodes = free_space(self._workspace_fd)
             if floor and free < floor:
                 return floor_breach(free, floor, self.workspace)
             if inode_floor and inodes is not None and inodes < inode_floor:

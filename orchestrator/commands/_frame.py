@@ -402,13 +402,17 @@ async def drive(
             # Ctrl-C or a stop signal: stop everything this run started, say so, keep
             # what was written. A run that cannot record any more (`events.failure`)
             # ends the same way, with that error.
-            state.status = "failed" if the_run.events.failure else "stopped"
+            lost = the_run.hold.lost if the_run.hold is not None else None
+            state.status = "failed" if the_run.events.failure or lost else "stopped"
             approver.close()  # waiting questions are denied: nobody waits on a person now
             working.cancel()
             await asyncio.shield(the_run.manager.close())
             await asyncio.wait({working}, timeout=WORK_STOP_S)
             if the_run.events.failure is not None:
                 raise the_run.events.failure from None
+            if lost is not None:  # the workspace went away: a run error, said once
+                state.error = str(lost)
+                raise lost from None
             stopped = [c.task_id for c in the_run.manager.tasks.values() if c.status == "stopped"]
             click.echo(
                 f"interrupted: stopped {len(stopped)} subagent(s) {' '.join(stopped)}; "

@@ -37,6 +37,7 @@ from orchestrator.runtime.sandbox import sandbox_identity, warn_if_root_owned
 from orchestrator.runtime.tasks import TaskContext
 from orchestrator.tracing import run_tracer
 from orchestrator.workspace import WorkspaceGuard
+from orchestrator.workspace.held import WorkspaceHold
 from orchestrator.workspace.inputs import PolicyInputs, read_policy_inputs
 from orchestrator.workspace.report import ExecutedPathsWatch
 from orchestrator.workspace.settings import protected_paths
@@ -55,6 +56,10 @@ if TYPE_CHECKING:
     from orchestrator.tracing.spans import RunTracer
 
 log = logging.getLogger(__name__)
+
+WORKSPACE_CHECK_S = 1.0
+"""How often a run checks that its workspace's path still names the directory its
+sandboxes write to (`workspace.held`)."""
 
 
 def new_run_id() -> str:
@@ -116,6 +121,8 @@ class Run:
     """Snapshot of executed paths taken before the first sandbox (the end-of-run report)."""
     tracer: RunTracer | None = None
     """The run's OpenTelemetry spans, when tracing is on."""
+    hold: WorkspaceHold | None = None
+    """The workspace, held by a descriptor; `hold.lost` says when and how it went."""
 
     @property
     def events_path(self) -> Path:
@@ -225,6 +232,9 @@ async def open_run(
             retry_total_s=settings.model_retry_total_s,
         )
         stack.push_async_callback(anthropic_client.close)
+        # Held for the whole run: a rename or removal of the workspace stops the run.
+        hold = await asyncio.to_thread(WorkspaceHold, workspace)
+        stack.callback(hold.close)
         watch = await asyncio.to_thread(
             ExecutedPathsWatch, workspace, guard.protected, inputs.trust.prints
         )
@@ -297,6 +307,8 @@ async def open_run(
             on_failure=[_cancel_on_failure(asyncio.current_task())],
         )
         stack.push_async_callback(events.flush)  # queued progress, before the store closes
+        watching = asyncio.ensure_future(_watch_workspace(hold, asyncio.current_task()))
+        stack.callback(watching.cancel)
         me = await asyncio.to_thread(owner.current, settings.state_dir)
         await asyncio.to_thread(
             store.create_run,
@@ -394,8 +406,20 @@ async def open_run(
         )
         yield Run(
             run_id, session, workspace, model, settings, store, events, manager, parent, watch,
-            tracer,
+            tracer, hold,
         )  # fmt: skip
+
+
+async def _watch_workspace(hold: WorkspaceHold, main: asyncio.Task[object] | None) -> None:
+    """Stop the run (as a failed one: `hold.lost`) once the workspace is gone."""
+    while True:
+        await asyncio.sleep(WORKSPACE_CHECK_S)
+        lost = await asyncio.to_thread(hold.check)
+        if lost is not None:
+            log.debug("stopping the run: %s", lost)
+            if main is not None and not main.done():
+                main.cancel()
+            return
 
 
 def _cancel_on_failure(main: asyncio.Task[object] | None) -> Callable[[Exception], None]:

@@ -128,9 +128,7 @@ def test_free_inode_floor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert off.check() is None
 
 
-def test_free_space_reads_bytes_and_inodes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_free_space_reads_bytes_and_inodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     class Stat:
         f_bavail, f_frsize, f_files, f_favail = 10, 4096, 100, 7
 
@@ -361,3 +359,21 @@ def test_what_the_meter_missed_while_a_sandbox_ran_is_said_on_its_result(
     inner.kill(fresh)
     assert backend.wait(fresh, timeout_s=10).meter_gap == ""
     backend.remove(fresh)
+
+
+def test_the_free_floor_is_still_read_once_the_workspace_is_renamed_or_removed(
+    tmp_path: Path,
+) -> None:
+    # The watcher holds the workspace by a descriptor: a rename or removal under a
+    # running sandbox neither stops the floor's checks nor raises (it printed three
+    # FileNotFoundError tracebacks and stopped enforcing).
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    w = watch(DiskLimits(write_limit_bytes=0, free_floor_bytes=2**62), None, workspace)
+    workspace.rename(tmp_path / "moved")
+    first = w.check()
+    assert first is not None and first.limit == "free_floor"
+    (tmp_path / "moved").rmdir()
+    again = w.check()
+    assert again is not None and again.limit == "free_floor"
+    w.stop()
