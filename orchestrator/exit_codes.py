@@ -17,8 +17,7 @@ class ExitCode(enum.IntEnum):
     """The parent agent finished (subagent outcomes do not count unless `--fail-on`)."""
     RUN_ERROR = 1
     """The run itself failed: the parent's model endpoint refused for good, the engine
-    failed mid-run, the workspace was renamed or deleted under the run, or warden hit
-    an internal error. A result document is still written."""
+    failed mid-run, or warden hit an internal error. A result document is still written."""
     USAGE = 2
     """Bad flags, settings, policy, agent files or workspace, or an image that is missing
     or cannot run a subagent (another architecture, no bash): nothing was started."""
