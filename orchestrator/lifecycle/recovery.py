@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from orchestrator import labels, owner
 from orchestrator.backend.mounts import sweep_pins
-from orchestrator.errors import StoreError
-from orchestrator.lifecycle import socket_dirs
+from orchestrator.errors import StoreError, WardenError
+from orchestrator.lifecycle import leftovers, socket_dirs
 
 if TYPE_CHECKING:
     from orchestrator.backend.contract import ContainerBackend
@@ -40,6 +40,9 @@ class Recovery:
     """Containers of those runs that were still on the engine and are now removed."""
     socket_dirs: int = 0
     """Broker socket directories of dead owners, now removed."""
+    temp_files: int = 0
+    """Temporary files of interrupted Write/Edit calls in those runs' workspaces, now
+    removed (`leftovers`)."""
 
 
 def reap_dead(store: Store) -> Recovery:
@@ -68,7 +71,19 @@ def open_store(settings: Settings) -> Store:
     found = reap_dead_quietly(store)
     if found.runs:
         _remove_containers_quietly(settings, found.runs)
+        found.temp_files = _sweep_workspaces(store, found.runs)
     return store
+
+
+def _sweep_workspaces(store: Store, run_ids: list[str]) -> int:
+    """Remove what interrupted Write/Edit calls left in these runs' workspaces."""
+    workspaces: list[str] = []
+    for run_id in run_ids:
+        try:
+            workspaces.append(store.get_run(run_id).workspace)
+        except WardenError:  # unknown or unreadable: nothing to sweep
+            continue
+    return leftovers.remove_quietly(workspaces)
 
 
 def _remove_containers_quietly(settings: Settings, run_ids: list[str]) -> None:
@@ -106,6 +121,7 @@ def recover(store: Store, backend: ContainerBackend, *, sweep: bool = True) -> R
     found = reap_dead(store)
     for run_id in found.runs:
         found.containers += backend.cleanup({labels.RUN: run_id})
+    found.temp_files = _sweep_workspaces(store, found.runs)  # after their sandboxes went
     if not sweep:
         return found
     found.socket_dirs = len(socket_dirs.sweep())

@@ -20,7 +20,7 @@ from orchestrator.broker import PendingClient, Upstream
 from orchestrator.config import DEFAULT_MODEL, Settings
 from orchestrator.egress.setup import EgressRequest, run_egress
 from orchestrator.errors import ConfigError
-from orchestrator.lifecycle import socket_dirs
+from orchestrator.lifecycle import leftovers, socket_dirs
 from orchestrator.lifecycle.recovery import recover
 from orchestrator.permissions import load_hooks, load_policy
 from orchestrator.permissions.approvers import NonInteractiveApprover
@@ -34,7 +34,7 @@ from orchestrator.runtime.manager import TaskManager
 from orchestrator.runtime.parent import ParentAgent, ParentOptions
 from orchestrator.runtime.protocols import PermissionGate
 from orchestrator.runtime.sandbox import sandbox_identity, warn_if_root_owned
-from orchestrator.runtime.tasks import TaskContext
+from orchestrator.runtime.tasks import TaskContext, TaskStatus
 from orchestrator.tracing import run_tracer
 from orchestrator.workspace import WorkspaceGuard
 from orchestrator.workspace.held import WorkspaceHold
@@ -384,6 +384,8 @@ async def open_run(
         # Whatever happens, no container of this run outlives it: the reaper runs
         # last, after the manager has stopped its tasks and emptied its warm pool.
         stack.push_async_callback(_reap, backend, session)
+        # After every sandbox has gone: what Write/Edit calls killed midway left.
+        stack.push_async_callback(_sweep_if_killed, manager, workspace)
         stack.push_async_callback(manager.close)
         if hook_pool is not None:  # before the reaper: it removes its own sandboxes
             stack.push_async_callback(hook_pool.close)
@@ -420,6 +422,14 @@ async def _watch_workspace(hold: WorkspaceHold, main: asyncio.Task[object] | Non
             if main is not None and not main.done():
                 main.cancel()
             return
+
+
+async def _sweep_if_killed(manager: TaskManager, workspace: Path) -> None:
+    """A run whose sandboxes did not all end on their own removes the temporary files
+    a Write/Edit killed midway left in the workspace (`lifecycle.leftovers`)."""
+    ended_on_their_own = (TaskStatus.COMPLETED, TaskStatus.NO_OUTPUT)
+    if any(c.status not in ended_on_their_own for c in manager.tasks.values()):
+        await asyncio.to_thread(leftovers.remove_quietly, [str(workspace)])
 
 
 def _cancel_on_failure(main: asyncio.Task[object] | None) -> Callable[[Exception], None]:

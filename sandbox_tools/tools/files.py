@@ -153,10 +153,10 @@ def write(inp: WriteInput, ctx: ToolContext) -> ToolOutput:
     except OSError as e:
         raise _fs_error("create the parent directories of", shown, e) from e
     data = inp.content.encode("utf-8")
-    replace(path, data, shown, old)
+    note = replace(path, data, shown, old)
     existed = old is not None
     verb = "Overwrote" if existed else "Created"
-    return ToolOutput(f"{verb} {shown} ({len(data)} bytes).", summary=f"{len(data)} bytes")
+    return ToolOutput(f"{verb} {shown} ({len(data)} bytes).{note}", summary=f"{len(data)} bytes")
 
 
 def edit(inp: EditInput, ctx: ToolContext) -> ToolOutput:
@@ -193,11 +193,11 @@ def edit(inp: EditInput, ctx: ToolContext) -> ToolOutput:
         )
     first = text.index(inp.old_string)
     new_text = text.replace(inp.old_string, inp.new_string, -1 if inp.replace_all else 1)
-    replace(path, new_text.encode("utf-8"), shown, st)
+    note = replace(path, new_text.encode("utf-8"), shown, st)
     replaced = count if inp.replace_all else 1
     plural = "occurrence" if replaced == 1 else "occurrences"
     return ToolOutput(
-        f"Edited {shown}: replaced {replaced} {plural}. The first one now reads:\n"
+        f"Edited {shown}: replaced {replaced} {plural}.{note} The first one now reads:\n"
         + _snippet(new_text, first, inp.new_string),
         summary=f"{replaced} {plural}",
     )

@@ -5,16 +5,26 @@ target, flush and fsync it, give it the target's mode and owner, then rename it
 over the target. A full disk, an exceeded quota or a read-only file system fails
 before the rename, so the target keeps its old content, whole.
 
-Three cases cannot be renamed over, and each has one defined behaviour:
+Special cases, each with one defined behaviour:
 - a symlink: `confine` already resolved it, so the file it points to is replaced
   and the link stays a link;
-- a hard-linked file (more than one name): renaming would split the names (the
-  others would keep the old text), so the file is rewritten in place, after
-  reserving the space the new content needs (`posix_fallocate`); a full disk or
-  quota is found by the reservation, before a byte of the file changes;
+- a hard-linked file (more than one name) is replaced like any other: the name
+  written gets the new content, the other names keep the old (the result says
+  so). Keeping the link would mean rewriting the file in place, and a sandbox
+  killed during that rewrite (its deadline, a disk limit, a stop) leaves the file
+  torn under every name: the new start, then the old tail. A split link is
+  visible and both contents are whole; a torn file is neither. (It also keeps a
+  Write from changing a file that another name, say a package manager's shared
+  store, points at.)
 - a file whose directory is not writable (no temporary file can be made beside
-  it), or whose owner this process cannot give to a new file: rewritten in place
-  the same way, since the file itself may be written.
+  it), or whose owner this process cannot give to a new file: rewritten in place,
+  after reserving the space the new content needs (`posix_fallocate`), so a full
+  disk or quota is found before a byte changes. This is the one case with a
+  window where a kill tears the file; nothing else could write it at all.
+
+A sandbox killed between the temporary file's fsync and the rename leaves the
+temporary file (`TEMP_PREFIX` and 12 hex digits); the target is whole. The host
+removes such leftovers (`orchestrator.lifecycle.leftovers`).
 
 Errors the model can act on (no space, quota, read-only, permission) become
 `ToolError`s that say the file is unchanged and what to do.
@@ -181,18 +191,25 @@ def _in_place(path: Path, data: bytes, old_size: int) -> None:
         os.close(fd)
 
 
-def replace(path: Path, data: bytes, shown: str, old: os.stat_result | None) -> None:
+def replace(path: Path, data: bytes, shown: str, old: os.stat_result | None) -> str:
     """Give `path` the content `data`; `old` is its stat (None: it does not exist yet).
+    Returns a note for the result ("" or what became of a hard link's other names).
 
     Raises ToolError for every file-system failure; it says whether the file is
     unchanged (always, except when an in-place rewrite fails after reserving its
     space, which only an I/O error does)."""
     try:
-        if old is not None and old.st_nlink > 1:
-            _in_place(path, data, old.st_size)
-        elif not _renamed(path, data, old):
-            assert old is not None
-            _in_place(path, data, old.st_size)
+        if _renamed(path, data, old):
+            if old is not None and old.st_nlink > 1:
+                others = old.st_nlink - 1
+                return (
+                    f" {shown} had {others} other name(s) (hard links); they keep the "
+                    "previous content"
+                )
+            return ""
+        assert old is not None
+        _in_place(path, data, old.st_size)
+        return ""
     except _PartlyWrittenError as e:
         raise fs_error("write", shown, e, unchanged=False) from e
     except OSError as e:

@@ -78,7 +78,12 @@ def test_a_symlink_stays_a_link_to_the_changed_file(ctx: ToolContext) -> None:
     assert real.read_text() == "gamma\n"
 
 
-def test_a_hard_linked_file_changes_under_every_name(ctx: ToolContext) -> None:
+def test_a_hard_linked_file_is_replaced_whole_and_its_other_names_keep_theirs(
+    ctx: ToolContext,
+) -> None:
+    # Deliberately no longer rewritten in place: a kill during an in-place rewrite
+    # tore the file under every name. The name written gets the new content, the
+    # others keep the old, and the result says so.
     first = ctx.root / "first.txt"
     first.write_text("shared text\n")
     second = ctx.root / "second.txt"
@@ -90,8 +95,10 @@ def test_a_hard_linked_file_changes_under_every_name(ctx: ToolContext) -> None:
     write = run_tool("Write", {"file_path": str(second), "content": "longer " * 100}, ctx)
 
     assert not edit.is_error and not write.is_error
-    assert first.stat().st_ino == second.stat().st_ino
-    assert first.read_text() == "longer " * 100
+    assert "had 1 other name(s) (hard links); they keep the previous content" in edit.text
+    assert first.read_text() == "common text\n"
+    assert second.read_text() == "longer " * 100
+    assert first.stat().st_ino != second.stat().st_ino
     assert _leftovers(ctx.root) == []
 
 
