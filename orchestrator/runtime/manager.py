@@ -315,26 +315,28 @@ class TaskManager:
             name=task_input.name,
         )
         self.tasks[task_id] = ctx
-        self.children_started[ctx.parent_id] = self.children_started.get(ctx.parent_id, 0) + 1
-        spec = runner_spec(
-            ctx,
-            task_input,
-            history=history,
-            max_turns=max_turns,
-            may_delegate=depth < self.config.max_depth,
-            model=self._model(agent, task_input),
-            config=self.config,
-            fork=fork,
-            sources=ContextSources(self.config.claude_dir, self.workspace),
-        )
-        for warning in warnings:
-            self.recorder.note("task_warning", ctx, warning=warning)
         try:
+            self.children_started[ctx.parent_id] = self.children_started.get(ctx.parent_id, 0) + 1
+            spec = runner_spec(
+                ctx,
+                task_input,
+                history=history,
+                max_turns=max_turns,
+                may_delegate=depth < self.config.max_depth,
+                model=self._model(agent, task_input),
+                config=self.config,
+                fork=fork,
+                sources=ContextSources(self.config.claude_dir, self.workspace),
+            )
+            for warning in warnings:
+                self.recorder.note("task_warning", ctx, warning=warning)
             await self.recorder.created(ctx, task_input.prompt)
         except BaseException as exc:
             self.admission.release(ticket)
             if isinstance(exc, asyncio.CancelledError):
                 await self._stopped_before_start(ctx)
+            else:  # refused after it was made (its spec, the store): it never runs
+                self.tasks.pop(task_id, None)
             raise
         return ctx, spec
 
@@ -452,6 +454,13 @@ class TaskManager:
             # Stopped at any await before its sandbox's end began (queued, admitted,
             # starting): its end is recorded here.
             await self._stopped_before_start(ctx)
+            raise
+        except Exception as exc:
+            # Failed before its sandbox's end began (its image, the warm pool): the
+            # caller is told (raised), and the task's end is recorded as failed.
+            if self._endings.begin(ctx.task_id):
+                result = task_result(ctx, None, None, str(exc))
+                await asyncio.shield(self._conclude(ctx, result))
             raise
         finally:
             self.admission.release(ctx.ticket)

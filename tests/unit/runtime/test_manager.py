@@ -447,6 +447,21 @@ async def test_closing_after_a_stop_waits_until_every_end_is_recorded(make: Any)
         assert sorted(c.status.value for c in h.manager.tasks.values()) == ["stopped"] * 3
 
 
+async def test_a_task_whose_image_is_missing_is_recorded_failed_at_once(make: Any) -> None:
+    # It fails before its sandbox exists: the caller hears why, and its end is
+    # recorded then (before, it stayed `pending` in the store for good).
+    def missing(agent: AgentDefinition) -> SandboxImage:
+        raise ImageNotFoundError("the warden agent image is not built; run `warden images build`")
+
+    async with make(lambda w: None, image_resolver=missing) as h:
+        with pytest.raises(ImageNotFoundError):
+            await h.manager.run_task(task())
+        (ctx,) = h.manager.tasks.values()
+        assert ctx.status is TaskStatus.FAILED
+        (record,) = h.store.list_tasks(RUN_ID)
+        assert record.status == "failed" and "not built" in (record.error or "")
+
+
 async def test_what_the_disk_meter_missed_is_an_event_of_the_task(
     make: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
