@@ -32,18 +32,21 @@ if [ ! -x "$VENV/bin/python3" ] || ! "$VENV/bin/python3" -m pip --version >/dev/
 fi
 export PATH="$VENV/bin:$PATH"
 
-# Reinstall only when the package's declaration, the kind of install or the checkout changed.
+# Reinstall only when the package's declaration or the kind of install changed, or (a
+# plain install copies the code) when a file it ships is newer than the last install.
 if [ "${WARDEN_INSTALL_EDITABLE:-0}" = 1 ]; then
   what=(-e '.[test]'); kind="editable, with its test dependencies"
-  want="$(sha256sum pyproject.toml | cut -d' ' -f1) $PWD editable"
 else
   what=(.); kind="as a package"
-  # A plain install copies the code: any change to the checkout's tracked files reinstalls.
-  tree=$( (git rev-parse HEAD 2>/dev/null; git status --porcelain 2>/dev/null) | sha256sum | cut -d' ' -f1)
-  want="$(sha256sum pyproject.toml | cut -d' ' -f1) $PWD package $tree"
 fi
 stamp="$VENV/.warden-installed"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! command -v warden >/dev/null; then
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $PWD $kind"
+changed=""
+if [ "${WARDEN_INSTALL_EDITABLE:-0}" != 1 ] && [ -f "$stamp" ]; then
+  changed=$(find orchestrator sandbox_tools images policies Dockerfile.agent -newer "$stamp" \
+    -type f -not -path '*/__pycache__/*' -print -quit 2>/dev/null || true)
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ -n "$changed" ] || ! command -v warden >/dev/null; then
   echo "setup: installing warden ($kind) into $VENV" >&2
   python3 -m pip install --quiet --disable-pip-version-check "${what[@]}"
   printf '%s\n' "$want" > "$stamp"
