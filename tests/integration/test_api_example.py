@@ -62,7 +62,8 @@ def test_the_embedding_example_runs(settings: Settings, workspace: Path) -> None
         )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "agent types: bash, general-purpose" in out
+    # The built-in types, Claude Code's Explore and Plan among them.
+    assert "agent types: Explore, Plan, bash, general-purpose" in out
     assert "foreground: completed done" in out
     assert "background: completed I was not allowed to list them" in out
     assert "refused: Task failed. Error: unknown subagent type 'no-such-type'" in out
