@@ -25,14 +25,16 @@ def test_a_link_or_fifo_a_sandbox_leaves_at_a_result_file_is_replaced_not_follow
 ) -> None:
     host_file = tmp_path / "authorized_keys"  # outside the workspace: the host's own
     host_file.write_text("host content\n")
-    plant = " && ".join([
+    # One call each: a command line that makes a link and goes on asks (the analyser
+    # cannot prove what later commands read through it), even under `--allow Bash`.
+    plant = [
         f"ln -s {host_file} /workspace/junit.xml", "mkfifo /workspace/audit.json",
         f"ln -s {host_file} /workspace/proof-link", "mkfifo /workspace/proof-fifo",
-    ])  # fmt: skip
+    ]  # fmt: skip
     script = write_script(tmp_path / "script.yaml", [
         convo("parent", PARENT_MATCH, [task("PLANTER go", "general-purpose")], [text("done")]),
         convo("planter", {"prompt_contains": "PLANTER"},
-              [tool("Bash", command=plant)], [text("planted")]),
+              [tool("Bash", command=command) for command in plant], [text("planted")]),
     ])  # fmt: skip
     junit, audit = workspace / "junit.xml", workspace / "audit.json"
     proc = run_warden(
