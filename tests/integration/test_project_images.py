@@ -214,7 +214,9 @@ async def test_the_dev_container_image_is_used_without_a_flag(
     settings: Settings, workspace: Path, node_image: str
 ) -> None:
     dev_container(workspace, {"name": "node tools", "image": node_image})
-    listed = warden("agents", "list", "--json", "--workspace", str(workspace), cwd=REPO_ROOT)
+    # As the run below (trusted) would: an untrusted workspace's dev container is not used.
+    listed = warden("agents", "list", "--json", "--trust-workspace", "--workspace", str(workspace),
+                    cwd=REPO_ROOT)  # fmt: skip
     by_name = {a["name"]: a for a in json.loads(listed.stdout)["agents"]}
     assert by_name["general-purpose"]["image"] == node_image
     assert "dev container" in by_name["general-purpose"]["image_from"]
