@@ -272,6 +272,12 @@ KNOWN: list[Known] = [
         lambda g, c, w, cl: "ws" in g.get("trust_record", []) and not g.get("warden_record"),
     ),
     Known(
+        "notebook-edit-under-edit-rules",
+        "NotebookEdit edits a file: Edit deny and ask rules hold for it in every mode; "
+        "Claude Code 2.1.197 runs it under a deny of `Edit(./nb/**)` (measured).",
+        lambda g, c, w, cl: _tool(c) == "NotebookEdit" and "Edit(" in c.get("_reason", ""),
+    ),
+    Known(
         "write-rules-apply",
         "`Write(path)` rules hold for Write and Edit in warden; Claude Code reads path rules "
         "only for Read and Edit, so it ignores them.",
