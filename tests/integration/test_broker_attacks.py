@@ -500,6 +500,11 @@ SPARE_HELD = 30
 """Descriptors the test process holds before the run, as a long test session does."""
 
 
+HOGS_PEAK_WAIT_S = 180.0
+"""Longest the test waits for the hogs to spend the run's connection budget (a hang
+guard; they normally do within seconds)."""
+
+
 async def test_sandboxes_exhausting_the_runs_descriptors_neither_end_it_nor_lock_out_others(
     settings: Settings, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -529,7 +534,12 @@ async def test_sandboxes_exhausting_the_runs_descriptors_neither_end_it_nor_lock
             budget = run.manager.connections.limit
             assert budget <= (OPEN_FILES - SPARE_HELD) // 2
             hogs = [asyncio.create_task(run_one(run, f"hog{i}")) for i in range(HOGS)]
-            await asyncio.sleep(4.0)  # the hogs hold every connection they could get
+            # Until the hogs hold every connection they could get (a condition, not a
+            # time: on a loaded machine their sandboxes start late).
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + HOGS_PEAK_WAIT_S
+            while run.manager.connections.open < budget and loop.time() < deadline:
+                await asyncio.sleep(0.05)
             held_at_peak = run.manager.connections.open
             neighbour = await run_one(run, "neighbour")
             hogged = await asyncio.gather(*hogs)
