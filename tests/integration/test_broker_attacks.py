@@ -522,11 +522,16 @@ async def test_sandboxes_exhausting_the_runs_descriptors_neither_end_it_nor_lock
             [text("{last_tool_result}")],
         ),
     ]
-    # A process that may open OPEN_FILES descriptors, as under `ulimit -n` (only the
-    # soft limit is lowered, and kept there: this process cannot raise a hard one).
+    # A process that may open OPEN_FILES descriptors more than it holds now, as under
+    # `ulimit -n` (only the soft limit is lowered, and kept there: this process cannot
+    # raise a hard one). Counted from what it holds, so the room is the same late in a
+    # long test session, whose earlier tests leave this process more descriptors open.
+    from orchestrator.broker.limits import open_descriptors
+
     before = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, before[1]))
-    monkeypatch.setattr(manager_module, "raise_open_file_limit", lambda: OPEN_FILES)
+    limit = open_descriptors() + OPEN_FILES
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, before[1]))
+    monkeypatch.setattr(manager_module, "raise_open_file_limit", lambda: limit)
     # What this process already holds (more, late in a long test session) is not the run's.
     spare = [os.open("/dev/null", os.O_RDONLY) for _ in range(SPARE_HELD)]
     try:
