@@ -23,6 +23,7 @@ import binascii
 import math
 import struct
 
+from orchestrator.documents import sourced_blocks
 from orchestrator.jsontypes import JSONValue
 
 PIXELS_PER_TOKEN = 750
@@ -125,21 +126,11 @@ def images_in(value: JSONValue, max_objects: int) -> tuple[int, int]:
     carry). Walks at most `max_objects` objects (the forwarding check has already
     refused a request with more)."""
     tokens = chars = 0
-    stack: list[JSONValue] = [value]
-    while stack and max_objects > 0:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            max_objects -= 1
-            source = item.get("source")
-            if item.get("type") == "image" and isinstance(source, dict):
-                data = source.get("data")
-                if source.get("type") == "base64" and isinstance(data, str):
-                    tokens += base64_image_tokens(data)
-                    chars += len(data)
-                else:
-                    tokens += MAX_IMAGE_TOKENS
-                continue
-            stack.extend(item.values())
+    for source in sourced_blocks(value, "image", max_objects):
+        data = source.get("data")
+        if source.get("type") == "base64" and isinstance(data, str):
+            tokens += base64_image_tokens(data)
+            chars += len(data)
+        else:
+            tokens += MAX_IMAGE_TOKENS
     return tokens, chars

@@ -17,6 +17,7 @@ from orchestrator.documents.pdf import (
     pdf_facts,
     pdf_tokens,
 )
+from orchestrator.documents.walk import sourced_blocks
 
 __all__ = [
     "PDF_PAGE_IMAGE_TOKENS",
@@ -29,4 +30,5 @@ __all__ = [
     "pdf_bytes",
     "pdf_facts",
     "pdf_tokens",
+    "sourced_blocks",
 ]

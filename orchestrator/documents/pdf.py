@@ -40,6 +40,8 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from orchestrator.documents.walk import sourced_blocks
+
 JSONLike = object
 
 PDF_PAGE_IMAGE_TOKENS = 1_800
@@ -79,24 +81,13 @@ class UnreadableBlock:
 def document_blocks(value: JSONLike, max_objects: int) -> Iterator[PdfBlock | UnreadableBlock]:
     """Every `document` block at any depth (a tool result, a search result, ...) that
     is billed by pages, walking at most `max_objects` objects."""
-    stack: list[object] = [value]
-    while stack and max_objects > 0:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            max_objects -= 1
-            source = item.get("source")
-            if item.get("type") == "document" and isinstance(source, dict):
-                kind = source.get("type")
-                data = source.get("data")
-                if kind == "base64":
-                    yield PdfBlock(data) if isinstance(data, str) else UnreadableBlock("base64")
-                    continue
-                if kind in ("url", "file"):
-                    yield UnreadableBlock(str(kind))
-                    continue
-            stack.extend(item.values())
+    for source in sourced_blocks(value, "document", max_objects, ("base64", "url", "file")):
+        kind = str(source.get("type"))
+        data = source.get("data")
+        if kind == "base64" and isinstance(data, str):
+            yield PdfBlock(data)
+        else:
+            yield UnreadableBlock(kind)
 
 
 def pdf_bytes(data: str) -> bytes | None:
