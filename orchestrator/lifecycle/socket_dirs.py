@@ -130,17 +130,46 @@ def mark(socket_dir: Path) -> Path:
         state="",  # liveness does not need the state dir; any state dir's sweep may act
     )
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    fd = os.open(marker_of(socket_dir), flags, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(me.to_json())
+    made = False
+    try:
+        fd = os.open(marker_of(socket_dir), flags, 0o600)
+        made = True
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(me.to_json())
+    except BaseException:
+        # Unmarked, no sweep would ever remove it (out of descriptors, EMFILE, is the
+        # usual cause): the directory is still empty, so it goes now.
+        if made:
+            with contextlib.suppress(OSError):
+                marker_of(socket_dir).unlink()
+        with contextlib.suppress(OSError):
+            os.rmdir(socket_dir)
+        raise
     return socket_dir
 
 
-def remove(socket_dir: Path) -> None:
-    """Remove a socket directory and its marker (what was not there is fine)."""
+def remove(socket_dir: Path) -> bool:
+    """Remove a socket directory and its marker (what was not there is fine); True
+    when the directory is gone.
+
+    Listing a directory takes a descriptor: out of them (EMFILE), `rmtree` removes
+    nothing, and the directory goes only if it is already empty (every socket's
+    owner unlinks its own file on close, by path). A directory that stays keeps its
+    marker, so the next `sweep` after this process ends removes it; the caller may
+    try again sooner (the warm pool does when it closes)."""
     shutil.rmtree(socket_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        os.rmdir(socket_dir)  # no descriptor needed: works when rmtree could not list
+    if os.path.lexists(socket_dir):
+        log.warning(
+            "could not remove the socket directory %s yet (out of descriptors?); it is "
+            "removed later, by this run or by the next cleanup",
+            socket_dir,
+        )
+        return False
     with contextlib.suppress(FileNotFoundError):
         marker_of(socket_dir).unlink()
+    return True
 
 
 def sweep(root: Path | None = None) -> list[Path]:
@@ -181,8 +210,7 @@ def sweep(root: Path | None = None) -> list[Path]:
                 )
                 break
             socket_dir = root / name.removesuffix(MARKER_SUFFIX)
-            if _dead_owners(Path(entry.path), socket_dir):
-                remove(socket_dir)
+            if _dead_owners(Path(entry.path), socket_dir) and remove(socket_dir):
                 removed.append(socket_dir)
     return removed
 

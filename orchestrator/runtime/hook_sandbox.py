@@ -171,7 +171,7 @@ class HookSandboxPool:
     backend: ContainerBackend
     spec_for: Callable[[Path], SandboxSpec]
     make_dir: Callable[[], Path]
-    remove_dir: Callable[[Path], None]
+    remove_dir: Callable[[Path], object]
     ready: int = HOOK_POOL_READY
     """How many are kept waiting while calls come no faster than the pool refills."""
     most: int = HOOK_POOL_MOST

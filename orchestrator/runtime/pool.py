@@ -28,6 +28,7 @@ protections as they are then (see `orchestrator.workspace.guard`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -95,9 +96,13 @@ class Hold:
         self.close()
 
     def close(self) -> None:
+        """Stop listening and unlink the socket (by path: no descriptor needed, so its
+        directory can go even when the process is out of them)."""
         if self._server is not None:
             self._server.close()
             self._server = None
+        with contextlib.suppress(OSError):  # also bound by an open() that then failed
+            self.path.unlink()
 
 
 @dataclass
@@ -148,6 +153,9 @@ class WarmPool:
         self._slots: dict[PoolKey, _Slot] = {}
         self._work: set[asyncio.Task[None]] = set()
         self._holds: list[Hold] = []
+        self._unremoved: list[Path] = []
+        """Socket directories a removal could not take yet (out of descriptors): tried
+        again when the pool closes."""
         self._over_budget_said = False
         self._closed = False
 
@@ -223,6 +231,9 @@ class WarmPool:
         await asyncio.gather(
             *(asyncio.to_thread(self._remove, w) for w in idle), return_exceptions=True
         )
+        left, self._unremoved = self._unremoved, []
+        for socket_dir in left:
+            await asyncio.to_thread(self._remove_dir, socket_dir)
 
     # -- what tests, benchmarks and doctor read ---------------------------
 
@@ -259,7 +270,12 @@ class WarmPool:
         task.add_done_callback(self._work.discard)
 
     async def _fill(self, key: PoolKey, slot: _Slot, factory: SpecFactory) -> None:
-        socket_dir = self._new_socket_dir()
+        try:
+            socket_dir = self._new_socket_dir()
+        except (WardenError, OSError) as exc:  # it removes what it made before failing
+            slot.filling -= 1
+            log.warning("could not start a warm sandbox (tasks will start cold): %s", exc)
+            return
         hold = Hold(socket_dir)
         self._holds.append(hold)
         try:
@@ -268,9 +284,11 @@ class WarmPool:
             container_id = await self._blocking(lambda: self.backend.start(factory(socket_dir)))
         except (WardenError, OSError) as exc:
             log.warning("could not start a warm sandbox (tasks will start cold): %s", exc)
-            hold.dismiss()
-            socket_dirs.remove(socket_dir)
+            self._abandon(hold, socket_dir)
             return
+        except BaseException:  # cancelled: a container that still starts carries the
+            self._abandon(hold, socket_dir)  # run's labels, and the run removes it
+            raise
         finally:
             slot.filling -= 1
         warm = WarmSandbox(container_id, socket_dir, hold)
@@ -316,12 +334,21 @@ class WarmPool:
         warm.hold.dismiss()
         self._spawn(self._blocking(self._remove, warm))
 
+    def _abandon(self, hold: Hold, socket_dir: Path) -> None:
+        """Undo a fill that started no sandbox: its hold socket and its directory."""
+        hold.dismiss()
+        self._remove_dir(socket_dir)
+
     def _remove(self, warm: WarmSandbox) -> None:
         try:
             self.backend.remove(warm.container_id)
         except WardenError:
             log.exception("could not remove warm sandbox %s", warm.container_id[:12])
-        socket_dirs.remove(warm.socket_dir)
+        self._remove_dir(warm.socket_dir)
+
+    def _remove_dir(self, socket_dir: Path) -> None:
+        if not socket_dirs.remove(socket_dir):
+            self._unremoved.append(socket_dir)  # close() tries again
 
 
 def _memory_of(key: PoolKey) -> int:

@@ -6,6 +6,7 @@ owner marker or owned by a marker that is a link."""
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -80,6 +81,42 @@ def test_a_normal_removal_takes_the_marker_along(tmp_path: Path) -> None:
     proc.wait(timeout=10)
     socket_dirs.remove(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_out_of_descriptors_a_removal_takes_what_it_can_and_keeps_the_marker_of_the_rest(
+    tmp_path: Path,
+) -> None:
+    """Listing a directory takes a descriptor: out of them, an emptied directory is
+    still removed (by path), and one that is not keeps its marker for the next sweep."""
+    emptied = socket_dirs.mark(tmp_path / "warden-sock-a")
+    emptied.mkdir()
+    full = tmp_path / "warden-sock-b"
+    full.mkdir()
+    socket_dirs.mark(full)
+    (full / "broker.sock").write_text("")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest_free = os.dup(0)
+    os.close(lowest_free)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # none left
+    try:
+        removed = (socket_dirs.remove(emptied), socket_dirs.remove(full))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert removed == (True, False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "warden-sock-b", "warden-sock-b.warden-owner"
+    ]  # fmt: skip
+    assert socket_dirs.remove(full) and list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_that_cannot_be_marked_is_removed(tmp_path: Path) -> None:
+    """Unmarked, no sweep would ever remove it."""
+    path = tmp_path / "warden-sock-c"
+    path.mkdir()
+    socket_dirs.marker_of(path).mkdir()  # the marker cannot be created
+    with pytest.raises(FileExistsError):
+        socket_dirs.mark(path)
+    assert not path.exists()
 
 
 def test_recovery_at_the_start_of_a_run_sweeps_them(
