@@ -250,9 +250,7 @@ def bootstrap_tag(root: Path | None = None) -> str:
     return f"{BOOTSTRAP_REPOSITORY}:{bootstrap_hash(root)[:HASH_LENGTH]}"
 
 
-def bootstrap_base(
-    client: DockerClient, tag: str, log: Log, *, root: Path | None = None
-) -> str:
+def bootstrap_base(client: DockerClient, tag: str, log: Log, *, root: Path | None = None) -> str:
     """Run images/bootstrap-base.sh (root and debootstrap needed); the new image's id."""
     if os.geteuid() != 0:
         raise ImageBuildError(

@@ -113,11 +113,14 @@ def find_devcontainer(workspace: Path) -> DevContainer | None:
     return None
 
 
-def parse_devcontainer(workspace: Path, path: Path, relative: str) -> DevContainer:
-    """Read and check one devcontainer.json (see the module doc)."""
+def parse_devcontainer(
+    workspace: Path, path: Path, relative: str, *, raw: bytes | None = None
+) -> DevContainer:
+    """Read and check one devcontainer.json (see the module doc); `raw`: its bytes
+    as already read (`images.devcontext`), so what is used is what was hashed."""
     import json5
 
-    text = _read_confined(workspace, path, relative)
+    text = _decode(read_config(workspace, path, relative) if raw is None else raw, relative)
     try:
         doc = json5.loads(text, allow_duplicate_keys=False)
     except ValueError as exc:
@@ -170,7 +173,9 @@ def parse_devcontainer(workspace: Path, path: Path, relative: str) -> DevContain
     )  # fmt: skip
 
 
-def _read_confined(workspace: Path, path: Path, relative: str) -> str:
+def read_config(workspace: Path, path: Path, relative: str) -> bytes:
+    """The bytes of a devcontainer.json, read confined to the workspace (no link on
+    the way), size-capped. ConfigError naming the fix otherwise."""
     try:
         expected = check_confined(workspace, path)
     except UnsafeMountError as exc:
@@ -181,6 +186,10 @@ def _read_confined(workspace: Path, path: Path, relative: str) -> str:
     data = read_regular(path, relative, MAX_CONFIG_BYTES, expected=expected)
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{relative} is larger than {MAX_CONFIG_BYTES} bytes; not read")
+    return data
+
+
+def _decode(data: bytes, relative: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

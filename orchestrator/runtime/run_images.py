@@ -8,6 +8,7 @@ Imports of `agents` are deferred: `warden exec` uses this module and stays light
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -16,7 +17,6 @@ from typing import TYPE_CHECKING
 from orchestrator import owner
 from orchestrator.backend.contract import BuildLimits
 from orchestrator.config import Settings
-from orchestrator.errors import ConfigError
 from orchestrator.images.choice import SandboxImage, SandboxImages
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from orchestrator.images.buildbox import BuildEgress
     from orchestrator.images.devbuild import EgressFactory
     from orchestrator.images.devcontainer import DevContainer
+    from orchestrator.images.devcontext import DevContainerInputs
     from orchestrator.permissions import EffectivePolicy
     from orchestrator.permissions.settings_files import SettingsStack
 
@@ -60,24 +61,39 @@ def dev_container_of(
     return found
 
 
-def untrusted_devcontainer(workspace: Path) -> bool:
+def untrusted_devcontainer(dev: DevContainerInputs | None) -> bool:
     """In a workspace the person has not trusted, the dev container is not used
     unless asked for: its image or Dockerfile is workspace content, which a subagent
     of an earlier run may have written, and building a Dockerfile runs its steps.
-    Says so once when there is one; returns the `devcontainer` choice (False)."""
-    from orchestrator.images.devcontainer import find_devcontainer
-
-    try:
-        found = find_devcontainer(workspace)
-    except ConfigError:  # unreadable: not used either way, and nothing more to say
-        found = None
-    if found is not None:
+    Says so once when there is one (`dev`: as the run read it); returns the
+    `devcontainer` choice (False)."""
+    if dev is not None and dev.dev is not None:  # unreadable: nothing more to say
         log.warning(
             "%s: the dev container is not used: the workspace is not trusted (trust it "
-            "with --trust-workspace, or ask for it with --devcontainer)",
-            found.relative,
+            "with `warden trust` or --trust-workspace, or ask for it with --devcontainer)",
+            dev.relative,
         )
     return False
+
+
+def _snapshot_dev(
+    settings: Settings,
+    dev: DevContainerInputs | None,
+    *,
+    image: str | None,
+    devcontainer: bool | None,
+) -> DevContainer | None:
+    """The dev container as read once, when this run would use it (as
+    `dev_container_of`); raises the ConfigError that kept it from being read."""
+    wanted = settings.devcontainer if devcontainer is None else devcontainer
+    if not wanted or image is not None or dev is None:
+        return None
+    found = dev.config()
+    for warning in found.warnings:
+        log.warning("%s", warning)
+    if found.image is None and found.dockerfile is None:
+        return None
+    return found
 
 
 def describe_run_images(
@@ -141,18 +157,26 @@ def prepare_run_images(
     bash_image: str | None = None,
     devcontainer: bool | None = None,
     build_egress: EgressFactory | None = None,
+    dev: DevContainerInputs | None = None,
+    dev_read: bool = False,
 ) -> RunImageResolver:
     """Build the dev container if needed (within the settings' `BuildLimits`, with the
     network `build_egress` gives, none by default) and check every run-level image
-    now, so an unusable one stops the run before any sandbox starts. Raises
+    now, so an unusable one stops the run before any sandbox starts. `dev` (when
+    `dev_read`): the dev container as the run read it once (`workspace.inputs`),
+    whose config and context tar are what is used and built; else read now. Raises
     ImageNotFoundError, UnsupportedImageError, ConfigError, ImageBuildError (each
     naming the fix)."""
     from orchestrator.agents.images import RunImages
     from orchestrator.images.devbuild import devcontainer_image
+    from orchestrator.images.devcontext import read_devcontainer
 
-    found = dev_container_of(settings, workspace, image=image, devcontainer=devcontainer)
+    if not dev_read:
+        dev = read_devcontainer(workspace)
+    found = _snapshot_dev(settings, dev, image=image, devcontainer=devcontainer)
     dev_tag = None
     if found is not None:
+        assert dev is not None
         dev_tag = devcontainer_image(
             client,
             found,
@@ -160,6 +184,7 @@ def prepare_run_images(
             limits=BuildLimits.from_settings(settings),
             owner_labels=owner.current(settings.state_dir).labels(),
             egress=build_egress,
+            context=dev.build_context() if found.dockerfile is not None else None,
         )
     run = RunImages(
         image=image,
@@ -195,16 +220,22 @@ def command_image(
 
     if image is not None or devcontainer is False:
         return image or default
-    if not any((workspace / path).exists() for path in CONFIG_PATHS):
+    if not any(os.path.lexists(workspace / path) for path in CONFIG_PATHS):
         return default
-    if devcontainer is None:
-        from orchestrator.workspace.trust import is_trusted
+    from orchestrator.images.devcontext import read_devcontainer
 
-        if not is_trusted(settings, workspace):
-            devcontainer = untrusted_devcontainer(workspace)
-    found = dev_container_of(settings, workspace, image=None, devcontainer=devcontainer)
+    # Read once: trust is decided from these bytes and this context tar, and the
+    # build uses them (`images.devcontext`).
+    dev = read_devcontainer(workspace)
+    if devcontainer is None:
+        from orchestrator.workspace.trust import verdict
+
+        if not verdict(settings, workspace, dev=dev, dev_read=True).trusted:
+            devcontainer = untrusted_devcontainer(dev)
+    found = _snapshot_dev(settings, dev, image=None, devcontainer=devcontainer)
     if found is None:
         return default
+    assert dev is not None
     from orchestrator.images.devbuild import devcontainer_image
 
     return devcontainer_image(
@@ -214,6 +245,7 @@ def command_image(
         limits=BuildLimits.from_settings(settings),
         owner_labels=owner.current(settings.state_dir).labels(),
         egress=build_egress,
+        context=dev.build_context() if found.dockerfile is not None else None,
     )
 
 

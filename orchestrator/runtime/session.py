@@ -245,7 +245,7 @@ async def open_run(
         # A dev container is workspace content a subagent may have written: used by
         # default only where the person trusted the workspace (or asked for it).
         if devcontainer is None and not trusted:
-            devcontainer = untrusted_devcontainer(workspace)
+            devcontainer = untrusted_devcontainer(inputs.devcontainer)
         # The uid:gid of every sandbox of the run: its broker, hook sandboxes and
         # egress proxies (a dev container build's too) admit only it.
         identity = sandbox_identity(workspace, config.fallback_uid, config.user)
@@ -273,6 +273,8 @@ async def open_run(
                 bash_image=bash_image,
                 devcontainer=devcontainer,
                 build_egress=build_egress,
+                dev=inputs.devcontainer,
+                dev_read=True,
             )
         )
         # One backend for every sandbox of the run (tasks, warm pool, hook sandboxes),

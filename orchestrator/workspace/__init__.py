@@ -5,7 +5,8 @@
 execute; `settings` reads warden's own keys (`warden.protect`); `beneath` opens
 what those walks read without following a link a sandbox swapped in.
 
-May import: `config`, `errors`, `backend` (mount models, the no-link walk),
+May import: `config`, `errors`, `backend` (mount models, the no-link walk), `images`
+(the dev container as read once: trust covers its config and build context),
 `permissions` (path patterns, settings documents), `store.records` (text limits), `untrusted_text`.
 """
 

@@ -5,6 +5,12 @@ its hooks, the agent registry, the egress rules, warden's `protect` paths) decid
 from the one `SettingsStack` read here, and by the one trust verdict computed from
 those same bytes (`workspace.trust`), so a file that changes while a run starts is
 never seen two ways. `open_run` builds it before anything else and passes it down.
+
+The dev container is part of it (`images.devcontext`): its devcontainer.json's
+bytes, parsed once, and for a Dockerfile build the context tar made once. Trust
+is decided from those bytes, and the run builds that very tar: a root
+`.devcontainer.json` or a Dockerfile a concurrent run's sandbox writes after this
+read is neither trusted nor built.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config import Settings
+from orchestrator.images.devcontext import DevContainerInputs, read_devcontainer
 from orchestrator.permissions.settings_files import SettingsStack, load_stack
 from orchestrator.permissions.sources import MAX_POLICY_BYTES, PROJECT_KINDS
 from orchestrator.workspace.trust import TrustVerdict, verdict
@@ -31,6 +38,8 @@ class PolicyInputs:
     """(path, `sha256:HEX` of the text read) for each file of `stack`."""
     trust: TrustVerdict
     """Computed from the same text for the project's settings files."""
+    devcontainer: DevContainerInputs | None = None
+    """The dev container as read once (None: the workspace has none)."""
 
     @property
     def trusted(self) -> bool:
@@ -47,7 +56,8 @@ def read_policy_inputs(
     texts = {
         os.path.relpath(f.path, workspace): f.text for f in stack.files if f.kind in PROJECT_KINDS
     }
-    found = verdict(settings, workspace, texts=texts)
+    dev = read_devcontainer(workspace)
+    found = verdict(settings, workspace, texts=texts, dev=dev, dev_read=True)
     if trusted is not None and trusted != found.trusted:
         why = "trusted by the caller" if trusted else "not trusted, as the caller says"
         found = found.model_copy(update={"trusted": trusted, "reason": why})
@@ -55,4 +65,6 @@ def read_policy_inputs(
         (str(f.path), "sha256:" + hashlib.sha256(f.text.encode("utf-8")).hexdigest())
         for f in stack.files
     )
-    return PolicyInputs(workspace=workspace, stack=stack, hashes=hashes, trust=found)
+    return PolicyInputs(
+        workspace=workspace, stack=stack, hashes=hashes, trust=found, devcontainer=dev
+    )

@@ -35,6 +35,7 @@ import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -48,6 +49,9 @@ from orchestrator.workspace.trusted_content import (
     fingerprint,
     needs_trust,
 )
+
+if TYPE_CHECKING:
+    from orchestrator.images.devcontext import DevContainerInputs
 
 TRUST_FILE = "trusted-workspaces.json"
 CONTENT_DIR = "trusted-content"
@@ -146,12 +150,18 @@ def recorded(settings: Settings, workspace: Path) -> Fingerprint | None:
 
 
 def verdict(
-    settings: Settings, workspace: Path, *, texts: Mapping[str, str] | None = None
+    settings: Settings,
+    workspace: Path,
+    *,
+    texts: Mapping[str, str] | None = None,
+    dev: DevContainerInputs | None = None,
+    dev_read: bool = False,
 ) -> TrustVerdict:
     """Whether the workspace's own loosening settings apply (see the module doc).
-    `texts`: the project's settings files as already read (`workspace.inputs`)."""
+    `texts`: the project's settings files as already read (`workspace.inputs`);
+    `dev` (when `dev_read`): its dev container as already read."""
     ws = workspace.resolve()
-    prints = fingerprint(ws, texts)
+    prints = fingerprint(ws, texts, dev=dev, dev_read=dev_read)
     wants = tuple(needs_trust(ws, prints))
     if settings.trust_workspace:
         return TrustVerdict(

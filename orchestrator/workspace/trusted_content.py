@@ -6,7 +6,14 @@ covers are the workspace's own settings (`.claude/settings.json`,
 `.claude/settings.local.json`), its agent files (`.claude/agents/**/*.md`), the
 scripts its hooks name (where a command word is a file inside the workspace), its
 dev container (all of `.devcontainer/`, and `.devcontainer.json`) and its MCP
-configuration (`.mcp.json`). Each is fingerprinted by content (`sha256:…`); a
+configuration (`.mcp.json`). A dev container that builds a Dockerfile also adds
+its build context, wherever it lies (`"context": ".."` included): the Dockerfile
+by its path, and one entry, `<build context> DIR`, for the tar the build is sent
+(`images.devcontext`: every file `.dockerignore` leaves in, since any of them can
+be `COPY`'d), whose text is the tar's hash and a list of each file's hash, mode
+and name. The build
+sends exactly that tar, made once when the run read its inputs. Each is
+fingerprinted by content (`sha256:…`); a
 link is recorded as the link (`link:TARGET`, never followed) and anything else
 that is not a regular file as `other`. The record (`workspace.trust`) keeps these
 fingerprints and a copy of each file's text up to `MAX_KEPT_BYTES`, so what
@@ -29,12 +36,15 @@ import shlex
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.regular_file import read_regular
 from orchestrator.untrusted_text import printable
+
+if TYPE_CHECKING:
+    from orchestrator.images.devcontext import DevContainerInputs
 
 PROJECT_SETTINGS = (".claude/settings.json", ".claude/settings.local.json")
 PROJECT_AGENTS = ".claude/agents"
@@ -52,6 +62,9 @@ MAX_SETTINGS_BYTES = 1024 * 1024
 """Largest settings file parsed for the hook scripts it names."""
 MAX_DIFF_LINES = 400
 """Most diff lines shown for one file (the rest is announced)."""
+BUILD_CONTEXT = "<build context> "
+"""Prefix of the entry for a dev container's build context (its directory follows;
+no file trust covers otherwise has this name)."""
 TOO_MANY = "too many files"
 """The fingerprint of `.devcontainer/` when it holds more than `MAX_FILES`."""
 
@@ -173,14 +186,57 @@ def hook_scripts(root: Path, docs: Mapping[str, object]) -> list[str]:
 
 
 def _from_text(text: str) -> TrustedFile:
-    data = text.encode("utf-8")
-    kept = text if len(data) <= MAX_KEPT_BYTES else None
-    return TrustedFile(digest="sha256:" + hashlib.sha256(data).hexdigest(), text=kept)
+    return _from_bytes(text.encode("utf-8"))
 
 
-def fingerprint(root: Path, texts: Mapping[str, str] | None = None) -> Fingerprint:
+def _from_bytes(data: bytes) -> TrustedFile:
+    text = None
+    if len(data) <= MAX_KEPT_BYTES:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+    return TrustedFile(digest="sha256:" + hashlib.sha256(data).hexdigest(), text=text)
+
+
+def dev_container_prints(root: Path, dev: DevContainerInputs | None) -> Fingerprint:
+    """The dev container's entries as read once (`images.devcontext`): its config's
+    bytes, and for a Dockerfile build the Dockerfile and the context tar's hash."""
+    if dev is None:
+        return {}
+    out: Fingerprint = {}
+    if dev.raw is not None:
+        out[dev.relative] = _from_bytes(dev.raw)
+    config = dev.dev
+    if config is None or config.dockerfile is None or config.context is None:
+        return out
+    where = os.path.relpath(config.context, root)
+    made = dev.context
+    if made is None:
+        out[BUILD_CONTEXT + where] = TrustedFile(digest="unreadable")
+        return out
+    out[os.path.relpath(config.dockerfile, root)] = _from_bytes(made.dockerfile_bytes)
+    # The tar's own hash (entries, the Dockerfile's name, args, target) heads the
+    # listing; the entry's fingerprint is the listing's, so the record keeps it to diff.
+    listing = f"build sha256:{made.digest}\n" + "".join(line + "\n" for line in made.listing)
+    out[BUILD_CONTEXT + where] = _from_bytes(listing.encode("utf-8"))
+    return out
+
+
+def fingerprint(
+    root: Path,
+    texts: Mapping[str, str] | None = None,
+    *,
+    dev: DevContainerInputs | None = None,
+    dev_read: bool = False,
+) -> Fingerprint:
     """Every file trust covers in the workspace `root`, fingerprinted now. `texts`:
-    settings files (by relative path) already read, fingerprinted from that text."""
+    settings files (by relative path) already read, fingerprinted from that text;
+    `dev` (when `dev_read`): the dev container as already read, else read now."""
+    if not dev_read:
+        from orchestrator.images.devcontext import read_devcontainer
+
+        dev = read_devcontainer(root)
     texts = texts or {}
     names: list[str] = [rel for rel in SINGLE_FILES if os.path.lexists(root / rel)]
     too_many: set[str] = set()
@@ -195,6 +251,7 @@ def fingerprint(root: Path, texts: Mapping[str, str] | None = None) -> Fingerpri
             names.append(tree)  # a link or a file where a directory belongs
     names += [rel for rel in texts if rel not in names]
     out: Fingerprint = {tree: TrustedFile(digest=TOO_MANY) for tree in sorted(too_many)}
+    out.update(dev_container_prints(root, dev))
     for rel in PROJECT_SETTINGS:
         if rel in texts:
             out[rel] = _from_text(texts[rel])

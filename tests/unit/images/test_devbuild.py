@@ -20,7 +20,7 @@ import pytest
 from orchestrator.backend.contract import BuildLimits
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError, ImageBuildError
-from orchestrator.images import devbuild
+from orchestrator.images import devbuild, devcontext
 from orchestrator.images.buildbox import BuildBox
 from orchestrator.images.devbuild import BuildOutput, _context_tar
 from orchestrator.images.devcontainer import DevContainer, find_devcontainer
@@ -304,7 +304,7 @@ def test_a_huge_sparse_file_in_the_context_is_refused_before_it_is_copied(
     """A sandbox's `truncate -s 1T app/big` costs it no disk; copying it into the
     context tar would fill the host's. It is refused before its bytes are read."""
     ws, dev = dev_container_with_context(tmp_path)
-    monkeypatch.setattr(devbuild, "MAX_CONTEXT_BYTES", 1024 * 1024)
+    monkeypatch.setattr(devcontext, "MAX_CONTEXT_BYTES", 1024 * 1024)
     with open(ws / "app/big", "wb") as big:
         big.truncate(64 * 1024 * 1024)
     sent = io.BytesIO()
