@@ -20,7 +20,7 @@ import pytest
 from orchestrator.backend.contract import BuildLimits
 from orchestrator.config import Settings
 from orchestrator.errors import ConfigError, ImageBuildError
-from orchestrator.images import devbuild, devcontext
+from orchestrator.images import devcontext
 from orchestrator.images.buildbox import BuildBox
 from orchestrator.images.devbuild import BuildOutput, _context_tar
 from orchestrator.images.devcontainer import DevContainer, find_devcontainer
