@@ -112,6 +112,8 @@ class PoolConfig(BaseModel):
 _NUMBERS = {
     "WARDEN_MODEL_MAX_RETRIES": "model_max_retries",
     "WARDEN_MODEL_RETRY_TOTAL_S": "model_retry_total_s",
+    "WARDEN_MCP_TIMEOUT_S": "mcp_timeout_s",
+    "WARDEN_MCP_TOOL_TIMEOUT_S": "mcp_tool_timeout_s",
     "WARDEN_MAX_CONCURRENT": "max_concurrent",
     "WARDEN_QUEUE_LIMIT": "queue_limit",
     "WARDEN_MAX_DEPTH": "max_depth",
@@ -129,6 +131,7 @@ _NUMBERS = {
 MIN_SECRET_CHARS = 16
 """Shortest shared secret warden accepts (WARDEN_WEBHOOK_SECRET, WARDEN_MCP_TOKEN): a
 guessable secret protects nothing."""
+
 
 class Settings(BaseModel):
     """Process-wide settings. Build with `Settings.from_env()`, or directly in tests."""
@@ -232,6 +235,11 @@ class Settings(BaseModel):
     (WARDEN_MODEL_MAX_RETRIES); 400/401/402/403 and spend limits are never retried."""
     model_retry_total_s: float = Field(default=wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)
     """Longest one model call keeps retrying (WARDEN_MODEL_RETRY_TOTAL_S)."""
+    mcp_timeout_s: float = Field(default=wire.DEFAULT_MCP_STARTUP_TIMEOUT_S, gt=0)
+    """How long a subagent's MCP server may take to start and list its tools before
+    it counts as failed (WARDEN_MCP_TIMEOUT_S)."""
+    mcp_tool_timeout_s: float = Field(default=wire.DEFAULT_MCP_TOOL_TIMEOUT_S, gt=0)
+    """How long one MCP tool call may take (WARDEN_MCP_TOOL_TIMEOUT_S)."""
     model_context_windows: dict[str, Annotated[int, Field(ge=1000)]] = Field(default_factory=dict)
     """Context window in tokens per model id, for models whose window is not the
     standard 200,000 (a subagent keeps each request inside its model's window;

@@ -18,6 +18,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandbox_tools import environment, watchdog, wire
 from sandbox_tools.broker import MODEL_CALL_TIMEOUT_S, BrokerClient
@@ -41,6 +42,9 @@ from sandbox_tools.tools import (
     run_tool,
 )
 from sandbox_tools.tools.inputs import TaskInput, dump, input_fields, tool_params
+
+if TYPE_CHECKING:
+    from sandbox_tools.tools.mcp import McpTools
 
 log = logging.getLogger("sandbox_tools")
 
@@ -119,6 +123,8 @@ class AgentLoop:
         self.context = ContextWindow(spec.context_window_tokens, spec.max_tokens)
         """What of `messages` is sent (`context`): they stay whole for the transcript."""
         self.turn = 0
+        self.mcp: McpTools | None = None
+        """The subagent's MCP servers (started by `start_mcp`), when the spec names any."""
         unknown = [t for t in spec.tools if t not in wire.TOOL_NAMES + wire.DELEGATION_TOOL_NAMES]
         if unknown:
             log.warning("ignoring tools this runner does not know: %s", ", ".join(unknown))
@@ -137,6 +143,8 @@ class AgentLoop:
             "messages": list[JSONValue](cached_messages(messages)),
         }
         tools = list(self.spec.tool_definitions) or tool_params(self.spec.tools)
+        if self.mcp is not None and not self.spec.tool_definitions:
+            tools.extend(self.mcp.definitions)
         if tools:
             request["tools"] = list[JSONValue](cached_tools(tools))
         return request
@@ -154,7 +162,34 @@ class AgentLoop:
             return f"(No summary could be written ({e}); the earlier turns are omitted.)"
         return final_text(content).strip() or "(The summary came back empty.)"
 
+    def start_mcp(self) -> None:
+        """Start the spec's MCP servers inside this sandbox (`tools.mcp`); what failed
+        is reported to the host as a log event, and the loop goes on without it."""
+        if not self.spec.mcp_servers:
+            return
+        from sandbox_tools.tools.mcp import McpTools
+
+        self.mcp = McpTools(self.spec, self.ctx.root)
+        for warning in self.mcp.start():
+            log.warning("%s", warning)
+            self.outbox.event(wire.event_request("log", detail=warning, is_error=True))
+        if self.mcp.names:
+            self.outbox.event(wire.event_request(
+                "log", detail=f"MCP tools offered: {', '.join(self.mcp.names)}"))  # fmt: skip
+
+    def close(self) -> None:
+        """Stop the MCP servers (the sandbox's end would stop them too)."""
+        if self.mcp is not None:
+            self.mcp.close()
+
     def run(self) -> wire.ResultRequest:
+        try:
+            self.start_mcp()
+            return self._run()
+        finally:
+            self.close()
+
+    def _run(self) -> wire.ResultRequest:
         spec = self.spec
         last: list[JSONObject] = []
         while self.turn < spec.max_turns:
@@ -220,8 +255,10 @@ class AgentLoop:
                 ),
             )
         raw_input: JSONObject = raw
-        if name not in self.spec.tools:
-            allowed = ", ".join(self.spec.tools) or "none"
+        mcp = self.mcp if self.mcp is not None and self.mcp.offers(name) else None
+        if name not in self.spec.tools and mcp is None:
+            allowed = ", ".join([*self.spec.tools, *(self.mcp.names if self.mcp else ())])
+            allowed = allowed or "none"
             return _tool_result(
                 tool_use_id,
                 ToolOutput(
@@ -287,6 +324,8 @@ class AgentLoop:
             output = self.web_fetch(tool_input)
         elif name == "WebSearch":
             output = self.web_search(tool_input)
+        elif mcp is not None:
+            output = mcp.call(name, tool_input)
         else:
             output = run_tool(name, tool_input, self.ctx)
         self.outbox.event(

@@ -30,6 +30,7 @@ runner reads every endpoint's errors the same way.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, NamedTuple, TypedDict, TypeVar, get_args
 
 from sandbox_tools.jsontypes import JSONObject
@@ -125,6 +126,47 @@ through the sandbox's egress and makes one model call through the broker;
 
 DELEGATION_TOOL_NAMES = ("Task",)
 """Tools that a container asks the host to carry out (nesting)."""
+
+MCP_PREFIX = "mcp__"
+"""MCP tools are offered as `mcp__<server>__<tool>` (Claude Code's names)."""
+MAX_MCP_SERVERS = 16
+"""Most MCP servers one subagent may start."""
+MAX_MCP_TOOLS = 128
+"""Most MCP tools (over all its servers) one subagent is offered; the rest are named
+in a warning."""
+MAX_MCP_RESULT_CHARS = 50_000
+"""Longest MCP tool result the model sees (cut with an announcement)."""
+DEFAULT_MCP_STARTUP_TIMEOUT_S = 30.0
+"""How long a stdio MCP server may take to start and answer `initialize` and
+`tools/list` before it counts as failed (`WARDEN_MCP_TIMEOUT_S`)."""
+DEFAULT_MCP_TOOL_TIMEOUT_S = 300.0
+"""How long one MCP tool call may take (`WARDEN_MCP_TOOL_TIMEOUT_S`)."""
+
+_MCP_NAME_UNSAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+def mcp_part(name: str) -> str:
+    """A server or tool name as it appears in an `mcp__…` tool name: every character
+    but letters, digits, `_` and `-` becomes `_` (as Claude Code spells them)."""
+    return "".join(c if c in _MCP_NAME_UNSAFE else "_" for c in name)
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    """`mcp__<server>__<tool>`, both parts made safe (`mcp_part`)."""
+    return f"{MCP_PREFIX}{mcp_part(server)}__{mcp_part(tool)}"
+
+
+def mcp_tool_offered(name: str, servers: Sequence[tuple[str, Sequence[str] | None]]) -> bool:
+    """Whether `name` is a tool one of `servers` ((name, its offered tools or None for
+    all)) may offer: `mcp__<server>__<tool>` of a server in the list, and in its tools
+    when the server names them. The host refuses a permission request for any other
+    `mcp__` name."""
+    for server, tools in servers:
+        prefix = f"{MCP_PREFIX}{mcp_part(server)}__"
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return tools is None or name in tools
+    return False
+
 
 EventKind = Literal["tool_started", "tool_finished", "turn_finished", "log", "model_text"]
 EVENT_KINDS: tuple[EventKind, ...] = (
@@ -295,6 +337,45 @@ def _field(doc: JSONObject, key: str, kinds: type[T] | tuple[type[T], ...]) -> T
     return _checked(key, doc[key], kinds)
 
 
+class McpServer(NamedTuple):
+    """One MCP server a subagent's runner starts (stdio, inside its sandbox) or
+    reaches (http/sse, through its egress proxy); the host resolved it from the
+    agent file's `mcpServers` and the workspace's trusted `.mcp.json`."""
+
+    name: str
+    transport: str = "stdio"
+    """`stdio`, `http` or `sse`."""
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    url: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    tools: tuple[str, ...] | None = None
+    """The `mcp__…` names of its tools this subagent is offered; None: all of them."""
+
+    @classmethod
+    def from_json(cls, doc: object) -> McpServer:
+        if not isinstance(doc, dict):
+            raise WireFormatError("mcp_servers: expected objects")
+        args = _typed(doc, "args", list, [])
+        env = _typed(doc, "env", dict, {})
+        headers = _typed(doc, "headers", dict, {})
+        tools = _typed(doc, "tools", (list, type(None)), None)
+        texts = [*args, *env.values(), *headers.values(), *(tools or [])]
+        if not all(isinstance(t, str) for t in texts):
+            raise WireFormatError("mcp_servers: args, env, headers and tools hold text")
+        return cls(
+            name=_field(doc, "name", str),
+            transport=_typed(doc, "transport", str, "stdio"),
+            command=_typed(doc, "command", str, ""),
+            args=tuple(args),
+            env=tuple(sorted(env.items())),
+            url=_typed(doc, "url", str, ""),
+            headers=tuple(sorted(headers.items())),
+            tools=None if tools is None else tuple(tools),
+        )
+
+
 class TaskSpec(NamedTuple):
     """The part of the host's `TaskSpec` (served by `GET /v1/spec`) the runner uses;
     the host may send more fields, which the runner ignores. (Named tuples, not
@@ -323,6 +404,10 @@ class TaskSpec(NamedTuple):
     """Add the environment details to the system prompt (`sandbox_tools.environment`)."""
     git_status: bool = False
     """Add a git status snapshot of the workspace to the system prompt."""
+    mcp_servers: tuple[McpServer, ...] = ()
+    """MCP servers to start; their tools are offered as `mcp__<server>__<tool>`."""
+    mcp_startup_timeout_s: float = DEFAULT_MCP_STARTUP_TIMEOUT_S
+    mcp_tool_timeout_s: float = DEFAULT_MCP_TOOL_TIMEOUT_S
 
     @classmethod
     def from_json(cls, doc: object) -> TaskSpec:
@@ -360,6 +445,13 @@ class TaskSpec(NamedTuple):
             ),
             environment=_typed(doc, "environment", bool, False),
             git_status=_typed(doc, "git_status", bool, False),
+            mcp_servers=tuple(McpServer.from_json(m) for m in _typed(doc, "mcp_servers", list, [])),
+            mcp_startup_timeout_s=float(
+                _typed(doc, "mcp_startup_timeout_s", (int, float), DEFAULT_MCP_STARTUP_TIMEOUT_S)
+            ),
+            mcp_tool_timeout_s=float(
+                _typed(doc, "mcp_tool_timeout_s", (int, float), DEFAULT_MCP_TOOL_TIMEOUT_S)
+            ),
         )
 
 

@@ -7,13 +7,14 @@ Shared by the registry (`registry`) and the file reader (`files`).
 from __future__ import annotations
 
 import difflib
+import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.agents.keys import McpServerSpec, MemoryScope
 from orchestrator.permissions.hooks import HookCommand
 from orchestrator.permissions.models import Mode
-from sandbox_tools.wire import DELEGATION_TOOL_NAMES, TOOL_NAMES
+from sandbox_tools.wire import DELEGATION_TOOL_NAMES, MCP_PREFIX, TOOL_NAMES, mcp_part
 
 BUILTIN_SOURCE = "built-in"
 IMAGE_AGENT = "agent"
@@ -30,7 +31,10 @@ MIN_MEMORY_BYTES = 6 * 1024 * 1024
 VALID_TOOLS = (*TOOL_NAMES, *DELEGATION_TOOL_NAMES)
 """Tool names an agent may list and keep."""
 
-_MCP = "MCP servers are not started for subagents yet"
+_MCP = (
+    "MCP resources are not read by warden's subagents (their servers' tools are: "
+    "`mcp__server__tool`)"
+)
 _TEAM = (
     "an agent-team tool: warden's subagents are one-shot tasks, with no message channel "
     "into a running one and no shared task list"
@@ -61,10 +65,15 @@ UNSUPPORTED_TOOLS: dict[str, str] = {
 its warning gives; `UNSUPPORTED_TOOLS_DOC` lists each with the full reason."""
 
 CLAUDE_CODE_ONLY_TOOLS = frozenset(UNSUPPORTED_TOOLS)
-"""Their names (and `mcp__…`): dropped with a warning naming `UNSUPPORTED_TOOLS_DOC`."""
+"""Their names: dropped with a warning naming `UNSUPPORTED_TOOLS_DOC`."""
 
 UNSUPPORTED_TOOLS_DOC = "docs/tools.md"
 """The one page listing the Claude Code tools warden does not run, and why."""
+
+MCP_INHERITING_BUILTINS = frozenset({"general-purpose", "Explore", "Plan"})
+"""Built-in types whose subagents get the project's MCP servers (`inherits_mcp`)."""
+ALL_MCP_TOOLS = "mcp__*"
+"""In a tool list: every MCP tool (of the servers the subagent's spec names)."""
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
@@ -135,7 +144,11 @@ class AgentDefinition(BaseModel):
     isolation: str | None = None
     """`isolation` (`worktree`): accepted, not run yet (see `keys.WORKTREE_NOTE`)."""
     mcp_servers: tuple[McpServerSpec, ...] = ()
-    """`mcpServers`: MCP servers this agent's tools include (started by the tools layer)."""
+    """`mcpServers`: MCP servers started for this agent's subagents, inside their
+    sandboxes (`agents.mcp`)."""
+    mcp_tools: tuple[str, ...] = ()
+    """`mcp__…` names its `tools` list (`mcp__server`, `mcp__server__*`,
+    `mcp__server__tool`): the MCP tools it is offered (`agents.mcp.servers_for`)."""
     color: str | None = None
     """`color`: shown by `warden agents list/show`."""
     omit_git_status: bool = False
@@ -145,7 +158,7 @@ class AgentDefinition(BaseModel):
     extra: dict[str, object] = Field(default_factory=dict)
     """Frontmatter keys warden does not know, kept as written."""
     dropped_tools: tuple[str, ...] = ()
-    """Listed tools warden does not run in a container (`WebFetch`, `mcp__…`)."""
+    """Listed tools warden does not run in a container (`SendMessage`, …)."""
 
     @field_validator("tools")
     @classmethod
@@ -156,6 +169,26 @@ class AgentDefinition(BaseModel):
         if unknown:
             raise ValueError(f"unknown tools {unknown}; valid tools: {', '.join(VALID_TOOLS)}")
         return tuple(dict.fromkeys(tools))
+
+    @property
+    def inherits_mcp(self) -> bool:
+        """Whether its subagents get every MCP server of the project, as Claude Code's
+        do when they inherit the session's tools: a file that lists no `tools`, and
+        the built-ins whose Claude Code counterparts take every tool."""
+        return self.tools is None or (
+            self.source == BUILTIN_SOURCE and self.name in MCP_INHERITING_BUILTINS
+        )
+
+    def policy_tools(self) -> tuple[str, ...] | None:
+        """The tools its permission policy lets it call (None: it lists none, so it
+        keeps its parent's): the listed ones, its listed MCP tools, every tool of
+        the servers its file defines or names (`mcpServers`), and of every server
+        when it inherits them (`ALL_MCP_TOOLS`)."""
+        if self.tools is None:
+            return None
+        servers = tuple(f"mcp__{mcp_part(s.name)}" for s in self.mcp_servers)
+        every = (ALL_MCP_TOOLS,) if self.inherits_mcp else ()
+        return (*self.tools, *self.mcp_tools, *servers, *every)
 
     def offered_tools(self, *, may_delegate: bool) -> list[str]:
         """The tools a task of this type is given: its listed ones (all sandbox tools
@@ -177,16 +210,23 @@ TOOL_ALIASES = {
 """Claude Code's other names (newer, or older) for tools warden has under another name."""
 
 
+MCP_TOOL_PATTERN = r"^mcp__[A-Za-z0-9_-]+?(__([A-Za-z0-9_-]+|\*))?$"
+"""An MCP tool in a `tools:` list: `mcp__server`, `mcp__server__*`, `mcp__server__tool`."""
+
+
 def split_tool_names(tools: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
-    """Split listed tools into the ones warden runs and (dropped tool, why) pairs."""
+    """Split listed tools into the ones warden runs (`mcp__…` names among them) and
+    (dropped tool, why) pairs."""
     kept: list[str] = []
     dropped: list[tuple[str, str]] = []
     for listed in tools:
         tool = TOOL_ALIASES.get(listed, listed)
-        if tool in VALID_TOOLS:
+        if (
+            tool.startswith(MCP_PREFIX) and re.match(MCP_TOOL_PATTERN, tool)
+        ) or tool in VALID_TOOLS:
             kept.append(tool)
-        elif tool in CLAUDE_CODE_ONLY_TOOLS or tool.startswith("mcp__"):
-            why = UNSUPPORTED_TOOLS.get(tool, _MCP)
+        elif tool in CLAUDE_CODE_ONLY_TOOLS:
+            why = UNSUPPORTED_TOOLS[tool]
             dropped.append(
                 (tool, f"a Claude Code tool warden does not run: {why} ({UNSUPPORTED_TOOLS_DOC})")
             )

@@ -93,8 +93,21 @@ KNOWN_KEYS = {
 top-level spellings, read with a warning)."""
 
 RESTRICTING_KEYS = frozenset(
-    {"tools", "disallowedTools", "network", "permissionMode", "maxTurns", "timeout", "memory",
-     "cpus", "pids", "tokenBudget", "diskWriteLimit", "hooks", "warden"}
+    {
+        "tools",
+        "disallowedTools",
+        "network",
+        "permissionMode",
+        "maxTurns",
+        "timeout",
+        "memory",
+        "cpus",
+        "pids",
+        "tokenBudget",
+        "diskWriteLimit",
+        "hooks",
+        "warden",
+    }
 )
 """Keys that narrow what an agent may do: malformed or misspelt, the file is refused."""
 NETWORK_KEYS = ("allowedDomains", "deniedDomains")
@@ -345,7 +358,8 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
                 f"({', '.join(listed or []) or 'empty list'}, minus `disallowedTools`); it "
                 "can only answer from its prompt"
             )
-        fields["tools"] = tuple(kept)
+        fields["tools"] = tuple(t for t in kept if not t.startswith("mcp__"))
+        fields["mcp_tools"] = tuple(dict.fromkeys(t for t in kept if t.startswith("mcp__")))
         fields["dropped_tools"] = tuple(tool for tool, _ in dropped)
     if values.get("hooks") is not None:
         try:

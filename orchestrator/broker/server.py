@@ -484,12 +484,20 @@ class Broker:
             await self.notice("flood/v1/permission", over)
             answer = wire_models.PermissionResponse(behavior="deny", reason=f"not decided: {over}")
             return web.json_response(answer.model_dump(mode="json"))
-        if req.tool_name not in self.spec.tools:
+        servers = [(m.name, m.tools) for m in self.spec.mcp_servers]
+        if req.tool_name not in self.spec.tools and not wire.mcp_tool_offered(
+            req.tool_name, servers
+        ):
             answer = wire_models.PermissionResponse(
                 behavior="deny",
                 reason=(
                     f"tool {req.tool_name!r} is not available to this subagent; "
                     f"its tools are: {', '.join(self.spec.tools)}"
+                    + (
+                        f" and the MCP tools of {', '.join(n for n, _ in servers)}"
+                        if servers
+                        else ""
+                    )
                 ),
             )
         else:

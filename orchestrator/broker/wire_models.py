@@ -26,6 +26,22 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class McpServerLaunch(_Wire):
+    """One MCP server a runner starts (`sandbox_tools.wire.McpServer`)."""
+
+    name: str = Field(min_length=1, max_length=100)
+    transport: Literal["stdio", "http", "sse"] = "stdio"
+    command: str = ""
+    """A stdio server's program, run inside the sandbox."""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    """Added to the server's environment (the host's own environment never is)."""
+    url: str = ""
+    headers: dict[str, str] = Field(default_factory=dict)
+    tools: list[str] | None = None
+    """The `mcp__…` names of its tools this subagent is offered; None: all of them."""
+
+
 class TaskSpec(_Wire):
     """What a runner needs to start its loop; served by `GET /v1/spec`."""
 
@@ -71,6 +87,15 @@ class TaskSpec(_Wire):
     git_status: bool = False
     """The runner adds a git status snapshot of the workspace to the system prompt
     (taken inside the sandbox, where the workspace's git config can reach nothing)."""
+    mcp_servers: list[McpServerLaunch] = Field(
+        default_factory=list, max_length=wire.MAX_MCP_SERVERS
+    )
+    """MCP servers the runner starts inside the sandbox; their tools are offered as
+    `mcp__<server>__<tool>` and every call is put to the host like any other."""
+    mcp_startup_timeout_s: float = Field(default=wire.DEFAULT_MCP_STARTUP_TIMEOUT_S, gt=0)
+    """How long a server may take to answer `initialize` and `tools/list`."""
+    mcp_tool_timeout_s: float = Field(default=wire.DEFAULT_MCP_TOOL_TIMEOUT_S, gt=0)
+    """How long one MCP tool call may take."""
     model_max_retries: int = Field(default=wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
     """Retries of one model call on 429/5xx/529 (the host SDK's retry layer)."""
     model_retry_total_s: float = Field(default=wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)

@@ -29,7 +29,9 @@ from orchestrator.permissions.rules import (
     Rule,
     bash_matches,
     could_reach,
+    mcp_rule_covers,
     path_matches,
+    tool_listed,
     webfetch_matches,
 )
 from orchestrator.permissions.shell import SimpleCommand, analyse
@@ -174,7 +176,7 @@ class _Evaluator:
     def run(self) -> Explanation:
         tool = self.call.tool_name
         allowed = self.policy.allowed_tools
-        if allowed is not None and tool not in allowed:
+        if allowed is not None and not tool_listed(tool, allowed):
             return self._done(
                 "deny",
                 f"{tool} is not among this agent's tools ({', '.join(sorted(allowed)) or 'none'})",
@@ -211,7 +213,11 @@ class _Evaluator:
         if rule.whole_tool:
             # As Claude Code: a bare `Edit` allows the Edit tool only; deny and ask
             # rules for a tool also hold for the tools it covers.
-            return strict or rule.tool == self.call.tool_name
+            return (
+                strict
+                or rule.tool == self.call.tool_name
+                or mcp_rule_covers(rule.tool, self.call.tool_name)
+            )
         if rule.tool in PATH_TOOLS:
             if target is None:
                 return False

@@ -8,6 +8,8 @@
   `Edit` rules cover every tool that edits files (Edit, Write) and `Read` rules every
   tool that reads them (Read, Glob, Grep). `Write(...)` rules cover Write and Edit.
 - Task: the subagent type, `Task(code-reviewer)`.
+- MCP tools (`mcp__server__tool`): `mcp__server` and `mcp__server__*` match every
+  tool of that server, `mcp__server__tool` the one tool (Claude Code's forms).
 """
 
 from __future__ import annotations
@@ -39,7 +41,32 @@ APPLIES_TO: dict[str, frozenset[str]] = {
 """A rule for the key tool also governs these tools (as in Claude Code, `Edit` rules
 hold for every tool that edits files, NotebookEdit included)."""
 
-_RULE = re.compile(r"^(?P<tool>[A-Za-z][A-Za-z0-9_-]*)(?:\((?P<spec>.*)\))?$", re.DOTALL)
+_RULE = re.compile(
+    r"^(?P<tool>mcp__[A-Za-z0-9_-]+__\*|[A-Za-z][A-Za-z0-9_-]*)(?:\((?P<spec>.*)\))?$", re.DOTALL
+)
+
+MCP_PREFIX = "mcp__"
+
+
+def mcp_rule_covers(rule_tool: str, tool_name: str) -> bool:
+    """Whether the rule's tool part names all of an MCP server's tools (`mcp__S`,
+    `mcp__S__*`) and `tool_name` is one of them."""
+    if not rule_tool.startswith(MCP_PREFIX) or not tool_name.startswith(MCP_PREFIX):
+        return False
+    if rule_tool.endswith("__*") and rule_tool != f"{MCP_PREFIX}*":
+        return tool_name.startswith(rule_tool[:-1]) and len(tool_name) > len(rule_tool) - 1
+    server = rule_tool[len(MCP_PREFIX) :]
+    return "__" not in server and tool_name.startswith(f"{rule_tool}__")
+
+
+def tool_listed(tool_name: str, listed: frozenset[str]) -> bool:
+    """Whether an agent's tool list (`allowed_tools`) holds `tool_name`, an MCP tool
+    also by its server (`mcp__S`, `mcp__S__*`) or as any MCP tool (`mcp__*`)."""
+    if tool_name in listed:
+        return True
+    if tool_name.startswith(MCP_PREFIX) and f"{MCP_PREFIX}*" in listed:
+        return True
+    return any(mcp_rule_covers(name, tool_name) for name in listed)
 
 
 class Rule(BaseModel):
@@ -59,7 +86,11 @@ class Rule(BaseModel):
     """Where it came from: `managed:PATH`, `cli`, `policy:NAME`, `project:PATH`, `user:PATH`."""
 
     def applies_to(self, tool_name: str) -> bool:
-        return tool_name == self.tool or tool_name in APPLIES_TO.get(self.tool, ())
+        return (
+            tool_name == self.tool
+            or tool_name in APPLIES_TO.get(self.tool, ())
+            or mcp_rule_covers(self.tool, tool_name)
+        )
 
     @property
     def whole_tool(self) -> bool:

@@ -76,6 +76,7 @@ def runner_spec(
     config: TaskManagerConfig,
     fork: ForkPrefix | None = None,
     sources: ContextSources | None = None,
+    mcp_servers: list[JSONObject] | None = None,
 ) -> wire_models.TaskSpec:
     """The spec a task's broker hands its runner; in fork mode its conversation
     begins with `fork` (the parent's system prompt, tools, messages and model).
@@ -124,6 +125,9 @@ def runner_spec(
         context_after=after,
         environment=sources is not None and fork is None,
         git_status=sources is not None and fork is None and not agent.omit_git_status,
+        mcp_servers=[wire_models.McpServerLaunch.model_validate(m) for m in mcp_servers or []],
+        mcp_startup_timeout_s=config.mcp_startup_timeout_s,
+        mcp_tool_timeout_s=config.mcp_tool_timeout_s,
     )
 
 

@@ -58,6 +58,10 @@ class TaskManagerConfig:
     """Retries of one subagent model call on 429/5xx/529."""
     model_retry_total_s: float = wire.DEFAULT_MODEL_RETRY_TOTAL_S
     """Longest one subagent model call keeps retrying."""
+    mcp_startup_timeout_s: float = wire.DEFAULT_MCP_STARTUP_TIMEOUT_S
+    """How long a subagent's MCP server may take to start and list its tools."""
+    mcp_tool_timeout_s: float = wire.DEFAULT_MCP_TOOL_TIMEOUT_S
+    """How long one MCP tool call may take."""
     claude_dir: Path | None = None
     """The user's Claude Code directory (CLAUDE.md, skills, agent memory); None: none."""
     model_aliases: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_MODEL_ALIASES))
@@ -90,6 +94,8 @@ class TaskManagerConfig:
             queue_limit=settings.queue_limit,
             model_max_retries=settings.model_max_retries,
             model_retry_total_s=settings.model_retry_total_s,
+            mcp_startup_timeout_s=settings.mcp_timeout_s,
+            mcp_tool_timeout_s=settings.mcp_tool_timeout_s,
             context_windows=dict(settings.model_context_windows),
             model_aliases=dict(settings.model_aliases),
             claude_dir=settings.claude_dir,

@@ -93,7 +93,7 @@ class PolicyGate:
             parent = self._engines.get(task.parent_id) if task.parent_id else None
             base = parent.policy if parent is not None else self.policy
             narrowed = narrow_mode(
-                effective_tools(task.agent.tools, base),
+                effective_tools(task.agent.policy_tools(), base),
                 task.agent.permission_mode,
                 f"agent {task.agent.name} ({task.agent.source})",
             )

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
+from orchestrator.agents.mcp import ProjectMcp, servers_for
 from orchestrator.backend.contract import (
     ContainerBackend,
     SandboxResult,
@@ -118,6 +119,7 @@ class TaskManager:
         egress: EgressService | None = None,
         upstream_for: Callable[[Upstream, str, str | None], Upstream] | None = None,
         identity: SandboxIdentity | None = None,
+        mcp: ProjectMcp | None = None,
     ) -> None:
         self.backend = backend
         """Where the run's sandboxes start: the run's one backend, already guarded
@@ -125,6 +127,8 @@ class TaskManager:
         self.guard = guard or WorkspaceGuard.prepare(workspace)
         """What sandboxes may not write (made before the first sandbox starts)."""
         self.registry = registry
+        self.mcp = mcp or ProjectMcp()
+        """The workspace's MCP servers this run may start (`agents.mcp`)."""
         self.upstream = upstream
         self.upstream_for = upstream_for
         """Wraps the upstream a task's broker forwards model calls with (tracing)."""
@@ -317,9 +321,15 @@ class TaskManager:
         self.tasks[task_id] = ctx
         try:
             self.children_started[ctx.parent_id] = self.children_started.get(ctx.parent_id, 0) + 1
+            servers, mcp_warnings = servers_for(agent, self.mcp)
+            if fork is not None and servers:  # a fork's tools are its parent's
+                mcp_warnings.append("a fork-mode subagent starts no MCP servers")
+                servers = []
+            warnings = [*warnings, *mcp_warnings]
             spec = runner_spec(
                 ctx,
                 task_input,
+                mcp_servers=servers,
                 history=history,
                 max_turns=max_turns,
                 may_delegate=depth < self.config.max_depth,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator import labels, owner
+from orchestrator.agents.mcp import MCP_JSON, ProjectMcp, project_mcp
 from orchestrator.broker import PendingClient, Upstream
 from orchestrator.config import DEFAULT_MODEL, Settings
 from orchestrator.egress.setup import EgressRequest, run_egress
@@ -381,6 +382,7 @@ async def open_run(
             egress=run_egress_service,
             upstream_for=tracer.upstream_for if tracer is not None else None,
             identity=identity,
+            mcp=run_mcp(inputs),
             **({"runner_command": runner_command} if runner_command else {}),
         )
         # Whatever happens, no container of this run outlives it: the reaper runs
@@ -412,6 +414,27 @@ async def open_run(
             run_id, session, workspace, model, settings, store, events, manager, parent, watch,
             tracer, hold,
         )  # fmt: skip
+
+
+def run_mcp(inputs: PolicyInputs) -> ProjectMcp:
+    """The workspace's MCP servers this run may start: `.mcp.json` as the trust verdict
+    read it (so what starts is what the person said yes to), under the settings files'
+    `disabledMcpjsonServers` and managed locks (`agents.mcp`); what is left out is logged."""
+    seen = inputs.trust.prints.get(MCP_JSON)
+    text = seen.text if seen is not None and seen.digest.startswith("sha256:") else None
+    if seen is not None and text is None:
+        log.warning("%s: not read (%s): no MCP server of it starts", MCP_JSON,
+                    "a link or not a regular file" if not seen.digest.startswith("sha256:")
+                    else "not UTF-8 text, or too large")  # fmt: skip
+    found = project_mcp(
+        text,
+        trusted=inputs.trusted,
+        settings_docs=[f.doc for f in inputs.stack.files],
+        locked="mcp" in inputs.stack.managed.plugin_only,
+    )
+    for warning in found.warnings:
+        log.warning("%s", warning)
+    return found
 
 
 async def _watch_workspace(hold: WorkspaceHold, main: asyncio.Task[object] | None) -> None:

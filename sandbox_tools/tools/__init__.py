@@ -112,11 +112,13 @@ __all__ = [
 
 
 def kill_running_tools() -> None:
-    """SIGKILL every Bash call in progress and every background shell (the host is
-    gone); nothing to do for a module never imported (no such call was made)."""
+    """SIGKILL every Bash call in progress, every background shell and every MCP
+    server (the host is gone); nothing to do for a module never imported (no such call was made)."""
     import sys
 
-    for module in ("sandbox_tools.tools.bash", "sandbox_tools.tools.shells"):
+    for module in (
+        "sandbox_tools.tools.bash", "sandbox_tools.tools.shells", "sandbox_tools.mcp_client",
+    ):  # fmt: skip
         loaded = sys.modules.get(module)
         if loaded is not None:
             loaded.kill_running()

@@ -189,7 +189,8 @@ def test_real_world_files_load(settings: Settings, workspace: Path) -> None:
     writer = registry.get("doc-writer")
     assert writer.model is None  # inherit
     assert writer.tools == ("Read", "Write", "Edit", "Glob", "WebFetch")
-    assert writer.dropped_tools == ("mcp__github__get_issue",)
+    assert writer.dropped_tools == ()
+    assert writer.mcp_tools == ("mcp__github__get_issue",)  # its server starts, if defined
     assert writer.description.endswith("Use when docs lag behind code.")
     assert writer.permission_mode == "acceptEdits"
     assert writer.skills == ("markdown-style",)
@@ -209,7 +210,7 @@ def test_real_world_files_load(settings: Settings, workspace: Path) -> None:
     warnings = "\n".join(registry.warnings)
     assert "code-reviewer.md: frontmatter is not valid YAML" in warnings
     assert "dropped tool 'WebFetch'" not in warnings  # warden runs it now
-    assert "dropped tool 'mcp__github__get_issue'" in warnings
+    assert "dropped tool 'mcp__github__get_issue'" not in warnings
 
 
 def test_project_beats_user_beats_builtin(settings: Settings, workspace: Path) -> None:

@@ -1,0 +1,204 @@
+"""Which MCP servers a subagent starts, and how they are configured: the workspace's
+`.mcp.json` as its trust and Claude Code's settings admit it (`ProjectMcp`), and an
+agent file's `mcpServers` (`servers_for`).
+
+- `.mcp.json` (`{"mcpServers": {NAME: {command, args, env} | {type, url, headers}}}`)
+  is workspace content: it is read only from the text the person's trust covered
+  (the trust verdict's fingerprint, so a file changed since is never what starts),
+  and an untrusted workspace starts none of its servers. Of a trusted one, every
+  server starts but those a settings file turns off (`disabledMcpjsonServers`),
+  which is what the pinned Claude Code does in `-p` runs: there, a server not in
+  `enabledMcpjsonServers` starts too, and `enableAllProjectMcpServers` changes
+  nothing (measured with 2.1.197). The person's yes to the workspace's content, with
+  `.mcp.json` in it, is warden's approval of its servers.
+- A subagent gets: the servers its agent file defines inline (`mcpServers: [{name:
+  {command: …}}]`), the project servers its file names (`mcpServers: [name]`), and,
+  as Claude Code's subagents inherit the session's MCP tools, every project server
+  when its file lists no `tools` (and for the built-in general-purpose, Explore and
+  Plan), or the servers whose tools its `tools` list names
+  (`mcp__server`, `mcp__server__*`, `mcp__server__tool`; only the named tools then).
+- Values are used as written, with `${VAR:-default}` giving its default and
+  `${CLAUDE_PROJECT_DIR}` the workspace as the sandbox sees it: the host's
+  environment never reaches a sandbox, so a server whose config needs another
+  variable is not started, with a warning saying which.
+
+Every server runs inside that subagent's sandbox (stdio) or is reached through its
+egress proxy (http/sse); the runner starts them (`sandbox_tools.tools.mcp`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from orchestrator.agents.definition import AgentDefinition
+from orchestrator.agents.keys import McpServerConfig
+from orchestrator.jsontypes import JSONObject
+from sandbox_tools import wire
+
+MCP_JSON = ".mcp.json"
+SANDBOX_PROJECT_DIR = wire.WORKSPACE
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ProjectMcp(BaseModel):
+    """The workspace's `.mcp.json` servers this run may start, and what was left out."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    servers: dict[str, McpServerConfig] = {}
+    """Name → config, as written, of every server trust and settings admit."""
+    warnings: tuple[str, ...] = ()
+    """What was not admitted, and why (logged once by the run)."""
+    locked: bool = False
+    """Managed `strictPluginOnlyCustomization` covers `mcp`: no server starts at all,
+    neither the project's nor one an agent file defines."""
+
+
+def _names(value: object) -> set[str]:
+    return {v for v in value if isinstance(v, str)} if isinstance(value, list) else set()
+
+
+def project_mcp(
+    text: str | None,
+    *,
+    trusted: bool,
+    settings_docs: Iterable[JSONObject] = (),
+    locked: bool = False,
+) -> ProjectMcp:
+    """The admitted servers of `.mcp.json` (`text`: its content as trust saw it, None
+    when there is none or it is not a regular file) under the settings files' keys;
+    `locked`: managed settings allow no MCP server but their own (none, here)."""
+    if locked:
+        return ProjectMcp(locked=True, warnings=(
+            "no MCP server starts: managed settings lock MCP servers to managed sources "
+            "(strictPluginOnlyCustomization)",
+        ))  # fmt: skip
+    if text is None:
+        return ProjectMcp()
+    if not trusted:
+        return ProjectMcp(warnings=(
+            f"{MCP_JSON}: no MCP server of this workspace starts: it is not trusted "
+            "(`warden trust` shows what it holds and records your yes)",
+        ))  # fmt: skip
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        return ProjectMcp(warnings=(f"{MCP_JSON}: not JSON ({exc}); no server of it starts",))
+    listed = doc.get("mcpServers") if isinstance(doc, dict) else None
+    if not isinstance(listed, dict):
+        return ProjectMcp(warnings=(f"{MCP_JSON}: no `mcpServers` object; no server starts",))
+    disabled: set[str] = set()
+    for settings in settings_docs:
+        disabled |= _names(settings.get("disabledMcpjsonServers"))
+    servers: dict[str, McpServerConfig] = {}
+    warnings: list[str] = []
+    for name, raw in listed.items():
+        if name in disabled:
+            warnings.append(f"{MCP_JSON}: server {name!r} is off (`disabledMcpjsonServers`)")
+            continue
+        config = _config(name, raw, warnings)
+        if config is not None:
+            servers[name] = config
+    return ProjectMcp(servers=servers, warnings=tuple(warnings))
+
+
+def _config(name: str, raw: object, warnings: list[str]) -> McpServerConfig | None:
+    if not isinstance(raw, dict):
+        warnings.append(f"{MCP_JSON}: server {name!r} is not an object; skipped")
+        return None
+    try:
+        config = McpServerConfig.model_validate(raw)
+    except ValidationError as exc:
+        first = str(exc).splitlines()[1:2] or [str(exc)]
+        warnings.append(f"{MCP_JSON}: server {name!r} skipped: {first[0].strip()}")
+        return None
+    if not (config.command if config.type == "stdio" else config.url):
+        need = "`command`" if config.type == "stdio" else "`url`"
+        warnings.append(f"{MCP_JSON}: server {name!r} has no {need}; skipped")
+        return None
+    return config
+
+
+def _expand(value: str, where: str) -> str:
+    """`${VAR:-default}` → default, `${CLAUDE_PROJECT_DIR}` → the sandbox's workspace;
+    ValueError naming any other variable (the host's environment stays on the host)."""
+
+    def one(found: re.Match[str]) -> str:
+        if found.group(1) == "CLAUDE_PROJECT_DIR":
+            return SANDBOX_PROJECT_DIR
+        if found.group(2) is not None:
+            return found.group(2)
+        raise ValueError(
+            f"{where} uses ${{{found.group(1)}}}: warden does not pass the host's environment "
+            "into a sandbox; write the value, or `${VAR:-value}`"
+        )
+
+    return _VARIABLE.sub(one, value)
+
+
+def launch(name: str, config: McpServerConfig, tools: Sequence[str] | None) -> JSONObject:
+    """The spec entry (`wire_models.McpServerLaunch`) for one server; ValueError when a
+    value needs the host's environment."""
+    where = f"MCP server {name!r}"
+    return {
+        "name": name,
+        "transport": config.type,
+        "command": _expand(config.command or "", where),
+        "args": [_expand(a, where) for a in config.args],
+        "env": {k: _expand(v, where) for k, v in config.env.items()},
+        "url": _expand(config.url or "", where),
+        "headers": {k: _expand(v, where) for k, v in config.headers.items()},
+        "tools": None if tools is None else list(tools),
+    }
+
+
+def _server_of(pattern: str) -> str | None:
+    """The server a `tools:` entry names (`mcp__S`, `mcp__S__*`, `mcp__S__tool`)."""
+    rest = pattern[len(wire.MCP_PREFIX) :]
+    return rest.split("__", 1)[0] or None
+
+
+def servers_for(agent: AgentDefinition, project: ProjectMcp) -> tuple[list[JSONObject], list[str]]:
+    """The MCP servers a subagent of this type starts (spec entries) and warnings."""
+    if project.locked:
+        return [], []
+    chosen: dict[str, tuple[McpServerConfig, list[str] | None]] = {}
+    warnings: list[str] = []
+    by_part = {wire.mcp_part(n): n for n in project.servers}
+    for spec in agent.mcp_servers:
+        if spec.config is not None:
+            chosen[spec.name] = (spec.config, None)
+        elif spec.name in project.servers:
+            chosen[spec.name] = (project.servers[spec.name], None)
+        else:
+            warnings.append(
+                f"agent {agent.name}: MCP server {spec.name!r} (`mcpServers`) is not one this "
+                f"run starts ({MCP_JSON} of a trusted workspace, or defined in the agent file)"
+            )
+    if agent.inherits_mcp:
+        for name, config in project.servers.items():
+            chosen.setdefault(name, (config, None))
+    for pattern in agent.mcp_tools:
+        server = by_part.get(_server_of(pattern) or "")
+        if server is None:
+            if not any(wire.mcp_part(n) == _server_of(pattern) for n in chosen):
+                warnings.append(
+                    f"agent {agent.name}: tool {pattern!r} names no MCP server this run starts"
+                )
+            continue
+        config, tools = chosen.get(server, (project.servers[server], []))
+        if tools is not None:
+            whole = pattern.count("__") == 1 or pattern.endswith("__*")
+            tools = None if whole else [*tools, pattern]
+        chosen[server] = (config, tools)
+    entries: list[JSONObject] = []
+    for name, (config, tools) in chosen.items():
+        try:
+            entries.append(launch(name, config, tools))
+        except ValueError as exc:
+            warnings.append(f"agent {agent.name}: {exc}; not started")
+    return entries, warnings

@@ -1,0 +1,186 @@
+"""MCP servers per subagent, end to end in real sandboxes with the scripted model: a
+stdio server from the workspace's `.mcp.json` (and one an agent file defines) is
+started inside the subagent's own container, never on the host; its tools reach the
+model as `mcp__<server>__<tool>` with their schemas; every call is decided on the
+host (a deny rule on one tool blocks it there); an untrusted workspace starts
+none; a server that hangs at `initialize`, exits at start or dies mid-call is a
+clear warning or tool error naming it, and the subagent goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import Settings
+from orchestrator.runtime.tasks import TaskInput, TaskStatus
+from tests.integration.harness import convo, requests_of, scripted_run, text, tool, write_agent
+
+pytestmark = pytest.mark.integration
+
+PROBE = Path(__file__).resolve().parents[1] / "fixtures" / "mcp_probe_server.py"
+
+
+def _own(workspace: Path, *paths: Path) -> None:
+    owner = workspace.stat()
+    for path in paths:
+        os.chown(path, owner.st_uid, owner.st_gid)
+
+
+def probe_in(workspace: Path) -> str:
+    """Copy the probe server into the workspace; its path as the sandbox sees it."""
+    tools = workspace / "tools"
+    tools.mkdir(exist_ok=True)
+    shutil.copy(PROBE, tools / "probe.py")
+    _own(workspace, tools, tools / "probe.py")
+    return "/workspace/tools/probe.py"
+
+
+def server(marker: str, *args: str) -> dict[str, Any]:
+    """A probe server whose start leaves `/workspace/started-<marker>` behind."""
+    script = f"touch /workspace/started-{marker}; exec python3 /workspace/tools/probe.py"
+    return {
+        "command": "bash",
+        "args": ["-c", " ".join([script, *args])],
+        "env": {"PROBE_MARKER": marker},
+    }
+
+
+def write_mcp_json(workspace: Path, servers: dict[str, Any]) -> None:
+    path = workspace / ".mcp.json"
+    path.write_text(json.dumps({"mcpServers": servers}))
+    _own(workspace, path)
+
+
+def task(prompt: str, agent: str = "general-purpose") -> TaskInput:
+    return TaskInput(description="mcp", prompt=prompt, subagent_type=agent)
+
+
+def tool_results(model: Any, conversation: str) -> list[str]:
+    last = requests_of(model, conversation)[-1].body
+    return [
+        block["content"]
+        for message in last["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]
+
+
+def offered(model: Any, conversation: str) -> dict[str, Any]:
+    first = requests_of(model, conversation)[0].body
+    return {t["name"]: t for t in first.get("tools", []) if t["name"].startswith("mcp__")}
+
+
+def logged(run: Any) -> list[str]:
+    """The runner's log events of the run (warnings about servers among them)."""
+    found = [e.data.get("data") for e in run.store.events(run_id=run.run_id)]
+    return [str(d.get("detail")) for d in found if isinstance(d, dict) and d.get("event") == "log"]
+
+
+async def test_a_stdio_server_runs_in_the_sandbox_and_its_calls_are_decided_on_the_host(
+    settings: Settings, workspace: Path
+) -> None:
+    marker = uuid.uuid4().hex[:10]
+    probe_in(workspace)
+    write_mcp_json(workspace, {"x": server(marker)})
+    # An agent file's own server, and a `tools` list that names one tool of `x`.
+    write_agent(workspace, "prober", (
+        "---\nname: prober\ndescription: d\ntools: Read, mcp__x__where\nmcpServers:\n"
+        f"  - y:\n      command: python3\n      args: [{json.dumps('/workspace/tools/probe.py')}]\n"
+        "---\nx\n"
+    ))  # fmt: skip
+    script = [
+        convo("general", {"prompt_contains": "MCP-GENERAL"},
+              [tool("mcp__x__where")],
+              [tool("mcp__x__echo", text="never sent")],
+              [tool("mcp__x__crash")],
+              [tool("mcp__x__where")],
+              [text("done")]),
+        convo("prober", {"prompt_contains": "MCP-PROBER"},
+              [tool("mcp__y__echo", text="ab", times=2)],
+              [tool("mcp__x__echo", text="not offered")],
+              [text("done")]),
+    ]  # fmt: skip
+    async with scripted_run(settings, workspace, script, deny=("mcp__x__echo",)) as (run, model):
+        general = await run.manager.run_task(task("MCP-GENERAL"))
+        prober = await run.manager.run_task(task("MCP-PROBER", "prober"))
+        denied = [
+            e.data.get("data") or {}
+            for e in run.store.events(run_id=run.run_id)
+            if e.kind == "permission_denied"
+        ]
+
+    assert general.status is TaskStatus.COMPLETED, general
+    assert prober.status is TaskStatus.COMPLETED, prober
+    # Offered under Claude Code's names, with the server's own input schema.
+    tools = offered(model, "general")
+    assert set(tools) == {"mcp__x__where", "mcp__x__echo", "mcp__x__crash"}
+    assert tools["mcp__x__echo"]["input_schema"]["required"] == ["text"]
+    # It ran inside the sandbox: the container's hostname and cgroup, only `lo`, the
+    # workspace as the sandbox mounts it; the file it made at start is in the workspace.
+    results = tool_results(model, "general")
+    where = json.loads(results[0])
+    assert where["marker"] == marker
+    assert where["interfaces"] == ["lo"], where
+    assert where["hostname"] != socket.gethostname()
+    assert "docker" in where["cgroup"], where
+    assert where["uid"] != 0 and where["cwd"] == where["project_dir"] == "/workspace"
+    assert (workspace / f"started-{marker}").exists()
+    # The deny rule held on the host: the call never reached the server.
+    assert results[1].startswith("Permission denied") and "mcp__x__echo" in results[1]
+    assert {d.get("tool_name") for d in denied} >= {"mcp__x__echo"}
+    # A server that dies mid-call is a tool error naming it; later calls say it is gone.
+    assert results[2].startswith("Error: MCP server 'x': it exited (exit code 7)"), results[2]
+    assert "crashing as asked" in results[2]
+    assert results[3].startswith("Error: MCP server 'x'"), results[3]
+    # The agent file's server starts for its subagents; of `x` only the listed tool.
+    assert set(offered(model, "prober")) == {
+        "mcp__x__where", "mcp__y__where", "mcp__y__echo", "mcp__y__crash",
+    }  # fmt: skip
+    by_prober = tool_results(model, "prober")
+    assert by_prober[0] == "abab"
+    assert "not available to this agent" in by_prober[1], by_prober[1]
+
+
+async def test_an_untrusted_workspace_starts_no_mcp_server(
+    settings: Settings, workspace: Path
+) -> None:
+    marker = uuid.uuid4().hex[:10]
+    probe_in(workspace)
+    write_mcp_json(workspace, {"x": server(marker)})
+    script = [convo("child", {"prompt_contains": "UNTRUSTED"}, [text("done")])]
+    async with scripted_run(settings, workspace, script, trusted=False) as (run, model):
+        result = await run.manager.run_task(task("UNTRUSTED"))
+
+    assert result.status is TaskStatus.COMPLETED, result
+    assert offered(model, "child") == {}
+    assert not (workspace / f"started-{marker}").exists()
+
+
+async def test_servers_that_hang_or_exit_at_start_are_named_and_the_subagent_goes_on(
+    settings: Settings, workspace: Path
+) -> None:
+    probe_in(workspace)
+    write_mcp_json(workspace, {
+        "slow": {"command": "python3", "args": ["/workspace/tools/probe.py", "hang"]},
+        "gone": {"command": "python3", "args": ["/workspace/tools/probe.py", "exit"]},
+        "missing": {"command": "no-such-mcp-server"},
+    })  # fmt: skip
+    quick = settings.model_copy(update={"mcp_timeout_s": 3.0})
+    script = [convo("child", {"prompt_contains": "BROKEN"}, [text("carried on")])]
+    async with scripted_run(quick, workspace, script) as (run, model):
+        result = await run.manager.run_task(task("BROKEN"))
+        said = "\n".join(logged(run))
+
+    assert result.status is TaskStatus.COMPLETED and result.text == "carried on", result
+    assert offered(model, "child") == {}
+    assert "MCP server 'slow': it did not answer initialize within 3 s" in said, said
+    assert "MCP server 'gone': it exited (exit code 3)" in said and "exiting at start" in said
+    assert "MCP server 'missing' did not start: 'no-such-mcp-server'" in said, said

@@ -1,0 +1,83 @@
+"""Which MCP servers a subagent starts: `.mcp.json` only as trust saw it and only when
+trusted, `disabledMcpjsonServers` honoured (as Claude Code's `-p` runs do), an agent
+file's own servers and named ones, its `tools` list narrowing a server to the named
+tools, the built-ins inheriting the project's servers, and the host's environment
+never expanded into a sandbox."""
+
+from __future__ import annotations
+
+import json
+
+from orchestrator.agents.definition import BUILTIN_SOURCE, AgentDefinition
+from orchestrator.agents.keys import McpServerConfig, McpServerSpec
+from orchestrator.agents.mcp import project_mcp, servers_for
+
+MCP_JSON = json.dumps({"mcpServers": {
+    "db": {"command": "python3", "args": ["db.py", "${CLAUDE_PROJECT_DIR}/data"]},
+    "web": {"type": "http", "url": "https://mcp.example.test/mcp"},
+    "off": {"command": "x"},
+    "bad": {"args": ["no command"]},
+}})  # fmt: skip
+
+
+def agent(**fields: object) -> AgentDefinition:
+    base: dict[str, object] = {"name": "a", "description": "d", "system_prompt": "p",
+                               "source": "/ws/.claude/agents/a.md"}  # fmt: skip
+    return AgentDefinition.model_validate({**base, **fields})
+
+
+def test_a_trusted_mcp_json_starts_all_but_the_disabled_and_broken_servers() -> None:
+    found = project_mcp(
+        MCP_JSON, trusted=True,
+        settings_docs=[{"disabledMcpjsonServers": ["off"], "enabledMcpjsonServers": ["db"]}],
+    )  # fmt: skip
+    assert sorted(found.servers) == ["db", "web"]  # enabled lists do not narrow, as in `-p`
+    said = "\n".join(found.warnings)
+    assert "'off' is off (`disabledMcpjsonServers`)" in said
+    assert "'bad' has no `command`" in said
+
+
+def test_an_untrusted_or_locked_workspace_starts_none() -> None:
+    untrusted = project_mcp(MCP_JSON, trusted=False)
+    assert untrusted.servers == {} and "not trusted" in untrusted.warnings[0]
+    locked = project_mcp(MCP_JSON, trusted=True, locked=True)
+    assert locked.servers == {} and "strictPluginOnlyCustomization" in locked.warnings[0]
+    inline = agent(mcp_servers=(McpServerSpec(name="own", config=McpServerConfig(command="x")),))
+    assert servers_for(inline, locked) == ([], [])
+    assert project_mcp("{not json", trusted=True).warnings[0].startswith(".mcp.json: not JSON")
+
+
+def test_which_servers_and_tools_a_subagent_gets() -> None:
+    project = project_mcp(MCP_JSON, trusted=True)
+    # No `tools`: every project server, all their tools; the project dir is the sandbox's.
+    entries, warnings = servers_for(agent(), project)
+    assert [e["name"] for e in entries] == ["db", "web", "off"] and warnings == []
+    assert entries[0]["args"] == ["db.py", "/workspace/data"] and entries[0]["tools"] is None
+    # A tools list: only the servers it names, and only the named tools of them.
+    listed = agent(tools=("Read",), mcp_tools=("mcp__db__query", "mcp__web", "mcp__nope__x"))
+    entries, warnings = servers_for(listed, project)
+    assert {e["name"]: e["tools"] for e in entries} == {"db": ["mcp__db__query"], "web": None}
+    assert warnings == ["agent a: tool 'mcp__nope__x' names no MCP server this run starts"]
+    # The agent file's own servers (inline or by name) come whole.
+    own = agent(tools=("Read",), mcp_servers=(
+        McpServerSpec(name="mine", config=McpServerConfig(command="srv", env={"K": "${K:-v}"})),
+        McpServerSpec(name="db"), McpServerSpec(name="ghost"),
+    ))  # fmt: skip
+    entries, warnings = servers_for(own, project)
+    assert [(e["name"], e["tools"]) for e in entries] == [("mine", None), ("db", None)]
+    assert entries[0]["env"] == {"K": "v"}
+    assert "'ghost' (`mcpServers`) is not one this run starts" in warnings[0]
+
+
+def test_builtins_inherit_the_project_servers_and_host_variables_never_expand() -> None:
+    project = project_mcp(json.dumps({"mcpServers": {
+        "gh": {"command": "gh-mcp", "env": {"TOKEN": "${GITHUB_TOKEN}"}},
+        "ok": {"command": "ok"},
+    }}), trusted=True)  # fmt: skip
+    general = agent(name="general-purpose", source=BUILTIN_SOURCE, tools=("Bash",))
+    entries, warnings = servers_for(general, project)
+    assert [e["name"] for e in entries] == ["ok"]
+    assert "uses ${GITHUB_TOKEN}: warden does not pass the host's environment" in warnings[0]
+    assert general.policy_tools() == ("Bash", "mcp__*")
+    bash = agent(name="bash", source=BUILTIN_SOURCE, tools=("Bash",))
+    assert servers_for(bash, project) == ([], [])
