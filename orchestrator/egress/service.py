@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,6 +60,8 @@ class EgressService:
     events: EventSink | None = None
     workspace: Path | None = None
     """Where "always allow" writes `.claude/settings.local.json`."""
+    settings_base: str | None = None
+    """What it writes on top of (`permissions.always_allow.settings_base`)."""
     sandbox_uid: int | None = None
     _ask_locks: dict[tuple[str, int], asyncio.Lock] = field(default_factory=dict, repr=False)
     """One question at a time per host:port across the run's tasks, so a "for this
@@ -205,7 +208,14 @@ class TaskEgress:
 
         assert self.service.workspace is not None
         try:
-            path = await asyncio.to_thread(add_allowed_domain, self.service.workspace, host)
+            path = await asyncio.to_thread(
+                partial(
+                    add_allowed_domain,
+                    self.service.workspace,
+                    host,
+                    base=self.service.settings_base,
+                )
+            )
         except (OSError, ConfigError) as exc:
             log.warning("could not add %s to allowedDomains: %s", host, exc)
             await self._emit("permission_rule_failed", rule=host, error=str(exc)[:500])

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from orchestrator.permissions import EffectivePolicy
     from orchestrator.permissions.approvers import Asker
     from orchestrator.permissions.settings_files import SettingsStack
+    from orchestrator.permissions.sources import PolicyDocument
     from orchestrator.store import Store
 
 
@@ -46,7 +47,7 @@ def run_egress(
     workspace: Path,
     policy: EffectivePolicy,
     *,
-    policy_file: str | None,
+    policy_file: str | PolicyDocument | None,
     asker: Asker | None,
     store: Store | None,
     events: EventSink | None,
@@ -78,5 +79,12 @@ def run_egress(
         store=store,
         events=events,
         workspace=workspace,
+        settings_base=_settings_base(stack),
         sandbox_uid=sandbox_uid,
     )
+
+
+def _settings_base(stack: SettingsStack | None) -> str | None:
+    from orchestrator.permissions.always_allow import settings_base
+
+    return settings_base(stack)

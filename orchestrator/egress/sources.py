@@ -32,13 +32,18 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import Settings
 from orchestrator.egress.rules import MANAGED_ONLY, EgressRule, RuleSet, parse_rule
 from orchestrator.errors import PolicyError
 from orchestrator.permissions.settings_files import SettingsFile, SettingsStack, load_stack
-from orchestrator.permissions.sources import MAX_POLICY_BYTES, find_policy, read_document
+from orchestrator.permissions.sources import (
+    MAX_POLICY_BYTES,
+    PolicyDocument,
+    policy_document,
+    read_document,
+)
 
 if TYPE_CHECKING:
     from orchestrator.permissions import EffectivePolicy
@@ -120,11 +125,14 @@ def _settings_network(doc: object, where: str) -> dict[str, JSON] | None:
     return network
 
 
-def settings_rules(path: Path, source: str) -> list[EgressRule]:
-    """`sandbox.network` of one policy file (`--policy`; absent file: none)."""
-    if not path.is_file():
-        return []
-    network = _settings_network(read_document(path), str(path))
+def settings_rules(path: Path, source: str, doc: Any = None) -> list[EgressRule]:
+    """`sandbox.network` of one policy file (`--policy`; absent file: none). `doc`:
+    its content as the run already read it (None: read now)."""
+    if doc is None:
+        if not path.is_file():
+            return []
+        doc = read_document(path)
+    network = _settings_network(doc, str(path))
     return network_block(network, source, f"{path}: sandbox.network")
 
 
@@ -205,19 +213,21 @@ def load_rules(
     *,
     allow_domains: Sequence[str] = (),
     deny_domains: Sequence[str] = (),
-    policy_file: str | None = None,
+    policy_file: str | PolicyDocument | None = None,
     trusted: bool = True,
     stack: SettingsStack | None = None,
 ) -> RuleSet:
     """Every egress rule of a run, highest source first (see the module doc).
     PolicyError when a settings file cannot be read completely or a rule is malformed.
-    `stack`: the run's settings as read once (None reads them now)."""
+    `stack`: the run's settings as read once (None reads them now); `policy_file`
+    likewise (`PolicyDocument`), or a name or path read now."""
     stack = load_stack(settings, workspace, MAX_POLICY_BYTES) if stack is None else stack
     found = _Collect(_managed_only(stack.files))
     found.managed_and_cli(stack.files, allow_domains, deny_domains)
     if policy_file is not None:
-        path = find_policy(settings, policy_file)
-        found.add(settings_rules(path, f"policy:{path}"), f"policy:{path}", found.only_managed)
+        document = policy_document(settings, policy_file)
+        source = f"policy:{document.path}"
+        found.add(settings_rules(document.path, source, document.doc), source, found.only_managed)
     untrusted = "the workspace is not trusted (trust it with --trust-workspace)"
     for f in stack.files:
         if not f.managed:

@@ -31,6 +31,12 @@ opened for a blocking read, and the new content replaces the file atomically (a 
 at the destination is replaced, never followed). Writers are serialised by an
 exclusive `flock` on the `.claude` directory (threads and processes alike), so
 concurrent "always" answers each add their rule; none is lost.
+
+A run's writer adds its rule only to the content the run read (`base`: the hash of
+settings.local.json in the run's one snapshot, `workspace.inputs`, or what this
+process itself wrote there since). If the file changed otherwise in between, the
+rule is not written and the person is told: the run decides from one set of
+bytes, and a rule the person approved must not carry unseen content along with it.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from orchestrator.permissions.evaluate import evaluate
 from orchestrator.permissions.models import ToolCall
 from orchestrator.permissions.policy import EffectivePolicy
 from orchestrator.permissions.rules import parse_rule
+from orchestrator.permissions.settings_files import SettingsStack
 from orchestrator.permissions.shell import analyse
 from orchestrator.regular_file import NotRegularFileError, read_regular
 from sandbox_tools.wire import WORKSPACE
@@ -149,21 +156,38 @@ def _proven(rule: str, tool_name: str, tool_input: JSONObject, workspace_host: P
     return explanation.decision.behavior == "allow" and explanation.decision.rule == rule
 
 
-def add_allow_rule(workspace: Path, rule: str) -> Path:
+ABSENT = "absent"
+"""The `base` of a settings.local.json the run found missing."""
+
+
+def settings_base(stack: SettingsStack | None) -> str | None:
+    """The `base` a run's writer adds to: sha256 of settings.local.json as the run's
+    snapshot holds it, `ABSENT` when it had none; None without a snapshot."""
+    if stack is None:
+        return None
+    for f in stack.files:
+        if f.kind == "project-local":
+            return hashlib.sha256(f.text.encode("utf-8")).hexdigest()
+    return ABSENT
+
+
+def add_allow_rule(workspace: Path, rule: str, *, base: str | None = None) -> Path:
     """Add `rule` to `permissions.allow` of the workspace's settings.local.json, and
     its companion ask rules (`companion_rules`) to `permissions.ask`, in one write.
+    `base` (`settings_base`): write only on top of that content (None: any).
 
-    Raises ConfigError when the file is not a JSON object or a path on the way is a
-    symbolic link (the file is then left as it was)."""
+    Raises ConfigError when the file is not a JSON object, a path on the way is a
+    symbolic link, or it is not `base` (the file is then left as it was)."""
     additions: list[tuple[tuple[str, ...], str]] = [(("permissions", "allow"), rule)]
     additions += [(("permissions", "ask"), extra) for extra in companion_rules(rule)]
-    return _add_to_settings_lists(workspace, additions)
+    return _add_to_settings_lists(workspace, additions, base)
 
 
-def add_allowed_domain(workspace: Path, host: str) -> Path:
+def add_allowed_domain(workspace: Path, host: str, *, base: str | None = None) -> Path:
     """Add `host` to Claude Code's `sandbox.network.allowedDomains` of the workspace's
     settings.local.json (the "always allow" of an egress question); as `add_allow_rule`."""
-    return add_to_settings_list(workspace, ("sandbox", "network", "allowedDomains"), host)
+    keys = ("sandbox", "network", "allowedDomains")
+    return _add_to_settings_lists(workspace, [(keys, host)], base)
 
 
 def add_to_settings_list(workspace: Path, keys: tuple[str, ...], value: str) -> Path:
@@ -172,7 +196,9 @@ def add_to_settings_list(workspace: Path, keys: tuple[str, ...], value: str) -> 
     return _add_to_settings_lists(workspace, [(keys, value)])
 
 
-def _add_to_settings_lists(workspace: Path, additions: list[tuple[tuple[str, ...], str]]) -> Path:
+def _add_to_settings_lists(
+    workspace: Path, additions: list[tuple[tuple[str, ...], str]], base: str | None = None
+) -> Path:
     claude = workspace / SETTINGS_FILE.parent
     target = workspace / SETTINGS_FILE
     first = additions[0][1]
@@ -181,7 +207,7 @@ def _add_to_settings_lists(workspace: Path, additions: list[tuple[tuple[str, ...
     with contextlib.suppress(FileExistsError):
         claude.mkdir()
     with _locked(claude):
-        settings = _read_settings(target, first)
+        settings = _read_settings(target, first, base)
         for keys, value in additions:
             _append(settings, keys, value, target)
         _replace(workspace, claude, target, settings)
@@ -209,12 +235,14 @@ def _locked(claude: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _read_settings(target: Path, value: str) -> JSONObject:
+def _read_settings(target: Path, value: str, base: str | None = None) -> JSONObject:
     """The settings file's object ({} when absent). A link, a FIFO, a device or a
-    directory is refused without blocking: it is opened non-blocking and checked."""
+    directory is refused without blocking: it is opened non-blocking and checked.
+    Given `base`, it must be that content, or what this process wrote there."""
     try:
         data = read_regular(target, MAX_SETTINGS_BYTES)
     except FileNotFoundError:
+        _check_base(target, value, base, ABSENT)
         return {}
     except NotRegularFileError as exc:
         if exc.reason == "link":
@@ -229,6 +257,7 @@ def _read_settings(target: Path, value: str) -> JSONObject:
         raise ConfigError(
             f"{target} is larger than {MAX_SETTINGS_BYTES} bytes; add {value} by hand"
         )
+    _check_base(target, value, base, hashlib.sha256(data).hexdigest())
     try:
         loaded = json.loads(data.decode("utf-8")) if data.strip() else {}
     except (UnicodeDecodeError, ValueError) as exc:
@@ -236,6 +265,17 @@ def _read_settings(target: Path, value: str) -> JSONObject:
     if not isinstance(loaded, dict):
         raise ConfigError(f"{target} is not a JSON object; add {value} by hand")
     return loaded
+
+
+def _check_base(target: Path, value: str, base: str | None, now: str) -> None:
+    if base is None or now in (base, _OWN_WRITES.get(str(target.resolve()))):
+        return
+    raise ConfigError(
+        f"{target} changed since this run read it (not by warden), so {value} was not "
+        "written there: a rule you approve is added only to the content the run decided "
+        "from (this run still allows the call as you answered); add it by hand, or "
+        'answer "always" again in the next run'
+    )
 
 
 def _append(settings: JSONObject, keys: tuple[str, ...], value: str, target: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
@@ -141,10 +142,32 @@ def parse_block(block: Any, source: str, path: Path | None, *, strict_keys: bool
     return PolicySource(source, rules, mode, dirs)
 
 
-def read_policy_file(path: Path, source: str) -> PolicySource:
+@dataclass(frozen=True)
+class PolicyDocument:
+    """A `--policy` file as read once for a run (`workspace.inputs`): the permission
+    policy and the egress rules both decide from this parse, never a second read."""
+
+    path: Path
+    doc: Any
+    """The parsed JSON or YAML (read only)."""
+
+
+def read_policy_document(settings: Settings, name_or_path: str) -> PolicyDocument:
+    """Find a `--policy` file (`find_policy`) and read it once. PolicyError naming the fix."""
+    path = find_policy(settings, name_or_path)
+    return PolicyDocument(path, read_document(path))
+
+
+def policy_document(settings: Settings, policy: str | PolicyDocument) -> PolicyDocument:
+    """`policy` as read once: given so, or read now from its name or path."""
+    return policy if isinstance(policy, PolicyDocument) else read_policy_document(settings, policy)
+
+
+def read_policy_file(path: Path, source: str, doc: Any = None) -> PolicySource:
     """A warden policy file (YAML or JSON): the `permissions` keys at the top level,
-    or a settings file with a `permissions` block."""
-    doc = read_document(path)
+    or a settings file with a `permissions` block. `doc`: its content as already
+    parsed (`PolicyDocument`); None reads it now."""
+    doc = read_document(path) if doc is None else doc
     if isinstance(doc, dict) and "permissions" in doc:
         return parse_block(doc["permissions"], source, path, strict_keys=False)
     return parse_block(doc, source, path, strict_keys=True)
@@ -176,7 +199,7 @@ def load_policy(
     settings: Settings,
     workspace: Path,
     *,
-    policy: str | None = None,
+    policy: str | PolicyDocument | None = None,
     allow: Sequence[str] = (),
     deny: Sequence[str] = (),
     mode: str | None = None,
@@ -187,7 +210,8 @@ def load_policy(
 
     `trusted` False (a workspace the user has not trusted): the project's own allow
     rules and mode are left out; its deny and ask rules still hold. `stack`: the
-    run's settings files as read once (`workspace.inputs`); None reads them now."""
+    run's settings files as read once (`workspace.inputs`); None reads them now.
+    `policy`: a `--policy` name or path (read now), or the file as the run read it."""
     stack = load_stack(settings, workspace, MAX_POLICY_BYTES) if stack is None else stack
     if mode is not None and mode not in MODES:
         raise PolicyError(f"--mode {mode!r} is not one of {', '.join(MODES)}")
@@ -200,8 +224,8 @@ def load_policy(
     sources = [_from_file(f) for f in managed]
     sources.append(cli)
     if policy is not None:
-        path = find_policy(settings, policy)
-        sources.append(read_policy_file(path, f"policy:{path}"))
+        document = policy_document(settings, policy)
+        sources.append(read_policy_file(document.path, f"policy:{document.path}", document.doc))
     notes = stack.notes()
     for f in lower:
         src = _from_file(f)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,10 +66,13 @@ class PolicyGate:
         approvals: SessionApprovals | None = None,
         hook_sandbox: HookSandbox | None = None,
         known_tasks: Mapping[str, AskingTask] | None = None,
+        settings_base: str | None = None,
     ) -> None:
         self.policy = policy
         self.hooks = hooks
         self.workspace_host = workspace_host
+        self.settings_base = settings_base
+        """What "always allow" writes on top of (`always_allow.settings_base`)."""
         self.approver = approver
         self.store = store
         self.events = events
@@ -242,7 +246,9 @@ class PolicyGate:
     async def _write_rule(self, task: TaskContext, rule: str) -> None:
         assert self.workspace_host is not None
         try:
-            path = await asyncio.to_thread(add_allow_rule, self.workspace_host, rule)
+            path = await asyncio.to_thread(
+                partial(add_allow_rule, self.workspace_host, rule, base=self.settings_base)
+            )
         except (OSError, ConfigError) as exc:
             log.warning("could not write the always-allow rule %s: %s", rule, exc)
             await self._emit("permission_rule_failed", task, rule=rule, error=str(exc)[:500])

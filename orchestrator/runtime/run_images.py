@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from orchestrator.images.devcontext import DevContainerInputs
     from orchestrator.permissions import EffectivePolicy
     from orchestrator.permissions.settings_files import SettingsStack
+    from orchestrator.permissions.sources import PolicyDocument
 
 log = logging.getLogger("warden.images")
 
@@ -283,7 +284,7 @@ def run_build_egress(
     request: EgressRequest,
     policy: EffectivePolicy,
     *,
-    policy_file: str | None,
+    policy_file: str | PolicyDocument | None,
     identity: SandboxIdentity,
     trusted: bool,
     stack: SettingsStack | None = None,

@@ -24,8 +24,9 @@ from orchestrator.errors import ConfigError
 from orchestrator.lifecycle import leftovers, socket_dirs
 from orchestrator.lifecycle.recovery import recover
 from orchestrator.permissions import load_hooks, load_policy
+from orchestrator.permissions.always_allow import settings_base
 from orchestrator.permissions.approvers import NonInteractiveApprover
-from orchestrator.permissions.sources import find_policy
+from orchestrator.permissions.sources import PolicyDocument, find_policy
 from orchestrator.results.parent_transcript import ObservedClient, ParentTranscript, transcript_path
 from orchestrator.runtime.caps import TaskManagerConfig
 from orchestrator.runtime.events import EventLog
@@ -80,7 +81,7 @@ def prepare_guard(
     settings: Settings,
     workspace: Path,
     protect: tuple[str, ...],
-    policy: str | None = None,
+    policy: str | PolicyDocument | None = None,
     rules: EffectivePolicy | None = None,
     inputs: PolicyInputs | None = None,
 ) -> WorkspaceGuard:
@@ -96,11 +97,14 @@ def prepare_guard(
     )
 
 
-def policy_inside(settings: Settings, workspace: Path, policy: str | None) -> tuple[str, ...]:
+def policy_inside(
+    settings: Settings, workspace: Path, policy: str | PolicyDocument | None
+) -> tuple[str, ...]:
     """The `--policy` file's path in the workspace, when it lies there (none else)."""
     if policy is None:
         return ()
-    path = Path(os.path.realpath(find_policy(settings, policy)))
+    found = policy.path if isinstance(policy, PolicyDocument) else find_policy(settings, policy)
+    path = Path(os.path.realpath(found))
     try:
         return (str(path.relative_to(workspace)),)
     except ValueError:
@@ -186,7 +190,7 @@ async def open_run(
     socket_dirs.check_workspace_excludes(workspace, settings)
     # The run's policy inputs, read once: every part below decides from this snapshot.
     inputs = await asyncio.to_thread(
-        partial(read_policy_inputs, settings, workspace, trusted=trusted)
+        partial(read_policy_inputs, settings, workspace, trusted=trusted, policy=policy)
     )
     trusted = inputs.trusted
     read_once = inputs.stack
@@ -201,7 +205,7 @@ async def open_run(
         gate_policy = load_policy(
             settings,
             workspace,
-            policy=policy,
+            policy=inputs.policy,
             allow=allow,
             deny=deny,
             mode=mode,
@@ -213,7 +217,7 @@ async def open_run(
             log.warning("policy: %s", note)
     # Off the loop: a lock a sandbox holds on the workspace can make this wait (bounded).
     guard = await asyncio.to_thread(
-        prepare_guard, settings, workspace, protect, policy, gate_policy, inputs
+        prepare_guard, settings, workspace, protect, inputs.policy, gate_policy, inputs
     )
     run_id = new_run_id()
     session = run_id
@@ -237,7 +241,13 @@ async def open_run(
         hold = await asyncio.to_thread(WorkspaceHold, workspace)
         stack.callback(hold.close)
         watch = await asyncio.to_thread(
-            ExecutedPathsWatch, workspace, guard.protected, inputs.trust.prints
+            partial(
+                ExecutedPathsWatch,
+                workspace,
+                guard.protected,
+                inputs.trust.prints,
+                hooks=(inputs.hooks_path,) if inputs.hooks_path else (),
+            )
         )
         # Pools sized to the wait threads of every subagent at once (see backend.connect).
         calls = config.max_concurrent_total * config.max_depth
@@ -259,7 +269,7 @@ async def open_run(
             workspace,
             egress or EgressRequest(),
             gate_policy,
-            policy_file=policy,
+            policy_file=inputs.policy,
             identity=identity,
             trusted=trusted,
             stack=read_once,
@@ -349,13 +359,14 @@ async def open_run(
                 events=events,
                 hook_sandbox=hook_pool,
                 known_tasks=tasks,  # questions name every ancestor
+                settings_base=settings_base(read_once),  # "always" adds to what was read
             )
         run_egress_service = run_egress(
             egress or EgressRequest(),
             settings,
             workspace,
             gate_policy,
-            policy_file=policy,
+            policy_file=inputs.policy,
             asker=gate.asker,  # questions reach the run's approver through its gate
             store=store,
             events=events,

@@ -10,7 +10,9 @@ The dev container is part of it (`images.devcontext`): its devcontainer.json's
 bytes, parsed once, and for a Dockerfile build the context tar made once. Trust
 is decided from those bytes, and the run builds that very tar: a root
 `.devcontainer.json` or a Dockerfile a concurrent run's sandbox writes after this
-read is neither trusted nor built.
+read is neither trusted nor built. So are the `--policy` file (the permission
+policy and the egress rules decide from one parse of it) and `.git/config`'s
+`core.hooksPath` (which the end-of-run report watches).
 """
 
 from __future__ import annotations
@@ -22,8 +24,14 @@ from pathlib import Path
 
 from orchestrator.config import Settings
 from orchestrator.images.devcontext import DevContainerInputs, read_devcontainer
+from orchestrator.permissions.executed_paths import hooks_path_pattern
 from orchestrator.permissions.settings_files import SettingsStack, load_stack
-from orchestrator.permissions.sources import MAX_POLICY_BYTES, PROJECT_KINDS
+from orchestrator.permissions.sources import (
+    MAX_POLICY_BYTES,
+    PROJECT_KINDS,
+    PolicyDocument,
+    read_policy_document,
+)
 from orchestrator.workspace.trust import TrustVerdict, verdict
 
 
@@ -40,6 +48,11 @@ class PolicyInputs:
     """Computed from the same text for the project's settings files."""
     devcontainer: DevContainerInputs | None = None
     """The dev container as read once (None: the workspace has none)."""
+    policy: PolicyDocument | None = None
+    """The `--policy` file as read once (None: none given)."""
+    hooks_path: str | None = None
+    """`core.hooksPath` of the workspace's `.git/config` as a report pattern, when it
+    points inside the workspace (`permissions.executed_paths`)."""
 
     @property
     def trusted(self) -> bool:
@@ -47,11 +60,17 @@ class PolicyInputs:
 
 
 def read_policy_inputs(
-    settings: Settings, workspace: Path, *, trusted: bool | None = None
+    settings: Settings,
+    workspace: Path,
+    *,
+    trusted: bool | None = None,
+    policy: str | None = None,
 ) -> PolicyInputs:
-    """Read the run's settings once and decide trust from them. `trusted` (a flag, an
-    API caller's choice) overrides the recorded verdict; None: as recorded.
-    Raises PolicyError when a settings file cannot be read completely."""
+    """Read the run's settings (and `policy`, a `--policy` name or path) once and
+    decide trust from them. `trusted` (a flag, an API caller's choice) overrides
+    the recorded verdict; None: as recorded. Raises PolicyError when a settings or
+    policy file cannot be read completely."""
+    document = None if policy is None else read_policy_document(settings, policy)
     stack = load_stack(settings, workspace, MAX_POLICY_BYTES)
     texts = {
         os.path.relpath(f.path, workspace): f.text for f in stack.files if f.kind in PROJECT_KINDS
@@ -66,5 +85,11 @@ def read_policy_inputs(
         for f in stack.files
     )
     return PolicyInputs(
-        workspace=workspace, stack=stack, hashes=hashes, trust=found, devcontainer=dev
+        workspace=workspace,
+        stack=stack,
+        hashes=hashes,
+        trust=found,
+        devcontainer=dev,
+        policy=document,
+        hooks_path=hooks_path_pattern(workspace),
     )

@@ -349,12 +349,18 @@ class ExecutedPathsWatch:
         workspace: Path,
         extra: Sequence[str] = (),
         trust_before: Mapping[str, TrustedFile] | None = None,
+        *,
+        hooks: Sequence[str] | None = None,
     ) -> None:
+        """`hooks`: `core.hooksPath` as the run read it (`workspace.inputs`; None:
+        read now)."""
         self.workspace = workspace
-        hooks = hooks_path_pattern(workspace)
+        if hooks is None:
+            found = hooks_path_pattern(workspace)
+            hooks = (found,) if found else ()
         self.patterns = (
             *EXECUTED_PATHS,
-            *((hooks,) if hooks else ()),
+            *hooks,
             *("/" + p.strip("/") for p in extra),
         )
         self.before = take_snapshot(workspace, self.patterns)

@@ -99,11 +99,46 @@ async def test_a_run_reads_each_settings_file_once(
         return real(path, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(settings_files, "read_settings", counted)
-    async with scripted_run(settings, workspace, delegate("echo ran"), trusted=None) as (run, _):
+    # The --policy file and .git/config belong to the same snapshot.
+    from orchestrator.egress import sources as egress_sources
+    from orchestrator.permissions import executed_paths
+    from orchestrator.permissions import sources as policy_sources
+
+    policy = settings.config_dir / "team.json"
+    policy.write_text(json.dumps({"permissions": {"allow": ["Bash(echo:*)"]}}))
+    (workspace / ".git" / "config").write_text("[core]\n\thooksPath = tools/hooks\n")
+    documents: list[str] = []
+    real_document = policy_sources.read_document
+
+    def counted_document(path: Path) -> object:
+        documents.append(str(path))
+        return real_document(path)
+
+    monkeypatch.setattr(policy_sources, "read_document", counted_document)
+    monkeypatch.setattr(egress_sources, "read_document", counted_document)
+    hooks_reads: list[Path] = []
+    real_hooks = executed_paths.hooks_path_pattern
+
+    def counted_hooks(ws: Path) -> str | None:
+        hooks_reads.append(ws)
+        return real_hooks(ws)
+
+    monkeypatch.setattr(executed_paths, "hooks_path_pattern", counted_hooks)
+    from orchestrator.workspace import inputs as inputs_module
+    from orchestrator.workspace import report as report_module
+
+    monkeypatch.setattr(inputs_module, "hooks_path_pattern", counted_hooks)
+    monkeypatch.setattr(report_module, "hooks_path_pattern", counted_hooks)
+    async with scripted_run(
+        settings, workspace, delegate("echo ran"), trusted=None, policy=str(policy)
+    ) as (run, _):
         result = await run.parent.run("run it")
+        assert run.watch is not None and "/tools/hooks" in run.watch.patterns
     assert "ran" in result.text, result.text
     existing = [p for p in reads if Path(p).exists()]
     assert existing and len(existing) == len(set(existing)), reads
+    assert documents == [str(policy)], documents
+    assert len(hooks_reads) == 1, hooks_reads
 
 
 OUTSIDE_PLANT = (
