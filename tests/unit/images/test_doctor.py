@@ -164,7 +164,12 @@ def test_apply_fix_starts_dockerd_detached_and_waits_for_it(
 
     marker = tmp_path / "started"
     fake = tmp_path / "dockerd"
-    fake.write_text(f"#!/bin/sh\necho fake dockerd running\necho $$ > {marker}\nexec sleep 60\n")
+    # Written whole, then renamed: the test never reads a marker the shell has only
+    # created (on a loaded machine it did, and read "" as the pid).
+    fake.write_text(
+        "#!/bin/sh\necho fake dockerd running\n"
+        f"echo $$ > {marker}.tmp && mv {marker}.tmp {marker}\nexec sleep 60\n"
+    )
     fake.chmod(0o755)
     log_file = tmp_path / "log" / "dockerd.log"
     monkeypatch.setattr(engine, "DOCKERD", fake)
