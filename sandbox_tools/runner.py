@@ -147,6 +147,8 @@ class AgentLoop:
             tools.extend(self.mcp.definitions)
         if tools:
             request["tools"] = list[JSONValue](cached_tools(tools))
+        if self.spec.effort is not None:
+            request["output_config"] = {"effort": self.spec.effort}
         return request
 
     def _size(self, messages: list[JSONObject]) -> int:

@@ -99,6 +99,8 @@ DEFAULT_MODEL_RETRY_TOTAL_S = 300.0
 
 DEFAULT_MAX_TOKENS = 8192
 """`max_tokens` of each model call when the spec does not say."""
+EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")
+"""The Messages API's `output_config.effort` levels (what an agent's `effort` may send)."""
 DEFAULT_CONTEXT_WINDOW_TOKENS = 200_000
 """The model's context window when the spec does not say (the Claude models' standard)."""
 
@@ -408,6 +410,8 @@ class TaskSpec(NamedTuple):
     """MCP servers to start; their tools are offered as `mcp__<server>__<tool>`."""
     mcp_startup_timeout_s: float = DEFAULT_MCP_STARTUP_TIMEOUT_S
     mcp_tool_timeout_s: float = DEFAULT_MCP_TOOL_TIMEOUT_S
+    effort: str | None = None
+    """`output_config.effort` of every model call (the agent's `effort`); None: not sent."""
 
     @classmethod
     def from_json(cls, doc: object) -> TaskSpec:
@@ -452,7 +456,14 @@ class TaskSpec(NamedTuple):
             mcp_tool_timeout_s=float(
                 _typed(doc, "mcp_tool_timeout_s", (int, float), DEFAULT_MCP_TOOL_TIMEOUT_S)
             ),
+            effort=_effort(_typed(doc, "effort", (str, type(None)), None)),
         )
+
+
+def _effort(value: str | None) -> str | None:
+    if value is not None and value not in EFFORT_LEVELS:
+        raise WireFormatError(f"effort: {value[:20]!r} is not one of {', '.join(EFFORT_LEVELS)}")
+    return value
 
 
 FinalBehavior = Literal["allow", "deny"]

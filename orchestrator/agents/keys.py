@@ -22,7 +22,19 @@ from orchestrator.errors import AgentDefinitionError
 
 MemoryScope = Literal["user", "project", "local"]
 MEMORY_SCOPES: tuple[MemoryScope, ...] = ("user", "project", "local")
-EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")
+EffortLevel = Literal["low", "medium", "high", "xhigh", "max"]
+EFFORT_LEVELS: tuple[EffortLevel, ...] = ("low", "medium", "high", "xhigh", "max")
+EFFORT_ALIASES = {"med": "medium"}
+NO_EFFORT_MODELS = (
+    "claude-opus-4-0", "claude-opus-4-1", "claude-sonnet-4-0", "claude-sonnet-4-5",
+    "claude-haiku-4-5",
+)  # fmt: skip
+"""Models the pinned Claude Code sends no effort to (besides every `claude-3-*`)."""
+NO_MAX_EFFORT_MODELS = (*NO_EFFORT_MODELS, "claude-opus-4-5")
+"""Models without `max`: Claude Code sends `high` instead."""
+NO_XHIGH_EFFORT_MODELS = (*NO_MAX_EFFORT_MODELS, "claude-opus-4-6", "claude-sonnet-4-6")
+"""Models without `xhigh`: Claude Code sends `high` instead."""
+_DATED_MODEL = re.compile(r"^(claude-(?:opus|sonnet|haiku)-4)-(\d{8})$")
 ISOLATIONS = ("worktree",)
 
 WARDEN_KEYS = {
@@ -123,9 +135,7 @@ def name_list(value: object, key: str, file: Path) -> list[str]:
     )
 
 
-def warden_values(
-    values: dict[str, object], file: Path, warnings: list[str]
-) -> dict[str, object]:
+def warden_values(values: dict[str, object], file: Path, warnings: list[str]) -> dict[str, object]:
     """warden's own keys, from the `warden:` block and (deprecated) the top level,
     by their block names. The same key in both places is refused (which one holds
     would be a guess); an unknown key in the block is refused (a limit misspelt
@@ -180,6 +190,36 @@ def warden_values(
     return found
 
 
+def _effort_level(text: str) -> str | None:
+    """A level (`med` is `medium`, as in Claude Code), a whole number as text, or None."""
+    word = text.strip().lower()
+    word = EFFORT_ALIASES.get(word, word)
+    if word in EFFORT_LEVELS or word.isdigit():
+        return word
+    return None
+
+
+def request_effort(effort: str | None, model: str) -> EffortLevel | None:
+    """The `output_config.effort` the pinned Claude Code sends for an agent's `effort`
+    on `model`: the level as written; nothing for a number (it sends none) or for a
+    model without effort; `high` for `max`/`xhigh` where the model lacks them."""
+    level = next((lvl for lvl in EFFORT_LEVELS if lvl == effort), None)
+    if level is None:
+        return None
+    name = model.strip().lower()
+    if (dated := _DATED_MODEL.match(name)) is not None:
+        name = f"{dated.group(1)}-0"  # `claude-opus-4-20250514` is Opus 4.0
+    else:
+        name = re.sub(r"-\d{8}$", "", name)
+    if name.startswith("claude-3-") or name in NO_EFFORT_MODELS:
+        return None
+    if (level == "max" and name in NO_MAX_EFFORT_MODELS) or (
+        level == "xhigh" and name in NO_XHIGH_EFFORT_MODELS
+    ):
+        return "high"
+    return level
+
+
 def claude_code_fields(
     values: dict[str, object], file: Path, name: str, warnings: list[str]
 ) -> dict[str, object]:
@@ -198,8 +238,8 @@ def claude_code_fields(
     if effort is not None:
         if isinstance(effort, int) and not isinstance(effort, bool):
             fields["effort"] = str(effort)
-        elif isinstance(effort, str) and effort.strip().lower() in EFFORT_LEVELS:
-            fields["effort"] = effort.strip().lower()
+        elif isinstance(effort, str) and (level := _effort_level(effort)) is not None:
+            fields["effort"] = level
         else:
             warnings.append(
                 f"{where}: `effort: {effort}` is not a level ({', '.join(EFFORT_LEVELS)}) "

@@ -20,6 +20,8 @@ the same vocabulary as every other permission:
 | `mcp_toolset` of server S                     | `mcp__S`                               | - (its server is checked) |
 | `anthropic-beta: B` header value              | `AnthropicBeta(B)` (or `AnthropicBeta`) | - |
 | `metadata`, `service_tier`, `container`, `context_management` | `RequestField(NAME)`     | - |
+| `output_config` holding only `effort` (a level) | none: how hard the model thinks, inside the budget | - |
+| `output_config` with anything else (`format`, `task_budget`, ...) | `RequestField(output_config)` | - |
 
 The model API is egress: whatever a permission rule allows, the provider reaches
 only what that subagent's egress proxy would let it reach (`provider_egress`), so a
@@ -51,6 +53,7 @@ from dataclasses import dataclass, field
 from orchestrator.broker.provider_egress import NO_EGRESS, NO_EGRESS_REASON, ProviderEgress, Reach
 from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.permissions.rules import Rule
+from sandbox_tools import wire
 
 PASSED_FIELDS = frozenset(
     {
@@ -345,7 +348,10 @@ def check_request(policy: ForwardingPolicy, body: JSONObject, beta_header: str |
     naming every part that is not allowed and what would allow it."""
     decisions: list[ForwardDecision] = []
     for name in body:
-        if name in PASSED_FIELDS:
+        if name in PASSED_FIELDS or (name == "output_config" and _effort_only(body[name])):
+            continue
+        if name == "output_config":
+            decisions.append(policy.may_forward("RequestField", name, {"field": "output_config"}))
             continue
         if name == "mcp_servers":
             continue  # decided per server below
@@ -387,6 +393,17 @@ def check_request(policy: ForwardingPolicy, body: JSONObject, beta_header: str |
             decisions,
         )
     return Forwarded(body=body, betas=betas, decisions=decisions)
+
+
+def _effort_only(config: JSONValue) -> bool:
+    """Whether `output_config` is `{"effort": LEVEL}` and nothing else (an agent's
+    `effort`, as Claude Code sends it: it changes how the model spends tokens the
+    budget already bounds, and reaches nothing)."""
+    return (
+        isinstance(config, dict)
+        and set(config) == {"effort"}
+        and config["effort"] in wire.EFFORT_LEVELS
+    )
 
 
 def _unreachable(decision: ForwardDecision, reach: Reach) -> ForwardDecision:

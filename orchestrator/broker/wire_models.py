@@ -96,6 +96,9 @@ class TaskSpec(_Wire):
     """How long a server may take to answer `initialize` and `tools/list`."""
     mcp_tool_timeout_s: float = Field(default=wire.DEFAULT_MCP_TOOL_TIMEOUT_S, gt=0)
     """How long one MCP tool call may take."""
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    """`output_config.effort` of every model call, as Claude Code sends an agent's
+    `effort` (`agents.keys.request_effort`); None: not sent (the API's default)."""
     model_max_retries: int = Field(default=wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
     """Retries of one model call on 429/5xx/529 (the host SDK's retry layer)."""
     model_retry_total_s: float = Field(default=wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from orchestrator.agents.keys import request_effort
 from orchestrator.broker import wire_models
 from orchestrator.errors import TaskNotFoundError
 from orchestrator.jsontypes import JSONObject, JSONValue
@@ -128,6 +129,9 @@ def runner_spec(
         mcp_servers=[wire_models.McpServerLaunch.model_validate(m) for m in mcp_servers or []],
         mcp_startup_timeout_s=config.mcp_startup_timeout_s,
         mcp_tool_timeout_s=config.mcp_tool_timeout_s,
+        # a fork's requests are the parent's (its prefix and settings); others carry
+        # the agent's effort as Claude Code sends it
+        effort=request_effort(agent.effort, model) if fork is None else None,
     )
 
 

@@ -55,6 +55,10 @@ AGENT_USERMEM = (
     "---\nname: keeper\ndescription: Keeps user memory\nmemory: user\nmodel: sonnet\n"
     "skills: greet, style\n---\nYou are KEEPERBODY.\n"
 )
+AGENT_EFFORT = (
+    "---\nname: thinker\ndescription: Thinks hard\neffort: {level}\nmodel: sonnet\n"
+    "---\nYou are THINKERBODY.\n"
+)
 SKILL = "---\nname: greet\ndescription: Greets people\n---\nSKILLBODY say hi.\n"
 USER_SKILL = "---\nname: style\ndescription: House style\n---\nUSERSKILLBODY be terse.\n"
 PROJECT_MD = "Project rule: PROJECTMD.\n"
@@ -113,6 +117,9 @@ def all_cases() -> list[dict[str, Any]]:
         {"id": "explore", "git": True, "files": with_md, "home_files": home,
          "task": _task("Explore")},
         {"id": "plan", "git": True, "files": with_md, "home_files": home, "task": _task("Plan")},
+        *({"id": f"effort-{level}", "files": {**BASE_FILES,
+           ".claude/agents/thinker.md": AGENT_EFFORT.format(level=level)},
+           "task": _task("thinker")} for level in ("low", "max", "7")),
     ]  # fmt: skip
     return [{**case, "parent_model": PARENT_MODEL} for case in cases]
 
@@ -138,7 +145,7 @@ def _ordered(text: str, markers: dict[str, list[str]]) -> list[str]:
 
 SYSTEM_MARKERS = {
     "agent prompt": ["REVBODY", "PLAINBODY", "QUIETBODY", "KEEPERBODY",
-                     "general-purpose subagent", "search subagent", "planning subagent",
+                     "THINKERBODY", "general-purpose subagent", "search subagent", "planning subagent",
                      "file search specialist", "software architect",
                      "an agent for Claude Code"],
     "memory section": ["MEMORY.md"],
@@ -189,6 +196,9 @@ def parts(request: dict[str, Any], today: str) -> dict[str, Any]:
         "system": _ordered(system, SYSTEM_MARKERS),
         "message": _ordered(message, markers),
         "values": sorted(k for k, v in VALUE_PARTS.items() if v in system + message),
+        # no effort is the API's default, `high`, which Claude Code sends explicitly
+        # (docs/agents.md)
+        "effort": (request.get("output_config") or {}).get("effort") or "high",
         "tools": tools,
     }
 
@@ -220,6 +230,8 @@ def compare_parts(case_id: str, claude: dict[str, Any], warden: dict[str, Any]) 
         common_c = [n for n in claude[where] if n in warden[where]]
         common_w = [n for n in warden[where] if n in claude[where]]
         result.check(f"{where}: order", common_c == common_w, f"{common_c} / {common_w}")
+    result.check("effort", claude.get("effort") == warden.get("effort"),
+                 f"{claude.get('effort')} / {warden.get('effort')}")  # fmt: skip
     for name in sorted(set(VALUE_PARTS)):
         c, w = name in claude["values"], name in warden["values"]
         result.check(name, c == w, f"claude {c}, warden {w}")

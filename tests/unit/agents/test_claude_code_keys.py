@@ -115,3 +115,27 @@ def test_effort_numbers_and_a_server_mapping(tmp_path: Path) -> None:
     agent, _ = load_agent_file(_file(tmp_path, front))
     assert agent.effort == "3"
     assert [s.name for s in agent.mcp_servers] == ["one", "two"]
+
+
+def test_effort_is_sent_as_the_pinned_claude_code_sends_it() -> None:
+    """A level goes out as written; a number, or a model without effort, sends none;
+    `max`/`xhigh` fall back to `high` on models that lack them (the pinned CLI's
+    capability lists)."""
+    from orchestrator.agents.keys import request_effort
+
+    assert request_effort("low", "claude-sonnet-5") == "low"
+    assert request_effort("max", "claude-sonnet-5") == "max"
+    assert request_effort("7", "claude-sonnet-5") is None
+    assert request_effort(None, "claude-sonnet-5") is None
+    assert request_effort("low", "claude-haiku-4-5") is None
+    assert request_effort("low", "claude-haiku-4-5-20251001") is None
+    assert request_effort("low", "claude-3-5-sonnet-20241022") is None
+    assert request_effort("low", "claude-opus-4-20250514") is None
+    assert request_effort("max", "claude-opus-4-5") == "high"
+    assert request_effort("xhigh", "claude-sonnet-4-6") == "high"
+    assert request_effort("xhigh", "claude-opus-4-8") == "xhigh"
+
+
+def test_effort_med_is_medium(tmp_path: Path) -> None:
+    agent, _ = load_agent_file(_file(tmp_path, "effort: Med\n"))
+    assert agent.effort == "medium"

@@ -187,3 +187,16 @@ def test_client_tools_are_a_closed_list_of_shapes() -> None:
     ):
         with pytest.raises(ForwardingRefused):
             check_request(policy, body(tools=[tool]), None)
+
+
+def test_an_effort_level_passes_and_other_output_config_needs_a_rule() -> None:
+    """An agent's `effort` reaches the API as Claude Code sends it (`output_config:
+    {effort}`); anything else in `output_config` is refused without a rule."""
+    policy = gate(None)
+    sent = check_request(policy, body(output_config={"effort": "low"}), None)
+    assert sent.body["output_config"] == {"effort": "low"}
+    for config in ({"effort": "enormous"}, {"effort": "low", "format": {}}, {"task_budget": {}}):
+        with pytest.raises(ForwardingRefused, match="output_config"):
+            check_request(policy, body(output_config=config), None)
+    allowed = gate(None, "RequestField(output_config)")
+    assert check_request(allowed, body(output_config={"format": {}}), None).body

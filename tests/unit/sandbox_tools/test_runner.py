@@ -226,6 +226,7 @@ async def test_fresh_conversation_allowed_tool_runs_and_final_text_is_posted(
     ]
     assert first["tools"][-1]["cache_control"] == cached
     assert first["model"] == "claude-test"
+    assert "output_config" not in first  # no effort: the API's default
     assert [t["name"] for t in first["tools"]] == ["Bash", "Read", "Write", "Edit", "Glob", "Grep"]
 
     assert (tmp_path / "out.txt").read_text() == "hello\n"
@@ -727,3 +728,14 @@ async def test_a_file_name_that_is_not_utf8_does_not_break_the_conversation(
     [listing] = fake.tool_results(1)
     assert "bad-?-name.txt" in listing["content"]
     assert fake.results == [wire_models.ResultRequest(status="completed", text="listed")]
+
+
+async def test_the_agents_effort_goes_into_every_model_call(
+    socket_dir: Path, tmp_path: Path
+) -> None:
+    """`effort` in the spec is sent as Claude Code sends it: `output_config.effort`."""
+    broker = FakeBroker(
+        make_spec(effort="low"), [tool_turn("Read", {"file_path": "x"}), text_turn("ok")]
+    )
+    assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
+    assert [r["output_config"] for r in broker.model_requests] == [{"effort": "low"}] * 2
