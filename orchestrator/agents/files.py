@@ -51,6 +51,8 @@ from pydantic import ValidationError
 
 from orchestrator.agents.definition import AgentDefinition, split_tool_names
 from orchestrator.agents.keys import (
+    MEMORY_SCOPES,
+    MEMORY_TOOLS,
     WARDEN_KEYS,
     claude_code_fields,
     parse_duration,
@@ -347,6 +349,10 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
     }
     listed = parse_tool_list(values.get("tools"), "tools", path)
     denied = parse_tool_list(values.get("disallowedTools"), "disallowedTools", path) or []
+    if listed is not None and values.get("memory") in MEMORY_SCOPES:
+        # as in Claude Code: an agent with memory can read and write it whatever its
+        # `tools` list (`disallowedTools` still takes them away)
+        listed = [*listed, *(t for t in MEMORY_TOOLS if t not in listed)]
     if listed is not None or denied:
         kept, dropped = split_tool_names(list(TOOL_NAMES) if listed is None else listed)
         kept = [tool for tool in kept if tool not in denied]

@@ -22,6 +22,8 @@ from orchestrator.errors import AgentDefinitionError
 
 MemoryScope = Literal["user", "project", "local"]
 MEMORY_SCOPES: tuple[MemoryScope, ...] = ("user", "project", "local")
+MEMORY_TOOLS = ("Write", "Edit", "Read")
+"""Tools an agent with `memory` gets even when its `tools` list omits them (Claude Code)."""
 EffortLevel = Literal["low", "medium", "high", "xhigh", "max"]
 EFFORT_LEVELS: tuple[EffortLevel, ...] = ("low", "medium", "high", "xhigh", "max")
 EFFORT_ALIASES = {"med": "medium"}

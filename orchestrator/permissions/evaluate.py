@@ -40,6 +40,9 @@ from sandbox_tools.wire import WORKSPACE
 log = logging.getLogger(__name__)
 
 MODE_SOURCE = "mode"
+MEMORY_SOURCE = "agent memory"
+BUILT_IN_ASK_SOURCE = "built-in"
+"""The source of the executed-paths ask rules (`sources.BUILT_IN_SOURCE`)."""
 TRANSPARENT_WRAPPERS = frozenset({"timeout", "time", "nice", "nohup", "stdbuf"})
 """Wrappers an allow rule looks through, as Claude Code does: `timeout 5 npm test` is
 allowed by `Bash(npm test:*)`. Every other command that runs a command (`sh -c`,
@@ -241,9 +244,19 @@ class _Evaluator:
                 return self._done("deny", f"denied by {rule.text} ({rule.source})", rule)
         if self.mode == "plan" and tool not in READ_TOOLS | OWN_STATE_TOOLS:
             return self._done("deny", "the plan mode is read-only", source=f"{MODE_SOURCE}:plan")
+        memory = self._memory_write(target)
         for rule in self.policy.rules_for("ask"):
+            if memory and rule.source == BUILT_IN_ASK_SOURCE:
+                continue  # `.claude` asks, but the agent's own memory is its to write
             if self._matches(rule, target, strict=True):
                 return self._done("ask", f"{rule.text} ({rule.source}) asks for approval", rule)
+        if memory:
+            return self._done(
+                "allow",
+                "agent memory files are allowed for writing (the agent's own memory "
+                "directory, as in Claude Code)",
+                source=MEMORY_SOURCE,
+            )
         if tool == "Grep" and target and not self._all_regular_files(target):
             for rule in [*self.policy.rules_for("deny"), *self.policy.rules_for("ask")]:
                 if rule.tool == "Read" and could_reach(rule, target):
@@ -258,6 +271,14 @@ class _Evaluator:
                 return self._done("allow", f"allowed by {rule.text} ({rule.source})", rule)
         in_ws = bool(target) and all(paths.inside(p, self._edit_roots()) for p in target or [])
         return self._mode_default(tool, in_ws)
+
+    def _memory_write(self, target: list[str] | None) -> bool:
+        """A Write or Edit of `.md` files in the agent's own memory directory, every
+        spelling of the path (links resolved) inside it."""
+        root = self.policy.memory_dir
+        if root is None or self.call.tool_name not in ("Write", "Edit") or not target:
+            return False
+        return all(p.endswith(".md") and paths.inside(p, [root]) and p != root for p in target)
 
     def _all_regular_files(self, spellings: list[str]) -> bool:
         """True when the host shows every spelling is a regular file (not a tree)."""

@@ -32,6 +32,11 @@ class EffectivePolicy(BaseModel):
     notes: tuple[str, ...] = ()
     """What was read but not applied, and why (unknown keys, untrusted workspace,
     managed-only keys): printed by `warden policy explain` and logged by runs."""
+    memory_dir: str | None = None
+    """The container path of this agent's own writable memory directory (Claude Code's
+    `memory: project`/`local`): a Write or Edit of a `.md` file in it is allowed, as
+    Claude Code allows it, unless a deny or a person's ask rule says otherwise. Set
+    per agent, never inherited by its children."""
     bypass_disabled: bool = False
     """`disableBypassPermissionsMode` is in force: no agent may enter bypassPermissions."""
 

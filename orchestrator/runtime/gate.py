@@ -37,6 +37,7 @@ from orchestrator.permissions.approvers import (
 from orchestrator.permissions.hooks import HookSandbox
 from orchestrator.runtime.tasks import TaskContext
 from orchestrator.runtime.todos import TODOS_EVENT, event_data, parse_todos
+from orchestrator.workspace import agent_memory
 from sandbox_tools import wire
 
 if TYPE_CHECKING:
@@ -100,6 +101,12 @@ class PolicyGate:
                 effective_tools(task.agent.policy_tools(), base),
                 task.agent.permission_mode,
                 f"agent {task.agent.name} ({task.agent.source})",
+            ).model_copy(  # its own memory only: a child's is the child's
+                update={
+                    "memory_dir": agent_memory.sandbox_path(
+                        task.agent.memory_scope or "", task.agent.name
+                    )
+                }
             )
             hooks = self.hooks
             if task.agent.hooks:  # the agent file's own hooks, for its calls only

@@ -24,7 +24,9 @@ from orchestrator.backend.contract import (
 )
 from orchestrator.broker import SandboxIdentity, groups_for
 from orchestrator.images.choice import WARDEN_RUNNER
+from orchestrator.permissions import paths
 from orchestrator.runtime.pool import WARM_WAIT_S, PoolKey
+from orchestrator.workspace import agent_memory
 from sandbox_tools import wire
 
 if TYPE_CHECKING:
@@ -38,6 +40,8 @@ RUNNER_COMMAND = WARDEN_RUNNER
 """The in-container runner (`sandbox_tools`); only it knows `--wait` (warm starts).
 A project image starts it through warden's mounted runtime instead (`images.choice`)."""
 SANDBOX_ENV = {"HOME": "/tmp"}
+CLAUDE_TARGET = f"{wire.WORKSPACE}/.claude"
+"""The read-only `.claude` every sandbox gets: an agent's memory is mounted over it."""
 
 
 def sandbox_identity(
@@ -124,7 +128,7 @@ class SandboxPlan:
             mounts=[
                 Mount(source=socket_dir, target=wire.BROKER_SOCKET_DIR, read_only=True),
                 *image.mounts,
-                *self.guard.mounts(),
+                *self._with_memory(agent, self.guard.mounts()),
             ],
             env={**image.env, **SANDBOX_ENV},
             user=f"{self.identity.uid}:{self.identity.gid}",
@@ -133,7 +137,41 @@ class SandboxPlan:
             warden_labels=labels.warden_labels(self.session, run=self.run_id, **extra),
         )
 
+    def _with_memory(self, agent: AgentDefinition, mounts: list[Mount]) -> list[Mount]:
+        """`mounts` and the agent's project or local memory directory, read-write
+        (`workspace.agent_memory`), unless a deny rule's wall already holds that
+        directory or one above it (a wall is never undone for memory)."""
+        target = agent_memory.sandbox_path(agent.memory_scope or "", agent.name)
+        if target is None:
+            return mounts
+        walled = self._walled(target, mounts)
+        if walled is not None:
+            log.warning("agent %s: its memory %s stays read-only: %s", agent.name, target, walled)
+            return mounts
+        owner = (self.identity.uid, self.identity.gid)
+        return [
+            *mounts,
+            agent_memory.memory_mount(self.guard.workspace, agent.memory_scope or "", agent.name, owner),
+        ]
+
+    def _walled(self, target: str, mounts: list[Mount]) -> str | None:
+        """What holds `target` or a directory above it read-only or hidden, besides
+        the `.claude` mount every sandbox has: a protected path's mount, or a deny
+        rule's wall (matched as a path, so a rule over `.claude` counts too)."""
+        for m in mounts:
+            if m.target != CLAUDE_TARGET and (
+                target == m.target or target.startswith(m.target + "/")
+            ):
+                return f"{m.target} is mounted over it"
+        for wall in self.guard.walls:
+            if paths.matches(wall.pattern, target, fold=True):
+                return f"the deny rule {wall.rule} covers it"
+        return None
+
     def pool_key(self, agent: AgentDefinition) -> PoolKey:
-        """Warm sandboxes are interchangeable within (image, limits); mounts are not
-        part of the key because each sandbox computes its own when it starts."""
-        return (self.image_resolver(agent).ref, agent_limits(agent).model_dump_json())
+        """Warm sandboxes are interchangeable within (image, limits, writable memory
+        directory); the other mounts are not part of the key because each sandbox
+        computes its own when it starts. A warm sandbox made for one agent's memory
+        never serves another agent (it could write that memory)."""
+        memory = agent_memory.sandbox_path(agent.memory_scope or "", agent.name) or ""
+        return (self.image_resolver(agent).ref, agent_limits(agent).model_dump_json() + memory)

@@ -22,13 +22,12 @@ from pathlib import Path
 from orchestrator.agents.definition import BUILTIN_SOURCE, AgentDefinition
 from orchestrator.jsontypes import JSONObject
 from orchestrator.regular_file import open_regular
+from orchestrator.workspace import agent_memory
 
 MAX_CONTEXT_FILE_BYTES = 64 * 1024
 """Most of one CLAUDE.md, SKILL.md or MEMORY.md read (the rest is cut, saying so)."""
 MEMORY_INDEX_LINES = 200
 """Lines of MEMORY.md put in the prompt (Claude Code's limit too)."""
-PROJECT_MEMORY = Path(".claude") / "agent-memory"
-LOCAL_MEMORY = Path(".claude") / "agent-memory-local"
 SANDBOX_WORKSPACE = "/workspace"
 
 MEMORY_SECTION = """\
@@ -66,9 +65,9 @@ SCOPE_NOTES = {
     ),
 }
 NO_INDEX = "(empty: no memories yet)"
-READ_ONLY_NOTE = (
-    "In warden this directory is read-only inside your sandbox for now: read your "
-    "memories, and put what you would save in your final answer instead."
+USER_MEMORY_NOTE = (
+    "In warden this directory is in the user's home, which your sandbox cannot reach: "
+    "its index is above, read-only; put what you would save in your final answer instead."
 )
 
 CONTEXT_HEADER = (
@@ -115,32 +114,38 @@ def read_text(path: Path, confine_to: Path | None) -> str | None:
 
 def memory_directory(agent: AgentDefinition, sources: ContextSources) -> tuple[Path, str] | None:
     """(the host directory, how the subagent sees it) of the agent's memory."""
-    slug = "".join(c if c.isalnum() or c in "-_" else "-" for c in agent.name) or "unknown"
-    if agent.memory_scope == "user" and sources.claude_dir is not None:
-        host = sources.claude_dir / "agent-memory" / slug
+    scope = agent.memory_scope
+    if scope == "user" and sources.claude_dir is not None:
+        host = sources.claude_dir / agent_memory.USER_MEMORY / agent_memory.memory_slug(agent.name)
         return host, str(host)
-    if agent.memory_scope in ("project", "local") and sources.workspace is not None:
-        rel = (PROJECT_MEMORY if agent.memory_scope == "project" else LOCAL_MEMORY) / slug
-        return sources.workspace / rel, f"{SANDBOX_WORKSPACE}/{rel.as_posix()}/"
+    parts = agent_memory.workspace_parts(scope or "", agent.name)
+    if parts is not None and sources.workspace is not None:
+        return sources.workspace.joinpath(*parts), f"{SANDBOX_WORKSPACE}/{'/'.join(parts)}/"
     return None
 
 
 def memory_section(agent: AgentDefinition, sources: ContextSources) -> str | None:
-    """The memory section of the agent's system prompt; None without `memory`."""
+    """The memory section of the agent's system prompt; None without `memory`. The
+    index is read as `agent_memory.read_index` reads it (a sandbox wrote it)."""
     where = memory_directory(agent, sources)
     if where is None or agent.memory_scope is None:
         return None
-    host, shown = where
-    confine = sources.claude_dir if agent.memory_scope == "user" else sources.workspace
-    index = read_text(host / "MEMORY.md", confine)
+    _, shown = where
+    if agent.memory_scope == "user":
+        assert sources.claude_dir is not None
+        base = sources.claude_dir
+        parts: tuple[str, ...] = (agent_memory.USER_MEMORY, agent_memory.memory_slug(agent.name))
+    else:
+        assert sources.workspace is not None
+        base = sources.workspace
+        parts = agent_memory.workspace_parts(agent.memory_scope, agent.name) or ()
+    index = agent_memory.read_index(base, parts)
     lines = (index or "").strip().splitlines()
     if len(lines) > MEMORY_INDEX_LINES:
         lines = [*lines[:MEMORY_INDEX_LINES], f"[{len(lines) - MEMORY_INDEX_LINES} more lines cut]"]
     scope = SCOPE_NOTES[agent.memory_scope]
     if agent.memory_scope == "user":
-        scope += " " + READ_ONLY_NOTE.replace("read-only inside", "not reachable from")
-    else:
-        scope += " " + READ_ONLY_NOTE
+        scope += " " + USER_MEMORY_NOTE
     return MEMORY_SECTION.format(
         directory=shown, lines=MEMORY_INDEX_LINES, scope=scope,
         index="\n".join(lines) if lines else NO_INDEX,
@@ -203,7 +208,9 @@ def skill_file(name: str, sources: ContextSources) -> tuple[Path, str] | None:
     return None
 
 
-def skill_blocks(agent: AgentDefinition, sources: ContextSources) -> tuple[list[JSONObject], list[str]]:
+def skill_blocks(
+    agent: AgentDefinition, sources: ContextSources
+) -> tuple[list[JSONObject], list[str]]:
     """The preloaded skills' blocks (after the task), and the names not found."""
     blocks: list[JSONObject] = []
     missing: list[str] = []

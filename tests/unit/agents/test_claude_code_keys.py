@@ -139,3 +139,11 @@ def test_effort_is_sent_as_the_pinned_claude_code_sends_it() -> None:
 def test_effort_med_is_medium(tmp_path: Path) -> None:
     agent, _ = load_agent_file(_file(tmp_path, "effort: Med\n"))
     assert agent.effort == "medium"
+
+
+def test_memory_brings_read_write_and_edit_as_in_claude_code(tmp_path: Path) -> None:
+    agent, _ = load_agent_file(_file(tmp_path, "memory: local\ntools: Bash, Read\n"))
+    assert agent.tools == ("Bash", "Read", "Write", "Edit")
+    front = "memory: local\ntools: Bash\ndisallowedTools: Write\n"
+    agent, _ = load_agent_file(_file(tmp_path, front))
+    assert agent.tools == ("Bash", "Edit", "Read")

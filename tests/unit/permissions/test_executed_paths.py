@@ -58,9 +58,7 @@ def test_an_edit_of_a_path_tools_execute_asks_in_every_mode(tmp_path: Path, path
     assert _decide(tmp_path, "bypassPermissions", _write(path)) == "ask"
     assert _decide(tmp_path, "default", _write(path), allow=("Edit(**)", "Edit(//**)")) == "ask"
     assert _decide(tmp_path, "dontAsk", _write(path), allow=("Edit(**)",)) == "deny"
-    bash = ToolCall(
-        tool_name="Bash", tool_input={"command": f"echo x > {path}"}, tool_use_id="t"
-    )
+    bash = ToolCall(tool_name="Bash", tool_input={"command": f"echo x > {path}"}, tool_use_id="t")
     assert _decide(tmp_path, "acceptEdits", bash, allow=("Bash(echo:*)",)) == "ask"
 
 
@@ -92,3 +90,31 @@ def test_core_hooks_path_inside_the_workspace_is_read(tmp_path: Path) -> None:
         assert hooks_path_pattern(tmp_path) == expect, value
     config.write_text("not [ a config")
     assert hooks_path_pattern(tmp_path) is None
+
+
+MEMORY = "/workspace/.claude/agent-memory/keeper"
+
+
+def test_an_agents_own_memory_is_written_without_asking(tmp_path: Path) -> None:
+    """As in Claude Code: `.md` files in the agent's own memory directory are allowed
+    for writing in every mode but plan; anything else under `.claude` still asks, a
+    deny rule still wins, and another agent's memory is not the agent's."""
+    from orchestrator.permissions.evaluate import BUILT_IN_ASK_SOURCE
+    from orchestrator.permissions.sources import BUILT_IN_SOURCE
+
+    assert BUILT_IN_ASK_SOURCE == BUILT_IN_SOURCE
+    settings = Settings(state_dir=tmp_path / "s", config_dir=tmp_path / "c")
+
+    def decide(path: str, mode: str = "default", deny: tuple[str, ...] = ()) -> str:
+        policy = load_policy(settings, tmp_path, mode=mode, deny=list(deny))
+        policy = policy.model_copy(update={"memory_dir": MEMORY})
+        return evaluate(policy, _write(path)).decision.behavior
+
+    assert decide(f"{MEMORY}/MEMORY.md") == "allow"
+    assert decide(f"{MEMORY}/topics/style.md", "bypassPermissions") == "allow"
+    assert decide(f"{MEMORY}/run.sh") == "ask"
+    assert decide("/workspace/.claude/agent-memory/other/MEMORY.md") == "ask"
+    assert decide("/workspace/.claude/settings.md") == "ask"
+    assert decide(f"{MEMORY}/../../settings.md") == "ask"
+    assert decide(f"{MEMORY}/MEMORY.md", "plan") == "deny"
+    assert decide(f"{MEMORY}/MEMORY.md", deny=("Edit(.claude/**)",)) == "deny"
