@@ -109,6 +109,25 @@ class PoolConfig(BaseModel):
         )
 
 
+DEFAULT_ANALYSER_DEADLINE_MS = 1000
+"""Longest one Bash command line's analysis may take in a worker process before the
+call asks (a 60 KB here-document writing a source file takes about 20 ms)."""
+DEFAULT_ANALYSER_WORKERS = 2
+
+
+class AnalyserBound(BaseModel):
+    """The Bash analyser's time bound (`permissions.analyser_bound`): long command lines
+    are analysed in worker processes, and one over its deadline asks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    deadline_ms: int = Field(default=DEFAULT_ANALYSER_DEADLINE_MS, ge=1, le=600_000)
+    """A worker's analysis of one command line longer than it is killed after this long
+    and the call asks; a call also waits at most this long for a free worker."""
+    workers: int = Field(default=DEFAULT_ANALYSER_WORKERS, ge=1, le=16)
+    """Worker processes kept warm (each about 40 MB)."""
+
+
 _NUMBERS = {
     "WARDEN_MODEL_MAX_RETRIES": "model_max_retries",
     "WARDEN_MODEL_RETRY_TOTAL_S": "model_retry_total_s",
@@ -124,6 +143,8 @@ _NUMBERS = {
     "WARDEN_WARM_POOL_IDLE_S": "warm_pool_idle_s",
     BUILD_PIDS_VARIABLE: "build_pids_limit",
     BUILD_DEADLINE_VARIABLE: "build_deadline_s",
+    "WARDEN_ANALYSER_DEADLINE_MS": "analyser_deadline_ms",
+    "WARDEN_ANALYSER_WORKERS": "analyser_workers",
 }
 """Numeric settings read from the environment: variable -> field."""
 
@@ -261,6 +282,16 @@ class Settings(BaseModel):
     warm_pool_memory: int = Field(default=DEFAULT_POOL_MEMORY_BYTES, ge=0)
     """Sum of the memory limits of all warm sandboxes (WARDEN_WARM_POOL_MEMORY, e.g. `4g`;
     0: off)."""
+
+    analyser_deadline_ms: int = Field(default=DEFAULT_ANALYSER_DEADLINE_MS, ge=1, le=600_000)
+    """Longest analysis of one long Bash command line before the call asks
+    (WARDEN_ANALYSER_DEADLINE_MS); see `AnalyserBound`."""
+    analyser_workers: int = Field(default=DEFAULT_ANALYSER_WORKERS, ge=1, le=16)
+    """Analyser worker processes kept warm (WARDEN_ANALYSER_WORKERS)."""
+
+    def analyser_bound(self) -> AnalyserBound:
+        """The Bash analyser's time bound from these settings."""
+        return AnalyserBound(deadline_ms=self.analyser_deadline_ms, workers=self.analyser_workers)
 
     def pool_config(self) -> PoolConfig:
         """The warm pool's sizing from these settings."""

@@ -91,9 +91,11 @@ def explain_command(
     """
     from orchestrator.commands._explain import explain_call
     from orchestrator.config import Settings
+    from orchestrator.permissions import analyser_bound
     from orchestrator.workspace.trust import is_trusted
 
     settings = Settings.from_env()
+    analyser_bound.configure(settings.analyser_bound())
     ws = workspace.resolve()
     trusted = is_trusted(settings, ws) if trust is None else trust
     result, effective = explain_call(

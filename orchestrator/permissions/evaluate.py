@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.behavior import Behavior
 from orchestrator.permissions import file_reads, file_writes, glob_reads, paths, program_options
+from orchestrator.permissions.analyser_bound import analyse_bounded
 from orchestrator.permissions.glob_reads import glob_may_read
 from orchestrator.permissions.models import (
     EDIT_TOOLS,
@@ -34,7 +35,7 @@ from orchestrator.permissions.rules import (
     tool_listed,
     webfetch_matches,
 )
-from orchestrator.permissions.shell import SimpleCommand, analyse
+from orchestrator.permissions.shell import SimpleCommand
 from sandbox_tools.wire import WORKSPACE
 
 log = logging.getLogger(__name__)
@@ -302,7 +303,7 @@ class _Evaluator:
         command = self.call.tool_input.get("command")
         if not isinstance(command, str):
             return self._done("deny", "Bash input has no 'command' string", source="input")
-        analysis = analyse(command)
+        analysis = analyse_bounded(command)
         problems = list(analysis.problems)
         writes: list[tuple[str, list[str]]] = []
         for target in analysis.writes:

@@ -23,7 +23,7 @@ from orchestrator.egress.setup import EgressRequest, run_egress
 from orchestrator.errors import ConfigError
 from orchestrator.lifecycle import leftovers, socket_dirs
 from orchestrator.lifecycle.recovery import recover
-from orchestrator.permissions import load_hooks, load_policy
+from orchestrator.permissions import analyser_bound, load_hooks, load_policy
 from orchestrator.permissions.always_allow import settings_base
 from orchestrator.permissions.approvers import NonInteractiveApprover
 from orchestrator.permissions.sources import PolicyDocument, find_policy
@@ -350,6 +350,10 @@ async def open_run(
             )
             if gate_hooks.needs_sandbox():
                 hook_pool.warm()
+            # Long Bash lines are analysed in worker processes under a deadline: start
+            # them now, while the sandboxes start, not at the first long line.
+            analyser_bound.configure(settings.analyser_bound())
+            analyser_bound.pool()
             gate = PolicyGate(
                 policy=gate_policy,
                 hooks=gate_hooks,

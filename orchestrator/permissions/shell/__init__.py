@@ -19,6 +19,7 @@ from orchestrator.permissions.shell.analysis import (
     SimpleCommand,
     analyse,
     is_safe_device,
+    refused_shape,
 )
 
 __all__ = [
@@ -30,4 +31,5 @@ __all__ = [
     "SimpleCommand",
     "analyse",
     "is_safe_device",
+    "refused_shape",
 ]

@@ -15,7 +15,6 @@ allowed by a rule (it asks, or is denied in `dontAsk`).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -36,6 +35,7 @@ from orchestrator.permissions.shell.parser import (
     is_safe_device,
     parse,
 )
+from orchestrator.permissions.shell.shape import MAX_HEREDOCS, refused_shape
 from orchestrator.permissions.shell.tree import disagreement, loose_commands
 from orchestrator.permissions.shell.words import expand_braces
 from orchestrator.permissions.shell.wrappers import (
@@ -57,6 +57,7 @@ __all__ = [
     "SimpleCommand",
     "analyse",
     "is_safe_device",
+    "refused_shape",
 ]
 
 log = logging.getLogger(__name__)
@@ -172,28 +173,6 @@ class _Unsettled(Exception):
     def __init__(self, analysis: ShellAnalysis) -> None:
         super().__init__("unsettled analysis")
         self.analysis = analysis
-
-
-MAX_HEREDOCS = 64
-"""Most here-document operators (`<<`, `<<-`) in one command line, counted before any
-parse (also inside quotes and bodies: a count cannot tell). tree-sitter-bash's parse
-grows with the square of the here-documents pending on one line (4,700 in 63 KB took
-7 s, holding the interpreter); at this cap the worst shape measured takes about 0.2 s
-(`bench/bench_decision_cost.py`). A line with more asks without being parsed."""
-_HEREDOC_OPERATOR = re.compile(r"(?<!<)<<(?!<)")
-
-
-def refused_shape(command: str) -> str | None:
-    """Why `command` is asked about without being parsed (its parse would cost more
-    than one decision may take), or None. Linear in the command: one regex scan."""
-    for count, _ in enumerate(_HEREDOC_OPERATOR.finditer(command), start=1):
-        if count > MAX_HEREDOCS:
-            return (
-                f"more than {MAX_HEREDOCS} here-document operators ('<<'), so it was not "
-                "parsed (nor checked against deny rules): split it, or write the files with "
-                "the Write tool"
-            )
-    return None
 
 
 def analyse(command: str) -> ShellAnalysis:

@@ -211,7 +211,7 @@ def test_a_failure_inside_the_evaluation_asks(monkeypatch: pytest.MonkeyPatch) -
     def broken(command: str) -> None:
         raise RecursionError("deep")
 
-    monkeypatch.setattr(ev, "analyse", broken)
+    monkeypatch.setattr(ev, "analyse_bounded", broken)
     call = ToolCall(tool_name="Bash", tool_input={"command": "echo hi"}, tool_use_id="t")
     decision = evaluate(_policy("bypassPermissions"), call).decision
     assert decision.behavior == "ask" and "RecursionError" in decision.reason
