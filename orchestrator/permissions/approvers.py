@@ -83,6 +83,10 @@ class ApprovalAnswer(BaseModel):
     person: str = ""
     """Who answered on that channel: the OS user at the terminal, the name a page or a
     webhook receiver gave (untrusted for `web`/`webhook`: shown as data)."""
+    bound_to: str = ""
+    """The hash of what the person saw, when the channel showed content that a hash
+    names (an apply review: the change set's sha256); a consumer refuses an answer
+    bound to anything else. Empty: bound by `question_id` alone."""
     decided_by: str = ""
     """Who answered, as the audit records it: `CHANNEL:PERSON` (`terminal:alice`,
     `web:bob`, `webhook:ci-bot`) or warden's own `non-interactive`, `timeout`; built
