@@ -99,6 +99,9 @@ class FileChange(BaseModel):
     """A submodule's commit before."""
     new_commit: str | None = None
     """A submodule's commit now."""
+    hard_link: bool = False
+    """The new file had more than one hard link in the copy when it was read (policy
+    refuses it: its content may be shared with a file the change does not name)."""
     stored: bool = True
     """False when the new content was too large to keep (`size cap`): policy rejects
     such a change, and it can never be applied."""
