@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
@@ -231,6 +231,18 @@ class Settings(BaseModel):
     """The answer URL sent to the receiver when it is not the listening address itself,
     e.g. behind a reverse proxy (WARDEN_WEBHOOK_CALLBACK_URL)."""
 
+    isolation: Literal["worktree"] | None = None
+    """The run's default isolation (WARDEN_ISOLATION=worktree; `warden run --isolation`):
+    every subagent works in its own working copy, its changes applied after review."""
+    apply_mode: Literal["ask", "auto", "never"] = "ask"
+    """What happens to an isolated subagent's changes that policy passes
+    (WARDEN_APPLY; `warden run --apply`): a person reviews them (`ask`), they are
+    applied (`auto`, for CI), or they wait for `warden apply TASK` (`never`)."""
+    apply_max_binary: int = Field(default=1 << 20, ge=0)
+    """Largest binary file a change set may write (WARDEN_APPLY_MAX_BINARY, e.g. `4m`)."""
+    apply_max_file: int = Field(default=16 << 20, ge=0)
+    """Largest text file a change set may write (WARDEN_APPLY_MAX_FILE, e.g. `32m`)."""
+
     @field_validator("approvers")
     @classmethod
     def _known_approvers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -325,6 +337,8 @@ class Settings(BaseModel):
             ("disk_write_limit", "WARDEN_DISK_WRITE_LIMIT"),
             ("disk_free_floor", "WARDEN_DISK_FREE_FLOOR"),
             ("warm_pool_memory", "WARDEN_WARM_POOL_MEMORY"),
+            ("apply_max_binary", "WARDEN_APPLY_MAX_BINARY"),
+            ("apply_max_file", "WARDEN_APPLY_MAX_FILE"),
         ):
             if env.get(name):
                 values[key] = parse_size(env[name], name)
@@ -347,6 +361,10 @@ class Settings(BaseModel):
                 "no",
                 "off",
             }
+        if env.get("WARDEN_ISOLATION", "").strip():
+            values["isolation"] = env["WARDEN_ISOLATION"].strip()
+        if env.get("WARDEN_APPLY", "").strip():
+            values["apply_mode"] = env["WARDEN_APPLY"].strip()
         if env.get("WARDEN_MANAGED_POLICY"):
             values["managed_policy"] = Path(env["WARDEN_MANAGED_POLICY"])
         if env.get("ANTHROPIC_BASE_URL"):

@@ -22,7 +22,8 @@ class ExitCode(enum.IntEnum):
     """Bad flags, settings, policy, agent files or workspace, or an image that is missing
     or cannot run a subagent (another architecture, no bash): nothing was started."""
     OUTCOME = 3
-    """A subagent outcome named in `--fail-on` happened (failed, timed_out, denied, asked)."""
+    """A subagent outcome named in `--fail-on` happened (failed, timed_out, denied, asked,
+    rejected, conflict)."""
     INTERRUPTED = 130
     """SIGINT (Ctrl-C): 128 + 2. Other stop signals give 128 + their number
     (SIGTERM 143, SIGHUP 129)."""
@@ -34,9 +35,11 @@ class ExitCode(enum.IntEnum):
     """The run's own `--timeout` passed: stopped as Ctrl-C stops it (GNU `timeout`'s code)."""
 
 
-Outcome = Literal["failed", "timed_out", "denied", "asked"]
+Outcome = Literal["failed", "timed_out", "denied", "asked", "rejected", "conflict"]
 """What `--fail-on` accepts: a task failed, a task ran past its deadline, a tool call
-was denied, a tool call needed a person's answer (whatever the answer)."""
+was denied, a tool call needed a person's answer (whatever the answer), an isolated
+subagent's change set was rejected (by policy or a person), or it conflicted with the
+workspace (`isolation: worktree`)."""
 FAIL_ON_OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 """The outcomes, in the order help texts and errors list them."""
 

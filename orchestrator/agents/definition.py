@@ -142,7 +142,8 @@ class AgentDefinition(BaseModel):
     """`background`: a Task call that does not say `run_in_background` runs in the
     background."""
     isolation: str | None = None
-    """`isolation` (`worktree`): accepted, not run yet (see `keys.WORKTREE_NOTE`)."""
+    """`isolation: worktree`: the subagent works in its own working copy, and its
+    changes reach the workspace only through a reviewed apply (`orchestrator.apply`)."""
     mcp_servers: tuple[McpServerSpec, ...] = ()
     """`mcpServers`: MCP servers started for this agent's subagents, inside their
     sandboxes (`agents.mcp`)."""

@@ -55,12 +55,6 @@ OLD_TOP_LEVEL = ("cpus", "pids", "diskWriteLimit", "tokenBudget", "network", "im
                  "fork")  # fmt: skip
 """warden keys that were top-level before the `warden:` block (`memory` is apart)."""
 
-WORKTREE_NOTE = (
-    "`isolation: worktree` is accepted but warden does not run worktree isolation yet: "
-    "the subagent works in the shared workspace (inside its own sandbox), so its edits "
-    "land there directly"
-)
-
 
 class McpServerConfig(BaseModel):
     """One MCP server as an agent file defines it (Claude Code's `.mcp.json` shape):
@@ -270,7 +264,6 @@ def claude_code_fields(
                 "agent files take `worktree`"
             )
         fields["isolation"] = isolation
-        warnings.append(f"{where}: {WORKTREE_NOTE}")
     servers = mcp_servers(values.get("mcpServers"), where, warnings)
     if servers:
         fields["mcp_servers"] = tuple(servers)

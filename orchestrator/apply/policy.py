@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.apply.changeset import ChangeSet, FileChange, PathReason
+from orchestrator.permissions.evaluate import evaluate
+from orchestrator.permissions.models import ToolCall
+from orchestrator.permissions.policy import EffectivePolicy
 
 PROTECTED_DIRS = (".git", ".claude", ".devcontainer", ".vscode", ".idea", ".husky", ".github")
 """A change under one of these (at any depth for `.git`, at the root for the
@@ -65,6 +69,18 @@ class ApplyPolicy(BaseModel):
 
 EditDecider = Callable[[str], tuple[str, str, str]]
 """`path` → (behavior, reason, rule) of an `Edit` call to that workspace path."""
+
+
+def edit_rules(policy: EffectivePolicy, workspace: Path) -> EditDecider:
+    """The run's rules on an `Edit` call to a workspace path, as the gate decides one
+    (blocking: it may resolve links on the host)."""
+
+    def decider(path: str) -> tuple[str, str, str]:
+        call = ToolCall(tool_name="Edit", tool_input={"file_path": f"/workspace/{path}"})
+        found = evaluate(policy, call, workspace_host=workspace).decision
+        return found.behavior, found.reason, found.rule or ""
+
+    return decider
 
 
 def decide(

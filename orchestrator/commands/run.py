@@ -153,6 +153,22 @@ MAX_PROMPT_BYTES = 4 * 1024 * 1024
     "its subagent from the parent's conversation and prompt cache instead of a fresh one.",
 )
 @click.option(
+    "--isolation",
+    type=click.Choice(["worktree"]),
+    default=None,
+    help="Run every subagent in its own working copy (unless its Task call or agent file "
+    "says otherwise); its changes reach the workspace only through a reviewed apply.",
+)
+@click.option(
+    "--apply",
+    "apply_mode",
+    type=click.Choice(["ask", "auto", "never"]),
+    default=None,
+    help="What happens to an isolated subagent's changes that policy passes: a person "
+    "reviews them (ask, default), they are applied (auto, for CI), or they wait for "
+    "`warden apply TASK` (never).",
+)
+@click.option(
     "--user",
     type=UserType(),
     default=None,
@@ -203,6 +219,8 @@ def run(
     token_budget: int | None,
     background: bool,
     fork: bool,
+    isolation: str | None,
+    apply_mode: str | None,
     user: str | None,
     fail_on: tuple[Outcome, ...],
     junit_path: Path | None,
@@ -239,6 +257,14 @@ def run(
     text = read_prompt(prompt, prompt_file)
     page = page_from_flags(ui, ui_listen, ui_tls_cert, ui_tls_key, ui_host_name)
     settings = Settings.from_env()
+    if isolation is not None or apply_mode is not None:
+        # Values click.Choice has checked against the fields' own Literal types.
+        settings = settings.model_copy(
+            update={
+                **({"isolation": isolation} if isolation else {}),
+                **({"apply_mode": apply_mode} if apply_mode else {}),
+            }
+        )
     interactive = not print_mode and not settings.non_interactive and sys.stdin.isatty()
     resolve_workspace_trust(settings, workspace, trust_workspace, interactive)
     options = RunOptions(

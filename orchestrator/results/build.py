@@ -159,6 +159,25 @@ def outcomes(tasks: Sequence[TaskSummary], denials: Sequence[Denial] = ()) -> se
     return found
 
 
+APPLY_OUTCOMES: dict[str, Outcome] = {
+    "rejected_by_policy": "rejected",
+    "rejected_by_person": "rejected",
+    "conflicted": "conflict",
+}
+
+
+def apply_outcomes(audit: Sequence[AuditRecord]) -> set[Outcome]:
+    """The `--fail-on` outcomes of the run's apply decisions (audit records of tool
+    `Apply`, `orchestrator.apply.review.audit_to`)."""
+    found: set[Outcome] = set()
+    for record in audit:
+        if record.tool_name == "Apply" and record.source == "apply":
+            outcome = APPLY_OUTCOMES.get(str(record.tool_input.get("outcome")))
+            if outcome is not None:
+                found.add(outcome)
+    return found
+
+
 def final_exit_code(base: int, failed_on: Sequence[Outcome]) -> int:
     """`base` (the run's own code) unless it was a success and `--fail-on` matched."""
     if base == ExitCode.OK and failed_on:
@@ -190,6 +209,8 @@ def build_result(
             store.audit(run_id),
         )
     happened = outcomes(tasks, denials)
+    if store is not None and run_id is not None:
+        happened |= apply_outcomes(store.audit(run_id))
     failed_on = [o for o in fail_on if o in happened]
     if is_interrupted(base_code) and status == "completed":
         status = "stopped"

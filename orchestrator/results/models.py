@@ -51,6 +51,7 @@ EVENT_KINDS = (
     "task_refused",
     "todos_updated",
     "task_warning",
+    "apply_decided",
 )
 """The kinds warden emits today. Readers should ignore kinds they do not know."""
 

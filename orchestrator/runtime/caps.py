@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
+from orchestrator.apply.policy import ApplyPolicy
+from orchestrator.apply.review import ApplySettings
 from orchestrator.backend.contract import DiskLimits
 from orchestrator.config import DEFAULT_FALLBACK_UID, DEFAULT_MODEL_ALIASES, PoolConfig
 from orchestrator.errors import WardenError
@@ -70,6 +72,10 @@ class TaskManagerConfig:
     """Context window (tokens) per model id; others get
     `wire.DEFAULT_CONTEXT_WINDOW_TOKENS`."""
 
+    apply: ApplySettings = field(default_factory=ApplySettings)
+    """`isolation: worktree`: the run's default isolation, `--apply` mode and the
+    policy a change set must pass (`orchestrator.apply`)."""
+
     def context_window(self, model: str) -> int:
         return self.context_windows.get(model, wire.DEFAULT_CONTEXT_WINDOW_TOKENS)
 
@@ -101,6 +107,14 @@ class TaskManagerConfig:
             claude_dir=settings.claude_dir,
             disk=DiskLimits.from_settings(settings),
             warm_pool=settings.pool_config(),
+            apply=ApplySettings(
+                mode=settings.apply_mode,
+                isolation=settings.isolation,
+                policy=ApplyPolicy(
+                    max_binary_bytes=settings.apply_max_binary,
+                    max_file_bytes=settings.apply_max_file,
+                ),
+            ),
         )
         for name, value in overrides.items():
             if value is not None:

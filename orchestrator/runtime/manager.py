@@ -79,12 +79,14 @@ from orchestrator.runtime.tasks import (
     call_overrides,
     new_task_id,
 )
+from orchestrator.runtime.worktrees import Worktrees
 from orchestrator.workspace import WorkspaceGuard
 from orchestrator.workspace.changes import TaskChanges
 
 if TYPE_CHECKING:
     from orchestrator.agents.definition import AgentDefinition
     from orchestrator.agents.registry import AgentRegistry
+    from orchestrator.apply.review import ReviewedApply
     from orchestrator.egress.service import EgressService, TaskEgress
     from orchestrator.store import Store
 
@@ -120,6 +122,7 @@ class TaskManager:
         upstream_for: Callable[[Upstream, str, str | None], Upstream] | None = None,
         identity: SandboxIdentity | None = None,
         mcp: ProjectMcp | None = None,
+        apply: ReviewedApply | None = None,
     ) -> None:
         self.backend = backend
         """Where the run's sandboxes start: the run's one backend, already guarded
@@ -152,6 +155,8 @@ class TaskManager:
         )
         """The uid:gid every sandbox of this run runs as; its broker admits only it (the
         run's egress proxy too, so the run computes it once and passes it to both)."""
+        self.worktrees = Worktrees(apply, session, self.identity)
+        """Tasks with `isolation: worktree`: their working copies and reviewed apply."""
         self.plan = SandboxPlan(
             workspace=workspace,
             guard=self.guard,
@@ -296,6 +301,7 @@ class TaskManager:
         fork: ForkPrefix | None,
     ) -> tuple[TaskContext, wire_models.TaskSpec]:
         agent, warnings = call_overrides(agent, task_input)
+        self.worktrees.choose(task_id, task_input.isolation, agent.isolation)
         history: list[JSONObject] = []
         if task_input.session_id is not None:
             history = await self._load_session(task_input.session_id, agent.name)
@@ -507,8 +513,11 @@ class TaskManager:
     async def _run_sandbox(self, ctx: TaskContext, spec: wire_models.TaskSpec) -> TaskResult:
         await self._say_weakened_guards()
         key = self.plan.pool_key(ctx.agent)
-        warm = self.pool.take(key)
-        self.pool.refill(key, self._warm_factory(ctx.agent))
+        # A warm sandbox mounts the shared workspace: an isolated task starts cold.
+        isolated = ctx.task_id in self.worktrees.isolated
+        warm = None if isolated else self.pool.take(key)
+        if not isolated:
+            self.pool.refill(key, self._warm_factory(ctx.agent))
         socket_dir = warm.socket_dir if warm else self._new_socket_dir()
         if warm:
             ctx.container_id = warm.container_id
@@ -546,10 +555,13 @@ class TaskManager:
             if warm:
                 warm.release()  # its runner was waiting for this broker
             if ctx.container_id is None:
+                copy = await self.worktrees.prepare(ctx)
                 # The spec walks the workspace for the deny rules' mounts: off the loop.
                 ctx.container_id = await self._blocking(
                     lambda: self.backend.start(
-                        self.plan.spec(ctx.agent, socket_dir, task_id=ctx.task_id)
+                        self.plan.spec(
+                            ctx.agent, socket_dir, task_id=ctx.task_id, working_copy=copy
+                        )
                     )
                 )
             await self.recorder.update(
@@ -628,7 +640,10 @@ class TaskManager:
             ctx.stop_requested = True  # `warden stop` from another process
         if sandbox is not None and sandbox.meter_gap:
             await self.recorder.emit("disk_meter_gap", ctx, message=sandbox.meter_gap)
-        await self._conclude(ctx, task_result(ctx, sandbox, budget, failure))
+        result = task_result(ctx, sandbox, budget, failure)
+        # The sandbox is gone: nothing changes the working copy any more.
+        result = await self.worktrees.conclude(ctx, result, self.recorder)
+        await self._conclude(ctx, result)
 
     async def _stop_requested_elsewhere(self, task_id: str) -> bool:
         if self.store is None:

@@ -108,9 +108,18 @@ class SandboxPlan:
     disk: DiskLimits
     runner_command: tuple[str, ...] = RUNNER_COMMAND
 
-    def spec(self, agent: AgentDefinition, socket_dir: Path, *, task_id: str | None) -> SandboxSpec:
+    def spec(
+        self,
+        agent: AgentDefinition,
+        socket_dir: Path,
+        *,
+        task_id: str | None,
+        working_copy: Path | None = None,
+    ) -> SandboxSpec:
         """The container for one agent; task_id None makes a warm sandbox, whose
-        runner imports first and then waits for its broker socket."""
+        runner imports first and then waits for its broker socket. `working_copy`:
+        the task's own copy is its `/workspace` (`isolation: worktree`), never the
+        shared workspace."""
         limits = agent_limits(agent).model_copy(
             update={"disk": agent_disk_limits(self.disk, agent)}
         )
@@ -124,11 +133,16 @@ class SandboxPlan:
         return SandboxSpec(
             image=image.ref,
             command=command,
-            workspace=self.workspace,
+            workspace=self.workspace if working_copy is None else working_copy,
             mounts=[
                 Mount(source=socket_dir, target=wire.BROKER_SOCKET_DIR, read_only=True),
                 *image.mounts,
-                *self._with_memory(agent, self.guard.mounts()),
+                *self._with_memory(
+                    agent,
+                    self.guard.mounts()
+                    if working_copy is None
+                    else self.guard.copy_mounts(working_copy),
+                ),
             ],
             env={**image.env, **SANDBOX_ENV},
             user=f"{self.identity.uid}:{self.identity.gid}",

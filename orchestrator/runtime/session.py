@@ -177,6 +177,8 @@ async def open_run(
     mode, hooks and agent files apply. `parent_options`: how the run's parent loop runs
     (None: its defaults)."""
     from orchestrator.agents.registry import AgentRegistry
+    from orchestrator.apply.policy import edit_rules
+    from orchestrator.apply.review import ReviewedApply, audit_to
     from orchestrator.backend.connect import connect, pool_size
     from orchestrator.backend.factory import guarded, make_backend
     from orchestrator.runtime.run_images import (
@@ -378,7 +380,16 @@ async def open_run(
             trusted=trusted,
             stack=read_once,
         )
+        reviewed_apply = ReviewedApply(
+            workspace=workspace,
+            state_dir=settings.state_dir,
+            settings=config.apply,
+            approver=approver or NonInteractiveApprover(),
+            edit=edit_rules(gate.policy, workspace),
+            recorder=audit_to(store),
+        )
         manager = TaskManager(
+            apply=reviewed_apply,
             backend=backend,
             registry=registry,
             upstream=Upstream(anthropic_client),

@@ -68,8 +68,9 @@ class TaskInput(BaseModel):
     mode: TaskMode | None = None
     """Permission mode for the subagent; it can only make the mode in force stricter."""
     isolation: TaskIsolation | None = None
-    """Claude Code's isolation: warden does not run worktree isolation yet (the task
-    runs in the shared workspace, in its own sandbox); remote is not available."""
+    """Claude Code's isolation: `worktree` runs the subagent in its own working copy of
+    the workspace; its changes are applied only after policy (and, by default, a
+    person) has seen them. `remote` is not available."""
     max_turns: int | None = Field(default=None, ge=1, le=1000)
     """Lower the agent's turn cap for this task (never raise it)."""
     run_in_background: bool | None = None
@@ -88,7 +89,6 @@ def call_overrides(
     """The agent type as this call narrows it (its `mode`, never wider than the
     type's own `permissionMode`), and warnings about what the call or the type asked
     that warden does not do. TaskRefusedError for `isolation: remote`."""
-    from orchestrator.agents.keys import WORKTREE_NOTE
     from orchestrator.errors import TaskRefusedError
     from orchestrator.permissions.policy import MODE_STRICTNESS
 
@@ -99,8 +99,6 @@ def call_overrides(
             "isolation: remote (a cloud environment) is not available in warden; leave "
             "out isolation to run the subagent in its own local sandbox"
         )
-    if task_input.isolation == "worktree" or agent.isolation == "worktree":
-        warnings.append(WORKTREE_NOTE)
     if mode == "auto":
         warnings.append(
             "mode auto (Claude Code's classifier mode) does not exist in warden; the mode "
@@ -151,15 +149,21 @@ class TaskResult(BaseModel):
     cache_read_input_tokens, output_tokens)."""
     queued_s: float | None = None
     """How long it waited for a slot behind max_concurrent_total; None: not queued."""
+    changes: str | None = None
+    """With `isolation: worktree`: what became of its changes (applied, rejected and
+    why, pending review, conflicted); None for a task in the shared workspace."""
 
     def render(self) -> str:
         """The tool-result text the parent's model receives. Stable wording."""
-        if self.queued_s is None:
-            return self._outcome()
-        return (
-            f"{self._outcome()}\n(It was queued for {self.queued_s:.1f} s: the "
-            "max_concurrent_total cap of subagents running at once was reached.)"
-        )
+        text = self._outcome()
+        if self.queued_s is not None:
+            text += (
+                f"\n(It was queued for {self.queued_s:.1f} s: the "
+                "max_concurrent_total cap of subagents running at once was reached.)"
+            )
+        if self.changes is not None:
+            text += f"\n{self.changes}"
+        return text
 
     def _outcome(self) -> str:
         match self.status:

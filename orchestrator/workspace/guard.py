@@ -296,28 +296,64 @@ class WorkspaceGuard:
             )
         return self._with_walls(mounts)
 
-    def _with_walls(self, mounts: list[Mount]) -> list[Mount]:
+    def copy_mounts(self, copy: Path) -> list[Mount]:
+        """Read-only mounts for a sandbox whose `/workspace` is the working copy `copy`
+        (`isolation: worktree`): the workspace's own `.git` (read-only as a whole, so
+        `git status`/`diff` work against its HEAD and index), the copy's own protected
+        paths read-only, and the deny rules' walls matched in the copy."""
+        self._ensure_dir(GIT_DIR, placeholder=True)
+        check_confined(self.workspace, self.workspace / GIT_DIR)
+        mounts = [
+            Mount(
+                source=self.workspace / GIT_DIR,
+                target=f"{WORKSPACE}/{GIT_DIR}",
+                read_only=True,
+                confined_to=self.workspace,
+            )
+        ]
+        for relative in self.protected:
+            if relative == GIT_DIR:
+                continue
+            source = copy / relative
+            if relative in (CLAUDE_DIR, DEVCONTAINER_DIR) and not os.path.lexists(source):
+                os.mkdir(source, 0o755)  # read-only below: nothing can be planted there
+            if not os.path.lexists(source):
+                continue
+            check_confined(copy, source)
+            mounts.append(
+                Mount(
+                    source=source,
+                    target=f"{WORKSPACE}/{relative}",
+                    read_only=True,
+                    confined_to=copy,
+                )
+            )
+        return self._with_walls(mounts, copy)
+
+    def _with_walls(self, mounts: list[Mount], root: Path | None = None) -> list[Mount]:
         """`mounts` and the deny rules' walls (a mask replaces a read-only mount of
-        the same path; mount order is the engine's, parents first)."""
+        the same path; mount order is the engine's, parents first), matched in `root`
+        (the workspace, or a task's working copy)."""
         if not self.walls:  # no deny rule to hold (`warden exec`): nothing to walk or import
             return list({m.target: m for m in mounts}.values())
         # `walls` reads the policy's path rules: `permissions`, which `warden exec` never needs.
         from orchestrator.workspace.walls import find_walled, mask_sources
 
-        walled = find_walled(self.workspace, self.walls)
+        root = root or self.workspace
+        walled = find_walled(root, self.walls)
         by_target = {m.target: m for m in mounts}
         for relative in walled.read_only:
-            source = self.workspace / relative
-            check_confined(self.workspace, source)
+            source = root / relative
+            check_confined(root, source)
             by_target.setdefault(
                 f"{WORKSPACE}/{relative}",
-                Mount(source=source, target=f"{WORKSPACE}/{relative}", confined_to=self.workspace),
+                Mount(source=source, target=f"{WORKSPACE}/{relative}", confined_to=root),
             )
         if walled.masked:
             empty_file, empty_dir = mask_sources()
             for relative in walled.masked:
                 # The target must be the workspace's own path, no link on the way.
-                info = check_confined(self.workspace, self.workspace / relative)
+                info = check_confined(root, root / relative)
                 mask = empty_dir if stat.S_ISDIR(info.st_mode) else empty_file
                 target = f"{WORKSPACE}/{relative}"
                 by_target[target] = Mount(source=mask, target=target, read_only=True)

@@ -61,8 +61,8 @@ def test_a_file_with_every_claude_code_key_loads_with_their_meaning(tmp_path: Pa
         "http://127.0.0.1:9000/mcp",
     )
     assert agent.extra == {}
-    # the one warning says plainly that worktree isolation is not run
-    assert len(warnings) == 1 and "does not run worktree isolation" in warnings[0]
+    # worktree isolation is run (orchestrator.apply): nothing to warn about
+    assert warnings == []
 
 
 @pytest.mark.parametrize("scope", ["user", "project", "local"])
