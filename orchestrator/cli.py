@@ -34,6 +34,8 @@ COMMANDS: dict[str, str] = {
     "mcp": "orchestrator.commands.mcp:mcp",
     "ui": "orchestrator.commands.ui:ui",
     "trust": "orchestrator.commands.trust:trust",
+    "apply": "orchestrator.commands.apply:apply_command",
+    "discard": "orchestrator.commands.apply:discard_command",
 }
 
 HELP: dict[str, str] = {
@@ -55,6 +57,8 @@ HELP: dict[str, str] = {
     "mcp": "Serve warden's Task tools to an MCP client (Claude Code, …).",
     "ui": "Serve the web page of the runs in the state dir (task trees, questions, audit).",
     "trust": "Review what changed in a workspace's settings and trust it as it is now.",
+    "apply": "Apply an isolated subagent's waiting change set to its workspace.",
+    "discard": "Remove an isolated subagent's waiting change set.",
 }
 
 

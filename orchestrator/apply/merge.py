@@ -264,10 +264,13 @@ def _write(step: Step, root: int) -> PathReason | None:
                     os.unlink(name, dir_fd=parent)
                 return None
             tmp = f"{TEMP_PREFIX}{secrets.token_hex(6)}"
+            owner = _owner(parent, name)
             if step.action == "link":
                 os.symlink(step.link_target, tmp, dir_fd=parent)
             else:
                 _write_file(parent, tmp, step.data, step.mode)
+            with contextlib.suppress(OSError):  # only root may give a file away
+                os.chown(tmp, *owner, dir_fd=parent, follow_symlinks=False)
             try:
                 os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
             except OSError:
@@ -277,6 +280,16 @@ def _write(step: Step, root: int) -> PathReason | None:
     except OSError as exc:
         return _conflict(step.change, f"could not be written: {exc.strerror or exc}")
     return None
+
+
+def _owner(parent: int, name: str) -> tuple[int, int]:
+    """Who a written file belongs to: the file it replaces, else its directory's owner
+    (a root-run warden keeps the person's files the person's)."""
+    try:
+        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except OSError:
+        info = os.fstat(parent)
+    return info.st_uid, info.st_gid
 
 
 def _write_file(parent: int, name: str, data: bytes, mode: int) -> None:

@@ -30,6 +30,7 @@ from orchestrator.apply.changeset import (
     PathReason,
 )
 from orchestrator.apply.compute import compute_change_set
+from orchestrator.apply.hook import pre_apply
 from orchestrator.apply.merge import apply_change_set
 from orchestrator.apply.policy import ApplyPolicy, EditDecider, decide
 from orchestrator.apply.workcopy import (
@@ -40,6 +41,7 @@ from orchestrator.apply.workcopy import (
     make_working_copy,
 )
 from orchestrator.permissions.approvers import ApprovalAnswer, Approver, NonInteractiveApprover
+from orchestrator.permissions.hooks import HookSandbox, HookSet
 from orchestrator.store import Store
 from orchestrator.store.records import audit_record
 
@@ -51,6 +53,9 @@ without a person (CI); `never`: everything waits (`warden apply TASK`)."""
 CHANGES_FILE = "changes.json"
 DECISION_FILE = "decision.json"
 LOCK_FILE = "apply.lock"
+
+NOBODY = ("non-interactive", "no approver", "stopped", "approver error")
+"""Answers no person gave: the change set waits instead of being rejected."""
 
 Recorder = Callable[[ChangeSet, ApplyDecision], None]
 """Writes one decision to the run's audit (blocking; called from a worker thread)."""
@@ -177,6 +182,8 @@ class ReviewedApply:
         approver: Approver | None = None,
         edit: EditDecider | None = None,
         recorder: Recorder | None = None,
+        hooks: HookSet | None = None,
+        hook_sandbox: HookSandbox | None = None,
     ) -> None:
         self.workspace = workspace
         self.state_dir = state_dir
@@ -184,6 +191,9 @@ class ReviewedApply:
         self.approver = approver or NonInteractiveApprover()
         self.edit = edit
         self.recorder = recorder
+        self.hooks = hooks
+        """The run's hooks: its `PreApply` ones check a change set after policy."""
+        self.hook_sandbox = hook_sandbox
         self.store = content_store(state_dir)
 
     def wants_copy(self, *asked: str | None) -> bool:
@@ -218,6 +228,10 @@ class ReviewedApply:
             await asyncio.to_thread(copy.remove)
             return None
         reasons = await asyncio.to_thread(decide, change_set, self.settings.policy, self.edit)
+        if not reasons and self.hooks is not None:
+            reasons = await pre_apply(
+                self.hooks, change_set, workspace=self.workspace, sandbox=self.hook_sandbox
+            )
         if reasons:
             decision = self._decided(change_set, "rejected_by_policy", "policy", reasons)
         elif not completed:
@@ -248,6 +262,9 @@ class ReviewedApply:
             answer = ApprovalAnswer(behavior="deny", reason=str(exc), channel="approver error")
         if answer.bound_to and answer.bound_to != change_set.sha256:
             why = PathReason(path="", reason="the answer named another change set", rule="review")
+            return self._decided(change_set, "pending", answer.decided_by, (why,))
+        if answer.behavior != "allow" and answer.channel in NOBODY:
+            why = PathReason(path="", reason="nobody could review it", rule="review")
             return self._decided(change_set, "pending", answer.decided_by, (why,))
         if answer.behavior != "allow":
             why = PathReason(path="", reason=answer.reason or "the reviewer said no", rule="review")

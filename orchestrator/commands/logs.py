@@ -93,9 +93,7 @@ def _run_logs(
                   run_id=run_id, tail=tail)  # fmt: skip
 
 
-def _task_logs(
-    store: Store, task_id: str, follow: bool, json_mode: bool, tail: int | None
-) -> None:
+def _task_logs(store: Store, task_id: str, follow: bool, json_mode: bool, tail: int | None) -> None:
     from orchestrator.commands._common import emit_json
     from orchestrator.results.build import stored_event
     from orchestrator.untrusted_text import printable

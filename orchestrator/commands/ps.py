@@ -37,8 +37,19 @@ _PLACEHOLDER = re.compile(r"\{\{\s*\.(\w+)\s*\}\}")
     + "), or `json`: one JSON object per line.",
 )
 @click.option("--json", "json_mode", is_flag=True, help="Print runs and tasks as JSON.")
-def ps(show_all: bool, quiet: bool, fmt: str | None, json_mode: bool) -> None:
+@click.option(
+    "--pending",
+    is_flag=True,
+    help="List the change sets of isolated subagents (isolation: worktree) that wait for "
+    "warden apply TASK or warden discard TASK, instead of runs.",
+)
+def ps(show_all: bool, quiet: bool, fmt: str | None, json_mode: bool, pending: bool) -> None:
     """Show runs and their tasks, as a tree, with status, agent type and age."""
+    if pending:
+        from orchestrator.commands.apply import list_pending
+
+        list_pending(json_mode)
+        return
     from rich.text import Text
     from rich.tree import Tree
 

@@ -77,7 +77,7 @@ class HookOutcome(_Value):
 
     hook: str
     """The hook's command line."""
-    event: Literal["PreToolUse", "PostToolUse"]
+    event: Literal["PreToolUse", "PostToolUse", "PreApply"]
     """The hook event."""
     source: str = ""
     """The settings file that configured the hook."""

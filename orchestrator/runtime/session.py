@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from orchestrator.agents.registry import AgentRegistry
     from orchestrator.backend.contract import ContainerBackend
     from orchestrator.permissions.approvers import Approver
+    from orchestrator.permissions.hooks import HookSet
     from orchestrator.permissions.policy import EffectivePolicy
     from orchestrator.store import Store
     from orchestrator.tracing.spans import RunTracer
@@ -201,6 +202,7 @@ async def open_run(
         config = TaskManagerConfig.from_settings(settings)
     # What egress (and a dev container build) decides by: the run's policy, or the
     # one a caller's own gate says it follows (`PermissionGate.policy`).
+    own_hooks: HookSet | None = None  # a caller's own gate runs its own hooks (none of the run's)
     if gate is not None:
         gate_policy = gate.policy
     else:
@@ -215,6 +217,7 @@ async def open_run(
             stack=read_once,
         )
         gate_hooks = load_hooks(settings, workspace, trusted=trusted, stack=read_once)
+        own_hooks = gate_hooks
         for note in gate_policy.notes:
             log.warning("policy: %s", note)
     # Off the loop: a lock a sandbox holds on the workspace can make this wait (bounded).
@@ -387,6 +390,8 @@ async def open_run(
             approver=approver or NonInteractiveApprover(),
             edit=edit_rules(gate.policy, workspace),
             recorder=audit_to(store),
+            hooks=own_hooks,
+            hook_sandbox=hook_pool,
         )
         manager = TaskManager(
             apply=reviewed_apply,

@@ -69,8 +69,10 @@ PROJECT_KINDS = ("project", "project-local")
 """Settings files that belong to the workspace (and count only once it is trusted)."""
 DISABLE_ALL_HOOKS = "disableAllHooks"
 
-HookEvent = Literal["PreToolUse", "PostToolUse"]
-EVENTS: tuple[HookEvent, ...] = ("PreToolUse", "PostToolUse")
+HookEvent = Literal["PreToolUse", "PostToolUse", "PreApply"]
+EVENTS: tuple[HookEvent, ...] = ("PreToolUse", "PostToolUse", "PreApply")
+"""`PreApply` is warden's own event (a change set of an isolated subagent, before anyone
+is asked: `orchestrator.apply.hook`), in the same protocol shape."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,125 @@
+"""Change sets that wait: listed by `warden ps --pending`, applied by `warden apply
+TASK` (the person's explicit yes, from the change set as it was recorded and its
+content from the store), removed by `warden discard TASK`.
+
+A change set policy rejected is never applied from here (policy is not a person's
+to overrule at the command line: change the policy and run the task again).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.apply.changeset import ApplyDecision, ApplyError, ChangeSet
+from orchestrator.apply.compute import compute_change_set
+from orchestrator.apply.policy import ApplyPolicy, decide
+from orchestrator.apply.review import (
+    Recorder,
+    load_change_set,
+    load_decision,
+    merge_into_workspace,
+    record,
+)
+from orchestrator.apply.workcopy import COPY_META, WorkingCopy, apply_root, content_store
+
+log = logging.getLogger(__name__)
+
+TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+class NoSuchChangeSetError(ApplyError, LookupError):
+    """No working copy is kept for that task id."""
+
+
+class RejectedChangeSetError(ApplyError, PermissionError):
+    """The change set was rejected by policy: it cannot be applied."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    copy: WorkingCopy
+    change_set: ChangeSet | None
+    """None: the run ended before it computed one (a crash); `warden apply` computes it."""
+    decision: ApplyDecision | None
+
+
+def pending(state_dir: Path) -> list[Pending]:
+    """Every kept working copy, oldest first."""
+    root = apply_root(state_dir)
+    found = []
+    for home in sorted(root.iterdir()):
+        if not (home / COPY_META).is_file():
+            continue
+        try:
+            copy = WorkingCopy.load(home)
+            found.append(Pending(copy, load_change_set(copy), load_decision(copy)))
+        except (ApplyError, ValueError):
+            continue
+    return sorted(found, key=lambda p: p.copy.record.created)
+
+
+def find(state_dir: Path, task_id: str) -> WorkingCopy:
+    if not TASK_ID_RE.fullmatch(task_id):
+        raise NoSuchChangeSetError(f"{task_id!r} is not a task id; see warden ps --pending")
+    home = apply_root(state_dir) / task_id
+    if not (home / COPY_META).is_file():
+        raise NoSuchChangeSetError(
+            f"no change set of task {task_id} is waiting; warden ps --pending lists those that are"
+        )
+    return WorkingCopy.load(home)
+
+
+def apply_pending(
+    state_dir: Path,
+    task_id: str,
+    who: str,
+    *,
+    policy: ApplyPolicy,
+    recorder: Recorder | None = None,
+) -> ApplyDecision:
+    """Merge the waiting change set of `task_id` into its workspace. One a crashed run
+    left undecided is decided by `policy` first (without the run's Edit rules)."""
+    copy = find(state_dir, task_id)
+    store = content_store(state_dir)
+    change_set = load_change_set(copy)
+    previous = load_decision(copy)
+    if change_set is None:
+        change_set, _ = compute_change_set(copy, store)
+    if previous is None and (reasons := decide(change_set, policy)):
+        previous = ApplyDecision(
+            task_id=task_id,
+            change_set_sha256=change_set.sha256,
+            outcome="rejected_by_policy",
+            reasons=reasons,
+            decided_by="policy",
+        )
+        record(copy, change_set, previous)
+        if recorder is not None:
+            recorder(change_set, previous)
+    if previous is not None and previous.outcome == "rejected_by_policy":
+        why = "; ".join(f"{r.path}: {r.reason}" for r in previous.reasons)
+        raise RejectedChangeSetError(
+            f"the change set of {task_id} was rejected by policy ({why}); it cannot be "
+            f"applied: warden discard {task_id}"
+        )
+    decision = merge_into_workspace(copy, change_set, store, state_dir, who)
+    if recorder is not None:
+        try:
+            recorder(change_set, decision)
+        except Exception as exc:  # what was applied stays applied; the record says so
+            log.warning("could not audit the apply of %s: %s", task_id, exc)
+    if decision.outcome == "applied":
+        copy.remove()
+    else:
+        record(copy, change_set, decision)
+    return decision
+
+
+def discard_pending(state_dir: Path, task_id: str) -> WorkingCopy:
+    """Remove the working copy of `task_id` and its records."""
+    copy = find(state_dir, task_id)
+    copy.remove()
+    return copy
