@@ -78,7 +78,59 @@ class _Tail:
         return " ".join(self.data.decode("utf-8", errors="replace").split())[-800:]
 
 
-class StdioServer:
+class McpSession:
+    """What both transports offer: one request, one notification, stop and close."""
+
+    name: str
+    failure: str | None = None
+
+    def request(self, method: str, params: JSONObject, timeout_s: float) -> JSONObject:
+        raise NotImplementedError
+
+    def notify(self, method: str, params: JSONObject | None = None) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """End the session (kill a stdio server); idempotent."""
+
+    def close(self) -> None:
+        self.stop()
+
+    def initialize(self, timeout_s: float) -> list[JSONObject]:
+        """`initialize`, `notifications/initialized`, then every page of `tools/list`,
+        all within `timeout_s`; the tools as the server lists them."""
+        deadline = time.monotonic() + timeout_s
+        self.request("initialize", {
+            "protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": CLIENT_INFO,
+        }, timeout_s)  # fmt: skip
+        self.notify("notifications/initialized")
+        tools: list[JSONObject] = []
+        cursor: JSONValue = None
+        while True:
+            params: JSONObject = {} if cursor is None else {"cursor": cursor}
+            left = max(0.0, deadline - time.monotonic())
+            page = self.request("tools/list", params, left)
+            listed = page.get("tools")
+            if isinstance(listed, list):
+                tools.extend(t for t in listed if isinstance(t, dict))
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor or len(tools) > wire.MAX_MCP_TOOLS:
+                return tools
+
+
+def answer_result(name: str, method: str, answer: JSONObject) -> JSONObject:
+    """The result of a JSON-RPC answer; a ToolError for an error answer."""
+    error = answer.get("error")
+    if error is not None:
+        message = error.get("message") if isinstance(error, dict) else error
+        raise ToolError(f"MCP server {name!r} refused {method}: {str(message)[:2000]}")
+    result = answer.get("result")
+    if not isinstance(result, dict):
+        raise ToolError(f"MCP server {name!r} answered {method} without a result object")
+    return result
+
+
+class StdioServer(McpSession):
     """One stdio MCP server, started inside this sandbox."""
 
     def __init__(self, server: wire.McpServer, root: Path) -> None:
@@ -218,14 +270,7 @@ class StdioServer:
             if self.failure is None:
                 self._fail(f"it did not answer {method} within {timeout_s:g} s, so it was stopped")
             raise McpServerError(self.describe_failure())
-        error = answer.get("error")
-        if error is not None:
-            message = error.get("message") if isinstance(error, dict) else error
-            raise ToolError(f"MCP server {self.name!r} refused {method}: {str(message)[:2000]}")
-        result = answer.get("result")
-        if not isinstance(result, dict):
-            raise ToolError(f"MCP server {self.name!r} answered {method} without a result object")
-        return result
+        return answer_result(self.name, method, answer)
 
     def describe_failure_locked(self) -> str:
         tail = self._stderr.text()
@@ -237,27 +282,6 @@ class StdioServer:
         if params is not None:
             message["params"] = params
         self._send(message)
-
-    def initialize(self, timeout_s: float) -> list[JSONObject]:
-        """`initialize`, `notifications/initialized`, then every page of `tools/list`,
-        all within `timeout_s`; the tools as the server lists them."""
-        deadline = time.monotonic() + timeout_s
-        self.request("initialize", {
-            "protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": CLIENT_INFO,
-        }, timeout_s)  # fmt: skip
-        self.notify("notifications/initialized")
-        tools: list[JSONObject] = []
-        cursor: JSONValue = None
-        while True:
-            params: JSONObject = {} if cursor is None else {"cursor": cursor}
-            left = max(0.0, deadline - time.monotonic())
-            page = self.request("tools/list", params, left)
-            listed = page.get("tools")
-            if isinstance(listed, list):
-                tools.extend(t for t in listed if isinstance(t, dict))
-            cursor = page.get("nextCursor")
-            if not isinstance(cursor, str) or not cursor or len(tools) > wire.MAX_MCP_TOOLS:
-                return tools
 
     def stop(self) -> None:
         """SIGKILL the server and everything it started (its process group)."""

@@ -1,7 +1,8 @@
 """A subagent's MCP servers and their tools, as the model sees them.
 
 `McpTools.start` starts every server the spec names at once (stdio ones inside this
-sandbox, `mcp_client`; remote ones are not reached yet) and waits for each to
+sandbox, `mcp_client`; remote ones over Streamable HTTP through the sandbox's egress
+proxy only, `mcp_http`) and waits for each to
 answer `initialize` and `tools/list` within the spec's start-up deadline. A server
 that fails, or is too slow, is stopped and named in a warning; the subagent goes
 on with the others. Each listed tool is offered as `mcp__<server>__<tool>` with the
@@ -24,7 +25,7 @@ from pathlib import Path
 from sandbox_tools import wire
 from sandbox_tools.errors import ToolError
 from sandbox_tools.jsontypes import JSONObject, JSONValue
-from sandbox_tools.mcp_client import McpServerError, StdioServer
+from sandbox_tools.mcp_client import McpServerError, McpSession, StdioServer
 from sandbox_tools.tools.base import ToolOutput
 
 MAX_SCHEMA_BYTES = 64 * 1024
@@ -36,7 +37,7 @@ MAX_TOOL_NAME_CHARS = 64
 
 
 class _Offered:
-    def __init__(self, server: StdioServer, tool: str) -> None:
+    def __init__(self, server: McpSession, tool: str) -> None:
         self.server = server
         self.tool = tool
 
@@ -53,7 +54,7 @@ class McpTools:
     def __init__(self, spec: wire.TaskSpec, root: Path) -> None:
         self.spec = spec
         self.root = root
-        self.servers: list[StdioServer] = []
+        self.servers: list[McpSession] = []
         self.definitions: list[JSONObject] = []
         """API tool definitions of every offered tool, in the servers' order."""
         self._offered: dict[str, _Offered] = {}
@@ -71,7 +72,7 @@ class McpTools:
                 f"MCP server {skipped.name!r} not started: at most {wire.MAX_MCP_SERVERS} "
                 "servers per subagent"
             )
-        results: dict[str, tuple[StdioServer | None, list[JSONObject], str | None]] = {}
+        results: dict[str, tuple[McpSession | None, list[JSONObject], str | None]] = {}
 
         def start_one(server: wire.McpServer) -> None:
             results[server.name] = self._start_one(server)
@@ -94,15 +95,21 @@ class McpTools:
 
     def _start_one(
         self, server: wire.McpServer
-    ) -> tuple[StdioServer | None, list[JSONObject], str | None]:
-        if server.transport != "stdio":
+    ) -> tuple[McpSession | None, list[JSONObject], str | None]:
+        started: McpSession
+        if server.transport == "sse":
             return None, [], (
-                f"MCP server {server.name!r} not started: a remote ({server.transport}) server "
-                "is not reached by warden's runner yet; only stdio servers run (inside the "
-                "sandbox)"
+                f"MCP server {server.name!r} not started: the SSE transport (deprecated in "
+                "MCP) is not spoken by warden's runner; use its Streamable HTTP endpoint "
+                "(`type: http`)"
             )  # fmt: skip
         try:
-            started = StdioServer(server, self.root)
+            if server.transport == "http":
+                from sandbox_tools.mcp_http import HttpServer
+
+                started = HttpServer(server)
+            else:
+                started = StdioServer(server, self.root)
         except McpServerError as e:
             return None, [], str(e)
         try:
@@ -112,7 +119,7 @@ class McpTools:
             return None, [], f"{e} (its tools are not offered)"
         return started, tools, None
 
-    def _offer(self, server: wire.McpServer, started: StdioServer, tools: list[JSONObject]) -> None:
+    def _offer(self, server: wire.McpServer, started: McpSession, tools: list[JSONObject]) -> None:
         for tool in tools:
             raw_name = tool.get("name")
             if not isinstance(raw_name, str) or not raw_name:

@@ -4,17 +4,20 @@ started inside the subagent's own container, never on the host; its tools reach 
 model as `mcp__<server>__<tool>` with their schemas; every call is decided on the
 host (a deny rule on one tool blocks it there); an untrusted workspace starts
 none; a server that hangs at `initialize`, exits at start or dies mid-call is a
-clear warning or tool error naming it, and the subagent goes on."""
+clear warning or tool error naming it, and the subagent goes on. A remote (HTTP)
+server is reached only through the subagent's egress proxy, by the egress rules."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import socket
+import threading
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -184,3 +187,93 @@ async def test_servers_that_hang_or_exit_at_start_are_named_and_the_subagent_goe
     assert "MCP server 'slow': it did not answer initialize within 3 s" in said, said
     assert "MCP server 'gone': it exited (exit code 3)" in said and "exiting at start" in said
     assert "MCP server 'missing' did not start: 'no-such-mcp-server'" in said, said
+
+
+class _RemoteMcp(http.server.BaseHTTPRequestHandler):
+    """A Streamable HTTP MCP server on 127.0.0.1 (reached as mcp.test through the
+    egress proxy); remembers each request's Host, session and method."""
+
+    seen: ClassVar[list[tuple[str, str, str]]] = []
+
+    def do_POST(self) -> None:
+        message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        method = message.get("method", "")
+        self.seen.append((str(self.headers.get("Host")), str(self.headers.get("Mcp-Session-Id")),
+                          method))  # fmt: skip
+        if "id" not in message:
+            self._send(202, b"", "application/json")
+            return
+        if method == "initialize":
+            result: dict[str, Any] = {"protocolVersion": "2025-06-18", "capabilities": {},
+                                      "serverInfo": {"name": "remote", "version": "1"}}  # fmt: skip
+        elif method == "tools/list":
+            result = {"tools": [{"name": "lookup", "description": "Look a word up.",
+                                 "inputSchema": {"type": "object"}}]}  # fmt: skip
+        else:
+            word = message["params"]["arguments"].get("word")
+            result = {"content": [{"type": "text", "text": f"remote says: {word}"}]}
+        answer = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+        # As a stream, the way Streamable HTTP servers often answer.
+        self._send(200, f"event: message\ndata: {answer}\n\n".encode(), "text/event-stream",
+                   session="sess-1")  # fmt: skip
+
+    def _send(self, code: int, body: bytes, kind: str, session: str | None = None) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        if session:
+            self.send_header("Mcp-Session-Id", session)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_a_remote_server_is_reached_only_through_the_subagent_egress(
+    settings: Settings, workspace: Path
+) -> None:
+    from orchestrator.egress.resolver import StaticResolver
+    from orchestrator.egress.setup import EgressRequest
+
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RemoteMcp)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    port = site.server_address[1]
+    _RemoteMcp.seen.clear()
+    write_mcp_json(workspace, {
+        "remote": {"type": "http", "url": f"http://mcp.test:{port}/mcp"},
+        "blocked": {"type": "http", "url": f"http://blocked.test:{port}/mcp"},
+    })  # fmt: skip
+    write_agent(workspace, "offline", (
+        "---\nname: offline\ndescription: d\nwarden:\n  network: none\n---\nx\n"
+    ))  # fmt: skip
+    egress = EgressRequest(
+        allow_domains=("mcp.test",), deny_domains=("blocked.test",),
+        resolver=StaticResolver({"mcp.test": "127.0.0.1", "blocked.test": "127.0.0.1"}),
+    )  # fmt: skip
+    script = [
+        convo("online", {"prompt_contains": "REMOTE-ON"},
+              [tool("mcp__remote__lookup", word="sandbox")], [text("done")]),
+        convo("offline", {"prompt_contains": "REMOTE-OFF"}, [text("done")]),
+    ]  # fmt: skip
+    try:
+        async with scripted_run(settings, workspace, script, egress=egress) as (run, model):
+            online = await run.manager.run_task(task("REMOTE-ON"))
+            offline = await run.manager.run_task(task("REMOTE-OFF", "offline"))
+            said = "\n".join(logged(run))
+    finally:
+        site.shutdown()
+        site.server_close()
+
+    assert online.status is TaskStatus.COMPLETED and offline.status is TaskStatus.COMPLETED
+    assert set(offered(model, "online")) == {"mcp__remote__lookup"}
+    assert tool_results(model, "online") == ["remote says: sandbox"]
+    # Through the proxy, by its name; the session the server gave is sent back.
+    hosts = {host for host, _, _ in _RemoteMcp.seen}
+    assert hosts == {f"mcp.test:{port}"}, _RemoteMcp.seen
+    assert _RemoteMcp.seen[0][1:] == ("None", "initialize")
+    assert all(session == "sess-1" for _, session, _ in _RemoteMcp.seen[1:])
+    # A host the egress rules deny is never reached; no egress, no remote server.
+    assert "MCP server 'blocked'" in said and "HTTP 403" in said, said
+    assert "MCP server 'remote' not started: this subagent has no network egress" in said
+    assert offered(model, "offline") == {}

@@ -1,7 +1,7 @@
 """The runner's MCP client against a real stdio server process (the tests' probe
 server): tools listed under `mcp__<server>__<tool>` with their schemas and filtered
 by the spec, calls forwarded and their text returned, results cut and non-text
-content named; a server that hangs at initialize, exits at start, is missing, or
+content named; a remote server needs the sandbox's egress proxy; a server that hangs at initialize, exits at start, is missing, or
 dies mid-call becomes a warning or a tool error naming it. (Where the server runs is
 the integration test's: `tests/integration/test_mcp_servers.py`.)"""
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+import pytest
 
 from sandbox_tools import wire
 from sandbox_tools.tools.mcp import McpTools, render_result
@@ -45,11 +47,17 @@ def test_tools_are_offered_called_and_filtered(tmp_path: Path) -> None:
         mcp.close()
 
 
-def test_servers_that_do_not_start_are_named(tmp_path: Path) -> None:
+def test_servers_that_do_not_start_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)  # a sandbox without egress
     mcp = McpTools(spec(
         probe("slow", "hang"), probe("gone", "exit"),
         wire.McpServer(name="missing", command="/no/such/server"),
         wire.McpServer(name="remote", transport="http", url="http://127.0.0.1:9/mcp"),
+        wire.McpServer(name="tls", transport="http", url="https://mcp.example.test/mcp"),
+        wire.McpServer(name="old", transport="sse", url="http://127.0.0.1:9/sse"),
         startup_s=1.0,
     ), tmp_path)  # fmt: skip
     try:
@@ -60,7 +68,9 @@ def test_servers_that_do_not_start_are_named(tmp_path: Path) -> None:
     assert "MCP server 'slow': it did not answer initialize within 1 s" in said
     assert "MCP server 'gone': it exited (exit code 3)" in said and "exiting at start" in said
     assert "MCP server 'missing' did not start" in said
-    assert "MCP server 'remote' not started" in said
+    assert "MCP server 'remote' not started: this subagent has no network egress" in said
+    assert "MCP server 'tls' not started" in said and "https is not supported yet" in said
+    assert "MCP server 'old' not started: the SSE transport" in said
 
 
 def test_results_are_text_only_and_cut() -> None:
