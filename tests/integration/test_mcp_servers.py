@@ -261,6 +261,8 @@ async def test_a_remote_server_is_reached_only_through_the_subagent_egress(
             online = await run.manager.run_task(task("REMOTE-ON"))
             offline = await run.manager.run_task(task("REMOTE-OFF", "offline"))
             said = "\n".join(logged(run))
+            transcript = json.dumps(run.store.get_session_transcript(online.task_id))
+            audited = [(a.tool_name, a.tool_input, a.final) for a in run.store.audit(run.run_id)]
     finally:
         site.shutdown()
         site.server_close()
@@ -268,6 +270,9 @@ async def test_a_remote_server_is_reached_only_through_the_subagent_egress(
     assert online.status is TaskStatus.COMPLETED and offline.status is TaskStatus.COMPLETED
     assert set(offered(model, "online")) == {"mcp__remote__lookup"}
     assert tool_results(model, "online") == ["remote says: sandbox"]
+    # The call was decided and audited on the host; its result is in the transcript.
+    assert ("mcp__remote__lookup", {"word": "sandbox"}, "allow") in audited
+    assert "remote says: sandbox" in transcript
     # Through the proxy, by its name; the session the server gave is sent back.
     hosts = {host for host, _, _ in _RemoteMcp.seen}
     assert hosts == {f"mcp.test:{port}"}, _RemoteMcp.seen

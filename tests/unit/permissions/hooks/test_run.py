@@ -383,3 +383,17 @@ async def test_a_sandboxed_hook_runs_in_the_sandbox_the_engine_was_given(
     assert (decision.behavior, decision.reason) == ("deny", "blocked in the sandbox")
     ((command, stdin),) = sandbox.commands
     assert command == "check" and json.loads(stdin)["tool_input"]["command"] == "ls"
+
+
+async def test_mcp_tools_are_matched_by_their_full_name(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "pre.json"
+    hooks = hookset(script("record.sh", str(out)), script("block.sh"), matcher="mcp__db__.*")
+    eng = engine(settings, workspace, hooks, allow=("mcp__db", "mcp__web"))
+    query = ToolCall(tool_name="mcp__db__query", tool_input={"sql": "drop table t"})
+    assert (await eng.evaluate(query, CTX)).behavior == "deny"
+    assert json.loads(out.read_text())["tool_input"] == {"sql": "drop table t"}
+    other = ToolCall(tool_name="mcp__web__get", tool_input={})
+    decision = await eng.evaluate(other, CTX)
+    assert (decision.behavior, decision.hook_outcomes) == ("allow", ())
