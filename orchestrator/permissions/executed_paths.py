@@ -16,6 +16,9 @@ where such a file lives, what runs it, and whether an edit of it asks:
   match in either case (`permissions.paths`), so `.GIT/config` asks too.
 - every row (asking or not) is watched by the end-of-run report (`workspace.report`):
   each file created, changed or removed under it is listed and audited.
+  Under a row that asks, the change is also held (`workspace.held_changes`): put
+  back as it was when the run started, the run's version kept aside for review,
+  since a write through an interpreter is seen by no ask rule.
 
 Patterns are gitignore-style from the workspace root: `/**/NAME` is NAME at any
 depth, `/NAME` only at the root; a pattern covers everything under what it names.

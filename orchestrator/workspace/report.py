@@ -4,7 +4,8 @@ the host or a developer's tools execute.
 Read-only mounts cover `.claude/`, `.git` and `--protect` paths; everything else
 in the workspace is the subagents' to write, including files that run code the
 next time someone types `make`, `npm test`, `git status` in a subdirectory, or
-opens the folder in an editor. Those are listed at the end of every run, so a
+opens the folder in an editor. Those are listed at the end of every run (and
+those under the rows that ask are held: `workspace.held_changes`), so a
 person reviews them before trusting them: every change in the `--json` result and
 the audit (none is ever dropped), and in the terminal summary at most
 `MAX_PRINTED`, one per table row in turn, with the count of those not printed.
@@ -41,6 +42,7 @@ from orchestrator.permissions.executed_paths import hooks_path_pattern, report_p
 from orchestrator.permissions.paths import matches, pattern_regex
 from orchestrator.store.records import AuditRecord, audit_record
 from orchestrator.workspace import beneath
+from orchestrator.workspace.held_changes import HeldChange, NotHeld, held_rows, hold, keep_originals
 from orchestrator.workspace.trusted_content import TrustedFile
 from orchestrator.workspace.trusted_content import changes as trust_changes
 from orchestrator.workspace.trusted_content import fingerprint as trust_fingerprint
@@ -114,13 +116,35 @@ class SensitiveReport(BaseModel):
     scan_truncated: bool = False
     """A snapshot stopped at MAX_SCAN_ENTRIES: changes deeper in the tree are not listed."""
     scan_limit: int = MAX_SCAN_ENTRIES
+    held: list[HeldChange] = []
+    """Changes under the asking rows put back as before the run (`workspace.held_changes`)."""
+    not_held: list[NotHeld] = []
+    """Changes under those rows that could not be put back, and why."""
+    held_dir: str = ""
+    """Where the run's versions of `held` are kept."""
     trust_review: list[str] = []
     """Files workspace trust covers (`workspace.trusted_content`) that are new, changed
     or removed since the run started: they unlock nothing until a person says yes."""
 
     def render(self) -> list[str]:
         """Plain-text lines for the terminal summary (empty when there is nothing to say)."""
-        lines = []
+        lines: list[str] = []
+        if self.held:
+            lines.append(
+                f"held for your review: {len(self.held)} change(s) this run made to files "
+                "that editors, shells, commit hooks and package managers run were put back "
+                f"as they were before it; its versions are in {_printable(self.held_dir)} "
+                "(compare them, and copy in what you approve):"
+            )
+            lines += [f"  {h.change:<8} {_printable(h.path)}" for h in self.held[:MAX_PRINTED]]
+            if len(self.held) > MAX_PRINTED:
+                lines.append(f"  … and {len(self.held) - MAX_PRINTED} more (all in --json)")
+        if self.not_held:
+            lines.append(
+                f"not held: {len(self.not_held)} change(s) to such files could not be put "
+                "back; review them before you open the folder in an editor or run its tools:"
+            )
+            lines += [f"  {_printable(n.path)}: {n.why}" for n in self.not_held[:MAX_PRINTED]]
         if self.trust_review:
             lines.append(
                 f"needs your review before it takes effect: {len(self.trust_review)} file(s) "
@@ -351,9 +375,11 @@ class ExecutedPathsWatch:
         trust_before: Mapping[str, TrustedFile] | None = None,
         *,
         hooks: Sequence[str] | None = None,
+        held_dir: Path | None = None,
     ) -> None:
         """`hooks`: `core.hooksPath` as the run read it (`workspace.inputs`; None:
-        read now)."""
+        read now). `held_dir`: where changes under the asking rows are held at the
+        end (`workspace.held_changes`; None: they are only reported)."""
         self.workspace = workspace
         if hooks is None:
             found = hooks_path_pattern(workspace)
@@ -364,6 +390,14 @@ class ExecutedPathsWatch:
             *("/" + p.strip("/") for p in extra),
         )
         self.before = take_snapshot(workspace, self.patterns)
+        self.held_dir = held_dir
+        rows = held_rows()
+        self.held_patterns = tuple(EXECUTED_PATHS[i] for i in sorted(rows))
+        self.kept = (
+            keep_originals(workspace, self.before.entries, self.held_patterns)
+            if held_dir is not None
+            else {}
+        )
         # The run's own trust snapshot when given (`workspace.inputs`): one read.
         self.trust_before = (
             dict(trust_before) if trust_before is not None else trust_fingerprint(workspace)
@@ -372,20 +406,36 @@ class ExecutedPathsWatch:
     def report(self) -> SensitiveReport:
         after = take_snapshot(self.workspace, self.patterns)
         found = compare(self.before, after, self.patterns)
-        prints = trust_fingerprint(self.workspace)
-        review = trust_changes(self.trust_before, prints)
         # A file whose content is exactly what warden itself wrote for a person's
         # "always allow" is warden's change, not a sandbox's: not listed as one.
         changes = [
             c for c in found.changes
             if not self._warden_wrote(c.path, (after.entries.get(c.path) or _NONE).digest)
         ]  # fmt: skip
+        held: list[HeldChange] = []
+        not_held: list[NotHeld] = []
+        if self.held_dir is not None:
+            rows = held_rows()
+            todo = [(c.path, c.change) for c in changes if c.row in rows and c.kind != "dir"]
+            if todo:
+                held, not_held = hold(self.workspace, todo, self.kept, self.held_dir)
+        # After the hold: what trust covers as the run leaves the workspace.
+        prints = trust_fingerprint(self.workspace)
+        review = trust_changes(self.trust_before, prints)
         trust_review = [
             c.path for c in review
             if not self._warden_wrote(c.path, prints[c.path].digest.removeprefix("sha256:")
                                       if c.path in prints else None)
         ]  # fmt: skip
-        return found.model_copy(update={"changes": changes, "trust_review": trust_review})
+        return found.model_copy(
+            update={
+                "changes": changes,
+                "trust_review": trust_review,
+                "held": held,
+                "not_held": not_held,
+                "held_dir": str(self.held_dir) if held else "",
+            }
+        )
 
     def _warden_wrote(self, rel: str, digest: str | None) -> bool:
         return digest is not None and digest == own_write_digest(self.workspace / rel)
