@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
+from orchestrator.apply.changeset import ApplyReview
 from orchestrator.behavior import FinalBehavior
 from orchestrator.permissions.approvers import AnswerScope, ApprovalAnswer, ApprovalQuestion
 from orchestrator.ui.live_prompt import LivePrompt, PlainPrompt, Prompter, stays_live
@@ -25,6 +26,7 @@ from orchestrator.ui.question_text import (
     render_full_input,
     render_question,
 )
+from orchestrator.ui.review_prompt import ReviewPrompt
 from orchestrator.ui.terminal_input import LineReader
 from orchestrator.untrusted_text import as_data
 
@@ -77,6 +79,8 @@ class TerminalApprover:
     async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
         async with self._lock:
             try:
+                if isinstance(q, ApplyReview):
+                    return await self._review(q)
                 return await self._ask(q)
             except asyncio.CancelledError:
                 self._lines.withdrawn()  # what was typed for this prompt answers nothing else
@@ -95,6 +99,30 @@ class TerminalApprover:
         return ApprovalAnswer(
             behavior=behavior, scope=scope, reason=reason, channel="terminal", person=self._user
         )
+
+    async def _review(self, q: ApplyReview) -> ApprovalAnswer:
+        """An apply review: the paged diff, then yes or no bound to its hash."""
+        from rich.console import Console
+
+        console = Console(file=self._out, highlight=False, emoji=False, markup=False)
+        prompter = PlainPrompt(self._out, console)
+        review = ReviewPrompt(
+            self._lines,
+            self._out,
+            self._user,
+            paged=stays_live(self._out, self._lines),
+            height=console.height,
+            width=console.width,
+        )
+        self._prompter = prompter
+        try:
+            return await review.ask(q, console, prompter)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a display failure is a no, saying so
+            return _display_failed(exc, self._user)
+        finally:
+            self._prompter = None
 
     async def _ask(self, q: ApprovalQuestion) -> ApprovalAnswer:
         """Show the question, then read answers. A display failure never becomes a
@@ -198,6 +226,13 @@ class TerminalApprover:
 
 def describe_answer(q: ApprovalQuestion, answer: ApprovalAnswer) -> str:
     """The answer echoed back in one line, e.g. `denied Bash for sa_… (bash): reason`."""
+    reason = f": {as_data(answer.reason)}" if answer.behavior == "deny" and answer.reason else ""
+    if isinstance(q, ApplyReview):
+        what = "approved" if answer.behavior == "allow" else "rejected"
+        return (
+            f"warden: {what} change set {q.change_set.sha256[:16]}… of {as_data(q.task_id)} "
+            f"({as_data(q.agent_type)}){reason}"
+        )
     if answer.behavior == "deny":
         what = "denied"
     elif answer.scope == "always" and q.always_rule:
@@ -206,7 +241,6 @@ def describe_answer(q: ApprovalQuestion, answer: ApprovalAnswer) -> str:
         what = "allowed this exact input for the rest of this run"
     else:
         what = "allowed once"
-    reason = f": {as_data(answer.reason)}" if answer.behavior == "deny" and answer.reason else ""
     return f"warden: {what}: {as_data(q.tool_name)} for {as_data(q.task_id)} ({as_data(q.agent_type)}){reason}"
 
 
