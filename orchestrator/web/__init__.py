@@ -7,5 +7,6 @@ came from a container is made visible with `untrusted_text` on the server and
 put on the page with `textContent` only (`static/app.js`).
 
 May import: `config`, `untrusted_text`, `ui`, `permissions.approvers`, `store`,
-`results`, aiohttp.
+`results`, `apply.changeset` and `apply.render` (an apply review's diff view),
+aiohttp.
 """

@@ -10,6 +10,12 @@ records `web:NAME`, the name the person gave on the page.
 
 What the page shows of a question is the terminal's text (`ui.question_text`):
 the same lines, the same escaping, the whole input a click away.
+
+An apply review (`apply.changeset.ApplyReview`) is rendered once when it arrives
+(`apply.render`, off the event loop) and its diff is fetched by the page on its own
+(`review_view`), not pushed with every live update. It is answered yes or no, and
+the answer must name the change set's hash the page showed (`change_set`): a stale
+or missing hash is refused, and a yes is bound to that hash (`bound_to`).
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from orchestrator.jsontypes import JSONObject
+from orchestrator.apply.changeset import ApplyReview
+from orchestrator.apply.render import ChangeSetView, render_change_set
+from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.permissions.approvers import AnswerScope, ApprovalAnswer, ApprovalQuestion
 from orchestrator.ui.question_text import MAX_ASKED_BY_CHARS, render_full_input, render_question
 from orchestrator.untrusted_text import as_data
@@ -74,6 +82,9 @@ class AnswerRequest(BaseModel):
     """For deny: what the subagent's model is told."""
     rule: str = ""
     """For always: the rule the page showed; it must be the question's rule."""
+    change_set: str = Field(default="", max_length=64)
+    """For an apply review: the change set's sha256 the page showed; it must be the
+    question's (a stale page's answer is refused)."""
 
     @field_validator("user")
     @classmethod
@@ -92,6 +103,8 @@ class Pending:
     question: ApprovalQuestion
     future: asyncio.Future[ApprovalAnswer]
     asked_at: float = field(default_factory=time.time)
+    review: ChangeSetView | None = None
+    """An apply review's rendering (None: a tool call's question)."""
 
 
 class WebApprover:
@@ -108,7 +121,10 @@ class WebApprover:
 
     async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
         loop = asyncio.get_running_loop()
-        pending = Pending(q.question_id, q, loop.create_future())
+        review = None
+        if isinstance(q, ApplyReview):  # RenderError: this channel cannot offer it
+            review = await asyncio.to_thread(render_change_set, q.change_set, q.content)
+        pending = Pending(q.question_id, q, loop.create_future(), review=review)
         self._pending[pending.qid] = pending
         self.changes.bump()
         try:
@@ -153,6 +169,17 @@ class WebApprover:
         self._settled(qid, answer.decided_by)
         return answer
 
+    def review_view(self, qid: str) -> JSONObject:
+        """An open apply review's diff as the page shows it. Raises
+        UnknownQuestionError (no such open review) or AlreadyAnsweredError."""
+        pending = self._pending.get(qid)
+        if pending is None or pending.review is None:
+            settled = self._answered.get(qid)
+            if settled is not None:
+                raise AlreadyAnsweredError(settled[1])
+            raise UnknownQuestionError(f"no apply review {qid!r} here")
+        return review_json(pending.review)
+
     def state(self, run_id: str) -> JSONObject:
         """The run's open questions as the page shows them, and who answered the
         recent ones (so a page that showed one can say who took it)."""
@@ -175,9 +202,16 @@ class WebApprover:
         self.changes.bump()
 
 
+class StaleChangeSetError(ValueError):
+    """An answer to an apply review named another change set than the one on offer."""
+
+
 def to_answer(q: ApprovalQuestion, request: AnswerRequest) -> ApprovalAnswer:
     """The approver's answer for what the page sent; raises ValueError when "always"
-    names no rule or another rule than the one the question offers."""
+    names no rule or another rule than the one the question offers, and
+    StaleChangeSetError when an apply review's answer names another hash."""
+    if isinstance(q, ApplyReview):
+        return _review_answer(q, request)
     if request.choice == "deny":
         reason = request.reason.strip() or "denied by the user"
         return ApprovalAnswer(behavior="deny", reason=reason, channel=CHANNEL, person=request.user)
@@ -191,12 +225,59 @@ def to_answer(q: ApprovalQuestion, request: AnswerRequest) -> ApprovalAnswer:
     )
 
 
+def _review_answer(q: ApplyReview, request: AnswerRequest) -> ApprovalAnswer:
+    if request.change_set != q.change_set.sha256:
+        raise StaleChangeSetError(
+            "the answer names another change set than the one on offer (a stale page?): "
+            "reload the page and answer the change set it shows"
+        )
+    if request.choice == "deny":
+        reason = request.reason.strip() or "the reviewer said no"
+        return ApprovalAnswer(behavior="deny", reason=reason, channel=CHANNEL, person=request.user)
+    if request.choice != "once":
+        raise ValueError("an apply review is answered yes (choice `once`) or no (`deny`)")
+    return ApprovalAnswer(
+        behavior="allow", channel=CHANNEL, person=request.user, bound_to=q.change_set.sha256
+    )
+
+
+def review_json(view: ChangeSetView) -> JSONObject:
+    """A rendered change set for the page (every string already made inert)."""
+    files: list[JSONValue] = [
+        {
+            "path": f.path,
+            "path_ascii": f.path_ascii,
+            "kind": f.change.kind,
+            "summary": f.summary,
+            "notes": list[JSONValue](f.notes),
+            "lines": [[line.tag, line.text] for line in f.lines],
+            "cut": f.cut,
+        }
+        for f in view.files
+    ]
+    return {"sha256": view.sha256, "header": list[JSONValue](view.header()), "files": files}
+
+
 def question_view(p: Pending) -> JSONObject:
     """What the page shows of a question: the terminal's text, the whole input, the
-    answers offered (always only with its exact rule and file)."""
+    answers offered (always only with its exact rule and file). An apply review
+    shows its summary here; its diff is fetched on its own (`review_json`)."""
     q = p.question
+    if p.review is not None:
+        return {
+            "id": p.qid,
+            "kind": "apply_review",
+            "run_id": as_data(q.run_id),
+            "task_id": as_data(q.task_id),
+            "agent_type": as_data(q.agent_type),
+            "tool_name": as_data(q.tool_name),
+            "asked_at": p.asked_at,
+            "sha256": p.review.sha256,
+            "text": p.review.summary_text(),
+        }
     return {
         "id": p.qid,
+        "kind": "question",
         "run_id": as_data(q.run_id),
         "task_id": as_data(q.task_id),
         "agent_type": as_data(q.agent_type),
@@ -220,6 +301,11 @@ class LocalQuestions:
 
     async def state(self, run_id: str) -> JSONObject:
         return self.approver.state(run_id)
+
+    async def review(self, run_id: str, qid: str) -> JSONObject:
+        if self.approver.run_of(qid) != run_id:
+            raise UnknownQuestionError(f"no question {qid!r} in run {run_id!r}")
+        return self.approver.review_view(qid)
 
     async def answer(self, run_id: str, qid: str, request: AnswerRequest) -> str:
         if self.approver.run_of(qid) != run_id:  # another run's question is unknown here

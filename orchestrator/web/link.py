@@ -66,6 +66,7 @@ class RunLink:
         app = web.Application(middlewares=[_same_user])
         app.router.add_get("/v1/state", self._state)
         app.router.add_post("/v1/questions/{qid}", self._answer)
+        app.router.add_get("/v1/questions/{qid}/review", self._review)
         self._dir = Path(tempfile.mkdtemp(prefix="warden-ui-"))
         path = self._dir / "run.sock"
         self._runner = web.AppRunner(
@@ -88,6 +89,15 @@ class RunLink:
 
     async def _state(self, request: web.Request) -> web.Response:
         return web.json_response(await self.questions.state(self.run_id))
+
+    async def _review(self, request: web.Request) -> web.Response:
+        try:
+            view = await self.questions.review(self.run_id, request.match_info["qid"])
+        except AlreadyAnsweredError as exc:
+            return web.json_response({"answered_by": exc.decided_by}, status=409)
+        except UnknownQuestionError:
+            return web.json_response({"error": "no such apply review"}, status=404)
+        return web.json_response(view)
 
     async def _answer(self, request: web.Request) -> web.Response:
         try:
@@ -163,6 +173,16 @@ class RemoteQuestions:
     async def state(self, run_id: str) -> JSONObject:
         status, data = await self._call(run_id, "GET", "/v1/state")
         return data if status == 200 else {"open": [], "answered": []}
+
+    async def review(self, run_id: str, qid: str) -> JSONObject:
+        status, data = await self._call(
+            run_id, "GET", f"/v1/questions/{quote(qid, safe='')}/review"
+        )
+        if status == 200:
+            return data
+        if status == 409:
+            raise AlreadyAnsweredError(str(data.get("answered_by")))
+        raise UnknownQuestionError(str(data.get("error")))
 
     async def answer(self, run_id: str, qid: str, request: AnswerRequest) -> str:
         status, data = await self._call(

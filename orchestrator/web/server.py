@@ -78,6 +78,11 @@ class Questions(Protocol):
         UnknownQuestionError, ValueError."""
         ...
 
+    async def review(self, run_id: str, qid: str) -> JSONObject:
+        """An open apply review's diff (`approver.review_json`). Raises
+        AlreadyAnsweredError, UnknownQuestionError."""
+        ...
+
 
 class PageServer:
     """One page server. `start()` returns its URL (with the secret): print it once."""
@@ -122,6 +127,7 @@ class PageServer:
         app.router.add_get(p + "api/runs/{run}/tasks/{task}/transcript", self._transcript)
         app.router.add_get(p + "api/runs/{run}/audit", self._audit)
         app.router.add_post(p + "api/runs/{run}/questions/{qid}", self._answer)
+        app.router.add_get(p + "api/runs/{run}/questions/{qid}/review", self._review)
         return app
 
     async def start(self) -> str:
@@ -210,6 +216,15 @@ class PageServer:
             return _error(400, str(exc))
         self.questions.changes.bump()
         return web.json_response({"answered_by": who})
+
+    async def _review(self, request: web.Request) -> web.Response:
+        run_id, qid = self._run(request), request.match_info["qid"]
+        try:
+            return web.json_response(await self.questions.review(run_id, qid))
+        except AlreadyAnsweredError as exc:
+            return web.json_response({"answered_by": exc.decided_by}, status=409)
+        except UnknownQuestionError:
+            return _error(404, "no such apply review")
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
         run_id = self._run(request)

@@ -96,6 +96,7 @@ function settle(card, text) {
 }
 
 function questionCard(q) {
+  if (q.kind === "apply_review") return reviewCard(q);
   const card = el("div", null, "question");
   card.dataset.id = q.id;
   card.append(el("div", "warden: approval needed", "who"));
@@ -133,6 +134,64 @@ function questionCard(q) {
   card.append(el("div", "", "note"));
   cards.set(q.id, card);
   return card;
+}
+
+// An apply review: the change set's summary at once, its diff fetched on its own;
+// yes or no, each naming the change set's hash the card shows (a stale one is
+// refused by the server). Names and lines are text (already escaped by warden).
+const MARKS = { context: " ", added: "+", removed: "-", hunk: "", note: "" };
+
+function reviewCard(q) {
+  const card = el("div", null, "question review");
+  card.dataset.id = q.id;
+  card.append(el("div", "warden: review a subagent's changes before they reach the workspace", "who"));
+  card.append(el("pre", q.text, "text"));
+  const diff = el("div", "loading the diff…", "diff");
+  card.append(diff);
+  const answers = el("div", null, "answers");
+  const yes = el("button", "Yes, apply change set " + q.sha256.slice(0, 16) + "…", "apply-yes");
+  yes.type = "button";
+  yes.disabled = true; // until the diff it applies is on screen
+  const reason = el("input", null, "reason");
+  reason.placeholder = "reason (told to the agent)";
+  reason.maxLength = 2000;
+  const no = el("button", "No", "apply-no");
+  no.type = "button";
+  answers.append(yes, reason, no);
+  card.append(answers);
+  card.append(el("div", "", "note"));
+  cards.set(q.id, card);
+  let shown = q.sha256;
+  yes.addEventListener("click", () => answer(card, q, "once", { change_set: shown }));
+  no.addEventListener("click", () => answer(card, q, "deny", { change_set: shown, reason: reason.value }));
+  loadReview(q).then((review) => {
+    if (!review) { diff.textContent = "the diff could not be loaded"; return; }
+    shown = review.sha256;
+    diff.replaceChildren(...review.files.map(fileBlock));
+    if (!card.classList.contains("settled")) yes.disabled = false;
+  });
+  return card;
+}
+
+async function loadReview(q) {
+  const path = "api/runs/" + encodeURIComponent(run) + "/questions/" + encodeURIComponent(q.id) + "/review";
+  const { status, body } = await call(path);
+  return status === 200 ? body : null;
+}
+
+function fileBlock(f) {
+  const block = el("div", null, "file");
+  block.append(el("div", "── " + f.path, "file-path"));
+  block.append(el("div", f.summary, "file-summary"));
+  if (f.path_ascii) block.append(el("div", "! name in ASCII: " + f.path_ascii, "file-note"));
+  for (const note of f.notes) block.append(el("div", "! " + note, "file-note"));
+  if (f.lines.length) {
+    const lines = el("div", null, "lines");
+    for (const [tag, text] of f.lines) lines.append(el("div", MARKS[tag] + text, "line line-" + tag));
+    block.append(lines);
+  }
+  if (f.cut) block.append(el("div", "[" + f.cut + "]", "file-cut"));
+  return block;
 }
 
 async function answer(card, q, choice, extra) {
