@@ -1,5 +1,5 @@
-"""A webhook receiver for warden's approval questions: the worked example of
-docs/webhook.md. Standard library only; copy it and put your own `answer_for` in it
+"""A webhook receiver for warden's approval questions and apply reviews: the worked
+example of docs/webhook.md. Standard library only; copy it and put your own `answer_for` in it
 (post to a chat, open a ticket, page someone; answer when they do).
 
     WARDEN_WEBHOOK_SECRET=... python3 webhook_receiver.py --port 8099 \
@@ -75,15 +75,28 @@ def answer_for(question: dict[str, object], args: argparse.Namespace) -> dict[st
     return {"behavior": "deny", "reason": f"{args.person} allows only: {', '.join(args.allow)}"}
 
 
+def review_for(review: dict[str, object], args: argparse.Namespace) -> dict[str, object] | None:
+    """Your policy for a subagent's change set (`--review`): apply it, keep it aside
+    with a reason, or leave it to a person on another channel. A real one would read
+    `change_set.changes` (paths, kinds, modes, each change's `notes`) and `diff`."""
+    if args.silent or args.review == "leave":
+        return None
+    if args.review == "allow":
+        return {"behavior": "allow", "scope": "once"}
+    return {"behavior": "deny", "reason": f"{args.person} does not apply changes unseen"}
+
+
 def answer(question: dict[str, object], args: argparse.Namespace, secret: bytes) -> None:
-    decision = answer_for(question, args)
+    review = question["type"] == "warden.apply.review"
+    decision = review_for(question, args) if review else answer_for(question, args)
     if decision is None:
         return
     doc = {
         "type": "warden.approval.answer",
         "version": 1,
         "question_id": question["question_id"],
-        "input_hash": question["input_hash"],  # binds the answer to exactly that input
+        # Binds the answer to exactly that input (for a review: the change set's sha256).
+        "input_hash": question["input_hash"],
         "person": args.person,
         **decision,
     }
@@ -111,7 +124,7 @@ def make_handler(args: argparse.Namespace, secret: bytes) -> type[BaseHTTPReques
                 if failures["left"] > 0:  # pretend to be briefly down: warden retries
                     failures["left"] -= 1
                     return self._reply(503)
-                if doc["type"] == "warden.approval.question":
+                if doc["type"] in ("warden.approval.question", "warden.apply.review"):
                     first = doc["question_id"] not in seen
                     seen.add(doc["question_id"])
             if doc["type"] == "warden.approval.withdrawn":
@@ -122,6 +135,13 @@ def make_handler(args: argparse.Namespace, secret: bytes) -> type[BaseHTTPReques
                     f"{doc['tool_name']} {json.dumps(doc['tool_input'])}"
                 )
                 if first:  # answer later, off this request: a person takes their time
+                    threading.Thread(target=answer, args=(doc, args, secret)).start()
+            elif doc["type"] == "warden.apply.review":
+                change_set = doc["change_set"]
+                # Paths are what a subagent wrote: print the escaped form warden made.
+                paths = ", ".join(c["path_shown"] for c in change_set["changes"])
+                print(f"review {doc['question_id']}: change set {change_set['sha256']}: {paths}")
+                if first:
                     threading.Thread(target=answer, args=(doc, args, secret)).start()
             self._reply(202)
 
@@ -145,6 +165,12 @@ def main() -> None:
     parser.add_argument("--silent", action="store_true", help="take questions, never answer")
     parser.add_argument(
         "--leave-others", action="store_true", help="answer only --allow commands, never deny"
+    )
+    parser.add_argument(
+        "--review",
+        choices=["allow", "deny", "leave"],
+        default="deny",
+        help="what to answer an apply review (leave: to the other channels)",
     )
     parser.add_argument("--fail-first", type=int, default=0, help="answer 503 this many times")
     args = parser.parse_args()

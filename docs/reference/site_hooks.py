@@ -22,6 +22,7 @@ SCHEMA_DOCUMENTS = {
     "webhook-question": "What the webhook approver posts to a receiver.",
     "webhook-answer": "What a receiver posts back.",
     "webhook-withdrawn": "What the webhook approver posts when a question is no longer open.",
+    "webhook-review": "What the webhook approver posts to offer a subagent's change set.",
 }
 
 

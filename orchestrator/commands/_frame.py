@@ -285,6 +285,7 @@ async def open_webhooks(
     urls = [s.removeprefix("webhook:") for s in chosen or settings.approvers if s != "terminal"]
     if not urls:
         return
+    from orchestrator.apply.review_document import ReviewDocuments
     from orchestrator.permissions.webhook import WebhookApprover
 
     if urls and settings.webhook_secret is None:
@@ -300,6 +301,7 @@ async def open_webhooks(
             timeout_s=settings.webhook_timeout_s,
             listen=settings.webhook_listen,
             callback_url=settings.webhook_callback_url,
+            documents=ReviewDocuments(),
         )
         try:
             hub.add_channel(await stack.enter_async_context(hook))

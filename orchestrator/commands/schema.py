@@ -8,7 +8,7 @@ from typing import Literal, cast
 import click
 
 DOCUMENTS = ("events", "result")
-WEBHOOK_DOCUMENTS = ("webhook-question", "webhook-answer", "webhook-withdrawn")
+WEBHOOK_DOCUMENTS = ("webhook-question", "webhook-answer", "webhook-withdrawn", "webhook-review")
 """Named here, not imported: `warden --help` stays light."""
 
 
@@ -18,7 +18,8 @@ def schema(document: str) -> None:
     """Print the JSON Schema of DOCUMENT: `events` (each line of events.jsonl, of
     `warden run --json` before the last, and of `warden logs --json`), `result`
     (the last line of `warden run --json`), or a webhook approver's document
-    (`webhook-question`, `webhook-answer`, `webhook-withdrawn`; docs/webhook.md)."""
+    (`webhook-question`, `webhook-answer`, `webhook-withdrawn`, `webhook-review`;
+    docs/webhook.md)."""
     if document in WEBHOOK_DOCUMENTS:
         from orchestrator.permissions import webhook_protocol
 

@@ -8,6 +8,10 @@ answer URL warden serves (loopback by default). Documents and signatures are in
   same `question_id`, so a receiver drops duplicates by it.
 - The first valid answer wins; a repeated or late answer changes nothing (200,
   `duplicate`), one that contradicts it is refused (409) and changes nothing either.
+- A question that is not a tool call's (an apply review) is POSTed as the document
+  its `QuestionDocuments` writes (`apply.review_document`: the change set and its
+  diff); its answer is allow or deny (scope `once`) and must echo the question's
+  `input_hash` (the change set's sha256); a yes is bound to that hash.
 - No answer by the deadline (`timeout_s`, default five minutes) is a deny saying so.
   A receiver that cannot be reached (or refuses the question) by then makes this
   channel fail: alone, the question is denied with that reason; beside the terminal
@@ -21,7 +25,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -76,6 +80,20 @@ class _Waiting:
     question: ApprovalQuestion
     answer: asyncio.Future[ApprovalAnswer]
     expires_at: float
+    own_document: bool = False
+    """Sent as its `QuestionDocuments` wrote it (an apply review): answered allow or
+    deny only, and a yes is bound to its `input_hash`."""
+
+
+class QuestionDocuments(Protocol):
+    """Writes the document of a question that is not a tool call's (an apply review:
+    `apply.review_document.ReviewDocuments`); `permissions` cannot know such questions."""
+
+    async def document(
+        self, q: ApprovalQuestion, answer_url: str, expires_at: float
+    ) -> bytes | None:
+        """The body to POST for `q`, or None: `q` is a tool call's question."""
+        ...
 
 
 @dataclass
@@ -103,6 +121,7 @@ class WebhookApprover:
         listen: str = "127.0.0.1:0",
         callback_url: str | None = None,
         client: httpx2.AsyncClient | None = None,
+        documents: QuestionDocuments | None = None,
     ) -> None:
         if not secret:
             raise WardenError("a webhook approver needs a shared secret: set WARDEN_WEBHOOK_SECRET")
@@ -114,6 +133,7 @@ class WebhookApprover:
         self._callback_base = callback_url.rstrip("/") if callback_url else None
         self._client = client
         self._own_client = client is None
+        self._documents = documents
         self._runner: web.AppRunner | None = None
         self._waiting: dict[str, _Waiting] = {}
         self._answered = _Answered()
@@ -147,8 +167,13 @@ class WebhookApprover:
         started = time.time()
         expires_at = started + self._timeout_s
         waiting = _Waiting(q, loop.create_future(), expires_at)
+        answer_url = self._answer_url(q.question_id)
+        own = None  # a writer's failure (a review that cannot be shown) fails this channel
+        if self._documents is not None:
+            own = await self._documents.document(q, answer_url, expires_at)
+        waiting.own_document = own is not None
+        body = own if own is not None else _question_document(q, answer_url, expires_at)
         self._waiting[q.question_id] = waiting
-        body = _question_document(q, self._answer_url(q.question_id), expires_at)
         delivery = asyncio.ensure_future(self._post(body, q.question_id, stop_at=expires_at))
         try:
             either: set[asyncio.Future[Any]] = {waiting.answer, delivery}
@@ -284,8 +309,12 @@ class WebhookApprover:
         if waiting is None or waiting.answer.done():
             return _reply(404, "unknown", "no question with this id is waiting")
         q = waiting.question
+        review = waiting.own_document
         if doc.input_hash != q.input_hash:
-            return _reply(400, "invalid", "input_hash is not the question's")
+            what = "the change set's sha256 (a stale review?)" if review else "the question's"
+            return _reply(400, "invalid", f"input_hash is not {what}")
+        if review and doc.scope != "once":
+            return _reply(400, "invalid", "a review is answered allow or deny, scope `once`")
         if doc.scope == "always" and not q.always_rule:
             return _reply(400, "invalid", "`always` is not offered for this question")
         answer = ApprovalAnswer(
@@ -294,6 +323,7 @@ class WebhookApprover:
             reason=doc.reason,
             channel="webhook",
             person=doc.person,
+            bound_to=q.input_hash if review and doc.behavior == "allow" else "",
         )
         self._answered.add(doc.question_id, doc.behavior, doc.scope, answer.decided_by)
         waiting.answer.set_result(answer)

@@ -1,6 +1,7 @@
 """The webhook approver's documents and signatures (version 1; docs/webhook.md).
 
-warden POSTs a `QuestionDocument` to the receiver's URL; the receiver (or the person
+warden POSTs a `QuestionDocument` (a tool call) or a `ReviewDocument` (a subagent's
+change set, with its diff, before it is applied) to the receiver's URL; the receiver (or the person
 it asks) POSTs an `AnswerDocument` to the question's `answer_url`; when another
 channel answers first, warden POSTs a `WithdrawnDocument`. Every body, both ways, is
 signed: `Warden-Signature: sha256=HEX`, HEX = HMAC-SHA256(secret, TIMESTAMP + "." +
@@ -89,12 +90,100 @@ class QuestionDocument(_Document):
     """Unix time after which the question is denied and answers are refused."""
 
 
+ChangeKindName = Literal["added", "modified", "removed", "mode_changed", "symlink", "submodule"]
+EntryTypeName = Literal["file", "symlink", "submodule"]
+
+
+class ChangeEntry(BaseModel):
+    """One path of a change set. `path`, `link_target` and `old_link_target` are
+    exactly what the subagent wrote (show them as text, never as markup);
+    `path_shown` is the path made visible (control, bidi and invisible characters
+    escaped), as warden's own diff shows it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=documented)
+
+    path: str
+    """POSIX path relative to the workspace root (raw; a name that is not UTF-8
+    arrives with lone surrogate escapes, `\\udcXX`)."""
+    path_shown: str
+    """The path made visible: what a person should read."""
+    kind: ChangeKindName
+    old_type: EntryTypeName | None = None
+    """What the path held before (null: nothing)."""
+    new_type: EntryTypeName | None = None
+    """What it holds after (null: removed)."""
+    old_sha256: str | None = None
+    new_sha256: str | None = None
+    """sha256 of the content a yes writes."""
+    old_mode: int | None = None
+    """Permission bits before (decimal here; `0o755` is 493)."""
+    new_mode: int | None = None
+    binary: bool = False
+    old_size: int | None = None
+    new_size: int | None = None
+    old_link_target: str | None = None
+    link_target: str | None = None
+    """A symbolic link's target (raw text, never followed)."""
+    old_commit: str | None = None
+    new_commit: str | None = None
+    hard_link: bool = False
+    """The new file had more than one hard link in the subagent's copy (policy refuses it)."""
+    stored: bool = True
+    """False: the content was over the size cap and is not kept (it cannot be applied)."""
+    notes: list[str] = []
+    """What a reviewer must not miss: a new executable or set-id bit, a link that
+    leaves the tree, a name that imitates another (warden's words, already inert)."""
+
+
+class ChangeSetEntry(BaseModel):
+    """The change set a review offers; its `sha256` covers every field of every change
+    (and the content they name)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=documented)
+
+    sha256: str
+    """The change set's hash: an answer echoes it as `input_hash`."""
+    task_id: str
+    agent: str
+    base: str
+    """The commit (or snapshot id) the subagent's working copy started from."""
+    changes: list[ChangeEntry]
+
+
+class ReviewDocument(_Document):
+    """A subagent's change set, offered before it reaches the shared workspace; POSTed
+    to the webhook URL. Answer it like a question (an `AnswerDocument`, scope `once`):
+    `allow` applies exactly this change set, `deny` keeps it aside; the answer's
+    `input_hash` must be `change_set.sha256`, else it is refused."""
+
+    type: Literal["warden.apply.review"] = "warden.apply.review"
+    run_id: str
+    task_id: str
+    """The subagent whose changes these are."""
+    agent_type: str
+    description: str
+    """Its task description (untrusted)."""
+    chain: list[ChainLink]
+    change_set: ChangeSetEntry
+    input_hash: str
+    """`change_set.sha256`, under the name every answer echoes."""
+    diff: str
+    """The review as warden shows it on a terminal: a header naming the hash, then each
+    file's summary, callouts and unified diff, every name and line made inert; long
+    diffs are cut with the cut stated (the hashes bind the whole content)."""
+    scopes: list[Literal["once"]] = ["once"]
+    """A review is answered once: allow (apply) or deny."""
+    answer_url: str
+    expires_at: float
+
+
 class AnswerDocument(_Document):
     """A person's answer, POSTed (signed) to the question's `answer_url`."""
 
     type: Literal["warden.approval.answer"] = "warden.approval.answer"
     input_hash: str = Field(max_length=100)
-    """The question's `input_hash`: the answer is bound to exactly that input."""
+    """The question's `input_hash`: the answer is bound to exactly that input (for a
+    review, the change set's sha256)."""
     behavior: FinalBehavior
     scope: AnswerScope = "once"
     """For an allow: this call only, this exact input for the rest of the run, or
@@ -118,6 +207,7 @@ DOCUMENTS: dict[str, type[BaseModel]] = {
     "webhook-question": QuestionDocument,
     "webhook-answer": AnswerDocument,
     "webhook-withdrawn": WithdrawnDocument,
+    "webhook-review": ReviewDocument,
 }
 """The webhook's documents by the name `warden schema` prints them under."""
 
