@@ -15,5 +15,6 @@ program), on the official `mcp` SDK, over stdio or streamable HTTP on 127.0.0.1.
   the session quietly.
 
 May import: `api`, `config`, `errors`, `jsontypes`, `permissions`, `results`,
-`runtime.parent_tools`, `runtime.tasks`, `ui.question_text`, `untrusted_text`.
+`runtime.parent_tools`, `runtime.tasks`, `ui.question_text`, `untrusted_text`,
+`apply.changeset` and `apply.render` (an apply review as elicitation).
 """
