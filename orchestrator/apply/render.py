@@ -58,6 +58,8 @@ MAX_NAME_CHARS = 1000
 """Shown of one name (path or link target, after escaping)."""
 CONTEXT_LINES = 3
 """Unchanged lines shown around each change (diff -u's default)."""
+MAX_SUMMARY_FILES = 200
+"""Files listed in a summary (the page's card, an MCP form); the rest are counted."""
 SHORT_HASH = 16
 """Hex digits of a file's sha256 in its summary line (the document carries all 64)."""
 
@@ -154,12 +156,17 @@ class ChangeSetView(BaseModel):
             lines.extend(file_lines(view))
         return "\n".join(lines) + "\n"
 
-    def summary_text(self) -> str:
-        """Header and one line per file, no diffs (where a diff does not fit)."""
+    def summary_text(self, files: int = MAX_SUMMARY_FILES) -> str:
+        """Header and one line per file (the first `files`, the rest counted), no
+        diffs: where a diff does not fit (a page's question list, an MCP form)."""
         lines = self.header()
-        for view in self.files:
+        for view in self.files[:files]:
             lines.append(f"── {view.path}  {view.summary}")
+            if view.path_ascii:
+                lines.append(f"     ! name in ASCII: {view.path_ascii}")
             lines.extend(f"     ! {note}" for note in view.notes)
+        if len(self.files) > files:
+            lines.append(f"[{len(self.files) - files} more files not listed here]")
         return "\n".join(lines) + "\n"
 
 

@@ -19,6 +19,7 @@ from orchestrator.apply.render import (
     MAX_DIFF_INPUT_BYTES,
     MAX_DIFF_INPUT_LINES,
     MAX_FILE_DIFF_LINES,
+    MAX_SUMMARY_FILES,
     MAX_TOTAL_DIFF_LINES,
     RenderError,
     ascii_name,
@@ -234,3 +235,15 @@ def test_a_changed_part_too_long_to_compare_is_summarised(store: ContentStore) -
     view = render_change_set(change_set(text_change(store, "f.txt", old, new.encode())), store)
     assert view.files[0].lines == ()
     assert f"more than {MAX_DIFF_INPUT_LINES}" in view.files[0].cut
+
+
+def test_a_summary_lists_a_bounded_number_of_files(store: ContentStore) -> None:
+    changes = [
+        text_change(store, f"f{i:04}.txt", None, b"x\n") for i in range(MAX_SUMMARY_FILES + 5)
+    ]
+    view = render_change_set(change_set(*changes), store)
+    summary = view.summary_text()
+    assert (
+        summary.count("── f") == MAX_SUMMARY_FILES and "[5 more files not listed here]" in summary
+    )
+    assert view.text().count("── f") == MAX_SUMMARY_FILES + 5
