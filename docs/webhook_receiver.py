@@ -24,7 +24,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_SKEW_S = 300  # refuse signatures this far from our clock (replays)
-MAX_BODY_BYTES = 1024 * 1024
+MAX_BODY_BYTES = 16 * 1024 * 1024  # a review of many paths is a few MiB
 
 
 def sign(secret: bytes, timestamp: str, body: bytes) -> str:

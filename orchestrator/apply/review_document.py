@@ -25,6 +25,10 @@ from orchestrator.permissions.webhook_protocol import (
     ReviewDocument,
 )
 
+MAX_DIFF_CHARS = 256 * 1024
+"""Longest diff text a review document carries; a longer review sends its summary,
+saying so (the change set's entries are always all there)."""
+
 _CARRIED = set(ChangeEntry.model_fields) - {"path_shown", "notes"}
 """What the document carries of each `FileChange` (a test holds it to all of them)."""
 
@@ -65,7 +69,7 @@ def review_document(
             changes=changes,
         ),
         input_hash=q.change_set.sha256,
-        diff=view.text(),
+        diff=diff_text(view),
         answer_url=answer_url,
         expires_at=round(expires_at, 3),
     )
@@ -85,3 +89,14 @@ class ReviewDocuments:
             return None
         view = await asyncio.to_thread(render_change_set, q.change_set, q.content)
         return review_document(q, view, answer_url, expires_at)
+
+
+def diff_text(view: ChangeSetView) -> str:
+    """The document's `diff`: the review's text, or its summary when that is too long."""
+    text = view.text()
+    if len(text) <= MAX_DIFF_CHARS:
+        return text
+    return view.summary_text() + (
+        f"\n[the diff ({len(text)} characters) is longer than a review document carries "
+        f"({MAX_DIFF_CHARS}); the run's terminal or web page shows it]\n"
+    )

@@ -117,3 +117,17 @@ async def test_the_review_document_and_a_stale_answer(tmp_path: Path) -> None:
         answered = await asking
     assert (answered.behavior, answered.reason, answered.bound_to) == ("deny", "not the link", "")
     assert answered.decided_by == "webhook:alice"
+
+
+def test_a_long_review_sends_its_summary(tmp_path: Path) -> None:
+    from orchestrator.apply.render import render_change_set
+    from orchestrator.apply.review_document import MAX_DIFF_CHARS, diff_text, review_document
+
+    store = ContentStore(tmp_path)
+    review = hostile_review(store)
+    view = render_change_set(review.change_set, store)
+    small = json.loads(review_document(review, view, "http://a", 1.0))
+    assert small["diff"] == view.text()
+    many = view.model_copy(update={"files": view.files * (MAX_DIFF_CHARS // len(view.text()) + 1)})
+    cut = diff_text(many)
+    assert len(cut) < MAX_DIFF_CHARS and "longer than a review document carries" in cut
