@@ -128,6 +128,8 @@ def test_a_long_review_sends_its_summary(tmp_path: Path) -> None:
     view = render_change_set(review.change_set, store)
     small = json.loads(review_document(review, view, "http://a", 1.0))
     assert small["diff"] == view.text()
-    many = view.model_copy(update={"files": view.files * (MAX_DIFF_CHARS // len(view.text()) + 1)})
+    many = view.model_copy(
+        update={"files": view.files * (2 * MAX_DIFF_CHARS // len(view.text()) + 1)}
+    )
     cut = diff_text(many)
     assert len(cut) < MAX_DIFF_CHARS and "longer than a review document carries" in cut
