@@ -340,7 +340,7 @@ class WorkspaceGuard:
         from orchestrator.workspace.walls import find_walled, mask_sources
 
         root = root or self.workspace
-        walled = find_walled(root, self.walls)
+        walled = find_walled(root, self.walls, keep=self.protected)
         by_target = {m.target: m for m in mounts}
         for relative in walled.read_only:
             source = root / relative

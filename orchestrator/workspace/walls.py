@@ -28,8 +28,15 @@ the image, not host files, and stay with the analyser; a whole-tool `Read` deny
 denies the tool, it masks nothing.
 
 Bounds: at most `MAX_WALL_MOUNTS` mounts and `MAX_SCAN_ENTRIES` directory entries
-looked at per sandbox; past either, the sandbox does not start, and the error
-names the rule (fail closed: deny the directory instead of each file).
+looked at per sandbox. Past `MAX_WALL_MOUNTS` matches (a sandbox can make hundreds
+of `.env` files to keep the next one from starting), whole directories are walled
+in place of the paths they hold (`_coalesce`): the deepest directory that brings
+the count within the bound, masked when a path under it is, so a sandbox sees
+less than the rules name, never more. The workspace itself and directories that
+hold another mount (`.git`, `.claude`, ...) are never walled whole; when the
+matches cannot be brought within the bound so (spread over more than
+`MAX_WALL_MOUNTS` top-level entries), or past `MAX_SCAN_ENTRIES`, the sandbox does
+not start, and the error names the rule (fail closed).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import posixpath
 import re
 import stat
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,10 +109,12 @@ class Walled:
     read_only: dict[str, str] = field(default_factory=dict)
 
 
-def find_walled(workspace: Path, walls: Iterable[DenyWall]) -> Walled:
+def find_walled(workspace: Path, walls: Iterable[DenyWall], keep: Iterable[str] = ()) -> Walled:
     """Every existing workspace path the walls match, looked for now (links are not
-    followed; a link a Read deny matches has its target in the workspace masked).
-    Raises WallError past the bounds."""
+    followed; a link a Read deny matches has its target in the workspace masked);
+    past MAX_WALL_MOUNTS, directories of them (`_coalesce`; never one holding a path
+    of `keep`, the workspace paths mounted otherwise). Raises WallError past the
+    bounds."""
     walls = tuple(walls)
     found = Walled()
     if not walls:
@@ -137,6 +147,7 @@ def find_walled(workspace: Path, walls: Iterable[DenyWall]) -> Walled:
     if linked:
         _add_other_names(workspace, linked, found, walls)
     _prune(found)
+    _coalesce(found, keep)
     _check_count(found)
     return found
 
@@ -151,6 +162,62 @@ def _prune(found: Walled) -> None:
                 walled is found.read_only and rel in found.masked
             ):
                 del walled[rel]
+
+
+MAX_COALESCE_ROUNDS = MAX_WALL_MOUNTS
+"""Most directories `_coalesce` walls in place of the paths under them."""
+
+
+def _coalesce(found: Walled, keep: Iterable[str]) -> None:
+    """Past MAX_WALL_MOUNTS paths, wall directories in place of the paths they hold, so
+    a sandbox that made hundreds of files a deny rule matches cannot keep the next one
+    from starting. Each round walls the deepest directory whose paths bring the count
+    within the bound (else the one that saves most): it is masked when any path under
+    it is (read-only otherwise), so it hides or protects more than the rules name,
+    never less. Never the workspace itself, nor a directory holding another mount
+    (`keep`: an empty mask has no place to mount on); what cannot be brought within
+    the bound so fails in `_check_count`."""
+    blocked = {""}
+    for rel in keep:
+        while rel and rel not in blocked:
+            blocked.add(rel)
+            rel = posixpath.dirname(rel)
+    for _ in range(MAX_COALESCE_ROUNDS):
+        total = len(found.masked) + len(found.read_only)
+        if total <= MAX_WALL_MOUNTS:
+            return
+        held: Counter[str] = Counter()
+        for rel in [*found.masked, *found.read_only]:
+            parent = posixpath.dirname(rel)
+            while parent not in blocked:
+                held[parent] += 1
+                parent = posixpath.dirname(parent)
+
+        saving = {
+            d: n - (0 if d in found.masked or d in found.read_only else 1) for d, n in held.items()
+        }
+        candidates = [d for d in held if saving[d] > 0]
+        if not candidates:
+            return
+        enough = [d for d in candidates if saving[d] >= total - MAX_WALL_MOUNTS]
+        if enough:
+            best = max(enough, key=lambda d: (d.count("/"), -held[d], d))
+        else:
+            best = max(candidates, key=lambda d: (saving[d], d.count("/"), d))
+        _wall_directory(found, best, held[best])
+
+
+def _wall_directory(found: Walled, directory: str, count: int) -> None:
+    under = directory + "/"
+    rules: Counter[str] = Counter()
+    mask = directory in found.masked
+    for walled in (found.masked, found.read_only):
+        for rel in [r for r in walled if r == directory or r.startswith(under)]:
+            rules[walled.pop(rel)] += 1
+            mask = mask or walled is found.masked
+    rule = rules.most_common(1)[0][0]
+    label = f"{rule}, walled as the directory of {count} matches"
+    (found.masked if mask else found.read_only)[directory] = label
 
 
 def _under(rel: str, walled: dict[str, str]) -> bool:
@@ -200,9 +267,10 @@ def _check_count(found: Walled) -> None:
     worst = max(counts, key=lambda r: counts[r])
     raise WallError(
         f"deny rule {worst} matches {counts[worst]} paths in the workspace "
-        f"({total} in all for its deny rules; a sandbox holds at most {MAX_WALL_MOUNTS} "
-        "as mounts), so the sandbox was not started: deny their directory instead "
-        "(e.g. `Read(./certs/**)`), or remove files the rule should not match"
+        f"({total} in all for its deny rules, in more places than a directory below the "
+        f"workspace can cover; a sandbox holds at most {MAX_WALL_MOUNTS} as mounts), so "
+        "the sandbox was not started: deny their directory instead (e.g. "
+        "`Read(./certs/**)`), or remove files the rule should not match"
     )
 
 

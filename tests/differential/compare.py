@@ -222,8 +222,9 @@ KNOWN: list[Known] = [
     ),
     Known(
         "unproven-commands-ask",
-        "A command the analyser cannot prove (an environment prefix such as FOO=1, ...) is "
-        "asked about whatever rule names it.",
+        "A command the analyser cannot prove (an environment prefix such as FOO=1, a link "
+        "made and then used, git -c/--output/--no-index, a line past the analyser's time "
+        "bound, ...) is asked about whatever rule names it, a whole-tool `Bash` allow too.",
         lambda g, c, w, cl: _tool(c) == "Bash" and "cannot prove" in c.get("_reason", ""),
     ),
     Known(

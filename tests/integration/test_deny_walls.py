@@ -201,6 +201,33 @@ def test_files_a_rule_matches_later_are_masked_in_the_next_sandbox(
     assert "seen" in second and SECRET not in second, second
 
 
+def test_hundreds_of_matches_made_in_a_sandbox_do_not_stop_the_next_one(
+    settings: Settings,
+    walled: WorkspaceGuard,
+    agent_image: str,
+    docker_client: DockerClient,
+    no_leftovers: dict[str, str],
+) -> None:
+    # The attack: a sandbox makes more files a Read deny matches than a sandbox holds
+    # as mounts, so that later sandboxes of the run would refuse to start.
+    many = MAX_WALL_MOUNTS + 72
+    made = _run(
+        settings, docker_client, agent_image, walled, no_leftovers,
+        f"for i in $(seq {many}); do mkdir -p junk/a$i && echo {SECRET}-$i > junk/a$i/.env;"
+        " done; echo made",
+    )  # fmt: skip
+    assert "made" in made, made
+    assert len(list((walled.workspace / "junk").iterdir())) == many
+    # The next sandbox starts, their directory masked whole: none of them reads.
+    after = _run(
+        settings, docker_client, agent_image, walled, no_leftovers,
+        "cd /workspace; cat junk/a7/.env; ls -A junk; grep -r TOPSECRET . ;"
+        " cat /proc/self/cwd/junk/a1/.env; cat notes.txt; echo seen",
+    )  # fmt: skip
+    assert "seen" in after and "ordinary" in after, after
+    assert SECRET not in after, after
+
+
 def test_more_matches_than_a_sandbox_holds_refuse_to_start_naming_the_rule(
     settings: Settings, workspace: Path
 ) -> None:

@@ -81,6 +81,46 @@ def test_more_matches_than_mounts_allowed_fail_closed_naming_the_rule(
         find_walled(tmp_path, walls_of(policy("Read(**/*.pem)")))
 
 
+def test_past_the_bound_the_deepest_directory_of_the_matches_is_walled_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sandbox made ten `.env` files (the bound is 4 here) to stop the next sandbox.
+    monkeypatch.setattr(walls_module, "MAX_WALL_MOUNTS", 4)
+    plant(tmp_path, ".env", "config/.env", "config/app.yml", "x/ok.txt")
+    plant(tmp_path, *(f"x/junk/a{i}/.env" for i in range(10)))
+    found = find_walled(tmp_path, walls_of(policy("Read(./.env)")))
+    assert sorted(found.masked) == [".env", "config/.env", "x/junk"]  # not `x`, nor `config`
+    assert "walled as the directory of 10 matches" in found.masked["x/junk"]
+    assert found.read_only == {}
+
+
+def test_edit_denies_past_the_bound_make_their_directory_read_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(walls_module, "MAX_WALL_MOUNTS", 2)
+    plant(tmp_path, "a.lock", *(f"deps/p{i}.lock" for i in range(5)), "deps/secret/.env")
+    found = find_walled(tmp_path, walls_of(policy("Edit(**/*.lock)", "Read(./.env)")))
+    # A directory holding a masked path is masked: it hides more, never less.
+    assert list(found.masked) == ["deps"] and list(found.read_only) == ["a.lock"]
+    found = find_walled(tmp_path, walls_of(policy("Edit(**/*.lock)")))
+    assert sorted(found.read_only) == ["a.lock", "deps"] and found.masked == {}
+
+
+def test_matches_that_no_directory_below_the_workspace_covers_fail_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(walls_module, "MAX_WALL_MOUNTS", 3)
+    plant(tmp_path, *(f"d{i}/.env" for i in range(4)), *(f".claude/a{i}/.env" for i in range(4)))
+    with pytest.raises(WallError, match=r"Read\(\./\.env\).*deny their directory"):
+        find_walled(tmp_path, walls_of(policy("Read(./.env)")))
+    # Nor is a directory that holds another mount walled whole (`.claude` is mounted).
+    for i in range(4):
+        os.remove(tmp_path / f"d{i}/.env")
+    with pytest.raises(WallError):
+        find_walled(tmp_path, walls_of(policy("Read(./.env)")), keep=(".claude",))
+    assert sorted(find_walled(tmp_path, walls_of(policy("Read(./.env)"))).masked) == [".claude"]
+
+
 def test_a_workspace_too_large_to_look_through_fails_closed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
