@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -138,15 +139,28 @@ class StdioServer(McpSession):
         self._lock = threading.Lock()
         self._answered = threading.Condition(self._lock)
         self._answers: dict[int, JSONObject] = {}
+        self._pending: set[int] = set()
+        """Ids of requests waiting: an answer to any other id is dropped (a server
+        cannot grow the runner's memory with answers nobody asked for)."""
         self._next_id = 0
         self._stderr = _Tail(STDERR_KEPT_BYTES)
         self.failure: str | None = None
         """Why the server is unusable (None while it runs)."""
         env = {**os.environ, **oom.EXPENDABLE_ENV, **dict(server.env)}
         env["CLAUDE_PROJECT_DIR"] = str(root)
+        program = shutil.which(server.command, path=env.get("PATH"))
+        if program is None:
+            raise McpServerError(
+                f"MCP server {self.name!r} did not start: {server.command!r} is not a program "
+                "on the sandbox's PATH (it runs inside the sandbox, so the command must exist "
+                "in the subagent's image)"
+            )
         try:
+            # Through bash, which sources `oom.EXPENDABLE_ENV`'s script first: the
+            # server is the kernel's first choice when the sandbox runs out of memory,
+            # not the runner that reports it.
             self._proc = subprocess.Popen(
-                [server.command, *server.args],
+                ["bash", "-c", 'exec "$@"', f"mcp-{self.name}", program, *server.args],
                 cwd=root,
                 env=env,
                 stdin=subprocess.PIPE,
@@ -224,8 +238,9 @@ class StdioServer(McpSession):
             return
         if isinstance(ident, int) and not isinstance(ident, bool):
             with self._answered:
-                self._answers[ident] = message
-                self._answered.notify_all()
+                if ident in self._pending:
+                    self._answers[ident] = message
+                    self._answered.notify_all()
 
     def _send(self, message: JSONObject) -> None:
         data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
@@ -257,6 +272,7 @@ class StdioServer(McpSession):
                 raise McpServerError(self.describe_failure_locked())
             self._next_id += 1
             ident = self._next_id
+            self._pending.add(ident)
         self._send({"jsonrpc": "2.0", "id": ident, "method": method, "params": params})
         deadline = time.monotonic() + timeout_s
         with self._answered:
@@ -266,6 +282,7 @@ class StdioServer(McpSession):
                     break
                 self._answered.wait(left)
             answer = self._answers.pop(ident, None)
+            self._pending.discard(ident)
         if answer is None:
             if self.failure is None:
                 self._fail(f"it did not answer {method} within {timeout_s:g} s, so it was stopped")

@@ -161,6 +161,16 @@ def _print_setup(setup: JSONObject) -> None:
     click.echo(
         "tools: " + (printable(", ".join(map(str, tools)), 300) if isinstance(tools, list) else "-")
     )
+    servers = setup.get("mcp_servers")
+    if isinstance(servers, list) and servers:
+        names = []
+        for server in servers:
+            if not isinstance(server, dict):
+                continue
+            some = server.get("tools")
+            only = f": {', '.join(map(str, some))}" if isinstance(some, list) else ""
+            names.append(f"{server.get('name')} ({server.get('transport')}{only})")
+        click.echo("MCP servers: " + printable(", ".join(names), 300))
     limits = setup.get("limits")
     if not isinstance(limits, dict):
         limits = {}

@@ -1,12 +1,13 @@
-"""What a subagent was set up with (model, tools, limits, disk caps, system prompt), recorded in
-its `task_started` event so `warden logs TASK` can show how it was configured."""
+"""What a subagent was set up with (model, tools, MCP servers by name, limits, disk caps,
+system prompt), recorded in its `task_started` event so `warden logs TASK` can show how
+it was configured."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from orchestrator.backend.contract import DiskLimits, ResourceLimits
-from orchestrator.jsontypes import JSONObject
+from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.store.records import clip_text
 
 if TYPE_CHECKING:
@@ -39,4 +40,12 @@ def task_setup(
         "image": image,
         "source": source,
         "system_prompt": clip_text(spec.system_prompt, SYSTEM_PROMPT_EVENT_CHARS),
+        "mcp_servers": [
+            {
+                "name": m.name,
+                "transport": m.transport,
+                "tools": None if m.tools is None else list[JSONValue](m.tools),
+            }
+            for m in spec.mcp_servers
+        ],
     }

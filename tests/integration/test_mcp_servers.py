@@ -114,6 +114,11 @@ async def test_a_stdio_server_runs_in_the_sandbox_and_its_calls_are_decided_on_t
     async with scripted_run(settings, workspace, script, deny=("mcp__x__echo",)) as (run, model):
         general = await run.manager.run_task(task("MCP-GENERAL"))
         prober = await run.manager.run_task(task("MCP-PROBER", "prober"))
+        setups = {
+            e.task_id: e.data["data"]["setup"]["mcp_servers"]
+            for e in run.store.events(run_id=run.run_id)
+            if e.kind == "task_started"
+        }
         denied = [
             e.data.get("data") or {}
             for e in run.store.events(run_id=run.run_id)
@@ -135,6 +140,7 @@ async def test_a_stdio_server_runs_in_the_sandbox_and_its_calls_are_decided_on_t
     assert where["hostname"] != socket.gethostname()
     assert "docker" in where["cgroup"], where
     assert where["uid"] != 0 and where["cwd"] == where["project_dir"] == "/workspace"
+    assert where["oom_score_adj"] == "1000"  # the kernel's first pick, never the runner
     assert (workspace / f"started-{marker}").exists()
     # The deny rule held on the host: the call never reached the server.
     assert results[1].startswith("Permission denied") and "mcp__x__echo" in results[1]
@@ -150,6 +156,12 @@ async def test_a_stdio_server_runs_in_the_sandbox_and_its_calls_are_decided_on_t
     by_prober = tool_results(model, "prober")
     assert by_prober[0] == "abab"
     assert "not available to this agent" in by_prober[1], by_prober[1]
+    # `warden logs TASK` shows which servers each subagent got.
+    assert setups[general.task_id] == [{"name": "x", "transport": "stdio", "tools": None}]
+    assert setups[prober.task_id] == [
+        {"name": "y", "transport": "stdio", "tools": None},
+        {"name": "x", "transport": "stdio", "tools": ["mcp__x__where"]},
+    ]
 
 
 async def test_an_untrusted_workspace_starts_no_mcp_server(
