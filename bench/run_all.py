@@ -54,6 +54,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("run-start", "bench_run_start.py", ("--quick",)),
     Bench("permission", "bench_permission.py", ("-n", "300", "--rounds", "1")),
     Bench("approval-hub", "bench_approval_hub.py", ("-n", "2000")),
+    Bench("workcopy", "bench_workcopy.py", ("--files", "1000", "--rounds", "3")),
     Bench("spawn", "bench_spawn.py", ("--quick",)),
     Bench("fanout", "bench_fanout.py", ("--sizes", "20")),
     Bench("egress", "bench_egress.py", ("-n", "10")),

@@ -9,5 +9,5 @@ copies, compute change sets on the host without following what a sandbox could
 swap, decide them with the run's policy and merge them into the workspace.
 `render` (how a change set reads to a person) belongs to the channels' side.
 
-May import: `config`, `behavior`, `event_sink`, `labels`, `permissions`, `workspace`, `store`, `untrusted_text`, `backend`.
+May import: `config`, `owner`, `behavior`, `event_sink`, `labels`, `permissions`, `workspace`, `store`, `untrusted_text`, `backend`.
 """

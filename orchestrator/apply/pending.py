@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.apply.changeset import ApplyDecision, ApplyError, ChangeSet
+from orchestrator.apply.changeset import ApplyDecision, ApplyError, ChangeSet, PathReason
 from orchestrator.apply.compute import compute_change_set
 from orchestrator.apply.policy import ApplyPolicy, decide
 from orchestrator.apply.review import (
@@ -116,6 +116,40 @@ def apply_pending(
     else:
         record(copy, change_set, decision)
     return decision
+
+
+def settle_leftovers(state_dir: Path) -> tuple[list[str], list[str]]:
+    """The working copies a dead warden left undecided (its run crashed or was
+    killed while the task ran): removed when they hold no change, else kept with a
+    `pending` decision, so `warden apply`/`discard` can take them. Returns the task
+    ids removed and kept. A copy whose owner may be alive is left alone."""
+    from orchestrator.owner import Owner, is_dead
+
+    removed: list[str] = []
+    kept: list[str] = []
+    store = content_store(state_dir)
+    for item in pending(state_dir):
+        if item.change_set is not None:
+            continue
+        owner = Owner.from_json(item.copy.record.owner or None)
+        if owner is None or not is_dead(owner):
+            continue
+        change_set, _ = compute_change_set(item.copy, store)
+        if not change_set.changes:
+            item.copy.remove()
+            removed.append(item.copy.record.task_id)
+            continue
+        why = PathReason(path="", reason="its run ended before the change set was decided")
+        decision = ApplyDecision(
+            task_id=change_set.task_id,
+            change_set_sha256=change_set.sha256,
+            outcome="pending",
+            reasons=(why,),
+            decided_by="warden cleanup",
+        )
+        record(item.copy, change_set, decision)
+        kept.append(item.copy.record.task_id)
+    return removed, kept
 
 
 def discard_pending(state_dir: Path, task_id: str) -> WorkingCopy:

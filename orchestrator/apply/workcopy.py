@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.apply.changeset import ApplyError, ContentStore
 from orchestrator.apply.tree import SKIPPED_AT_ROOT, Entry, Tree, read_tree, tree_hash
+from orchestrator.owner import current as current_owner
 
 COPY_META = "copy.json"
 WORK_DIR = "work"
@@ -57,6 +58,9 @@ class CopyRecord(BaseModel):
     base: str
     """`snapshot:` and the hash of the copied tree."""
     created: float
+    owner: str = ""
+    """The warden process that made it (`owner.Owner` as JSON): `warden cleanup`
+    settles the copies of owners that are provably dead."""
     base_entries: dict[str, dict[str, object]]
     """The copied tree: path → `tree.Entry` fields."""
 
@@ -143,6 +147,7 @@ def make_working_copy(
             workspace=str(workspace),
             base=f"snapshot:{tree_hash(tree)}",
             created=time.time(),
+            owner=current_owner(state_dir).to_json(),
             base_entries={p: asdict(e) for p, e in tree.entries.items()},
         )
         (home / COPY_META).write_text(record.model_dump_json(), encoding="utf-8")

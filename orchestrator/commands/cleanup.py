@@ -126,6 +126,9 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
     from orchestrator.backend.mounts import sweep_pins
 
     sweep_pins()  # mount sources a killed warden left pinned (a dead owner's only)
+    from orchestrator.apply.pending import settle_leftovers
+
+    copies_removed, copies_kept = settle_leftovers(settings.state_dir)
     if as_json:
         click.echo(
             json.dumps(
@@ -137,6 +140,8 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
                     "kept_unknown_owner": len(plan.keep_unknown),
                     "interrupted_tasks": interrupted,
                     "socket_dirs_removed": len(sockets),
+                    "working_copies_removed": copies_removed,
+                    "change_sets_waiting": copies_kept,
                 }
             )
         )
@@ -146,6 +151,13 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
     click.echo(f"removed {total} warden {noun}")
     if sockets:
         click.echo(f"removed {len(sockets)} broker socket dir(s) of dead warden processes")
+    if copies_removed:
+        click.echo(f"removed {len(copies_removed)} unchanged working copy(ies) of dead runs")
+    if copies_kept:
+        click.echo(
+            f"kept {len(copies_kept)} change set(s) of dead runs waiting: warden ps --pending, "
+            "then warden apply TASK or warden discard TASK"
+        )
     if interrupted:
         click.echo(f"marked {len(interrupted)} task(s) of crashed runs interrupted (resumable)")
     if kept:
