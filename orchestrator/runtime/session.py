@@ -88,12 +88,17 @@ def prepare_guard(
 ) -> WorkspaceGuard:
     """The run's workspace protections (`--protect` paths must exist; those from
     settings files are skipped when missing). A `--policy` file inside the workspace
-    is protected too: a subagent must not rewrite the rules the next run follows.
-    `rules`' deny rules become mounts in every sandbox (`workspace.walls`)."""
+    is protected too: a subagent must not rewrite the rules the next run follows; so
+    are the workspace scripts the hooks name (`PolicyInputs.hook_scripts`): a hook
+    must not run what a subagent wrote. `rules`' deny rules become mounts in every
+    sandbox (`workspace.walls`)."""
     return WorkspaceGuard.prepare(
         workspace,
         protect=(*protect, *policy_inside(settings, workspace, policy)),
-        optional=protected_paths(settings, workspace, inputs.stack if inputs else None),
+        optional=(
+            *protected_paths(settings, workspace, inputs.stack if inputs else None),
+            *(inputs.hook_scripts if inputs else ()),
+        ),
         walls=walls_of(rules) if rules is not None else (),
     )
 

@@ -12,7 +12,9 @@ is decided from those bytes, and the run builds that very tar: a root
 `.devcontainer.json` or a Dockerfile a concurrent run's sandbox writes after this
 read is neither trusted nor built. So are the `--policy` file (the permission
 policy and the egress rules decide from one parse of it) and `.git/config`'s
-`core.hooksPath` (which the end-of-run report watches).
+`core.hooksPath` (which the end-of-run report watches). The workspace scripts the
+hooks name are made read-only in every sandbox of the run (`hook_scripts`): a
+hook, on the host or in a sandbox, runs the content trust covered at the start.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from orchestrator.permissions.sources import (
     read_policy_document,
 )
 from orchestrator.workspace.trust import TrustVerdict, verdict
+from orchestrator.workspace.trusted_content import hook_scripts
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,9 @@ class PolicyInputs:
     hooks_path: str | None = None
     """`core.hooksPath` of the workspace's `.git/config` as a report pattern, when it
     points inside the workspace (`permissions.executed_paths`)."""
+    hook_scripts: tuple[str, ...] = ()
+    """Workspace files the hooks of any settings file name (relative): read-only in
+    the run's sandboxes, so a hook runs the script trust saw, not one a sandbox wrote."""
 
     @property
     def trusted(self) -> bool:
@@ -92,4 +98,7 @@ def read_policy_inputs(
         devcontainer=dev,
         policy=document,
         hooks_path=hooks_path_pattern(workspace),
+        hook_scripts=tuple(
+            hook_scripts(workspace.resolve(), {str(f.path): f.doc for f in stack.files})
+        ),
     )
