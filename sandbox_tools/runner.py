@@ -103,7 +103,11 @@ class AgentLoop:
     def __init__(
         self, spec: wire.TaskSpec, broker: BrokerClient, outbox: Outbox, ctx: ToolContext
     ) -> None:
+        if not spec.skills and "Skill" in spec.tools:  # nothing to load: not offered
+            spec = spec._replace(tools=[t for t in spec.tools if t != "Skill"])
         self.spec = spec
+        self.after_results: list[JSONObject] = []
+        """Blocks a tool adds after this turn's tool results (a loaded skill's text)."""
         self.broker = broker
         self.outbox = outbox
         self.ctx = ctx
@@ -225,6 +229,8 @@ class AgentLoop:
             tool_uses = [b for b in last if b.get("type") == "tool_use"]
             if stop_reason == "tool_use" and tool_uses:
                 results = [self.call_tool(b) for b in tool_uses]
+                results += self.after_results
+                self.after_results = []
                 self.messages.append({"role": "user", "content": list[JSONValue](results)})
             self.checkpoint()
             self.outbox.event(
@@ -326,6 +332,8 @@ class AgentLoop:
             output = self.web_fetch(tool_input)
         elif name == "WebSearch":
             output = self.web_search(tool_input)
+        elif name == "Skill":
+            output = self.skill(tool_input)
         elif mcp is not None:
             output = mcp.call(name, tool_input)
         else:
@@ -383,6 +391,19 @@ class AgentLoop:
         cut = " (cut to the size limit)" if page.cut else ""
         head = f"[{page.url}: HTTP {page.status} {page.reason}, {page.size} bytes{cut}]"
         return ToolOutput(f"{head}\n{final_text(content).strip()}", summary=f"HTTP {page.status}")
+
+    def skill(self, tool_input: JSONObject) -> ToolOutput:
+        """Load a skill of the spec (`tools.skills`); its text follows the results."""
+        from sandbox_tools.tools import skills
+
+        try:
+            inp = parse_input("Skill", tool_input)
+        except ToolError as e:
+            return ToolOutput(f"Error: {e}", is_error=True, summary=str(e)[:160])
+        output, block = skills.load_skill(inp, self.spec.skills)  # type: ignore[arg-type]
+        if block is not None:
+            self.after_results.append(block)
+        return output
 
     def web_search(self, tool_input: JSONObject) -> ToolOutput:
         """One model call with the web search server tool, decided by the broker's

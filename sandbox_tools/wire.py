@@ -99,6 +99,12 @@ DEFAULT_MODEL_RETRY_TOTAL_S = 300.0
 
 DEFAULT_MAX_TOKENS = 8192
 """`max_tokens` of each model call when the spec does not say."""
+MAX_SKILLS = 100
+"""Most skills one subagent's `Skill` tool is offered."""
+MAX_SKILL_CHARS = 70_000
+"""Longest skill text in a spec (the host reads at most 64 KiB of a SKILL.md)."""
+MAX_SKILL_DESCRIPTION_CHARS = 1024
+"""Longest skill description listed to the model."""
 EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")
 """The Messages API's `output_config.effort` levels (what an agent's `effort` may send)."""
 DEFAULT_CONTEXT_WINDOW_TOKENS = 200_000
@@ -120,11 +126,13 @@ TOOL_NAMES = (
     "TodoWrite",
     "WebFetch",
     "WebSearch",
+    "Skill",
 )
 """Tools that run inside the container, with Claude Code's names (`TaskOutput` and
 `TaskStop` read and stop the background shells `Bash` starts; `WebFetch` goes out
 through the sandbox's egress and makes one model call through the broker;
-`WebSearch` is one model call with the API's web search server tool)."""
+`WebSearch` is one model call with the API's web search server tool; `Skill` loads
+one of the skills the host put in the spec)."""
 
 DELEGATION_TOOL_NAMES = ("Task",)
 """Tools that a container asks the host to carry out (nesting)."""
@@ -412,6 +420,9 @@ class TaskSpec(NamedTuple):
     mcp_tool_timeout_s: float = DEFAULT_MCP_TOOL_TIMEOUT_S
     effort: str | None = None
     """`output_config.effort` of every model call (the agent's `effort`); None: not sent."""
+    skills: tuple[JSONObject, ...] = ()
+    """Skills the `Skill` tool loads: `name`, `description`, `directory`, `text` (read
+    and bounded by the host, from trusted content only)."""
 
     @classmethod
     def from_json(cls, doc: object) -> TaskSpec:
@@ -457,6 +468,7 @@ class TaskSpec(NamedTuple):
                 _typed(doc, "mcp_tool_timeout_s", (int, float), DEFAULT_MCP_TOOL_TIMEOUT_S)
             ),
             effort=_effort(_typed(doc, "effort", (str, type(None)), None)),
+            skills=tuple(s for s in _typed(doc, "skills", list, []) if isinstance(s, dict)),
         )
 
 

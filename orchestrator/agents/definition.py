@@ -58,7 +58,6 @@ UNSUPPORTED_TOOLS: dict[str, str] = {
     "EnterPlanMode": _HOST,
     "ExitPlanMode": _HOST,
     "LSP": _HOST,
-    "Skill": _HOST,
     "SlashCommand": _HOST,
 }
 """Claude Code tools warden does not run in a container, each with the short reason

@@ -152,7 +152,7 @@ alternatives and say why you chose this one.
 End your answer with a section "Critical files for implementation" listing the \
 3 to 5 files that matter most, as paths. Your final message is all the parent sees."""
 
-READ_ONLY_TOOLS = ("Bash", "Read", "Glob", "Grep", "TaskStop")
+READ_ONLY_TOOLS = ("Bash", "Read", "Glob", "Grep", "TaskStop", "Skill")
 """Explore's and Plan's tools: Claude Code's read-only set, as warden has it."""
 
 BUILTIN_AGENTS = (

@@ -42,6 +42,17 @@ class McpServerLaunch(_Wire):
     """The `mcp__…` names of its tools this subagent is offered; None: all of them."""
 
 
+class SkillSpec(_Wire):
+    """One skill the `Skill` tool may load, as Claude Code gives it."""
+
+    name: str = Field(min_length=1, max_length=200)
+    description: str = Field(default="", max_length=wire.MAX_SKILL_DESCRIPTION_CHARS)
+    directory: str = Field(max_length=4096)
+    """Its directory as the subagent sees it (`Base directory for this skill`)."""
+    text: str = Field(max_length=wire.MAX_SKILL_CHARS)
+    """SKILL.md without its frontmatter."""
+
+
 class TaskSpec(_Wire):
     """What a runner needs to start its loop; served by `GET /v1/spec`."""
 
@@ -96,6 +107,8 @@ class TaskSpec(_Wire):
     """How long a server may take to answer `initialize` and `tools/list`."""
     mcp_tool_timeout_s: float = Field(default=wire.DEFAULT_MCP_TOOL_TIMEOUT_S, gt=0)
     """How long one MCP tool call may take."""
+    skills: list[SkillSpec] = Field(default_factory=list, max_length=wire.MAX_SKILLS)
+    """Skills the subagent's `Skill` tool may load (trusted content, read by the host)."""
     effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
     """`output_config.effort` of every model call, as Claude Code sends an agent's
     `effort` (`agents.keys.request_effort`); None: not sent (the API's default)."""

@@ -22,9 +22,11 @@ from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.runtime.caps import CapError, TaskManagerConfig
 from orchestrator.runtime.subagent_context import (
     ContextSources,
+    available_skills,
     context_reminder,
     memory_section,
     skill_blocks,
+    skill_listing,
 )
 from orchestrator.runtime.tasks import ForkPrefix, TaskContext, TaskInput
 from sandbox_tools import conversation
@@ -91,6 +93,9 @@ def runner_spec(
     tool_definitions: list[JSONObject] = []
     before: list[JSONObject] = []
     after: list[JSONObject] = []
+    skills: list[JSONObject] = []
+    if sources is not None and fork is None and "Skill" in tools:
+        skills = available_skills(sources)
     if sources is not None and fork is None:
         memory = memory_section(agent, sources)
         if memory:
@@ -98,6 +103,8 @@ def runner_spec(
         if not history:
             before = [context_reminder(agent, sources)]
             after, missing = skill_blocks(agent, sources)
+            if skills:
+                after.append(skill_listing(skills))
             for name in missing:
                 log.warning("agent %s: skill %r not found (.claude/skills/%s/SKILL.md)",
                             agent.name, name, name)  # fmt: skip
@@ -131,6 +138,7 @@ def runner_spec(
         mcp_tool_timeout_s=config.mcp_tool_timeout_s,
         # a fork's requests are the parent's (its prefix and settings); others carry
         # the agent's effort as Claude Code sends it
+        skills=[wire_models.SkillSpec.model_validate(s) for s in skills],
         effort=request_effort(agent.effort, model) if fork is None else None,
     )
 

@@ -66,6 +66,9 @@ class TaskManagerConfig:
     """How long one MCP tool call may take."""
     claude_dir: Path | None = None
     """The user's Claude Code directory (CLAUDE.md, skills, agent memory); None: none."""
+    project_skills: dict[str, str] | None = None
+    """The workspace's skills as its trust verdict read them (`NAME` → SKILL.md text;
+    empty when the workspace is not trusted); None: read from the workspace."""
     model_aliases: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_MODEL_ALIASES))
     """Model alias → model id, for a Task call's `model` (as for agent files')."""
     context_windows: dict[str, int] = field(default_factory=dict)

@@ -342,7 +342,9 @@ class TaskManager:
                 model=self._model(agent, task_input),
                 config=self.config,
                 fork=fork,
-                sources=ContextSources(self.config.claude_dir, self.workspace),
+                sources=ContextSources(
+                    self.config.claude_dir, self.workspace, self.config.project_skills
+                ),
             )
             for warning in warnings:
                 self.recorder.note("task_warning", ctx, warning=warning)

@@ -165,7 +165,9 @@ class SandboxPlan:
         owner = (self.identity.uid, self.identity.gid)
         return [
             *mounts,
-            agent_memory.memory_mount(self.guard.workspace, agent.memory_scope or "", agent.name, owner),
+            agent_memory.memory_mount(
+                self.guard.workspace, agent.memory_scope or "", agent.name, owner
+            ),
         ]
 
     def _walled(self, target: str, mounts: list[Mount]) -> str | None:

@@ -4,6 +4,7 @@ TaskManager and the parent agent, torn down in the right order whatever happens.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import secrets
@@ -36,6 +37,7 @@ from orchestrator.runtime.manager import TaskManager
 from orchestrator.runtime.parent import ParentAgent, ParentOptions
 from orchestrator.runtime.protocols import PermissionGate
 from orchestrator.runtime.sandbox import sandbox_identity, warn_if_root_owned
+from orchestrator.runtime.subagent_context import trusted_skills
 from orchestrator.runtime.tasks import TaskContext, TaskStatus
 from orchestrator.tracing import run_tracer
 from orchestrator.workspace import WorkspaceGuard
@@ -205,6 +207,8 @@ async def open_run(
     model = settings.resolve_model(model or DEFAULT_MODEL)
     if config is None:  # a library caller gets the environment's limits, as the CLI does
         config = TaskManagerConfig.from_settings(settings)
+    # skills are instructions a subagent follows: only the text the person trusted
+    config = dataclasses.replace(config, project_skills=trusted_skills(inputs))
     # What egress (and a dev container build) decides by: the run's policy, or the
     # one a caller's own gate says it follows (`PermissionGate.policy`).
     own_hooks: HookSet | None = None  # a caller's own gate runs its own hooks (none of the run's)

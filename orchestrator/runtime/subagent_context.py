@@ -16,6 +16,8 @@ the intent of Claude Code's (see docs/agents.md for the differences).
 from __future__ import annotations
 
 import datetime
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from orchestrator.agents.definition import BUILTIN_SOURCE, AgentDefinition
 from orchestrator.jsontypes import JSONObject
 from orchestrator.regular_file import open_regular
 from orchestrator.workspace import agent_memory
+from orchestrator.workspace.inputs import PolicyInputs
+from sandbox_tools import wire
 
 MAX_CONTEXT_FILE_BYTES = 64 * 1024
 """Most of one CLAUDE.md, SKILL.md or MEMORY.md read (the rest is cut, saying so)."""
@@ -89,10 +93,14 @@ CLAUDE_MD_KINDS = {
 @dataclass(frozen=True)
 class ContextSources:
     """Where one run's context files are: the user's Claude Code directory and the
-    workspace (None: none)."""
+    workspace (None: none), and the workspace's skills as trusted."""
 
     claude_dir: Path | None
     workspace: Path | None
+    project_skills: Mapping[str, str] | None = None
+    """`NAME` → the text of `.claude/skills/NAME/SKILL.md` as the run's trust verdict
+    read it (empty: an untrusted workspace has no skills); None: read the workspace's
+    own files (a caller without a trust verdict)."""
 
 
 def read_text(path: Path, confine_to: Path | None) -> str | None:
@@ -193,11 +201,16 @@ def context_reminder(
 
 
 def skill_file(name: str, sources: ContextSources) -> tuple[Path, str] | None:
-    """(directory, text) of skill `name`: the project's first, then the user's."""
+    """(directory, text) of skill `name`: the project's first (as trusted), then the
+    user's."""
     if "/" in name or name in ("", ".", ".."):
         return None
     places: list[tuple[Path, Path]] = []
-    if sources.workspace is not None:
+    if sources.workspace is not None and sources.project_skills is not None:
+        text = sources.project_skills.get(name)
+        if text is not None:
+            return sources.workspace / ".claude" / "skills" / name, text
+    elif sources.workspace is not None:
         places.append((sources.workspace / ".claude" / "skills", sources.workspace))
     if sources.claude_dir is not None:
         places.append((sources.claude_dir / "skills", sources.claude_dir))
@@ -229,6 +242,70 @@ def skill_blocks(
     return blocks, missing
 
 
+def skill_names(sources: ContextSources) -> list[str]:
+    """Every skill the Skill tool may load: the project's (as trusted), then the user's
+    that the project's do not shadow, at most `wire.MAX_SKILLS`."""
+    names: list[str] = []
+    if sources.workspace is not None:
+        if sources.project_skills is not None:
+            names += sorted(sources.project_skills)
+        else:
+            names += _skill_dirs(sources.workspace / ".claude" / "skills")
+    if sources.claude_dir is not None:
+        names += _skill_dirs(sources.claude_dir / "skills")
+    return list(dict.fromkeys(names))[: wire.MAX_SKILLS]
+
+
+def _skill_dirs(root: Path) -> list[str]:
+    try:
+        return sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def available_skills(sources: ContextSources) -> list[JSONObject]:
+    """The skills for the spec (`wire_models.SkillSpec`): name, description (from the
+    frontmatter), directory as the subagent sees it, text without the frontmatter."""
+    found: list[JSONObject] = []
+    for name in skill_names(sources):
+        located = skill_file(name, sources)
+        if located is None:
+            continue
+        directory, text = located
+        shown = directory
+        if sources.workspace is not None and directory.is_relative_to(sources.workspace):
+            shown = Path(SANDBOX_WORKSPACE) / directory.relative_to(sources.workspace)
+        found.append({
+            "name": name,
+            "description": _description(text)[: wire.MAX_SKILL_DESCRIPTION_CHARS],
+            "directory": str(shown),
+            "text": _without_frontmatter(text).strip()[: wire.MAX_SKILL_CHARS],
+        })  # fmt: skip
+    return found
+
+
+def skill_listing(skills: list[JSONObject]) -> JSONObject:
+    """The reminder that lists the skills to the model (Claude Code sends the same
+    list as a system message after the first user message)."""
+    lines = [f"- {s['name']}: {s['description']}" for s in skills]
+    text = "The following skills are available for use with the Skill tool:\n\n" + "\n".join(lines)
+    return {"type": "text", "text": f"<system-reminder>\n{text}\n</system-reminder>"}
+
+
+def _description(text: str) -> str:
+    """The frontmatter's one-line `description` (empty when there is none)."""
+    lines = text.lstrip("\ufeff").splitlines()
+    if not lines or lines[0].strip() != "---":
+        return ""
+    for line in lines[1:]:
+        if line.strip() == "---":
+            break
+        key, _, value = line.partition(":")
+        if key.strip() == "description":
+            return " ".join(value.strip().strip("\"'").split())
+    return ""
+
+
 def _without_frontmatter(text: str) -> str:
     lines = text.lstrip("\ufeff").splitlines()
     if lines and lines[0].strip() == "---":
@@ -236,3 +313,23 @@ def _without_frontmatter(text: str) -> str:
         if end is not None:
             return "\n".join(lines[end + 1 :])
     return text
+
+
+def trusted_skills(inputs: PolicyInputs) -> dict[str, str]:
+    """The workspace's skills a subagent may load or preload: each
+    `.claude/skills/NAME/SKILL.md` whose text the trust verdict read (the content the
+    person said yes to); none in an untrusted workspace."""
+    if not inputs.trusted:
+        return {}
+    found: dict[str, str] = {}
+    for rel, seen in inputs.trust.prints.items():
+        parts = rel.split("/")
+        if (
+            len(parts) == 4
+            and parts[:2] == [".claude", "skills"]
+            and parts[3] == "SKILL.md"
+            and seen.text is not None
+            and seen.digest.startswith("sha256:")
+        ):
+            found[parts[2]] = seen.text
+    return found

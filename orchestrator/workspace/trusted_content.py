@@ -3,7 +3,8 @@ each would add, and how they changed since a person last said yes.
 
 Trust is given to content a person has seen, never to a place. The files a yes
 covers are the workspace's own settings (`.claude/settings.json`,
-`.claude/settings.local.json`), its agent files (`.claude/agents/**/*.md`), the
+`.claude/settings.local.json`), its agent files (`.claude/agents/**/*.md`), its
+skills (every file under `.claude/skills/`: a skill's `SKILL.md` and what it names), the
 scripts its hooks name (where a command word is a file inside the workspace), its
 dev container (all of `.devcontainer/`, and `.devcontainer.json`) and its MCP
 configuration (`.mcp.json`). A dev container that builds a Dockerfile also adds
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
 PROJECT_SETTINGS = (".claude/settings.json", ".claude/settings.local.json")
 PROJECT_AGENTS = ".claude/agents"
+PROJECT_SKILLS = ".claude/skills"
 DEVCONTAINER_DIR = ".devcontainer"
 SINGLE_FILES = (*PROJECT_SETTINGS, ".devcontainer.json", ".mcp.json")
 """Files trust covers by name (when they exist)."""
@@ -240,7 +242,7 @@ def fingerprint(
     texts = texts or {}
     names: list[str] = [rel for rel in SINGLE_FILES if os.path.lexists(root / rel)]
     too_many: set[str] = set()
-    for tree in (PROJECT_AGENTS, DEVCONTAINER_DIR):
+    for tree in (PROJECT_AGENTS, PROJECT_SKILLS, DEVCONTAINER_DIR):
         if os.path.isdir(root / tree) and not os.path.islink(root / tree):
             inside = [r for r in _walk(root, tree) if tree != PROJECT_AGENTS or r.endswith(".md")]
             if len(inside) > MAX_FILES:
@@ -313,6 +315,8 @@ def needs_trust(root: Path, prints: Fingerprint | None = None) -> list[str]:
         found += _widening(rel, doc)
     if any(p.startswith(PROJECT_AGENTS + "/") or p == PROJECT_AGENTS for p in prints):
         found.append(f"{PROJECT_AGENTS}/: agent definitions")
+    if any(p.startswith(PROJECT_SKILLS + "/") or p == PROJECT_SKILLS for p in prints):
+        found.append(f"{PROJECT_SKILLS}/: skills (instructions a subagent loads and follows)")
     if any(p.startswith(DEVCONTAINER_DIR) for p in prints):
         found.append("a dev container (its image, or a Dockerfile warden builds)")
     if ".mcp.json" in prints:

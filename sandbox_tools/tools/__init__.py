@@ -93,9 +93,9 @@ def describe(name: str, raw: JSONObject) -> str:
 
 
 LOCAL_TOOL_NAMES = tuple(_LOCAL_TOOLS)
-LOOP_TOOL_NAMES = ("WebFetch", "WebSearch")
+LOOP_TOOL_NAMES = ("WebFetch", "WebSearch", "Skill")
 """Tools the agent loop carries out itself, because they need a model call
-(`runner.AgentLoop.web_fetch`, `.web_search`)."""
+(`runner.AgentLoop.web_fetch`, `.web_search`) or the spec (`.skill`)."""
 
 __all__ = [
     "LOCAL_TOOL_NAMES",

@@ -1,6 +1,6 @@
 """Inputs of the tools Claude Code's agent files list beyond the file, search and
 shell tools: `TaskOutput` and `TaskStop` (background shells), `NotebookEdit`,
-`TodoWrite`, `WebFetch` and `WebSearch`, with the pinned CLI's field names (its `sdk-tools.d.ts`) and
+`TodoWrite`, `WebFetch`, `WebSearch` and `Skill`, with the pinned CLI's field names (its `sdk-tools.d.ts`) and
 the JSON schemas shown to the model. `inputs` joins them to the other tools.
 """
 
@@ -86,6 +86,15 @@ class TodoWriteInput(NamedTuple):
     """The whole new list: objects with `content`, `status`, `activeForm`."""
 
 
+class SkillInput(NamedTuple):
+    """Load one of the skills listed to the agent into the conversation."""
+
+    skill: str
+    """The skill's name, as listed."""
+    args: str | None = None
+    """Arguments for the skill (put where its text says `$ARGUMENTS`)."""
+
+
 CHECKS.update(
     {
         TaskOutputInput: {
@@ -105,6 +114,7 @@ CHECKS.update(
             "edit_mode": Check(str, choices=EDIT_MODES),
         },
         TodoWriteInput: {"todos": Check(list)},
+        SkillInput: {"skill": Check(str, min_length=1), "args": Check(str)},
         WebFetchInput: {"url": Check(str, min_length=1), "prompt": Check(str, min_length=1)},
         WebSearchInput: {
             "query": Check(str, min_length=2),
@@ -121,6 +131,7 @@ INPUT_TYPES: dict[str, type] = {
     "TodoWrite": TodoWriteInput,
     "WebFetch": WebFetchInput,
     "WebSearch": WebSearchInput,
+    "Skill": SkillInput,
 }
 
 
@@ -248,5 +259,19 @@ TOOL_SCHEMAS: dict[str, JSONObject] = {
             }
         },
         ["todos"],
+    ),
+    "Skill": schema(
+        "Loads a skill into this conversation: its instructions come back with the result, "
+        "and you follow them. The skills you may load are listed in a system reminder of "
+        "your first message (name: what it is for). When one matches your task, load it "
+        "before doing the task; only load a listed skill, never a guessed name, and not "
+        "one already loaded.",
+        {
+            "skill": _string(
+                "The name of a skill from the available-skills list. Do not guess names."
+            ),
+            "args": _string("Optional arguments for the skill"),
+        },
+        ["skill"],
     ),
 }

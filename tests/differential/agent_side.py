@@ -72,7 +72,8 @@ def run_case(case: dict[str, Any], claude: str, work_root: Path | None = None) -
                 {
                     "name": "child",
                     "match": {"prompt_contains": CHILD_MARK},
-                    "turns": [{"content": [{"type": "text", "text": "child done"}]}],
+                    "turns": case.get("child_turns")
+                    or [{"content": [{"type": "text", "text": "child done"}]}],
                 },
                 {
                     "name": "parent",
@@ -104,6 +105,7 @@ def run_case(case: dict[str, Any], claude: str, work_root: Path | None = None) -
             check=False,
         )  # fmt: skip
         requests = [r.model_dump(mode="json") for r in server.requests]
+    children = [r["body"] for r in requests if r.get("conversation") == "child"]
     child = next((r for r in requests if r.get("conversation") == "child"), None)
     parent = next((r for r in requests if r.get("conversation") == "parent"), None)
     return {
@@ -112,6 +114,7 @@ def run_case(case: dict[str, Any], claude: str, work_root: Path | None = None) -
         "stderr": proc.stderr[-2000:],
         "stdout": proc.stdout[-2000:],
         "child": child["body"] if child else None,
+        "children": children,
         "parent": parent["body"] if parent else None,
         "workspace": str(ws),
         "home": str(home),

@@ -32,7 +32,7 @@ DOCUMENTED_TOOLS = frozenset(
     {
         # Claude Code's, not run in a warden subagent (docs/agents.md, docs/tools.md)
         "Agent", "CronCreate", "CronDelete", "CronList", "EnterWorktree", "ExitWorktree",
-        "ReportFindings", "SendMessage", "Skill", "TaskCreate", "TaskGet", "TaskList",
+        "ReportFindings", "SendMessage", "TaskCreate", "TaskGet", "TaskList",
         "TaskUpdate", "WebFetch", "WebSearch", "Monitor", "PushNotification",
         # warden's own search tools (the pinned CLI searches from Bash)
         "Glob", "Grep",
@@ -117,6 +117,10 @@ def all_cases() -> list[dict[str, Any]]:
         {"id": "explore", "git": True, "files": with_md, "home_files": home,
          "task": _task("Explore")},
         {"id": "plan", "git": True, "files": with_md, "home_files": home, "task": _task("Plan")},
+        {"id": "skill-call", "files": BASE_FILES, "task": _task("rev"),
+         "child_turns": [{"content": [{"type": "tool_use", "name": "Skill",
+                                       "input": {"skill": "greet"}}]},
+                         {"content": [{"type": "text", "text": "child done"}]}]},
         *({"id": f"effort-{level}", "files": {**BASE_FILES,
            ".claude/agents/thinker.md": AGENT_EFFORT.format(level=level)},
            "task": _task("thinker")} for level in ("low", "max", "7")),
@@ -160,6 +164,8 @@ MESSAGE_MARKERS = {
     "skill greet": ["SKILLBODY"],
     "skill style": ["USERSKILLBODY"],
 }
+SKILL_LISTING = "- greet: Greets people"
+"""How the project's skill `greet` is listed for the Skill tool (both sides)."""
 VALUE_PARTS = {
     "memory index": "MEMORYBODY",
     "user memory index": "USERMEMBODY",
@@ -182,10 +188,34 @@ def _schema_shape(schema: Any) -> Any:
     }
 
 
-def parts(request: dict[str, Any], today: str) -> dict[str, Any]:
+def _skill_load(requests: list[dict[str, Any]] | None) -> str | None:
+    """What the second request shows of a Skill call in the first turn: the tool
+    result's text and whether the skill's directory and text follow it."""
+    if not requests or len(requests) < 2:
+        return None
+    # the user message with the results (Claude Code may add a system message after it)
+    users = [m for m in requests[1]["messages"] if m.get("role") == "user"]
+    content = users[-1].get("content", []) if users else []
+    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+    result = next((b for b in blocks if b.get("type") == "tool_result"), None)
+    if result is None:
+        return None
+    follows = "\n".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
+    text = "".join(_texts(result.get("content")))
+    return f"{text} | body: {'Base directory for this skill' in follows and 'SKILLBODY' in follows}"
+
+
+def parts(
+    request: dict[str, Any], today: str, requests: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The parts of a subagent's first request (`requests`: all of its requests, for
+    what a first-turn Skill call brought back)."""
     system = "\n".join(_texts(request.get("system")))
     first = request["messages"][0]
     message = "\n".join(_texts(first.get("content")))
+    # Claude Code lists the skills in a system message after the first user message;
+    # warden in a reminder of that message (docs/agents.md): looked for in any message
+    everywhere = "\n".join(t for m in request["messages"] for t in _texts(m.get("content")))
     markers = {k: [m.replace("{today}", today) for m in v] for k, v in MESSAGE_MARKERS.items()}
     tools = {t["name"]: _schema_shape(t.get("input_schema")) for t in request.get("tools", [])}
     # Claude Code's Task tool is `Agent`; warden's names it `Task`
@@ -195,7 +225,9 @@ def parts(request: dict[str, Any], today: str) -> dict[str, Any]:
         "model": _family(str(request.get("model"))),
         "system": _ordered(system, SYSTEM_MARKERS),
         "message": _ordered(message, markers),
-        "values": sorted(k for k, v in VALUE_PARTS.items() if v in system + message),
+        "values": sorted(k for k, v in VALUE_PARTS.items() if v in system + message)
+        + (["skill listing"] if SKILL_LISTING in everywhere else []),
+        "skill load": _skill_load(requests),
         # no effort is the API's default, `high`, which Claude Code sends explicitly
         # (docs/agents.md)
         "effort": (request.get("output_config") or {}).get("effort") or "high",
@@ -232,7 +264,9 @@ def compare_parts(case_id: str, claude: dict[str, Any], warden: dict[str, Any]) 
         result.check(f"{where}: order", common_c == common_w, f"{common_c} / {common_w}")
     result.check("effort", claude.get("effort") == warden.get("effort"),
                  f"{claude.get('effort')} / {warden.get('effort')}")  # fmt: skip
-    for name in sorted(set(VALUE_PARTS)):
+    result.check("skill load", claude.get("skill load") == warden.get("skill load"),
+                 f"{claude.get('skill load')} / {warden.get('skill load')}")  # fmt: skip
+    for name in sorted({*VALUE_PARTS, "skill listing"}):
         c, w = name in claude["values"], name in warden["values"]
         result.check(name, c == w, f"claude {c}, warden {w}")
     names = (set(claude["tools"]) | set(warden["tools"])) - DOCUMENTED_TOOLS

@@ -50,7 +50,7 @@ def _lay_out(case: dict[str, Any], ws: Path, claude_dir: Path) -> None:
             os.lchown(name, owner.st_uid, owner.st_gid)
 
 
-async def _warden_request(case: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+async def _warden_requests(case: dict[str, Any], tmp_path: Path) -> list[dict[str, Any]]:
     ws = tmp_path / case["id"] / "workspace"
     ws.mkdir(parents=True)
     os.chown(ws, 1000, 1000)
@@ -63,14 +63,17 @@ async def _warden_request(case: dict[str, Any], tmp_path: Path) -> dict[str, Any
     task_input = {**case["task"], "prompt": f"{diff.CHILD_MARK} {case['task']['prompt']}"}
     script = [
         convo("parent", PARENT_MATCH, [tool("Task", **task_input)], [text("parent done")]),
-        convo("child", {"prompt_contains": diff.CHILD_MARK}, [text("child done")]),
+        convo(
+            "child",
+            {"prompt_contains": diff.CHILD_MARK},
+            *[t["content"] for t in case.get("child_turns", [])] or [[text("child done")]],
+        ),
     ]
     async with scripted_run(settings, ws, script, model=case["parent_model"]) as (run, server):
         await run.parent.run("delegate it")
     child = requests_of(server, "child")
     assert child, f"{case['id']}: warden's subagent made no request"
-    body: dict[str, Any] = child[0].body
-    return body
+    return [r.body for r in child]
 
 
 async def test_subagent_first_requests_agree_with_claude_code(tmp_path: Path) -> None:
@@ -80,8 +83,9 @@ async def test_subagent_first_requests_agree_with_claude_code(tmp_path: Path) ->
     results = []
     for case in diff.all_cases():
         claude_out = diff.claude_request(case, claude)
-        claude_parts = diff.parts(claude_out["child"], day)
-        warden_parts = diff.parts(await _warden_request(case, tmp_path), day)
+        claude_parts = diff.parts(claude_out["child"], day, claude_out.get("children"))
+        bodies = await _warden_requests(case, tmp_path)
+        warden_parts = diff.parts(bodies[0], day, bodies)
         results.append(diff.compare_parts(case["id"], claude_parts, warden_parts))
     checked = sum(r.checked for r in results)
     agreed = sum(r.agreed for r in results)

@@ -133,6 +133,7 @@ def test_builtins_without_any_files(settings: Settings, workspace: Path) -> None
         "TodoWrite",
         "WebFetch",
         "WebSearch",
+        "Skill",
         "Task",
     )
     # No image of its own: the run's choice applies (agents.images), by default `agent`.

@@ -87,7 +87,7 @@ def test_explore_and_plan_are_read_only_and_leave_out_claude_md_and_git() -> Non
     registry = AgentRegistry()
     for name in ("Explore", "Plan"):
         agent = registry.get(name)
-        assert agent.tools == ("Bash", "Read", "Glob", "Grep", "TaskStop")
+        assert agent.tools == ("Bash", "Read", "Glob", "Grep", "TaskStop", "Skill")
         assert agent.omit_claude_md and agent.omit_git_status
     assert registry.get("Explore").model_alias == "haiku"
     assert registry.get("Plan").model is None  # inherit
@@ -116,3 +116,23 @@ def test_the_git_snapshot_ignores_the_repositorys_hooks_and_fsmonitor(tmp_path: 
     assert "Current branch: main" in prompt and "?? new.txt" in prompt and "first" in prompt
     bare = environment.system_prompt("BODY", str(ws), environment=True, git_status=False)
     assert "gitStatus" not in bare
+
+
+def test_the_skill_tool_offers_trusted_project_skills_and_the_users(tmp_path: Path) -> None:
+    """The Skill tool's table and listing: the project's skills as the trust verdict
+    read them (none when the workspace is untrusted: `{}`), then the user's."""
+    from orchestrator.runtime.subagent_context import available_skills, skill_listing
+
+    sources = _sources(tmp_path)
+    assert [s["name"] for s in available_skills(sources)] == ["greet", "style"]
+    trusted = ContextSources(sources.claude_dir, sources.workspace,
+                             {"greet": "---\ndescription: As trusted\n---\nTRUSTED HI\n"})  # fmt: skip
+    [greet, _] = available_skills(trusted)
+    assert greet == {"name": "greet", "description": "As trusted",
+                     "directory": "/workspace/.claude/skills/greet", "text": "TRUSTED HI"}  # fmt: skip
+    untrusted = ContextSources(sources.claude_dir, sources.workspace, {})
+    assert [s["name"] for s in available_skills(untrusted)] == ["style"]
+    blocks, missing = skill_blocks(_agent(skills=("greet",)), untrusted)
+    assert (blocks, missing) == ([], ["greet"])
+    listing = str(skill_listing(available_skills(trusted))["text"])
+    assert "available for use with the Skill tool" in listing and "- greet: As trusted" in listing

@@ -739,3 +739,30 @@ async def test_the_agents_effort_goes_into_every_model_call(
     )
     assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
     assert [r["output_config"] for r in broker.model_requests] == [{"effort": "low"}] * 2
+
+
+async def test_a_skill_loads_as_in_claude_code(socket_dir: Path, tmp_path: Path) -> None:
+    """`Skill` answers `Launching skill: NAME` and puts the skill's directory and text
+    (`$ARGUMENTS` filled) after the tool results; an unknown name is an error; without
+    skills in the spec the tool is not offered."""
+    skill = {"name": "greet", "description": "Greets", "directory": "/workspace/.claude/skills/greet",
+             "text": "Say hi to $ARGUMENTS."}  # fmt: skip
+    broker = FakeBroker(
+        make_spec(tools=["Read", "Skill"], skills=[skill]),
+        [tool_turn("Skill", {"skill": "greet", "args": "Ann"}, "s1"),
+         tool_turn("Skill", {"skill": "nosuch"}, "s2"), text_turn("ok")],
+    )  # fmt: skip
+    assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
+    first = broker.model_requests[0]
+    assert [t["name"] for t in first["tools"]] == ["Read", "Skill"]
+    loaded = broker.model_requests[1]["messages"][-1]["content"]
+    assert loaded[0]["content"] == "Launching skill: greet" and not loaded[0]["is_error"]
+    assert loaded[1]["text"] == (
+        "Base directory for this skill: /workspace/.claude/skills/greet\n\nSay hi to Ann.\n"
+    )
+    unknown = broker.model_requests[2]["messages"][-1]["content"]
+    assert unknown[0]["is_error"] and "Unknown skill: nosuch" in unknown[0]["content"]
+
+    bare = FakeBroker(make_spec(tools=["Read", "Skill"]), [text_turn("ok")])
+    assert await serve_and_run(bare, socket_dir, tmp_path) == EXIT_OK
+    assert [t["name"] for t in bare.model_requests[0]["tools"]] == ["Read"]
