@@ -137,11 +137,12 @@ class SandboxPlan:
             mounts=[
                 Mount(source=socket_dir, target=wire.BROKER_SOCKET_DIR, read_only=True),
                 *image.mounts,
-                *self._with_memory(
-                    agent,
-                    self.guard.mounts()
+                # a working copy's changes reach the workspace only through a reviewed
+                # apply: its memory is not mounted writable over it either
+                *(
+                    self._with_memory(agent, self.guard.mounts())
                     if working_copy is None
-                    else self.guard.copy_mounts(working_copy),
+                    else self.guard.copy_mounts(working_copy)
                 ),
             ],
             env={**image.env, **SANDBOX_ENV},
