@@ -40,10 +40,11 @@ from orchestrator.permissions.shell import ShellAnalysis, analyse, refused_shape
 
 log = logging.getLogger(__name__)
 
-INLINE_CHARS = 512
-"""Longest command line analysed in warden's own process. Its worst shape found
-costs about 10 ms on a loaded 2-core machine (a pipeline or list of 256 commands);
-the worker hop costs about 0.2 ms (`bench/bench_analyser_bound.py`)."""
+INLINE_CHARS = 256
+"""Longest command line analysed in warden's own process. Its worst shape found (a
+list or pipeline of 128 commands) costs about 3 ms on a quiet 2-core machine and
+15-20 ms at load 10 (`bench/bench_analyser_bound.py`, which also shows the worker
+hop costs about 0.2 ms); nearly every command an agent runs is shorter."""
 WORKER_START_S = 60.0
 """Longest a new worker may take to import the analyser before it counts as failed."""
 _WORKER_MAIN = (
