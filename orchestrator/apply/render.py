@@ -34,6 +34,7 @@ import threading
 import unicodedata
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
@@ -56,6 +57,10 @@ MAX_LINE_CHARS = 400
 """Shown of one diff line (after escaping); the rest is counted on the line."""
 MAX_NAME_CHARS = 1000
 """Shown of one name (path or link target, after escaping)."""
+MAX_TOTAL_COMPARED_LINES = 6000
+"""Lines difflib may compare for one whole review (the changed parts of its files,
+counted on the longer side); later files get their summary only. Bounds a review's
+cost whatever the subagent wrote (two worst-case files of 3,000 lines)."""
 CONTEXT_LINES = 3
 """Unchanged lines shown around each change (diff -u's default)."""
 MAX_SUMMARY_FILES = 200
@@ -429,20 +434,16 @@ def _range(start: int, length: int) -> str:
     return f"{first}" if length == 1 else f"{first},{length}"
 
 
-def diff_lines(old: bytes, new: bytes) -> Iterator[DiffLine]:
-    """The unified diff of two texts, every line made visible. Only the part between
-    the unchanged first and last lines is compared (so a small edit to a big file
-    costs little); raises TooLongToDiffError when that part is too long to compare
-    within a bounded time (difflib's cost grows with its square)."""
-    a, b = _lines(old), _lines(new)
+def _middle(a: list[str], b: list[str]) -> tuple[int, list[str], list[str]]:
+    """Where the compared part starts, and each side's part between the unchanged
+    first and last lines (with their context)."""
     head, tail = _unchanged_ends(a, b)
     start = max(head - CONTEXT_LINES, 0)
-    a_mid, b_mid = (
-        a[start : len(a) - max(tail - CONTEXT_LINES, 0)],
-        b[start : len(b) - max(tail - CONTEXT_LINES, 0)],
-    )
-    if max(len(a_mid), len(b_mid)) > MAX_DIFF_INPUT_LINES:
-        raise TooLongToDiffError(max(len(a_mid), len(b_mid)))
+    keep = max(tail - CONTEXT_LINES, 0)
+    return start, a[start : len(a) - keep], b[start : len(b) - keep]
+
+
+def _hunks(start: int, a_mid: list[str], b_mid: list[str]) -> Iterator[DiffLine]:
     matcher = difflib.SequenceMatcher(None, a_mid, b_mid)
     for group in matcher.get_grouped_opcodes(CONTEXT_LINES):
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
@@ -459,6 +460,27 @@ def diff_lines(old: bytes, new: bytes) -> Iterator[DiffLine]:
                 yield from _content_lines("added", b_mid[oj1:oj2])
 
 
+def diff_lines(old: bytes, new: bytes) -> Iterator[DiffLine]:
+    """The unified diff of two texts, every line made visible. Only the part between
+    the unchanged first and last lines is compared (so a small edit to a big file
+    costs little); raises TooLongToDiffError when that part is too long to compare
+    within a bounded time (difflib's cost grows with its square)."""
+    start, a_mid, b_mid = _middle(_lines(old), _lines(new))
+    if max(len(a_mid), len(b_mid)) > MAX_DIFF_INPUT_LINES:
+        raise TooLongToDiffError(max(len(a_mid), len(b_mid)))
+    yield from _hunks(start, a_mid, b_mid)
+
+
+@dataclass
+class Budget:
+    """What is left of one review's limits as its files are rendered."""
+
+    lines: int = MAX_TOTAL_DIFF_LINES
+    """Diff lines still to show."""
+    compared: int = MAX_TOTAL_COMPARED_LINES
+    """Lines difflib may still compare."""
+
+
 def _content_lines(tag: DiffTag, lines: list[str]) -> Iterator[DiffLine]:
     for line in lines:
         yield DiffLine(tag=tag, text=_shown_line(line))
@@ -466,8 +488,9 @@ def _content_lines(tag: DiffTag, lines: list[str]) -> Iterator[DiffLine]:
             yield DiffLine(tag="note", text="\\ No newline at end of file")
 
 
-def _diff(change: FileChange, store: Contents, budget: int) -> tuple[tuple[DiffLine, ...], str]:
-    """A text file's diff, at most `budget` lines of it, and the cut note."""
+def _diff(change: FileChange, store: Contents, budget: Budget) -> tuple[tuple[DiffLine, ...], str]:
+    """A text file's diff, within what is left of the review's `budget`, and the cut
+    note."""
     if (
         change.kind not in ("added", "modified")
         or change.new_type != "file"
@@ -485,7 +508,7 @@ def _diff(change: FileChange, store: Contents, budget: int) -> tuple[tuple[DiffL
             f"not shown as a diff: larger than {MAX_DIFF_INPUT_BYTES} bytes; "
             "its sha256 above binds the whole content"
         )
-    if budget <= 0:
+    if budget.lines <= 0:
         return (), "diff not shown: the review's diff budget is spent on the files above"
     new = _content(store, change.new_sha256, change.path)
     old = (
@@ -495,19 +518,27 @@ def _diff(change: FileChange, store: Contents, budget: int) -> tuple[tuple[DiffL
     )
     if not new and not old:
         return (DiffLine(tag="note", text="(empty file)"),), ""
-    limit = min(MAX_FILE_DIFF_LINES, budget)
-    shown: list[DiffLine] = []
-    total = 0
-    try:
-        for line in diff_lines(old, new):
-            total += 1
-            if len(shown) < limit:
-                shown.append(line)
-    except TooLongToDiffError as exc:
+    start, a_mid, b_mid = _middle(_lines(old), _lines(new))
+    compared = max(len(a_mid), len(b_mid))
+    if compared > MAX_DIFF_INPUT_LINES:
         return (), (
-            f"not shown as a diff: the changed part has {exc.args[0]} lines, more than "
+            f"not shown as a diff: the changed part has {compared} lines, more than "
             f"{MAX_DIFF_INPUT_LINES}; its sha256 above binds the whole content"
         )
+    if compared > budget.compared:
+        return (), (
+            "diff not shown: the review compared as many lines as it may on the files "
+            "above; its sha256 binds the whole content"
+        )
+    budget.compared -= compared
+    limit = min(MAX_FILE_DIFF_LINES, budget.lines)
+    shown: list[DiffLine] = []
+    total = 0
+    for line in _hunks(start, a_mid, b_mid):
+        total += 1
+        if len(shown) < limit:
+            shown.append(line)
+    budget.lines -= len(shown)
     cut = ""
     if total > len(shown):
         cut = (
@@ -517,14 +548,14 @@ def _diff(change: FileChange, store: Contents, budget: int) -> tuple[tuple[DiffL
     return tuple(shown), cut
 
 
-def render_file(change: FileChange, store: Contents, budget: int = MAX_FILE_DIFF_LINES) -> FileView:
-    """One change as a person reads it."""
+def render_file(change: FileChange, store: Contents, budget: Budget | None = None) -> FileView:
+    """One change as a person reads it (within what is left of a review's `budget`)."""
     notes = [*name_notes(change.path), *lookalike_notes(change.path), *mode_notes(change)]
     if change.kind == "symlink":
         notes.extend(link_notes(change.link_target or ""))
     if change.hard_link:
         notes.append("HARD LINK: the file shares its content with another path")
-    lines, cut = _diff(change, store, budget)
+    lines, cut = _diff(change, store, budget if budget is not None else Budget())
     path = shown_name(change.path)
     ascii_form = ascii_name(change.path)
     return FileView(
@@ -569,12 +600,8 @@ def render_change_set(change_set: ChangeSet, store: Contents) -> ChangeSetView:
 
 
 def _render(change_set: ChangeSet, store: Contents) -> ChangeSetView:
-    budget = MAX_TOTAL_DIFF_LINES
-    files = []
-    for change in change_set.changes:
-        view = render_file(change, store, budget)
-        budget -= len(view.lines)
-        files.append(view)
+    budget = Budget()
+    files = [render_file(change, store, budget) for change in change_set.changes]
     return ChangeSetView(
         sha256=change_set.sha256,
         task_id=as_data(change_set.task_id),

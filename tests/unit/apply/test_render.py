@@ -20,6 +20,7 @@ from orchestrator.apply.render import (
     MAX_DIFF_INPUT_LINES,
     MAX_FILE_DIFF_LINES,
     MAX_SUMMARY_FILES,
+    MAX_TOTAL_COMPARED_LINES,
     MAX_TOTAL_DIFF_LINES,
     RenderError,
     ascii_name,
@@ -247,3 +248,13 @@ def test_a_summary_lists_a_bounded_number_of_files(store: ContentStore) -> None:
         summary.count("── f") == MAX_SUMMARY_FILES and "[5 more files not listed here]" in summary
     )
     assert view.text().count("── f") == MAX_SUMMARY_FILES + 5
+
+
+def test_a_review_compares_a_bounded_number_of_lines(store: ContentStore) -> None:
+    """However many files a subagent changes, difflib's work per review is bounded."""
+    each = MAX_TOTAL_COMPARED_LINES // 2 - 10
+    body = "".join(f"{i}\n" for i in range(each)).encode()
+    changes = [text_change(store, f"f{i}.txt", None, body + bytes([65 + i])) for i in range(3)]
+    views = render_change_set(change_set(*changes), store).files
+    assert [bool(v.lines) for v in views] == [True, True, False]
+    assert "compared as many lines as it may" in views[2].cut
