@@ -17,6 +17,12 @@ agent file's `mcpServers` (`servers_for`).
   when its file lists no `tools` (and for the built-in general-purpose, Explore and
   Plan), or the servers whose tools its `tools` list names
   (`mcp__server`, `mcp__server__*`, `mcp__server__tool`; only the named tools then).
+- `deniedMcpServers` and `allowedMcpServers` (Claude Code's managed lists of
+  `{serverName}`, `{serverCommand: [command, *args]}` or `{serverUrl: pattern}`
+  entries, `*` a wildcard in URLs) hold for every server, the project's and an agent
+  file's alike: a denied one never starts, and where an allowlist is set only what
+  it names starts. Both only narrow, so they are read from every settings file
+  (several allowlists must all admit a server).
 - Values are used as written, with `${VAR:-default}` giving its default and
   `${CLAUDE_PROJECT_DIR}` the workspace as the sandbox sees it: the host's
   environment never reaches a sandbox, so a server whose config needs another
@@ -56,6 +62,36 @@ class ProjectMcp(BaseModel):
     locked: bool = False
     """Managed `strictPluginOnlyCustomization` covers `mcp`: no server starts at all,
     neither the project's nor one an agent file defines."""
+    denied: tuple[JSONObject, ...] = ()
+    """`deniedMcpServers` entries of every settings file."""
+    allowlists: tuple[tuple[JSONObject, ...], ...] = ()
+    """Each settings file's `allowedMcpServers` (a server must be in all of them)."""
+
+    def refusal(self, name: str, config: McpServerConfig) -> str | None:
+        """Why `deniedMcpServers`/`allowedMcpServers` keep this server from starting."""
+        if any(_entry_matches(entry, name, config) for entry in self.denied):
+            return f"MCP server {name!r} is denied by the settings (`deniedMcpServers`)"
+        for allowed in self.allowlists:
+            if not any(_entry_matches(entry, name, config) for entry in allowed):
+                return f"MCP server {name!r} is not in the settings' `allowedMcpServers`"
+        return None
+
+
+def _entry_matches(entry: JSONObject, name: str, config: McpServerConfig) -> bool:
+    """One `allowedMcpServers`/`deniedMcpServers` entry against a server."""
+    if "serverName" in entry:
+        return entry["serverName"] == name
+    if "serverCommand" in entry:
+        command = [config.command or "", *config.args]
+        return config.type == "stdio" and entry["serverCommand"] == command
+    if "serverUrl" in entry and isinstance(entry["serverUrl"], str) and config.url:
+        pattern = ".*".join(re.escape(part) for part in entry["serverUrl"].split("*"))
+        return re.fullmatch(pattern, config.url) is not None
+    return False
+
+
+def _entries(value: object) -> tuple[JSONObject, ...]:
+    return tuple(v for v in value if isinstance(v, dict)) if isinstance(value, list) else ()
 
 
 def _names(value: object) -> set[str]:
@@ -72,27 +108,45 @@ def project_mcp(
     """The admitted servers of `.mcp.json` (`text`: its content as trust saw it, None
     when there is none or it is not a regular file) under the settings files' keys;
     `locked`: managed settings allow no MCP server but their own (none, here)."""
+    docs = list(settings_docs)
+    denied = tuple(e for d in docs for e in _entries(d.get("deniedMcpServers")))
+    allowlists = tuple(
+        _entries(d["allowedMcpServers"])
+        for d in docs
+        if isinstance(d.get("allowedMcpServers"), list)
+    )
+
+    def result(
+        servers: dict[str, McpServerConfig] | None = None,
+        warnings: tuple[str, ...] = (),
+        locked: bool = False,
+    ) -> ProjectMcp:
+        return ProjectMcp(
+            servers=servers or {}, warnings=warnings, locked=locked,
+            denied=denied, allowlists=allowlists,
+        )  # fmt: skip
+
     if locked:
-        return ProjectMcp(locked=True, warnings=(
+        return result(locked=True, warnings=(
             "no MCP server starts: managed settings lock MCP servers to managed sources "
             "(strictPluginOnlyCustomization)",
         ))  # fmt: skip
     if text is None:
-        return ProjectMcp()
+        return result()
     if not trusted:
-        return ProjectMcp(warnings=(
+        return result(warnings=(
             f"{MCP_JSON}: no MCP server of this workspace starts: it is not trusted "
             "(`warden trust` shows what it holds and records your yes)",
         ))  # fmt: skip
     try:
         doc = json.loads(text)
     except ValueError as exc:
-        return ProjectMcp(warnings=(f"{MCP_JSON}: not JSON ({exc}); no server of it starts",))
+        return result(warnings=(f"{MCP_JSON}: not JSON ({exc}); no server of it starts",))
     listed = doc.get("mcpServers") if isinstance(doc, dict) else None
     if not isinstance(listed, dict):
-        return ProjectMcp(warnings=(f"{MCP_JSON}: no `mcpServers` object; no server starts",))
+        return result(warnings=(f"{MCP_JSON}: no `mcpServers` object; no server starts",))
     disabled: set[str] = set()
-    for settings in settings_docs:
+    for settings in docs:
         disabled |= _names(settings.get("disabledMcpjsonServers"))
     servers: dict[str, McpServerConfig] = {}
     warnings: list[str] = []
@@ -103,7 +157,7 @@ def project_mcp(
         config = _config(name, raw, warnings)
         if config is not None:
             servers[name] = config
-    return ProjectMcp(servers=servers, warnings=tuple(warnings))
+    return result(servers, tuple(warnings))
 
 
 def _config(name: str, raw: object, warnings: list[str]) -> McpServerConfig | None:
@@ -197,6 +251,10 @@ def servers_for(agent: AgentDefinition, project: ProjectMcp) -> tuple[list[JSONO
         chosen[server] = (config, tools)
     entries: list[JSONObject] = []
     for name, (config, tools) in chosen.items():
+        refused = project.refusal(name, config)
+        if refused is not None:
+            warnings.append(f"agent {agent.name}: {refused}; not started")
+            continue
         try:
             entries.append(launch(name, config, tools))
         except ValueError as exc:

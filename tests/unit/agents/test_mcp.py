@@ -81,3 +81,27 @@ def test_builtins_inherit_the_project_servers_and_host_variables_never_expand() 
     assert general.policy_tools() == ("Bash", "mcp__*")
     bash = agent(name="bash", source=BUILTIN_SOURCE, tools=("Bash",))
     assert servers_for(bash, project) == ([], [])
+
+
+def test_denied_and_allowed_mcp_servers_narrow_every_server() -> None:
+    own = McpServerSpec(name="own", config=McpServerConfig(command="own-srv", args=("-v",)))
+    everyone = agent(mcp_servers=(own,))
+    denied = project_mcp(MCP_JSON, trusted=True, settings_docs=[
+        {"deniedMcpServers": [{"serverName": "db"}, {"serverUrl": "https://*.example.test/*"}]},
+    ])  # fmt: skip
+    entries, warnings = servers_for(everyone, denied)
+    assert [e["name"] for e in entries] == ["own", "off"]
+    assert "'db' is denied by the settings (`deniedMcpServers`)" in warnings[0]
+    # Every allowlist must admit a server; a denial wins over an allowance.
+    allowed = project_mcp(MCP_JSON, trusted=True, settings_docs=[
+        {"allowedMcpServers": [{"serverCommand": ["own-srv", "-v"]}, {"serverName": "db"},
+                               {"serverName": "off"}]},
+        {"allowedMcpServers": [{"serverName": "own"}, {"serverName": "db"}],
+         "deniedMcpServers": [{"serverName": "db"}]},
+    ])  # fmt: skip
+    entries, warnings = servers_for(everyone, allowed)
+    assert [e["name"] for e in entries] == ["own"]
+    assert any("'off' is not in the settings' `allowedMcpServers`" in w for w in warnings)
+    # Without a .mcp.json the lists still hold for the agent's own servers.
+    assert servers_for(everyone, project_mcp(None, trusted=True, settings_docs=[
+        {"allowedMcpServers": []}]))[0] == []  # fmt: skip
