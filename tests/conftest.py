@@ -18,6 +18,26 @@ from orchestrator.config import Settings
 UNPRIVILEGED = 1000
 
 
+ENGINE_TESTS = ("tests/integration/", "tests/e2e/")
+"""Test folders whose tests drive the real engine: one xdist worker runs them all."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under xdist (pyproject's `-n 2`), every engine test is one unit of work, run one
+    after another on one worker in their written order, as CI has always run them: each
+    sizes its waits for one engine test at a time, and a bare `warden cleanup` in one
+    must not meet another's deliberately orphaned containers. The unit tests, one unit
+    each, fill the other worker. (A scheduler rather than xdist's `loadgroup`: that one
+    renames node ids, which pytest 9 no longer lets a plugin do.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EngineTestsTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "engine" if nodeid.startswith(ENGINE_TESTS) else nodeid
+
+    return EngineTestsTogether(config, log)
+
+
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return Settings(

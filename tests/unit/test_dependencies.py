@@ -27,6 +27,7 @@ NOT_CODE = ("orchestrator/demo/",)
 TOOLS_NOT_IMPORTED = {
     "pytest-asyncio",
     "pytest-timeout",
+    "pytest-xdist",
     "mypy",
     "ruff",
     "types-pyyaml",
