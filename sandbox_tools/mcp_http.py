@@ -10,16 +10,26 @@ document or an event stream (`text/event-stream`) whose `data:` lines carry it. 
 session id the server gives at `initialize` (`Mcp-Session-Id`) goes with every later
 message. Bodies are read up to `mcp_client.MAX_MESSAGE_BYTES`.
 
-http:// only: the runner process carries no TLS (`ssl` is kept out of it for its
-start-up time), so an https:// server is refused with a warning. Standard library.
+http:// and https:// (through the proxy's CONNECT, checked there like any tunnel,
+with the image's CA certificates); the runner keeps `ssl` out of its start-up, so this
+module, imported only when a remote server is configured, lets it back in, as
+`tools.webfetch` does. Standard library.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
-import urllib.error
+import sys
+
+if "ssl" in sys.modules and sys.modules["ssl"] is None:
+    del sys.modules["ssl"]
+    if "urllib.request" in sys.modules:
+        importlib.reload(sys.modules["urllib.request"])
+
+import urllib.error  # after ssl is let back in
 import urllib.request
 
 from sandbox_tools import wire
@@ -43,7 +53,8 @@ class NoEgressError(McpServerError):
 
 
 def has_egress() -> bool:
-    return bool(os.environ.get("HTTP_PROXY") or os.environ.get("http_proxy"))
+    names = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy")
+    return any(os.environ.get(name) for name in names)
 
 
 class HttpServer(McpSession):
@@ -56,11 +67,10 @@ class HttpServer(McpSession):
         self.session: str | None = None
         self.failure = None
         self._next_id = 0
-        if not self.url.startswith("http://"):
+        if not self.url.startswith(("http://", "https://")):
             raise McpServerError(
                 f"MCP server {self.name!r} not started: {self.url[:200]!r} is not an http:// "
-                "URL (warden's runner reaches remote servers over plain HTTP through the "
-                "egress proxy; https is not supported yet)"
+                "or https:// URL"
             )
         if not has_egress():
             raise NoEgressError(

@@ -50,13 +50,14 @@ def test_tools_are_offered_called_and_filtered(tmp_path: Path) -> None:
 def test_servers_that_do_not_start_are_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("HTTP_PROXY", "http_proxy"):
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"):
         monkeypatch.delenv(name, raising=False)  # a sandbox without egress
     mcp = McpTools(spec(
         probe("slow", "hang"), probe("gone", "exit"),
         wire.McpServer(name="missing", command="/no/such/server"),
         wire.McpServer(name="remote", transport="http", url="http://127.0.0.1:9/mcp"),
         wire.McpServer(name="tls", transport="http", url="https://mcp.example.test/mcp"),
+        wire.McpServer(name="ftp", transport="http", url="ftp://mcp.example.test/"),
         wire.McpServer(name="old", transport="sse", url="http://127.0.0.1:9/sse"),
         startup_s=1.0,
     ), tmp_path)  # fmt: skip
@@ -69,7 +70,8 @@ def test_servers_that_do_not_start_are_named(
     assert "MCP server 'gone': it exited (exit code 3)" in said and "exiting at start" in said
     assert "MCP server 'missing' did not start" in said
     assert "MCP server 'remote' not started: this subagent has no network egress" in said
-    assert "MCP server 'tls' not started" in said and "https is not supported yet" in said
+    assert "MCP server 'tls' not started: this subagent has no network egress" in said
+    assert "MCP server 'ftp' not started: 'ftp://mcp.example.test/' is not an http://" in said
     assert "MCP server 'old' not started: the SSE transport" in said
 
 
