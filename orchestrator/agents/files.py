@@ -42,7 +42,9 @@ Such frontmatter is read key by key instead, as Claude Code does, and a literal
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -311,8 +313,11 @@ def _text(values: dict[str, object], key: str, file: Path) -> str | None:
     return str(value).strip()
 
 
-def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefinition, list[str]]:
-    """The definition in one agent file, and warnings about what was dropped."""
+def load_agent_file(
+    path: Path, *, source: str | None = None, expect: str | None = None
+) -> tuple[AgentDefinition, list[str]]:
+    """The definition in one agent file, and warnings about what was dropped. `expect`
+    (`sha256:HEX`): the bytes trust was decided on; other bytes are refused."""
     try:
         size = path.stat().st_size
         if size > MAX_AGENT_FILE_BYTES:
@@ -325,6 +330,11 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
         raise AgentDefinitionError(f"{path}: not UTF-8 text ({exc}); save it as UTF-8") from exc
     except OSError as exc:
         raise AgentDefinitionError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
+    if expect is not None and expect != "sha256:" + hashlib.sha256(text.encode()).hexdigest():
+        raise AgentDefinitionError(
+            f"{path}: not the content this run's trust verdict was decided on (changed or "
+            "added since the run read it); not loaded. Review it and run `warden trust`"
+        )
     values, body, warnings = split_frontmatter(text, path)
 
     name = _text(values, "name", path)
@@ -421,10 +431,15 @@ def load_agent_file(path: Path, *, source: str | None = None) -> tuple[AgentDefi
         raise AgentDefinitionError(f"{path}: {problems}") from exc
 
 
-def load_agent_dir(directory: Path, *, confine_to: Path | None = None) -> LoadedAgents:
+def load_agent_dir(
+    directory: Path,
+    *,
+    confine_to: Path | None = None,
+    expect: Callable[[Path], str] | None = None,
+) -> LoadedAgents:
     """Every agent in `*.md` under `directory` (sorted), and every problem in one pass;
     `confine_to` refuses paths leaving it (a project directory, which subagents can
-    write to)."""
+    write to). `expect`: the `sha256:HEX` a file's bytes must have (trust's snapshot)."""
     loaded = LoadedAgents()
     if not directory.is_dir():
         return loaded
@@ -446,7 +461,9 @@ def load_agent_dir(directory: Path, *, confine_to: Path | None = None) -> Loaded
     seen: dict[str, Path] = {}
     for file in files:
         try:
-            agent, file_warnings = _load_confined(file, real_dir, confined=confine_to is not None)
+            agent, file_warnings = _load_confined(
+                file, real_dir, confined=confine_to is not None, expect=expect and expect(file)
+            )
         except NotAnAgentFile:
             loaded.skipped.append(file)
             continue
@@ -469,7 +486,7 @@ def load_agent_dir(directory: Path, *, confine_to: Path | None = None) -> Loaded
 
 
 def _load_confined(
-    file: Path, real_dir: Path, *, confined: bool
+    file: Path, real_dir: Path, *, confined: bool, expect: str | None = None
 ) -> tuple[AgentDefinition, list[str]]:
     real = file.resolve()
     if confined and not real.is_relative_to(real_dir):
@@ -479,7 +496,7 @@ def _load_confined(
         )
     if not real.is_file():
         raise AgentDefinitionError(f"{file}: not a regular file (a broken link?); remove it")
-    return load_agent_file(file)
+    return load_agent_file(file, expect=expect)
 
 
 def _read_text(path: Path) -> str:

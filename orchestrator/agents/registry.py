@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,6 +53,8 @@ log = logging.getLogger(__name__)
 PROJECT_AGENTS_DIR = Path(".claude") / "agents"
 """Project subagent files, relative to the workspace."""
 USER_AGENTS_DIR = "agents"
+NOT_TRUSTED = "not in the content trust was decided on"
+"""The print a project agent file trust did not see must match (nothing does)."""
 """User subagent files, relative to `Settings.claude_dir` and `Settings.config_dir`."""
 
 GENERAL_PURPOSE_PROMPT = """\
@@ -250,11 +254,14 @@ class AgentRegistry:
         *,
         trusted: bool = True,
         stack: SettingsStack | None = None,
+        prints: Mapping[str, str] | None = None,
     ) -> AgentRegistry:
         """Built-ins, then the user's agent files (Claude Code's `~/.claude/agents/`,
         then warden's), then the project's (see the module doc). The project's are
         read only in a trusted workspace; managed `strictPluginOnlyCustomization`
-        (agents) keeps only the built-ins."""
+        (agents) keeps only the built-ins. `prints` (path relative to the workspace →
+        digest, the snapshot trust was decided on): a project agent file is loaded only
+        with those bytes, so a file changed after the verdict is refused, not used."""
         from orchestrator.permissions.settings_files import load_stack
         from orchestrator.permissions.sources import MAX_POLICY_BYTES
 
@@ -281,7 +288,10 @@ class AgentRegistry:
             elif why:
                 sources.remove((directory, confine_to))
         for directory, confine_to in sources:
-            loaded = load_agent_dir(directory, confine_to=confine_to)
+            expect = None
+            if prints is not None and confine_to is not None:
+                expect = partial(expected_print, root=confine_to, prints=prints)
+            loaded = load_agent_dir(directory, confine_to=confine_to, expect=expect)
             for warning in loaded.warnings:
                 log.warning("%s", warning)
             for problem in loaded.problems:
@@ -330,6 +340,17 @@ class AgentRegistry:
 
     def __len__(self) -> int:
         return len(self._agents)
+
+
+def expected_print(file: Path, *, root: Path, prints: Mapping[str, str]) -> str:
+    """The digest `file`'s bytes must have: its own print, or for a link recorded as
+    the same link, its target's (a file trust did not see gets one nothing matches)."""
+    rel = os.path.relpath(file, root)
+    found = prints.get(rel, NOT_TRUSTED)
+    if found.startswith("link:") and os.path.islink(file) and found == "link:" + os.readlink(file):
+        target = os.path.relpath(os.path.realpath(file), os.path.realpath(root))
+        return prints.get(target, NOT_TRUSTED)
+    return found
 
 
 def resolve_model(agent: AgentDefinition, settings: Settings) -> AgentDefinition:

@@ -226,6 +226,7 @@ async def open_run(
             stack=read_once,
         )
         gate_hooks = load_hooks(settings, workspace, trusted=trusted, stack=read_once)
+        gate_hooks = dataclasses.replace(gate_hooks, script_prints=inputs.hook_script_prints)
         own_hooks = gate_hooks
         for note in gate_policy.notes:
             log.warning("policy: %s", note)
@@ -307,7 +308,9 @@ async def open_run(
         # each watched for its disk limits.
         backend = make_backend(client, settings) if backend is None else guarded(backend)
         if registry is None:
-            registry = AgentRegistry.load(settings, workspace, trusted=trusted, stack=read_once)
+            registry = AgentRegistry.load(
+                settings, workspace, trusted=trusted, stack=read_once, prints=inputs.digests
+            )
         store = await asyncio.to_thread(Store.open, settings.state_dir / "warden.db")
         stack.callback(store.close)
         recovered = await asyncio.to_thread(recover, store, backend)

@@ -35,7 +35,7 @@ from orchestrator.permissions.sources import (
     read_policy_document,
 )
 from orchestrator.workspace.trust import TrustVerdict, verdict
-from orchestrator.workspace.trusted_content import hook_scripts
+from orchestrator.workspace.trusted_content import fingerprint_one, hook_scripts
 
 
 @dataclass(frozen=True)
@@ -60,9 +60,19 @@ class PolicyInputs:
     """Workspace files the hooks of any settings file name (relative): read-only in
     the run's sandboxes, so a hook runs the script trust saw, not one a sandbox wrote."""
 
+    hook_script_prints: tuple[tuple[str, str], ...] = ()
+    """(relative path, digest) of each of `hook_scripts` as trust was decided on (the
+    person's yes), or as read at the start when the yes did not cover it (a script
+    only a user's hook names): a host hook runs only while its scripts still match."""
+
     @property
     def trusted(self) -> bool:
         return self.trust.trusted
+
+    @property
+    def digests(self) -> dict[str, str]:
+        """Path relative to the workspace → digest, for every file the verdict covered."""
+        return {rel: f.digest for rel, f in self.trust.prints.items()}
 
 
 def read_policy_inputs(
@@ -90,6 +100,9 @@ def read_policy_inputs(
         (str(f.path), "sha256:" + hashlib.sha256(f.text.encode("utf-8")).hexdigest())
         for f in stack.files
     )
+    root = workspace.resolve()
+    scripts = tuple(hook_scripts(root, {str(f.path): f.doc for f in stack.files}))
+    prints = {rel: f.digest for rel, f in found.prints.items()}
     return PolicyInputs(
         workspace=workspace,
         stack=stack,
@@ -98,7 +111,8 @@ def read_policy_inputs(
         devcontainer=dev,
         policy=document,
         hooks_path=hooks_path_pattern(workspace),
-        hook_scripts=tuple(
-            hook_scripts(workspace.resolve(), {str(f.path): f.doc for f in stack.files})
+        hook_scripts=scripts,
+        hook_script_prints=tuple(
+            (rel, prints.get(rel) or fingerprint_one(root, rel).digest) for rel in scripts
         ),
     )

@@ -33,7 +33,6 @@ import difflib
 import hashlib
 import json
 import os
-import shlex
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.permissions.hooks.scripts import command_paths
 from orchestrator.regular_file import read_regular
 from orchestrator.untrusted_text import printable
 
@@ -119,7 +119,7 @@ def _walk(root: Path, rel: str) -> Iterator[str]:
                 yield f"{here}/{name}"
 
 
-def _fingerprint_one(root: Path, rel: str) -> TrustedFile:
+def fingerprint_one(root: Path, rel: str) -> TrustedFile:
     path = root / rel
     try:
         info = os.lstat(path)
@@ -170,18 +170,8 @@ def hook_scripts(root: Path, docs: Mapping[str, object]) -> list[str]:
     real_root = os.path.realpath(root)
     for doc in docs.values():
         for command in _hook_commands(doc):
-            try:
-                words = shlex.split(command)
-            except ValueError:
-                words = command.split()
-            for word in words:
-                for var in ("${CLAUDE_PROJECT_DIR}", "$CLAUDE_PROJECT_DIR", "/workspace"):
-                    if word.startswith(var):
-                        word = real_root + word[len(var) :]
-                candidate = os.path.normpath(os.path.join(real_root, word))
-                if not candidate.startswith(real_root + os.sep):
-                    continue
-                rel = os.path.relpath(candidate, real_root)
+            for rel in command_paths(command, real_root):
+                candidate = os.path.join(real_root, rel)
                 if os.path.lexists(candidate) and not os.path.isdir(candidate):
                     found.append(rel)
     return found
@@ -261,7 +251,7 @@ def fingerprint(
     names += hook_scripts(root, docs)
     for rel in dict.fromkeys(names):
         if rel not in out:
-            out[rel] = _fingerprint_one(root, rel)
+            out[rel] = fingerprint_one(root, rel)
     return out
 
 

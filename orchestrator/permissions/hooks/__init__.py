@@ -1,11 +1,13 @@
 """PreToolUse / PostToolUse hooks with Claude Code's protocol: which hooks exist
 (`definitions`), what a host hook may see and run (`trust`), running one and
-reading what it said (`run`), and what a sandboxed hook needs from the run
+reading what it said (`run`), whether a host hook's workspace scripts are still
+what trust covered (`scripts`), and what a sandboxed hook needs from the run
 (`sandbox`, a protocol the run implements).
 
 May import: `config`, `errors`, `behavior`, `permissions.models` (outcomes, calls),
 `permissions.sources` and `permissions.settings_files` (settings documents),
-and `sandbox_tools.wire` (input limits).
+`regular_file` (reading a script without following links) and `sandbox_tools.wire`
+(input limits).
 """
 
 from orchestrator.permissions.hooks.definitions import (

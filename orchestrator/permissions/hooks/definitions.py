@@ -95,6 +95,10 @@ class HookCommand:
     restrict_only: bool = False
     """Configured by a workspace the person has not trusted: its deny and ask count,
     its allow and `updatedInput` do not (as with the workspace's rules)."""
+    script_prints: tuple[tuple[str, str], ...] | None = None
+    """(workspace-relative path, digest) of the workspace scripts as the run's trust
+    saw them: on the host it runs only while the ones it names match (`scripts`).
+    None: outside a run, nothing to compare with."""
 
     def matches(self, tool_name: str) -> bool:
         if self.matcher in ("", "*"):
@@ -110,6 +114,8 @@ class HookSet:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     trusted_commands: frozenset[str] = frozenset()
     """Commands the managed or the user's settings trust (`warden.trustedHooks`)."""
+    script_prints: tuple[tuple[str, str], ...] | None = None
+    """The run's hook scripts as trust saw them (`HookCommand.script_prints`)."""
 
     def matching(self, event: HookEvent, tool_name: str) -> list[HookCommand]:
         """The hooks to run, once per command, each marked trusted when it is."""
@@ -120,7 +126,9 @@ class HookSet:
             trusted = hook.trusted or hook.command in self.trusted_commands
             first = found.get(hook.command)  # Claude Code runs identical commands once
             if first is None:
-                found[hook.command] = replace(hook, trusted=trusted)
+                found[hook.command] = replace(
+                    hook, trusted=trusted, script_prints=self.script_prints
+                )
             elif first.restrict_only and not hook.restrict_only:
                 found[hook.command] = replace(first, restrict_only=False)
         return list(found.values())

@@ -4,7 +4,9 @@ A hook gets the event as JSON on stdin (`hook_input`) and runs with `sh -c`: in 
 sandbox (the run's `sandbox.HookSandbox`, the default), or, when the person marked
 it trusted in a file no subagent can write (`definitions`), on the host in its own
 process group (an allowlisted environment, a fixed PATH, an empty directory; see
-`trust`). An untrusted hook with no sandbox to run in does not run: its outcome is
+`trust`). A host hook whose command names a workspace script that is no longer
+the content the run's trust covered (`scripts`) is not run: its outcome is a deny
+naming the script and `warden trust` (fail closed). An untrusted hook with no sandbox to run in does not run: its outcome is
 an error naming both ways out. Exit 2 blocks with stderr as the reason; exit 0 may print JSON with
 `hookSpecificOutput.permissionDecision`; anything else, a timeout (the whole group
 is killed) or malformed JSON is a non-blocking error that never counts as allow.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import tempfile
@@ -29,6 +32,7 @@ from orchestrator.behavior import Behavior
 from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions.hooks.definitions import HookCommand, HookEvent
 from orchestrator.permissions.hooks.sandbox import NO_SANDBOX_ERROR, HookSandbox
+from orchestrator.permissions.hooks.scripts import changed_script
 from orchestrator.permissions.hooks.trust import hook_environment
 from orchestrator.permissions.models import (
     REQUIRED_INPUT_KEYS,
@@ -37,6 +41,8 @@ from orchestrator.permissions.models import (
     ToolCall,
 )
 from sandbox_tools.wire import MAX_TOOL_INPUT_BYTES, WORKSPACE
+
+log = logging.getLogger(__name__)
 
 MAX_HOOK_OUTPUT_BYTES = 64 * 1024
 """Bytes of stdout and of stderr kept per hook; the rest is dropped and announced."""
@@ -161,6 +167,11 @@ async def _run_hook(
         if ran.error is not None:
             return HookOutcome(**base, error=ran.error, duration_s=ran.duration_s)
         return _conclude(base, ran.exit_code, ran.stdout, ran.stderr, tool_name, ran.duration_s)
+    if hook.script_prints is not None and workspace_host is not None:
+        why = changed_script(hook.command, str(workspace_host), dict(hook.script_prints))
+        if why is not None:
+            log.warning("hook %r: %s", hook.command, why)
+            return HookOutcome(**base, decision="deny", reason=why)
     with tempfile.TemporaryDirectory(prefix=NEUTRAL_CWD_PREFIX) as neutral:
         cwd = Path(neutral)
         if hook.cwd == "workspace" and workspace_host is not None:
