@@ -314,3 +314,40 @@ async def test_a_script_a_trusted_host_hook_runs_cannot_be_rewritten_by_a_sandbo
     assert "REFUSED-SCRIPT" in result.text and "next call" in result.text, result.text
     assert (workspace / "tools" / "check.sh").read_text() == "exit 0\n"
     assert not marker.exists(), "a trusted host hook ran a script a sandbox wrote"
+
+
+async def test_a_hook_script_a_concurrent_sandbox_rewrites_mid_run_is_not_run_on_the_host(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """The window the read-only wall leaves: a concurrent run whose workspace is a
+    parent directory rewrites the script after this run read its inputs. Before the
+    next host call the script is hashed again: not what trust covered, so the hook
+    is not run on the host and the call is denied, naming the script and the fix."""
+    from tests.integration.test_hook_sandbox import pre_hooks, write_project_settings
+
+    marker = tmp_path / "HOST-RAN-REWRITTEN-SCRIPT"
+    command = 'sh "$CLAUDE_PROJECT_DIR/tools/check.sh"'
+    inner = workspace / "project"
+    inner.mkdir()
+    project_workspace(inner)
+    (inner / "tools").mkdir()
+    (inner / "tools" / "check.sh").write_text("exit 0\n")
+    write_project_settings(inner, {"hooks": pre_hooks(command)})
+    settings.config_dir.mkdir(parents=True, exist_ok=True)
+    (settings.config_dir / "settings.json").write_text(
+        json.dumps({"warden": {"trustedHooks": [command]}})
+    )
+    chown_tree(workspace)
+    rewrite = (
+        f"printf 'touch {marker}\\n' > /workspace/project/tools/check.sh && echo WROTE-SCRIPT"
+    )
+    async with scripted_run(settings, inner, delegate("echo next call")) as (run, _):
+        # This run has read its inputs; a run on the parent directory now rewrites
+        # the script (not walled there: it is not that run's hook script).
+        async with scripted_run(settings, workspace, delegate(rewrite)) as (outer, _):
+            written = await outer.parent.run("rewrite the hook's script")
+            assert "WROTE-SCRIPT" in written.text, written.text
+            result = await run.parent.run("call a tool")
+    assert not marker.exists(), "a trusted host hook ran a script rewritten mid-run"
+    assert "next call" not in result.text, result.text
+    assert "tools/check.sh" in result.text and "warden trust" in result.text, result.text
