@@ -6,8 +6,8 @@ it trusted in a file no subagent can write (`definitions`), on the host in its o
 process group (an allowlisted environment, a fixed PATH, an empty directory; see
 `trust`). A host hook whose command names a workspace script that is no longer
 the content the run's trust covered (`scripts`) is not run: its outcome is a deny
-naming the script and `warden trust` (fail closed). An untrusted hook with no sandbox to run in does not run: its outcome is
-an error naming both ways out. Exit 2 blocks with stderr as the reason; exit 0 may print JSON with
+naming the script and `warden trust` (fail closed). An untrusted hook with no
+sandbox to run in does not run: its outcome is an error naming both ways out. Exit 2 blocks with stderr as the reason; exit 0 may print JSON with
 `hookSpecificOutput.permissionDecision`; anything else, a timeout (the whole group
 is killed) or malformed JSON is a non-blocking error that never counts as allow.
 Output is read up to MAX_HOOK_OUTPUT_BYTES per stream and the cut is announced.
