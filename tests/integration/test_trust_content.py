@@ -338,16 +338,16 @@ async def test_a_hook_script_a_concurrent_sandbox_rewrites_mid_run_is_not_run_on
         json.dumps({"warden": {"trustedHooks": [command]}})
     )
     chown_tree(workspace)
-    rewrite = (
-        f"printf 'touch {marker}\\n' > /workspace/project/tools/check.sh && echo WROTE-SCRIPT"
-    )
-    async with scripted_run(settings, inner, delegate("echo next call")) as (run, _):
-        # This run has read its inputs; a run on the parent directory now rewrites
-        # the script (not walled there: it is not that run's hook script).
-        async with scripted_run(settings, workspace, delegate(rewrite)) as (outer, _):
-            written = await outer.parent.run("rewrite the hook's script")
-            assert "WROTE-SCRIPT" in written.text, written.text
-            result = await run.parent.run("call a tool")
+    rewrite = f"printf 'touch {marker}\\n' > /workspace/project/tools/check.sh && echo WROTE-SCRIPT"
+    # The inner run reads its inputs first; then a run on the parent directory
+    # rewrites the script (not walled there: it is not that run's hook script).
+    async with (
+        scripted_run(settings, inner, delegate("echo next call")) as (run, _),
+        scripted_run(settings, workspace, delegate(rewrite)) as (outer, _),
+    ):
+        written = await outer.parent.run("rewrite the hook's script")
+        assert "WROTE-SCRIPT" in written.text, written.text
+        result = await run.parent.run("call a tool")
     assert not marker.exists(), "a trusted host hook ran a script rewritten mid-run"
     assert "next call" not in result.text, result.text
     assert "tools/check.sh" in result.text and "warden trust" in result.text, result.text

@@ -5,7 +5,6 @@ fix (`warden trust`), and never used."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -69,9 +68,7 @@ def test_a_file_added_after_the_verdict_is_refused(
     assert any("late.md" in p and "warden trust" in p for p in registry.problems)
 
 
-def test_unchanged_files_load(
-    settings: Settings, workspace: Path, agents: Path
-) -> None:
+def test_unchanged_files_load(settings: Settings, workspace: Path, agents: Path) -> None:
     inputs = read_policy_inputs(settings, workspace, trusted=True)
 
     registry = AgentRegistry.load(
