@@ -454,9 +454,9 @@ def hook_groups() -> list[Group]:
         if local is not None:
             user["disableAllHooks"] = True
         g = _group(f"hookk{i:02d}", _hook_calls(f"h{i}"), user=user)
-        for level, doc in (("project", project), ("local", local)):
-            if doc is not None:
-                g[level] = doc
+        for level, toggle in (("project", project), ("local", local)):
+            if toggle is not None:
+                g[level] = toggle
         groups.append(g)
         i += 1
     for name, perms in itertools.product(

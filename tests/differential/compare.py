@@ -234,7 +234,7 @@ KNOWN: list[Known] = [
         lambda g, c, w, cl: (
             _tool(c) == "Bash"
             and "no allow rule covers" in c.get("_reason", "")
-            and bool(_names(c) & {"timeout", "sh", "bash", "xargs", "env", "find"})
+            and bool((_names(c) or set()) & {"timeout", "sh", "bash", "xargs", "env", "find"})
         ),
     ),
     Known(

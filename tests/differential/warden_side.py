@@ -106,7 +106,7 @@ def _trusted(group: dict[str, Any], settings: Settings, ws: Path) -> bool:
 
 
 def _hook_commands(group: dict[str, Any]) -> set[str]:
-    found = set()
+    found: set[str] = set()
     for level in LEVELS:
         events = (group.get(level) or {}).get("hooks", {})
         for entry in events.get("PreToolUse", []):
