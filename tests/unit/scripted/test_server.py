@@ -266,7 +266,17 @@ def test_wrong_or_missing_key_is_401_and_recordings_redact_it(
 
 
 async def test_parallel_conversations_with_the_async_client() -> None:
-    async with ScriptedModelServer(_script()) as server:
+    # The slow turn sleeps far longer than five requests take to arrive, even loaded.
+    slow = Conversation(
+        name="slow",
+        match=Match(prompt_contains="slowly"),
+        turns=[Turn(content=[TextBlock(text="slept")], delay_s=5.0)],
+    )
+    script = _script()
+    script = script.model_copy(
+        update={"conversations": [slow, *(c for c in script.conversations if c.name != "slow")]}
+    )
+    async with ScriptedModelServer(script) as server:
         client = anthropic.AsyncAnthropic(base_url=server.base_url, api_key="x", max_retries=0)
 
         async def ask(prompt: str) -> str:
@@ -276,14 +286,17 @@ async def test_parallel_conversations_with_the_async_client() -> None:
             block = reply.content[0]
             return block.text if block.type == "text" else str(getattr(block, "name", ""))
 
-        started = time.monotonic()
-        answers = await asyncio.gather(*(ask(p) for p in ["do it slowly"] * 5 + ["list files"]))
-        elapsed = time.monotonic() - started
+        slow_asks = [asyncio.create_task(ask("do it slowly")) for _ in range(5)]
+        while len(server.requests) < 5:  # all five slow turns are being served at once
+            await asyncio.sleep(0.01)
+        in_flight = [r.status for r in server.requests]
+        fast = await ask("list files")  # answered while the five still sleep
+        still_sleeping = sum(not t.done() for t in slow_asks)
+        answers = await asyncio.gather(*slow_asks)
         await client.close()
-    assert answers == ["slept"] * 5 + ["Bash"]
-    # Five 0.3 s turns in parallel take about 0.3 s; one after another they could not
-    # take less than 1.5 s.
-    assert elapsed < 1.45
+    assert in_flight == [None] * 5
+    assert fast == "Bash" and still_sleeping == 5
+    assert answers == ["slept"] * 5
 
 
 async def test_streaming_matches_the_plain_answer() -> None:
