@@ -5,6 +5,7 @@ run's egress (its policy's domain rules and mode, its approver)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,11 @@ async def test_a_run_opened_without_a_config_gets_the_settings_limits(
     )
     async with open_run(configured, workspace=workspace, prompt="p") as run:
         config = run.manager.config
-    assert config == TaskManagerConfig.from_settings(configured)
+    # The settings' limits, plus what the run read from the workspace it trusted (no skills).
+    assert config.project_skills == {}
+    assert dataclasses.replace(config, project_skills=None) == TaskManagerConfig.from_settings(
+        configured
+    )
     assert (config.max_concurrent_total, config.queue_limit) == (3, 5)
     assert (config.max_depth, config.max_children_per_task) == (2, 4)
     assert config.disk.write_limit_bytes == 64 * MIB and config.model_max_retries == 7
