@@ -213,6 +213,13 @@ class StdioFront:
         with contextlib.suppress(OSError):
             os.close(self._write_fd)
 
+    def wait_input_ended(self, timeout: float) -> bool:
+        """Wait until the reader has seen the end of the client's input (True), so
+        its descriptor may be closed without the reader reading whatever file takes
+        that number next; False after `timeout` seconds."""
+        self._reader.join(timeout)
+        return not self._reader.is_alive()
+
 
 class FrontWriter:
     """The SDK's stdout (`stdio_server(stdout=…)`): its messages, written off the event

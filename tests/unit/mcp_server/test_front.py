@@ -88,9 +88,12 @@ def piped_front() -> Iterator[tuple[StdioFront, int, Any]]:
     try:
         yield front.start(), c2s_w, reader
     finally:
-        for fd in (c2s_w, c2s_r):
-            with suppress(OSError):
-                os.close(fd)
+        with suppress(OSError):
+            os.close(c2s_w)  # the front reads the end of its input ...
+        # ... before its descriptor is closed: else its reader thread could read from
+        # whatever the next test opens under that number (an event loop's self-pipe).
+        assert front.wait_input_ended(60), "the front's reader did not see its input end"
+        os.close(c2s_r)
         front.close()
         reader.close()
 
