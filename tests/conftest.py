@@ -20,6 +20,9 @@ UNPRIVILEGED = 1000
 
 ENGINE_TESTS = ("tests/integration/", "tests/e2e/")
 """Test folders whose tests drive the real engine: one xdist worker runs them all."""
+ENGINE_FREE = ("tests/integration/test_claude_code_differential.py",)
+"""Integration tests that start no container (the real Claude Code CLI against the
+scripted model, beside warden's own decisions): they run beside the engine tests."""
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -33,7 +36,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class EngineTestsTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "engine" if nodeid.startswith(ENGINE_TESTS) else nodeid
+            engine = nodeid.startswith(ENGINE_TESTS) and not nodeid.startswith(ENGINE_FREE)
+            return "engine" if engine else nodeid
 
     return EngineTestsTogether(config, log)
 
