@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -152,9 +153,20 @@ def _listen(path: str) -> socket.socket:
     return server
 
 
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a short path (a Unix socket's path may be at most 107 bytes,
+    which tmp_path can pass), removed after the test."""
+    directory = Path(tempfile.mkdtemp(prefix="wwd-"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.mark.parametrize("answer", [b"", b"HTTP/1.1 200 OK\r\n\r\n"])
-def test_watchdog_kills_tools_and_exits_when_the_broker_goes(answer: bytes) -> None:
-    directory = tempfile.mkdtemp(prefix="wwd-")
+def test_watchdog_kills_tools_and_exits_when_the_broker_goes(
+    answer: bytes, short_dir: Path
+) -> None:
+    directory = str(short_dir)
     server = _listen(f"{directory}/b.sock")
     events: list[object] = []
     done = threading.Event()
@@ -175,8 +187,8 @@ def test_watchdog_kills_tools_and_exits_when_the_broker_goes(answer: bytes) -> N
     assert events == ["killed", watchdog.EXIT_HOST_GONE]
 
 
-def test_watchdog_ignores_a_broker_without_the_endpoint() -> None:
-    directory = tempfile.mkdtemp(prefix="wwd-")
+def test_watchdog_ignores_a_broker_without_the_endpoint(short_dir: Path) -> None:
+    directory = str(short_dir)
     server = _listen(f"{directory}/b.sock")
     result: list[str | None] = []
     thread = threading.Thread(
@@ -200,9 +212,10 @@ async def _hold_answer(hold_dir: Path) -> bytes:
         writer.close()
 
 
-async def test_warm_hold_says_go_or_bye_whenever_the_runner_connects() -> None:
+async def test_warm_hold_says_go_or_bye_whenever_the_runner_connects(short_dir: Path) -> None:
     for early in (True, False):
-        hold_dir = Path(tempfile.mkdtemp(prefix="whd-"))
+        hold_dir = short_dir / ("early" if early else "late")
+        hold_dir.mkdir()
         hold = Hold(hold_dir)
         await hold.open()
         if early:
