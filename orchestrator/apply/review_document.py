@@ -19,10 +19,10 @@ from orchestrator.apply.changeset import ApplyReview
 from orchestrator.apply.render import ChangeSetView, render_change_set
 from orchestrator.permissions.approvers import ApprovalQuestion
 from orchestrator.permissions.webhook_protocol import (
-    ChainLink,
     ChangeEntry,
     ChangeSetEntry,
     ReviewDocument,
+    chain_of,
 )
 
 MAX_DIFF_CHARS = 256 * 1024
@@ -53,14 +53,7 @@ def review_document(
         task_id=q.task_id,
         agent_type=q.agent_type,
         description=q.description,
-        chain=[
-            ChainLink(
-                task_id=task_id,
-                agent_type=q.chain_agents[i] if i < len(q.chain_agents) else "",
-                description=q.chain_descriptions[i] if i < len(q.chain_descriptions) else "",
-            )
-            for i, task_id in enumerate(q.chain)
-        ],
+        chain=chain_of(q),
         change_set=ChangeSetEntry(
             sha256=q.change_set.sha256,
             task_id=q.change_set.task_id,

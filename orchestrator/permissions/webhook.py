@@ -37,9 +37,9 @@ from orchestrator.permissions.webhook_protocol import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     AnswerDocument,
-    ChainLink,
     QuestionDocument,
     WithdrawnDocument,
+    chain_of,
     signature_problem,
     signed_headers,
 )
@@ -343,14 +343,7 @@ def _url_host(host: str) -> str:
 
 
 def _question_document(q: ApprovalQuestion, answer_url: str, expires_at: float) -> bytes:
-    chain = [
-        ChainLink(
-            task_id=task_id,
-            agent_type=q.chain_agents[i] if i < len(q.chain_agents) else "",
-            description=q.chain_descriptions[i] if i < len(q.chain_descriptions) else "",
-        )
-        for i, task_id in enumerate(q.chain)
-    ]
+    chain = chain_of(q)
     doc = QuestionDocument(
         question_id=q.question_id,
         run_id=q.run_id,

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.behavior import FinalBehavior
 from orchestrator.jsontypes import JSONObject
-from orchestrator.permissions.approvers import AnswerScope
+from orchestrator.permissions.approvers import AnswerScope, ApprovalQuestion
 from orchestrator.schema_docs import documented
 
 VERSION = 1
@@ -56,6 +56,19 @@ class ChainLink(BaseModel):
     agent_type: str
     description: str
     """Written by a model: untrusted text."""
+
+
+def chain_of(q: ApprovalQuestion) -> list[ChainLink]:
+    """The asking chain of `q` as documents carry it (a missing type or description
+    is sent empty)."""
+    return [
+        ChainLink(
+            task_id=task_id,
+            agent_type=q.chain_agents[i] if i < len(q.chain_agents) else "",
+            description=q.chain_descriptions[i] if i < len(q.chain_descriptions) else "",
+        )
+        for i, task_id in enumerate(q.chain)
+    ]
 
 
 class QuestionDocument(_Document):
