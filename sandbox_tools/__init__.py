@@ -3,7 +3,8 @@
 This package runs inside the sandbox and uses only the Python standard library:
 no model SDK, no HTTP client stack, no pydantic (the sandbox images carry
 nothing else; see `images/README.md`). It depends on the wire contract
-(`sandbox_tools.wire`), never on `orchestrator`.
+(`sandbox_tools.wire`, and `sandbox_tools.wire_answers` for what the host sends back),
+never on `orchestrator`.
 
 - `python -m sandbox_tools [--socket PATH] [--workspace DIR]` (`__main__`)
 - `runner.run(socket_path, workspace) -> int`: spec, loop, result; the exit code

@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from sandbox_tools import wire
+from sandbox_tools import wire, wire_answers
 from sandbox_tools.errors import BrokerRequestError, BrokerTimeoutError, BrokerUnavailableError
 from sandbox_tools.http1 import ConnectionClosedError, UnixConnection
 from sandbox_tools.jsontypes import JSONObject, JSONValue
@@ -142,19 +142,19 @@ class BrokerClient:
     def _decoded(self, path: str, decode: Callable[[object], T], doc: object) -> T:
         try:
             return decode(doc)
-        except wire.WireFormatError as e:
+        except wire_answers.WireFormatError as e:
             raise BrokerRequestError(path, 200, f"malformed answer: {e}") from e
 
-    def spec(self) -> wire.TaskSpec:
-        return self._decoded("/v1/spec", wire.TaskSpec.from_json, self.call("/v1/spec"))
+    def spec(self) -> wire_answers.TaskSpec:
+        return self._decoded("/v1/spec", wire_answers.TaskSpec.from_json, self.call("/v1/spec"))
 
-    def permission(self, request: wire.PermissionRequest) -> wire.PermissionResponse:
+    def permission(self, request: wire.PermissionRequest) -> wire_answers.PermissionResponse:
         doc = self.call("/v1/permission", request, timeout=None)
-        return self._decoded("/v1/permission", wire.PermissionResponse.from_json, doc)
+        return self._decoded("/v1/permission", wire_answers.PermissionResponse.from_json, doc)
 
-    def delegate(self, request: wire.DelegateRequest) -> wire.DelegateResponse:
+    def delegate(self, request: wire.DelegateRequest) -> wire_answers.DelegateResponse:
         doc = self.call("/v1/task", request, timeout=None)
-        return self._decoded("/v1/task", wire.DelegateResponse.from_json, doc)
+        return self._decoded("/v1/task", wire_answers.DelegateResponse.from_json, doc)
 
     def events(self, batch: wire.EventBatch) -> None:
         self.call("/v1/events", batch)

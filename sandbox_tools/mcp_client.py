@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from sandbox_tools import oom, wire
+from sandbox_tools import oom, wire, wire_answers
 from sandbox_tools.errors import ToolError
 from sandbox_tools.jsontypes import JSONObject, JSONValue
 
@@ -134,7 +134,7 @@ def answer_result(name: str, method: str, answer: JSONObject) -> JSONObject:
 class StdioServer(McpSession):
     """One stdio MCP server, started inside this sandbox."""
 
-    def __init__(self, server: wire.McpServer, root: Path) -> None:
+    def __init__(self, server: wire_answers.McpServer, root: Path) -> None:
         self.name = server.name
         self._lock = threading.Lock()
         self._answered = threading.Condition(self._lock)

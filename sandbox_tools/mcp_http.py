@@ -32,7 +32,7 @@ if "ssl" in sys.modules and sys.modules["ssl"] is None:
 import urllib.error  # after ssl is let back in
 import urllib.request
 
-from sandbox_tools import wire
+from sandbox_tools import wire_answers
 from sandbox_tools.errors import ToolError
 from sandbox_tools.jsontypes import JSONObject
 from sandbox_tools.mcp_client import (
@@ -60,7 +60,7 @@ def has_egress() -> bool:
 class HttpServer(McpSession):
     """One remote MCP server (Streamable HTTP), through the egress proxy."""
 
-    def __init__(self, server: wire.McpServer) -> None:
+    def __init__(self, server: wire_answers.McpServer) -> None:
         self.name = server.name
         self.url = server.url
         self.headers = dict(server.headers)

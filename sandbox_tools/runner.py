@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandbox_tools import environment, watchdog, wire
+from sandbox_tools import environment, watchdog, wire, wire_answers
 from sandbox_tools.broker import MODEL_CALL_TIMEOUT_S, BrokerClient
 from sandbox_tools.caching import cached_messages, cached_tools, system_blocks
 from sandbox_tools.context import ContextWindow, estimate_tokens
@@ -101,7 +101,7 @@ class AgentLoop:
     """One subagent's conversation, run to its end."""
 
     def __init__(
-        self, spec: wire.TaskSpec, broker: BrokerClient, outbox: Outbox, ctx: ToolContext
+        self, spec: wire_answers.TaskSpec, broker: BrokerClient, outbox: Outbox, ctx: ToolContext
     ) -> None:
         if not spec.skills and "Skill" in spec.tools:  # nothing to load: not offered
             spec = spec._replace(tools=[t for t in spec.tools if t != "Skill"])

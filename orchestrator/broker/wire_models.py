@@ -27,7 +27,7 @@ class _Wire(BaseModel):
 
 
 class McpServerLaunch(_Wire):
-    """One MCP server a runner starts (`sandbox_tools.wire.McpServer`)."""
+    """One MCP server a runner starts (`sandbox_tools.wire_answers.McpServer`)."""
 
     name: str = Field(min_length=1, max_length=100)
     transport: Literal["stdio", "http", "sse"] = "stdio"

@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from sandbox_tools import wire
+from sandbox_tools import wire, wire_answers
 from sandbox_tools.errors import ToolError
 from sandbox_tools.jsontypes import JSONObject, JSONValue
 from sandbox_tools.mcp_client import McpServerError, McpSession, StdioServer
@@ -51,7 +51,7 @@ def _clip(text: str, limit: int, what: str) -> str:
 class McpTools:
     """The MCP servers of one subagent and the tools they offer."""
 
-    def __init__(self, spec: wire.TaskSpec, root: Path) -> None:
+    def __init__(self, spec: wire_answers.TaskSpec, root: Path) -> None:
         self.spec = spec
         self.root = root
         self.servers: list[McpSession] = []
@@ -74,7 +74,7 @@ class McpTools:
             )
         results: dict[str, tuple[McpSession | None, list[JSONObject], str | None]] = {}
 
-        def start_one(server: wire.McpServer) -> None:
+        def start_one(server: wire_answers.McpServer) -> None:
             results[server.name] = self._start_one(server)
 
         threads = [threading.Thread(target=start_one, args=(s,), daemon=True) for s in wanted]
@@ -94,7 +94,7 @@ class McpTools:
         return self.warnings
 
     def _start_one(
-        self, server: wire.McpServer
+        self, server: wire_answers.McpServer
     ) -> tuple[McpSession | None, list[JSONObject], str | None]:
         started: McpSession
         if server.transport == "sse":
@@ -119,7 +119,7 @@ class McpTools:
             return None, [], f"{e} (its tools are not offered)"
         return started, tools, None
 
-    def _offer(self, server: wire.McpServer, started: McpSession, tools: list[JSONObject]) -> None:
+    def _offer(self, server: wire_answers.McpServer, started: McpSession, tools: list[JSONObject]) -> None:
         for tool in tools:
             raw_name = tool.get("name")
             if not isinstance(raw_name, str) or not raw_name:

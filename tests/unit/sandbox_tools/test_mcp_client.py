@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_tools import wire
+from sandbox_tools import wire, wire_answers
 from sandbox_tools.tools.mcp import McpTools, render_result
 
 PROBE = str(Path(__file__).resolve().parents[2] / "fixtures" / "mcp_probe_server.py")
 
 
-def probe(name: str, *args: str, tools: tuple[str, ...] | None = None) -> wire.McpServer:
-    return wire.McpServer(name=name, command=sys.executable, args=(PROBE, *args), tools=tools)
+def probe(name: str, *args: str, tools: tuple[str, ...] | None = None) -> wire_answers.McpServer:
+    return wire_answers.McpServer(name=name, command=sys.executable, args=(PROBE, *args), tools=tools)
 
 
-def spec(*servers: wire.McpServer, startup_s: float = 20.0) -> wire.TaskSpec:
-    return wire.TaskSpec(
+def spec(*servers: wire_answers.McpServer, startup_s: float = 20.0) -> wire_answers.TaskSpec:
+    return wire_answers.TaskSpec(
         task_id="t", model="m", system_prompt="s", prompt="p", tools=[], max_turns=1,
         mcp_servers=servers, mcp_startup_timeout_s=startup_s,
     )  # fmt: skip
@@ -54,11 +54,11 @@ def test_servers_that_do_not_start_are_named(
         monkeypatch.delenv(name, raising=False)  # a sandbox without egress
     mcp = McpTools(spec(
         probe("slow", "hang"), probe("gone", "exit"),
-        wire.McpServer(name="missing", command="/no/such/server"),
-        wire.McpServer(name="remote", transport="http", url="http://127.0.0.1:9/mcp"),
-        wire.McpServer(name="tls", transport="http", url="https://mcp.example.test/mcp"),
-        wire.McpServer(name="ftp", transport="http", url="ftp://mcp.example.test/"),
-        wire.McpServer(name="old", transport="sse", url="http://127.0.0.1:9/sse"),
+        wire_answers.McpServer(name="missing", command="/no/such/server"),
+        wire_answers.McpServer(name="remote", transport="http", url="http://127.0.0.1:9/mcp"),
+        wire_answers.McpServer(name="tls", transport="http", url="https://mcp.example.test/mcp"),
+        wire_answers.McpServer(name="ftp", transport="http", url="ftp://mcp.example.test/"),
+        wire_answers.McpServer(name="old", transport="sse", url="http://127.0.0.1:9/sse"),
         startup_s=1.0,
     ), tmp_path)  # fmt: skip
     try:

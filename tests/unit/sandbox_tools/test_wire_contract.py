@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from orchestrator import behavior
 from orchestrator.broker import wire_models
-from sandbox_tools import wire
+from sandbox_tools import wire, wire_answers
 
 SENT_BY_THE_RUNNER: list[tuple[Any, type[BaseModel]]] = [
     (wire.PermissionRequest, wire_models.PermissionRequest),
@@ -37,7 +37,7 @@ def test_runner_documents_and_host_models_name_the_same_fields(
 def test_the_runners_answer_words_are_the_hosts() -> None:
     # The contract may not import the host, so it spells allow/deny out again; this
     # holds the copy to `orchestrator.behavior`, so the two cannot drift.
-    assert get_args(wire.FinalBehavior) == get_args(behavior.FinalBehavior)
+    assert get_args(wire_answers.FinalBehavior) == get_args(behavior.FinalBehavior)
     assert wire_models.PermissionResponse.model_fields["behavior"].annotation == (
         behavior.FinalBehavior
     )
@@ -95,15 +95,15 @@ def test_the_spec_the_host_serves_decodes_in_the_runner() -> None:
         history=[{"role": "user", "content": "earlier"}],
         bash_timeout_s=7,
     )
-    decoded = wire.TaskSpec.from_json(spec.model_dump(mode="json"))
-    for name in wire.TaskSpec._fields:
+    decoded = wire_answers.TaskSpec.from_json(spec.model_dump(mode="json"))
+    for name in wire_answers.TaskSpec._fields:
         assert name in wire_models.TaskSpec.model_fields
         assert getattr(decoded, name) == getattr(spec, name) or (
             list(getattr(decoded, name)) == getattr(spec, name)
         )
     # The runner's defaults are the host's.
     minimal = spec.model_dump(mode="json", exclude={"history", "max_tokens", "bash_timeout_s"})
-    runner_side = wire.TaskSpec.from_json(minimal)
+    runner_side = wire_answers.TaskSpec.from_json(minimal)
     host_side = wire_models.TaskSpec.model_validate(minimal)
     assert (runner_side.max_tokens, runner_side.bash_timeout_s, runner_side.history) == (
         host_side.max_tokens,
@@ -114,13 +114,13 @@ def test_the_spec_the_host_serves_decodes_in_the_runner() -> None:
 
 def test_answers_the_host_serves_decode_in_the_runner() -> None:
     allow = wire_models.PermissionResponse(behavior="allow", updated_input={"command": "ls"})
-    assert wire.PermissionResponse.from_json(allow.model_dump(mode="json")) == (
-        wire.PermissionResponse(behavior="allow", updated_input={"command": "ls"})
+    assert wire_answers.PermissionResponse.from_json(allow.model_dump(mode="json")) == (
+        wire_answers.PermissionResponse(behavior="allow", updated_input={"command": "ls"})
     )
     deny = wire_models.PermissionResponse(behavior="deny", reason="no")
-    assert wire.PermissionResponse.from_json(deny.model_dump(mode="json")).reason == "no"
+    assert wire_answers.PermissionResponse.from_json(deny.model_dump(mode="json")).reason == "no"
     answer = wire_models.DelegateResponse(text="child said hi", is_error=True)
-    assert wire.DelegateResponse.from_json(answer.model_dump()) == wire.DelegateResponse(
+    assert wire_answers.DelegateResponse.from_json(answer.model_dump()) == wire_answers.DelegateResponse(
         "child said hi", True
     )
     body = wire.error_body("rate_limit_error", "slow down")
@@ -139,5 +139,5 @@ def test_answers_the_host_serves_decode_in_the_runner() -> None:
     ],
 )
 def test_malformed_answers_are_refused_by_the_runner(doc: object) -> None:
-    with pytest.raises(wire.WireFormatError):
-        wire.PermissionResponse.from_json(doc)
+    with pytest.raises(wire_answers.WireFormatError):
+        wire_answers.PermissionResponse.from_json(doc)
