@@ -2,7 +2,8 @@
 
 `server` serves one subagent's socket and `upstream` talks to the model API (through
 `client`, which imports the SDK in the background); `forwarding` decides what reaches
-the model API (and `provider_egress` where the provider may go for it), `budget` what
+the model API (`forwarding_policy`: how the rules decide each part; `provider_egress`:
+where the provider may go for it), `budget` what
 it may cost (`documents` and `image_tokens`: what its PDFs and images cost), `limits`
 how much a container may make the host write, `listener` who may connect and for how
 long, and `calls` which finished calls the host may act on.
@@ -14,7 +15,7 @@ May import: `errors`, `jsontypes`, `behavior` (what a permission answer says),
 from orchestrator.broker.budget import Budget
 from orchestrator.broker.calls import ApprovedCall
 from orchestrator.broker.client import PendingClient, Upstream
-from orchestrator.broker.forwarding import ForwardDecision, ForwardingPolicy
+from orchestrator.broker.forwarding_policy import ForwardDecision, ForwardingPolicy
 from orchestrator.broker.listener import (
     SandboxIdentity,
     groups_for,

@@ -44,12 +44,8 @@ from orchestrator.broker.budget import (
 from orchestrator.broker.calls import ApprovedCall, ApprovedCalls
 from orchestrator.broker.client import Upstream
 from orchestrator.broker.documents import DocumentCost, PageCounts
-from orchestrator.broker.forwarding import (
-    ForwardDecision,
-    ForwardingPolicy,
-    ForwardingRefused,
-    check_request,
-)
+from orchestrator.broker.forwarding import ForwardingRefused, check_request
+from orchestrator.broker.forwarding_policy import ForwardDecision, ForwardingPolicy
 from orchestrator.broker.limits import Allowance, flood_allowances
 from orchestrator.broker.listener import (
     BODY_TIMEOUT_S,

@@ -65,7 +65,7 @@ def _done(
 
 def server_tool(effective: EffectivePolicy, tool: str, tool_input: JSONObject) -> Explanation:
     """The broker's decision on a WebFetch (its `url`) or WebSearch."""
-    from orchestrator.broker.forwarding import ForwardingPolicy
+    from orchestrator.broker.forwarding_policy import ForwardingPolicy
 
     domains: list[str] | None = None
     url = tool_input.get("url")

@@ -41,7 +41,7 @@ from orchestrator.broker import (
     make_socket_dir,
     wire_models,
 )
-from orchestrator.broker.forwarding import ForwardingPolicy
+from orchestrator.broker.forwarding_policy import ForwardingPolicy
 from orchestrator.broker.limits import open_descriptors, raise_open_file_limit
 from orchestrator.broker.listener import ConnectionBudget
 from orchestrator.broker.provider_egress import NO_EGRESS

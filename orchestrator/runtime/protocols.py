@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from orchestrator.broker import wire_models
-from orchestrator.broker.forwarding import ForwardingPolicy
+from orchestrator.broker.forwarding_policy import ForwardingPolicy
 from orchestrator.event_sink import EventSink
 from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions import EffectivePolicy

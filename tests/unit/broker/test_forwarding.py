@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.broker.forwarding import ForwardingPolicy, ForwardingRefused, check_request
+from orchestrator.broker.forwarding import ForwardingRefused, check_request
+from orchestrator.broker.forwarding_policy import ForwardingPolicy
 from orchestrator.egress.provider import RuleSetEgress, provider_egress
 from orchestrator.egress.rules import RuleSet
 from orchestrator.egress.rules import parse_rule as egress_rule

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.broker.forwarding import ForwardingPolicy
+from orchestrator.broker.forwarding_policy import ForwardingPolicy
 from orchestrator.commands._explain import server_tool
 from orchestrator.permissions import ToolCall, evaluate, parse_rule
 from orchestrator.permissions.policy import EffectivePolicy
