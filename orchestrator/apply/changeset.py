@@ -198,9 +198,20 @@ class ContentStore:
     def put(self, data: bytes) -> str:
         """Keep `data`; its sha256."""
         digest = hashlib.sha256(data).hexdigest()
-        if not self.has(digest):
+        if not self._refresh(digest):
             self._write(digest, [data])
         return digest
+
+    def _refresh(self, sha256: str) -> bool:
+        """Whether `sha256` is kept; if so its age starts again (pruning keeps young
+        content, so content just named again is never removed under its writer)."""
+        try:
+            os.utime(self._path(sha256))
+        except FileNotFoundError:
+            return False
+        except PermissionError:
+            return self.has(sha256)
+        return True
 
     def put_fd(self, fd: int, limit: int) -> tuple[str, int, bool]:
         """Copy the open file `fd` (from its current offset) into the store, up to
@@ -218,7 +229,7 @@ class ContentStore:
                 chunks.clear()
         sha = digest.hexdigest()
         stored = size <= limit
-        if stored and not self.has(sha):
+        if stored and not self._refresh(sha):
             self._write(sha, chunks)
         return sha, size, stored
 
@@ -313,7 +324,8 @@ class ApplyReview(ApprovalQuestion):
     summary (for a channel that knows nothing of reviews), `input_hash` is the change
     set's `sha256`, and `change_set` plus `content` give a channel everything it
     shows: `content.read(change.new_sha256)` are exactly the bytes a yes applies.
-    An `ApprovalAnswer` whose `bound_to` is set must name `change_set.sha256`."""
+    An allow `ApprovalAnswer` applies it only when its `bound_to` names
+    `change_set.sha256`; any other allow is a no (`review.unbound_yes`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 

@@ -13,17 +13,28 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.apply.changeset import ApplyDecision, ApplyError, ChangeSet, PathReason
-from orchestrator.apply.compute import compute_change_set
+from orchestrator.apply.changeset import (
+    SHA256_RE,
+    ApplyDecision,
+    ApplyError,
+    ChangeSet,
+    PathReason,
+)
 from orchestrator.apply.policy import ApplyPolicy, decide
 from orchestrator.apply.review import (
     Recorder,
+    compute_recorded,
     load_change_set,
     load_decision,
     merge_into_workspace,
     record,
 )
-from orchestrator.apply.workcopy import COPY_META, WorkingCopy, apply_root, content_store
+from orchestrator.apply.workcopy import (
+    COPY_META,
+    WorkingCopy,
+    apply_root,
+    content_store,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +47,15 @@ class NoSuchChangeSetError(ApplyError, LookupError):
 
 class RejectedChangeSetError(ApplyError, PermissionError):
     """The change set was rejected by policy: it cannot be applied."""
+
+
+class ChangedChangeSetError(ApplyError, ValueError):
+    """The change set is not the one the person's yes named (it changed since it was
+    shown, or the hash is mistyped): review it again (`warden apply TASK --show`)."""
+
+
+class StillDecidingError(ApplyError, RuntimeError):
+    """The task's run is still running it or deciding its change set: wait for it."""
 
 
 @dataclass(frozen=True)
@@ -72,22 +92,65 @@ def find(state_dir: Path, task_id: str) -> WorkingCopy:
     return WorkingCopy.load(home)
 
 
+def normalise_hash(given: str) -> str:
+    """`sha256:HEX` or `HEX` (the whole 64 hex digits; no prefix of them) → HEX."""
+    value = given.strip().lower().removeprefix("sha256:")
+    if not SHA256_RE.fullmatch(value):
+        raise ChangedChangeSetError(
+            f"{given[:80]!r} is not a change set's sha256: give all 64 hex digits as "
+            "warden apply TASK --show prints them (sha256:…)"
+        )
+    return value
+
+
+def owner_may_be_alive(copy: WorkingCopy) -> bool:
+    """Whether the warden process that made `copy` may still be running."""
+    from orchestrator.owner import Owner, is_dead
+
+    owner = Owner.from_json(copy.record.owner or None)
+    return owner is not None and not is_dead(owner)
+
+
+def waiting_change_set(state_dir: Path, task_id: str) -> tuple[WorkingCopy, ChangeSet]:
+    """The change set of `task_id` as `warden apply` shows and applies it. One a dead
+    run left uncomputed is computed and recorded now, so what is shown is what a yes
+    to its hash applies. A task still running, or whose run is still deciding its
+    change set, is refused (`StillDecidingError`)."""
+    copy = find(state_dir, task_id)
+    change_set = load_change_set(copy)
+    if load_decision(copy) is None and owner_may_be_alive(copy):
+        doing = "still running" if change_set is None else "being decided by its run"
+        raise StillDecidingError(
+            f"the change set of {task_id} is {doing}; wait until the run has decided it "
+            "(warden ps --pending shows it as waiting), then warden apply it"
+        )
+    if change_set is None:
+        change_set = compute_recorded(copy, content_store(state_dir), state_dir)
+    return copy, change_set
+
+
 def apply_pending(
     state_dir: Path,
     task_id: str,
     who: str,
     *,
+    sha256: str,
     policy: ApplyPolicy,
     recorder: Recorder | None = None,
 ) -> ApplyDecision:
-    """Merge the waiting change set of `task_id` into its workspace. One a crashed run
-    left undecided is decided by `policy` first (without the run's Edit rules)."""
-    copy = find(state_dir, task_id)
+    """Merge the waiting change set of `task_id` into its workspace, if it is still
+    the change set `sha256` names (the person's yes covers exactly what they saw;
+    else `ChangedChangeSetError`). One a crashed run left undecided is decided by
+    `policy` first (without the run's Edit rules)."""
+    copy, change_set = waiting_change_set(state_dir, task_id)
     store = content_store(state_dir)
-    change_set = load_change_set(copy)
     previous = load_decision(copy)
-    if change_set is None:
-        change_set, _ = compute_change_set(copy, store)
+    if normalise_hash(sha256) != change_set.sha256:
+        raise ChangedChangeSetError(
+            f"the change set of {task_id} is now sha256:{change_set.sha256}, not the "
+            f"sha256:{normalise_hash(sha256)} you named: it changed since you reviewed it, "
+            f"so nothing was applied; review it again: warden apply {task_id} --show"
+        )
     if previous is None and (reasons := decide(change_set, policy)):
         previous = ApplyDecision(
             task_id=task_id,
@@ -129,12 +192,12 @@ def settle_leftovers(state_dir: Path) -> tuple[list[str], list[str]]:
     kept: list[str] = []
     store = content_store(state_dir)
     for item in pending(state_dir):
-        if item.change_set is not None:
+        if item.decision is not None:
             continue
         owner = Owner.from_json(item.copy.record.owner or None)
         if owner is None or not is_dead(owner):
             continue
-        change_set, _ = compute_change_set(item.copy, store)
+        change_set = item.change_set or compute_recorded(item.copy, store, state_dir)
         if not change_set.changes:
             item.copy.remove()
             removed.append(item.copy.record.task_id)

@@ -30,7 +30,7 @@ from orchestrator.apply.changeset import (
     PathReason,
 )
 from orchestrator.apply.compute import compute_change_set
-from orchestrator.apply.hook import pre_apply
+from orchestrator.apply.hook import pre_apply_verdict
 from orchestrator.apply.merge import apply_change_set
 from orchestrator.apply.policy import ApplyPolicy, EditDecider, decide
 from orchestrator.apply.workcopy import (
@@ -39,6 +39,7 @@ from orchestrator.apply.workcopy import (
     content_store,
     dump_json,
     make_working_copy,
+    store_writing,
 )
 from orchestrator.permissions.approvers import ApprovalAnswer, Approver, NonInteractiveApprover
 from orchestrator.permissions.hooks import HookSandbox, HookSet
@@ -85,6 +86,17 @@ def load_decision(copy: WorkingCopy) -> ApplyDecision | None:
         return None
 
 
+def compute_recorded(copy: WorkingCopy, store: ContentStore, state_dir: Path) -> ChangeSet:
+    """The copy's change set, computed and written beside it (`changes.json`) before
+    anyone is asked: the content it names is referenced on disk from the moment it is
+    in the store (pruning keeps it), and a run that dies meanwhile leaves it waiting."""
+    with store_writing(state_dir):
+        change_set, _ = compute_change_set(copy, store)
+        if change_set.changes:
+            dump_json(copy.home / CHANGES_FILE, change_set.model_dump(mode="json"))
+    return change_set
+
+
 def record(copy: WorkingCopy, change_set: ChangeSet, decision: ApplyDecision) -> None:
     dump_json(copy.home / CHANGES_FILE, change_set.model_dump(mode="json"))
     dump_json(copy.home / DECISION_FILE, decision.model_dump(mode="json"))
@@ -120,6 +132,27 @@ def audit_to(store: Store) -> Recorder:
         )
 
     return write
+
+
+def unbound_yes(answer: ApprovalAnswer, change_set: ChangeSet) -> str:
+    """Why an allow does not count as a yes to `change_set` (empty: it does). A yes
+    covers exactly the content the person saw: it must name the change set's sha256
+    (`ApprovalAnswer.bound_to`); an allow that names nothing (a library callback that
+    knows nothing of reviews) or another change set (a stale review) is a no."""
+    if answer.bound_to == change_set.sha256:
+        return ""
+    if not answer.bound_to:
+        return (
+            "the answer allowed it without naming the change set it approved: a yes to an "
+            "apply review must set bound_to to the change set's sha256 "
+            f"({change_set.sha256}), so it counts as a no; review it with warden apply "
+            f"{change_set.task_id}"
+        )
+    return (
+        f"the answer named another change set ({answer.bound_to[:64]!r}, not "
+        f"{change_set.sha256}): a stale review counts as a no; review it again with "
+        f"warden apply {change_set.task_id}"
+    )
 
 
 class ApplyLock:
@@ -223,36 +256,45 @@ class ReviewedApply:
         changed nothing (its copy is removed). `completed`: it ended on its own (a
         killed or failed task's changes are kept pending, never applied or offered).
         `question`: the `ApprovalQuestion` fields naming the task for a review."""
-        change_set, _ = await asyncio.to_thread(compute_change_set, copy, self.store)
+        change_set = await asyncio.to_thread(compute_recorded, copy, self.store, self.state_dir)
         if not change_set.changes:
             await asyncio.to_thread(copy.remove)
             return None
         reasons = await asyncio.to_thread(decide, change_set, self.settings.policy, self.edit)
+        asks: tuple[PathReason, ...] = ()
         if not reasons and self.hooks is not None:
-            reasons = await pre_apply(
+            verdict = await pre_apply_verdict(
                 self.hooks, change_set, workspace=self.workspace, sandbox=self.hook_sandbox
             )
+            reasons, asks = verdict.blocks, verdict.asks
         if reasons:
             decision = self._decided(change_set, "rejected_by_policy", "policy", reasons)
         elif not completed:
             why = PathReason(path="", reason="the task did not end on its own", rule="pending")
-            decision = self._decided(change_set, "pending", "warden", (why,))
+            decision = self._decided(change_set, "pending", "warden", (why, *asks))
         elif self.settings.mode == "never":
-            decision = self._decided(change_set, "pending", "never")
-        elif self.settings.mode == "auto":
+            decision = self._decided(change_set, "pending", "never", asks)
+        elif self.settings.mode == "auto" and not asks:
             decision = await self._merge(copy, change_set, "auto")
-        else:
-            decision = await self._review(copy, change_set, question)
+        else:  # `ask`, or a PreApply hook asked for a person even under `auto`
+            decision = await self._review(copy, change_set, question, asks)
         await asyncio.to_thread(self._keep, copy, change_set, decision)
         return decision
 
     async def _review(
-        self, copy: WorkingCopy, change_set: ChangeSet, question: dict[str, object]
+        self,
+        copy: WorkingCopy,
+        change_set: ChangeSet,
+        question: dict[str, object],
+        asks: tuple[PathReason, ...] = (),
     ) -> ApplyDecision:
+        reason = "its subagent ran in its own working copy; these are its changes"
+        if asks:
+            reason += "; a PreApply hook asks a person: " + "; ".join(a.reason for a in asks)
         review = ApplyReview.of(
             change_set,
             self.store,
-            reason="its subagent ran in its own working copy; these are its changes",
+            reason=reason,
             **question,
         )
         try:
@@ -260,12 +302,12 @@ class ReviewedApply:
         except Exception as exc:  # a failing approver never applies
             log.warning("apply review of %s failed: %r", change_set.task_id, exc)
             answer = ApprovalAnswer(behavior="deny", reason=str(exc), channel="approver error")
-        if answer.bound_to and answer.bound_to != change_set.sha256:
-            why = PathReason(path="", reason="the answer named another change set", rule="review")
-            return self._decided(change_set, "pending", answer.decided_by, (why,))
+        if answer.behavior == "allow" and (unbound := unbound_yes(answer, change_set)):
+            why = PathReason(path="", reason=unbound, rule="review")
+            return self._decided(change_set, "rejected_by_person", answer.decided_by, (why,))
         if answer.behavior != "allow" and answer.channel in NOBODY:
             why = PathReason(path="", reason="nobody could review it", rule="review")
-            return self._decided(change_set, "pending", answer.decided_by, (why,))
+            return self._decided(change_set, "pending", answer.decided_by, (why, *asks))
         if answer.behavior != "allow":
             why = PathReason(path="", reason=answer.reason or "the reviewer said no", rule="review")
             return self._decided(change_set, "rejected_by_person", answer.decided_by, (why,))

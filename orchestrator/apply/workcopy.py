@@ -16,11 +16,13 @@ read-only beside it (`git status`/`diff` work against the same HEAD and index).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
 import stat
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -80,6 +82,37 @@ def content_store(state_dir: Path) -> ContentStore:
     return ContentStore(apply_root(state_dir) / CONTENT_DIR)
 
 
+STORE_LOCK = "store.lock"
+"""`flock`ed shared by whoever puts content into the store until the record that
+names it is on disk, and exclusively by `prune.prune_store`."""
+
+
+@contextlib.contextmanager
+def store_lock(state_dir: Path, *, exclusive: bool = False, wait: bool = True) -> Iterator[bool]:
+    """The content store's lock: shared (writers) or exclusive (pruning). With
+    `wait` false, yields False at once when it is held the other way."""
+    fd = os.open(apply_root(state_dir) / STORE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        try:
+            fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def store_writing(state_dir: Path) -> Iterator[None]:
+    """Hold while putting content into the store and until the record naming it
+    (`copy.json`, `changes.json`, a held record) is written: the store is never
+    pruned in between, so content a record is about to name is never removed."""
+    with store_lock(state_dir):
+        yield
+
+
 class WorkingCopy:
     """One task's copy: its directory, record and paths."""
 
@@ -130,8 +163,6 @@ def make_working_copy(
             dst = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:
                 _copy_dir(src, dst, "", owner)
-                store = content_store(state_dir)
-                tree = read_tree(dst, store, store_limit=STORE_LIMIT_BYTES)
             finally:
                 os.close(dst)
         finally:
@@ -139,18 +170,26 @@ def make_working_copy(
         if owner is not None:
             with contextlib.suppress(PermissionError):
                 os.chown(work, *owner)
-        record = CopyRecord(
-            run_id=run_id,
-            task_id=task_id,
-            agent=agent,
-            session=session,
-            workspace=str(workspace),
-            base=f"snapshot:{tree_hash(tree)}",
-            created=time.time(),
-            owner=current_owner(state_dir).to_json(),
-            base_entries={p: asdict(e) for p, e in tree.entries.items()},
-        )
-        (home / COPY_META).write_text(record.model_dump_json(), encoding="utf-8")
+        with store_writing(state_dir):  # the base content, until copy.json names it
+            dst = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                tree = read_tree(dst, content_store(state_dir), store_limit=STORE_LIMIT_BYTES)
+            finally:
+                os.close(dst)
+            record = CopyRecord(
+                run_id=run_id,
+                task_id=task_id,
+                agent=agent,
+                session=session,
+                workspace=str(workspace),
+                base=f"snapshot:{tree_hash(tree)}",
+                created=time.time(),
+                owner=current_owner(state_dir).to_json(),
+                base_entries={p: asdict(e) for p, e in tree.entries.items()},
+            )
+            tmp = home / f".{COPY_META}.tmp"
+            tmp.write_text(record.model_dump_json(), encoding="utf-8")
+            os.replace(tmp, home / COPY_META)
     except OSError as exc:
         shutil.rmtree(home, ignore_errors=True)
         raise WorkingCopyError(

@@ -5,45 +5,161 @@ isolated subagent (`isolation: worktree`) merged into its workspace, or removed.
 from __future__ import annotations
 
 import getpass
+import shutil
+import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.apply.changeset import ApplyDecision, ChangeSet
+from orchestrator.apply.changeset import ApplyDecision
+
+if TYPE_CHECKING:
+    from orchestrator.apply.render import ChangeSetView
+    from orchestrator.config import Settings
 
 
 @click.command("apply")
 @click.argument("task_id")
-def apply_command(task_id: str) -> None:
-    """Apply TASK_ID's waiting change set to its workspace: a three-way merge against
-    what the workspace holds now, each file written atomically, the content as it
-    was recorded when the subagent ended. Conflicts are shown and nothing is
-    written; the change set keeps waiting (resolve, then apply again). Exit 1 on a
-    conflict; 2 for a change set policy rejected or no such task."""
-    from orchestrator.apply.pending import apply_pending, find
-    from orchestrator.apply.policy import ApplyPolicy
-    from orchestrator.apply.review import audit_to, load_change_set
+@click.option(
+    "--show",
+    is_flag=True,
+    help="Print the change set's review (its sha256, every path, the escaped diff) and "
+    "apply nothing.",
+)
+@click.option(
+    "--hash",
+    "sha256",
+    metavar="sha256:HEX",
+    default=None,
+    help="Apply without asking, only if the change set is still the one with this sha256 "
+    "(as --show prints it); else nothing is applied and the error says it changed.",
+)
+def apply_command(task_id: str, show: bool, sha256: str | None) -> None:
+    """Review TASK_ID's waiting change set and apply it to its workspace.
+
+    On a terminal the review (the change set's sha256 and its escaped diff) is paged
+    and your yes applies exactly the change set that hash names. Without a terminal,
+    --show prints the review and --hash sha256:HEX applies it only if it still has
+    that hash. The apply is a three-way merge against what the workspace holds now,
+    each file written atomically, the content as it was recorded when the subagent
+    ended. Conflicts are shown and nothing is written; the change set keeps waiting
+    (resolve, then apply again). Exit 1 when nothing was applied (a conflict, or
+    your no); 2 for a change set policy rejected, no such task, a hash that is not
+    the change set's, or no terminal and no --hash."""
+    from orchestrator.apply.pending import normalise_hash, waiting_change_set
+    from orchestrator.apply.render import render_change_set
+    from orchestrator.apply.review import load_decision
+    from orchestrator.apply.workcopy import content_store
     from orchestrator.config import Settings
-    from orchestrator.lifecycle.recovery import open_store
 
     settings = Settings.from_env()
-    copy = find(settings.state_dir, task_id)
-    change_set = load_change_set(copy)
-    if change_set is not None:
-        show(change_set)
+    copy, change_set = waiting_change_set(settings.state_dir, task_id)
+    if sha256 is not None:
+        sha256 = normalise_hash(sha256)
+    view = render_change_set(change_set, content_store(settings.state_dir))  # RenderError: 2
+    decision = load_decision(copy)
+    if show:
+        click.echo(view.text(), nl=False)
+        _status(task_id, decision, view.sha256)
+        return
+    if sha256 is None:
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            click.echo(view.text(), nl=False)
+            click.echo(
+                f"warden: nothing applied: without a terminal a yes must name what was "
+                f"reviewed: warden apply {task_id} --hash sha256:{view.sha256}",
+                err=True,
+            )
+            raise SystemExit(2)
+        if not _ask(view, copy.record.workspace):
+            click.echo(f"not applied; the change set of {task_id} keeps waiting")
+            raise SystemExit(1)
+        sha256 = view.sha256
+    else:
+        for line in view.header():
+            click.echo(line)
+    _apply(settings, task_id, sha256, copy.record.workspace)
+
+
+def _apply(settings: Settings, task_id: str, sha256: str, workspace: str) -> None:
+    from orchestrator.apply.pending import apply_pending
+    from orchestrator.apply.policy import ApplyPolicy
+    from orchestrator.apply.review import audit_to
+    from orchestrator.lifecycle.recovery import open_store
+
     policy = ApplyPolicy(
         max_binary_bytes=settings.apply_max_binary, max_file_bytes=settings.apply_max_file
     )
-    with open_store(settings) as store:
+    with open_store(settings) as store:  # an ApplyError (changed, rejected) exits 2
         decision = apply_pending(
             settings.state_dir,
             task_id,
             f"cli:{getpass.getuser()}",
+            sha256=sha256,
             policy=policy,
             recorder=audit_to(store),
         )
-    report(decision, copy.record.workspace)
+    report(decision, workspace)
     if decision.outcome != "applied":
         raise SystemExit(1)
+
+
+def _status(task_id: str, decision: ApplyDecision | None, sha256: str) -> None:
+    from orchestrator.untrusted_text import printable
+
+    if decision is not None and decision.outcome == "rejected_by_policy":
+        click.echo(f"rejected by policy (it cannot be applied): warden discard {task_id}")
+        for reason in decision.reasons:
+            click.echo(f"  {printable(reason.path or '(all)')}: {printable(reason.reason)}")
+        return
+    click.echo(f"to apply exactly this change set: warden apply {task_id} --hash sha256:{sha256}")
+
+
+PAGE_RESERVED_LINES = 2
+"""Terminal lines kept free under a page (the pager's prompt)."""
+PAGE_MIN_LINES = 5
+COLOURS = {"+": "green", "-": "red", "@": "cyan", "!": "yellow"}
+
+
+def _ask(view: ChangeSetView, workspace: str) -> bool:
+    """Page the review on the terminal, then the person's yes (True) or no."""
+    while True:
+        _page(view)
+        choice = click.prompt(
+            f"Apply change set {view.sha256[:16]}… to {workspace}? [y]es [n]o [v]iew again",
+            default="n",
+            show_default=False,
+        )
+        choice = choice.strip().lower()
+        if choice in ("y", "yes"):
+            return True
+        if choice not in ("v", "view"):
+            return False
+
+
+def _page(view: ChangeSetView) -> None:
+    """The review a page at a time (warden wraps the lines: a wrapped content line
+    keeps its gutter). Enter: next page; q: stop."""
+    from orchestrator.ui.review_prompt import screen_lines
+
+    size = shutil.get_terminal_size()
+    lines = screen_lines(view, size.columns)
+    page = max(size.lines - PAGE_RESERVED_LINES, PAGE_MIN_LINES)
+    at = 0
+    while at < len(lines):
+        end = min(at + page, len(lines))
+        for text, kind in lines[at:end]:
+            click.echo(click.style(text, fg=COLOURS.get(kind), bold=kind == "─"))
+        at = end
+        if at < len(lines):
+            more = click.prompt(
+                f"-- lines 1-{at} of {len(lines)}: [Enter] next page, [q] stop --",
+                default="",
+                show_default=False,
+            )
+            if more.strip().lower() in ("q", "quit"):
+                click.echo(f"({len(lines) - at} lines of the review not shown; [v] shows it again)")
+                return
 
 
 @click.command("discard")
@@ -56,16 +172,6 @@ def discard_command(task_id: str) -> None:
 
     copy = discard_pending(Settings.from_env().state_dir, task_id)
     click.echo(f"discarded the change set of {task_id} ({copy.record.workspace} unchanged)")
-
-
-def show(change_set: ChangeSet) -> None:
-    from orchestrator.untrusted_text import printable
-
-    click.echo(f"change set {change_set.sha256[:12]} of {change_set.task_id} ({change_set.agent}):")
-    for change in change_set.changes:
-        size = "" if change.new_size is None else f" {change.new_size} B"
-        target = f" -> {printable(change.link_target)}" if change.link_target else ""
-        click.echo(f"  {change.kind:<12} {printable(change.path)}{target}{size}")
 
 
 def report(decision: ApplyDecision, workspace: str) -> None:

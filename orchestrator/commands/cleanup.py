@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from orchestrator.apply.prune import Pruned
     from orchestrator.backend.contract import ContainerBackend, ContainerInfo
 
 
@@ -129,6 +132,7 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
     from orchestrator.apply.pending import settle_leftovers
 
     copies_removed, copies_kept = settle_leftovers(settings.state_dir)
+    pruned = _prune(settings.state_dir)
     if as_json:
         click.echo(
             json.dumps(
@@ -142,6 +146,9 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
                     "socket_dirs_removed": len(sockets),
                     "working_copies_removed": copies_removed,
                     "change_sets_waiting": copies_kept,
+                    "content_removed": len(pruned.removed),
+                    "content_bytes_freed": pruned.freed_bytes,
+                    "content_store_busy": pruned.busy,
                 }
             )
         )
@@ -158,6 +165,13 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
             f"kept {len(copies_kept)} change set(s) of dead runs waiting: warden ps --pending, "
             "then warden apply TASK or warden discard TASK"
         )
+    if pruned.removed:
+        click.echo(
+            f"removed {len(pruned.removed)} content store entr(ies) no change set refers to "
+            f"({pruned.freed_bytes} bytes)"
+        )
+    if pruned.busy:
+        click.echo("the content store is being written (a run or an apply): not pruned this time")
     if interrupted:
         click.echo(f"marked {len(interrupted)} task(s) of crashed runs interrupted (resumable)")
     if kept:
@@ -165,6 +179,18 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
             f"kept {kept} container(s) whose owner is alive ({len(plan.keep_live)}) or cannot "
             f"be checked from here ({len(plan.keep_unknown)}); --all removes them"
         )
+
+
+def _prune(state_dir: Path) -> Pruned:
+    """The content store pruned of what no change set or held record names; a record
+    that cannot be read stops it (said on stderr; nothing removed)."""
+    from orchestrator.apply.prune import Pruned, PruneError, prune_store
+
+    try:
+        return prune_store(state_dir)
+    except PruneError as exc:
+        click.echo(f"warden: {exc}", err=True)
+        return Pruned()
 
 
 def _confirm(doomed: list[ContainerInfo], yes: bool, as_json: bool) -> None:

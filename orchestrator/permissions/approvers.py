@@ -86,7 +86,8 @@ class ApprovalAnswer(BaseModel):
     bound_to: str = ""
     """The hash of what the person saw, when the channel showed content that a hash
     names (an apply review: the change set's sha256); a consumer refuses an answer
-    bound to anything else. Empty: bound by `question_id` alone."""
+    bound to anything else. Empty: bound by `question_id` alone, which is not enough
+    for an apply review: an allow without the change set's sha256 is a no there."""
     decided_by: str = ""
     """Who answered, as the audit records it: `CHANNEL:PERSON` (`terminal:alice`,
     `web:bob`, `webhook:ci-bot`) or warden's own `non-interactive`, `timeout`; built

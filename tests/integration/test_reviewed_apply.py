@@ -208,7 +208,7 @@ async def test_two_subagents_on_one_line_one_applies_one_conflicts_nothing_lost(
     # Once the person has resolved it (here: takes the loser's version), apply again.
     (workspace / "shared.txt").write_text("line\n")
     done = subprocess.run(
-        warden_argv("apply", loser.task_id),
+        warden_argv("apply", loser.task_id, "--hash", f"sha256:{decision['change_set_sha256']}"),
         env=warden_env(WARDEN_STATE_DIR=str(settings.state_dir)),
         capture_output=True, text=True, check=False,
     )  # fmt: skip
@@ -236,7 +236,25 @@ async def test_never_keeps_it_pending_for_warden_apply_and_discard(
         warden_argv("ps", "--pending"), env=env, capture_output=True, text=True, check=True
     )
     assert first.task_id in listed.stdout and second.task_id in listed.stdout
-    subprocess.run(warden_argv("apply", first.task_id), env=env, check=True, capture_output=True)
+    # Without a terminal: the bare command shows the review and applies nothing; a
+    # yes names the hash it showed, and a hash that is not the change set's is refused.
+    bare = subprocess.run(
+        warden_argv("apply", first.task_id), env=env, capture_output=True, text=True, check=False
+    )
+    assert bare.returncode == 2 and "│+first" in bare.stdout, bare.stderr
+    assert not (workspace / "one.txt").exists()
+    digest = decision_of(settings, first.task_id)["change_set_sha256"]
+    assert f"warden apply {first.task_id} --hash sha256:{digest}" in bare.stderr
+    stale = subprocess.run(
+        warden_argv("apply", first.task_id, "--hash", "sha256:" + "f" * 64),
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert stale.returncode == 2 and "changed since you reviewed it" in stale.stderr
+    assert not (workspace / "one.txt").exists()
+    subprocess.run(
+        warden_argv("apply", first.task_id, "--hash", f"sha256:{digest}"),
+        env=env, check=True, capture_output=True,
+    )  # fmt: skip
     subprocess.run(warden_argv("discard", second.task_id), env=env, check=True, capture_output=True)
     assert (workspace / "one.txt").read_text() == "first\n"
     assert not (workspace / "two.txt").exists()
