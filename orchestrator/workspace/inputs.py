@@ -15,6 +15,8 @@ policy and the egress rules decide from one parse of it) and `.git/config`'s
 `core.hooksPath` (which the end-of-run report watches). The workspace scripts the
 hooks name are made read-only in every sandbox of the run (`hook_scripts`): a
 hook, on the host or in a sandbox, runs the content trust covered at the start.
+One that does not exist is recorded as absent (`hook_script_prints`): a host hook
+is denied when it appears (`permissions.hooks.scripts`).
 """
 
 from __future__ import annotations
@@ -57,13 +59,15 @@ class PolicyInputs:
     """`core.hooksPath` of the workspace's `.git/config` as a report pattern, when it
     points inside the workspace (`permissions.executed_paths`)."""
     hook_scripts: tuple[str, ...] = ()
-    """Workspace files the hooks of any settings file name (relative): read-only in
-    the run's sandboxes, so a hook runs the script trust saw, not one a sandbox wrote."""
+    """Workspace files the hooks of any settings file name (relative), existing or
+    not: read-only in the run's sandboxes when they exist, so a hook runs the script
+    trust saw, not one a sandbox wrote."""
 
     hook_script_prints: tuple[tuple[str, str], ...] = ()
     """(relative path, digest) of each of `hook_scripts` as trust was decided on (the
     person's yes), or as read at the start when the yes did not cover it (a script
-    only a user's hook names): a host hook runs only while its scripts still match."""
+    only a user's hook names), `absent` for one not there: a host hook runs only
+    while its scripts still match, from a private copy of the bytes compared."""
 
     @property
     def trusted(self) -> bool:

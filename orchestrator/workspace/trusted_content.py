@@ -5,7 +5,9 @@ Trust is given to content a person has seen, never to a place. The files a yes
 covers are the workspace's own settings (`.claude/settings.json`,
 `.claude/settings.local.json`), its agent files (`.claude/agents/**/*.md`), its
 skills (every file under `.claude/skills/`: a skill's `SKILL.md` and what it names), the
-scripts its hooks name (where a command word is a file inside the workspace), its
+scripts its hooks name (every path a command spells from the workspace, recorded as
+`absent` when it does not exist, and any other command word that is a file inside
+the workspace), its
 dev container (all of `.devcontainer/`, and `.devcontainer.json`) and its MCP
 configuration (`.mcp.json`). A dev container that builds a Dockerfile also adds
 its build context, wherever it lies (`"context": ".."` included): the Dockerfile
@@ -40,7 +42,12 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.permissions.hooks.scripts import command_paths
+from orchestrator.permissions.hooks.scripts import (
+    ABSENT,
+    command_paths,
+    is_real_dir,
+    script_words,
+)
 from orchestrator.regular_file import read_regular
 from orchestrator.untrusted_text import printable
 
@@ -85,7 +92,8 @@ class TrustedFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     digest: str
-    """`sha256:HEX`, `link:TARGET`, `other`, `too large` or `unreadable`."""
+    """`sha256:HEX`, `link:TARGET`, `other`, `too large`, `unreadable` or `absent`
+    (a script a hook names that does not exist)."""
     text: str | None = None
     """Its UTF-8 text when at most `MAX_KEPT_BYTES` (None otherwise: binary or large)."""
 
@@ -123,6 +131,8 @@ def fingerprint_one(root: Path, rel: str) -> TrustedFile:
     path = root / rel
     try:
         info = os.lstat(path)
+    except FileNotFoundError:
+        return TrustedFile(digest=ABSENT, text="")  # a hook's script not there (yet)
     except OSError:
         return TrustedFile(digest="unreadable")
     if stat.S_ISLNK(info.st_mode):
@@ -151,7 +161,8 @@ def _load_json(root: Path, rel: str) -> object:
         return None
 
 
-def _hook_commands(doc: object) -> Iterator[str]:
+def _hook_commands(doc: object) -> Iterator[tuple[str, bool]]:
+    """(command, runs in the workspace) of each hook a settings document defines."""
     hooks = doc.get("hooks") if isinstance(doc, dict) else None
     if not isinstance(hooks, dict):
         return
@@ -160,21 +171,26 @@ def _hook_commands(doc: object) -> Iterator[str]:
             entries = group.get("hooks") if isinstance(group, dict) else None
             for entry in entries if isinstance(entries, list) else []:
                 if isinstance(entry, dict) and isinstance(entry.get("command"), str):
-                    yield entry["command"]
+                    yield entry["command"], entry.get("cwd") == "workspace"
 
 
 def hook_scripts(root: Path, docs: Mapping[str, object]) -> list[str]:
-    """Workspace files the project's hook commands name (resolvable words only: a
-    command that builds a path at run time names nothing this can see)."""
+    """Workspace files the hook commands of `docs` name: every path a command
+    spells from the workspace (or, run in the workspace, relatively), whether it
+    exists or not (an absent one is recorded as `absent`, so one that appears later
+    is a change), and any other word that is an existing file. Resolvable words
+    only: a command that builds a path at run time names nothing this can see."""
     found: list[str] = []
     real_root = os.path.realpath(root)
     for doc in docs.values():
-        for command in _hook_commands(doc):
+        for command, in_workspace in _hook_commands(doc):
+            named = script_words(command, real_root, cwd_workspace=in_workspace)
+            found += [rel for _, rel in named if not is_real_dir(real_root, rel)]
             for rel in command_paths(command, real_root):
                 candidate = os.path.join(real_root, rel)
                 if os.path.lexists(candidate) and not os.path.isdir(candidate):
                     found.append(rel)
-    return found
+    return list(dict.fromkeys(found))
 
 
 def _from_text(text: str) -> TrustedFile:
@@ -332,7 +348,7 @@ def changes(
 
 def _diff(rel: str, old: TrustedFile | None, new: TrustedFile | None) -> tuple[str, ...]:
     def text_of(f: TrustedFile | None) -> list[str] | None:
-        if f is None:
+        if f is None or f.digest == ABSENT:
             return []
         return None if f.text is None else f.text.splitlines()
 

@@ -351,3 +351,34 @@ async def test_a_hook_script_a_concurrent_sandbox_rewrites_mid_run_is_not_run_on
     assert not marker.exists(), "a trusted host hook ran a script rewritten mid-run"
     assert "next call" not in result.text, result.text
     assert "tools/check.sh" in result.text and "warden trust" in result.text, result.text
+
+
+async def test_a_hook_script_absent_at_the_start_that_a_sandbox_creates_is_not_run(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """A trusted host hook runs the project's check script when there is one. There
+    is none when the run starts (recorded as absent; there is nothing to wall), and
+    the run's own sandbox creates it: the host never runs it, and the next call is
+    denied naming the script and `warden trust`."""
+    from tests.integration.test_hook_sandbox import pre_hooks, write_project_settings
+
+    marker = tmp_path / "HOST-RAN-CREATED-SCRIPT"
+    script = "$CLAUDE_PROJECT_DIR/tools/check.sh"
+    command = f'[ -f "{script}" ] && sh "{script}" || true'
+    project_workspace(workspace)
+    write_project_settings(workspace, {"hooks": pre_hooks(command)})
+    settings.config_dir.mkdir(parents=True, exist_ok=True)
+    (settings.config_dir / "settings.json").write_text(
+        json.dumps({"warden": {"trustedHooks": [command]}})
+    )
+    chown_tree(workspace)
+    create = (
+        f"mkdir -p /workspace/tools && printf 'touch {marker}\\n' > /workspace/tools/check.sh "
+        "&& echo WROTE-SCRIPT"
+    )
+    async with scripted_run(settings, workspace, delegate(create, "echo next call")) as (run, _):
+        result = await run.parent.run("create the hook's script")
+    assert "WROTE-SCRIPT" in result.text, result.text
+    assert not marker.exists(), "a trusted host hook ran a script a sandbox created mid-run"
+    assert "next call" not in result.text, result.text
+    assert "tools/check.sh" in result.text and "warden trust" in result.text, result.text

@@ -5,8 +5,10 @@ sandbox (the run's `sandbox.HookSandbox`, the default), or, when the person mark
 it trusted in a file no subagent can write (`definitions`), on the host in its own
 process group (an allowlisted environment, a fixed PATH, an empty directory; see
 `trust`). A host hook whose command names a workspace script that is no longer
-the content the run's trust covered (`scripts`) is not run: its outcome is a deny
-naming the script and `warden trust` (fail closed). An untrusted hook with no
+the content the run's trust covered (`scripts`; a script that was absent and has
+appeared included) is not run: its outcome is a deny naming the script and
+`warden trust` (fail closed); one that is runs a private copy of the bytes checked
+(`scripts.stage`), so `sh` never reopens the workspace file. An untrusted hook with no
 sandbox to run in does not run: its outcome is an error naming both ways out. Exit 2 blocks with stderr as the reason; exit 0 may print JSON with
 `hookSpecificOutput.permissionDecision`; anything else, a timeout (the whole group
 is killed) or malformed JSON is a non-blocking error that never counts as allow.
@@ -32,7 +34,7 @@ from orchestrator.behavior import Behavior
 from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions.hooks.definitions import HookCommand, HookEvent
 from orchestrator.permissions.hooks.sandbox import NO_SANDBOX_ERROR, HookSandbox
-from orchestrator.permissions.hooks.scripts import changed_script
+from orchestrator.permissions.hooks.scripts import ScriptRefused, stage
 from orchestrator.permissions.hooks.trust import hook_environment
 from orchestrator.permissions.models import (
     REQUIRED_INPUT_KEYS,
@@ -167,20 +169,29 @@ async def _run_hook(
         if ran.error is not None:
             return HookOutcome(**base, error=ran.error, duration_s=ran.duration_s)
         return _conclude(base, ran.exit_code, ran.stdout, ran.stderr, tool_name, ran.duration_s)
-    if hook.script_prints is not None and workspace_host is not None:
-        why = changed_script(hook.command, str(workspace_host), dict(hook.script_prints))
-        if why is not None:
-            log.warning("hook %r: %s", hook.command, why)
-            return HookOutcome(**base, decision="deny", reason=why)
     with tempfile.TemporaryDirectory(prefix=NEUTRAL_CWD_PREFIX) as neutral:
+        command = hook.command
+        if hook.script_prints is not None and workspace_host is not None:
+            try:
+                command = stage(
+                    hook.command,
+                    str(workspace_host),
+                    dict(hook.script_prints),
+                    neutral,
+                    cwd_workspace=hook.cwd == "workspace",
+                )
+            except ScriptRefused as refused:
+                log.warning("hook %r: %s", hook.command, refused)
+                return HookOutcome(**base, decision="deny", reason=str(refused))
         cwd = Path(neutral)
         if hook.cwd == "workspace" and workspace_host is not None:
             cwd = workspace_host
         env = hook_environment(workspace_host, hook.env_names, home=Path(neutral))
-        return await _run_on_host(hook, base, stdin, tool_name, str(cwd), env)
+        return await _run_on_host(command, hook, base, stdin, tool_name, str(cwd), env)
 
 
 async def _run_on_host(
+    command: str,
     hook: HookCommand,
     base: _HookId,
     stdin: bytes,
@@ -193,7 +204,7 @@ async def _run_on_host(
         proc = await asyncio.create_subprocess_exec(
             "sh",
             "-c",
-            hook.command,
+            command,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
