@@ -55,10 +55,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
-
-from pydantic import BaseModel, ConfigDict
 
 from orchestrator.backend import exits
 from orchestrator.backend.contract import (
@@ -91,10 +90,10 @@ INODE_FLOOR_HOW = (
 )
 
 
-class DiskBreach(BaseModel):
-    """A limit a sandbox crossed; `message` is what users and the parent model read."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiskBreach:
+    """A limit a sandbox crossed; `message` is what users and the parent model read.
+    (A stdlib dataclass, like the contract's values: built here only, on exec's path.)"""
 
     limit: str
     """`write_limit`, `free_floor` or `inode_floor`."""
@@ -432,13 +431,12 @@ class DiskGuardedBackend(ContainerBackend):
             watch = self._watches.get(container_id)
         gap = watch.meter_gap() if watch is not None else ""
         breach = self._finish(container_id)
-        update: dict[str, object] = {}
         if gap:
             log.warning("sandbox %s: %s", container_id[:12], gap)
-            update["meter_gap"] = gap
+            result = replace(result, meter_gap=gap)
         if breach is not None:
-            update.update(status=SandboxStatus.DISK_LIMIT, reason=breach.message)
-        return result.model_copy(update=update) if update else result
+            result = replace(result, status=SandboxStatus.DISK_LIMIT, reason=breach.message)
+        return result
 
     def _finish(self, container_id: str) -> DiskBreach | None:
         with self._lock:

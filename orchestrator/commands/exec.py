@@ -33,7 +33,6 @@ F = TypeVar("F", bound=Callable[..., Any])  # Any: any click command function
 
 if TYPE_CHECKING:
     from docker import DockerClient
-    from pydantic import ValidationError
 
     from orchestrator.backend.contract import ContainerBackend, SandboxResult, SandboxSpec
     from orchestrator.config import Settings
@@ -280,9 +279,8 @@ def _run(
         limits["cpus"] = cpus
     if pids is not None:
         limits["pids"] = pids
-    from pydantic import ValidationError
-
     from orchestrator import start_up_done
+    from orchestrator.errors import ConfigError
 
     start_up_done()  # the docker SDK, pydantic and warden's modules are imported
     exec_id = os.urandom(8).hex()  # 16 hex digits; `uuid` would cost ~2 ms of imports
@@ -308,8 +306,8 @@ def _run(
                 warden_labels=labels.warden_labels(f"exec-{exec_id}", exec=exec_id),
                 timeout_s=timeout,
             )
-        except ValidationError as exc:
-            raise click.UsageError(f"invalid sandbox settings: {_problems(exc)}") from exc
+        except ConfigError as exc:
+            raise click.UsageError(f"invalid sandbox settings: {exc}") from exc
         if egress_flags is not None:  # the proxy's imports are paid only here
             from orchestrator.egress.oneoff import start_exec_egress
 
@@ -355,12 +353,6 @@ class Interrupted:
     """A stop signal ended the run; the exit status is 128 + signum (130, 143, 129)."""
 
     signum: int
-
-
-def _problems(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()
-    )
 
 
 def run_interruptible(backend: ContainerBackend, spec: SandboxSpec) -> SandboxResult | Interrupted:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from orchestrator.backend.contract import Mount, SandboxSpec, parse_user
@@ -45,16 +45,15 @@ class ExecEgress:
 
     def sandbox_spec(self, spec: SandboxSpec) -> SandboxSpec:
         """`spec` with the command wrapped in the forwarder and the socket mounted."""
-        return spec.model_copy(
-            update={
-                "command": [*FORWARDER, *spec.command],
-                "mounts": [
-                    *spec.mounts,
-                    Mount(source=self.socket_dir, target=SOCKET_DIR_IN_SANDBOX, read_only=True),
-                ],
-                "user": self.user,
-                "groups": [*spec.groups, *groups_for(self.socket_dir)],
-            }
+        return replace(
+            spec,
+            command=[*FORWARDER, *spec.command],
+            mounts=[
+                *spec.mounts,
+                Mount(source=self.socket_dir, target=SOCKET_DIR_IN_SANDBOX, read_only=True),
+            ],
+            user=self.user,
+            groups=[*spec.groups, *groups_for(self.socket_dir)],
         )
 
     def close(self, as_json: bool = False) -> dict[str, object]:

@@ -4,7 +4,8 @@ it was configured."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import asdict
+from typing import TYPE_CHECKING, cast
 
 from orchestrator.backend.contract import DiskLimits, ResourceLimits
 from orchestrator.jsontypes import JSONObject, JSONValue
@@ -35,8 +36,8 @@ def task_setup(
         "max_tokens": spec.max_tokens,
         "token_budget": token_budget,
         "timeout_s": timeout_s,
-        "limits": limits.model_dump(mode="json"),
-        "disk": disk.model_dump(mode="json"),
+        "limits": cast(JSONObject, asdict(limits)),  # numbers only, nested `disk` too
+        "disk": cast(JSONObject, asdict(disk)),
         "image": image,
         "source": source,
         "system_prompt": clip_text(spec.system_prompt, SYSTEM_PROMPT_EVENT_CHARS),

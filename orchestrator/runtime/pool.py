@@ -37,12 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from orchestrator.backend.contract import ResourceLimits, SandboxSpec
 from orchestrator.broker import holds_group
 from orchestrator.config import PoolConfig
-from orchestrator.errors import WardenError
+from orchestrator.errors import ConfigError, WardenError
 from orchestrator.lifecycle import socket_dirs
 from sandbox_tools import wire
 
@@ -354,6 +352,6 @@ class WarmPool:
 def _memory_of(key: PoolKey) -> int:
     """The memory limit of a key's sandboxes (its limits JSON); the default if unreadable."""
     try:
-        return ResourceLimits.model_validate_json(key[1]).memory_bytes
-    except ValidationError:
+        return ResourceLimits.from_json(key[1]).memory_bytes
+    except ConfigError:
         return ResourceLimits().memory_bytes

@@ -9,7 +9,7 @@ limits, never raise them, and no sandbox ever runs as root.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,14 +76,13 @@ def warn_if_root_owned(workspace: Path, fallback_uid: int, user: str | None) -> 
 
 def agent_limits(agent: AgentDefinition) -> ResourceLimits:
     """Memory, CPU and pids: the agent's own where it sets them, else the defaults."""
-    update: dict[str, int | float] = {}
-    if agent.memory_limit:
-        update["memory_bytes"] = agent.memory_limit
-    if agent.cpus:
-        update["cpus"] = agent.cpus
-    if agent.pids:
-        update["pids"] = agent.pids
-    return ResourceLimits().model_copy(update=update)
+    default = ResourceLimits()
+    return replace(
+        default,
+        memory_bytes=agent.memory_limit or default.memory_bytes,
+        cpus=agent.cpus or default.cpus,
+        pids=agent.pids or default.pids,
+    )
 
 
 def agent_disk_limits(run: DiskLimits, agent: AgentDefinition) -> DiskLimits:
@@ -92,7 +91,7 @@ def agent_disk_limits(run: DiskLimits, agent: AgentDefinition) -> DiskLimits:
     own = agent.disk_write_limit
     if not own or (run.write_limit_bytes and own >= run.write_limit_bytes):
         return run
-    return run.model_copy(update={"write_limit_bytes": int(own)})
+    return replace(run, write_limit_bytes=int(own))
 
 
 @dataclass(frozen=True)
@@ -120,9 +119,7 @@ class SandboxPlan:
         runner imports first and then waits for its broker socket. `working_copy`:
         the task's own copy is its `/workspace` (`isolation: worktree`), never the
         shared workspace."""
-        limits = agent_limits(agent).model_copy(
-            update={"disk": agent_disk_limits(self.disk, agent)}
-        )
+        limits = replace(agent_limits(agent), disk=agent_disk_limits(self.disk, agent))
         image = self.image_resolver(agent)
         # A test's own runner command replaces the runner, in warden's images only.
         runner = image.runner if self.runner_command == RUNNER_COMMAND else self.runner_command
@@ -191,4 +188,4 @@ class SandboxPlan:
         computes its own when it starts. A warm sandbox made for one agent's memory
         never serves another agent (it could write that memory)."""
         memory = agent_memory.sandbox_path(agent.memory_scope or "", agent.name) or ""
-        return (self.image_resolver(agent).ref, agent_limits(agent).model_dump_json() + memory)
+        return (self.image_resolver(agent).ref, agent_limits(agent).to_json() + memory)

@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +138,7 @@ def test_cleanup_removes_orphans_of_a_session(
         warden_labels={**wl.warden_labels(test_session, task="orphan"), **dead.labels()},
     )  # fmt: skip
     ids = [backend.start(spec) for _ in range(2)]  # never waited on: orphans, as after a crash
-    live = backend.start(spec.model_copy(update={"warden_labels": wl.warden_labels(test_session)}))
+    live = backend.start(replace(spec, warden_labels=wl.warden_labels(test_session)))
     proc = cli("cleanup", "--session", test_session, "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["removed"] == 2

@@ -145,7 +145,7 @@ async def test_a_warm_sandbox_that_cannot_start_leaves_nothing_behind(
         blocking=asyncio.to_thread,
         new_socket_dir=new_socket_dir,
     )
-    key = ("bash", ResourceLimits().model_dump_json())
+    key = ("bash", ResourceLimits().to_json())
     try:
         with caplog.at_level(logging.WARNING, logger="orchestrator.runtime.pool"):
             pool.refill(key, exhausting_factory)

@@ -12,13 +12,14 @@ import sqlite3
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from orchestrator.backend import disk
-from orchestrator.backend.contract import DiskLimits, SandboxSpec, SandboxStatus
+from orchestrator.backend.contract import DiskLimits, ResourceLimits, SandboxSpec, SandboxStatus
 from orchestrator.backend.disk import DiskGuardedBackend, DiskWatch, ProcessTreeMeter
 from orchestrator.backend.fake import FakeBackend, FakeOutcome
 from orchestrator.commands.exec import EXIT_DISK_LIMIT, exit_status
@@ -149,7 +150,7 @@ def spec(tmp_path: Path, limits: DiskLimits) -> SandboxSpec:
         command=["sleep", "30"],
         workspace=tmp_path,
         warden_labels=labels.warden_labels("test-disk", task="t"),
-        limits={"disk": limits},  # type: ignore[arg-type]
+        limits=ResourceLimits(disk=limits),
     )
 
 
@@ -181,7 +182,7 @@ def test_guarded_backend_kills_once_and_reports_disk_limit(
 
 def test_guarded_backend_leaves_other_endings_alone(tmp_path: Path) -> None:
     backend = DiskGuardedBackend(FakeBackend(), poll_s=0.01)
-    result = backend.run(spec(tmp_path, DiskLimits()).model_copy(update={"command": ["true"]}))
+    result = backend.run(replace(spec(tmp_path, DiskLimits()), command=["true"]))
     assert (result.status, result.reason) == (SandboxStatus.OK, "")
     assert backend._watches == {}  # the watcher ended with its sandbox
 

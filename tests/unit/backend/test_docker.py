@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import struct
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -340,7 +341,7 @@ def test_labels_checked(backend: DockerBackend) -> None:
 def test_list_filters_by_label(backend: DockerBackend, api: StubAPI) -> None:
     found = backend.list({wl.SESSION: None, wl.TASK: "t1"})
     assert api.calls[-1][2] == {"all": True, "filters": {"label": [wl.SESSION, f"{wl.TASK}=t1"]}}
-    assert found[0].model_dump() == {"id": "c9", "name": "n9", "status": "running",
+    assert asdict(found[0]) == {"id": "c9", "name": "n9", "status": "running",
                                      "labels": {"a": "b"}}  # fmt: skip
 
 

@@ -24,7 +24,7 @@ import json
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -475,7 +475,7 @@ async def test_what_the_disk_meter_missed_is_an_event_of_the_task(
 
         def gappy_wait(container_id: str, timeout_s: float | None) -> SandboxResult:
             result = plain_wait(container_id, timeout_s)
-            return result.model_copy(update={"meter_gap": "while this sandbox ran, ..."})
+            return replace(result, meter_gap="while this sandbox ran, ...")
 
         monkeypatch.setattr(h.backend, "wait", gappy_wait)
         result = await h.manager.run_task(task())

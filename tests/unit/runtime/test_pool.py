@@ -27,7 +27,7 @@ SESSION = "test-pool"
 
 
 def key_for(image: str, memory_mib: int = 512) -> PoolKey:
-    return (image, ResourceLimits(memory_bytes=memory_mib * MIB).model_dump_json())
+    return (image, ResourceLimits(memory_bytes=memory_mib * MIB).to_json())
 
 
 def factory_for(key: PoolKey) -> Callable[[Path], SandboxSpec]:
@@ -35,7 +35,7 @@ def factory_for(key: PoolKey) -> Callable[[Path], SandboxSpec]:
         return SandboxSpec(
             image=key[0],
             command=["sleep", "3600"],
-            limits=ResourceLimits.model_validate_json(key[1]),
+            limits=ResourceLimits.from_json(key[1]),
             warden_labels=labels.warden_labels(SESSION, warm="1"),
         )
 
