@@ -35,6 +35,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -266,7 +267,7 @@ async def main_async(args: argparse.Namespace) -> None:
     spec_bytes = 0
     started = time.monotonic()
     with temp_env("bench-perm") as (settings, workspace):
-        settings = settings.model_copy(update={"anthropic_base_url": UNUSED_MODEL_URL})
+        settings = replace(settings, anthropic_base_url=UNUSED_MODEL_URL)
         agents = workspace / ".claude" / "agents"
         agents.mkdir(parents=True)
         (agents / f"{AGENT}.md").write_text(AGENT_FILE)

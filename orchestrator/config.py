@@ -1,4 +1,15 @@
-"""warden's settings: one closed model, filled from the environment in one place.
+"""warden's settings: one closed set of values, filled from the environment in one place.
+
+`Settings`, `PoolConfig` and `AnalyserBound` are frozen, slotted, keyword-only stdlib
+dataclasses, not pydantic models (the project's rule is libraries first; this is where
+we do not, and why): every `warden` command builds `Settings` before anything else, and
+`warden exec`'s whole start-up budget (issue 39: at most 1.5x a bare `docker run`,
+about 55 ms over the docker SDK's own floor) could not pay for importing pydantic
+(~64 ms of wall time on these machines) plus building these models (~16 ms). Each
+field still has its default and the docstring under it; `from_env` is still the one
+function that reads the environment; `__post_init__` enforces the bounds the models'
+`Field(ge=, gt=, le=)` did. A bad value raises `SettingError` (a `ConfigError`) naming
+the variable, the value it had and what is accepted.
 
 May import: `errors`.
 """
@@ -7,13 +18,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Annotated, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from typing import Any, Literal, TypeVar
 
 from orchestrator.errors import ConfigError
 from sandbox_tools import wire
+
+_T = TypeVar("_T")
 
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
 DEFAULT_FALLBACK_UID = 2_100_000_000
@@ -74,19 +86,107 @@ DEFAULT_WEBHOOK_LISTEN = "127.0.0.1:0"
 """Memory limits of all warm sandboxes together: 8 at the default 512 MiB each."""
 
 
-class PoolConfig(BaseModel):
+class SettingError(ConfigError):
+    """A setting (or the environment variable that set it) has a value it does not
+    accept; the message names the variable, the value and what is accepted."""
+
+    def __init__(
+        self, setting: str, value: object, accepted: str, variable: str | None = None
+    ) -> None:
+        self.setting = setting
+        self.accepted = accepted
+        where = f"{variable}={value!r} (setting {setting})" if variable else f"{setting}={value!r}"
+        super().__init__(f"{where}: {accepted}")
+
+
+@dataclass(frozen=True, slots=True)
+class Secret:
+    """A secret text (an API key, a shared secret) that never shows in `repr`, `str`
+    or a log line; read it with `get_secret_value()`. pydantic's `SecretStr` did this
+    when `Settings` was a model (see the module docstring)."""
+
+    _value: str = field(repr=False)
+
+    def get_secret_value(self) -> str:
+        return self._value
+
+    def __str__(self) -> str:
+        return "**********" if self._value else ""
+
+
+def _whole(
+    default: _T, *, gt: int | None = None, ge: int | None = None, le: int | None = None
+) -> _T:
+    """A whole-number field, with the bounds `_check` enforces."""
+    return field(default=default, metadata={"kind": int, "gt": gt, "ge": ge, "le": le})
+
+
+def _real(default: _T, *, gt: float | None = None) -> _T:
+    """A number field (int or float; kept as float), with the bound `_check` enforces."""
+    return field(default=default, metadata={"kind": float, "gt": gt})
+
+
+def _accepted(metadata: Mapping[str, Any]) -> str:  # Any: a dataclass field's metadata
+    """What a numeric field accepts, in words: `a whole number of at least 1`."""
+    words = ["a whole number" if metadata["kind"] is int else "a number"]
+    for key, said in (("gt", "greater than"), ("ge", "at least"), ("le", "at most")):
+        if metadata.get(key) is not None:
+            words.append(f"{said} {metadata[key]}")
+    return words[0] + (", " + " and ".join(words[1:]) if words[1:] else "")
+
+
+def _number_problem(metadata: Mapping[str, Any], value: object) -> bool:  # Any: as above
+    """True when `value` is not what a numeric field with this metadata accepts."""
+    kind = metadata["kind"]
+    if isinstance(value, bool) or not isinstance(value, int if kind is int else int | float):
+        return True
+    gt, ge, le = metadata.get("gt"), metadata.get("ge"), metadata.get("le")
+    return (
+        (gt is not None and not value > gt)
+        or (ge is not None and not value >= ge)
+        or (le is not None and not value <= le)
+    )
+
+
+def _check(values: object) -> None:
+    """Enforce the bounds of `values`' numeric fields (None only where that is the
+    default); floats given as ints become floats. Raises SettingError."""
+    for spec in fields(values):  # type: ignore[arg-type]  # always a dataclass here
+        if "kind" not in spec.metadata:
+            continue
+        value = getattr(values, spec.name)
+        if value is None and spec.default is None:
+            continue
+        if _number_problem(spec.metadata, value):
+            raise SettingError(spec.name, value, f"must be {_accepted(spec.metadata)}")
+        if spec.metadata["kind"] is float:
+            object.__setattr__(values, spec.name, float(value))
+
+
+def _parse_number(cls: type, setting: str, variable: str, text: str) -> int | float:
+    """The number `text` (an environment variable's value) for a numeric field."""
+    metadata = next(spec.metadata for spec in fields(cls) if spec.name == setting)
+    try:
+        return int(text) if metadata["kind"] is int else float(text)
+    except ValueError:
+        raise SettingError(setting, text, f"must be {_accepted(metadata)}", variable) from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolConfig:
     """How many warm sandboxes the pool keeps, and within what memory."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    min_ready: int = Field(default=DEFAULT_POOL_MIN, ge=0)
+    min_ready: int = _whole(DEFAULT_POOL_MIN, ge=0)
     """Kept ready per image and limits while the run lasts (0 with `max_ready` 0: off)."""
-    max_ready: int = Field(default=DEFAULT_POOL_MAX, ge=0)
+    max_ready: int = _whole(DEFAULT_POOL_MAX, ge=0)
     """Most ready (or starting) per image and limits after bursts."""
-    idle_s: float = Field(default=DEFAULT_POOL_IDLE_S, gt=0)
+    idle_s: float = _real(DEFAULT_POOL_IDLE_S, gt=0)
     """A sandbox above `min_ready` unused this long is removed."""
-    memory_budget_bytes: int = Field(default=DEFAULT_POOL_MEMORY_BYTES, ge=0)
+    memory_budget_bytes: int = _whole(DEFAULT_POOL_MEMORY_BYTES, ge=0)
     """Sum of the memory limits of all warm sandboxes, ready or starting."""
+
+    def __post_init__(self) -> None:
+        _check(self)
 
     @property
     def enabled(self) -> bool:
@@ -115,17 +215,19 @@ call asks (a 60 KB here-document writing a source file takes about 20 ms)."""
 DEFAULT_ANALYSER_WORKERS = 2
 
 
-class AnalyserBound(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnalyserBound:
     """The Bash analyser's time bound (`permissions.analyser_bound`): long command lines
     are analysed in worker processes, and one over its deadline asks."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    deadline_ms: int = Field(default=DEFAULT_ANALYSER_DEADLINE_MS, ge=1, le=600_000)
+    deadline_ms: int = _whole(DEFAULT_ANALYSER_DEADLINE_MS, ge=1, le=600_000)
     """A worker's analysis of one command line longer than it is killed after this long
     and the call asks; a call also waits at most this long for a free worker."""
-    workers: int = Field(default=DEFAULT_ANALYSER_WORKERS, ge=1, le=16)
+    workers: int = _whole(DEFAULT_ANALYSER_WORKERS, ge=1, le=16)
     """Worker processes kept warm (each about 40 MB)."""
+
+    def __post_init__(self) -> None:
+        _check(self)
 
 
 _NUMBERS = {
@@ -149,28 +251,38 @@ _NUMBERS = {
 """Numeric settings read from the environment: variable -> field."""
 
 
+_PATHS = (
+    "state_dir",
+    "config_dir",
+    "github_step_summary",
+    "managed_policy",
+    "claude_managed_settings",
+    "claude_dir",
+)
+"""Settings that are paths (text given for one becomes a Path)."""
+
 MIN_SECRET_CHARS = 16
 """Shortest shared secret warden accepts (WARDEN_WEBHOOK_SECRET, WARDEN_MCP_TOKEN): a
 guessable secret protects nothing."""
 
 
-class Settings(BaseModel):
-    """Process-wide settings. Build with `Settings.from_env()`, or directly in tests."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Process-wide settings. Build with `Settings.from_env()`, or directly in tests
+    (change one with `dataclasses.replace`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    state_dir: Path = Field(default_factory=lambda: Path.home() / ".local/state/warden")
+    state_dir: Path = field(default_factory=lambda: Path.home() / ".local/state/warden")
     """Where the SQLite store, run logs and broker sockets live (outside any workspace,
     so a subagent cannot tamper with its own audit trail)."""
-    config_dir: Path = Field(default_factory=lambda: Path.home() / ".config/warden")
+    config_dir: Path = field(default_factory=lambda: Path.home() / ".config/warden")
     """The user's config: `agents/*.md`, `settings.json`."""
     base_image: str = DEFAULT_BASE_IMAGE
     """Python base image for warden's images; bootstrapped from Debian if absent."""
-    fallback_uid: int = Field(default=DEFAULT_FALLBACK_UID, gt=0)
+    fallback_uid: int = _whole(DEFAULT_FALLBACK_UID, gt=0)
     """uid:gid sandboxes run as when the workspace is owned by root (never 0)."""
     anthropic_base_url: str | None = None
     """Anthropic-compatible endpoint (ANTHROPIC_BASE_URL); None is the SDK default."""
-    anthropic_api_key: SecretStr | None = None
+    anthropic_api_key: Secret | None = None
     """The model API key (ANTHROPIC_API_KEY). Stays on the host, always."""
     non_interactive: bool = False
     """True under CI=true: nothing waits for a human."""
@@ -181,13 +293,13 @@ class Settings(BaseModel):
     github_annotations: bool = False
     """True under GitHub Actions: denials and failures become `::error`/`::warning`
     workflow commands on stderr."""
-    disk_write_limit: int = Field(default=DEFAULT_DISK_WRITE_BYTES, ge=0)
+    disk_write_limit: int = _whole(DEFAULT_DISK_WRITE_BYTES, ge=0)
     """Most bytes one sandbox may write (WARDEN_DISK_WRITE_LIMIT, e.g. `2g`; 0: no cap).
     Crossing it kills the sandbox with status `disk_limit`."""
-    disk_free_floor: int = Field(default=DEFAULT_DISK_FREE_FLOOR_BYTES, ge=0)
+    disk_free_floor: int = _whole(DEFAULT_DISK_FREE_FLOOR_BYTES, ge=0)
     """Free space the workspace's file system must keep while sandboxes run
     (WARDEN_DISK_FREE_FLOOR, e.g. `1g`; 0: no floor)."""
-    disk_free_inodes: int = Field(default=DEFAULT_DISK_FREE_INODES, ge=0)
+    disk_free_inodes: int = _whole(DEFAULT_DISK_FREE_INODES, ge=0)
     """Free inodes the workspace's file system must keep while sandboxes run
     (WARDEN_DISK_FREE_INODES, a count; 0: no floor)."""
     managed_policy: Path | None = None
@@ -196,17 +308,17 @@ class Settings(BaseModel):
     claude_managed_settings: Path = CLAUDE_MANAGED_SETTINGS
     """Claude Code's managed settings file on Linux, deployed by an enterprise; read
     below `managed_policy`. Deliberately not movable by an environment variable."""
-    claude_dir: Path = Field(default_factory=lambda: Path.home() / ".claude")
+    claude_dir: Path = field(default_factory=lambda: Path.home() / ".claude")
     """Claude Code's user directory (`CLAUDE_CONFIG_DIR`, as Claude Code reads it):
     `settings.json` and `agents/`."""
-    build_pids_limit: int = Field(default=DEFAULT_BUILD_PIDS, ge=0)
+    build_pids_limit: int = _whole(DEFAULT_BUILD_PIDS, ge=0)
     """Most processes of a dev container build's steps together (WARDEN_BUILD_PIDS_LIMIT;
     0: none)."""
-    build_memory: int = Field(default=DEFAULT_BUILD_MEMORY_BYTES, gt=6 * 1024 * 1024)
+    build_memory: int = _whole(DEFAULT_BUILD_MEMORY_BYTES, gt=6 * 1024 * 1024)
     """Memory of a dev container build's steps together (WARDEN_BUILD_MEMORY, e.g. `2g`)."""
-    build_deadline_s: float = Field(default=DEFAULT_BUILD_DEADLINE_S, gt=0)
+    build_deadline_s: float = _real(DEFAULT_BUILD_DEADLINE_S, gt=0)
     """Wall-clock time of a whole dev container build (WARDEN_BUILD_DEADLINE_S)."""
-    build_disk_limit: int | None = Field(default=None, ge=0)
+    build_disk_limit: int | None = _whole(None, ge=0)
     """Most bytes a dev container build's steps write together (WARDEN_BUILD_DISK_LIMIT,
     e.g. `2g`; 0: no cap); None: the sandbox write limit (`disk_write_limit`)."""
     devcontainer: bool = True
@@ -219,10 +331,10 @@ class Settings(BaseModel):
     approvers: tuple[str, ...] = ()
     """Who answers questions (WARDEN_APPROVERS, comma list; `warden run --approver`
     replaces it): `terminal`, `webhook:URL`. Empty: the terminal when there is one."""
-    webhook_secret: SecretStr | None = None
+    webhook_secret: Secret | None = None
     """The shared secret of `webhook:` approvers (WARDEN_WEBHOOK_SECRET): questions and
     answers are signed with HMAC-SHA256 of it. Never on the command line (`ps` shows it)."""
-    webhook_timeout_s: float = Field(default=DEFAULT_WEBHOOK_TIMEOUT_S, gt=0)
+    webhook_timeout_s: float = _real(DEFAULT_WEBHOOK_TIMEOUT_S, gt=0)
     """A webhook question nobody answers within this is denied (WARDEN_WEBHOOK_TIMEOUT_S)."""
     webhook_listen: str = DEFAULT_WEBHOOK_LISTEN
     """HOST:PORT where warden takes webhook answers (WARDEN_WEBHOOK_LISTEN; port 0: any free
@@ -238,23 +350,43 @@ class Settings(BaseModel):
     """What happens to an isolated subagent's changes that policy passes
     (WARDEN_APPLY; `warden run --apply`): a person reviews them (`ask`), they are
     applied (`auto`, for CI), or they wait for `warden apply TASK` (`never`)."""
-    apply_max_binary: int = Field(default=1 << 20, ge=0)
+    apply_max_binary: int = _whole(1 << 20, ge=0)
     """Largest binary file a change set may write (WARDEN_APPLY_MAX_BINARY, e.g. `4m`)."""
-    apply_max_file: int = Field(default=16 << 20, ge=0)
+    apply_max_file: int = _whole(16 << 20, ge=0)
     """Largest text file a change set may write (WARDEN_APPLY_MAX_FILE, e.g. `32m`)."""
 
-    @field_validator("approvers")
-    @classmethod
-    def _known_approvers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for spec in value:
-            problem = approver_spec_problem(spec)
-            if problem:
-                raise ValueError(problem)
-        return value
-
-    model_aliases: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODEL_ALIASES))
+    model_aliases: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_MODEL_ALIASES))
     """Model alias → model id, for `model:` in agent files and `--model`
     (see `DEFAULT_MODEL_ALIASES`)."""
+
+    def __post_init__(self) -> None:
+        _check(self)
+        for name in _PATHS:
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, Path(value))
+            elif not isinstance(value, Path | None):
+                raise SettingError(name, value, "must be a path")
+        for name in ("anthropic_api_key", "webhook_secret"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, Secret(value))
+            elif not isinstance(value, Secret | None):
+                raise SettingError(name, "<hidden>", "must be text")
+        if self.isolation not in (None, "worktree"):
+            raise SettingError("isolation", self.isolation, "must be worktree (or unset)")
+        if self.apply_mode not in ("ask", "auto", "never"):
+            raise SettingError("apply_mode", self.apply_mode, "must be ask, auto or never")
+        object.__setattr__(self, "approvers", tuple(self.approvers))
+        for spec in self.approvers:
+            problem = approver_spec_problem(spec)
+            if problem:
+                raise SettingError("approvers", spec, problem)
+        for model, tokens in self.model_context_windows.items():
+            if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1000:
+                raise SettingError(
+                    "model_context_windows", f"{model}={tokens}", "tokens must be at least 1000"
+                )
 
     def resolve_model(self, name: str) -> str:
         """The model id for `name`: an alias's id, or `name` itself (a model id)."""
@@ -263,42 +395,42 @@ class Settings(BaseModel):
             alias = alias[: -len("[1m]")]
         return self.model_aliases.get(alias, name.strip())
 
-    model_max_retries: int = Field(default=wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
+    model_max_retries: int = _whole(wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
     """Retries of one model call on 429/5xx/529, parent and subagents
     (WARDEN_MODEL_MAX_RETRIES); 400/401/402/403 and spend limits are never retried."""
-    model_retry_total_s: float = Field(default=wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)
+    model_retry_total_s: float = _real(wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)
     """Longest one model call keeps retrying (WARDEN_MODEL_RETRY_TOTAL_S)."""
-    mcp_timeout_s: float = Field(default=wire.DEFAULT_MCP_STARTUP_TIMEOUT_S, gt=0)
+    mcp_timeout_s: float = _real(wire.DEFAULT_MCP_STARTUP_TIMEOUT_S, gt=0)
     """How long a subagent's MCP server may take to start and list its tools before
     it counts as failed (WARDEN_MCP_TIMEOUT_S)."""
-    mcp_tool_timeout_s: float = Field(default=wire.DEFAULT_MCP_TOOL_TIMEOUT_S, gt=0)
+    mcp_tool_timeout_s: float = _real(wire.DEFAULT_MCP_TOOL_TIMEOUT_S, gt=0)
     """How long one MCP tool call may take (WARDEN_MCP_TOOL_TIMEOUT_S)."""
-    model_context_windows: dict[str, Annotated[int, Field(ge=1000)]] = Field(default_factory=dict)
+    model_context_windows: dict[str, int] = field(default_factory=dict)
     """Context window in tokens per model id, for models whose window is not the
     standard 200,000 (a subagent keeps each request inside its model's window;
     WARDEN_CONTEXT_WINDOWS=model=tokens,...)."""
-    max_concurrent: int = Field(default=DEFAULT_MAX_CONCURRENT, ge=1)
+    max_concurrent: int = _whole(DEFAULT_MAX_CONCURRENT, ge=1)
     """Subagents running at once per run; more wait in a queue (WARDEN_MAX_CONCURRENT)."""
-    queue_limit: int = Field(default=DEFAULT_QUEUE_LIMIT, ge=0)
+    queue_limit: int = _whole(DEFAULT_QUEUE_LIMIT, ge=0)
     """Tasks that may wait for a free slot; past it a task is refused (WARDEN_QUEUE_LIMIT)."""
-    max_depth: int = Field(default=1, ge=1)
+    max_depth: int = _whole(1, ge=1)
     """How deep subagents may nest; 1: they may not delegate (WARDEN_MAX_DEPTH)."""
-    max_children: int = Field(default=DEFAULT_MAX_CHILDREN, ge=1)
+    max_children: int = _whole(DEFAULT_MAX_CHILDREN, ge=1)
     """Subagents one subagent may start over its life (WARDEN_MAX_CHILDREN)."""
-    warm_pool_min: int = Field(default=DEFAULT_POOL_MIN, ge=0)
+    warm_pool_min: int = _whole(DEFAULT_POOL_MIN, ge=0)
     """Warm sandboxes kept ready per image and limits (WARDEN_WARM_POOL_MIN)."""
-    warm_pool_max: int = Field(default=DEFAULT_POOL_MAX, ge=0)
+    warm_pool_max: int = _whole(DEFAULT_POOL_MAX, ge=0)
     """Most warm sandboxes per image and limits after bursts (WARDEN_WARM_POOL_MAX; 0: off)."""
-    warm_pool_idle_s: float = Field(default=DEFAULT_POOL_IDLE_S, gt=0)
+    warm_pool_idle_s: float = _real(DEFAULT_POOL_IDLE_S, gt=0)
     """A warm sandbox above the minimum unused this long is removed (WARDEN_WARM_POOL_IDLE_S)."""
-    warm_pool_memory: int = Field(default=DEFAULT_POOL_MEMORY_BYTES, ge=0)
+    warm_pool_memory: int = _whole(DEFAULT_POOL_MEMORY_BYTES, ge=0)
     """Sum of the memory limits of all warm sandboxes (WARDEN_WARM_POOL_MEMORY, e.g. `4g`;
     0: off)."""
 
-    analyser_deadline_ms: int = Field(default=DEFAULT_ANALYSER_DEADLINE_MS, ge=1, le=600_000)
+    analyser_deadline_ms: int = _whole(DEFAULT_ANALYSER_DEADLINE_MS, ge=1, le=600_000)
     """Longest analysis of one long Bash command line before the call asks
     (WARDEN_ANALYSER_DEADLINE_MS); see `AnalyserBound`."""
-    analyser_workers: int = Field(default=DEFAULT_ANALYSER_WORKERS, ge=1, le=16)
+    analyser_workers: int = _whole(DEFAULT_ANALYSER_WORKERS, ge=1, le=16)
     """Analyser worker processes kept warm (WARDEN_ANALYSER_WORKERS)."""
 
     def analyser_bound(self) -> AnalyserBound:
@@ -318,7 +450,9 @@ class Settings(BaseModel):
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """The one function that reads warden's environment variables."""
         env = os.environ if environ is None else environ
-        values: dict[str, object] = {}
+        values: dict[str, Any] = {}  # Any: each field's own type, checked by __post_init__
+        origin: dict[str, str] = {}
+        """setting -> the variable it came from, for messages about a bad value."""
         if "WARDEN_STATE_DIR" in env:
             values["state_dir"] = Path(env["WARDEN_STATE_DIR"])
         elif "XDG_STATE_HOME" in env:
@@ -332,7 +466,10 @@ class Settings(BaseModel):
         if "WARDEN_BASE_IMAGE" in env:
             values["base_image"] = env["WARDEN_BASE_IMAGE"]
         if "WARDEN_FALLBACK_UID" in env:
-            values["fallback_uid"] = env["WARDEN_FALLBACK_UID"]
+            values["fallback_uid"] = _parse_number(
+                cls, "fallback_uid", "WARDEN_FALLBACK_UID", env["WARDEN_FALLBACK_UID"]
+            )
+            origin["fallback_uid"] = "WARDEN_FALLBACK_UID"
         for key, name in (
             ("disk_write_limit", "WARDEN_DISK_WRITE_LIMIT"),
             ("disk_free_floor", "WARDEN_DISK_FREE_FLOOR"),
@@ -342,6 +479,7 @@ class Settings(BaseModel):
         ):
             if env.get(name):
                 values[key] = parse_size(env[name], name)
+                origin[key] = name
         inodes = env.get("WARDEN_DISK_FREE_INODES", "").strip()
         if inodes:
             if not inodes.isdigit():
@@ -352,8 +490,10 @@ class Settings(BaseModel):
             values["disk_free_inodes"] = int(inodes)
         if env.get(BUILD_DISK_VARIABLE, "").strip():
             values["build_disk_limit"] = parse_size(env[BUILD_DISK_VARIABLE], BUILD_DISK_VARIABLE)
+            origin["build_disk_limit"] = BUILD_DISK_VARIABLE
         if env.get(BUILD_MEMORY_VARIABLE, "").strip():
             values["build_memory"] = parse_size(env[BUILD_MEMORY_VARIABLE], BUILD_MEMORY_VARIABLE)
+            origin["build_memory"] = BUILD_MEMORY_VARIABLE
         if env.get("WARDEN_DEVCONTAINER", "").strip():
             values["devcontainer"] = env["WARDEN_DEVCONTAINER"].strip().lower() not in {
                 "0",
@@ -363,17 +503,20 @@ class Settings(BaseModel):
             }
         if env.get("WARDEN_ISOLATION", "").strip():
             values["isolation"] = env["WARDEN_ISOLATION"].strip()
+            origin["isolation"] = "WARDEN_ISOLATION"
         if env.get("WARDEN_APPLY", "").strip():
             values["apply_mode"] = env["WARDEN_APPLY"].strip()
+            origin["apply_mode"] = "WARDEN_APPLY"
         if env.get("WARDEN_MANAGED_POLICY"):
             values["managed_policy"] = Path(env["WARDEN_MANAGED_POLICY"])
         if env.get("ANTHROPIC_BASE_URL"):
             values["anthropic_base_url"] = env["ANTHROPIC_BASE_URL"]
         if env.get("ANTHROPIC_API_KEY"):
             values["anthropic_api_key"] = env["ANTHROPIC_API_KEY"]
-        for name, field in _NUMBERS.items():
-            if env.get(name):
-                values[field] = env[name]
+        for variable, setting in _NUMBERS.items():
+            if env.get(variable):
+                values[setting] = _parse_number(cls, setting, variable, env[variable])
+                origin[setting] = variable
         values["non_interactive"] = env.get("CI", "").lower() in {"1", "true", "yes"}
         if env.get("GITHUB_ACTIONS", "").lower() == "true":
             values["github_annotations"] = True
@@ -383,6 +526,7 @@ class Settings(BaseModel):
             values["approvers"] = tuple(
                 a.strip() for a in env["WARDEN_APPROVERS"].split(",") if a.strip()
             )
+            origin["approvers"] = "WARDEN_APPROVERS"
         if env.get("WARDEN_WEBHOOK_SECRET"):
             if len(env["WARDEN_WEBHOOK_SECRET"]) < MIN_SECRET_CHARS:
                 raise ConfigError(
@@ -402,6 +546,7 @@ class Settings(BaseModel):
         }
         if env.get("WARDEN_CONTEXT_WINDOWS", "").strip():
             values["model_context_windows"] = _context_windows(env["WARDEN_CONTEXT_WINDOWS"])
+            origin["model_context_windows"] = "WARDEN_CONTEXT_WINDOWS"
         aliases = dict(DEFAULT_MODEL_ALIASES)
         for alias, variable in _ALIAS_VARIABLES.items():
             if env.get(variable, "").strip():
@@ -410,9 +555,12 @@ class Settings(BaseModel):
             aliases["opusplan"] = aliases["sonnet"]
         values["model_aliases"] = aliases
         try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            raise ConfigError(f"invalid warden environment: {exc}") from exc
+            return cls(**values)
+        except SettingError as exc:
+            source = origin.get(exc.setting)
+            if source is None:
+                raise
+            raise SettingError(exc.setting, env[source], exc.accepted, source) from None
 
 
 APPROVER_KINDS = ("terminal", "webhook:URL")

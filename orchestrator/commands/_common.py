@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import click
@@ -33,7 +34,7 @@ def described_trust(workspace: Path, flag: bool) -> tuple[Settings, bool, str]:
 
     settings = Settings.from_env()
     if flag:
-        settings = settings.model_copy(update={"trust_workspace": True})
+        settings = replace(settings, trust_workspace=True)
     found = verdict(settings, workspace)
     return settings, found.trusted, found.reason
 

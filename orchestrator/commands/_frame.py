@@ -11,6 +11,7 @@ import functools
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast, get_args
 
@@ -317,17 +318,13 @@ async def model_endpoint(
 ) -> Settings:
     """Settings pointing at the model: the scripted server for --replay, else the env's."""
     if replay is not None:
-        from pydantic import SecretStr
-
+        from orchestrator.config import Secret
         from orchestrator.scripted import Script, ScriptedModelServer
 
         server = ScriptedModelServer(Script.load(replay), expected_api_key=REPLAY_KEY)
         await stack.enter_async_context(server)
-        return settings.model_copy(
-            update={
-                "anthropic_base_url": server.base_url,
-                "anthropic_api_key": SecretStr(REPLAY_KEY),
-            }
+        return replace(
+            settings, anthropic_base_url=server.base_url, anthropic_api_key=Secret(REPLAY_KEY)
         )
     if settings.anthropic_api_key is None:
         raise click.UsageError(
@@ -360,7 +357,7 @@ async def drive(
     async with AsyncExitStack() as stack:
         settings = await model_endpoint(stack, settings, replay)
         if non_interactive:
-            settings = settings.model_copy(update={"non_interactive": True})
+            settings = replace(settings, non_interactive=True)
         json_mode = output != "text"
         progress = Progress(json_mode=json_mode, events=output == "stream-json")
         web = None

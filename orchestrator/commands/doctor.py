@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ def _pool_report() -> dict[str, Any]:
     from orchestrator.config import Settings
 
     pool = Settings.from_env().pool_config()
-    return {**pool.model_dump(), "summary": pool.describe(DEFAULT_MEMORY_BYTES)}
+    return {**asdict(pool), "summary": pool.describe(DEFAULT_MEMORY_BYTES)}
 
 
 def _images_report(client: Any, report: dict[str, Any], *, count_as_problem: bool) -> list[Any]:

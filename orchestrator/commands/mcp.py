@@ -7,6 +7,7 @@ import os
 import secrets
 import sys
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -162,7 +163,7 @@ def mcp(
     front = None if use_http else _front()
     failure: WardenError | None = None
     try:
-        settings = Settings.from_env().model_copy(update={"non_interactive": True})
+        settings = replace(Settings.from_env(), non_interactive=True)
         trusted = resolve_workspace_trust(settings, workspace, trust_workspace, interactive=False)
     except WardenError as exc:
         if front is None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, cast
 
 import click
 
@@ -259,11 +259,10 @@ def run(
     settings = Settings.from_env()
     if isolation is not None or apply_mode is not None:
         # Values click.Choice has checked against the fields' own Literal types.
-        settings = settings.model_copy(
-            update={
-                **({"isolation": isolation} if isolation else {}),
-                **({"apply_mode": apply_mode} if apply_mode else {}),
-            }
+        settings = replace(
+            settings,
+            isolation=cast(Literal["worktree"] | None, isolation or settings.isolation),
+            apply_mode=cast(Literal["ask", "auto", "never"], apply_mode or settings.apply_mode),
         )
     interactive = not print_mode and not settings.non_interactive and sys.stdin.isatty()
     resolve_workspace_trust(settings, workspace, trust_workspace, interactive)

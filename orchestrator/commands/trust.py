@@ -4,6 +4,7 @@ since the last yes, as a diff, and record a new yes (`workspace.trust`)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -32,7 +33,7 @@ def trust(workspace: Path, yes: bool, show: bool) -> None:
     What you said yes to unlocks until it changes again."""
     from orchestrator.workspace.trust import remember, verdict
 
-    settings = Settings.from_env().model_copy(update={"trust_workspace": False})
+    settings = replace(Settings.from_env(), trust_workspace=False)
     ws = workspace.resolve()
     found = verdict(settings, ws)
     for line in describe(ws, found):

@@ -8,7 +8,7 @@ the broker's budget and the disk watcher).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
@@ -87,7 +87,7 @@ class TaskManagerConfig:
         if self.warm_pool_size is None:
             return self.warm_pool
         size = self.warm_pool_size
-        return self.warm_pool.model_copy(update={"min_ready": size, "max_ready": size})
+        return replace(self.warm_pool, min_ready=size, max_ready=size)
 
     @classmethod
     def from_settings(

@@ -9,12 +9,11 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
-
-from orchestrator.config import Settings
+from orchestrator.config import Secret, Settings
 from orchestrator.runtime.session import Run, open_run
 from orchestrator.scripted import Script, ScriptedModelServer
 
@@ -80,8 +79,8 @@ async def scripted_run(
     run_kwargs.setdefault("trusted", True)
     script = Script.model_validate({"conversations": conversations})
     async with ScriptedModelServer(script, expected_api_key=API_KEY) as server:
-        configured = settings.model_copy(
-            update={"anthropic_base_url": server.base_url, "anthropic_api_key": SecretStr(API_KEY)}
+        configured = replace(
+            settings, anthropic_base_url=server.base_url, anthropic_api_key=Secret(API_KEY)
         )
         async with open_run(configured, workspace=workspace, prompt=prompt, **run_kwargs) as run:
             yield run, server

@@ -8,6 +8,7 @@ warden's proxy with the run's rules. Real engine, real builds, kept short."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +59,10 @@ def build(engine: Any, settings: Settings, workspace: Path, text: str, **limits:
 
     dev_container(workspace, {"build": {"dockerfile": "Dockerfile"}}, text)
     chosen = BuildLimits(**limits)
-    bounded = settings.model_copy(update={
-        "build_pids_limit": chosen.pids, "build_memory": chosen.memory_bytes,
-        "build_deadline_s": chosen.deadline_s, "build_disk_limit": chosen.disk_bytes,
-    })  # fmt: skip
+    bounded = replace(
+        settings, build_pids_limit=chosen.pids, build_memory=chosen.memory_bytes,
+        build_deadline_s=chosen.deadline_s, build_disk_limit=chosen.disk_bytes,
+    )  # fmt: skip
     resolver = prepare_run_images(engine, bounded, workspace)
     assert resolver.run.devcontainer is not None
     return resolver.run.devcontainer
@@ -136,7 +137,7 @@ def test_an_archive_that_unpacks_past_the_disk_cap_stops_the_build(
     from tests.integration.project_fixtures import project_workspace
 
     project_workspace(workspace)
-    bounded = settings.model_copy(update={"build_disk_limit": DISK_CAP})
+    bounded = replace(settings, build_disk_limit=DISK_CAP)
     with pytest.raises(BuildLimitError) as stopped:
         prepare_run_images(engine, bounded, workspace)
     assert "disk limit of 64 MiB" in str(stopped.value), stopped.value

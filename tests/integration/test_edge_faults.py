@@ -14,6 +14,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -138,7 +139,7 @@ async def test_warden_stop_of_a_task_still_queued_stops_it_before_it_runs(
             [text("second ran")],
         ),
     ]
-    one_at_a_time = settings.model_copy(update={"max_concurrent": 1})
+    one_at_a_time = replace(settings, max_concurrent=1)
     env = warden_env(WARDEN_STATE_DIR=str(settings.state_dir))
 
     def warden_stop(task_id: str) -> str:

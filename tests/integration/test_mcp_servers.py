@@ -16,6 +16,7 @@ import shutil
 import socket
 import threading
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -188,7 +189,7 @@ async def test_servers_that_hang_or_exit_at_start_are_named_and_the_subagent_goe
         "gone": {"command": "python3", "args": ["/workspace/tools/probe.py", "exit"]},
         "missing": {"command": "no-such-mcp-server"},
     })  # fmt: skip
-    quick = settings.model_copy(update={"mcp_timeout_s": 3.0})
+    quick = replace(settings, mcp_timeout_s=3.0)
     script = [convo("child", {"prompt_contains": "BROKEN"}, [text("carried on")])]
     async with scripted_run(quick, workspace, script) as (run, model):
         result = await run.manager.run_task(task("BROKEN"))

@@ -6,6 +6,7 @@ run's egress (its policy's domain rules and mode, its approver)."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,18 +27,17 @@ MIB = 1024 * 1024
 async def test_a_run_opened_without_a_config_gets_the_settings_limits(
     settings: Settings, workspace: Path
 ) -> None:
-    configured = settings.model_copy(
-        update={
-            "max_concurrent": 3,
-            "queue_limit": 5,
-            "max_depth": 2,
-            "max_children": 4,
-            "disk_write_limit": 64 * MIB,
-            "model_max_retries": 7,
-            "warm_pool_min": 0,
-            "warm_pool_max": 0,
-            "fallback_uid": 2_100_000_123,
-        }
+    configured = replace(
+        settings,
+        max_concurrent=3,
+        queue_limit=5,
+        max_depth=2,
+        max_children=4,
+        disk_write_limit=64 * MIB,
+        model_max_retries=7,
+        warm_pool_min=0,
+        warm_pool_max=0,
+        fallback_uid=2_100_000_123,
     )
     async with open_run(configured, workspace=workspace, prompt="p") as run:
         config = run.manager.config
@@ -62,7 +62,7 @@ async def test_a_callers_own_policy_gate_steers_the_runs_egress(
         workspace_host=workspace,
         approver=NonInteractiveApprover(),
     )
-    quiet = settings.model_copy(update={"warm_pool_min": 0, "warm_pool_max": 0})
+    quiet = replace(settings, warm_pool_min=0, warm_pool_max=0)
     async with open_run(quiet, workspace=workspace, prompt="p", gate=gate) as run:
         egress = run.manager.egress
         assert run.manager.gate is gate

@@ -9,14 +9,14 @@ import asyncio
 import json
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import docker
 import pytest
 from aiohttp import web
-from pydantic import SecretStr
 
-from orchestrator.config import Settings
+from orchestrator.config import Secret, Settings
 from orchestrator.runtime.outcome import REMOVED_ERROR
 from orchestrator.runtime.session import open_run
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
@@ -128,11 +128,8 @@ async def test_model_endpoint_answering_html_is_a_clear_task_error(
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    configured = settings.model_copy(
-        update={
-            "anthropic_base_url": f"http://127.0.0.1:{port}",
-            "anthropic_api_key": SecretStr("sk-test"),
-        }
+    configured = replace(
+        settings, anthropic_base_url=f"http://127.0.0.1:{port}", anthropic_api_key=Secret("sk-test")
     )
     try:
         async with open_run(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -349,9 +350,9 @@ def test_model_aliases_resolve_through_the_settings(settings: Settings, workspac
     assert registry.get("h").model == "claude-haiku-4-5"
     assert registry.get("i").model is None  # the parent's model
     assert (registry.get("x").model, registry.get("x").model_alias) == ("claude-custom-1", None)
-    mapped = Settings.from_env(
+    mapped = replace(Settings.from_env(
         {"ANTHROPIC_DEFAULT_OPUS_MODEL": "my-opus", "HOME": str(workspace)}
-    ).model_copy(update={"config_dir": settings.config_dir})
+    ), config_dir=settings.config_dir)
     assert AgentRegistry.load(mapped, workspace).get("o").model == "my-opus"
 
 

@@ -11,7 +11,7 @@ import logging
 import os
 import socket
 import struct
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -376,7 +376,7 @@ def test_the_factory_builds_the_engine_backend_from_settings_and_guards_it(
 
     client = StubClient()
     client.api = api
-    backend = make_backend(client, settings.model_copy(update={"fallback_uid": 12345}))
+    backend = make_backend(client, replace(settings, fallback_uid=12345))
     assert isinstance(backend, DiskGuardedBackend)
     result = backend.run(spec())
     created = api.calls[0][2]

@@ -8,6 +8,7 @@ workspace contributes its denies only; a misspelt domain key is refused."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -139,5 +140,5 @@ def test_warden_exec_honours_managed_domains_only(s: Settings) -> None:
     assert behavior(rs, "pypi.org") == "allow"
     assert behavior(rs, "cli.example") == "deny"
     assert behavior(rs, "bad.example") == "deny"
-    assert behavior(exec_rules(s.model_copy(update={"claude_managed_settings": s.state_dir / "x"}),
+    assert behavior(exec_rules(replace(s, claude_managed_settings=s.state_dir / "x"),
                                ["cli.example"], []), "cli.example") == "allow"  # fmt: skip

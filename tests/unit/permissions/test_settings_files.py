@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -38,8 +39,8 @@ def read(pol, path: str) -> Behavior:  # type: ignore[no-untyped-def]
 @pytest.fixture
 def managed(settings: Settings, tmp_path: Path) -> Settings:
     """Settings whose Claude Code managed file lives under tmp_path."""
-    return settings.model_copy(
-        update={"claude_managed_settings": tmp_path / "etc/claude-code/managed-settings.json"}
+    return replace(
+        settings, claude_managed_settings=tmp_path / "etc/claude-code/managed-settings.json"
     )
 
 
@@ -86,7 +87,7 @@ def test_managed_file_without_permissions_block_is_fine(managed: Settings, works
     assert bash(load_policy(managed, workspace), "ls") == "ask"
     warden_managed = managed.claude_managed_settings.with_name("warden.json")
     write_json(warden_managed, {"companyAnnouncements": ["hi"]})
-    s = managed.model_copy(update={"managed_policy": warden_managed})
+    s = replace(managed, managed_policy=warden_managed)
     assert load_policy(s, workspace).mode == "default"
 
 

@@ -6,6 +6,7 @@ there is none. No engine: a dev container that names an image needs no call."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -43,11 +44,11 @@ def test_without_a_dev_container_the_default_unless_image(settings: Settings, wo
 def test_a_trusted_workspaces_dev_container_comes_after_image(
     settings: Settings, with_dev_container: Path
 ) -> None:
-    trusted = settings.model_copy(update={"trust_workspace": True})
+    trusted = replace(settings, trust_workspace=True)
     assert pick(trusted, with_dev_container) == "node-tools:1"
     assert pick(trusted, with_dev_container, "cc:1") == "cc:1"
     assert pick(trusted, with_dev_container, devcontainer=False) == "bash"
-    off = trusted.model_copy(update={"devcontainer": False})  # WARDEN_DEVCONTAINER=0
+    off = replace(trusted, devcontainer=False)  # WARDEN_DEVCONTAINER=0
     assert pick(off, with_dev_container) == "bash"
     assert pick(off, with_dev_container, devcontainer=True) == "node-tools:1"
 

@@ -10,6 +10,7 @@ import os
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -101,7 +102,7 @@ def test_a_record_for_a_parent_or_claude_codes_record_trusts_nothing(
     record.write_text(json.dumps({"projects": {str(workspace): {"hasTrustDialogAccepted": True}}}))
     found = verdict(settings, workspace)
     assert not found.trusted and found.claude_trusts
-    assert is_trusted(settings.model_copy(update={"trust_workspace": True}), workspace)
+    assert is_trusted(replace(settings, trust_workspace=True), workspace)
 
 
 @pytest.mark.parametrize(

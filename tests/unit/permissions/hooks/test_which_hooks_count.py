@@ -7,6 +7,7 @@ allow counts for nothing."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ def layout(
     """Settings files where warden finds them; every hook command here is trusted by
     warden's own user settings, so the hooks run on the host."""
     managed_path = settings.config_dir.parent / "managed-settings.json"
-    settings = settings.model_copy(update={"claude_managed_settings": managed_path})
+    settings = replace(settings, claude_managed_settings=managed_path)
     for path, doc in (
         (managed_path, managed),
         (settings.claude_dir / "settings.json", user),
