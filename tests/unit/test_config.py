@@ -61,7 +61,9 @@ def test_numbers_from_the_environment_have_their_fields_types() -> None:
 
 
 def test_values_built_in_code_keep_the_bounds() -> None:
-    with pytest.raises(SettingError, match=r"^max_concurrent=0: must be a whole number, at least 1"):
+    with pytest.raises(
+        SettingError, match=r"^max_concurrent=0: must be a whole number, at least 1"
+    ):
         Settings(max_concurrent=0)
     with pytest.raises(SettingError, match="max_concurrent=True"):
         Settings(max_concurrent=True)
