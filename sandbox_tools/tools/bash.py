@@ -175,16 +175,13 @@ def _pump(proc: subprocess.Popen[bytes], capture: _CappedCapture, timeout_s: flo
     return outcome
 
 
-def bash(inp: BashInput, ctx: ToolContext) -> ToolOutput:
-    if inp.run_in_background:
-        from sandbox_tools.tools import shells
-
-        return shells.start(inp.command, inp.description, ctx)
-    timeout_s = inp.timeout / 1000 if inp.timeout is not None else ctx.bash_timeout_s
-    ooms_before = oom.oom_kills()
+def start_bash(command: str, ctx: ToolContext) -> subprocess.Popen[bytes]:
+    """`bash -c command` in the workspace, in a session (and process group) of its own,
+    stdin empty, stdout and stderr on one pipe, marked expendable to the OOM killer:
+    how every Bash call starts, in the foreground or in the background (`shells`)."""
     try:
-        proc = subprocess.Popen(
-            ["bash", "-c", inp.command],
+        return subprocess.Popen(
+            ["bash", "-c", command],
             cwd=ctx.root,
             env={**os.environ, **oom.EXPENDABLE_ENV},
             stdin=subprocess.DEVNULL,
@@ -194,6 +191,16 @@ def bash(inp: BashInput, ctx: ToolContext) -> ToolOutput:
         )
     except OSError as e:
         raise ToolError(f"cannot start bash: {e.strerror or e}") from e
+
+
+def bash(inp: BashInput, ctx: ToolContext) -> ToolOutput:
+    if inp.run_in_background:
+        from sandbox_tools.tools import shells
+
+        return shells.start(inp.command, inp.description, ctx)
+    timeout_s = inp.timeout / 1000 if inp.timeout is not None else ctx.bash_timeout_s
+    ooms_before = oom.oom_kills()
+    proc = start_bash(inp.command, ctx)
     capture = _CappedCapture(BASH_OUTPUT_LIMIT)
     _running_groups.add(proc.pid)
     try:

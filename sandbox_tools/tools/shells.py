@@ -27,9 +27,9 @@ import threading
 import time
 from typing import NamedTuple
 
-from sandbox_tools import oom
 from sandbox_tools.errors import ToolError
 from sandbox_tools.tools.base import BASH_DETAIL_CHARS, ToolContext, ToolOutput, one_line
+from sandbox_tools.tools.bash import start_bash
 from sandbox_tools.tools.more_inputs import TaskOutputInput, TaskStopInput
 
 MAX_BACKGROUND_SHELLS = 32
@@ -117,18 +117,7 @@ def start(command: str, description: str | None, ctx: ToolContext) -> ToolOutput
                 "most it may; run the command in the foreground, or reuse a running one"
             )
         shell_id = f"bash_{len(_table.shells) + 1}"
-        try:
-            proc = subprocess.Popen(
-                ["bash", "-c", command],
-                cwd=ctx.root,
-                env={**os.environ, **oom.EXPENDABLE_ENV},
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as e:
-            raise ToolError(f"cannot start bash: {e.strerror or e}") from e
+        proc = start_bash(command, ctx)
         _table.shells[shell_id] = _Shell(shell_id, command, proc)
     what = f" ({one_line(description, BASH_DETAIL_CHARS)})" if description else ""
     return ToolOutput(
