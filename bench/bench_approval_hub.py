@@ -29,8 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import figure
 
+from orchestrator.jsontypes import JSONObject, input_hash
 from orchestrator.permissions.approval_hub import ApproverHub
-from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, input_hash
+from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, Approver
 
 DEFAULT_QUESTIONS = 5000
 WARMUP = 200
@@ -58,7 +59,7 @@ class Waits:
 
 
 def question(i: int) -> ApprovalQuestion:
-    tool_input = {"command": f"echo {i}"}
+    tool_input: JSONObject = {"command": f"echo {i}"}
     return ApprovalQuestion(
         task_id="sa_bench",
         agent_type="bash",
@@ -70,7 +71,7 @@ def question(i: int) -> ApprovalQuestion:
 
 
 async def main_async(n: int) -> None:
-    ways = {
+    ways: dict[str, Approver] = {
         "direct": Answers(),
         "hub, 1 channel": ApproverHub([Answers()]),
         "hub, 3 channels": ApproverHub([Answers(), Waits(), Waits()]),

@@ -70,11 +70,15 @@ PARTS = ("caching", "forks", "context", "streaming")
 
 
 def billed(usage: dict[str, Any]) -> float:
-    return (
+    return float(
         usage.get("input_tokens", 0)
         + WRITE * usage.get("cache_creation_input_tokens", 0)
         + READ * usage.get("cache_read_input_tokens", 0)
     )
+
+
+def read_tokens(usage: dict[str, Any]) -> int:
+    return int(usage.get("cache_read_input_tokens", 0))
 
 
 def prompt_tokens(usage: dict[str, Any]) -> int:
@@ -135,11 +139,16 @@ def spec(prompt: str, max_turns: int, **extra: Any) -> TaskSpec:
 _TEMP_DIRS: list[Path] = []
 
 
+def _remove_temp_dirs() -> None:
+    for path in _TEMP_DIRS:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def temp_dir(prefix: str) -> Path:
     """A temporary directory removed when the benchmark exits (whatever way it ends)."""
     path = Path(tempfile.mkdtemp(prefix=prefix))
     if not _TEMP_DIRS:
-        atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _TEMP_DIRS])
+        atexit.register(_remove_temp_dirs)
     _TEMP_DIRS.append(path)
     return path
 
@@ -282,7 +291,7 @@ async def forks(count: int) -> None:
         store.close()
         firsts = [r.usage for r in server.requests if r.conversation == "fork" and r.turn == 1]
     assert outcome.text == "All parts reviewed.", outcome.text
-    reads = sum(u.get("cache_read_input_tokens", 0) for u in firsts if isinstance(u, dict))
+    reads = sum(read_tokens(u) for u in firsts if isinstance(u, dict))
     total = sum(prompt_tokens(u) for u in firsts if isinstance(u, dict))
     share = reads / total
     print(f"   {len(firsts)} first requests, {total:,} input tokens, {reads:,} read from cache")

@@ -27,9 +27,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions import EffectivePolicy, ToolCall, evaluate, parse_rule
 
-FAMILIES: dict[str, tuple[str, Callable[[int], dict[str, str]], int]] = {
+FAMILIES: dict[str, tuple[str, Callable[[int], JSONObject], int]] = {
     "redirect target (components)": (
         "Bash",
         lambda n: {"command": "echo x > " + "a/" * n + "b"},
@@ -78,7 +79,7 @@ def _policy() -> EffectivePolicy:
     return EffectivePolicy(rules=rules, mode="acceptEdits", mode_source="bench", sources=())
 
 
-def _time(tool: str, tool_input: dict[str, str], host: Path, repeat: int) -> float:
+def _time(tool: str, tool_input: JSONObject, host: Path, repeat: int) -> float:
     policy = _policy()
     call = ToolCall(tool_name=tool, tool_input=tool_input, tool_use_id="bench")
     samples = []

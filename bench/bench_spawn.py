@@ -184,7 +184,7 @@ def turn_time(server: Any, name: str) -> float:
     times = sorted(r.received_at for r in server.requests if r.conversation == name)
     if len(times) < 2:
         raise SystemExit(f"conversation {name} made {len(times)} model requests, expected 2")
-    return times[1] - times[0]
+    return float(times[1] - times[0])
 
 
 class Recorder:
@@ -520,8 +520,8 @@ async def main_async(args: argparse.Namespace) -> None:
     figure("Bash `true` cycle - subprocess in the sandbox", added["true"], BASH_TARGET_MS, "ms")
     print()
     print("Issue 12 targets, this run (50 at once: bench_fanout.py)")
-    for label, value, target, met in figures:
-        print(f"  {label:<52} {value:>11}   target {target:<11} {met}")
+    for label, shown, target, met in figures:
+        print(f"  {label:<52} {shown:>11}   target {target:<11} {met}")
 
 
 def main() -> None:
