@@ -121,11 +121,11 @@ def test_an_archive_that_unpacks_past_the_disk_cap_stops_the_build(
     folder.mkdir()
     with (
         gzip.open(folder / "bomb.tar.gz", "wb", compresslevel=1) as packed,
-        tarfile.open(fileobj=packed, mode="w") as archive,  # type: ignore[call-overload]
+        tarfile.open(fileobj=packed, mode="w") as archive,
     ):
         info = tarfile.TarInfo("zeros")
         info.size = 4 * DISK_CAP
-        archive.addfile(info, _Zeros(info.size))  # type: ignore[arg-type]
+        archive.addfile(info, _Zeros(info.size))
     assert (folder / "bomb.tar.gz").stat().st_size < DISK_CAP // 8
     text = dockerfile(
         cc_image, marker, "ADD bomb.tar.gz /opt/", "RUN ls -l /opt/bomb.tar.gz",

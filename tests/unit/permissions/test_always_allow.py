@@ -331,7 +331,7 @@ async def test_a_lock_a_sandbox_holds_on_claude_costs_the_rule_not_the_answer(
         policy=load_policy(settings, ws, mode="default"),
         hooks=load_hooks(settings, ws),
         workspace_host=ws,
-        approver=Always(),  # type: ignore[arg-type]
+        approver=Always(),
     )
 
     async def emit(kind: str, task: object, **data: object) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.behavior import Behavior
 from orchestrator.config import Settings
 from orchestrator.permissions import ToolCall, evaluate, load_policy
-from orchestrator.permissions.models import Behavior
 
 PROGRAMS = ("cp", "mv", "touch", "sed", "tee", "rm", "dd", "install", "ln", "echo", "xargs", "ls")
 

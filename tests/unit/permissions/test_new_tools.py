@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.behavior import Behavior
 from orchestrator.permissions import ToolCall, evaluate
-from orchestrator.permissions.models import Behavior
 from tests.unit.permissions.test_paths import policy
 
 

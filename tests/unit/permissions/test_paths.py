@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.behavior import Behavior
 from orchestrator.permissions import EffectivePolicy, ToolCall, evaluate
-from orchestrator.permissions.models import Behavior
 from orchestrator.permissions.rules import parse_rule
 from orchestrator.permissions.sources import PolicySource, merge
 
@@ -38,7 +38,7 @@ def decide(
     if tool in ("Glob", "Grep"):
         inp.setdefault("pattern", "*")
     return evaluate(
-        pol, ToolCall(tool_name=tool, tool_input=inp), workspace_host=host
+        pol, ToolCall(tool_name=tool, tool_input=dict(inp)), workspace_host=host
     ).decision.behavior
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.behavior import Behavior
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
 from orchestrator.permissions import ToolCall, evaluate, load_policy
-from orchestrator.permissions.models import Behavior
 
 
 def write(path: Path, doc: object) -> None:
@@ -22,7 +22,7 @@ def write(path: Path, doc: object) -> None:
 
 
 def decide(pol, tool: str, **tool_input: str) -> Behavior:  # type: ignore[no-untyped-def]
-    return evaluate(pol, ToolCall(tool_name=tool, tool_input=tool_input)).decision.behavior
+    return evaluate(pol, ToolCall(tool_name=tool, tool_input=dict(tool_input))).decision.behavior
 
 
 def filesystem(**keys: object) -> dict[str, object]:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.behavior import Behavior
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
 from orchestrator.permissions import ToolCall, evaluate, load_hooks, load_policy
 from orchestrator.permissions.glob_reads import glob_operand
-from orchestrator.permissions.models import Behavior
 
 
 def write_json(path: Path, doc: object) -> Path:

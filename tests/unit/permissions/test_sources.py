@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.behavior import Behavior
 from orchestrator.config import Settings
 from orchestrator.errors import PolicyError
 from orchestrator.permissions import ToolCall, effective_tools, evaluate, load_policy, sources
-from orchestrator.permissions.models import Behavior
 from tests.conftest import warden_argv, warden_env, without_waiting_on
 
 
@@ -33,7 +33,7 @@ def bash(pol, command: str) -> Behavior:  # type: ignore[no-untyped-def]
 
 
 def call(pol, tool: str, **inp: str) -> Behavior:  # type: ignore[no-untyped-def]
-    return evaluate(pol, ToolCall(tool_name=tool, tool_input=inp)).decision.behavior
+    return evaluate(pol, ToolCall(tool_name=tool, tool_input=dict(inp))).decision.behavior
 
 
 def test_project_settings_are_read_as_they_are(settings: Settings, workspace: Path) -> None:

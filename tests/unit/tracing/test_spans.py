@@ -149,7 +149,7 @@ async def test_spans_form_the_run_tree_under_the_runs_trace_id(
     assert outer.attributes["gen_ai.agent.id"] == "sa_a"  # type: ignore[index]
     # The task's span starts when its Task call was accepted: queue and container start
     # are children inside it, so its length agrees with its duration.
-    assert outer.start_time == 999_500_000_000  # type: ignore[comparison-overlap]
+    assert outer.start_time == 999_500_000_000
     (queue,) = spans["queue"]
     (start,) = spans["container start"]
     assert queue.parent.span_id == start.parent.span_id == outer.context.span_id  # type: ignore[union-attr]

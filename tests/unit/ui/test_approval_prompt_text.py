@@ -13,7 +13,8 @@ from typing import Any
 
 from rich.cells import cell_len
 
-from orchestrator.permissions.approvers import ApprovalQuestion, input_hash
+from orchestrator.jsontypes import input_hash
+from orchestrator.permissions.approvers import ApprovalQuestion
 from orchestrator.ui.approval_prompt import TerminalApprover, render_question
 from orchestrator.ui.question_text import MAX_DECISION_CHARS
 from orchestrator.untrusted_text import as_data

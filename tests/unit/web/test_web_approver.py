@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, input_hash
+from orchestrator.jsontypes import input_hash
+from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
 from orchestrator.ui.question_text import render_question
 from orchestrator.web.approver import (
     PAGE_MORE,

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import pytest
 
+from orchestrator.behavior import Behavior
 from orchestrator.permissions import EffectivePolicy, ToolCall, evaluate
-from orchestrator.permissions.models import Behavior
 from orchestrator.permissions.rules import parse_rule
 from orchestrator.permissions.shell import analyse
 from orchestrator.permissions.sources import PolicySource, merge
