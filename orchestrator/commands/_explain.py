@@ -7,6 +7,8 @@ decides the call would make.
   tools: the model API fetches, so no permission mode grants them (not even
   `bypassPermissions`), an `ask` rule counts as no allow (a model request cannot
   wait for a person), and a domain rule limits the tool to its domains.
+- `Skill`: the permission engine, with the skills a run would offer (the
+  workspace's when it is trusted, as they are on disk now, and the user's).
 - `Network` (`host[:port]`): the egress proxy's rules and mode for a connection
   from a sandbox, before DNS (a name it allows is then resolved and its addresses
   checked).
@@ -25,6 +27,7 @@ from orchestrator.permissions import Decision, EffectivePolicy, Explanation, Too
 from orchestrator.permissions import load_policy as _load_policy
 
 SERVER_TOOLS = frozenset({"WebFetch", "WebSearch"})
+SKILL_TOOL = "Skill"
 NETWORK_TOOL = "Network"
 DEFAULT_PORT = 443
 
@@ -50,6 +53,11 @@ def explain_call(
     if tool == NETWORK_TOOL:
         explained = network(settings, workspace, effective, tool_input, policy_name, trusted)
         return explained, effective
+    if tool == SKILL_TOOL:  # what loading it means: the skills as a run would read them
+        from orchestrator.runtime.subagent_context import ContextSources, skill_grants
+
+        shown = ContextSources(settings.claude_dir, workspace if trusted else None, None)
+        effective = effective.model_copy(update={"skills": skill_grants(shown)})
     call = ToolCall(tool_name=tool, tool_input=tool_input, tool_use_id="explain")
     return explain(effective, call, workspace_host=workspace), effective
 

@@ -42,6 +42,16 @@ class PermissionEngine:
         self.sandbox = sandbox
         """Runs the hooks that ask for a sandbox (the run's; None outside a run)."""
 
+    def skill_loaded(self, name: str) -> None:
+        """An allowed `Skill` call loads skill `name`: its `allowed-tools` allow the
+        calls after it in the same model response (`turn_ended` takes them back)."""
+        self.policy = self.policy.with_skill_loaded(name)
+
+    def turn_ended(self) -> None:
+        """The agent's model answered again: as in Claude Code, the tools a skill
+        allowed held for the rest of the response that loaded it, and no longer."""
+        self.policy = self.policy.without_loaded_skills()
+
     def _explain(self, call: ToolCall, ctx: CallContext) -> Explanation:
         return evaluate(self.policy, call, workspace_host=self.workspace_host, cwd=ctx.cwd)
 

@@ -36,6 +36,7 @@ from orchestrator.permissions.rules import (
     webfetch_matches,
 )
 from orchestrator.permissions.shell import SimpleCommand
+from orchestrator.permissions.skill_rules import SKILL_TOOL, skill_rule_matches
 from sandbox_tools.wire import WORKSPACE
 
 log = logging.getLogger(__name__)
@@ -188,7 +189,56 @@ class _Evaluator:
             )
         if tool == "Bash":
             return self._bash()
+        if tool == SKILL_TOOL:
+            return self._skill()
         return self._tool()
+
+    # -- Skill ------------------------------------------------------------------------
+    def _skill_rules(self, behavior: str, name: str) -> Rule | None:
+        return next(
+            (
+                r
+                for r in self.policy.rules_for(behavior)
+                if r.tool == SKILL_TOOL and skill_rule_matches(r, name)
+            ),
+            None,
+        )
+
+    def _skill(self) -> Explanation:
+        """A `Skill` call as Claude Code decides it (`skill_rules`): deny rules, then
+        ask rules, then allow rules, each by name or prefix; a plain skill loads
+        unasked in every mode, one with `allowed-tools` (or `disallowed-tools`,
+        `hooks`) is a question the mode answers."""
+        raw = self.call.tool_input.get("skill")
+        if not isinstance(raw, str) or not raw.strip():
+            return self._done("deny", "Skill input has no 'skill' string", source="input")
+        name = raw.strip().removeprefix("/")
+        verbs: dict[Behavior, str] = {"deny": "denies it", "ask": "asks for approval",
+                                      "allow": "allows it"}  # fmt: skip
+        for behavior, verb in verbs.items():
+            rule = self._skill_rules(behavior, name)
+            if rule is not None:
+                return self._done(behavior, f"{rule.text} ({rule.source}) {verb}", rule)
+        grant = self.policy.skill(name)
+        if grant is None or grant.plain:
+            return self._done(
+                "allow",
+                f"skill {name!r} has instructions only: it loads without a question in "
+                "every mode, as in Claude Code",
+                source=f"{MODE_SOURCE}:{self.mode}",
+                fallback=True,
+            )
+        why = (
+            f"skill {name!r} allows tools while it is loaded ({', '.join(grant.allowed_tools)})"
+            if grant.allowed_tools
+            else f"skill {name!r} changes tools or hooks while it is loaded"
+        )
+        if self.mode == "plan":  # Claude Code asks here too: loading it only adds rules
+            return self._done(
+                "ask", f"{why}; the plan mode asks for it", source=f"{MODE_SOURCE}:plan",
+                fallback=True,
+            )  # fmt: skip
+        return self._mode_default(SKILL_TOOL, False, why)
 
     # -- non-Bash tools ---------------------------------------------------------------
     def _target(self) -> list[str] | None:

@@ -18,10 +18,11 @@ READ_TOOLS = frozenset({"Read", "Glob", "Grep"})
 NO_PROMPT_TOOLS = frozenset({"Task"})
 """Tools that, as in Claude Code, need no approval by default: a delegated task is
 itself bound by the child's policy (its tools ∩ the parent's rules)."""
-OWN_STATE_TOOLS = frozenset({"TaskOutput", "TaskStop", "TodoWrite", "Skill"})
+OWN_STATE_TOOLS = frozenset({"TaskOutput", "TaskStop", "TodoWrite"})
 """Tools that touch only the agent's own state (the background shells an allowed
-Bash call started, its todo list, the trusted skills it loads into its conversation): as in Claude Code they need no approval in any
-mode, the plan mode included; a deny or ask rule still holds."""
+Bash call started, its todo list): as in Claude Code they need no approval in any
+mode, the plan mode included; a deny or ask rule still holds. (`Skill` is decided
+as Claude Code decides it: `skill_rules`.)"""
 EDIT_TOOLS = frozenset({"Edit", "Write", "NotebookEdit"})
 """Tools that change files; allowed inside the workspace by `acceptEdits`."""
 

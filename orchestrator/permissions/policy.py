@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.permissions.models import Mode
 from orchestrator.permissions.rules import Rule
+from orchestrator.permissions.skill_rules import SKILL_SOURCE, SkillGrant, grant_rules
 
 AGENT_DEFINITION_SOURCE = "agent definition"
 
@@ -39,12 +40,42 @@ class EffectivePolicy(BaseModel):
     per agent, never inherited by its children."""
     bypass_disabled: bool = False
     """`disableBypassPermissionsMode` is in force: no agent may enter bypassPermissions."""
+    skills: tuple[SkillGrant, ...] = ()
+    """The skills this run's agents may load (from trusted text), for deciding `Skill`
+    calls: a plain one loads unasked, one with `allowed-tools` asks first."""
+    loaded_skills: tuple[str, ...] = ()
+    """Skills loaded so far (their `allowed-tools` are among `rules`, source `skill NAME`)."""
 
     def rules_for(self, behavior: str) -> list[Rule]:
         return [r for r in self.rules if r.behavior == behavior]
 
     def with_mode(self, mode: Mode, source: str) -> EffectivePolicy:
         return self.model_copy(update={"mode": mode, "mode_source": source})
+
+    def skill(self, name: str) -> SkillGrant | None:
+        """The grant of skill `name`, if the run knows it."""
+        return next((g for g in self.skills if g.name == name), None)
+
+    def with_skill_loaded(self, name: str) -> EffectivePolicy:
+        """This policy once skill `name` is loaded: its `allowed-tools` become allow
+        rules, after every other rule (deny and ask rules still win, as in Claude
+        Code). A skill the run does not know, or one already loaded, changes nothing."""
+        grant = self.skill(name)
+        if grant is None or name in self.loaded_skills:
+            return self
+        return self.model_copy(
+            update={
+                "rules": (*self.rules, *grant_rules(grant)),
+                "loaded_skills": (*self.loaded_skills, name),
+            }
+        )
+
+    def without_loaded_skills(self) -> EffectivePolicy:
+        """This policy with no skill loaded (the rules their `allowed-tools` added gone)."""
+        if not self.loaded_skills:
+            return self
+        kept = tuple(r for r in self.rules if not r.source.startswith(f"{SKILL_SOURCE} "))
+        return self.model_copy(update={"rules": kept, "loaded_skills": ()})
 
 
 def effective_tools(

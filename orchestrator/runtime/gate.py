@@ -96,7 +96,8 @@ class PolicyGate:
         engine = self._engines.get(task.task_id)
         if engine is None:
             parent = self._engines.get(task.parent_id) if task.parent_id else None
-            base = parent.policy if parent is not None else self.policy
+            # a skill the parent loaded holds for the rest of the parent's response only
+            base = parent.policy.without_loaded_skills() if parent is not None else self.policy
             narrowed = narrow_mode(
                 effective_tools(task.agent.policy_tools(), base),
                 task.agent.permission_mode,
@@ -164,6 +165,10 @@ class PolicyGate:
             await self._audit(
                 task, call, tool_input, digest, decision, final, decided_by, reason, answer
             )
+        if final == "allow" and call.tool_name == "Skill":
+            skill = tool_input.get("skill")
+            if isinstance(skill, str):
+                engine.skill_loaded(skill.strip().removeprefix("/"))
         if final == "allow" and call.tool_name == "TodoWrite":
             todos = parse_todos(tool_input)
             if not isinstance(todos, str):
@@ -183,6 +188,13 @@ class PolicyGate:
                 behavior="allow", reason=reason, updated_input=decision.updated_input
             )
         return wire_models.PermissionResponse(behavior="deny", reason=_denial(reason, decided_by))
+
+    def model_answered(self, task: TaskContext) -> None:
+        """The task's model answered: the tools a skill allowed in its last response
+        are allowed no longer (`PermissionEngine.turn_ended`)."""
+        engine = self._engines.get(task.task_id)
+        if engine is not None:
+            engine.turn_ended()
 
     def forwarding_policy(self, task: TaskContext) -> ForwardingPolicy:
         """What this task's broker may forward upstream: its effective policy's

@@ -129,6 +129,8 @@ class TaskHost:
         await self.recorder.emit("broker_notice", self.ctx, notice=kind, message=message[:500])
 
     async def on_usage(self, budget: Budget) -> None:
+        # a model answer: the calls that follow are the new response's
+        self.gate.model_answered(self.ctx)
         self.ctx.tokens = budget.tokens_used
         await self.recorder.update(self.ctx.task_id, tokens=budget.tokens_used)
 

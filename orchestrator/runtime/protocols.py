@@ -60,6 +60,11 @@ class PermissionGate(Protocol):
         """A call this gate allowed has finished (PostToolUse); `response` is data."""
         ...
 
+    def model_answered(self, task: TaskContext) -> None:
+        """The task's model answered (a new response's tool calls follow): what a
+        skill loaded in the previous response allowed ends here."""
+        ...
+
     def forwarding_policy(self, task: TaskContext) -> ForwardingPolicy:
         """What this task's broker may forward to the model API."""
         ...
@@ -89,6 +94,9 @@ class AllowAgentTools:
         )
 
     async def tool_finished(self, task: TaskContext, call: ToolCall, response: JSONObject) -> None:
+        return None
+
+    def model_answered(self, task: TaskContext) -> None:
         return None
 
     def forwarding_policy(self, task: TaskContext) -> ForwardingPolicy:

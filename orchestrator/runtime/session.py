@@ -37,7 +37,7 @@ from orchestrator.runtime.manager import TaskManager
 from orchestrator.runtime.parent import ParentAgent, ParentOptions
 from orchestrator.runtime.protocols import PermissionGate
 from orchestrator.runtime.sandbox import sandbox_identity, warn_if_root_owned
-from orchestrator.runtime.subagent_context import trusted_skills
+from orchestrator.runtime.subagent_context import ContextSources, skill_grants, trusted_skills
 from orchestrator.runtime.tasks import TaskContext, TaskStatus
 from orchestrator.tracing import run_tracer
 from orchestrator.workspace import WorkspaceGuard
@@ -225,6 +225,10 @@ async def open_run(
             trusted=trusted,
             stack=read_once,
         )
+        # what loading each skill means (`Skill` calls; its `allowed-tools`), from the
+        # same trusted text the subagents' Skill tool loads
+        grants = skill_grants(ContextSources(config.claude_dir, workspace, config.project_skills))
+        gate_policy = gate_policy.model_copy(update={"skills": grants})
         gate_hooks = load_hooks(settings, workspace, trusted=trusted, stack=read_once)
         gate_hooks = dataclasses.replace(gate_hooks, script_prints=inputs.hook_script_prints)
         own_hooks = gate_hooks

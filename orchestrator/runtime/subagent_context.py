@@ -23,6 +23,7 @@ from pathlib import Path
 
 from orchestrator.agents.definition import BUILTIN_SOURCE, AgentDefinition
 from orchestrator.jsontypes import JSONObject
+from orchestrator.permissions.skill_rules import SkillGrant, skill_grant
 from orchestrator.regular_file import open_regular
 from orchestrator.workspace import agent_memory
 from orchestrator.workspace.inputs import PolicyInputs
@@ -282,6 +283,17 @@ def available_skills(sources: ContextSources) -> list[JSONObject]:
             "text": _without_frontmatter(text).strip()[: wire.MAX_SKILL_CHARS],
         })  # fmt: skip
     return found
+
+
+def skill_grants(sources: ContextSources) -> tuple[SkillGrant, ...]:
+    """What each skill the Skill tool may load means to the permission engine (its
+    `allowed-tools`; whether it loads unasked), read from the same text as the spec's."""
+    found: list[SkillGrant] = []
+    for name in skill_names(sources):
+        located = skill_file(name, sources)
+        if located is not None:
+            found.append(skill_grant(name, located[1]))
+    return tuple(found)
 
 
 def skill_listing(skills: list[JSONObject]) -> JSONObject:

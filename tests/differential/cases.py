@@ -574,6 +574,8 @@ def case_and_command_groups() -> list[Group]:
 
 
 def all_groups() -> list[Group]:
+    from tests.differential.skill_cases import skill_groups
+
     return [
         *read_rule_groups(),
         *user_path_groups(),
@@ -589,6 +591,7 @@ def all_groups() -> list[Group]:
         *trust_record_groups(),
         *ask_under_allow_groups(),
         *case_and_command_groups(),
+        *skill_groups(),
     ]
 
 
@@ -612,7 +615,9 @@ SLICE = (
     "hooks74",
     "hookl85",
     "hookk93",
+    "skill01",
 )
 """The groups CI runs (about a minute): one of each kind, and hooks: an allow against
 an ask rule, an ask against an allow rule, exit 2 in bypassPermissions, a timeout,
-allow and deny together, an untrusted workspace's block, a user's disableAllHooks."""
+allow and deny together, an untrusted workspace's block, a user's disableAllHooks; a
+`Skill(name)` allow for a skill with `allowed-tools`."""

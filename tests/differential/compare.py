@@ -284,6 +284,18 @@ KNOWN: list[Known] = [
         "only for Read and Edit, so it ignores them.",
         lambda g, c, w, cl: "Write(" in c.get("_reason", ""),
     ),
+    Known(
+        "skill-ask-rules-hold",
+        "An ask rule naming a skill (`Skill(lint)`, `Skill(git:*)`) asks before it is "
+        "loaded; Claude Code 2.1.197 ignores ask rules with a skill name and loads a plain "
+        "skill unasked (measured).",
+        lambda g, c, w, cl: (
+            _tool(c) == "Skill"
+            and w == "ask"
+            and "asks for approval" in c.get("_reason", "")
+            and c.get("_reason", "").startswith("Skill(")
+        ),
+    ),
 ]
 """Where warden is stricter than Claude Code, and why (policies/README.md has the same
 table)."""

@@ -177,3 +177,32 @@ async def test_a_call_that_asks_is_audited_once_with_the_persons_answer(
         "person: tester",
         "test",
     )
+
+
+async def test_a_loaded_skills_tools_are_allowed_for_the_rest_of_that_model_response_only(
+    tmp_path: Path, store: Store
+) -> None:
+    """Claude Code (measured): after a Skill call loads a skill, its `allowed-tools`
+    allow the calls after it in the same response; the next response asks again."""
+    from orchestrator.permissions.skill_rules import skill_grant
+
+    approver = _Allow()
+    gate = _gate(tmp_path, store, approver)
+    text = "---\ndescription: d\nallowed-tools: Bash(chmod:*)\n---\nRun chmod.\n"
+    gate.policy = gate.policy.model_copy(update={"skills": (skill_grant("tooly", text),)})
+    task = _task(tmp_path)
+    load = wire_models.PermissionRequest(
+        tool_name="Skill", tool_input={"skill": "tooly"}, tool_use_id="toolu_s"
+    )
+    assert (await gate.answer_tool_call(task, load)).behavior == "allow"
+    assert [q.tool_name for q in approver.asked] == ["Skill"]  # it allows tools: asked first
+    assert (await gate.answer_tool_call(task, _bash("chmod 644 a"))).behavior == "allow"
+    assert len(approver.asked) == 1  # allowed by the skill's rule, unasked
+    gate.model_answered(task)
+    assert (await gate.answer_tool_call(task, _bash("chmod 644 a"))).behavior == "allow"
+    assert [q.tool_name for q in approver.asked] == ["Skill", "Bash"]
+    assert [r.decided_by for r in store.audit(RUN_ID)] == [
+        "person: tester",
+        "rule: Bash(chmod:*)",
+        "person: tester",
+    ]
