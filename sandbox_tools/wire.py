@@ -105,8 +105,9 @@ MAX_SKILLS = 100
 """Most skills one subagent's `Skill` tool is offered."""
 MAX_SKILL_CHARS = 70_000
 """Longest skill text in a spec (the host reads at most 64 KiB of a SKILL.md)."""
-MAX_SKILL_DESCRIPTION_CHARS = 1024
-"""Longest skill description listed to the model."""
+MAX_SKILL_DESCRIPTION_CHARS = 1536
+"""Longest skill description listed to the model (Claude Code's cut of its
+`description - when_to_use`)."""
 EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")
 """The Messages API's `output_config.effort` levels (what an agent's `effort` may send)."""
 DEFAULT_CONTEXT_WINDOW_TOKENS = 200_000

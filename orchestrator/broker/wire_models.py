@@ -51,6 +51,8 @@ class SkillSpec(_Wire):
     """Its directory as the subagent sees it (`Base directory for this skill`)."""
     text: str = Field(max_length=wire.MAX_SKILL_CHARS)
     """SKILL.md without its frontmatter."""
+    invocable: bool = True
+    """False for `disable-model-invocation: true`: not listed, and the tool refuses it."""
 
 
 class TaskSpec(_Wire):

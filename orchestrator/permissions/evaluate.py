@@ -213,13 +213,20 @@ class _Evaluator:
         if not isinstance(raw, str) or not raw.strip():
             return self._done("deny", "Skill input has no 'skill' string", source="input")
         name = raw.strip().removeprefix("/")
+        grant = self.policy.skill(name)
+        if grant is not None and not grant.invocable:
+            return self._done(
+                "allow",
+                f"skill {name!r} has disable-model-invocation: the Skill tool refuses to load "
+                "it (as Claude Code's does, before any permission), so nothing is loaded",
+                source="skill",
+            )
         verbs: dict[Behavior, str] = {"deny": "denies it", "ask": "asks for approval",
                                       "allow": "allows it"}  # fmt: skip
         for behavior, verb in verbs.items():
             rule = self._skill_rules(behavior, name)
             if rule is not None:
                 return self._done(behavior, f"{rule.text} ({rule.source}) {verb}", rule)
-        grant = self.policy.skill(name)
         if grant is None or grant.plain:
             return self._done(
                 "allow",

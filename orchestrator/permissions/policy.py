@@ -61,7 +61,7 @@ class EffectivePolicy(BaseModel):
         rules, after every other rule (deny and ask rules still win, as in Claude
         Code). A skill the run does not know, or one already loaded, changes nothing."""
         grant = self.skill(name)
-        if grant is None or name in self.loaded_skills:
+        if grant is None or not grant.invocable or name in self.loaded_skills:
             return self
         return self.model_copy(
             update={

@@ -10,6 +10,8 @@ Claude Code (2.1.197, measured by the decision differential):
 - a skill whose frontmatter has `allowed-tools`, `disallowed-tools` or `hooks` asks
   before it is loaded (the mode decides as for any question: bypassPermissions
   allows, dontAsk denies); any other skill loads without a question;
+- a skill with `disable-model-invocation: true` is not listed and the Skill tool
+  refuses it before any permission is asked (it grants nothing);
 - once a skill is loaded, its `allowed-tools` are allow rules for the rest of that
   agent's conversation (and of the subagents it starts afterwards); deny and ask
   rules still win over them.
@@ -51,9 +53,14 @@ class SkillGrant(BaseModel):
     """Its `allowed-tools`: allow rules while it is loaded."""
     plain: bool = True
     """No `allowed-tools`, `disallowed-tools` or `hooks`: it loads without a question."""
+    invocable: bool = True
+    """False for `disable-model-invocation: true`: the Skill tool refuses to load it
+    (only a person's `/name` may), so it grants nothing."""
 
 
-def _frontmatter(text: str) -> dict[str, object]:
+def skill_frontmatter(text: str) -> dict[str, object]:
+    """A SKILL.md's frontmatter as YAML; {} when there is none or it does not parse
+    (Claude Code then ignores it)."""
     lines = text.lstrip("\ufeff").splitlines()
     if not lines or lines[0].strip() != "---":
         return {}
@@ -82,7 +89,7 @@ def _tool_entries(value: object) -> list[str]:
 def skill_grant(name: str, text: str) -> SkillGrant:
     """The grant of skill `name` from its SKILL.md text. An entry that is not a rule
     is dropped with a warning (it could only ever allow, never restrict)."""
-    front = _frontmatter(text)
+    front = skill_frontmatter(text)
     plain = not any(front.get(key) for key in UNPLAIN_KEYS)
     entries = _tool_entries(front.get("allowed-tools"))
     if len(entries) > MAX_SKILL_RULES:
@@ -94,7 +101,8 @@ def skill_grant(name: str, text: str) -> SkillGrant:
             kept.append(parse_rule(entry, "allow", f"{SKILL_SOURCE} {name}", "").text)
         except PolicyError:
             log.warning("skill %s: allowed-tools entry %r is not a rule; ignored", name, entry)
-    return SkillGrant(name=name, allowed_tools=tuple(kept), plain=plain)
+    invocable = front.get("disable-model-invocation") not in (True, "true")
+    return SkillGrant(name=name, allowed_tools=tuple(kept), plain=plain, invocable=invocable)
 
 
 def skill_rule_matches(rule: Rule, skill: str) -> bool:

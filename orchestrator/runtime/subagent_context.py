@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.agents.definition import BUILTIN_SOURCE, AgentDefinition
 from orchestrator.jsontypes import JSONObject
-from orchestrator.permissions.skill_rules import SkillGrant, skill_grant
+from orchestrator.permissions.skill_rules import SkillGrant, skill_frontmatter, skill_grant
 from orchestrator.regular_file import open_regular
 from orchestrator.workspace import agent_memory
 from orchestrator.workspace.inputs import PolicyInputs
@@ -278,9 +279,10 @@ def available_skills(sources: ContextSources) -> list[JSONObject]:
             shown = Path(SANDBOX_WORKSPACE) / directory.relative_to(sources.workspace)
         found.append({
             "name": name,
-            "description": _description(text)[: wire.MAX_SKILL_DESCRIPTION_CHARS],
+            "description": listed_description(text),
             "directory": str(shown),
             "text": _without_frontmatter(text).strip()[: wire.MAX_SKILL_CHARS],
+            "invocable": skill_grant(name, text).invocable,
         })  # fmt: skip
     return found
 
@@ -299,23 +301,35 @@ def skill_grants(sources: ContextSources) -> tuple[SkillGrant, ...]:
 def skill_listing(skills: list[JSONObject]) -> JSONObject:
     """The reminder that lists the skills to the model (Claude Code sends the same
     list as a system message after the first user message)."""
-    lines = [f"- {s['name']}: {s['description']}" for s in skills]
+    lines = [f"- {s['name']}: {s['description']}" for s in skills if s.get("invocable", True)]
     text = "The following skills are available for use with the Skill tool:\n\n" + "\n".join(lines)
     return {"type": "text", "text": f"<system-reminder>\n{text}\n</system-reminder>"}
 
 
-def _description(text: str) -> str:
-    """The frontmatter's one-line `description` (empty when there is none)."""
-    lines = text.lstrip("\ufeff").splitlines()
-    if not lines or lines[0].strip() != "---":
-        return ""
-    for line in lines[1:]:
-        if line.strip() == "---":
-            break
-        key, _, value = line.partition(":")
-        if key.strip() == "description":
-            return " ".join(value.strip().strip("\"'").split())
-    return ""
+def listed_description(text: str) -> str:
+    """What Claude Code lists after a skill's name: its `description` (else the first
+    line of its text, a heading's `#` dropped, at most 100 characters), then
+    ` - when_to_use` when it has one; cut with `…` at `MAX_SKILL_DESCRIPTION_CHARS`."""
+    front = skill_frontmatter(text)
+    raw = front.get("description")
+    described = str(raw).strip() if isinstance(raw, str | int | float) else ""
+    if not described:
+        described = _first_line(_without_frontmatter(text))
+    when = front.get("when_to_use")
+    if when is not None:
+        described = f"{described} - {when}"
+    limit = wire.MAX_SKILL_DESCRIPTION_CHARS
+    return described if len(described) <= limit else described[: limit - 1] + "\u2026"
+
+
+def _first_line(body: str) -> str:
+    for line in body.splitlines():
+        line = line.strip()
+        if line:
+            heading = re.match(r"^#+\s+(.+)$", line)
+            shown = heading.group(1) if heading else line
+            return shown if len(shown) <= 100 else shown[:97] + "..."
+    return "Skill"
 
 
 def _without_frontmatter(text: str) -> str:

@@ -31,6 +31,16 @@ def load_skill(
             ),
             None,
         )
+    if found.get("invocable") is False:  # Claude Code's words
+        return (
+            ToolOutput(
+                f"<tool_use_error>Skill {name} cannot be used with Skill tool due to "
+                "disable-model-invocation</tool_use_error>",
+                is_error=True,
+                summary="skill not invocable",
+            ),
+            None,
+        )
     text = str(found.get("text", ""))
     if inp.args:
         text = (

@@ -122,3 +122,16 @@ def test_a_skill_the_run_does_not_know_grants_nothing() -> None:
     engine.skill_loaded("plain")
     assert chmod(engine) == "ask"
     assert engine.policy.loaded_skills == ("plain",)
+
+
+def test_a_skill_the_model_may_not_invoke_grants_nothing() -> None:
+    """`disable-model-invocation: true`: the Skill tool refuses it before any
+    permission (Claude Code's order), so no question is asked and nothing is granted."""
+    hidden = "---\ndisable-model-invocation: true\nallowed-tools: Bash(chmod:*)\n---\nx\n"
+    grant = skill_grant("hidden", hidden)
+    assert not grant.invocable and not grant.plain
+    pol = policy().model_copy(update={"skills": (grant,)})
+    assert load(pol, "hidden") == "allow"  # the runner answers with the refusal
+    engine = PermissionEngine(pol, HookSet(), workspace_host=None)
+    engine.skill_loaded("hidden")
+    assert chmod(engine) == "ask"

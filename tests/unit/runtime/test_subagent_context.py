@@ -128,7 +128,7 @@ def test_the_skill_tool_offers_trusted_project_skills_and_the_users(tmp_path: Pa
     trusted = ContextSources(sources.claude_dir, sources.workspace,
                              {"greet": "---\ndescription: As trusted\n---\nTRUSTED HI\n"})  # fmt: skip
     [greet, _] = available_skills(trusted)
-    assert greet == {"name": "greet", "description": "As trusted",
+    assert greet == {"name": "greet", "description": "As trusted", "invocable": True,
                      "directory": "/workspace/.claude/skills/greet", "text": "TRUSTED HI"}  # fmt: skip
     untrusted = ContextSources(sources.claude_dir, sources.workspace, {})
     assert [s["name"] for s in available_skills(untrusted)] == ["style"]
@@ -136,3 +136,27 @@ def test_the_skill_tool_offers_trusted_project_skills_and_the_users(tmp_path: Pa
     assert (blocks, missing) == ([], ["greet"])
     listing = str(skill_listing(available_skills(trusted))["text"])
     assert "available for use with the Skill tool" in listing and "- greet: As trusted" in listing
+
+
+def test_the_listing_says_what_claude_code_says_and_hides_what_it_hides(tmp_path: Path) -> None:
+    """Measured from the pinned CLI's subagent: `description - when_to_use`; without a
+    description the text's first line (a heading's `#` dropped); a skill with
+    `disable-model-invocation: true` is not listed (the tool refuses it)."""
+    from orchestrator.runtime.subagent_context import available_skills, skill_listing
+
+    skills = {
+        "when": "---\ndescription: Has a when\nwhen_to_use: Use it for WHENX\n"
+        'argument-hint: "[file]"\n---\nWHENBODY\n',
+        "nodesc": "---\nname: nodesc\n---\n\n# First line of NODESC body.\nmore\n",
+        "hidden": "---\ndescription: Hidden\ndisable-model-invocation: true\n---\nHIDDEN\n",
+        "long": "---\ndescription: " + "x" * 2000 + "\n---\nL\n",
+    }
+    found = available_skills(ContextSources(None, tmp_path, skills))
+    assert {s["name"]: s["invocable"] for s in found} == {
+        "hidden": False, "long": True, "nodesc": True, "when": True,
+    }  # fmt: skip
+    listing = str(skill_listing(found)["text"])
+    assert "- when: Has a when - Use it for WHENX\n" in listing
+    assert "- nodesc: First line of NODESC body." in listing
+    assert "hidden" not in listing
+    assert "- long: " + "x" * 1535 + "\u2026" in listing

@@ -747,10 +747,13 @@ async def test_a_skill_loads_as_in_claude_code(socket_dir: Path, tmp_path: Path)
     skills in the spec the tool is not offered."""
     skill = {"name": "greet", "description": "Greets", "directory": "/workspace/.claude/skills/greet",
              "text": "Say hi to $ARGUMENTS."}  # fmt: skip
+    hidden = {"name": "hidden", "directory": "/workspace/.claude/skills/hidden", "text": "HIDDEN",
+              "invocable": False}  # fmt: skip
     broker = FakeBroker(
-        make_spec(tools=["Read", "Skill"], skills=[skill]),
+        make_spec(tools=["Read", "Skill"], skills=[skill, hidden]),
         [tool_turn("Skill", {"skill": "greet", "args": "Ann"}, "s1"),
-         tool_turn("Skill", {"skill": "nosuch"}, "s2"), text_turn("ok")],
+         tool_turn("Skill", {"skill": "nosuch"}, "s2"),
+         tool_turn("Skill", {"skill": "hidden"}, "s3"), text_turn("ok")],
     )  # fmt: skip
     assert await serve_and_run(broker, socket_dir, tmp_path) == EXIT_OK
     first = broker.model_requests[0]
@@ -762,6 +765,12 @@ async def test_a_skill_loads_as_in_claude_code(socket_dir: Path, tmp_path: Path)
     )
     unknown = broker.model_requests[2]["messages"][-1]["content"]
     assert unknown[0]["is_error"] and "Unknown skill: nosuch" in unknown[0]["content"]
+    refused = broker.model_requests[3]["messages"][-1]["content"]
+    assert refused[0]["is_error"] and refused[0]["content"] == (  # Claude Code's words
+        "<tool_use_error>Skill hidden cannot be used with Skill tool due to "
+        "disable-model-invocation</tool_use_error>"
+    )
+    assert len(refused) == 1  # nothing of its text follows
 
     bare = FakeBroker(make_spec(tools=["Read", "Skill"]), [text_turn("ok")])
     assert await serve_and_run(bare, socket_dir, tmp_path) == EXIT_OK
