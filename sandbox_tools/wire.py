@@ -169,14 +169,42 @@ def mcp_tool_name(server: str, tool: str) -> str:
     return f"{MCP_PREFIX}{mcp_part(server)}__{mcp_part(tool)}"
 
 
-def mcp_tool_offered(name: str, servers: Sequence[tuple[str, Sequence[str] | None]]) -> bool:
+MAX_MCP_DENIED = 256
+"""Most removed-tool patterns (`McpServer.denied`) one server's entry carries."""
+
+
+def mcp_name_glob(pattern: str, name: str) -> bool:
+    """Whether an `mcp__…` tool name matches a pattern in which `*` stands for any
+    text (how the pinned Claude Code takes deny rules when it removes MCP tools from
+    what the model is offered: `mcp__x*` removes the tools of `x` and `xy`)."""
+    parts = pattern.split("*")
+    if len(parts) == 1:
+        return name == pattern
+    if not (name.startswith(parts[0]) and name.endswith(parts[-1])):
+        return False
+    at, end = len(parts[0]), len(name) - len(parts[-1])
+    if end < at:
+        return False
+    for middle in parts[1:-1]:
+        found = name.find(middle, at, end)
+        if found < 0:
+            return False
+        at = found + len(middle)
+    return True
+
+
+def mcp_tool_offered(
+    name: str, servers: Sequence[tuple[str, Sequence[str] | None, Sequence[str]]]
+) -> bool:
     """Whether `name` is a tool one of `servers` ((name, its offered tools or None for
-    all)) may offer: `mcp__<server>__<tool>` of a server in the list, and in its tools
-    when the server names them. The host refuses a permission request for any other
-    `mcp__` name."""
-    for server, tools in servers:
+    all, the patterns of its removed tools)) may offer: `mcp__<server>__<tool>` of a
+    server in the list, in its tools when the server names them, and not removed. The
+    host refuses a permission request for any other `mcp__` name."""
+    for server, tools, denied in servers:
         prefix = f"{MCP_PREFIX}{mcp_part(server)}__"
         if name.startswith(prefix) and len(name) > len(prefix):
+            if any(mcp_name_glob(p, name) for p in denied):
+                return False
             return tools is None or name in tools
     return False
 

@@ -20,6 +20,7 @@ from sandbox_tools.wire import (
     DEFAULT_MCP_STARTUP_TIMEOUT_S,
     DEFAULT_MCP_TOOL_TIMEOUT_S,
     EFFORT_LEVELS,
+    MAX_MCP_DENIED,
 )
 
 T = TypeVar("T")
@@ -62,6 +63,9 @@ class McpServer(NamedTuple):
     headers: tuple[tuple[str, str], ...] = ()
     tools: tuple[str, ...] | None = None
     """The `mcp__…` names of its tools this subagent is offered; None: all of them."""
+    denied: tuple[str, ...] = ()
+    """Patterns (`wire.mcp_name_glob`) of its tools this subagent is not offered (deny
+    rules and the agent file's `disallowedTools`)."""
 
     @classmethod
     def from_json(cls, doc: object) -> McpServer:
@@ -71,7 +75,8 @@ class McpServer(NamedTuple):
         env = _typed(doc, "env", dict, {})
         headers = _typed(doc, "headers", dict, {})
         tools = _typed(doc, "tools", (list, type(None)), None)
-        texts = [*args, *env.values(), *headers.values(), *(tools or [])]
+        denied = _typed(doc, "denied", list, [])[:MAX_MCP_DENIED]
+        texts = [*args, *env.values(), *headers.values(), *(tools or []), *denied]
         if not all(isinstance(t, str) for t in texts):
             raise WireFormatError("mcp_servers: args, env, headers and tools hold text")
         return cls(
@@ -83,6 +88,7 @@ class McpServer(NamedTuple):
             url=_typed(doc, "url", str, ""),
             headers=tuple(sorted(headers.items())),
             tools=None if tools is None else tuple(tools),
+            denied=tuple(denied),
         )
 
 

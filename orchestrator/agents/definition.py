@@ -149,6 +149,12 @@ class AgentDefinition(BaseModel):
     mcp_tools: tuple[str, ...] = ()
     """`mcp__…` names its `tools` list (`mcp__server`, `mcp__server__*`,
     `mcp__server__tool`): the MCP tools it is offered (`agents.mcp.servers_for`)."""
+    mcp_denied: tuple[str, ...] = ()
+    """The MCP tools its `disallowedTools` removes, as `wire.mcp_name_glob` patterns
+    (`mcp__*` every one, `mcp__server__*` a whole server, `mcp__server__tool` one)."""
+    inherits_tools: bool = False
+    """Its file lists `disallowedTools` but no `tools`: as in Claude Code it still
+    inherits the session's MCP servers (less what `disallowedTools` removes)."""
     color: str | None = None
     """`color`: shown by `warden agents list/show`."""
     omit_git_status: bool = False
@@ -175,8 +181,10 @@ class AgentDefinition(BaseModel):
         """Whether its subagents get every MCP server of the project, as Claude Code's
         do when they inherit the session's tools: a file that lists no `tools`, and
         the built-ins whose Claude Code counterparts take every tool."""
-        return self.tools is None or (
-            self.source == BUILTIN_SOURCE and self.name in MCP_INHERITING_BUILTINS
+        return (
+            self.tools is None
+            or self.inherits_tools
+            or (self.source == BUILTIN_SOURCE and self.name in MCP_INHERITING_BUILTINS)
         )
 
     def policy_tools(self) -> tuple[str, ...] | None:
@@ -212,6 +220,28 @@ TOOL_ALIASES = {
 
 MCP_TOOL_PATTERN = r"^mcp__[A-Za-z0-9_-]+?(__([A-Za-z0-9_-]+|\*))?$"
 """An MCP tool in a `tools:` list: `mcp__server`, `mcp__server__*`, `mcp__server__tool`."""
+
+
+DISALLOWED_MCP_PATTERN = r"^mcp__(\*|[A-Za-z0-9_-]+?(__([A-Za-z0-9_-]+|\*))?)$"
+"""The MCP forms the pinned Claude Code honours in an agent's `disallowedTools`:
+`mcp__*`, `mcp__server`, `mcp__server__*`, `mcp__server__tool` (measured: it ignores
+`mcp__server__p*`)."""
+
+
+def disallowed_mcp(denied: list[str]) -> tuple[tuple[str, ...], list[str]]:
+    """An agent's `disallowedTools` MCP names as removed-tool patterns
+    (`wire.mcp_name_glob`), and the names it ignores, as Claude Code does."""
+    patterns: list[str] = []
+    ignored: list[str] = []
+    for name in denied:
+        if not name.startswith(MCP_PREFIX):
+            continue
+        if not re.match(DISALLOWED_MCP_PATTERN, name):
+            ignored.append(name)
+            continue
+        rest = name[len(MCP_PREFIX) :]
+        patterns.append(name if "__" in rest or rest == "*" else f"{name}__*")
+    return tuple(dict.fromkeys(patterns)), ignored
 
 
 def split_tool_names(tools: list[str]) -> tuple[list[str], list[tuple[str, str]]]:

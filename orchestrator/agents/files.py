@@ -51,7 +51,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from orchestrator.agents.definition import AgentDefinition, split_tool_names
+from orchestrator.agents.definition import AgentDefinition, disallowed_mcp, split_tool_names
 from orchestrator.agents.keys import (
     MEMORY_SCOPES,
     MEMORY_TOOLS,
@@ -377,6 +377,14 @@ def load_agent_file(
         fields["tools"] = tuple(t for t in kept if not t.startswith("mcp__"))
         fields["mcp_tools"] = tuple(dict.fromkeys(t for t in kept if t.startswith("mcp__")))
         fields["dropped_tools"] = tuple(tool for tool, _ in dropped)
+        fields["inherits_tools"] = listed is None
+        fields["mcp_denied"], ignored = disallowed_mcp(denied)
+        for tool in ignored:
+            warnings.append(
+                f"{path}: agent {name!r}: `disallowedTools` entry {tool!r} removes nothing: "
+                "Claude Code takes `mcp__*`, `mcp__server`, `mcp__server__*` or "
+                "`mcp__server__tool` there"
+            )
     if values.get("hooks") is not None:
         try:
             hooks, hook_warnings = parse_hooks(values["hooks"], f"agent {name}:{path}")

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestrator.agents.definition import AgentDefinition
 from orchestrator.agents.keys import McpServerConfig
-from orchestrator.jsontypes import JSONObject
+from orchestrator.jsontypes import JSONObject, JSONValue
 from sandbox_tools import wire
 
 MCP_JSON = ".mcp.json"
@@ -216,8 +216,29 @@ def _server_of(pattern: str) -> str | None:
     return rest.split("__", 1)[0] or None
 
 
-def servers_for(agent: AgentDefinition, project: ProjectMcp) -> tuple[list[JSONObject], list[str]]:
-    """The MCP servers a subagent of this type starts (spec entries) and warnings."""
+_ANY_TOOL = "\x01"
+"""A character no tool name has: a pattern matching `mcp__S__` + it (its last `*` took
+it) matches every tool of S."""
+
+
+def _removes_server(pattern: str, part: str) -> bool:
+    return wire.mcp_name_glob(pattern, f"{wire.MCP_PREFIX}{part}__{_ANY_TOOL}")
+
+
+def _may_remove_from(pattern: str, part: str) -> bool:
+    """Whether a pattern can match some tool of the server spelled `part`."""
+    prefix, head = f"{wire.MCP_PREFIX}{part}__", pattern.split("*", 1)[0]
+    return prefix.startswith(head) or head.startswith(prefix)
+
+
+def servers_for(
+    agent: AgentDefinition, project: ProjectMcp, denied: Sequence[str] = ()
+) -> tuple[list[JSONObject], list[str]]:
+    """The MCP servers a subagent of this type starts (spec entries) and warnings.
+    `denied`: patterns of MCP tools the run's deny rules remove from every subagent's
+    offer (`permissions.rules.mcp_offer_patterns`); with the agent's own
+    `disallowedTools`, a server they remove whole does not start, and its other
+    entries carry the patterns that remove some of its tools (`wire.McpServer.denied`)."""
     if project.locked:
         return [], []
     chosen: dict[str, tuple[McpServerConfig, list[str] | None]] = {}
@@ -249,14 +270,26 @@ def servers_for(agent: AgentDefinition, project: ProjectMcp) -> tuple[list[JSONO
             whole = pattern.count("__") == 1 or pattern.endswith("__*")
             tools = None if whole else [*tools, pattern]
         chosen[server] = (config, tools)
+    removed = (*agent.mcp_denied, *denied)
     entries: list[JSONObject] = []
     for name, (config, tools) in chosen.items():
+        part = wire.mcp_part(name)
+        if any(_removes_server(p, part) for p in removed):
+            continue  # as in Claude Code: none of its tools is offered, so none starts
+        patterns = [p for p in removed if _may_remove_from(p, part)]
+        if tools is not None:
+            tools = [t for t in tools if not any(wire.mcp_name_glob(p, t) for p in patterns)]
+            if not tools:
+                continue
+            patterns = []  # its named tools are what it is offered: none removed is left
         refused = project.refusal(name, config)
         if refused is not None:
             warnings.append(f"agent {agent.name}: {refused}; not started")
             continue
         try:
-            entries.append(launch(name, config, tools))
+            entry = launch(name, config, tools)
         except ValueError as exc:
             warnings.append(f"agent {agent.name}: {exc}; not started")
+            continue
+        entries.append({**entry, "denied": list[JSONValue](patterns[: wire.MAX_MCP_DENIED])})
     return entries, warnings

@@ -480,7 +480,7 @@ class Broker:
             await self.notice("flood/v1/permission", over)
             answer = wire_models.PermissionResponse(behavior="deny", reason=f"not decided: {over}")
             return web.json_response(answer.model_dump(mode="json"))
-        servers = [(m.name, m.tools) for m in self.spec.mcp_servers]
+        servers = [(m.name, m.tools, m.denied) for m in self.spec.mcp_servers]
         if req.tool_name not in self.spec.tools and not wire.mcp_tool_offered(
             req.tool_name, servers
         ):
@@ -490,7 +490,7 @@ class Broker:
                     f"tool {req.tool_name!r} is not available to this subagent; "
                     f"its tools are: {', '.join(self.spec.tools)}"
                     + (
-                        f" and the MCP tools of {', '.join(n for n, _ in servers)}"
+                        f" and the MCP tools of {', '.join(n for n, _, _ in servers)}"
                         if servers
                         else ""
                     )

@@ -40,6 +40,8 @@ class McpServerLaunch(_Wire):
     headers: dict[str, str] = Field(default_factory=dict)
     tools: list[str] | None = None
     """The `mcp__…` names of its tools this subagent is offered; None: all of them."""
+    denied: list[str] = Field(default_factory=list, max_length=wire.MAX_MCP_DENIED)
+    """Patterns (`wire.mcp_name_glob`) of its tools this subagent is not offered."""
 
 
 class SkillSpec(_Wire):

@@ -26,6 +26,7 @@ from orchestrator.permissions.models import (
 )
 from orchestrator.permissions.policy import AGENT_DEFINITION_SOURCE, EffectivePolicy
 from orchestrator.permissions.rules import (
+    MCP_PREFIX,
     PATH_TOOLS,
     Rule,
     bash_matches,
@@ -162,7 +163,7 @@ class _Evaluator:
             b = "deny"
         elif tool in READ_TOOLS:
             b = "ask"  # outside the workspace (and additionalDirectories)
-        elif m == "plan":
+        elif m == "plan" and not tool.startswith(MCP_PREFIX):
             b = "deny"
         elif m == "acceptEdits" and tool in EDIT_TOOLS and in_workspace:
             b = "allow"
@@ -300,7 +301,11 @@ class _Evaluator:
         for rule in self.policy.rules_for("deny"):
             if self._matches(rule, target, strict=True):
                 return self._done("deny", f"denied by {rule.text} ({rule.source})", rule)
-        if self.mode == "plan" and tool not in READ_TOOLS | OWN_STATE_TOOLS:
+        # MCP tools are decided by rules in plan mode too: an allow rule allows, else
+        # the call asks, whatever the server's readOnlyHint (measured with the pinned
+        # Claude Code; `_mode_default`)
+        mcp = tool.startswith(MCP_PREFIX)
+        if self.mode == "plan" and tool not in READ_TOOLS | OWN_STATE_TOOLS and not mcp:
             return self._done("deny", "the plan mode is read-only", source=f"{MODE_SOURCE}:plan")
         memory = self._memory_write(target)
         for rule in self.policy.rules_for("ask"):

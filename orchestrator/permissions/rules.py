@@ -9,13 +9,19 @@
   tool that reads them (Read, Glob, Grep). `Write(...)` rules cover Write and Edit.
 - Task: the subagent type, `Task(code-reviewer)`.
 - MCP tools (`mcp__server__tool`): `mcp__server` and `mcp__server__*` match every
-  tool of that server, `mcp__server__tool` the one tool (Claude Code's forms).
+  tool of that server, `mcp__server__tool` the one tool, and a `*` in the tool part
+  any text (`mcp__db__read*`); the server part is taken as written. These are the
+  forms the pinned Claude Code decides calls by (measured: `allow: mcp__x__p*` allowed
+  `mcp__x__poke`, `allow: mcp__x*` allowed nothing). A whole-tool deny rule also
+  removes what it names from the tools a subagent is offered, where Claude Code
+  reads every `*` as any text (`mcp_offer_patterns`).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict
@@ -25,6 +31,7 @@ from orchestrator.errors import PolicyError
 from orchestrator.permissions import paths
 from orchestrator.permissions.shell import SimpleCommand
 from orchestrator.permissions.shell.wrappers import NOT_PROVEN
+from sandbox_tools.wire import mcp_name_glob
 
 RuleBehavior = Behavior
 """What a rule says (`behavior.Behavior`)."""
@@ -42,21 +49,41 @@ APPLIES_TO: dict[str, frozenset[str]] = {
 hold for every tool that edits files, NotebookEdit included)."""
 
 _RULE = re.compile(
-    r"^(?P<tool>mcp__[A-Za-z0-9_-]+__\*|[A-Za-z][A-Za-z0-9_-]*)(?:\((?P<spec>.*)\))?$", re.DOTALL
+    r"^(?P<tool>mcp__[A-Za-z0-9_*-]+|[A-Za-z][A-Za-z0-9_-]*)(?:\((?P<spec>.*)\))?$", re.DOTALL
 )
 
 MCP_PREFIX = "mcp__"
 
 
 def mcp_rule_covers(rule_tool: str, tool_name: str) -> bool:
-    """Whether the rule's tool part names all of an MCP server's tools (`mcp__S`,
-    `mcp__S__*`) and `tool_name` is one of them."""
+    """Whether the rule's tool part names more than one exact MCP tool and `tool_name`
+    is one of them: a whole server (`mcp__S`, `mcp__S__*`), or tools of server S whose
+    names fit the tool part's `*`s (`mcp__S__read*`). The server part is literal."""
     if not rule_tool.startswith(MCP_PREFIX) or not tool_name.startswith(MCP_PREFIX):
         return False
-    if rule_tool.endswith("__*") and rule_tool != f"{MCP_PREFIX}*":
-        return tool_name.startswith(rule_tool[:-1]) and len(tool_name) > len(rule_tool) - 1
-    server = rule_tool[len(MCP_PREFIX) :]
-    return "__" not in server and tool_name.startswith(f"{rule_tool}__")
+    server, split, tool = rule_tool[len(MCP_PREFIX) :].partition("__")
+    prefix = f"{MCP_PREFIX}{server}__"
+    if not tool_name.startswith(prefix) or len(tool_name) == len(prefix) or "*" in server:
+        return False
+    if not split:
+        return True
+    return "*" in tool and mcp_name_glob(tool, tool_name[len(prefix) :])
+
+
+def mcp_offer_patterns(rules: Sequence[Rule]) -> tuple[str, ...]:
+    """The `wire.mcp_name_glob` patterns of the MCP tools whole-tool deny rules remove
+    from what a subagent is offered, as the pinned Claude Code removes them: `mcp__S`
+    a whole server, and otherwise `*` any text over the whole name (`mcp__x*`
+    removed the tools of `x` and `xy`, `mcp__*__zap` every server's `zap`). A rule
+    with a specifier removes nothing (its call is decided when made)."""
+    patterns: list[str] = []
+    for rule in rules:
+        if rule.behavior != "deny" or not rule.whole_tool or not rule.tool.startswith(MCP_PREFIX):
+            continue
+        rest = rule.tool[len(MCP_PREFIX) :]
+        whole_server = "__" not in rest and "*" not in rest
+        patterns.append(f"{rule.tool}__*" if whole_server else rule.tool)
+    return tuple(dict.fromkeys(patterns))
 
 
 def tool_listed(tool_name: str, listed: frozenset[str]) -> bool:

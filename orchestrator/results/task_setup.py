@@ -46,6 +46,8 @@ def task_setup(
                 "name": m.name,
                 "transport": m.transport,
                 "tools": None if m.tools is None else list[JSONValue](m.tools),
+                # the tools deny rules and `disallowedTools` keep out of its offer
+                **({"denied": list[JSONValue](m.denied)} if m.denied else {}),
             }
             for m in spec.mcp_servers
         ],

@@ -50,6 +50,7 @@ from orchestrator.errors import StoreError, TaskNotFoundError, WardenError
 from orchestrator.jsontypes import JSONObject
 from orchestrator.lifecycle import socket_dirs
 from orchestrator.owner import run_owner_dead
+from orchestrator.permissions.rules import mcp_offer_patterns
 from orchestrator.results.task_setup import task_setup
 from orchestrator.runtime.admission import AdmissionQueue
 from orchestrator.runtime.background import BackgroundTasks
@@ -327,7 +328,9 @@ class TaskManager:
         self.tasks[task_id] = ctx
         try:
             self.children_started[ctx.parent_id] = self.children_started.get(ctx.parent_id, 0) + 1
-            servers, mcp_warnings = servers_for(agent, self.mcp)
+            servers, mcp_warnings = servers_for(
+                agent, self.mcp, mcp_offer_patterns(self.gate.policy.rules)
+            )
             if fork is not None and servers:  # a fork's tools are its parent's
                 mcp_warnings.append("a fork-mode subagent starts no MCP servers")
                 servers = []

@@ -127,6 +127,8 @@ class McpTools:
             name = wire.mcp_tool_name(server.name, raw_name)
             if server.tools is not None and name not in server.tools:
                 continue  # the agent lists some of this server's tools, not this one
+            if any(wire.mcp_name_glob(p, name) for p in server.denied):
+                continue  # a deny rule or the agent's `disallowedTools` removes it
             if len(name) > MAX_TOOL_NAME_CHARS or name in self._offered:
                 self.warnings.append(f"MCP tool {name[:100]!r} left out: its name is too long "
                                      "or taken by another tool")  # fmt: skip

@@ -120,18 +120,14 @@ async def test_a_stdio_server_runs_in_the_sandbox_and_its_calls_are_decided_on_t
             for e in run.store.events(run_id=run.run_id)
             if e.kind == "task_started"
         }
-        denied = [
-            e.data.get("data") or {}
-            for e in run.store.events(run_id=run.run_id)
-            if e.kind == "permission_denied"
-        ]
 
     assert general.status is TaskStatus.COMPLETED, general
     assert prober.status is TaskStatus.COMPLETED, prober
-    # Offered under Claude Code's names, with the server's own input schema.
+    # Offered under Claude Code's names, with the server's own input schema; as in
+    # Claude Code, the tool a whole-tool deny rule names is not offered at all.
     tools = offered(model, "general")
-    assert set(tools) == {"mcp__x__where", "mcp__x__echo", "mcp__x__crash"}
-    assert tools["mcp__x__echo"]["input_schema"]["required"] == ["text"]
+    assert set(tools) == {"mcp__x__where", "mcp__x__crash"}
+    assert offered(model, "prober")["mcp__y__echo"]["input_schema"]["required"] == ["text"]
     # It ran inside the sandbox: the container's hostname and cgroup, only `lo`, the
     # workspace as the sandbox mounts it; the file it made at start is in the workspace.
     results = tool_results(model, "general")
@@ -143,9 +139,8 @@ async def test_a_stdio_server_runs_in_the_sandbox_and_its_calls_are_decided_on_t
     assert where["uid"] != 0 and where["cwd"] == where["project_dir"] == "/workspace"
     assert where["oom_score_adj"] == "1000"  # the kernel's first pick, never the runner
     assert (workspace / f"started-{marker}").exists()
-    # The deny rule held on the host: the call never reached the server.
-    assert results[1].startswith("Permission denied") and "mcp__x__echo" in results[1]
-    assert {d.get("tool_name") for d in denied} >= {"mcp__x__echo"}
+    # Called anyway, the removed tool is refused on the host: it never reached the server.
+    assert "not available to this agent" in results[1] and "mcp__x__echo" in results[1]
     # A server that dies mid-call is a tool error naming it; later calls say it is gone.
     assert results[2].startswith("Error: MCP server 'x': it exited (exit code 7)"), results[2]
     assert "crashing as asked" in results[2]
@@ -158,11 +153,59 @@ async def test_a_stdio_server_runs_in_the_sandbox_and_its_calls_are_decided_on_t
     assert by_prober[0] == "abab"
     assert "not available to this agent" in by_prober[1], by_prober[1]
     # `warden logs TASK` shows which servers each subagent got.
-    assert setups[general.task_id] == [{"name": "x", "transport": "stdio", "tools": None}]
+    assert setups[general.task_id] == [
+        {"name": "x", "transport": "stdio", "tools": None, "denied": ["mcp__x__echo"]}
+    ]
     assert setups[prober.task_id] == [
         {"name": "y", "transport": "stdio", "tools": None},
         {"name": "x", "transport": "stdio", "tools": ["mcp__x__where"]},
     ]
+
+
+async def test_disallowed_tools_and_plan_mode_treat_mcp_tools_as_claude_code_does(
+    settings: Settings, workspace: Path
+) -> None:
+    """Measured with the pinned Claude Code: an agent file that lists only
+    `disallowedTools` still gets the session's MCP servers less what it names
+    (`mcp__x__crash` one tool, `mcp__y` a whole server, which then never starts); in
+    plan mode an MCP call an allow rule names runs and any other asks (the run's
+    approver here says no), whatever the tool's read-only hint."""
+    marker = uuid.uuid4().hex[:10]
+    probe_in(workspace)
+    write_mcp_json(workspace, {"x": server(f"x{marker}"), "y": server(f"y{marker}")})
+    write_agent(workspace, "planner", (
+        "---\nname: planner\ndescription: d\ndisallowedTools: Bash, mcp__x__crash, mcp__y\n"
+        "---\nx\n"
+    ))  # fmt: skip
+    script = [
+        convo("planner", {"prompt_contains": "MCP-PLAN"},
+              [tool("mcp__x__echo", text="planned")],
+              [tool("mcp__x__where")],
+              [tool("mcp__x__crash")],
+              [tool("mcp__y__where")],
+              [text("done")]),
+    ]  # fmt: skip
+    async with scripted_run(settings, workspace, script, mode="plan", allow=("mcp__x__echo",)) as (
+        run,
+        model,
+    ):
+        result = await run.manager.run_task(task("MCP-PLAN", "planner"))
+        denied = [
+            (e.data.get("data") or {}).get("tool_name")
+            for e in run.store.events(run_id=run.run_id)
+            if e.kind == "permission_denied"
+        ]
+
+    assert result.status is TaskStatus.COMPLETED, result
+    assert set(offered(model, "planner")) == {"mcp__x__where", "mcp__x__echo"}
+    first = requests_of(model, "planner")[0].body
+    assert "Bash" not in {t["name"] for t in first["tools"]}
+    assert (workspace / f"started-x{marker}").exists()
+    assert not (workspace / f"started-y{marker}").exists()  # removed whole: never started
+    echo, where, crash, other = tool_results(model, "planner")
+    assert echo == "planned"  # the allow rule holds in plan mode
+    assert where.startswith("Permission denied") and "mcp__x__where" in denied, where
+    assert "not available to this agent" in crash and "not available to this agent" in other
 
 
 async def test_an_untrusted_workspace_starts_no_mcp_server(

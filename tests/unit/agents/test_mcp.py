@@ -7,10 +7,15 @@ never expanded into a sandbox."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from orchestrator.agents.definition import BUILTIN_SOURCE, AgentDefinition
 from orchestrator.agents.keys import McpServerConfig, McpServerSpec
+from orchestrator.agents.files import load_agent_file
 from orchestrator.agents.mcp import project_mcp, servers_for
+from orchestrator.permissions.rules import mcp_offer_patterns, parse_rule
 
 MCP_JSON = json.dumps({"mcpServers": {
     "db": {"command": "python3", "args": ["db.py", "${CLAUDE_PROJECT_DIR}/data"]},
@@ -105,3 +110,57 @@ def test_denied_and_allowed_mcp_servers_narrow_every_server() -> None:
     # Without a .mcp.json the lists still hold for the agent's own servers.
     assert servers_for(everyone, project_mcp(None, trusted=True, settings_docs=[
         {"allowedMcpServers": []}]))[0] == []  # fmt: skip
+
+
+XY = json.dumps({"mcpServers": {"x": {"command": "python3"}, "y": {"command": "python3"}}})
+
+
+@pytest.mark.parametrize(
+    ("frontmatter", "expected"),
+    [
+        # what the pinned Claude Code offered each subagent (servers x, y; tools look,
+        # poke, zap each): `disallowedTools` removes a tool, a server, or every MCP
+        # tool, and ignores `mcp__x__p*`; a `tools:` list narrows, and `mcp__*` there
+        # names nothing
+        ("disallowedTools: mcp__x__poke", {"x": (None, ["mcp__x__poke"]), "y": (None, [])}),
+        ("disallowedTools: mcp__x", {"y": (None, [])}),
+        ("disallowedTools: mcp__x__*", {"y": (None, [])}),
+        ("disallowedTools: mcp__*", {}),
+        ("disallowedTools: mcp__x__p*", {"x": (None, []), "y": (None, [])}),
+        ("tools: Read, mcp__x__look", {"x": (["mcp__x__look"], [])}),
+        ("tools: Read, mcp__x__look, mcp__x__zap\ndisallowedTools: mcp__x__zap",
+         {"x": (["mcp__x__look"], [])}),
+        ("tools: Read, mcp__x", {"x": (None, [])}),
+        ("tools: Read, mcp__x__*", {"x": (None, [])}),
+        ("tools: Read, mcp__*", {}),
+        ("tools: Read, mcp__x__look\ndisallowedTools: mcp__x__look", {}),
+        ("tools: Read, mcp__x\ndisallowedTools: mcp__x__zap", {"x": (None, ["mcp__x__zap"])}),
+    ],
+)
+def test_disallowed_tools_and_tool_lists_as_claude_code_applies_them(
+    tmp_path: Path, frontmatter: str, expected: dict[str, tuple[list[str] | None, list[str]]]
+) -> None:
+    path = tmp_path / "a.md"
+    path.write_text(f"---\nname: a\ndescription: d\n{frontmatter}\n---\nBody.\n")
+    definition, warnings = load_agent_file(path)
+    entries, _ = servers_for(definition, project_mcp(XY, trusted=True))
+    assert {e["name"]: (e["tools"], e["denied"]) for e in entries} == expected
+    if "p*" in frontmatter:
+        assert "`disallowedTools` entry 'mcp__x__p*' removes nothing" in "\n".join(warnings)
+    if "disallowedTools" in frontmatter and "tools:" not in frontmatter:
+        assert definition.policy_tools() is not None and "mcp__*" in definition.policy_tools()
+
+
+def test_deny_rules_remove_servers_and_tools_from_every_subagents_offer() -> None:
+    """Measured: settings deny `mcp__x__poke`, `mcp__y`, `mcp__z__*`, `mcp__w__p*`: the
+    general-purpose subagent got x's and w's look and zap, nothing of y and z."""
+    project = project_mcp(json.dumps({"mcpServers": {
+        s: {"command": "python3"} for s in ("x", "y", "z", "w")
+    }}), trusted=True)  # fmt: skip
+    rules = [parse_rule(r, "deny", "project:s", "permissions")
+             for r in ("mcp__x__poke", "mcp__y", "mcp__z__*", "mcp__w__p*")]  # fmt: skip
+    general = agent(name="general-purpose", source=BUILTIN_SOURCE, tools=("Bash",))
+    entries, _ = servers_for(general, project, mcp_offer_patterns(rules))
+    assert {e["name"]: e["denied"] for e in entries} == {
+        "x": ["mcp__x__poke"], "w": ["mcp__w__p*"],
+    }  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.errors import PolicyError
-from orchestrator.permissions.rules import parse_rule, tool_listed
+from orchestrator.permissions.rules import mcp_offer_patterns, parse_rule, tool_listed
 
 
 @pytest.mark.parametrize(
@@ -24,9 +24,46 @@ def test_mcp_rule_forms(rule: str, covered: list[str], not_covered: list[str]) -
     assert not any(parsed.applies_to(name) for name in not_covered)
 
 
-def test_a_star_is_taken_only_as_the_whole_server() -> None:
+@pytest.mark.parametrize(
+    ("rule", "covered", "not_covered"),
+    [
+        # measured with the pinned Claude Code: `allow: mcp__x__p*` allowed mcp__x__poke,
+        # `allow: mcp__z*` and `allow: mcp__*k` allowed nothing (the server part is literal)
+        ("mcp__db__dr*", ["mcp__db__drop", "mcp__db__dr"], ["mcp__db__query", "mcp__dbx__drop"]),
+        ("mcp__db__*o*", ["mcp__db__look", "mcp__db__poke"], ["mcp__db__zap"]),
+        ("mcp__db*", [], ["mcp__db__q", "mcp__dbx__q"]),
+        ("mcp__*k", [], ["mcp__a__k", "mcp__k"]),
+        ("mcp__*", [], ["mcp__db__q"]),
+    ],
+)
+def test_a_star_in_the_tool_part_is_any_text(
+    rule: str, covered: list[str], not_covered: list[str]
+) -> None:
+    parsed = parse_rule(rule, "allow", "cli", "--allow")
+    assert all(parsed.applies_to(name) for name in covered)
+    assert not any(parsed.applies_to(name) for name in not_covered)
+
+
+def test_deny_rules_remove_mcp_tools_from_the_offer_by_the_whole_name() -> None:
+    """What the pinned Claude Code left out of the tools it offered: `mcp__y` and
+    `mcp__z__*` whole servers, `mcp__x*` every server starting with x, `mcp__*` every
+    MCP tool; a rule with a specifier, an allow or an ask rule removes nothing."""
+    rules = [
+        parse_rule(text, behavior, "project:s", "permissions")
+        for text, behavior in [
+            ("mcp__y", "deny"), ("mcp__z__*", "deny"), ("mcp__x*", "deny"), ("mcp__*", "deny"),
+            ("mcp__w__poke", "deny"), ("mcp__v__poke(a)", "deny"), ("mcp__u", "ask"),
+            ("mcp__t", "allow"), ("Bash", "deny"),
+        ]
+    ]  # fmt: skip
+    assert mcp_offer_patterns(rules) == (
+        "mcp__y__*", "mcp__z__*", "mcp__x*", "mcp__*", "mcp__w__poke",
+    )  # fmt: skip
+
+
+def test_a_malformed_mcp_rule_is_refused() -> None:
     with pytest.raises(PolicyError):
-        parse_rule("mcp__db__dr*", "deny", "cli", "--deny")
+        parse_rule("mcp__db__dr?p", "deny", "cli", "--deny")
 
 
 def test_agent_tool_lists_name_mcp_tools_by_server_or_all() -> None:
@@ -47,6 +84,12 @@ def test_agent_tool_lists_name_mcp_tools_by_server_or_all() -> None:
         ({"allow": ["mcp__db"], "ask": ["mcp__db__*"]}, "ask"),
         ({"mode": "bypassPermissions", "deny": ["mcp__db"]}, "deny"),
         ({"mode": "dontAsk"}, "deny"),
+        # the pinned Claude Code in plan mode: an MCP call asks, whatever the server's
+        # readOnlyHint, and an allow rule allows it (plan denies only Claude Code's own
+        # writing tools)
+        ({"mode": "plan"}, "ask"),
+        ({"mode": "plan", "allow": ["mcp__db__query"]}, "allow"),
+        ({"mode": "plan", "allow": ["mcp__db"], "deny": ["mcp__db__*"]}, "deny"),
     ],
 )
 def test_mcp_calls_are_decided_by_rules_and_mode(rules: dict[str, object], expected: str) -> None:

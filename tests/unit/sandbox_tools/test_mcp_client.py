@@ -18,8 +18,12 @@ from sandbox_tools.tools.mcp import McpTools, render_result
 PROBE = str(Path(__file__).resolve().parents[2] / "fixtures" / "mcp_probe_server.py")
 
 
-def probe(name: str, *args: str, tools: tuple[str, ...] | None = None) -> wire_answers.McpServer:
-    return wire_answers.McpServer(name=name, command=sys.executable, args=(PROBE, *args), tools=tools)
+def probe(
+    name: str, *args: str, tools: tuple[str, ...] | None = None, denied: tuple[str, ...] = ()
+) -> wire_answers.McpServer:
+    return wire_answers.McpServer(
+        name=name, command=sys.executable, args=(PROBE, *args), tools=tools, denied=denied
+    )
 
 
 def spec(*servers: wire_answers.McpServer, startup_s: float = 20.0) -> wire_answers.TaskSpec:
@@ -43,6 +47,18 @@ def test_tools_are_offered_called_and_filtered(tmp_path: Path) -> None:
         again = mcp.call("mcp__x_y__echo", {"text": "a"})
         assert again.is_error and "MCP server 'x.y'" in again.text
         assert mcp.call("mcp__z__echo", {"text": "still"}).text == "still"  # the other goes on
+    finally:
+        mcp.close()
+
+
+def test_removed_tools_are_not_offered(tmp_path: Path) -> None:
+    """A deny rule or `disallowedTools` naming some of a server's tools leaves them out
+    of what the model is offered (the others stay), as the pinned Claude Code does."""
+    mcp = McpTools(spec(probe("w", denied=("mcp__w__ec*", "mcp__w__crash"))), tmp_path)
+    try:
+        assert mcp.start() == []
+        assert mcp.names == ("mcp__w__where",)
+        assert mcp.call("mcp__w__echo", {"text": "a"}).is_error
     finally:
         mcp.close()
 
@@ -91,9 +107,31 @@ def test_results_are_text_only_and_cut() -> None:
 
 
 def test_the_host_refuses_names_outside_the_spec_servers() -> None:
-    servers = [("db", None), ("web", ("mcp__web__get",))]
+    servers = [("db", None, ("mcp__db__drop", "mcp__*__ad*")), ("web", ("mcp__web__get",), ())]
     assert wire.mcp_tool_offered("mcp__db__anything", servers)
+    assert not wire.mcp_tool_offered("mcp__db__drop", servers)  # removed by a deny rule
+    assert not wire.mcp_tool_offered("mcp__db__admin", servers)
     assert wire.mcp_tool_offered("mcp__web__get", servers)
     assert not wire.mcp_tool_offered("mcp__web__post", servers)
     assert not wire.mcp_tool_offered("mcp__other__x", servers)
     assert not wire.mcp_tool_offered("mcp__db__", servers)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "matches", "misses"),
+    [
+        ("mcp__x__poke", ["mcp__x__poke"], ["mcp__x__poke2", "mcp__x__pok"]),
+        ("mcp__x*", ["mcp__x__a", "mcp__xy__a"], ["mcp__y__x"]),
+        ("mcp__*__zap", ["mcp__a__zap", "mcp__b_c__zap"], ["mcp__a__zap2"]),
+        ("mcp__y__*o*", ["mcp__y__look", "mcp__y__poke"], ["mcp__y__zap"]),
+        ("mcp__*", ["mcp__a__b"], ["Bash"]),
+        ("mcp__a*a__b", ["mcp__aa__b", "mcp__axa__b"], ["mcp__a__b"]),
+    ],
+)
+def test_removed_tool_patterns_take_a_star_as_any_text(
+    pattern: str, matches: list[str], misses: list[str]
+) -> None:
+    """As the pinned Claude Code removes MCP tools by deny rules (`mcp__x*` removed the
+    tools of `x` and `xy`; `mcp__y__*o*` look and poke, not zap)."""
+    assert all(wire.mcp_name_glob(pattern, n) for n in matches)
+    assert not any(wire.mcp_name_glob(pattern, n) for n in misses)
