@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.agents.definition import BUILTIN_SOURCE, AgentDefinition
-from orchestrator.agents.keys import McpServerConfig, McpServerSpec
 from orchestrator.agents.files import load_agent_file
+from orchestrator.agents.keys import McpServerConfig, McpServerSpec
 from orchestrator.agents.mcp import project_mcp, servers_for
 from orchestrator.permissions.rules import mcp_offer_patterns, parse_rule
 
