@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestrator.agents.definition import AgentDefinition
 from orchestrator.agents.keys import McpServerConfig
+from orchestrator.agents.person_mcp import MANAGED_MCP, USER_MCP, PersonMcp
 from orchestrator.jsontypes import JSONObject, JSONValue
 from sandbox_tools import wire
 
@@ -51,7 +52,8 @@ _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 class ProjectMcp(BaseModel):
-    """The workspace's `.mcp.json` servers this run may start, and what was left out."""
+    """The MCP servers of the run's configuration (the person's files, the enterprise's
+    and the workspace's `.mcp.json`) it may start, and what was left out."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -62,6 +64,9 @@ class ProjectMcp(BaseModel):
     locked: bool = False
     """Managed `strictPluginOnlyCustomization` covers `mcp`: no server starts at all,
     neither the project's nor one an agent file defines."""
+    managed_only: bool = False
+    """A `managed-mcp.json` exists: `servers` are its, and an agent file's own
+    (inline) servers do not start either."""
     denied: tuple[JSONObject, ...] = ()
     """`deniedMcpServers` entries of every settings file."""
     allowlists: tuple[tuple[JSONObject, ...], ...] = ()
@@ -104,52 +109,76 @@ def project_mcp(
     trusted: bool,
     settings_docs: Iterable[JSONObject] = (),
     locked: bool = False,
+    person: PersonMcp | None = None,
 ) -> ProjectMcp:
-    """The admitted servers of `.mcp.json` (`text`: its content as trust saw it, None
-    when there is none or it is not a regular file) under the settings files' keys;
-    `locked`: managed settings allow no MCP server but their own (none, here)."""
+    """The servers this run may start: the person's (`person`: `~/.claude.json` and
+    `managed-mcp.json`, `agents.person_mcp`) and the admitted ones of `.mcp.json`
+    (`text`: its content as trust saw it, None when there is none or it is not a
+    regular file) under the settings files' keys; `locked`: managed settings allow
+    no MCP server but their own (none, here)."""
     docs = list(settings_docs)
+    person = person or PersonMcp()
     denied = tuple(e for d in docs for e in _entries(d.get("deniedMcpServers")))
     allowlists = tuple(
         _entries(d["allowedMcpServers"])
         for d in docs
         if isinstance(d.get("allowedMcpServers"), list)
     )
-
-    def result(
-        servers: dict[str, McpServerConfig] | None = None,
-        warnings: tuple[str, ...] = (),
-        locked: bool = False,
-    ) -> ProjectMcp:
-        return ProjectMcp(
-            servers=servers or {}, warnings=warnings, locked=locked,
-            denied=denied, allowlists=allowlists,
-        )  # fmt: skip
-
     if locked:
-        return result(locked=True, warnings=(
+        return ProjectMcp(locked=True, denied=denied, allowlists=allowlists, warnings=(
             "no MCP server starts: managed settings lock MCP servers to managed sources "
             "(strictPluginOnlyCustomization)",
         ))  # fmt: skip
+    warnings = list(person.warnings)
+    if person.managed is not None:
+        managed = _person_servers(person.managed, MANAGED_MCP, warnings)
+        if person.user or person.local or text is not None:
+            warnings.append(
+                f"{MANAGED_MCP} takes control of MCP servers: only its servers start "
+                f"(none of {USER_MCP}'s, {MCP_JSON}'s or an agent file's own)"
+            )
+        return ProjectMcp(
+            servers=managed, warnings=tuple(warnings), managed_only=True,
+            denied=denied, allowlists=allowlists,
+        )  # fmt: skip
+    disabled = set(person.disabled_mcpjson)
+    for settings in docs:
+        disabled |= _names(settings.get("disabledMcpjsonServers"))
+    # one name in several scopes: local beats project beats user (as Claude Code)
+    servers = {
+        **_person_servers(person.user, USER_MCP, warnings),
+        **_mcp_json_servers(text, trusted, disabled, warnings),
+        **_person_servers(person.local, f"{USER_MCP} (this project)", warnings),
+    }
+    for name in sorted(person.disabled & set(servers)):
+        del servers[name]
+        warnings.append(f"MCP server {name!r} is off (`disabledMcpServers` in {USER_MCP})")
+    return ProjectMcp(
+        servers=servers, warnings=tuple(warnings), denied=denied, allowlists=allowlists
+    )
+
+
+def _mcp_json_servers(
+    text: str | None, trusted: bool, disabled: set[str], warnings: list[str]
+) -> dict[str, McpServerConfig]:
     if text is None:
-        return result()
+        return {}
     if not trusted:
-        return result(warnings=(
+        warnings.append(
             f"{MCP_JSON}: no MCP server of this workspace starts: it is not trusted "
-            "(`warden trust` shows what it holds and records your yes)",
-        ))  # fmt: skip
+            "(`warden trust` shows what it holds and records your yes)"
+        )
+        return {}
     try:
         doc = json.loads(text)
     except ValueError as exc:
-        return result(warnings=(f"{MCP_JSON}: not JSON ({exc}); no server of it starts",))
+        warnings.append(f"{MCP_JSON}: not JSON ({exc}); no server of it starts")
+        return {}
     listed = doc.get("mcpServers") if isinstance(doc, dict) else None
     if not isinstance(listed, dict):
-        return result(warnings=(f"{MCP_JSON}: no `mcpServers` object; no server starts",))
-    disabled: set[str] = set()
-    for settings in docs:
-        disabled |= _names(settings.get("disabledMcpjsonServers"))
+        warnings.append(f"{MCP_JSON}: no `mcpServers` object; no server starts")
+        return {}
     servers: dict[str, McpServerConfig] = {}
-    warnings: list[str] = []
     for name, raw in listed.items():
         if name in disabled:
             warnings.append(f"{MCP_JSON}: server {name!r} is off (`disabledMcpjsonServers`)")
@@ -157,22 +186,49 @@ def project_mcp(
         config = _config(name, raw, warnings)
         if config is not None:
             servers[name] = config
-    return result(servers, tuple(warnings))
+    return servers
 
 
-def _config(name: str, raw: object, warnings: list[str]) -> McpServerConfig | None:
+def _person_servers(
+    listed: JSONObject, where: str, warnings: list[str]
+) -> dict[str, McpServerConfig]:
+    """The servers of the person's (or the enterprise's) file that may start: a value
+    in `env` or `headers` is their private text, and a server runs where the subagent
+    can read its environment and what it sends, so such a server is not started."""
+    servers: dict[str, McpServerConfig] = {}
+    for name, raw in listed.items():
+        config = _config(name, raw, warnings, where)
+        if config is None:
+            continue
+        private = sorted({*config.env, *config.headers})
+        if private:
+            warnings.append(
+                f"{where}: server {name!r} not started: its `env`/`headers` "
+                f"({', '.join(private)[:200]}) would be readable by the subagent, in whose "
+                "sandbox the server runs; warden passes no private value of yours into a "
+                "sandbox (write what is not secret into its `args`, or into the "
+                f"workspace's {MCP_JSON})"
+            )
+            continue
+        servers[name] = config
+    return servers
+
+
+def _config(
+    name: str, raw: object, warnings: list[str], where: str = MCP_JSON
+) -> McpServerConfig | None:
     if not isinstance(raw, dict):
-        warnings.append(f"{MCP_JSON}: server {name!r} is not an object; skipped")
+        warnings.append(f"{where}: server {name!r} is not an object; skipped")
         return None
     try:
         config = McpServerConfig.model_validate(raw)
     except ValidationError as exc:
         first = str(exc).splitlines()[1:2] or [str(exc)]
-        warnings.append(f"{MCP_JSON}: server {name!r} skipped: {first[0].strip()}")
+        warnings.append(f"{where}: server {name!r} skipped: {first[0].strip()}")
         return None
     if not (config.command if config.type == "stdio" else config.url):
         need = "`command`" if config.type == "stdio" else "`url`"
-        warnings.append(f"{MCP_JSON}: server {name!r} has no {need}; skipped")
+        warnings.append(f"{where}: server {name!r} has no {need}; skipped")
         return None
     return config
 
@@ -245,14 +301,20 @@ def servers_for(
     warnings: list[str] = []
     by_part = {wire.mcp_part(n): n for n in project.servers}
     for spec in agent.mcp_servers:
-        if spec.config is not None:
+        if spec.config is not None and project.managed_only:
+            warnings.append(
+                f"agent {agent.name}: MCP server {spec.name!r} (`mcpServers`) not started: "
+                f"{MANAGED_MCP} allows only its own servers"
+            )
+        elif spec.config is not None:
             chosen[spec.name] = (spec.config, None)
         elif spec.name in project.servers:
             chosen[spec.name] = (project.servers[spec.name], None)
         else:
             warnings.append(
                 f"agent {agent.name}: MCP server {spec.name!r} (`mcpServers`) is not one this "
-                f"run starts ({MCP_JSON} of a trusted workspace, or defined in the agent file)"
+                f"run starts ({USER_MCP}, {MCP_JSON} of a trusted workspace, or defined in the "
+                "agent file)"
             )
     if agent.inherits_mcp:
         for name, config in project.servers.items():

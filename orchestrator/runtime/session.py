@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator import labels, owner
 from orchestrator.agents.mcp import MCP_JSON, ProjectMcp, project_mcp
+from orchestrator.agents.person_mcp import MANAGED_MCP, read_person_mcp
 from orchestrator.broker import PendingClient, Upstream
 from orchestrator.config import DEFAULT_MODEL, Settings
 from orchestrator.egress.setup import EgressRequest, run_egress
@@ -45,6 +46,7 @@ from orchestrator.workspace.held import WorkspaceHold
 from orchestrator.workspace.inputs import PolicyInputs, read_policy_inputs
 from orchestrator.workspace.report import ExecutedPathsWatch
 from orchestrator.workspace.settings import protected_paths
+from orchestrator.workspace.trust import claude_record
 from orchestrator.workspace.walls import walls_of
 
 if TYPE_CHECKING:
@@ -430,7 +432,7 @@ async def open_run(
             egress=run_egress_service,
             upstream_for=tracer.upstream_for if tracer is not None else None,
             identity=identity,
-            mcp=run_mcp(inputs),
+            mcp=run_mcp(inputs, settings),
             **({"runner_command": runner_command} if runner_command else {}),
         )
         # Whatever happens, no container of this run outlives it: the reaper runs
@@ -464,21 +466,29 @@ async def open_run(
         )  # fmt: skip
 
 
-def run_mcp(inputs: PolicyInputs) -> ProjectMcp:
-    """The workspace's MCP servers this run may start: `.mcp.json` as the trust verdict
-    read it (so what starts is what the person said yes to), under the settings files'
-    `disabledMcpjsonServers` and managed locks (`agents.mcp`); what is left out is logged."""
+def run_mcp(inputs: PolicyInputs, settings: Settings) -> ProjectMcp:
+    """The MCP servers this run may start: the person's own (`~/.claude.json`) and the
+    enterprise's (`managed-mcp.json`), read once here, and `.mcp.json` as the trust
+    verdict read it (so what starts is what the person said yes to), under the settings
+    files' `disabledMcpjsonServers` and managed locks (`agents.mcp`); what is left out
+    is logged."""
     seen = inputs.trust.prints.get(MCP_JSON)
     text = seen.text if seen is not None and seen.digest.startswith("sha256:") else None
     if seen is not None and text is None:
         log.warning("%s: not read (%s): no MCP server of it starts", MCP_JSON,
                     "a link or not a regular file" if not seen.digest.startswith("sha256:")
                     else "not UTF-8 text, or too large")  # fmt: skip
+    person = read_person_mcp(
+        claude_record(settings),
+        settings.claude_managed_settings.parent / MANAGED_MCP,
+        inputs.workspace,
+    )
     found = project_mcp(
         text,
         trusted=inputs.trusted,
         settings_docs=[f.doc for f in inputs.stack.files],
         locked="mcp" in inputs.stack.managed.plugin_only,
+        person=person,
     )
     for warning in found.warnings:
         log.warning("%s", warning)

@@ -99,14 +99,15 @@ def _load(path: Path) -> object:
         return None  # an unreadable record trusts nothing
 
 
-def _claude_record(settings: Settings) -> Path:
+def claude_record(settings: Settings) -> Path:
+    """The person's `.claude.json` (beside `~/.claude`, or in `CLAUDE_CONFIG_DIR`)."""
     if settings.claude_dir.name == ".claude":
         return settings.claude_dir.parent / ".claude.json"
     return settings.claude_dir / ".claude.json"  # CLAUDE_CONFIG_DIR
 
 
 def _claude_trusts(settings: Settings, ws: Path) -> bool:
-    claude = _load(_claude_record(settings))
+    claude = _load(claude_record(settings))
     projects = claude.get("projects") if isinstance(claude, dict) else None
     entry = projects.get(str(ws)) if isinstance(projects, dict) else None
     return isinstance(entry, dict) and entry.get("hasTrustDialogAccepted") is True
