@@ -12,7 +12,11 @@ write through it).
 Each path is planned first: the workspace still holds the base (write the new
 side), already holds the new side (nothing to do), or holds something else (for
 text files on all three sides: `git merge-file` merges them; a clean merge is
-written, a conflict is shown). If any path conflicts, nothing is written and the
+written, a conflict is shown). A file the subagent replaced by a directory (or a
+directory by a file or link) is a change like the others when the workspace still
+holds the copy's start there: removals are planned and written first (deepest
+first), and a directory is replaced only when every file in it is one the change
+set removes as the copy started from it. If any path conflicts, nothing is written and the
 change set stays pending with the conflicts named. `git merge-file` runs on three
 files in a private temporary directory, outside any repository, with no system or
 global config: no workspace config, attributes, filter or merge driver is read.
@@ -34,6 +38,7 @@ from typing import Literal
 
 from orchestrator.apply.changeset import ChangeSet, ContentStore, FileChange, PathReason
 from orchestrator.apply.policy import protected_by
+from orchestrator.apply.tree import MAX_DEPTH
 
 MERGE_TIMEOUT_S = 30.0
 """Longest one `git merge-file` may take."""
@@ -46,7 +51,7 @@ TEMP_PREFIX = ".warden-apply-"
 class Current:
     """What the workspace holds at a path now."""
 
-    type: Literal["none", "file", "symlink", "other"]
+    type: Literal["none", "file", "symlink", "dir", "other"]
     sha256: str | None = None
     mode: int | None = None
     link_target: str | None = None
@@ -64,6 +69,10 @@ class Step:
     mode: int = 0o644
     link_target: str = ""
     merged: bool = False
+    clear_dir: bool = False
+    """The workspace holds a directory there that the change set empties (a
+    directory the subagent replaced by a file or link): its emptied directories are
+    removed first."""
 
 
 @dataclass(frozen=True)
@@ -79,16 +88,29 @@ def apply_change_set(change_set: ChangeSet, workspace_fd: int, store: ContentSto
     Raises ContentMissingError when the reviewed content is gone from the store."""
     steps: list[Step] = []
     conflicts: list[PathReason] = []
-    for change in change_set.changes:
-        step = _plan(change, workspace_fd, store)
+    # Removals first: a path the change set removes from where the workspace still
+    # holds what the copy started from is out of the way of the paths planned after
+    # it (a file the subagent replaced by a directory, or the reverse).
+    removals = [c for c in change_set.changes if c.new_type is None]
+    others = [c for c in change_set.changes if c.new_type is not None]
+    vacated: set[str] = set()
+    for change in [*removals, *others]:
+        step = _plan(change, workspace_fd, store, vacated)
         if isinstance(step, PathReason):
             conflicts.append(step)
-        else:
-            steps.append(step)
+            continue
+        steps.append(step)
+        if step.action in ("remove", "keep") and change.new_type is None:
+            vacated.add(change.path)
     if conflicts:
         return ApplyResult(applied=(), conflicts=tuple(conflicts))
     applied: list[str] = []
-    for step in steps:
+    # Removals deepest first, then the writes in path order (a directory's emptied
+    # remains go before the file that takes its place).
+    ordered = sorted((s for s in steps if s.action == "remove"), key=lambda s: s.change.path)
+    ordered.reverse()
+    ordered += [s for s in steps if s.action != "remove"]
+    for step in ordered:
         if step.action == "keep":
             continue
         problem = _write(step, workspace_fd)
@@ -96,26 +118,41 @@ def apply_change_set(change_set: ChangeSet, workspace_fd: int, store: ContentSto
             return ApplyResult(applied=tuple(applied), conflicts=(problem,))
         applied.append(step.change.path)
     merged = tuple(s.change.path for s in steps if s.merged)
-    return ApplyResult(applied=tuple(applied), conflicts=(), merged=merged)
+    return ApplyResult(applied=tuple(sorted(applied)), conflicts=(), merged=merged)
 
 
 def _conflict(change: FileChange, why: str, rule: str = "conflict") -> PathReason:
     return PathReason(path=change.path, reason=why, rule=rule)
 
 
-def _plan(change: FileChange, root: int, store: ContentStore) -> Step | PathReason:
+def _plan(
+    change: FileChange, root: int, store: ContentStore, vacated: set[str]
+) -> Step | PathReason:
+    """One path's step. `vacated`: the paths already planned as removed where the
+    workspace holds what the copy started from (out of the way once removed)."""
     if protected_by(change.path):
         return _conflict(change, "a protected path: never written by an apply", "protected")
     parts = change.path.split("/")
+    clear_dir = False
     with _parent(root, parts[:-1], create=False) as parent:
-        if parent is False:
+        if parent is False and not _vacated_on_the_way(parts, vacated):
             return _conflict(change, "a link or a non-directory is in the way in the workspace")
-        now = Current("none") if parent is None else _current(parent, parts[-1])
+        now = Current("none") if parent in (None, False) else _current(parent, parts[-1])
+        if now.type == "dir" and change.new_type is not None and isinstance(parent, int):
+            left = _left_in_dir(parent, parts[-1], change.path, vacated)
+            if left:
+                return _conflict(
+                    change,
+                    f"the subagent put a {change.new_type} where the workspace holds a "
+                    f"directory that has changed since the copy was made ({left} is not "
+                    "the copy's); nothing was applied",
+                )
+            now, clear_dir = Current("none"), True
     old = _side(change, "old")
     new = _side(change, "new")
     if _same(now, new):
         return Step(change, now, "keep")
-    if now.type == "other":
+    if now.type in ("other", "dir"):
         return _conflict(change, "the workspace holds a directory or special file there now")
     if change.new_type is None:
         action: Literal["write", "link", "remove"] = "remove"
@@ -132,6 +169,7 @@ def _plan(change: FileChange, root: int, store: ContentStore) -> Step | PathReas
             data=data,
             mode=change.new_mode or 0o644,
             link_target=change.link_target or "",
+            clear_dir=clear_dir,
         )
     # The workspace changed that path since the copy was made: merge or show it.
     if (
@@ -157,6 +195,65 @@ def _plan(change: FileChange, root: int, store: ContentStore) -> Step | PathReas
         "the workspace changed it since the copy was made and the two cannot be merged "
         "line by line; nothing was applied",
     )
+
+
+def _vacated_on_the_way(parts: list[str], vacated: set[str]) -> bool:
+    """Whether a directory on the way to a path is a file or link the change set
+    removes (the subagent replaced it by a directory): nothing of the workspace's
+    is in the way once it is removed."""
+    return any("/".join(parts[:i]) in vacated for i in range(1, len(parts)))
+
+
+MAX_CLEARED_ENTRIES = 100_000
+"""Most entries a directory replaced by a file may hold in the workspace."""
+
+
+def _left_in_dir(parent: int, name: str, path: str, vacated: set[str]) -> str:
+    """The first file or link under the workspace's directory `path` that the change
+    set does not remove as the copy started from it (empty: the directory holds
+    only such files and directories, so replacing it loses nothing of the
+    workspace's own)."""
+    if not any(v.startswith(f"{path}/") for v in vacated):
+        return f"{path}/ (the copy did not start with files there)"
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    todo: list[tuple[int, str, int]] = []
+    seen = 0
+    try:
+        todo.append((os.open(name, flags, dir_fd=parent), path, 1))
+        while todo:
+            fd, where, depth = todo.pop()
+            try:
+                for entry in os.listdir(fd):
+                    seen += 1
+                    inner = f"{where}/{entry}"
+                    if seen > MAX_CLEARED_ENTRIES or depth > MAX_DEPTH:
+                        return f"{inner} (too many entries or too deep)"
+                    info = os.stat(entry, dir_fd=fd, follow_symlinks=False)
+                    if stat.S_ISDIR(info.st_mode):
+                        todo.append((os.open(entry, flags, dir_fd=fd), inner, depth + 1))
+                    elif inner not in vacated:
+                        return inner
+            finally:
+                os.close(fd)
+    except OSError as exc:
+        return f"{path} ({exc.strerror or exc})"
+    finally:
+        for fd, _, _ in todo:
+            os.close(fd)
+    return ""
+
+
+def _clear_dir(parent: int, name: str) -> None:
+    """Remove the (emptied) directory `name` and the empty directories in it; an
+    entry that is not a directory stops it (OSError)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, flags, dir_fd=parent)
+    try:
+        for entry in os.listdir(fd):
+            _clear_dir(fd, entry)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
 
 
 def _side(change: FileChange, side: Literal["old", "new"]) -> Current:
@@ -188,6 +285,8 @@ def _current(parent: int, name: str) -> Current:
         return Current("none")
     if stat.S_ISLNK(info.st_mode):
         return Current("symlink", link_target=os.fsdecode(os.readlink(name, dir_fd=parent)))
+    if stat.S_ISDIR(info.st_mode):
+        return Current("dir")
     if not stat.S_ISREG(info.st_mode):
         return Current("other")
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -252,6 +351,8 @@ def _write(step: Step, root: int) -> PathReason | None:
                 return _conflict(
                     step.change, "a link or a non-directory is in the way in the workspace"
                 )
+            if step.clear_dir and _current(parent, name).type == "dir":
+                _clear_dir(parent, name)  # its files were removed by the steps before
             now = _current(parent, name)
             if not _same(now, step.expect):
                 return _conflict(
