@@ -127,8 +127,12 @@ def check_change(
         cap = policy.max_binary_bytes if change.binary else policy.max_file_bytes
         size = change.new_size or 0
         if size > cap or not change.stored:
-            what = "binary file" if change.binary else "file"
-            no(f"a {what} of {size} bytes, over the cap of {cap} bytes", "size cap")
+            what, knob = ("binary file", "binary") if change.binary else ("file", "file")
+            no(
+                f"a {what} of {size} bytes, over the cap of {cap} bytes (warden run "
+                f"--apply-max-{knob}, WARDEN_APPLY_MAX_{knob.upper()})",
+                "size cap",
+            )
         old_exec = bool((change.old_mode or 0) & 0o111) if change.old_type == "file" else False
         if (change.new_mode or 0) & 0o111 and not old_exec and not policy.allow_executable:
             no(

@@ -169,6 +169,24 @@ MAX_PROMPT_BYTES = 4 * 1024 * 1024
     "`warden apply TASK` (never).",
 )
 @click.option(
+    "--apply-max-file",
+    "apply_max_file",
+    type=SizeType(allow_zero=True),
+    default=None,
+    metavar="SIZE",
+    help="Largest text file an isolated subagent's change set may write, e.g. 32m "
+    "(default 16m, WARDEN_APPLY_MAX_FILE); a larger one rejects the change set.",
+)
+@click.option(
+    "--apply-max-binary",
+    "apply_max_binary",
+    type=SizeType(allow_zero=True),
+    default=None,
+    metavar="SIZE",
+    help="Largest binary file an isolated subagent's change set may write, e.g. 4m "
+    "(default 1m, WARDEN_APPLY_MAX_BINARY); a larger one rejects the change set.",
+)
+@click.option(
     "--user",
     type=UserType(),
     default=None,
@@ -221,6 +239,8 @@ def run(
     fork: bool,
     isolation: str | None,
     apply_mode: str | None,
+    apply_max_file: int | None,
+    apply_max_binary: int | None,
     user: str | None,
     fail_on: tuple[Outcome, ...],
     junit_path: Path | None,
@@ -264,6 +284,10 @@ def run(
             isolation=cast(Literal["worktree"] | None, isolation or settings.isolation),
             apply_mode=cast(Literal["ask", "auto", "never"], apply_mode or settings.apply_mode),
         )
+    if apply_max_file is not None:  # SizeType has checked it: a size, not negative
+        settings = replace(settings, apply_max_file=apply_max_file)
+    if apply_max_binary is not None:
+        settings = replace(settings, apply_max_binary=apply_max_binary)
     interactive = not print_mode and not settings.non_interactive and sys.stdin.isatty()
     resolve_workspace_trust(settings, workspace, trust_workspace, interactive)
     options = RunOptions(
