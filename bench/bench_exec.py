@@ -2,7 +2,10 @@
 
 (a) `warden exec -- true` end to end (CLI subprocess) vs a bare
     `docker run --rm --network none IMAGE true`; target <= 1.5x on a quiet machine
-    (issue 39), printed beside the floor.
+    (issue 39), printed beside the floor. `--image bash` (the default) reaches warden
+    exec by name, as a user's `warden exec -- true` resolves it; the baselines run the
+    tag it resolves to. (Passing the tag made warden take the project-image path: two
+    more engine calls than `warden exec -- true` makes.)
 (b) in-process `DockerBackend.run(spec)` vs the same sequence of raw docker SDK
     calls (create with the same hardened HostConfig, start, wait, logs, remove);
     target <= 1.05x. The ratio is warden's own cost on top of the engine's.
@@ -107,7 +110,8 @@ def main() -> None:
     )
     from orchestrator.images import resolve_image
 
-    args.image = resolve_image(client, args.image)
+    asked = args.image  # what `warden exec --image` gets: `bash` takes exec's own path
+    args.image = resolve_image(client, args.image)  # what the baselines run
     workspace = Path(tempfile.mkdtemp(prefix="warden-bench-"))
     atexit.register(shutil.rmtree, workspace, ignore_errors=True)  # however the bench ends
     if os.geteuid() == 0:
@@ -120,7 +124,7 @@ def main() -> None:
     )
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     warden = [args.warden] if args.warden else [sys.executable, "-m", "orchestrator"]
-    warden_cli = [*warden, "exec", "--image", args.image, "--workspace", str(workspace),
+    warden_cli = [*warden, "exec", "--image", asked, "--workspace", str(workspace),
                   "--", "true"]  # fmt: skip
     docker_cli = ["docker", "run", "--rm", "--network", "none", "--label", label,
                   args.image, "true"]  # fmt: skip

@@ -77,8 +77,6 @@ class SandboxImages:
 
     def _resolve(self, name: str, runner: bool) -> SandboxImage:
         from orchestrator.images import KINDS, current_tag, resolve_image
-        from orchestrator.images.project import check_project_image
-        from orchestrator.images.runtime import ensure_runtime
 
         if name in NOT_RUNNABLE:
             raise ConfigError(
@@ -91,6 +89,10 @@ class SandboxImages:
                 ref=resolve_image(self._client, name, self._state_dir),
                 env=dict(WARDEN_RUNNER_ENV),
             )
+        # Only a project image needs these (`warden exec -- true` does not pay for them).
+        from orchestrator.images.project import check_project_image
+        from orchestrator.images.runtime import ensure_runtime
+
         runtime = ensure_runtime(
             self._client, current_tag(self._client, "runtime", self._state_dir), self._state_dir
         )
