@@ -11,21 +11,22 @@ function that reads the environment; `__post_init__` enforces the bounds the mod
 `Field(ge=, gt=, le=)` did. A bad value raises `SettingError` (a `ConfigError`) naming
 the variable, the value it had and what is accepted.
 
-May import: `errors`.
+May import: `errors`, `setting_fields`.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from orchestrator.errors import ConfigError
+from orchestrator.setting_fields import Secret as Secret
+from orchestrator.setting_fields import SettingError as SettingError
+from orchestrator.setting_fields import check_bounds, parse_number, real, whole
 from sandbox_tools import wire
-
-_T = TypeVar("_T")
 
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
 DEFAULT_FALLBACK_UID = 2_100_000_000
@@ -86,107 +87,21 @@ DEFAULT_WEBHOOK_LISTEN = "127.0.0.1:0"
 """Memory limits of all warm sandboxes together: 8 at the default 512 MiB each."""
 
 
-class SettingError(ConfigError):
-    """A setting (or the environment variable that set it) has a value it does not
-    accept; the message names the variable, the value and what is accepted."""
-
-    def __init__(
-        self, setting: str, value: object, accepted: str, variable: str | None = None
-    ) -> None:
-        self.setting = setting
-        self.accepted = accepted
-        where = f"{variable}={value!r} (setting {setting})" if variable else f"{setting}={value!r}"
-        super().__init__(f"{where}: {accepted}")
-
-
-@dataclass(frozen=True, slots=True)
-class Secret:
-    """A secret text (an API key, a shared secret) that never shows in `repr`, `str`
-    or a log line; read it with `get_secret_value()`. pydantic's `SecretStr` did this
-    when `Settings` was a model (see the module docstring)."""
-
-    _value: str = field(repr=False)
-
-    def get_secret_value(self) -> str:
-        return self._value
-
-    def __str__(self) -> str:
-        return "**********" if self._value else ""
-
-
-def _whole(
-    default: _T, *, gt: int | None = None, ge: int | None = None, le: int | None = None
-) -> _T:
-    """A whole-number field, with the bounds `_check` enforces."""
-    return field(default=default, metadata={"kind": int, "gt": gt, "ge": ge, "le": le})
-
-
-def _real(default: _T, *, gt: float | None = None) -> _T:
-    """A number field (int or float; kept as float), with the bound `_check` enforces."""
-    return field(default=default, metadata={"kind": float, "gt": gt})
-
-
-def _accepted(metadata: Mapping[str, Any]) -> str:  # Any: a dataclass field's metadata
-    """What a numeric field accepts, in words: `a whole number of at least 1`."""
-    words = ["a whole number" if metadata["kind"] is int else "a number"]
-    for key, said in (("gt", "greater than"), ("ge", "at least"), ("le", "at most")):
-        if metadata.get(key) is not None:
-            words.append(f"{said} {metadata[key]}")
-    return words[0] + (", " + " and ".join(words[1:]) if words[1:] else "")
-
-
-def _number_problem(metadata: Mapping[str, Any], value: object) -> bool:  # Any: as above
-    """True when `value` is not what a numeric field with this metadata accepts."""
-    kind = metadata["kind"]
-    if isinstance(value, bool) or not isinstance(value, int if kind is int else int | float):
-        return True
-    gt, ge, le = metadata.get("gt"), metadata.get("ge"), metadata.get("le")
-    return (
-        (gt is not None and not value > gt)
-        or (ge is not None and not value >= ge)
-        or (le is not None and not value <= le)
-    )
-
-
-def _check(values: object) -> None:
-    """Enforce the bounds of `values`' numeric fields (None only where that is the
-    default); floats given as ints become floats. Raises SettingError."""
-    for spec in fields(values):  # type: ignore[arg-type]  # always a dataclass here
-        if "kind" not in spec.metadata:
-            continue
-        value = getattr(values, spec.name)
-        if value is None and spec.default is None:
-            continue
-        if _number_problem(spec.metadata, value):
-            raise SettingError(spec.name, value, f"must be {_accepted(spec.metadata)}")
-        if spec.metadata["kind"] is float:
-            object.__setattr__(values, spec.name, float(value))
-
-
-def _parse_number(cls: type, setting: str, variable: str, text: str) -> int | float:
-    """The number `text` (an environment variable's value) for a numeric field."""
-    metadata = next(spec.metadata for spec in fields(cls) if spec.name == setting)
-    try:
-        return int(text) if metadata["kind"] is int else float(text)
-    except ValueError:
-        raise SettingError(setting, text, f"must be {_accepted(metadata)}", variable) from None
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PoolConfig:
     """How many warm sandboxes the pool keeps, and within what memory."""
 
-    min_ready: int = _whole(DEFAULT_POOL_MIN, ge=0)
+    min_ready: int = whole(DEFAULT_POOL_MIN, ge=0)
     """Kept ready per image and limits while the run lasts (0 with `max_ready` 0: off)."""
-    max_ready: int = _whole(DEFAULT_POOL_MAX, ge=0)
+    max_ready: int = whole(DEFAULT_POOL_MAX, ge=0)
     """Most ready (or starting) per image and limits after bursts."""
-    idle_s: float = _real(DEFAULT_POOL_IDLE_S, gt=0)
+    idle_s: float = real(DEFAULT_POOL_IDLE_S, gt=0)
     """A sandbox above `min_ready` unused this long is removed."""
-    memory_budget_bytes: int = _whole(DEFAULT_POOL_MEMORY_BYTES, ge=0)
+    memory_budget_bytes: int = whole(DEFAULT_POOL_MEMORY_BYTES, ge=0)
     """Sum of the memory limits of all warm sandboxes, ready or starting."""
 
     def __post_init__(self) -> None:
-        _check(self)
+        check_bounds(self)
 
     @property
     def enabled(self) -> bool:
@@ -220,14 +135,14 @@ class AnalyserBound:
     """The Bash analyser's time bound (`permissions.analyser_bound`): long command lines
     are analysed in worker processes, and one over its deadline asks."""
 
-    deadline_ms: int = _whole(DEFAULT_ANALYSER_DEADLINE_MS, ge=1, le=600_000)
+    deadline_ms: int = whole(DEFAULT_ANALYSER_DEADLINE_MS, ge=1, le=600_000)
     """A worker's analysis of one command line longer than it is killed after this long
     and the call asks; a call also waits at most this long for a free worker."""
-    workers: int = _whole(DEFAULT_ANALYSER_WORKERS, ge=1, le=16)
+    workers: int = whole(DEFAULT_ANALYSER_WORKERS, ge=1, le=16)
     """Worker processes kept warm (each about 40 MB)."""
 
     def __post_init__(self) -> None:
-        _check(self)
+        check_bounds(self)
 
 
 _NUMBERS = {
@@ -278,7 +193,7 @@ class Settings:
     """The user's config: `agents/*.md`, `settings.json`."""
     base_image: str = DEFAULT_BASE_IMAGE
     """Python base image for warden's images; bootstrapped from Debian if absent."""
-    fallback_uid: int = _whole(DEFAULT_FALLBACK_UID, gt=0)
+    fallback_uid: int = whole(DEFAULT_FALLBACK_UID, gt=0)
     """uid:gid sandboxes run as when the workspace is owned by root (never 0)."""
     anthropic_base_url: str | None = None
     """Anthropic-compatible endpoint (ANTHROPIC_BASE_URL); None is the SDK default."""
@@ -293,13 +208,13 @@ class Settings:
     github_annotations: bool = False
     """True under GitHub Actions: denials and failures become `::error`/`::warning`
     workflow commands on stderr."""
-    disk_write_limit: int = _whole(DEFAULT_DISK_WRITE_BYTES, ge=0)
+    disk_write_limit: int = whole(DEFAULT_DISK_WRITE_BYTES, ge=0)
     """Most bytes one sandbox may write (WARDEN_DISK_WRITE_LIMIT, e.g. `2g`; 0: no cap).
     Crossing it kills the sandbox with status `disk_limit`."""
-    disk_free_floor: int = _whole(DEFAULT_DISK_FREE_FLOOR_BYTES, ge=0)
+    disk_free_floor: int = whole(DEFAULT_DISK_FREE_FLOOR_BYTES, ge=0)
     """Free space the workspace's file system must keep while sandboxes run
     (WARDEN_DISK_FREE_FLOOR, e.g. `1g`; 0: no floor)."""
-    disk_free_inodes: int = _whole(DEFAULT_DISK_FREE_INODES, ge=0)
+    disk_free_inodes: int = whole(DEFAULT_DISK_FREE_INODES, ge=0)
     """Free inodes the workspace's file system must keep while sandboxes run
     (WARDEN_DISK_FREE_INODES, a count; 0: no floor)."""
     managed_policy: Path | None = None
@@ -311,14 +226,14 @@ class Settings:
     claude_dir: Path = field(default_factory=lambda: Path.home() / ".claude")
     """Claude Code's user directory (`CLAUDE_CONFIG_DIR`, as Claude Code reads it):
     `settings.json` and `agents/`."""
-    build_pids_limit: int = _whole(DEFAULT_BUILD_PIDS, ge=0)
+    build_pids_limit: int = whole(DEFAULT_BUILD_PIDS, ge=0)
     """Most processes of a dev container build's steps together (WARDEN_BUILD_PIDS_LIMIT;
     0: none)."""
-    build_memory: int = _whole(DEFAULT_BUILD_MEMORY_BYTES, gt=6 * 1024 * 1024)
+    build_memory: int = whole(DEFAULT_BUILD_MEMORY_BYTES, gt=6 * 1024 * 1024)
     """Memory of a dev container build's steps together (WARDEN_BUILD_MEMORY, e.g. `2g`)."""
-    build_deadline_s: float = _real(DEFAULT_BUILD_DEADLINE_S, gt=0)
+    build_deadline_s: float = real(DEFAULT_BUILD_DEADLINE_S, gt=0)
     """Wall-clock time of a whole dev container build (WARDEN_BUILD_DEADLINE_S)."""
-    build_disk_limit: int | None = _whole(None, ge=0)
+    build_disk_limit: int | None = whole(None, ge=0)
     """Most bytes a dev container build's steps write together (WARDEN_BUILD_DISK_LIMIT,
     e.g. `2g`; 0: no cap); None: the sandbox write limit (`disk_write_limit`)."""
     devcontainer: bool = True
@@ -334,7 +249,7 @@ class Settings:
     webhook_secret: Secret | None = None
     """The shared secret of `webhook:` approvers (WARDEN_WEBHOOK_SECRET): questions and
     answers are signed with HMAC-SHA256 of it. Never on the command line (`ps` shows it)."""
-    webhook_timeout_s: float = _real(DEFAULT_WEBHOOK_TIMEOUT_S, gt=0)
+    webhook_timeout_s: float = real(DEFAULT_WEBHOOK_TIMEOUT_S, gt=0)
     """A webhook question nobody answers within this is denied (WARDEN_WEBHOOK_TIMEOUT_S)."""
     webhook_listen: str = DEFAULT_WEBHOOK_LISTEN
     """HOST:PORT where warden takes webhook answers (WARDEN_WEBHOOK_LISTEN; port 0: any free
@@ -350,9 +265,9 @@ class Settings:
     """What happens to an isolated subagent's changes that policy passes
     (WARDEN_APPLY; `warden run --apply`): a person reviews them (`ask`), they are
     applied (`auto`, for CI), or they wait for `warden apply TASK` (`never`)."""
-    apply_max_binary: int = _whole(1 << 20, ge=0)
+    apply_max_binary: int = whole(1 << 20, ge=0)
     """Largest binary file a change set may write (WARDEN_APPLY_MAX_BINARY, e.g. `4m`)."""
-    apply_max_file: int = _whole(16 << 20, ge=0)
+    apply_max_file: int = whole(16 << 20, ge=0)
     """Largest text file a change set may write (WARDEN_APPLY_MAX_FILE, e.g. `32m`)."""
 
     model_aliases: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_MODEL_ALIASES))
@@ -360,7 +275,7 @@ class Settings:
     (see `DEFAULT_MODEL_ALIASES`)."""
 
     def __post_init__(self) -> None:
-        _check(self)
+        check_bounds(self)
         for name in _PATHS:
             value = getattr(self, name)
             if isinstance(value, str):
@@ -395,42 +310,42 @@ class Settings:
             alias = alias[: -len("[1m]")]
         return self.model_aliases.get(alias, name.strip())
 
-    model_max_retries: int = _whole(wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
+    model_max_retries: int = whole(wire.DEFAULT_MODEL_MAX_RETRIES, ge=0, le=100)
     """Retries of one model call on 429/5xx/529, parent and subagents
     (WARDEN_MODEL_MAX_RETRIES); 400/401/402/403 and spend limits are never retried."""
-    model_retry_total_s: float = _real(wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)
+    model_retry_total_s: float = real(wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)
     """Longest one model call keeps retrying (WARDEN_MODEL_RETRY_TOTAL_S)."""
-    mcp_timeout_s: float = _real(wire.DEFAULT_MCP_STARTUP_TIMEOUT_S, gt=0)
+    mcp_timeout_s: float = real(wire.DEFAULT_MCP_STARTUP_TIMEOUT_S, gt=0)
     """How long a subagent's MCP server may take to start and list its tools before
     it counts as failed (WARDEN_MCP_TIMEOUT_S)."""
-    mcp_tool_timeout_s: float = _real(wire.DEFAULT_MCP_TOOL_TIMEOUT_S, gt=0)
+    mcp_tool_timeout_s: float = real(wire.DEFAULT_MCP_TOOL_TIMEOUT_S, gt=0)
     """How long one MCP tool call may take (WARDEN_MCP_TOOL_TIMEOUT_S)."""
     model_context_windows: dict[str, int] = field(default_factory=dict)
     """Context window in tokens per model id, for models whose window is not the
     standard 200,000 (a subagent keeps each request inside its model's window;
     WARDEN_CONTEXT_WINDOWS=model=tokens,...)."""
-    max_concurrent: int = _whole(DEFAULT_MAX_CONCURRENT, ge=1)
+    max_concurrent: int = whole(DEFAULT_MAX_CONCURRENT, ge=1)
     """Subagents running at once per run; more wait in a queue (WARDEN_MAX_CONCURRENT)."""
-    queue_limit: int = _whole(DEFAULT_QUEUE_LIMIT, ge=0)
+    queue_limit: int = whole(DEFAULT_QUEUE_LIMIT, ge=0)
     """Tasks that may wait for a free slot; past it a task is refused (WARDEN_QUEUE_LIMIT)."""
-    max_depth: int = _whole(1, ge=1)
+    max_depth: int = whole(1, ge=1)
     """How deep subagents may nest; 1: they may not delegate (WARDEN_MAX_DEPTH)."""
-    max_children: int = _whole(DEFAULT_MAX_CHILDREN, ge=1)
+    max_children: int = whole(DEFAULT_MAX_CHILDREN, ge=1)
     """Subagents one subagent may start over its life (WARDEN_MAX_CHILDREN)."""
-    warm_pool_min: int = _whole(DEFAULT_POOL_MIN, ge=0)
+    warm_pool_min: int = whole(DEFAULT_POOL_MIN, ge=0)
     """Warm sandboxes kept ready per image and limits (WARDEN_WARM_POOL_MIN)."""
-    warm_pool_max: int = _whole(DEFAULT_POOL_MAX, ge=0)
+    warm_pool_max: int = whole(DEFAULT_POOL_MAX, ge=0)
     """Most warm sandboxes per image and limits after bursts (WARDEN_WARM_POOL_MAX; 0: off)."""
-    warm_pool_idle_s: float = _real(DEFAULT_POOL_IDLE_S, gt=0)
+    warm_pool_idle_s: float = real(DEFAULT_POOL_IDLE_S, gt=0)
     """A warm sandbox above the minimum unused this long is removed (WARDEN_WARM_POOL_IDLE_S)."""
-    warm_pool_memory: int = _whole(DEFAULT_POOL_MEMORY_BYTES, ge=0)
+    warm_pool_memory: int = whole(DEFAULT_POOL_MEMORY_BYTES, ge=0)
     """Sum of the memory limits of all warm sandboxes (WARDEN_WARM_POOL_MEMORY, e.g. `4g`;
     0: off)."""
 
-    analyser_deadline_ms: int = _whole(DEFAULT_ANALYSER_DEADLINE_MS, ge=1, le=600_000)
+    analyser_deadline_ms: int = whole(DEFAULT_ANALYSER_DEADLINE_MS, ge=1, le=600_000)
     """Longest analysis of one long Bash command line before the call asks
     (WARDEN_ANALYSER_DEADLINE_MS); see `AnalyserBound`."""
-    analyser_workers: int = _whole(DEFAULT_ANALYSER_WORKERS, ge=1, le=16)
+    analyser_workers: int = whole(DEFAULT_ANALYSER_WORKERS, ge=1, le=16)
     """Analyser worker processes kept warm (WARDEN_ANALYSER_WORKERS)."""
 
     def analyser_bound(self) -> AnalyserBound:
@@ -466,7 +381,7 @@ class Settings:
         if "WARDEN_BASE_IMAGE" in env:
             values["base_image"] = env["WARDEN_BASE_IMAGE"]
         if "WARDEN_FALLBACK_UID" in env:
-            values["fallback_uid"] = _parse_number(
+            values["fallback_uid"] = parse_number(
                 cls, "fallback_uid", "WARDEN_FALLBACK_UID", env["WARDEN_FALLBACK_UID"]
             )
             origin["fallback_uid"] = "WARDEN_FALLBACK_UID"
@@ -515,7 +430,7 @@ class Settings:
             values["anthropic_api_key"] = env["ANTHROPIC_API_KEY"]
         for variable, setting in _NUMBERS.items():
             if env.get(variable):
-                values[setting] = _parse_number(cls, setting, variable, env[variable])
+                values[setting] = parse_number(cls, setting, variable, env[variable])
                 origin[setting] = variable
         values["non_interactive"] = env.get("CI", "").lower() in {"1", "true", "yes"}
         if env.get("GITHUB_ACTIONS", "").lower() == "true":
