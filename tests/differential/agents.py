@@ -64,6 +64,20 @@ USER_SKILL = "---\nname: style\ndescription: House style\n---\nUSERSKILLBODY be 
 PROJECT_MD = "Project rule: PROJECTMD.\n"
 USER_MD = "User rule: USERMD.\n"
 
+MCP_FILES = {
+    # a stdio MCP server (the tests' stdlib probe) and two agent files that narrow it
+    "tools/probe.py": (Path(__file__).resolve().parents[1] / "fixtures" / "mcp_probe_server.py")
+    .read_text(),
+    ".mcp.json": json.dumps({"mcpServers": {"x": {"command": "python3",
+                                                  "args": ["tools/probe.py"]}}}),
+    ".claude/agents/mcpless.md": "---\nname: mcpless\ndescription: Without one MCP tool\n"
+    "disallowedTools: mcp__x__crash\n---\nYou are MCPLESSBODY.\n",
+    ".claude/agents/mcpone.md": "---\nname: mcpone\ndescription: One MCP tool\n"
+    "tools: Read, mcp__x__where\n---\nYou are MCPONEBODY.\n",
+}  # fmt: skip
+"""Claude Code offers a subagent the MCP tools of `.mcp.json` less what its
+`disallowedTools` names, or only those its `tools` list names."""
+
 BASE_FILES = {
     ".claude/agents/rev.md": AGENT_REV,
     ".claude/agents/plain.md": AGENT_PLAIN,
@@ -121,6 +135,8 @@ def all_cases() -> list[dict[str, Any]]:
          "child_turns": [{"content": [{"type": "tool_use", "name": "Skill",
                                        "input": {"skill": "greet"}}]},
                          {"content": [{"type": "text", "text": "child done"}]}]},
+        {"id": "mcp-disallowed", "files": {**BASE_FILES, **MCP_FILES}, "task": _task("mcpless")},
+        {"id": "mcp-tools-list", "files": {**BASE_FILES, **MCP_FILES}, "task": _task("mcpone")},
         *({"id": f"effort-{level}", "files": {**BASE_FILES,
            ".claude/agents/thinker.md": AGENT_EFFORT.format(level=level)},
            "task": _task("thinker")} for level in ("low", "max", "7")),
@@ -148,7 +164,7 @@ def _ordered(text: str, markers: dict[str, list[str]]) -> list[str]:
 
 
 SYSTEM_MARKERS = {
-    "agent prompt": ["REVBODY", "PLAINBODY", "QUIETBODY", "KEEPERBODY",
+    "agent prompt": ["REVBODY", "PLAINBODY", "QUIETBODY", "KEEPERBODY", "MCPLESSBODY", "MCPONEBODY",
                      "THINKERBODY", "general-purpose subagent", "search subagent", "planning subagent",
                      "file search specialist", "software architect",
                      "an agent for Claude Code"],

@@ -7,6 +7,7 @@ name); one whose `env` holds a value is not started; an enterprise's
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import socket
@@ -92,7 +93,7 @@ async def test_a_managed_file_allows_only_its_servers(
     (etc / "managed-mcp.json").write_text(
         json.dumps({"mcpServers": {"corp": own_server(f"managed{marker}")}})
     )
-    managed = settings.model_copy(update={"claude_managed_settings": etc / "managed-settings.json"})
+    managed = dataclasses.replace(settings, claude_managed_settings=etc / "managed-settings.json")
     script = [convo("child", {"prompt_contains": "MANAGED-MCP"}, [text("done")])]
     async with scripted_run(managed, workspace, script) as (run, model):
         result = await run.manager.run_task(task("MANAGED-MCP"))
