@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,6 +68,7 @@ class PolicyGate:
         hook_sandbox: HookSandbox | None = None,
         known_tasks: Mapping[str, AskingTask] | None = None,
         settings_base: str | None = None,
+        warm_up: Callable[[], object] | None = None,
     ) -> None:
         self.policy = policy
         self.hooks = hooks
@@ -83,6 +84,10 @@ class PolicyGate:
         self.known_tasks: Mapping[str, AskingTask] = {} if known_tasks is None else known_tasks
         """Every task of the run (the manager's), so a question names all its ancestors."""
         self._engines: dict[str, PermissionEngine] = {}
+        self._warm_up = warm_up
+        """Called once, at the first tool call: what the decisions need soon but the run
+        need not start before its first model request (a run's Bash analyser workers,
+        fresh interpreters whose start would compete for the CPU with that request's)."""
 
     @property
     def asker(self) -> Asker:
@@ -121,6 +126,9 @@ class PolicyGate:
     async def answer_tool_call(
         self, task: TaskContext, request: wire_models.PermissionRequest
     ) -> wire_models.PermissionResponse:
+        if self._warm_up is not None:
+            warm_up, self._warm_up = self._warm_up, None
+            warm_up()
         self._tasks[task.task_id] = task
         call = ToolCall(
             tool_name=request.tool_name,

@@ -374,10 +374,11 @@ async def open_run(
             )
             if gate_hooks.needs_sandbox():
                 hook_pool.warm()
-            # Long Bash lines are analysed in worker processes under a deadline: start
-            # them now, while the sandboxes start, not at the first long line.
+            # Long Bash lines are analysed in worker processes under a deadline. They
+            # start at the run's first tool call (`warm_up`), not now: two fresh
+            # interpreters importing the analyser would take CPU from the imports and
+            # sandbox starts on the way to the run's first model requests.
             analyser_bound.configure(settings.analyser_bound())
-            analyser_bound.pool()
             gate = PolicyGate(
                 policy=gate_policy,
                 hooks=gate_hooks,
@@ -388,6 +389,7 @@ async def open_run(
                 hook_sandbox=hook_pool,
                 known_tasks=tasks,  # questions name every ancestor
                 settings_base=settings_base(read_once),  # "always" adds to what was read
+                warm_up=analyser_bound.pool,
             )
         run_egress_service = run_egress(
             egress or EgressRequest(),

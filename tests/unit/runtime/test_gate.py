@@ -1,7 +1,8 @@
 """Locks in how the gate answers a tool call: a decision the rules settle is answered
 only once its audit record is on disk (a disk that refuses the sync gets no answer,
 never an allow), the rules and that audit write share one worker-thread hop, and a
-call that asks is audited once, with the person's answer."""
+call that asks is audited once, with the person's answer; what the decisions need
+soon (a run's analyser workers) starts at the first call, not before it."""
 
 from __future__ import annotations
 
@@ -70,6 +71,7 @@ def _gate(
     approver: _Allow,
     allow: tuple[str, ...] = (),
     deny: tuple[str, ...] = (),
+    warm_up: Callable[[], object] | None = None,
 ) -> PolicyGate:
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
@@ -80,6 +82,7 @@ def _gate(
         workspace_host=ws,
         approver=approver,
         store=store,
+        warm_up=warm_up,
     )
 
 
@@ -206,3 +209,20 @@ async def test_a_loaded_skills_tools_are_allowed_for_the_rest_of_that_model_resp
         "rule: Bash(chmod:*)",
         "person: tester",
     ]
+
+
+async def test_the_warm_up_runs_once_at_the_first_tool_call_not_before(
+    tmp_path: Path, store: Store
+) -> None:
+    """A run hands its analyser workers' start to the gate (`session.open_run`): the
+    workers start when there is a call to decide, not on the way to the run's first
+    model request, and only once."""
+    started: list[int] = []
+    gate = _gate(tmp_path, store, _Allow(), allow=("Bash(echo:*)",),
+                 warm_up=lambda: started.append(1))  # fmt: skip
+    task = _task(tmp_path)
+    gate.forwarding_policy(task)  # a task's broker is set up: still no tool call
+    assert started == []
+    assert (await gate.answer_tool_call(task, _bash("echo hello"))).behavior == "allow"
+    assert (await gate.answer_tool_call(task, _bash("echo again"))).behavior == "allow"
+    assert started == [1]
