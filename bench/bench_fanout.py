@@ -355,7 +355,13 @@ async def main_async(args: argparse.Namespace) -> None:
                 f"    {labels[kind]}: wall {wall:6.2f} s, ratio {ratio:5.2f}x bare "
                 f"(target <= {TARGET}x: {verdict(ratio, TARGET)})"
             )
-            figure(f"{size} subagents at once, {kind} / bare", ratio, TARGET)
+            if args.sdk_floor:
+                figure(f"{size} subagents at once, {kind} / bare", ratio, TARGET,
+                       floor=sdk_wall / bare_wall, floor_note="the same bare cycles importing "
+                       "the model SDK in each container, same run")  # fmt: skip
+            else:
+                figure(f"{size} subagents at once, {kind} / bare", ratio, TARGET,
+                       floor_note="not measured in this run: pass --sdk-floor")  # fmt: skip
             print(line("  Task call -> task_started", [x for b in bursts for x in b.start_latency]))
             print(
                 line(

@@ -84,8 +84,10 @@ def main() -> None:
     print(f"cp -a              {base * 1000:8.1f} ms (median of {args.rounds})")
     print(f"make_working_copy  {statistics.median(copy_t) * 1000:8.1f} ms")
     print(f"compute_change_set {statistics.median(change_t) * 1000:8.1f} ms")
-    figure("working copy vs cp -a", statistics.median(copy_t) / base, COPY_TARGET)
-    figure("change set vs cp -a", statistics.median(change_t) / base, CHANGES_TARGET)
+    figure("working copy vs cp -a", statistics.median(copy_t) / base, COPY_TARGET, floor=1.0,
+           floor_note="cp -a of the same tree, same run")  # fmt: skip
+    figure("change set vs cp -a", statistics.median(change_t) / base, CHANGES_TARGET,
+           floor_note="none measured: no other program computes the same change set")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("approval-hub", "bench_approval_hub.py", ("-n", "2000")),
     Bench("workcopy", "bench_workcopy.py", ("--files", "1000", "--rounds", "3")),
     Bench("spawn", "bench_spawn.py", ("--quick",)),
-    Bench("fanout", "bench_fanout.py", ("--sizes", "20")),
+    Bench("fanout", "bench_fanout.py", ("--sizes", "20", "--sdk-floor"), ("--sdk-floor",)),
     Bench("egress", "bench_egress.py", ("-n", "10")),
     Bench("hooks", "bench_hooks.py", ("-n", "20")),
     Bench("project-image", "bench_project_image.py", ("-n", "6")),
@@ -131,10 +131,11 @@ def table(figures: list[Figure]) -> None:
 def floor_text(f: Figure) -> str:
     """What a missed figure's floor is, so a reader tells a floor from a gap."""
     if f.floor is None:
-        return f"{'-':>12}  (this benchmark measures no floor for it)"
-    gap = f.value / f.floor if f.floor else float("inf")
+        return f"{'-':>12}  ({f.floor_note or 'this benchmark measures no floor for it'})"
     what = f"{f.floor_note}; " if f.floor_note else ""
-    return f"{show(f.floor, f.unit):>12}  ({what}warden is {gap:.2f}x its floor)"
+    if f.floor <= 0 or f.unit != "x":  # an amount (ms, MiB): how far above its floor
+        return f"{show(f.floor, f.unit):>12}  ({what}warden is {show(f.value - f.floor, f.unit)} above it)"
+    return f"{show(f.floor, f.unit):>12}  ({what}warden is {f.value / f.floor:.2f}x its floor)"
 
 
 def main() -> None:
