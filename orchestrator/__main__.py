@@ -1,8 +1,8 @@
 """`python -m orchestrator`: the `warden` command.
 
-May import: `cli`.
+May import: `launch`.
 """
 
-from orchestrator.cli import main
+from orchestrator.launch import main
 
 main()

@@ -245,9 +245,10 @@ def mcp(
 
 
 def _front() -> StdioFront:
-    from orchestrator.mcp_server.front import StdioFront
+    """The stdio front, already answering when `orchestrator.launch` started it."""
+    from orchestrator.mcp_server.front import start_on_stdio
 
-    return StdioFront.on_stdio().start()
+    return start_on_stdio()
 
 
 def _listing(settings: Settings, workspace: Path, trusted: bool) -> list[dict[str, Any]] | None:

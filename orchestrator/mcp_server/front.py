@@ -13,19 +13,25 @@ or a broken pipe on output) ends the session quietly instead of raising.
 
 What the front answers must equal what the SDK server would: `SERVER_NAME`,
 `INSTRUCTIONS`, `CAPABILITIES` and `HANDSHAKE_VERSIONS` are checked against the SDK by
-tests/unit/mcp_server/test_front.py."""
+tests/unit/mcp_server/test_front.py.
+
+`warden mcp` on stdio starts its front before anything else loads, click included
+(`orchestrator.launch`): this module imports the standard library's smallest parts
+only, and asyncio when the hand-over needs it."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import threading
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import __version__
+
+if TYPE_CHECKING:
+    import asyncio
 
 SERVER_NAME = "warden"
 INSTRUCTIONS = (
@@ -174,6 +180,8 @@ class StdioFront:
     def handover(self) -> None:
         """From now on every message goes to the SDK server (`lines()`), starting with
         the `initialize` the front answered and whatever arrived meanwhile."""
+        import asyncio
+
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         with self._state:
@@ -230,6 +238,8 @@ class FrontWriter:
 
     async def write(self, text: str) -> int:
         if not self.front.drops(text):
+            import asyncio
+
             await asyncio.to_thread(self.front.send, text)
         return len(text)
 
@@ -246,3 +256,16 @@ def initialize_result(asked: object) -> dict[str, Any]:
         "serverInfo": {"name": SERVER_NAME, "version": __version__},
         "instructions": INSTRUCTIONS,
     }
+
+
+_started: StdioFront | None = None
+"""The front `start_on_stdio` began for this process (at most one: it owns stdio)."""
+
+
+def start_on_stdio() -> StdioFront:
+    """This process's stdio front, started (once): `orchestrator.launch` calls it for
+    `warden mcp` on stdio before click and the command load, and the command takes it."""
+    global _started
+    if _started is None:
+        _started = StdioFront.on_stdio().start()
+    return _started

@@ -1,15 +1,19 @@
 """The stdio front of `warden mcp` answers `initialize` exactly as the SDK server that
 takes over later would, lists the tools as it does before the SDK is loaded, hands the stream to
 the real SDK server without a second `initialize` answer reaching the client, and a
-client that goes away ends the session quietly."""
+client that goes away ends the session quietly; `warden mcp` answers `initialize` before
+its CLI has loaded."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any, cast
 
 import anyio
@@ -22,6 +26,7 @@ from orchestrator.mcp_server.front import StdioFront
 from orchestrator.mcp_server.listing import tool_dicts
 from orchestrator.mcp_server.runs import SessionRun, SessionRuns
 from orchestrator.mcp_server.server import build_server, serve_stdio
+from tests.conftest import REPO_ROOT
 
 
 class NoRuns:
@@ -149,3 +154,55 @@ async def test_a_client_that_goes_away_mid_session_ends_it_quietly() -> None:
         await asyncio.wait_for(serving, 30)  # no BrokenPipeError: the session just ends
     assert front.client_gone
     assert runs.closed is False
+
+
+HOLD_CLICK = """
+import os, runpy, sys
+
+def hold(event, args):
+    # The CLI's first import of click waits until the test has its `initialize` answer.
+    if event == "import" and args[0] == "click" and "click" not in sys.modules:
+        with open(os.environ["HOLD_FIFO"]):
+            pass
+
+sys.addaudithook(hold)
+sys.argv = ["warden", *sys.argv[1:]]
+runpy.run_module("orchestrator", run_name="__main__")
+"""
+
+
+def test_warden_mcp_answers_initialize_before_the_cli_has_loaded(tmp_path: Path) -> None:
+    """`warden mcp` (stdio) answers `initialize` from its front while click, the command
+    and everything after are still to load: here click's import is held until the
+    answer has arrived."""
+    fifo = tmp_path / "hold"
+    os.mkfifo(fifo)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = {**os.environ, "HOLD_FIFO": str(fifo), "ANTHROPIC_API_KEY": "sk-ant-front-test",
+           "WARDEN_STATE_DIR": str(tmp_path / "state"),
+           "WARDEN_CONFIG_DIR": str(tmp_path / "config"),
+           "PYTHONPATH": str(REPO_ROOT)}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_CLICK, "mcp", "--workspace", str(workspace)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(initialize(1, "2025-11-25"))
+        proc.stdin.flush()
+        answer = json.loads(proc.stdout.readline())  # click is still held here
+        assert answer["result"]["serverInfo"]["name"] == "warden"
+        with open(fifo, "w"):  # let click load: the command goes on as before
+            pass
+        proc.stdin.write(INITIALIZED + request(2, "tools/list"))
+        proc.stdin.flush()
+        listed = json.loads(proc.stdout.readline())
+        assert [t["name"] for t in listed["result"]["tools"]] == ["Task", "TaskOutput", "TaskStop"]
+        proc.stdin.close()  # the client leaves: the session ends
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
