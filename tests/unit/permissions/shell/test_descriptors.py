@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.permissions import EffectivePolicy, ToolCall, evaluate, parse_rule
+from orchestrator.config import AnalyserBound
+from orchestrator.permissions import EffectivePolicy, ToolCall, analyser_bound, evaluate, parse_rule
 from orchestrator.permissions.shell import analyse
 from orchestrator.permissions.sources import BUILT_IN_ASK, BUILT_IN_SOURCE
 
@@ -219,12 +220,19 @@ def test_a_failure_inside_the_evaluation_asks(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_a_glob_rule_matches_a_long_command_as_the_glob_says() -> None:
-    policy = _policy(rules=("Bash(echo * a * b * z)",))
-    for text, expect in [("echo " + "a b " * 4000 + "z", "allow"),
-                         ("echo " + "a b " * 4000, "ask"),
-                         ("echo x a y b w z", "allow"), ("echo a b z", "ask")]:
-        call = ToolCall(tool_name="Bash", tool_input={"command": text}, tool_use_id="t")
-        assert evaluate(policy, call).decision.behavior == expect, text[:30]
+    # What the glob matches, not the analyser's deadline: a 16,000-character line goes
+    # to a worker, which on a loaded machine may need more than the default second.
+    analyser_bound.configure(AnalyserBound(deadline_ms=120_000))
+    try:
+        policy = _policy(rules=("Bash(echo * a * b * z)",))
+        for text, expect in [("echo " + "a b " * 4000 + "z", "allow"),
+                             ("echo " + "a b " * 4000, "ask"),
+                             ("echo x a y b w z", "allow"), ("echo a b z", "ask")]:
+            call = ToolCall(tool_name="Bash", tool_input={"command": text}, tool_use_id="t")
+            decision = evaluate(policy, call).decision
+            assert decision.behavior == expect, (text[:30], decision.reason)
+    finally:
+        analyser_bound.configure(AnalyserBound())
 
 
 def test_path_resolution_follows_links_in_a_deep_tree(tmp_path: Path) -> None:
