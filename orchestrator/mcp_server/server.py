@@ -26,7 +26,7 @@ from orchestrator.errors import ConfigError, WardenError
 from orchestrator.mcp_server.front import INSTRUCTIONS, SERVER_NAME, StdioFront
 from orchestrator.mcp_server.runs import SessionRun, SessionRuns
 from orchestrator.mcp_server.tools import AGENTS_URI, agents_text, call_tool, result, tool_list
-from orchestrator.results.models import Event
+from orchestrator.results.models import TASK_END_KINDS, Event
 from orchestrator.untrusted_text import printable
 
 if TYPE_CHECKING:
@@ -155,19 +155,27 @@ class EventRelay:
     """Relays the events of the tasks one tool call follows (and every subagent they
     start) to the client: a progress notification each (when the call asked for
     progress) and a log message each (at the client's level), in order, never
-    blocking the run."""
+    blocking the run.
+
+    The end of a task the call itself follows is a log message only, never progress:
+    it comes right before the call's result, and Claude Code (2.1.197, its MCP SDK
+    handles notifications a tick after responses) took a progress notification that
+    arrived with the result as one for an unknown token and dropped the connection."""
 
     def __init__(self, session: ServerSession, request_id: types.RequestId, level: str) -> None:
         self.session = session
         self.request_id = request_id
         self.min_level = LEVELS.index(level) if level in LEVELS else 1
         self.followed: set[str] = set()
+        self.own: set[str] = set()
+        """The tasks the call follows itself (whose end is the call's result)."""
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue()
         self.sender = asyncio.create_task(self._send(), name="warden-mcp-events")
         self.count = 0
 
     def follow(self, task_id: str) -> None:
         self.followed.add(task_id)
+        self.own.add(task_id)
 
     def on_event(self, event: Event) -> None:
         if event.task_id is None:
@@ -189,7 +197,8 @@ class EventRelay:
             text = describe(event)
             level: types.LoggingLevel = "warning" if event.kind in WARNING_KINDS else "info"
             try:
-                await self.session.report_progress(self.count, None, text)
+                if not (event.kind in TASK_END_KINDS and event.task_id in self.own):
+                    await self.session.report_progress(self.count, None, text)
                 if LEVELS.index(level) >= self.min_level and event.kind != "model_text":
                     await self.session.send_notification(
                         types.LoggingMessageNotification(
