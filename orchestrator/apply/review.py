@@ -35,6 +35,7 @@ from orchestrator.apply.merge import apply_change_set
 from orchestrator.apply.policy import ApplyPolicy, EditDecider, decide
 from orchestrator.apply.workcopy import (
     WorkingCopy,
+    WorkingCopyError,
     apply_root,
     content_store,
     dump_json,
@@ -175,7 +176,14 @@ def merge_into_workspace(
 ) -> ApplyDecision:
     """Apply the reviewed `change_set` to the copy's workspace now (blocking)."""
     with ApplyLock(state_dir):
-        fd = os.open(copy.record.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = os.open(copy.record.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise WorkingCopyError(
+                f"{copy.record.workspace}, where the change set of {change_set.task_id} "
+                f"applies, cannot be opened ({exc.strerror or exc}): a nested task's parent "
+                f"copy that was applied or discarded first? warden discard {change_set.task_id}"
+            ) from exc
         try:
             result = apply_change_set(change_set, fd, store)
         finally:
@@ -236,11 +244,20 @@ class ReviewedApply:
         return chosen == "worktree"
 
     def make_copy(
-        self, *, run_id: str, task_id: str, agent: str, session: str, owner: tuple[int, int]
+        self,
+        *,
+        run_id: str,
+        task_id: str,
+        agent: str,
+        session: str,
+        owner: tuple[int, int],
+        source: Path | None = None,
     ) -> WorkingCopy:
-        """The task's working copy (blocking: call it from a worker thread)."""
+        """The task's working copy (blocking: call it from a worker thread): of the
+        shared workspace, or of `source` (the working copy of the isolated task it
+        was started inside, which its change set is then applied to)."""
         return make_working_copy(
-            self.workspace,
+            source or self.workspace,
             self.state_dir,
             run_id=run_id,
             task_id=task_id,
@@ -250,12 +267,20 @@ class ReviewedApply:
         )
 
     async def conclude(
-        self, copy: WorkingCopy, *, completed: bool, question: dict[str, object]
+        self,
+        copy: WorkingCopy,
+        *,
+        completed: bool,
+        question: dict[str, object],
+        nested: bool = False,
     ) -> ApplyDecision | None:
         """Decide and (maybe) apply the change set of an ended task; None when it
         changed nothing (its copy is removed). `completed`: it ended on its own (a
         killed or failed task's changes are kept pending, never applied or offered).
-        `question`: the `ApprovalQuestion` fields naming the task for a review."""
+        `question`: the `ApprovalQuestion` fields naming the task for a review.
+        `nested`: its copy was made from its parent task's copy: what policy passes
+        is merged into that copy without a person, and reviewed as part of the
+        parent's change set (`--apply never` still keeps it waiting)."""
         change_set = await asyncio.to_thread(compute_recorded, copy, self.store, self.state_dir)
         if not change_set.changes:
             await asyncio.to_thread(copy.remove)
@@ -276,6 +301,8 @@ class ReviewedApply:
             decision = self._decided(change_set, "pending", "never", asks)
         elif self.settings.mode == "auto" and not asks:
             decision = await self._merge(copy, change_set, "auto")
+        elif nested and not asks:  # a person reviews it with the parent's change set
+            decision = await self._merge(copy, change_set, "into its parent's copy")
         else:  # `ask`, or a PreApply hook asked for a person even under `auto`
             decision = await self._review(copy, change_set, question, asks)
         await asyncio.to_thread(self._keep, copy, change_set, decision)

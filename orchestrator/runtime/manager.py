@@ -302,7 +302,12 @@ class TaskManager:
         fork: ForkPrefix | None,
     ) -> tuple[TaskContext, wire_models.TaskSpec]:
         agent, warnings = call_overrides(agent, task_input)
-        self.worktrees.choose(task_id, task_input.isolation, agent.isolation)
+        self.worktrees.choose(
+            task_id,
+            task_input.isolation,
+            agent.isolation,
+            parent_id=parent.task_id if parent else None,
+        )
         history: list[JSONObject] = []
         if task_input.session_id is not None:
             history = await self._load_session(task_input.session_id, agent.name)

@@ -37,11 +37,23 @@ class Worktrees:
     session: str
     identity: SandboxIdentity
     isolated: set[str] = field(default_factory=set)
+    """Tasks that do not work in the shared workspace: those with a copy of their
+    own, and the tasks started inside one (they never take a warm sandbox)."""
     copies: dict[str, WorkingCopy] = field(default_factory=dict)
+    own: set[str] = field(default_factory=set)
+    """Tasks that get a working copy of their own."""
+    inside: dict[str, str] = field(default_factory=dict)
+    """A task started by a task that works in a copy → that parent's task id."""
+    workdir: dict[str, Path] = field(default_factory=dict)
+    """What each task working in a copy mounts as /workspace (its own copy, or the
+    copy of the isolated task it was started inside)."""
 
-    def choose(self, task_id: str, *asked: str | None) -> None:
+    def choose(self, task_id: str, *asked: str | None, parent_id: str | None = None) -> None:
         """Mark `task_id` isolated when its Task call, its agent file or the run's
-        default asks for `worktree` (first given wins)."""
+        default asks for `worktree` (first given wins). A task started inside a task
+        that works in a copy works in that copy too: it sees it, and what it changes
+        is part of the parent's change set (reviewed with it); one that asks for its
+        own copy gets a copy of the parent's, applied into the parent's."""
         chosen = next((a for a in asked if a is not None), None)
         if self.apply is None:
             if chosen == "worktree":
@@ -50,13 +62,27 @@ class Worktrees:
                     "leave out isolation to work in the shared workspace"
                 )
             return
+        if parent_id is not None and parent_id in self.workdir:
+            self.inside[task_id] = parent_id
+            self.isolated.add(task_id)
         if self.apply.wants_copy(*asked):
+            self.own.add(task_id)
             self.isolated.add(task_id)
 
     async def prepare(self, ctx: TaskContext) -> Path | None:
-        """The task's working copy (made now), or None for a task in the shared workspace."""
+        """The task's working copy (made now), its parent's copy for a task started
+        inside one, or None for a task in the shared workspace."""
         if ctx.task_id not in self.isolated or self.apply is None:
             return None
+        parent = self.inside.get(ctx.task_id)
+        source = self.workdir.get(parent) if parent is not None else None
+        if ctx.task_id not in self.own:
+            if source is None:  # its parent's copy is gone: never the shared workspace
+                raise WardenError(
+                    f"the working copy of {parent} (which started {ctx.task_id}) is gone"
+                )
+            self.workdir[ctx.task_id] = source
+            return source
         apply = self.apply
         copy = await asyncio.to_thread(
             lambda: apply.make_copy(
@@ -65,9 +91,11 @@ class Worktrees:
                 agent=ctx.agent_type,
                 session=self.session,
                 owner=(self.identity.uid, self.identity.gid),
+                source=source,
             )
         )
         self.copies[ctx.task_id] = copy
+        self.workdir[ctx.task_id] = copy.work
         return copy.work
 
     async def conclude(
@@ -76,11 +104,15 @@ class Worktrees:
         """`result` with what became of the task's changes (its sandbox is gone)."""
         copy = self.copies.pop(ctx.task_id, None)
         self.isolated.discard(ctx.task_id)
+        self.own.discard(ctx.task_id)
+        self.workdir.pop(ctx.task_id, None)
+        nested = self.inside.pop(ctx.task_id, None) is not None
         if copy is None or self.apply is None:
             return result
         try:
             decision = await self.apply.conclude(
                 copy,
+                nested=nested,
                 completed=result.status in ENDED_ON_ITS_OWN,
                 question={
                     "task_id": ctx.task_id,

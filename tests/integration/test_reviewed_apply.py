@@ -26,7 +26,7 @@ from orchestrator.runtime.caps import TaskManagerConfig
 from orchestrator.runtime.session import Run
 from orchestrator.runtime.tasks import TaskInput, TaskResult
 from tests.conftest import UNPRIVILEGED, warden_argv, warden_env
-from tests.integration.harness import convo, scripted_run, text, tool, trust_hooks
+from tests.integration.harness import convo, scripted_run, task, text, tool, trust_hooks
 from tests.integration.sandbox_fixtures import (  # noqa: F401
     docker_client,
     no_leftovers,
@@ -334,3 +334,40 @@ async def test_a_pre_apply_hook_blocks_a_change_set_before_anyone_is_asked(
         ["forbidden.txt"],
         ["allowed.txt"],
     )
+
+
+async def test_tasks_started_inside_an_isolated_task_work_in_its_copy(
+    settings: Settings, workspace: Path
+) -> None:
+    seed(workspace, **{"a.txt": "a\n"})
+    live: list[bool] = []
+
+    def during(q: ApprovalQuestion) -> None:  # nothing of any of them is live before the yes
+        live.extend((workspace / name).exists() for name in ("plain.txt", "own.txt", "seen.txt"))
+
+    approver = Recording("allow", during)
+    script = [
+        convo(
+            "outer", {"prompt_contains": "OUTER"},
+            [task("INNER-PLAIN go")],
+            [task("INNER-OWN go", isolation="worktree")],
+            [tool("Bash", command="cat plain.txt own.txt > seen.txt")],
+            [text("outer done")],
+        ),
+        bash_agent("plain", "INNER-PLAIN", "echo plain > plain.txt"),
+        bash_agent("own", "INNER-OWN", "cat plain.txt > own.txt"),
+    ]  # fmt: skip
+    config = config_for(settings, "ask")
+    config.max_depth = 2
+    async with scripted_run(
+        settings, workspace, script, approver=CallbackApprover(approver), config=config
+    ) as (run, _):  # fmt: skip
+        (result,) = await run_isolated(run, "OUTER")
+    # One review, the outer task's: its children's changes are part of it.
+    (review,) = approver.asked
+    assert review.task_id == result.task_id
+    assert {c.path for c in review.change_set.changes} == {"plain.txt", "own.txt", "seen.txt"}
+    assert live == [False, False, False]
+    assert (workspace / "seen.txt").read_text() == "plain\nplain\n"  # each saw the copy
+    assert (workspace / "own.txt").read_text() == "plain\n"
+    assert result.changes is not None and "applied" in result.changes

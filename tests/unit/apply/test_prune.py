@@ -110,7 +110,7 @@ def test_content_under_review_survives_a_pruning(ws: Path, tmp_path: Path) -> No
     )  # fmt: skip
     copy = reviewed.make_copy(run_id="r", task_id="sa_1", agent="coder", session="s", owner=(0, 0))
     (copy.work / "a.txt").write_text("agent\n")
-    question = {"task_id": "sa_1", "agent_type": "coder"}
+    question: dict[str, object] = {"task_id": "sa_1", "agent_type": "coder"}
     decision = asyncio.run(reviewed.conclude(copy, completed=True, question=question))
     assert decision is not None and decision.outcome == "applied", decision
     assert (ws / "a.txt").read_text() == "agent\n"

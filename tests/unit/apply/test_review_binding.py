@@ -32,7 +32,7 @@ def conclude(tmp_path: Path, answer: object) -> tuple[Path, ApplyDecision | None
     )
     copy = reviewed.make_copy(run_id="r", task_id="sa_1", agent="coder", session="s", owner=(0, 0))
     (copy.work / "a.txt").write_text("agent\n")
-    question = {"task_id": "sa_1", "agent_type": "coder"}
+    question: dict[str, object] = {"task_id": "sa_1", "agent_type": "coder"}
     return ws, asyncio.run(reviewed.conclude(copy, completed=True, question=question))
 
 
