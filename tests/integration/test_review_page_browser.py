@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from playwright.async_api import BrowserContext, Page, async_playwright
+from playwright.async_api import BrowserContext, Page, Route, async_playwright
 
 from orchestrator.apply.changeset import ContentStore
 from orchestrator.store import Store, TaskRecord
@@ -151,3 +151,34 @@ async def test_a_no_on_the_page_carries_its_reason(tmp_path: Path) -> None:
             "",
         )
         assert answer.decided_by == "web:bob"
+
+
+async def test_a_name_typed_before_the_page_has_loaded_is_the_one_that_answers(
+    tmp_path: Path,
+) -> None:
+    """The page fills in the default name when `api/info` answers; a name the person
+    typed before that (a slow machine, a slow server) is kept, so the answer is
+    recorded under who actually gave it."""
+    review = hostile_review(ContentStore(tmp_path / "store"))
+    async with _page_server(tmp_path) as (server, approver), _chromium(tmp_path) as browser:
+        asked = asyncio.create_task(approver.approve(review))
+        page = await browser.new_page()
+        typed = asyncio.Event()
+        info_held = asyncio.Event()
+
+        async def hold_info(route: Route) -> None:
+            info_held.set()
+            await typed.wait()
+            await route.continue_()
+
+        await page.route("**/api/info", hold_info)
+        await page.goto(server.url, wait_until="domcontentloaded")
+        await asyncio.wait_for(info_held.wait(), STEP_MS / 1000)
+        await page.fill("#user", "carol")
+        typed.set()
+        card = page.locator(".question.review:not(.settled)")
+        await card.locator(".file").first.wait_for(timeout=STEP_MS)
+        assert await page.input_value("#user") == "carol"
+        await card.locator("button.apply-no").click()
+        answer = await asyncio.wait_for(asked, STEP_MS / 1000)
+        assert answer.decided_by == "web:carol"

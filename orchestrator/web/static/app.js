@@ -32,10 +32,13 @@ function when(ts) { return ts ? new Date(ts * 1000).toLocaleTimeString() : ""; }
 function pct(share) { return share === null || share === undefined ? "-" : Math.round(share * 100) + "%"; }
 
 async function start() {
+  // What the person types before the page has loaded is theirs: the remembered or
+  // default name fills the field only while it is still empty.
+  const field = $("user");
+  field.addEventListener("change", () => localStorage.setItem("warden-user", field.value.trim()));
+  if (!field.value.trim()) field.value = localStorage.getItem("warden-user") || "";
   const info = await call("api/info");
-  const user = localStorage.getItem("warden-user") || info.body.user || "";
-  $("user").value = user;
-  $("user").addEventListener("change", () => localStorage.setItem("warden-user", $("user").value.trim()));
+  if (!field.value.trim()) field.value = info.body.user || "";
   const runs = (await call("api/runs")).body.runs || [];
   for (const r of runs) {
     const option = el("option", r.run_id + " (" + r.status + ") " + r.prompt.slice(0, 60));
