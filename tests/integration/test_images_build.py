@@ -56,11 +56,15 @@ def tags(client: Any) -> dict[str, str]:
 def session() -> Iterator[str]:
     name = f"test-images-{time.time_ns()}"
     yield name
-    leftovers = connect().containers.list(
-        ignore_removed=True, all=True, filters={"label": f"{SESSION}={name}"}
-    )
-    for container in leftovers:
-        container.remove(force=True)
+    client = connect()  # closed here: an engine socket left to the collector warns in a later test
+    try:
+        leftovers = client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"{SESSION}={name}"}
+        )
+        for container in leftovers:
+            container.remove(force=True)
+    finally:
+        client.close()
     assert not leftovers, "a test left a container behind"
 
 
