@@ -148,7 +148,8 @@ def test_disallowed_tools_and_tool_lists_as_claude_code_applies_them(
     if "p*" in frontmatter:
         assert "`disallowedTools` entry 'mcp__x__p*' removes nothing" in "\n".join(warnings)
     if "disallowedTools" in frontmatter and "tools:" not in frontmatter:
-        assert definition.policy_tools() is not None and "mcp__*" in definition.policy_tools()
+        tools = definition.policy_tools()
+        assert tools is not None and "mcp__*" in tools
 
 
 def test_deny_rules_remove_servers_and_tools_from_every_subagents_offer() -> None:

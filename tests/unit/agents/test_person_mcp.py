@@ -15,9 +15,10 @@ from orchestrator.agents.definition import AgentDefinition
 from orchestrator.agents.keys import McpServerConfig, McpServerSpec
 from orchestrator.agents.mcp import project_mcp, servers_for
 from orchestrator.agents.person_mcp import PersonMcp, read_person_mcp
+from orchestrator.jsontypes import JSONObject
 
 
-def srv(tag: str) -> dict[str, object]:
+def srv(tag: str) -> JSONObject:
     return {"command": "python3", "args": ["srv.py", tag]}
 
 
@@ -54,7 +55,8 @@ def test_which_switches_turn_servers_off() -> None:
         disabled=frozenset({"u2"}),
         disabled_mcpjson=frozenset({"p"}),
     )
-    settings = [{"disabledMcpjsonServers": ["same", "u"]}]  # `.mcp.json` names only
+    # `.mcp.json` names only
+    settings: list[JSONObject] = [{"disabledMcpjsonServers": ["same", "u"]}]
     found = project_mcp(MCP_JSON, trusted=True, settings_docs=settings, person=person)
     assert sorted(found.servers) == ["u"]
     said = "\n".join(found.warnings)

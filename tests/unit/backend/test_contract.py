@@ -69,14 +69,22 @@ def test_a_bad_spec_names_the_field_and_what_is_accepted(
         (lambda: ResourceLimits(pids=True), "ResourceLimits.pids=True is not a whole number"),
         (lambda: DiskLimits(write_limit_bytes=-1), "must be at least 0"),
         (lambda: BuildLimits(deadline_s=0), "BuildLimits.deadline_s=0 must be greater than 0"),
-        (lambda: Mount(source=3, target="/x"), "Mount.source=3 is not a path"),
+        (lambda: Mount(source=3, target="/x"), "Mount.source=3 is not a path"),  # type: ignore[arg-type]
         (
             lambda: SandboxResult(
-                status="lost", exit_code=0, stdout="", stderr="", truncated=False, duration_s=0
+                status="lost",  # type: ignore[arg-type]
+                exit_code=0,
+                stdout="",
+                stderr="",
+                truncated=False,
+                duration_s=0,
             ),
             "SandboxResult.status='lost' is no status",
         ),
-        (lambda: ContainerInfo(id="c", name="n", status="up", labels={"a": None}), "text to text"),
+        (
+            lambda: ContainerInfo(id="c", name="n", status="up", labels={"a": None}),  # type: ignore[dict-item]
+            "text to text",
+        ),
     ],
 )
 def test_bad_limits_and_results_are_refused(make: object, said: str) -> None:

@@ -11,8 +11,8 @@ import asyncio
 
 import pytest
 
+from orchestrator.behavior import Behavior
 from orchestrator.permissions import CallContext, HookSet, PermissionEngine, ToolCall, evaluate
-from orchestrator.permissions.models import Behavior
 from orchestrator.permissions.policy import EffectivePolicy
 from orchestrator.permissions.skill_rules import SkillGrant, skill_grant
 from tests.unit.permissions.test_paths import policy
