@@ -365,7 +365,7 @@ async def test_tasks_started_inside_an_isolated_task_work_in_its_copy(
         (result,) = await run_isolated(run, "OUTER")
     # One review, the outer task's: its children's changes are part of it.
     (review,) = approver.asked
-    assert review.task_id == result.task_id
+    assert isinstance(review, ApplyReview) and review.task_id == result.task_id
     assert {c.path for c in review.change_set.changes} == {"plain.txt", "own.txt", "seen.txt"}
     assert live == [False, False, False]
     assert (workspace / "seen.txt").read_text() == "plain\nplain\n"  # each saw the copy
