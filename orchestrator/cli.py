@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "trust": "orchestrator.commands.trust:trust",
     "apply": "orchestrator.commands.apply:apply_command",
     "discard": "orchestrator.commands.apply:discard_command",
+    "held": "orchestrator.commands.held:held",
 }
 
 HELP: dict[str, str] = {
@@ -59,6 +60,7 @@ HELP: dict[str, str] = {
     "trust": "Review what changed in a workspace's settings and trust it as it is now.",
     "apply": "Apply an isolated subagent's waiting change set to its workspace.",
     "discard": "Remove an isolated subagent's waiting change set.",
+    "held": "Review, apply or discard the changes a run made to files editors and shells run.",
 }
 
 

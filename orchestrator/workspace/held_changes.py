@@ -11,8 +11,10 @@ an asking row (the end-of-run report's comparison, `workspace.report`) is put ba
 A file the run created is moved out of the workspace; one it changed or removed
 is restored from the bytes read when the run started, and the run's version (if
 any) kept. Nothing the run wrote there stays in the workspace, whoever approved
-the call that wrote it: a person approves exactly that content afterwards, by
-copying it in from `DIR` (the run's `held/` directory under warden's state).
+the call that wrote it: a person approves exactly that content afterwards
+(`warden held RUN --apply`, `apply.held`: the change set shown, the yes bound to
+its hash) from `DIR` (the run's `held/` directory under warden's state), whose
+record (`HeldManifest`, beside it) says what was held and what became of it.
 
 What is not held, and why (each is reported, as before, and said so):
 - `.git` and `.claude` directories: at the workspace root they are read-only
@@ -32,6 +34,7 @@ with `O_NOFOLLOW`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import posixpath
 import stat
@@ -81,6 +84,8 @@ class HeldChange(BaseModel):
     """created, modified or deleted."""
     kept_as: str | None = None
     """Where the run's version is (None: it removed the file)."""
+    mode: int | None = None
+    """The permission bits of the run's version (a regular file; the copy kept is 0600)."""
 
 
 class NotHeld(BaseModel):
@@ -189,7 +194,8 @@ def _hold_one(
             os.unlink(name, dir_fd=fd)
     else:
         _put_back(fd, name, before, owner)
-    return HeldChange(path=rel, change=change, kept_as=kept_as)
+    mode = stat.S_IMODE(now.st_mode) if now is not None and stat.S_ISREG(now.st_mode) else None
+    return HeldChange(path=rel, change=change, kept_as=kept_as, mode=mode)
 
 
 def _keep_run_version(fd: int, rel: str, name: str, now: os.stat_result, into: Path) -> str | None:
@@ -268,3 +274,149 @@ def _parent(
         os.close(fd)
         fd = nxt
     return fd
+
+
+# ---- the record a later review reads (`apply.held`) ----------------------------------
+
+HELD_MANIFEST = "held.json"
+"""Beside the run's `held/` directory: what was held, and what became of it."""
+
+
+class HeldManifest(BaseModel):
+    """One run's held changes and their fate (written at the end of the run)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str
+    workspace: str
+    changes: list[HeldChange]
+    outcome: str = "waiting"
+    """waiting, applied or discarded."""
+    decided_by: str = ""
+    sha256: str = ""
+    """The hash of the change set applied (when applied)."""
+
+
+def manifest_path(held_dir: Path) -> Path:
+    return held_dir.parent / HELD_MANIFEST
+
+
+def save_manifest(held_dir: Path, manifest: HeldManifest) -> None:
+    """Write `manifest` beside `held_dir` (a temporary file, then a rename)."""
+    path = manifest_path(held_dir)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}")
+    tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def load_manifest(held_dir: Path) -> HeldManifest | None:
+    try:
+        return HeldManifest.model_validate_json(manifest_path(held_dir).read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class Present:
+    """What a workspace path holds now: a regular file's bytes and mode, a link's
+    target, or nothing (`kind` absent); `other` for anything else."""
+
+    kind: str
+    data: bytes | None = None
+    mode: int = 0o644
+    link: str | None = None
+
+
+def present(workspace: Path, rel: str, max_bytes: int) -> Present:
+    """`workspace/rel` read now, beneath the workspace, no link followed at any step
+    (a directory on the way that is a link now: `other`)."""
+    parent, name = posixpath.split(rel)
+    with beneath.workspace_root(workspace) as root:
+        if root is None:
+            return Present("other")
+        parts = tuple(parent.split("/")) if parent else ()
+        with beneath.directory(root, parts, workspace) as fd:
+            if fd is None:
+                return Present("absent") if _gone(root, parts, workspace) else Present("other")
+            return _present_at(fd, name, max_bytes)
+
+
+def _gone(root: int, parts: tuple[str, ...], shown: Path) -> bool:
+    """Some directory of `parts` does not exist (rather than being a link or a file)."""
+    fd = beneath.open_directory(root, (), shown)
+    for part in parts:
+        if fd is None:
+            return False
+        try:
+            os.stat(part, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            os.close(fd)
+            return True
+        nxt = beneath.directory_at(fd, part)
+        os.close(fd)
+        fd = nxt
+    if fd is not None:
+        os.close(fd)
+    return False
+
+
+def _present_at(fd: int, name: str, max_bytes: int) -> Present:
+    try:
+        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return Present("absent")
+    if stat.S_ISLNK(info.st_mode):
+        return Present("link", link=os.readlink(name, dir_fd=fd))
+    if not stat.S_ISREG(info.st_mode):
+        return Present("other")
+    src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    try:
+        opened = os.fstat(src)
+        if not stat.S_ISREG(opened.st_mode):
+            return Present("other")
+        chunks = []
+        size = 0
+        while (chunk := os.read(src, COPY_CHUNK)) and size <= max_bytes:
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_bytes:
+            return Present("other")
+        return Present("file", data=b"".join(chunks), mode=stat.S_IMODE(opened.st_mode))
+    finally:
+        os.close(src)
+
+
+class ChangedSinceShownError(OSError):
+    """The workspace file is not what the review showed as its current side."""
+
+
+def replace(workspace: Path, rel: str, shown: Present, new: Present, max_bytes: int) -> None:
+    """Make `workspace/rel` hold `new` (a file, a link, or nothing), beneath the
+    workspace without following a link, atomically (a temporary name, then a
+    rename), once it is checked to still hold `shown`. Raises
+    ChangedSinceShownError when it does not, OSError when it cannot be done."""
+    parent, name = posixpath.split(rel)
+    owner = os.stat(workspace)
+    with beneath.workspace_root(workspace) as root:
+        parts = tuple(parent.split("/")) if parent else ()
+        fd = _parent(root, parts, workspace, create=new.kind != "absent", owner=owner)
+        if fd is None:
+            if new.kind == "absent" and shown.kind == "absent":
+                return
+            raise ChangedSinceShownError(
+                errno.ENOTDIR, f"{rel}: its directory is gone or is a link now"
+            )
+        try:
+            now = _present_at(fd, name, max_bytes)
+            if now != shown:
+                raise ChangedSinceShownError(
+                    errno.ESTALE, f"{rel} changed since the review showed it"
+                )
+            if new.kind == "absent":
+                if now.kind != "absent":
+                    os.unlink(name, dir_fd=fd)
+                return
+            _put_back(fd, name, Kept(data=new.data, mode=new.mode, link=new.link), owner)
+        finally:
+            os.close(fd)

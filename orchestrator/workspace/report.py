@@ -42,7 +42,15 @@ from orchestrator.permissions.executed_paths import hooks_path_pattern, report_p
 from orchestrator.permissions.paths import matches, pattern_regex
 from orchestrator.store.records import AuditRecord, audit_record
 from orchestrator.workspace import beneath
-from orchestrator.workspace.held_changes import HeldChange, NotHeld, held_rows, hold, keep_originals
+from orchestrator.workspace.held_changes import (
+    HeldChange,
+    HeldManifest,
+    NotHeld,
+    held_rows,
+    hold,
+    keep_originals,
+    save_manifest,
+)
 from orchestrator.workspace.trusted_content import TrustedFile
 from orchestrator.workspace.trusted_content import changes as trust_changes
 from orchestrator.workspace.trusted_content import fingerprint as trust_fingerprint
@@ -130,48 +138,54 @@ class SensitiveReport(BaseModel):
         """Plain-text lines for the terminal summary (empty when there is nothing to say)."""
         lines: list[str] = []
         if self.held:
-            lines.append(
+            lines += _section(
                 f"held for your review: {len(self.held)} change(s) this run made to files "
                 "that editors, shells, commit hooks and package managers run were put back "
                 f"as they were before it; its versions are in {_printable(self.held_dir)} "
-                "(compare them, and copy in what you approve):"
+                f"(`warden held {_printable(Path(self.held_dir).parent.name)}` shows the "
+                "diff and applies exactly what you saw, or discards it):",
+                [f"{h.change:<8} {_printable(h.path)}" for h in self.held],
+                " (all in --json)",
             )
-            lines += [f"  {h.change:<8} {_printable(h.path)}" for h in self.held[:MAX_PRINTED]]
-            if len(self.held) > MAX_PRINTED:
-                lines.append(f"  … and {len(self.held) - MAX_PRINTED} more (all in --json)")
         if self.not_held:
-            lines.append(
+            lines += _section(
                 f"not held: {len(self.not_held)} change(s) to such files could not be put "
-                "back; review them before you open the folder in an editor or run its tools:"
+                "back; review them before you open the folder in an editor or run its tools:",
+                [f"{_printable(n.path)}: {n.why}" for n in self.not_held],
+                " (all in --json)",
             )
-            lines += [f"  {_printable(n.path)}: {n.why}" for n in self.not_held[:MAX_PRINTED]]
         if self.trust_review:
-            lines.append(
+            lines += _section(
                 f"needs your review before it takes effect: {len(self.trust_review)} file(s) "
                 "that workspace trust covers changed during this run (`warden trust` shows "
-                "the diff and records your yes):"
+                "the diff and records your yes):",
+                [_printable(p) for p in self.trust_review],
             )
-            lines += [f"  {_printable(p)}" for p in self.trust_review[:MAX_PRINTED]]
-            if len(self.trust_review) > MAX_PRINTED:
-                lines.append(f"  … and {len(self.trust_review) - MAX_PRINTED} more")
         if self.changes:
-            lines.append(
+            lines += _section(
                 f"review before trusting: {len(self.changes)} file(s) under "
-                "paths that git, CI, editors or build tools execute were changed by this run:"
+                "paths that git, CI, editors or build tools execute were changed by this run:",
+                [
+                    f"{c.change:<8} {c.kind:<5} {_printable(c.path)}"
+                    for c in _interleaved(self.changes)
+                ],
+                " not printed here (all are in `warden audit` and the --json result)",
             )
-            shown = _interleaved(self.changes)[:MAX_PRINTED]
-            lines += [f"  {c.change:<8} {c.kind:<5} {_printable(c.path)}" for c in shown]
-            if len(self.changes) > len(shown):
-                lines.append(
-                    f"  … and {len(self.changes) - len(shown)} more not printed here "
-                    "(all are in `warden audit` and the --json result)"
-                )
         if self.scan_truncated:
             lines.append(
                 f"the executed-paths scan stopped at {self.scan_limit} entries; "
                 "changes deeper in the workspace are not listed"
             )
         return lines
+
+
+def _section(header: str, items: Sequence[str], rest: str = "") -> list[str]:
+    """`header`, the first `MAX_PRINTED` items indented, and how many are not printed
+    (then `rest`: where they all are). The one shape of every section above."""
+    lines = [header, *(f"  {item}" for item in items[:MAX_PRINTED])]
+    if len(items) > MAX_PRINTED:
+        lines.append(f"  … and {len(items) - MAX_PRINTED} more{rest}")
+    return lines
 
 
 def _interleaved(changes: list[SensitiveChange]) -> list[SensitiveChange]:
@@ -419,6 +433,15 @@ class ExecutedPathsWatch:
             todo = [(c.path, c.change) for c in changes if c.row in rows and c.kind != "dir"]
             if todo:
                 held, not_held = hold(self.workspace, todo, self.kept, self.held_dir)
+            if held:  # what `warden held` reviews and applies
+                save_manifest(
+                    self.held_dir,
+                    HeldManifest(
+                        run_id=self.held_dir.parent.name,
+                        workspace=str(self.workspace),
+                        changes=held,
+                    ),
+                )
         # After the hold: what trust covers as the run leaves the workspace.
         prints = trust_fingerprint(self.workspace)
         review = trust_changes(self.trust_before, prints)

@@ -238,3 +238,27 @@ def test_warden_s_own_always_allow_write_is_not_reported_as_a_sandbox_s(tmp_path
     report = watch.report()
     assert ".claude/settings.local.json" in [c.path for c in report.changes]
     assert ".claude/settings.local.json" in report.trust_review
+
+
+def test_every_section_says_how_many_it_did_not_print() -> None:
+    """held, not_held, the trust review and the changes all print the first
+    MAX_PRINTED and count the rest (not_held used to drop them unsaid)."""
+    from orchestrator.workspace.held_changes import HeldChange, NotHeld
+    from orchestrator.workspace.report import MAX_PRINTED, SensitiveChange, SensitiveReport
+
+    extra = 5
+    many = range(MAX_PRINTED + extra)
+    report = SensitiveReport(
+        changes=[
+            SensitiveChange(path=f".vscode/c{i}", change="created", kind="file", size=1)
+            for i in many
+        ],
+        held=[HeldChange(path=f".vscode/h{i}", change="created") for i in many],
+        held_dir="/state/runs/run-x/held",
+        not_held=[NotHeld(path=f".vscode/n{i}", why="too large") for i in many],
+        trust_review=[f".claude/agents/a{i}.md" for i in many],
+    )
+    text = report.render()
+    assert sum(line.startswith(f"  … and {extra} more") for line in text) == 4
+    assert not any(f"n{MAX_PRINTED}" in line for line in text)
+    assert any("warden held run-x" in line for line in text)
