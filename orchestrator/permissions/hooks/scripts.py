@@ -76,12 +76,18 @@ def script_words(command: str, real_root: str, *, cwd_workspace: bool) -> list[t
     """(word, relative path) for each word of `command` that surely names a
     workspace path, existing or not: one spelled from the workspace
     (`$CLAUDE_PROJECT_DIR/…`, `/workspace/…`, its absolute path), and, for a hook
-    run in the workspace, a relative one (not a first word without a `/`, which
-    the shell looks up on PATH)."""
+    run in the workspace, a relative one that reads as a path (not a first word
+    without a `/`, which the shell looks up on PATH, nor a word with spaces or shell
+    characters: the code of `python3 -c "…"`)."""
     found: list[tuple[str, str]] = []
     for i, word in enumerate(_words(command)):
         explicit = word.startswith((*PROJECT_DIR_WORDS, real_root + os.sep))
-        relative = cwd_workspace and not word.startswith("/") and (i > 0 or "/" in word)
+        relative = (
+            cwd_workspace
+            and not word.startswith("/")
+            and (i > 0 or "/" in word)
+            and SAFE_PATH.fullmatch(word) is not None  # not `python3 -c "import x; …"`'s code
+        )
         if not (explicit or relative) or word.startswith("-"):
             continue
         rel = _inside(word, real_root)

@@ -203,3 +203,21 @@ async def test_a_script_named_twice_runs_from_its_copy(ws: Path) -> None:
     )
     assert outcome.decision is None and outcome.error is None
     assert (ws.parent / "ran").exists()
+
+
+async def test_inline_code_of_a_hook_run_in_the_workspace_is_not_taken_for_a_script(
+    ws: Path,
+) -> None:
+    """Issue 33's hook shape, `python3 -c "import json, sys; …"` with `"cwd":
+    "workspace"`: its code is no workspace path, so it is neither recorded nor
+    rewritten, and the hook runs."""
+    from orchestrator.workspace.trusted_content import hook_scripts
+
+    command = 'python3 -c "import json, sys; json.load(sys.stdin); print(1)"'
+    doc = {"hooks": {"PreToolUse": [{"hooks": [{"command": command, "cwd": "workspace"}]}]}}
+    prints = tuple((rel, "absent") for rel in hook_scripts(ws, {"s": doc}))
+    assert prints == ()
+    [outcome] = await run_hooks(
+        [_hook(command, prints, "workspace")], {"a": 1}, tool_name="Bash", workspace_host=ws
+    )
+    assert outcome.error is None and outcome.decision is None and outcome.exit_code == 0
