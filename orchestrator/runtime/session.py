@@ -269,6 +269,7 @@ async def open_run(
                 inputs.trust.prints,
                 hooks=(inputs.hooks_path,) if inputs.hooks_path else (),
                 held_dir=settings.state_dir / "runs" / run_id / "held",
+                hook_scripts=inputs.hook_scripts,
             )
         )
         # Pools sized to the wait threads of every subagent at once (see backend.connect).

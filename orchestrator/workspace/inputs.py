@@ -36,8 +36,12 @@ from orchestrator.permissions.sources import (
     PolicyDocument,
     read_policy_document,
 )
-from orchestrator.workspace.trust import TrustVerdict, verdict
+from orchestrator.workspace.trust import TrustVerdict, recorded, verdict
 from orchestrator.workspace.trusted_content import fingerprint_one, hook_scripts
+
+UNAPPROVED = "not approved"
+"""The expected digest of a script trust covers in a workspace nobody said yes to
+(no file has it: a host hook naming it is denied)."""
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,10 @@ class PolicyInputs:
 
     hook_script_prints: tuple[tuple[str, str], ...] = ()
     """(relative path, digest) of each of `hook_scripts` as trust was decided on (the
-    person's yes), or as read at the start when the yes did not cover it (a script
-    only a user's hook names), `absent` for one not there: a host hook runs only
+    person's last yes, even when the workspace is not trusted now: `UNAPPROVED`
+    when there is none), or as read at the start when trust does not cover it (a
+    script only a user's hook names; a run's changes to those are held, see
+    `report.ExecutedPathsWatch`), `absent` for one not there: a host hook runs only
     while its scripts still match, from a private copy of the bytes compared."""
 
     @property
@@ -107,6 +113,11 @@ def read_policy_inputs(
     root = workspace.resolve()
     scripts = tuple(hook_scripts(root, {str(f.path): f.doc for f in stack.files}))
     prints = {rel: f.digest for rel, f in found.prints.items()}
+    if not found.trusted:
+        # Not the content a person said yes to: a host hook (the person's
+        # `trustedHooks` names its command) runs only the script of the last yes.
+        yes = recorded(settings, workspace) or {}
+        prints = {rel: yes[rel].digest if rel in yes else UNAPPROVED for rel in prints}
     return PolicyInputs(
         workspace=workspace,
         stack=stack,

@@ -390,10 +390,14 @@ class ExecutedPathsWatch:
         *,
         hooks: Sequence[str] | None = None,
         held_dir: Path | None = None,
+        hook_scripts: Sequence[str] = (),
     ) -> None:
         """`hooks`: `core.hooksPath` as the run read it (`workspace.inputs`; None:
         read now). `held_dir`: where changes under the asking rows are held at the
-        end (`workspace.held_changes`; None: they are only reported)."""
+        end (`workspace.held_changes`; None: they are only reported). `hook_scripts`:
+        the workspace files the hooks name (`PolicyInputs.hook_scripts`): a change to
+        one is held too, so nothing written there during a run (one absent at its
+        start, which no wall covers, included) is what the next run's hook runs."""
         self.workspace = workspace
         if hooks is None:
             found = hooks_path_pattern(workspace)
@@ -401,12 +405,16 @@ class ExecutedPathsWatch:
         self.patterns = (
             *EXECUTED_PATHS,
             *hooks,
-            *("/" + p.strip("/") for p in extra),
+            *("/" + p.strip("/") for p in (*extra, *hook_scripts)),
         )
         self.before = take_snapshot(workspace, self.patterns)
         self.held_dir = held_dir
         rows = held_rows()
-        self.held_patterns = tuple(EXECUTED_PATHS[i] for i in sorted(rows))
+        self.hook_scripts = frozenset(p.strip("/") for p in hook_scripts)
+        self.held_patterns = (
+            *(EXECUTED_PATHS[i] for i in sorted(rows)),
+            *("/" + p for p in sorted(self.hook_scripts)),
+        )
         self.kept = (
             keep_originals(workspace, self.before.entries, self.held_patterns)
             if held_dir is not None
@@ -430,7 +438,10 @@ class ExecutedPathsWatch:
         not_held: list[NotHeld] = []
         if self.held_dir is not None:
             rows = held_rows()
-            todo = [(c.path, c.change) for c in changes if c.row in rows and c.kind != "dir"]
+            todo = [
+                (c.path, c.change) for c in changes
+                if (c.row in rows or c.path in self.hook_scripts) and c.kind != "dir"
+            ]  # fmt: skip
             if todo:
                 held, not_held = hold(self.workspace, todo, self.kept, self.held_dir)
             if held:  # what `warden held` reviews and applies

