@@ -23,6 +23,11 @@ ENGINE_TESTS = ("tests/integration/", "tests/e2e/")
 ENGINE_FREE = ("tests/integration/test_claude_code_differential.py",)
 """Integration tests that start no container (the real Claude Code CLI against the
 scripted model, beside warden's own decisions): they run beside the engine tests."""
+ENGINE_APART = ("tests/e2e/test_fresh_debian.py",)
+"""Engine tests that may run beside the others, each as its own unit of work: the
+fresh-Debian test (the longest in the suite, minutes of apt and pip) works in its own
+container under its own label, and the sandboxes its demo starts belong to a process in
+another pid namespace, which no `warden cleanup` on this host removes or counts."""
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -30,14 +35,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     after another on one worker in their written order, as CI has always run them: each
     sizes its waits for one engine test at a time, and a bare `warden cleanup` in one
     must not meet another's deliberately orphaned containers. The unit tests, one unit
-    each, fill the other worker. (A scheduler rather than xdist's `loadgroup`: that one
+    each, fill the other worker, after the `ENGINE_APART` ones (first in the queue). (A scheduler rather than xdist's `loadgroup`: that one
     renames node ids, which pytest 9 no longer lets a plugin do.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class EngineTestsTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            engine = nodeid.startswith(ENGINE_TESTS) and not nodeid.startswith(ENGINE_FREE)
-            return "engine" if engine else nodeid
+            if nodeid.startswith(ENGINE_FREE + ENGINE_APART):
+                return nodeid
+            return "engine" if nodeid.startswith(ENGINE_TESTS) else nodeid
 
     return EngineTestsTogether(config, log)
 
