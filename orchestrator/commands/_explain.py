@@ -43,11 +43,15 @@ def explain_call(
     deny: Sequence[str] = (),
     mode: str | None = None,
     trusted: bool = True,
+    memory_dir: str | None = None,
 ) -> tuple[Explanation, EffectivePolicy]:
-    """The explanation of one call, and the effective policy it was decided under."""
+    """The explanation of one call, and the effective policy it was decided under
+    (`memory_dir`: as an agent whose memory directory that is)."""
     effective = _load_policy(
         settings, workspace, policy=policy_name, allow=allow, deny=deny, mode=mode, trusted=trusted
     )
+    if memory_dir is not None:
+        effective = effective.model_copy(update={"memory_dir": memory_dir})
     if tool in SERVER_TOOLS:
         return server_tool(effective, tool, tool_input), effective
     if tool == NETWORK_TOOL:

@@ -338,10 +338,17 @@ class _Evaluator:
     def _memory_write(self, target: list[str] | None) -> bool:
         """A Write or Edit of `.md` files in the agent's own memory directory, every
         spelling of the path (links resolved) inside it."""
-        root = self.policy.memory_dir
-        if root is None or self.call.tool_name not in ("Write", "Edit") or not target:
+        if self.call.tool_name not in ("Write", "Edit") or not target:
             return False
-        return all(p.endswith(".md") and paths.inside(p, [root]) and p != root for p in target)
+        return self._in_memory(target)
+
+    def _in_memory(self, spellings: list[str]) -> bool:
+        """Every spelling of a path is a `.md` file in the agent's own memory directory
+        (what Claude Code lets Write, Edit and a shell redirection write unasked)."""
+        root = self.policy.memory_dir
+        if root is None or not spellings:
+            return False
+        return all(p.endswith(".md") and paths.inside(p, [root]) and p != root for p in spellings)
 
     def _all_regular_files(self, spellings: list[str]) -> bool:
         """True when the host shows every spelling is a regular file (not a tree)."""
@@ -431,6 +438,12 @@ class _Evaluator:
                             source=rule.source,
                         )
                 for text, spell in [*writes, *changed]:
+                    if (
+                        rule.source == BUILT_IN_ASK_SOURCE
+                        and (text, spell) in writes
+                        and self._in_memory(spell)
+                    ):
+                        continue  # a redirection into its own memory: as Claude Code
                     if rule.tool in ("Edit", "Write") and path_matches(rule, spell, strict=strict):
                         return SubcommandVerdict(
                             kind="write",
@@ -556,6 +569,8 @@ class _Evaluator:
             by_mode = self.mode in ("acceptEdits", "bypassPermissions") and all(
                 paths.inside(p, self._edit_roots()) for p in spell
             )
+            memory = rule is None and not by_mode and self._in_memory(spell)
+            by_mode = by_mode or memory
             verdicts.append(
                 SubcommandVerdict(
                     kind="write",
@@ -564,7 +579,13 @@ class _Evaluator:
                     rule=rule.text if rule else None,
                     source=rule.source
                     if rule
-                    else (f"{MODE_SOURCE}:{self.mode}" if by_mode else None),
+                    else (
+                        MEMORY_SOURCE
+                        if memory
+                        else f"{MODE_SOURCE}:{self.mode}"
+                        if by_mode
+                        else None
+                    ),
                 )
             )
             if rule is None and not by_mode:

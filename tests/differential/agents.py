@@ -61,6 +61,14 @@ AGENT_EFFORT = (
 )
 SKILL = "---\nname: greet\ndescription: Greets people\n---\nSKILLBODY say hi.\n"
 USER_SKILL = "---\nname: style\ndescription: House style\n---\nUSERSKILLBODY be terse.\n"
+SKILLS_META = {
+    ".claude/skills/hidden/SKILL.md": "---\nname: hidden\ndescription: Hidden one\n"
+    "disable-model-invocation: true\n---\nHIDDENBODY\n",
+    ".claude/skills/when/SKILL.md": "---\nname: when\ndescription: Has a when\n"
+    'when_to_use: Use it when asked about WHENX\nargument-hint: "[file]"\n---\nWHENBODY\n',
+    ".claude/skills/nodesc/SKILL.md": "---\nname: nodesc\n---\nFirst line of NODESC body.\nmore\n",
+}
+"""Skills whose frontmatter changes the listing or the tool's answer (`skill-meta`)."""
 PROJECT_MD = "Project rule: PROJECTMD.\n"
 USER_MD = "User rule: USERMD.\n"
 
@@ -137,6 +145,10 @@ def all_cases() -> list[dict[str, Any]]:
                          {"content": [{"type": "text", "text": "child done"}]}]},
         {"id": "mcp-disallowed", "files": {**BASE_FILES, **MCP_FILES}, "task": _task("mcpless")},
         {"id": "mcp-tools-list", "files": {**BASE_FILES, **MCP_FILES}, "task": _task("mcpone")},
+        {"id": "skill-meta", "files": {**BASE_FILES, **SKILLS_META}, "task": _task("rev"),
+         "child_turns": [{"content": [{"type": "tool_use", "name": "Skill",
+                                       "input": {"skill": "hidden"}}]},
+                         {"content": [{"type": "text", "text": "child done"}]}]},
         *({"id": f"effort-{level}", "files": {**BASE_FILES,
            ".claude/agents/thinker.md": AGENT_EFFORT.format(level=level)},
            "task": _task("thinker")} for level in ("low", "max", "7")),
@@ -182,6 +194,13 @@ MESSAGE_MARKERS = {
 }
 SKILL_LISTING = "- greet: Greets people"
 """How the project's skill `greet` is listed for the Skill tool (both sides)."""
+LISTING_PARTS = {
+    "listed: when_to_use": "- when: Has a when - Use it when asked about WHENX",
+    "listed: first line": "- nodesc: First line of NODESC body.",
+    "listed: hidden": "- hidden:",
+}
+"""How skills with `when_to_use`, no description, `disable-model-invocation` are
+listed (or not), looked for in any message."""
 VALUE_PARTS = {
     "memory index": "MEMORYBODY",
     "user memory index": "USERMEMBODY",
@@ -242,7 +261,8 @@ def parts(
         "system": _ordered(system, SYSTEM_MARKERS),
         "message": _ordered(message, markers),
         "values": sorted(k for k, v in VALUE_PARTS.items() if v in system + message)
-        + (["skill listing"] if SKILL_LISTING in everywhere else []),
+        + (["skill listing"] if SKILL_LISTING in everywhere else [])
+        + [k for k, v in LISTING_PARTS.items() if v in everywhere],
         "skill load": _skill_load(requests),
         # no effort is the API's default, `high`, which Claude Code sends explicitly
         # (docs/agents.md)
@@ -282,7 +302,7 @@ def compare_parts(case_id: str, claude: dict[str, Any], warden: dict[str, Any]) 
                  f"{claude.get('effort')} / {warden.get('effort')}")  # fmt: skip
     result.check("skill load", claude.get("skill load") == warden.get("skill load"),
                  f"{claude.get('skill load')} / {warden.get('skill load')}")  # fmt: skip
-    for name in sorted({*VALUE_PARTS, "skill listing"}):
+    for name in sorted({*VALUE_PARTS, "skill listing", *LISTING_PARTS}):
         c, w = name in claude["values"], name in warden["values"]
         result.check(name, c == w, f"claude {c}, warden {w}")
     names = (set(claude["tools"]) | set(warden["tools"])) - DOCUMENTED_TOOLS

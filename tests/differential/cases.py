@@ -574,6 +574,7 @@ def case_and_command_groups() -> list[Group]:
 
 
 def all_groups() -> list[Group]:
+    from tests.differential.memory_cases import memory_groups
     from tests.differential.skill_cases import skill_groups
 
     return [
@@ -592,6 +593,7 @@ def all_groups() -> list[Group]:
         *ask_under_allow_groups(),
         *case_and_command_groups(),
         *skill_groups(),
+        *memory_groups(),
     ]
 
 

@@ -285,6 +285,17 @@ KNOWN: list[Known] = [
         lambda g, c, w, cl: "Write(" in c.get("_reason", ""),
     ),
     Known(
+        "agent-memory-own-only",
+        "Write/Edit of a `.md` file is allowed unasked only in the agent's own memory "
+        "directory (the only one its sandbox may write); Claude Code allows it in any "
+        "agent's project or local memory directory.",
+        lambda g, c, w, cl: (
+            _tool(c) in ("Write", "Edit")
+            and "/.claude/agent-memory" in str(c["input"].get("file_path", ""))
+            and "(built-in)" in c.get("_reason", "")
+        ),
+    ),
+    Known(
         "skill-ask-rules-hold",
         "An ask rule naming a skill (`Skill(lint)`, `Skill(git:*)`) asks before it is "
         "loaded; Claude Code 2.1.197 ignores ask rules with a skill name and loads a plain "

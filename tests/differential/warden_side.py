@@ -78,6 +78,7 @@ def decide_group(group: dict[str, Any]) -> list[dict[str, Any]]:
                     deny=fill(group.get("cli_deny", []), WS, HOME),
                     mode=group.get("mode"),
                     trusted=group.get("trusted", True),
+                    memory_dir=group.get("memory_dir"),
                 )
             except PolicyError as exc:
                 out.append({"id": call["id"], "warden": "refused", "reason": str(exc)})

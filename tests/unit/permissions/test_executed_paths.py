@@ -118,3 +118,26 @@ def test_an_agents_own_memory_is_written_without_asking(tmp_path: Path) -> None:
     assert decide(f"{MEMORY}/../../settings.md") == "ask"
     assert decide(f"{MEMORY}/MEMORY.md", "plan") == "deny"
     assert decide(f"{MEMORY}/MEMORY.md", deny=("Edit(.claude/**)",)) == "deny"
+
+
+def test_a_shell_redirection_into_its_own_memory_is_as_a_write_there(tmp_path: Path) -> None:
+    """Claude Code 2.1.197 (measured): `echo x > MEMORY_DIR/n.md` and `>>` need no
+    question about the path, while `touch`, `tee`, `cp`, `mkdir`, `rm`, `sed -i` there
+    still ask; the command itself still needs its rule (warden has no read-only list),
+    and a `.txt`, another agent's memory or a deny rule are not covered."""
+    settings = Settings(state_dir=tmp_path / "s", config_dir=tmp_path / "c")
+
+    def bash(command: str, deny: tuple[str, ...] = ()) -> str:
+        policy = load_policy(settings, tmp_path, allow=["Bash(echo:*)", "Bash(touch:*)",
+                                                        "Bash(tee:*)"], deny=list(deny))  # fmt: skip
+        policy = policy.model_copy(update={"memory_dir": MEMORY})
+        call = ToolCall(tool_name="Bash", tool_input={"command": command}, tool_use_id="t")
+        return evaluate(policy, call).decision.behavior
+
+    assert bash(f"echo x > {MEMORY}/n.md") == "allow"
+    assert bash(f"echo x >> {MEMORY}/MEMORY.md") == "allow"
+    assert bash(f"echo x > {MEMORY}/n.txt") == "ask"
+    assert bash(f"touch {MEMORY}/t.md") == "ask"
+    assert bash(f"echo x | tee {MEMORY}/t.md") == "ask"
+    assert bash("echo x > /workspace/.claude/agent-memory/other/n.md") == "ask"
+    assert bash(f"echo x > {MEMORY}/n.md", deny=("Edit(.claude/**)",)) == "deny"
