@@ -69,6 +69,9 @@ class TaskManagerConfig:
     project_skills: dict[str, str] | None = None
     """The workspace's skills as its trust verdict read them (`NAME` → SKILL.md text;
     empty when the workspace is not trusted); None: read from the workspace."""
+    user_skills: bool = True
+    """Whether the user's `~/.claude/skills` are offered (False under a managed
+    `strictPluginOnlyCustomization` that locks skills, as in Claude Code)."""
     model_aliases: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_MODEL_ALIASES))
     """Model alias → model id, for a Task call's `model` (as for agent files')."""
     context_windows: dict[str, int] = field(default_factory=dict)

@@ -351,7 +351,10 @@ class TaskManager:
                 config=self.config,
                 fork=fork,
                 sources=ContextSources(
-                    self.config.claude_dir, self.workspace, self.config.project_skills
+                    self.config.claude_dir,
+                    self.workspace,
+                    self.config.project_skills,
+                    self.config.user_skills,
                 ),
             )
             for warning in warnings:

@@ -209,8 +209,13 @@ async def open_run(
     model = settings.resolve_model(model or DEFAULT_MODEL)
     if config is None:  # a library caller gets the environment's limits, as the CLI does
         config = TaskManagerConfig.from_settings(settings)
-    # skills are instructions a subagent follows: only the text the person trusted
-    config = dataclasses.replace(config, project_skills=trusted_skills(inputs))
+    # skills are instructions a subagent follows: only the text the person trusted;
+    # a managed strictPluginOnlyCustomization locking skills leaves the project's and
+    # the user's out (as Claude Code does; warden loads no managed or plugin skills)
+    locked = "skills" in read_once.managed.plugin_only
+    config = dataclasses.replace(
+        config, project_skills={} if locked else trusted_skills(inputs), user_skills=not locked
+    )
     # What egress (and a dev container build) decides by: the run's policy, or the
     # one a caller's own gate says it follows (`PermissionGate.policy`).
     own_hooks: HookSet | None = None  # a caller's own gate runs its own hooks (none of the run's)
@@ -229,7 +234,9 @@ async def open_run(
         )
         # what loading each skill means (`Skill` calls; its `allowed-tools`), from the
         # same trusted text the subagents' Skill tool loads
-        grants = skill_grants(ContextSources(config.claude_dir, workspace, config.project_skills))
+        grants = skill_grants(
+            ContextSources(config.claude_dir, workspace, config.project_skills, config.user_skills)
+        )
         gate_policy = gate_policy.model_copy(update={"skills": grants})
         gate_hooks = load_hooks(settings, workspace, trusted=trusted, stack=read_once)
         gate_hooks = dataclasses.replace(gate_hooks, script_prints=inputs.hook_script_prints)

@@ -103,6 +103,8 @@ class ContextSources:
     """`NAME` → the text of `.claude/skills/NAME/SKILL.md` as the run's trust verdict
     read it (empty: an untrusted workspace has no skills); None: read the workspace's
     own files (a caller without a trust verdict)."""
+    user_skills: bool = True
+    """Whether the user's skills (`claude_dir/skills`) are offered."""
 
 
 def read_text(path: Path, confine_to: Path | None) -> str | None:
@@ -214,7 +216,7 @@ def skill_file(name: str, sources: ContextSources) -> tuple[Path, str] | None:
             return sources.workspace / ".claude" / "skills" / name, text
     elif sources.workspace is not None:
         places.append((sources.workspace / ".claude" / "skills", sources.workspace))
-    if sources.claude_dir is not None:
+    if sources.claude_dir is not None and sources.user_skills:
         places.append((sources.claude_dir / "skills", sources.claude_dir))
     for root, confine in places:
         text = read_text(root / name / "SKILL.md", confine)
@@ -253,7 +255,7 @@ def skill_names(sources: ContextSources) -> list[str]:
             names += sorted(sources.project_skills)
         else:
             names += _skill_dirs(sources.workspace / ".claude" / "skills")
-    if sources.claude_dir is not None:
+    if sources.claude_dir is not None and sources.user_skills:
         names += _skill_dirs(sources.claude_dir / "skills")
     return list(dict.fromkeys(names))[: wire.MAX_SKILLS]
 

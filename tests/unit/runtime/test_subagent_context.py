@@ -160,3 +160,14 @@ def test_the_listing_says_what_claude_code_says_and_hides_what_it_hides(tmp_path
     assert "- nodesc: First line of NODESC body." in listing
     assert "hidden" not in listing
     assert "- long: " + "x" * 1535 + "\u2026" in listing
+
+
+def test_a_managed_lock_on_skills_offers_no_user_skills(tmp_path: Path) -> None:
+    """A managed `strictPluginOnlyCustomization` locking skills: Claude Code loads no
+    user or project skills (the run passes `project_skills={}` and `user_skills=False`)."""
+    from orchestrator.runtime.subagent_context import available_skills, skill_grants
+
+    sources = _sources(tmp_path)
+    locked = ContextSources(sources.claude_dir, sources.workspace, {}, user_skills=False)
+    assert available_skills(locked) == [] and skill_grants(locked) == ()
+    assert [s["name"] for s in available_skills(sources)] == ["greet", "style"]
