@@ -45,6 +45,7 @@ _HOST = "needs Claude Code's own runtime or a person at its terminal"
 UNSUPPORTED_TOOLS: dict[str, str] = {
     "ListMcpResourcesTool": _MCP,
     "ReadMcpResourceTool": _MCP,
+    "ReadMcpResourceDirTool": _MCP,
     "SendMessage": _TEAM,
     "TaskCreate": _TEAM,
     "TaskGet": _TEAM,
