@@ -100,8 +100,11 @@ def cleanup(session: str | None, include_live: bool, yes: bool, as_json: bool) -
     warden.exec, running or not) whose owning warden process is provably dead, and
     say how many; also the broker socket directories (in the temp dir) of dead
     warden processes. Runs of this state dir whose orchestrator died are marked
-    interrupted (resumable). Containers of live owners, including other users' and
-    other state dirs' runs on a shared engine, are kept unless --all is given."""
+    interrupted (resumable). Working copies (isolation: worktree) of dead runs are
+    settled, and the content store is pruned of what no kept change set or held
+    record names (never while a run or an apply writes to it). Containers of live
+    owners, including other users' and other state dirs' runs on a shared engine,
+    are kept unless --all is given."""
     from orchestrator.backend.connect import connect
     from orchestrator.backend.factory import make_backend
     from orchestrator.config import Settings
