@@ -163,11 +163,21 @@ class PinnedSources:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        for pin in self._pins:
+        self.release()
+
+    @property
+    def held(self) -> bool:
+        """True while any source is pinned (never for a non-root warden)."""
+        return bool(self._pins)
+
+    def release(self) -> None:
+        """Detach and remove every pin (the kernel's umount waits ~25 ms: callers may
+        run this in a thread once the engine has mounted the sources)."""
+        pins, self._pins = self._pins, []
+        for pin in pins:
             self._call("umount2", str(pin).encode(), MNT_DETACH)
             with contextlib.suppress(OSError):
                 os.rmdir(pin) if pin.is_dir() else os.unlink(pin)
-        self._pins = []
 
     def pin(self, root: Path, source: Path) -> Path:
         """`source`, checked like `check_confined`; as root, the path of a bind mount
