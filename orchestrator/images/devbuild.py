@@ -87,43 +87,43 @@ def devcontainer_image(
     holder carries `owner_labels`, so a crashed owner's is swept up. Raises
     ConfigError for a Dockerfile warden refuses to build, ImageBuildError when the
     build fails (BuildLimitError when it crossed a limit). `context`: the build
-    context as read once (`images.devcontext`), whose tar and Dockerfile are what is
-    built; None: made now."""
+    context as read once (`images.devcontext`), whose hash names the image and whose
+    tar, made only when there is no such image, is built only if it still has that
+    hash (ImageBuildError otherwise); None: read now."""
     if dev.dockerfile is None:
         if dev.image is None:
             raise ConfigError(f"{dev.relative} names neither an image nor a Dockerfile")
         return dev.image
     made = read_build_context(dev) if context is None else context
-    with closing(made.tar) if context is None else nullcontext():  # one made here
-        digest = made.digest
-        tag = f"{REPOSITORY}:{digest[:HASH_LENGTH]}"
-        if image_id(client, tag) is not None:
-            log(f"dev container: {tag} is up to date (same files); not rebuilding")
-            return tag
-        with tempfile.TemporaryFile() as tar:
-            made.copy_to(tar)
-            text = made.dockerfile_bytes
-            engine = engine_dockerfile(
-                client, text.decode(errors="replace"), dict(dev.args), dev.relative
-            )
-            for note in engine.notes:
-                log(f"dev container: {note}")
-            dockerfile = _add_engine_dockerfile(tar, engine.text)
-            from orchestrator.images import resolve_image
-
-            tar.seek(0)
-            with (egress or nullcontext)() as network:
-                where = "egress through warden's proxy" if network else "no network"
-                log(f"dev container: building {tag} from {dev.relative} ({where})")
-                box = BuildBox(
-                    client,
-                    limits or BuildLimits(),
-                    holder_image=resolve_image(client, "bash"),
-                    egress=network,
-                    labels=owner_labels,
-                )
-                _build(client, box, dev, tar, dockerfile, tag, digest, log)
+    digest = made.digest
+    tag = f"{REPOSITORY}:{digest[:HASH_LENGTH]}"
+    if image_id(client, tag) is not None:
+        log(f"dev container: {tag} is up to date (same files); not rebuilding")
         return tag
+    with tempfile.TemporaryFile() as tar:
+        made.copy_to(tar)  # the one tar: made now, sent only if it is what was read
+        text = made.dockerfile_bytes
+        engine = engine_dockerfile(
+            client, text.decode(errors="replace"), dict(dev.args), dev.relative
+        )
+        for note in engine.notes:
+            log(f"dev container: {note}")
+        dockerfile = _add_engine_dockerfile(tar, engine.text)
+        from orchestrator.images import resolve_image
+
+        tar.seek(0)
+        with (egress or nullcontext)() as network:
+            where = "egress through warden's proxy" if network else "no network"
+            log(f"dev container: building {tag} from {dev.relative} ({where})")
+            box = BuildBox(
+                client,
+                limits or BuildLimits(),
+                holder_image=resolve_image(client, "bash"),
+                egress=network,
+                labels=owner_labels,
+            )
+            _build(client, box, dev, tar, dockerfile, tag, digest, log)
+    return tag
 
 
 def _add_engine_dockerfile(context: IO[bytes], text: str) -> str:

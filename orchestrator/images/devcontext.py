@@ -1,13 +1,16 @@
 """A dev container as read once: its devcontainer.json's bytes, what warden makes
-of them, and the build context its Dockerfile is built from, as the tar the
-engine is sent (`DevContainerInputs`, `BuildContext`).
+of them, and the hash of the build context its Dockerfile is built from, as the
+tar the engine would be sent (`DevContainerInputs`, `BuildContext`).
 
 Trust binds to content (`workspace.trusted_content`): the person's yes covers the
-config's bytes and the context tar's hash, and the build sends exactly that tar,
-made once, never the workspace as it is later. So a file changed after the yes
-(the Dockerfile, anything the build could `COPY`, a `.dockerignore`, a link
-swapped in), by a sandbox of a concurrent run or anyone, is either in the tar
-that was hashed and shown, or not built at all.
+config's bytes and the context tar's hash. Reading the inputs hashes the tar's
+entries as they are written, into nothing: no tar is kept, so a run that builds
+nothing (an `--image`, an untrusted workspace, an image already built from the
+same hash) and the end-of-run trust review make none. A build makes the tar once,
+then (`BuildContext.copy_to`), hashing it the same way as it is written, and sends
+it only when that hash is the one read: a file changed since (the Dockerfile,
+anything the build could `COPY`, a `.dockerignore`, a link swapped in), by a
+sandbox of a concurrent run or anyone, is not built at all.
 
 The tar is warden's own, not the docker SDK's: the SDK checks a file's type by its
 path and then opens the path, so a sandbox that swapped a file for a link in
@@ -22,11 +25,8 @@ import errno
 import hashlib
 import os
 import posixpath
-import shutil
 import stat
 import tarfile
-import tempfile
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -55,7 +55,8 @@ MAX_DOCKERFILE_BYTES = 1024 * 1024
 
 @dataclass(frozen=True, eq=False)
 class BuildContext:
-    """One build's context as made once: the tar the engine is sent, and its hash."""
+    """One build's context as read once: the hash of the tar the engine is to be sent
+    (the tar itself is made only for a build: `copy_to`)."""
 
     digest: str
     """sha256 (hex) of the tar's entries, the Dockerfile's name, args and target:
@@ -66,42 +67,41 @@ class BuildContext:
     """The Dockerfile as the tar holds it (what the build checks and rewrites)."""
     listing: tuple[str, ...]
     """One line per entry: its fingerprint, mode and name (what `warden trust` shows)."""
-    tar: IO[bytes] = field(repr=False)
-    """A private temporary file holding the tar (read with `copy_to`); closed with
-    `close`, or when this context is dropped."""
-
-    def __post_init__(self) -> None:
-        weakref.finalize(self, self.tar.close)
-
-    def close(self) -> None:
-        self.tar.close()
+    dev: DevContainer = field(repr=False)
+    """The dev container it was read for (where `copy_to` reads the context again)."""
 
     def copy_to(self, out: IO[bytes]) -> None:
-        """The tar's bytes into `out` (which the build may then append to)."""
-        self.tar.seek(0)
-        shutil.copyfileobj(self.tar, out)
+        """The context as a tar into `out` (an empty file the build may then append
+        to), made now and hashed as it is written. Raises ImageBuildError, with `out`
+        holding nothing the build may send, when its hash is not `digest`: a file
+        changed since the context was read (and trust decided on it)."""
+        made = _write_tar(self.dev, self.dockerfile, out)
+        if made.digest.hexdigest() != self.digest:
+            out.seek(0)
+            out.truncate()
+            raise ImageBuildError(
+                f"{self.dev.relative}: the build context {self.dev.context} changed after "
+                "warden read it for this run (trust and the image's tag were decided on "
+                "what was read), so it is not built; something is rewriting the "
+                "workspace: stop it and run again"
+            )
         out.seek(0)
 
 
 def read_build_context(dev: DevContainer) -> BuildContext:
-    """The dev container's build context, made into a private tar now and hashed.
-    Raises ConfigError (too large, the Dockerfile outside the context) or
-    ImageBuildError (the context changed while it was read)."""
-    tar = tempfile.TemporaryFile()  # noqa: SIM115  (kept by the BuildContext it returns)
-    try:
-        dockerfile = _dockerfile_in_context(dev)
-        _write_tar(dev, dockerfile, tar)
-        digest, listing, named = _digest(dev, dockerfile, tar)
-        if named is None:
-            raise ConfigError(
-                f"cannot read {dev.relative}'s Dockerfile: not a regular file (a FIFO, a "
-                "device, a link or a directory); replace it with the file, or run with "
-                "--no-devcontainer"
-            )
-    except BaseException:
-        tar.close()
-        raise
-    return BuildContext(digest, dockerfile, named, tuple(listing), tar)
+    """The dev container's build context, hashed now as the tar a build would send
+    (the tar goes nowhere). Raises ConfigError (too large, the Dockerfile outside the
+    context or not a regular file) or ImageBuildError (the context changed while it
+    was read)."""
+    dockerfile = _dockerfile_in_context(dev)
+    made = _write_tar(dev, dockerfile, _Discard())
+    if made.named is None:
+        raise ConfigError(
+            f"cannot read {dev.relative}'s Dockerfile: not a regular file (a FIFO, a "
+            "device, a link or a directory); replace it with the file, or run with "
+            "--no-devcontainer"
+        )
+    return BuildContext(made.digest.hexdigest(), dockerfile, made.named, tuple(made.listing), dev)
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,13 +171,86 @@ def _dockerfile_in_context(dev: DevContainer) -> str:
 
 def _context_tar(dev: DevContainer, into: IO[bytes]) -> str:
     """Write the build context as a tar into `into`; its content hash."""
-    dockerfile = _dockerfile_in_context(dev)
-    _write_tar(dev, dockerfile, into)
-    return _digest(dev, dockerfile, into)[0]
+    return _write_tar(dev, _dockerfile_in_context(dev), into).digest.hexdigest()
 
 
-def _write_tar(dev: DevContainer, dockerfile: str, into: IO[bytes]) -> None:
+class _Discard:
+    """Where a tar goes that is only hashed: its bytes counted, then dropped."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def write(self, data: bytes) -> int:
+        self.written += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.written
+
+
+class _Hashed:
+    """The content hash of a context tar, taken as its entries are written: each
+    entry's name, type, mode and link target, then its bytes, in name order (the
+    order they are written in). Also one listing line per entry (`sha256:HEX`,
+    `link:TARGET` or the entry's type, then its mode and name) and the Dockerfile's
+    bytes as the tar holds them (None: not a regular file there)."""
+
+    def __init__(self, dev: DevContainer, dockerfile: str) -> None:
+        self.dev = dev
+        self.dockerfile = dockerfile
+        self.digest = hashlib.sha256(f"{RECIPE}\ndockerfile {dockerfile}\n".encode())
+        self.digest.update(f"args {sorted(dev.args)}\ntarget {dev.target}\n".encode())
+        self.listing: list[str] = []
+        self.named: bytes | None = None
+
+    def header(self, info: tarfile.TarInfo) -> None:
+        self.digest.update(
+            f"{info.name}\0{info.type!r}\0{info.mode:o}\0{info.linkname}\0".encode()
+        )
+        if not info.isfile():
+            shown = f"link:{info.linkname}" if info.issym() else (
+                "directory" if info.isdir() else "other"
+            )
+            self.listing.append(f"{shown} {info.mode:o} {info.name}")
+
+    def content(self, info: tarfile.TarInfo, source: IO[bytes]) -> _HashedContent:
+        keep = info.name == self.dockerfile
+        if keep and info.size > MAX_DOCKERFILE_BYTES:
+            raise ConfigError(
+                f"{self.dev.relative}'s Dockerfile is larger than {MAX_DOCKERFILE_BYTES} "
+                "bytes; not read"
+            )
+        return _HashedContent(self, info, source, keep)
+
+
+class _HashedContent:
+    """A regular file's bytes as the tar copies them: into the context's hash and
+    the file's own, and kept when it is the Dockerfile."""
+
+    def __init__(self, hashed: _Hashed, info: tarfile.TarInfo, source: IO[bytes], keep: bool):
+        self.hashed, self.info, self.source, self.keep = hashed, info, source, keep
+        self.one = hashlib.sha256()
+        self.kept: list[bytes] = []
+
+    def read(self, size: int = -1) -> bytes:
+        block = self.source.read(size)
+        self.hashed.digest.update(block)
+        self.one.update(block)
+        if self.keep:
+            self.kept.append(block)
+        return block
+
+    def done(self) -> None:
+        info = self.info
+        self.hashed.listing.append(f"sha256:{self.one.hexdigest()} {info.mode:o} {info.name}")
+        if self.keep:
+            self.hashed.named = b"".join(self.kept)
+
+
+def _write_tar(dev: DevContainer, dockerfile: str, into: IO[bytes] | _Discard) -> _Hashed:
     from docker.utils.build import exclude_paths
+
+    hashed = _Hashed(dev, dockerfile)
 
     assert dev.context is not None
     try:
@@ -189,9 +262,9 @@ def _write_tar(dev: DevContainer, dockerfile: str, into: IO[bytes]) -> None:
             exclude = _dockerignore(root, dev.context)
             # The SDK's own list (its .dockerignore rules; the Dockerfile always in it).
             files = sorted(exclude_paths(str(dev.context), exclude or [], dockerfile=dockerfile))
-            with tarfile.open(mode="w", fileobj=into) as archive:
+            with tarfile.open(mode="w", fileobj=into) as archive:  # type: ignore[call-overload]
                 for name in files:
-                    _add_entry(archive, root, name, dev.context)
+                    _add_entry(archive, root, name, dev.context, hashed)
                     if archive.offset > MAX_CONTEXT_BYTES:
                         raise _too_large(dev, archive.offset)
         finally:
@@ -202,51 +275,10 @@ def _write_tar(dev: DevContainer, dockerfile: str, into: IO[bytes]) -> None:
             f"({getattr(exc, 'strerror', None) or exc}); something is rewriting the "
             "workspace (a sandbox may be swapping files for links): stop it and build again"
         ) from None
-    size = into.seek(0, 2)
+    size = into.tell()
     if size > MAX_CONTEXT_BYTES:
         raise _too_large(dev, size)
-
-
-def _digest(
-    dev: DevContainer, dockerfile: str, made: IO[bytes]
-) -> tuple[str, list[str], bytes | None]:
-    """The tar's content hash (the tag's), one listing line per entry
-    (`sha256:HEX`, `link:TARGET` or the entry's type, then its name), and the
-    Dockerfile's bytes as the tar holds them (None: not a regular file there)."""
-    made.seek(0)
-    digest = hashlib.sha256(f"{RECIPE}\ndockerfile {dockerfile}\n".encode())
-    digest.update(f"args {sorted(dev.args)}\ntarget {dev.target}\n".encode())
-    listing: list[str] = []
-    named: bytes | None = None
-    with tarfile.open(fileobj=made, mode="r") as archive:
-        for member in sorted(archive.getmembers(), key=lambda m: m.name):
-            digest.update(
-                f"{member.name}\0{member.type!r}\0{member.mode:o}\0{member.linkname}\0".encode()
-            )
-            if member.isfile():
-                content = archive.extractfile(member)
-                assert content is not None
-                one = hashlib.sha256()
-                keep = member.name == dockerfile
-                if keep and member.size > MAX_DOCKERFILE_BYTES:
-                    raise ConfigError(
-                        f"{dev.relative}'s Dockerfile is larger than {MAX_DOCKERFILE_BYTES} "
-                        "bytes; not read"
-                    )
-                named = b"" if keep else named
-                while block := content.read(1 << 20):
-                    digest.update(block)
-                    one.update(block)
-                    if keep:
-                        named = (named or b"") + block
-                shown = f"sha256:{one.hexdigest()}"
-            elif member.issym():
-                shown = f"link:{member.linkname}"
-            else:
-                shown = "directory" if member.isdir() else "other"
-            listing.append(f"{shown} {member.mode:o} {member.name}")
-    made.seek(0)
-    return digest.hexdigest(), listing, named
+    return hashed
 
 
 def _too_large(dev: DevContainer, size: int) -> ConfigError:
@@ -256,10 +288,13 @@ def _too_large(dev: DevContainer, size: int) -> ConfigError:
     )
 
 
-def _add_entry(archive: tarfile.TarFile, root: int, name: str, shown: Path) -> None:
-    """Add the context's entry `name` as what was opened under `root`: a regular
-    file's bytes from its own descriptor, a link as a link, a directory as one;
-    sockets and device nodes are left out. OSError when it changed meanwhile."""
+def _add_entry(
+    archive: tarfile.TarFile, root: int, name: str, shown: Path, hashed: _Hashed
+) -> None:
+    """Add the context's entry `name` as what was opened under `root`, hashed as it
+    is added: a regular file's bytes from its own descriptor, a link as a link, a
+    directory as one; sockets and device nodes are left out. OSError when it changed
+    meanwhile."""
     parent, base = posixpath.split(name)
     at = open_under(root, Path(parent), shown) if parent else os.dup(root)
     try:
@@ -286,16 +321,22 @@ def _add_entry(archive: tarfile.TarFile, root: int, name: str, shown: Path) -> N
                         f"context would pass {MAX_CONTEXT_BYTES} bytes; add it to "
                         ".dockerignore or choose a smaller build.context"
                     )
-                archive.addfile(info, content)  # a file that shrank meanwhile: OSError
+                hashed.header(info)
+                copied = hashed.content(info, content)
+                archive.addfile(info, copied)  # a file that shrank meanwhile: OSError
+                copied.done()
         elif stat.S_ISDIR(found.st_mode):
             info.type = tarfile.DIRTYPE
+            hashed.header(info)
             archive.addfile(info)
         elif stat.S_ISLNK(found.st_mode):
             info.type = tarfile.SYMTYPE
             info.linkname = os.readlink(base, dir_fd=at)
+            hashed.header(info)
             archive.addfile(info)
         elif stat.S_ISFIFO(found.st_mode):
             info.type = tarfile.FIFOTYPE
+            hashed.header(info)
             archive.addfile(info)
     finally:
         os.close(at)

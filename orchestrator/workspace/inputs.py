@@ -7,8 +7,9 @@ those same bytes (`workspace.trust`), so a file that changes while a run starts 
 never seen two ways. `open_run` builds it before anything else and passes it down.
 
 The dev container is part of it (`images.devcontext`): its devcontainer.json's
-bytes, parsed once, and for a Dockerfile build the context tar made once. Trust
-is decided from those bytes, and the run builds that very tar: a root
+bytes, parsed once, and for a Dockerfile build the hash of the context tar (the
+tar itself is made only if the run builds, and sent only with that hash). Trust
+is decided from those bytes, and the run builds only that content: a root
 `.devcontainer.json` or a Dockerfile a concurrent run's sandbox writes after this
 read is neither trusted nor built. So are the `--policy` file (the permission
 policy and the egress rules decide from one parse of it) and `.git/config`'s

@@ -14,8 +14,8 @@ its build context, wherever it lies (`"context": ".."` included): the Dockerfile
 by its path, and one entry, `<build context> DIR`, for the tar the build is sent
 (`images.devcontext`: every file `.dockerignore` leaves in, since any of them can
 be `COPY`'d), whose text is the tar's hash and a list of each file's hash, mode
-and name. The build
-sends exactly that tar, made once when the run read its inputs. Each is
+and name. The hash is taken when the run reads its inputs, without writing the
+tar; a build makes the tar and sends it only while it has that hash. Each is
 fingerprinted by content (`sha256:…`); a
 link is recorded as the link (`link:TARGET`, never followed) and anything else
 that is not a regular file as `other`. The record (`workspace.trust`) keeps these

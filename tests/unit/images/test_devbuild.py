@@ -311,3 +311,54 @@ def test_a_huge_sparse_file_in_the_context_is_refused_before_it_is_copied(
     with pytest.raises(ConfigError, match=r"app/big in the build context .* add it to \.dockerignore"):
         _context_tar(dev, sent)
     assert len(sent.getvalue()) <= 1024 * 1024
+
+
+def digest_of_the_tar(dev: DevContainer, sent: io.BytesIO) -> str:
+    """The context hash as the tar itself says it, read back entry by entry (in name
+    order: name, type, mode, link target, then the bytes)."""
+    import hashlib
+
+    dockerfile = ".devcontainer/Dockerfile"
+    digest = hashlib.sha256(f"{devcontext.RECIPE}\ndockerfile {dockerfile}\n".encode())
+    digest.update(f"args {sorted(dev.args)}\ntarget {dev.target}\n".encode())
+    sent.seek(0)
+    with tarfile.open(fileobj=sent) as archive:
+        for member in sorted(archive.getmembers(), key=lambda m: m.name):
+            digest.update(
+                f"{member.name}\0{member.type!r}\0{member.mode:o}\0{member.linkname}\0".encode()
+            )
+            content = archive.extractfile(member) if member.isfile() else None
+            if content is not None:
+                digest.update(content.read())
+    return digest.hexdigest()
+
+
+def test_the_hash_trust_records_is_the_hash_of_the_tar_the_engine_is_sent(
+    tmp_path: Path,
+) -> None:
+    """The hash is taken as the tar is written (reading the inputs writes it into
+    nothing); it must be the hash of the very entries and bytes the tar holds, for
+    every kind of entry, so trust binds to what a build sends."""
+    ws, dev = dev_container_with_context(tmp_path)
+    (ws / "app/deeper/than/that").mkdir(parents=True)
+    (ws / "app/deeper/than/that" / ("long-name-" * 12)).write_bytes(os.urandom(3000))
+    (ws / "app/empty").write_bytes(b"")
+    os.mkfifo(ws / "app/pipe")
+    (ws / "app/naïve + ünïcode").write_text("a name beyond ASCII\n")
+    (ws / "app/away").symlink_to("../../host-secret")
+    sent = io.BytesIO()
+    written = _context_tar(dev, sent)
+    assert written == digest_of_the_tar(dev, sent)
+    read = devcontext.read_build_context(dev)
+    assert read.digest == written, "the read that makes no tar hashes what a build sends"
+    assert read.dockerfile_bytes == b"FROM scratch\nCOPY app /app\n"
+    assert "link:../../host-secret 777 app/away" in read.listing
+    # and a build sends that tar only while the context is still what was read
+    again = io.BytesIO()
+    read.copy_to(again)
+    assert again.getvalue() == sent.getvalue()
+    (ws / "app/data.txt").write_text("changed after the read\n")
+    changed = io.BytesIO()
+    with pytest.raises(ImageBuildError, match="changed after warden read it"):
+        read.copy_to(changed)
+    assert changed.getvalue() == b"", "nothing of the changed context is left to send"

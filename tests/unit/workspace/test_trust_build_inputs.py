@@ -8,12 +8,16 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import tempfile
 from pathlib import Path
 
+import pytest
+
 from orchestrator.config import Settings
+from orchestrator.errors import ImageBuildError
 from orchestrator.workspace.inputs import read_policy_inputs
 from orchestrator.workspace.trust import remember, verdict
-from orchestrator.workspace.trusted_content import BUILD_CONTEXT, render
+from orchestrator.workspace.trusted_content import BUILD_CONTEXT, fingerprint, render
 
 DOCKERFILE = "FROM base\nCOPY tools/setup.sh /opt/setup.sh\nRUN sh /opt/setup.sh\n"
 
@@ -77,26 +81,49 @@ def test_a_changed_copied_file_outside_devcontainer_unlocks_nothing(
     assert verdict(settings, workspace).trusted
 
 
-def test_the_run_builds_the_context_it_read_not_the_workspace_as_it_is_later(
+def test_the_run_builds_the_context_it_read_or_nothing(
     settings: Settings, workspace: Path
 ) -> None:
-    """read_policy_inputs makes the tar once; trust is decided from its hash and the
-    build is sent that tar: a Dockerfile rewritten afterwards is not in it."""
+    """read_policy_inputs hashes the context once; trust is decided from that hash,
+    and a build is sent a tar only while it has that hash: a Dockerfile rewritten
+    afterwards is never built."""
     outside_build(workspace)
     remember(settings, workspace)
     inputs = read_policy_inputs(settings, workspace)
     assert inputs.trusted and inputs.devcontainer is not None
-    (workspace / "Dockerfile").write_text("FROM base\nRUN python3 plant.py\n")
     made = inputs.devcontainer.build_context()
-    assert made.dockerfile_bytes == DOCKERFILE.encode()
+    listing = inputs.trust.prints[BUILD_CONTEXT + "."].text
+    assert listing is not None and listing.startswith(f"build sha256:{made.digest}\n")
     sent = io.BytesIO()
     made.copy_to(sent)
     with tarfile.open(fileobj=sent) as archive:
         member = archive.extractfile("Dockerfile")
         assert member is not None and member.read() == DOCKERFILE.encode()
-    listing = inputs.trust.prints[BUILD_CONTEXT + "."].text
-    assert listing is not None and listing.startswith(f"build sha256:{made.digest}\n")
+    (workspace / "Dockerfile").write_text("FROM base\nRUN python3 plant.py\n")
+    assert made.dockerfile_bytes == DOCKERFILE.encode()
+    later = io.BytesIO()
+    with pytest.raises(ImageBuildError, match="changed after warden read it"):
+        made.copy_to(later)
+    assert later.getvalue() == b""
     assert not verdict(settings, workspace).trusted, "and the next run is not trusted"
+
+
+def test_reading_the_inputs_and_reviewing_trust_write_no_context_tar(
+    settings: Settings, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that builds nothing (an --image, an untrusted workspace, an image already
+    built) and the end-of-run trust review only hash the context: no tar of it is
+    written (the context can be the whole workspace)."""
+    outside_build(workspace)
+
+    def no_tar(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a temporary file (a context tar) was made")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", no_tar)
+    inputs = read_policy_inputs(settings, workspace)
+    assert not inputs.trusted
+    assert BUILD_CONTEXT + "." in inputs.trust.prints
+    assert fingerprint(workspace.resolve()) == inputs.trust.prints
 
 
 def test_a_root_devcontainer_json_planted_after_the_read_is_not_used(
