@@ -204,14 +204,18 @@ class _Hashed:
         self.named: bytes | None = None
 
     def header(self, info: tarfile.TarInfo) -> None:
+        # A name (or link target) may be any bytes a sandbox chose: hashed as those
+        # bytes, listed with the ones that are not UTF-8 spelt `\xNN`.
         self.digest.update(
-            f"{info.name}\0{info.type!r}\0{info.mode:o}\0{info.linkname}\0".encode()
+            f"{info.name}\0{info.type!r}\0{info.mode:o}\0{info.linkname}\0".encode(
+                "utf-8", "surrogateescape"
+            )
         )
         if not info.isfile():
-            shown = f"link:{info.linkname}" if info.issym() else (
+            shown = f"link:{_shown(info.linkname)}" if info.issym() else (
                 "directory" if info.isdir() else "other"
             )
-            self.listing.append(f"{shown} {info.mode:o} {info.name}")
+            self.listing.append(f"{shown} {info.mode:o} {_shown(info.name)}")
 
     def content(self, info: tarfile.TarInfo, source: IO[bytes]) -> _HashedContent:
         keep = info.name == self.dockerfile
@@ -242,9 +246,17 @@ class _HashedContent:
 
     def done(self) -> None:
         info = self.info
-        self.hashed.listing.append(f"sha256:{self.one.hexdigest()} {info.mode:o} {info.name}")
+        self.hashed.listing.append(
+            f"sha256:{self.one.hexdigest()} {info.mode:o} {_shown(info.name)}"
+        )
         if self.keep:
             self.hashed.named = b"".join(self.kept)
+
+
+def _shown(name: str) -> str:
+    """`name` as UTF-8 text: bytes that are not UTF-8 (a file system name read with
+    `surrogateescape`) become `\\xNN`."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _write_tar(dev: DevContainer, dockerfile: str, into: IO[bytes] | _Discard) -> _Hashed:

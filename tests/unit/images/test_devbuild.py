@@ -325,7 +325,9 @@ def digest_of_the_tar(dev: DevContainer, sent: io.BytesIO) -> str:
     with tarfile.open(fileobj=sent) as archive:
         for member in sorted(archive.getmembers(), key=lambda m: m.name):
             digest.update(
-                f"{member.name}\0{member.type!r}\0{member.mode:o}\0{member.linkname}\0".encode()
+                f"{member.name}\0{member.type!r}\0{member.mode:o}\0{member.linkname}\0".encode(
+                    "utf-8", "surrogateescape"
+                )
             )
             content = archive.extractfile(member) if member.isfile() else None
             if content is not None:
@@ -345,6 +347,7 @@ def test_the_hash_trust_records_is_the_hash_of_the_tar_the_engine_is_sent(
     (ws / "app/empty").write_bytes(b"")
     os.mkfifo(ws / "app/pipe")
     (ws / "app/naïve + ünïcode").write_text("a name beyond ASCII\n")
+    (ws / os.fsdecode(b"app/not-utf8-\xff")).write_text("a name that is not UTF-8\n")
     (ws / "app/away").symlink_to("../../host-secret")
     sent = io.BytesIO()
     written = _context_tar(dev, sent)
@@ -353,6 +356,7 @@ def test_the_hash_trust_records_is_the_hash_of_the_tar_the_engine_is_sent(
     assert read.digest == written, "the read that makes no tar hashes what a build sends"
     assert read.dockerfile_bytes == b"FROM scratch\nCOPY app /app\n"
     assert "link:../../host-secret 777 app/away" in read.listing
+    assert any(line.endswith(" app/not-utf8-\\xff") for line in read.listing), read.listing
     # and a build sends that tar only while the context is still what was read
     again = io.BytesIO()
     read.copy_to(again)

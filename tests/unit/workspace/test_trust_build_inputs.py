@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 import tempfile
 from pathlib import Path
@@ -106,6 +107,21 @@ def test_the_run_builds_the_context_it_read_or_nothing(
         made.copy_to(later)
     assert later.getvalue() == b""
     assert not verdict(settings, workspace).trusted, "and the next run is not trusted"
+
+
+def test_a_context_file_named_with_bytes_that_are_not_utf8_is_a_change_not_a_crash(
+    settings: Settings, workspace: Path
+) -> None:
+    """A sandbox may name a file with any bytes; in the build context it is hashed
+    like any other, so the next run's start says what changed instead of failing."""
+    outside_build(workspace)
+    remember(settings, workspace)
+    (workspace / os.fsdecode(b"tools/planted-\xff")).write_text("COPY'd too\n")
+    inputs = read_policy_inputs(settings, workspace)
+    assert not inputs.trusted
+    (change,) = inputs.trust.changes
+    assert change.path == BUILD_CONTEXT + "."
+    assert any(line.startswith("+") and "tools/planted-\\xff" in line for line in change.diff)
 
 
 def test_reading_the_inputs_and_reviewing_trust_write_no_context_tar(
