@@ -25,7 +25,11 @@ IMAGE_BASH = "bash"
 DEFAULT_MAX_TURNS = 50
 DEFAULT_TIMEOUT_S = 900.0
 MIN_MEMORY_BYTES = 6 * 1024 * 1024
-"""Docker refuses a memory limit below 6 MiB."""
+"""Docker refuses a memory limit below 6 MiB; a limit must be above it (the sandbox's
+own bound, `backend.contract.ResourceLimits`)."""
+MIN_PIDS = 8
+"""The sandbox's floor for a process limit (`backend.contract.ResourceLimits`): fewer
+cannot start its runner. Checked when the agent file is read, not when a task starts."""
 
 
 VALID_TOOLS = (*TOOL_NAMES, *DELEGATION_TOOL_NAMES)
@@ -107,11 +111,11 @@ class AgentDefinition(BaseModel):
     choice applies (`--image`, the dev container, else `agent`; see `agents.images`)."""
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     """Wall-clock deadline; the container is killed when it passes."""
-    memory_limit: int | None = Field(default=None, ge=MIN_MEMORY_BYTES)
+    memory_limit: int | None = Field(default=None, gt=MIN_MEMORY_BYTES)
     """RAM limit in bytes (`warden.memory`); None keeps the backend's default."""
     cpus: float | None = Field(default=None, gt=0)
     """CPU limit; None keeps the backend's default."""
-    pids: int | None = Field(default=None, ge=1)
+    pids: int | None = Field(default=None, ge=MIN_PIDS)
     """Process limit; None keeps the backend's default."""
     token_budget: int | None = Field(default=None, ge=1)
     """Tokens (every usage field) one subagent of this type may spend; checked by

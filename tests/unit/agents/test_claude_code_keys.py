@@ -147,3 +147,15 @@ def test_memory_brings_read_write_and_edit_as_in_claude_code(tmp_path: Path) -> 
     front = "memory: local\ntools: Bash\ndisallowedTools: Write\n"
     agent, _ = load_agent_file(_file(tmp_path, front))
     assert agent.tools == ("Bash", "Edit", "Read")
+
+
+@pytest.mark.parametrize("limits", ["pids: 7", "memory: 6m"])
+def test_limits_a_sandbox_cannot_start_with_are_refused_when_the_file_is_read(
+    tmp_path: Path, limits: str
+) -> None:
+    """An agent file asking for fewer processes or less memory than a sandbox can start
+    with is named when it is loaded, not when its first task fails to start."""
+    path = tmp_path / "tight.md"
+    path.write_text(f"---\nname: tight\ndescription: d\nwarden:\n  {limits}\n---\nbody\n")
+    with pytest.raises(AgentDefinitionError, match="tight"):
+        load_agent_file(path)
