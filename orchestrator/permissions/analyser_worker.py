@@ -26,16 +26,16 @@ def serve(fd: int) -> None:
     with contextlib.suppress(ValueError, OSError):  # a limit the platform refuses
         resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
     analyse("true")  # load the parsers before saying ready
-    conn.send(READY)
-    while True:
-        try:
+    # Warden may be gone at any point (a run that ends while its workers start): a
+    # closed socket ends the worker quietly, never with a traceback on the run's stderr.
+    with contextlib.suppress(EOFError, OSError):
+        conn.send(READY)
+        while True:
             command = conn.recv()
-        except (EOFError, OSError):  # warden is gone
-            return
-        result: ShellAnalysis | None = None
-        if isinstance(command, str):
-            try:
-                result = analyse(command)
-            except MemoryError:
-                result = ShellAnalysis(problems=["the analyser ran out of memory on it"])
-        conn.send(result)
+            result: ShellAnalysis | None = None
+            if isinstance(command, str):
+                try:
+                    result = analyse(command)
+                except MemoryError:
+                    result = ShellAnalysis(problems=["the analyser ran out of memory on it"])
+            conn.send(result)

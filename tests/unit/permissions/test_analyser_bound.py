@@ -8,8 +8,12 @@ How long decisions take is measured by bench/bench_analyser_bound.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -171,3 +175,20 @@ def test_the_deadline_setting_is_closed_and_validated() -> None:
         Settings.from_env({"WARDEN_ANALYSER_DEADLINE_MS": "0"})
     with pytest.raises(TypeError, match="unexpected keyword argument 'other'"):
         AnalyserBound(deadline_ms=5, other=1)  # type: ignore[call-arg]
+
+
+def test_a_worker_whose_warden_left_while_it_started_ends_quietly() -> None:
+    """A run can end while its workers still import the analyser (they start at the
+    first tool call): the worker finds the socket closed when it says ready and ends
+    without a traceback on the run's stderr."""
+    ours, theirs = socket.socketpair()
+    worker = subprocess.Popen(
+        [sys.executable, "-I", "-c", bound._WORKER_MAIN,
+         json.dumps(bound._import_path()), str(theirs.fileno())],
+        pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    theirs.close()
+    ours.close()  # warden is gone before the worker is ready
+    _, err = worker.communicate(timeout=bound.WORKER_START_S)
+    assert worker.returncode == 0 and "Traceback" not in err, err
