@@ -129,9 +129,9 @@ class DockerBackend(ContainerBackend):
             raise
         if pins.held:
             release = threading.Thread(target=pins.release, name="warden-unpin", daemon=True)
-            with self._lock:
+            with self._lock:  # started before `remove` (another thread: a stop) can join it
                 self._unpinning[container_id] = release
-            release.start()
+                release.start()
         return container_id
 
     def _start(self, spec: SandboxSpec, pins: PinnedSources) -> str:
