@@ -207,12 +207,12 @@ def test_no_input_makes_a_decision_raise_or_resolve_past_path_max() -> None:
 def test_a_failure_inside_the_evaluation_asks(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    ev = sys.modules["orchestrator.permissions.evaluate"]
+    bash_decision = sys.modules["orchestrator.permissions.bash_decision"]
 
     def broken(command: str) -> None:
         raise RecursionError("deep")
 
-    monkeypatch.setattr(ev, "analyse_bounded", broken)
+    monkeypatch.setattr(bash_decision, "analyse_bounded", broken)
     call = ToolCall(tool_name="Bash", tool_input={"command": "echo hi"}, tool_use_id="t")
     decision = evaluate(_policy("bypassPermissions"), call).decision
     assert decision.behavior == "ask" and "RecursionError" in decision.reason
