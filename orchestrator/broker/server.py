@@ -15,9 +15,10 @@ may connect, how often and for how long by `listener`. Transcripts are stored
 as data; what acts on finished calls is driven by the gate's approvals
 (`calls`), never by transcript content.
 
-Its size (about 500 lines) is one idea: the table of the socket's endpoints, each a
-short handler that caps, validates, hands over to `BrokerHost` and answers; every
-check they share lives in the sibling modules named above.
+It owns one idea: the table of the socket's endpoints, each a short handler that
+caps, validates, hands over to `BrokerHost` (`host`) and answers. How a body is read
+(capped, timed, parsed, validated) is `bodies`; every other check they share lives
+in the sibling modules named above.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from orchestrator.broker import wire_models
+from orchestrator.broker.bodies import RequestRejected, parse, read_json, read_sized_json, validate
 from orchestrator.broker.budget import (
     MAX_OBJECTS_WALKED,
     Admission,
@@ -46,9 +47,9 @@ from orchestrator.broker.client import Upstream
 from orchestrator.broker.documents import DocumentCost, PageCounts
 from orchestrator.broker.forwarding import ForwardingRefused, check_request
 from orchestrator.broker.forwarding_policy import ForwardDecision, ForwardingPolicy
+from orchestrator.broker.host import BrokerHost
 from orchestrator.broker.limits import Allowance, flood_allowances
 from orchestrator.broker.listener import (
-    BODY_TIMEOUT_S,
     ConnectionBudget,
     Listener,
     SandboxIdentity,
@@ -60,71 +61,17 @@ from orchestrator.broker.model_calls import (
     describe_retries,
 )
 from orchestrator.errors import WardenError
-from orchestrator.jsontypes import JSONObject, JSONValue
+from orchestrator.jsontypes import JSONObject
 from sandbox_tools import wire
 from sandbox_tools.caching import without_cache_control
 
 log = logging.getLogger(__name__)
-
-M = TypeVar("M", bound=BaseModel)
 
 SOCKET_NAME = "broker.sock"
 MAX_REJECTIONS_RECORDED = 100
 """After this many rejected requests from one container, stop recording each one."""
 MAX_DECISIONS_AUDITED_PER_REQUEST = 20
 """Forwarding decisions audited for one model request (the refusal names them all)."""
-
-
-class BrokerHost(Protocol):
-    """What the broker needs from the host side (`runtime.host.TaskHost` implements it)."""
-
-    async def answer_tool_call(
-        self, request: wire_models.PermissionRequest
-    ) -> wire_models.PermissionResponse:
-        """Decide one tool call; may wait for a human."""
-        ...
-
-    async def delegate(self, request: wire_models.DelegateRequest) -> wire_models.DelegateResponse:
-        """Carry out a nested Task call."""
-        ...
-
-    async def on_event(self, event: wire_models.EventRequest) -> None: ...
-
-    async def on_transcript(self, messages: list[JSONObject], turn: int) -> None:
-        """Store a checkpoint; it is data, nothing on the host acts on its content."""
-        ...
-
-    async def on_tool_finished(self, call: ApprovedCall, response: JSONObject) -> None:
-        """A call the gate approved has a result (PostToolUse)."""
-        ...
-
-    async def on_result(self, result: wire_models.ResultRequest) -> None: ...
-
-    async def on_rejected(self, endpoint: str, status: int, reason: str) -> None:
-        """A request from the container was refused (recorded for the audit)."""
-        ...
-
-    async def on_forwarding(self, decisions: list[ForwardDecision]) -> None:
-        """Forwarding decisions on server tools, MCP servers, betas, fields (audited)."""
-        ...
-
-    async def on_usage(self, budget: Budget) -> None:
-        """A model call was counted against the budget."""
-        ...
-
-    async def on_notice(self, kind: str, message: str) -> None:
-        """A limit was hit (flood, connections, peers); called once per kind."""
-        ...
-
-
-class RequestRejected(Exception):
-    """A request from the container is refused with this status and message."""
-
-    def __init__(self, status: int, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-        self.message = message
 
 
 @dataclass
@@ -285,54 +232,6 @@ class Broker:
                 log.exception("recording a rejected request failed")
         return web.json_response(wire.error_body(kind, message), status=status)
 
-    async def _read_json(self, request: web.Request) -> JSONValue:
-        return (await self._read_sized_json(request))[0]
-
-    async def _read_sized_json(self, request: web.Request) -> tuple[JSONValue, int]:
-        """(parsed body, its size in bytes); the size is capped and timed."""
-        if request.content_length is not None and request.content_length > wire.MAX_BODY_BYTES:
-            raise web.HTTPRequestEntityTooLarge(
-                max_size=wire.MAX_BODY_BYTES, actual_size=request.content_length
-            )
-        try:
-            async with asyncio.timeout(BODY_TIMEOUT_S):  # no task per request, as wait_for makes
-                raw = await request.read()
-        except TimeoutError:
-            raise RequestRejected(
-                408, "timeout_error", f"the request body did not arrive within {BODY_TIMEOUT_S:g} s"
-            ) from None
-        too_deep = RequestRejected(
-            400,
-            "invalid_request_error",
-            f"body is nested deeper than {wire.MAX_JSON_DEPTH} levels of arrays and objects",
-        )
-        try:
-            body = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise RequestRejected(
-                400, "invalid_request_error", f"body is not JSON: {exc}"
-            ) from None
-        except RecursionError:  # deeper than the parser's own stack allows
-            raise too_deep from None
-        if json_depth(body) > wire.MAX_JSON_DEPTH:
-            raise too_deep
-        return body, len(raw)
-
-    async def _parse(self, request: web.Request, model: type[M]) -> M:
-        return self._validate(model, await self._read_json(request))
-
-    def _validate(self, model: type[M], body: object) -> M:
-        try:
-            return model.model_validate(body)
-        except ValidationError as exc:
-            errors = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
-                for e in exc.errors()[:5]
-            )
-            raise RequestRejected(
-                400, "invalid_request_error", f"invalid {model.__name__}: {errors}"
-            ) from None
-
     # -- endpoints --------------------------------------------------------
 
     async def _alive(self, request: web.Request) -> web.Response:
@@ -346,7 +245,7 @@ class Broker:
         return web.json_response(self.spec.model_dump(mode="json"))
 
     async def _messages(self, request: web.Request) -> web.Response:
-        body, size = await self._read_sized_json(request)
+        body, size = await read_sized_json(request)
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(body, dict) or not isinstance(messages, list):
             raise RequestRejected(
@@ -462,7 +361,7 @@ class Broker:
         )
 
     async def _permission(self, request: web.Request) -> web.Response:
-        req = await self._parse(request, wire_models.PermissionRequest)
+        req = await parse(request, wire_models.PermissionRequest)
         # The runner's progress since its last request comes first: recorded before
         # the decision, so what the host records about this call follows it.
         over_events = await self._record_events(req.events)
@@ -507,11 +406,11 @@ class Broker:
         """One event, or an `EventBatch` (the runner's background sender); each event
         counts against the flood allowance, and a batch is recorded in its order.
         (Progress also rides on permission requests: `_permission`.)"""
-        body = await self._read_json(request)
+        body = await read_json(request)
         if isinstance(body, dict) and "events" in body:
-            events = self._validate(wire_models.EventBatch, body).events
+            events = validate(wire_models.EventBatch, body).events
         else:
-            events = [self._validate(wire_models.EventRequest, body)]
+            events = [validate(wire_models.EventRequest, body)]
         over = await self._record_events(events)
         if over is not None:
             return await self._flooded("/v1/events", over)
@@ -529,7 +428,7 @@ class Broker:
         return None
 
     async def _transcript(self, request: web.Request) -> web.Response:
-        body, size = await self._read_sized_json(request)
+        body, size = await read_sized_json(request)
         over = self._over_limit("/v1/transcript", size)
         if over is not None:
             return await self._flooded("/v1/transcript", over)
@@ -555,7 +454,7 @@ class Broker:
             await self.host.on_tool_finished(call, response)
 
     async def _result(self, request: web.Request) -> web.Response:
-        result = await self._parse(request, wire_models.ResultRequest)
+        result = await parse(request, wire_models.ResultRequest)
         if self.result is not None:
             raise RequestRejected(409, "invalid_request_error", "the result was already posted")
         self.result = result
@@ -563,7 +462,7 @@ class Broker:
         return web.json_response(wire_models.Ack().model_dump())
 
     async def _task(self, request: web.Request) -> web.Response:
-        req = await self._parse(request, wire_models.DelegateRequest)
+        req = await parse(request, wire_models.DelegateRequest)
         if "Task" not in self.spec.tools:
             answer = wire_models.DelegateResponse(
                 text="this subagent may not delegate (nesting is off or its depth cap is reached)",
@@ -582,21 +481,3 @@ def uncached(message: JSONObject) -> JSONObject:
 
 def _assistant_turns(messages: list[JSONObject]) -> int:
     return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
-
-
-def json_depth(value: JSONValue) -> int:
-    """How deeply arrays and objects nest in `value` (a scalar is 0); iterative, so
-    any depth the parser accepted is measured without recursion."""
-    deepest = 0
-    stack: list[tuple[JSONValue, int]] = [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: list[JSONValue] = list(node.values())
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        deepest = max(deepest, depth + 1)
-        stack.extend((child, depth + 1) for child in children)
-    return deepest

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from orchestrator.broker import bodies as bodies_module
 from orchestrator.broker import listener as listener_module
-from orchestrator.broker import server as server_module
 from orchestrator.broker.limits import EVENT_BYTES_PER_TASK
 from orchestrator.config import Settings
 from orchestrator.runtime.caps import TaskManagerConfig
@@ -383,7 +383,7 @@ async def test_connection_floods_neither_exhaust_the_host_nor_stall_others(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setattr(listener_module, "HEADER_TIMEOUT_S", 3.0)
-    monkeypatch.setattr(server_module, "BODY_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(bodies_module, "BODY_TIMEOUT_S", 3.0)
     command = plant(workspace, "conns.py", CONNECTIONS)
     script = [
         attacker("connector", command),
