@@ -15,6 +15,8 @@ socket beside its broker's (`proxy.SOCKET_NAME`), and the in-container forwarder
 - `limits`: per-task caps on bytes and connections, and the meter
 - `relay`: the checked connection's bytes, moved in the kernel (splice)
 - `proxy`: the HTTP CONNECT / plain-HTTP proxy on the Unix socket
+- `dial`: the connect to a checked address (never a new name lookup)
+- `refusals`: what a refused client is told (a one-line HTTP refusal, a TLS alert)
 - `service`: one run's egress: a proxy per task, approvals, audit, summaries
 
 May import: `config`, `errors`, `behavior`, `event_sink` (where its events go), `jsontypes`,

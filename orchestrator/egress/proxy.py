@@ -38,12 +38,12 @@ import contextlib
 import functools
 import logging
 import os
-import select
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from orchestrator.broker.listener import peer_groups, peer_uid, sandbox_group
+from orchestrator.egress.dial import connect
 from orchestrator.egress.handover import (
     ACCEPT_RETRY_S,
     MAX_PASSED_LISTENERS,
@@ -60,6 +60,7 @@ from orchestrator.egress.http_head import (
     parse_request_head,
 )
 from orchestrator.egress.limits import Destination, Meter
+from orchestrator.egress.refusals import TLS_ALERT_UNRECOGNIZED_NAME, close_over_cap, refuse
 from orchestrator.egress.relay import KernelRelay, RelayEnd, RelayThreads
 from orchestrator.egress.tunnel import (
     BufferedSocket,
@@ -79,25 +80,12 @@ SOCKET_MODE = 0o660
 LISTEN_BACKLOG = 128
 HEAD_TIMEOUT_S = 30.0
 """A request head must arrive within this."""
-CONNECT_TIMEOUT_S = 15.0
-"""Longest the proxy waits for an upstream TCP connect (each address)."""
 RELAY_JOIN_TIMEOUT_S = 5.0
 """How long `close()` waits for each stopped relay's thread to let go of its sockets."""
 MAX_RELAY_THREADS = 256
 """Relay threads one proxy keeps at most (a connection beyond waits for one); the
 task's open-connection cap (64 by default) normally binds first. Threads are reused:
 starting one per connection would cost every small request a thread start."""
-TLS_ALERT_UNRECOGNIZED_NAME = bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70])
-"""A fatal TLS alert (unrecognized_name): what a TLS client understands after `200`."""
-_PHRASES = {
-    400: "Bad Request",
-    403: "Forbidden",
-    411: "Length Required",
-    429: "Too Many Requests",
-    431: "Request Header Fields Too Large",
-    502: "Bad Gateway",
-}
-
 Record = Callable[[Verdict, str], Awaitable[None]]
 """Called with every decision and the request method (audit and events)."""
 RecordNow = Callable[[Verdict, str], None]
@@ -189,7 +177,7 @@ class EgressProxy:
                 continue
             why = self.meter.hold()
             if why is not None:
-                _close_over_cap(conn, why)
+                close_over_cap(conn, why)
                 self._open_limit(why)
                 continue
             self._handle(conn, checked=False)
@@ -225,7 +213,7 @@ class EgressProxy:
         here, on the acceptor's thread, so connections waiting for the loop count too."""
         why = self.meter.hold()
         if why is not None:
-            _close_over_cap(conn, why)
+            close_over_cap(conn, why)
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._open_limit, why)
             return
@@ -288,7 +276,7 @@ class EgressProxy:
         """One client connection (already held): the lifetime cap, then its request."""
         why = self.meter.admit()
         if why is not None:
-            await _refuse(client.sock, 429, f"refused: {why} is reached")
+            await refuse(client.sock, 429, f"refused: {why} is reached")
             return
         await self._request(client, owned)
 
@@ -296,17 +284,17 @@ class EgressProxy:
         try:
             request = parse_request_head(await _read_head(client))
         except HeadRefused as exc:
-            await _refuse(client.sock, exc.status, exc.reason)
+            await refuse(client.sock, exc.status, exc.reason)
             return
         verdict = await self.connections.verdict_for(request.host, request.port)
         dest = self.meter.destination(verdict.host, verdict.port)
         if verdict.behavior == "deny":
             dest.refused += 1
             await self.record(verdict, request.method)
-            await _refuse(client.sock, 403, f"warden egress: {verdict.reason}")
+            await refuse(client.sock, 403, f"warden egress: {verdict.reason}")
             return
         try:
-            up = await _connect(verdict)
+            up = await connect(verdict)
         except OSError as exc:
             dest.refused += 1
             failed = _denied(
@@ -315,7 +303,7 @@ class EgressProxy:
                 "proxy: connect",
             )
             await self.record(failed, request.method)
-            await _refuse(client.sock, 502, f"warden egress: {failed.reason}")
+            await refuse(client.sock, 502, f"warden egress: {failed.reason}")
             return
         owned.append(up)
         if request.method == "CONNECT":
@@ -461,74 +449,3 @@ async def _read_head(client: BufferedSocket) -> bytes:
     except TimeoutError:
         raise HeadRefused(400, f"no request head within {HEAD_TIMEOUT_S:g} s") from None
     return await client.take(end + 4)
-
-
-async def _connect(verdict: Verdict) -> socket.socket:
-    """A connection to the first checked address that answers (never re-resolved)."""
-    loop = asyncio.get_running_loop()
-    last: OSError = OSError("no address")
-    for address in verdict.addresses:
-        family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        try:
-            if not _connected_at_once(sock, (str(address), verdict.port)):
-                async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                    await loop.sock_connect(sock, (str(address), verdict.port))
-        except TimeoutError:
-            sock.close()
-            last = OSError(f"no answer from {address} within {CONNECT_TIMEOUT_S:g} s")
-            continue
-        except OSError as exc:
-            sock.close()
-            last = exc
-            continue
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
-    raise last
-
-
-def _connected_at_once(sock: socket.socket, address: tuple[str, int]) -> bool:
-    """Start a non-blocking connect; True when it is already done (a near upstream
-    answers within the call), which spares the event loop a round trip per
-    connection; False: still under way (the loop's `sock_connect` waits for it).
-    OSError when it failed."""
-    try:
-        sock.connect(address)
-        return True
-    except BlockingIOError:
-        pass
-    ready = select.poll()
-    ready.register(sock.fileno(), select.POLLOUT)
-    if not ready.poll(0):
-        return False
-    error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-    if error:
-        raise OSError(error, os.strerror(error))
-    return True
-
-
-def _close_over_cap(conn: socket.socket, why: str) -> None:
-    """A connection over the open-connection cap: a `429` if it fits the socket's
-    buffer at once (never a wait), then closed, on the accepting thread."""
-    with contextlib.suppress(OSError):
-        conn.setblocking(False)
-        conn.send(_refusal(429, f"refused: {why} is reached"))
-    conn.close()
-
-
-def _refusal(status: int, reason: str) -> bytes:
-    line = " ".join(reason.split())[:1000]
-    body = (line + "\n").encode("utf-8", "replace")
-    header_line = line.encode("ascii", "replace").decode("ascii")
-    head = (
-        f"HTTP/1.1 {status} {_PHRASES.get(status, 'Bad Request')}\r\n"
-        f"Content-Type: text/plain; charset=utf-8\r\nX-Warden-Egress: {header_line}\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode("ascii") + body
-
-
-async def _refuse(sock: socket.socket, status: int, reason: str) -> None:
-    with contextlib.suppress(OSError):
-        await asyncio.get_running_loop().sock_sendall(sock, _refusal(status, reason))
