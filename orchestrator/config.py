@@ -9,7 +9,9 @@ about 55 ms over the docker SDK's own floor) could not pay for importing pydanti
 field still has its default and the docstring under it; `from_env` is still the one
 function that reads the environment; `__post_init__` enforces the bounds the models'
 `Field(ge=, gt=, le=)` did. A bad value raises `SettingError` (a `ConfigError`) naming
-the variable, the value it had and what is accepted.
+the variable, the value it had and what is accepted. How a variable's text becomes a
+value (sizes, context windows, approver names) and what a bound is live in
+`setting_fields`; this module owns which settings there are.
 
 May import: `errors`, `setting_fields`.
 """
@@ -25,7 +27,15 @@ from typing import Any, Literal
 from orchestrator.errors import ConfigError
 from orchestrator.setting_fields import Secret as Secret
 from orchestrator.setting_fields import SettingError as SettingError
-from orchestrator.setting_fields import check_bounds, parse_number, real, whole
+from orchestrator.setting_fields import approver_spec_problem as approver_spec_problem
+from orchestrator.setting_fields import (
+    check_bounds,
+    parse_context_windows,
+    parse_number,
+    parse_size,
+    real,
+    whole,
+)
 from sandbox_tools import wire
 
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
@@ -69,7 +79,6 @@ _ALIAS_VARIABLES = {
     "opus": "ANTHROPIC_DEFAULT_OPUS_MODEL",
     "haiku": "ANTHROPIC_DEFAULT_HAIKU_MODEL",
 }
-_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 CLAUDE_MANAGED_SETTINGS = Path("/etc/claude-code/managed-settings.json")
 """Where Claude Code reads an enterprise's managed settings on Linux."""
 DEFAULT_MAX_CONCURRENT = 32
@@ -460,7 +469,7 @@ class Settings:
             "yes",
         }
         if env.get("WARDEN_CONTEXT_WINDOWS", "").strip():
-            values["model_context_windows"] = _context_windows(env["WARDEN_CONTEXT_WINDOWS"])
+            values["model_context_windows"] = parse_context_windows(env["WARDEN_CONTEXT_WINDOWS"])
             origin["model_context_windows"] = "WARDEN_CONTEXT_WINDOWS"
         aliases = dict(DEFAULT_MODEL_ALIASES)
         for alias, variable in _ALIAS_VARIABLES.items():
@@ -476,46 +485,3 @@ class Settings:
             if source is None:
                 raise
             raise SettingError(exc.setting, env[source], exc.accepted, source) from None
-
-
-APPROVER_KINDS = ("terminal", "webhook:URL")
-"""The approver channels `--approver` and WARDEN_APPROVERS name."""
-
-
-def approver_spec_problem(spec: str) -> str | None:
-    """Why `spec` names no approver channel (None: it does)."""
-    if spec == "terminal":
-        return None
-    if spec.startswith("webhook:"):
-        url = spec.removeprefix("webhook:")
-        if url.startswith(("http://", "https://")) and len(url) > len("https://"):
-            return None
-        return f"approver {spec!r}: the webhook URL must start with http:// or https://"
-    return f"unknown approver {spec!r}: use {' or '.join(APPROVER_KINDS)}"
-
-
-def parse_size(text: str, what: str) -> int:
-    """Bytes from `1073741824`, `512m`, `1g`, `2GiB` (1024-based, like Docker); 0 allowed."""
-    value = text.strip().lower().removesuffix("ib").removesuffix("b")
-    unit = value[-1:] if value[-1:] in _SIZE_UNITS else ""
-    try:
-        number = float(value[: len(value) - len(unit)])
-    except ValueError:
-        number = -1.0
-    if not 0 <= number < float("inf"):
-        raise ConfigError(f"{what}={text!r} is not a size; use bytes or 512m, 1g, 2GiB (0: off)")
-    return int(number * _SIZE_UNITS[unit])
-
-
-def _context_windows(text: str) -> dict[str, int]:
-    """`model=tokens,model=tokens` (WARDEN_CONTEXT_WINDOWS) as a dict."""
-    windows: dict[str, int] = {}
-    for item in text.split(","):
-        model, _, tokens = item.strip().partition("=")
-        if not model.strip() or not tokens.strip().isdigit():
-            raise ConfigError(
-                f"WARDEN_CONTEXT_WINDOWS: {item.strip()!r} is not model=tokens; write e.g. "
-                "WARDEN_CONTEXT_WINDOWS=claude-sonnet-5=1000000,my-model=32000"
-            )
-        windows[model.strip()] = int(tokens)
-    return windows

@@ -1,5 +1,7 @@
 """The checked fields of warden's settings (`config`): numeric fields whose bounds
-`__post_init__` enforces, the error a bad value raises, and the secret text type.
+`__post_init__` enforces, the error a bad value raises, the secret text type, and
+how a variable's text becomes a value (`parse_number`, `parse_size`,
+`parse_context_windows`, `approver_spec_problem`).
 `config` is stdlib dataclasses rather than pydantic models for `warden exec`'s
 start-up (its docstring says why); this is what pydantic's `Field(gt=, ge=, le=)`,
 `ValidationError` and `SecretStr` did there.
@@ -16,6 +18,8 @@ from typing import Any, TypeVar
 from orchestrator.errors import ConfigError
 
 _T = TypeVar("_T")
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+"""Size suffixes (1024-based, like Docker)."""
 
 
 class SettingError(ConfigError):
@@ -102,3 +106,46 @@ def parse_number(cls: type, setting: str, variable: str, text: str) -> int | flo
         return int(text) if metadata["kind"] is int else float(text)
     except ValueError:
         raise SettingError(setting, text, f"must be {_accepted(metadata)}", variable) from None
+
+
+APPROVER_KINDS = ("terminal", "webhook:URL")
+"""The approver channels `--approver` and WARDEN_APPROVERS name."""
+
+
+def approver_spec_problem(spec: str) -> str | None:
+    """Why `spec` names no approver channel (None: it does)."""
+    if spec == "terminal":
+        return None
+    if spec.startswith("webhook:"):
+        url = spec.removeprefix("webhook:")
+        if url.startswith(("http://", "https://")) and len(url) > len("https://"):
+            return None
+        return f"approver {spec!r}: the webhook URL must start with http:// or https://"
+    return f"unknown approver {spec!r}: use {' or '.join(APPROVER_KINDS)}"
+
+
+def parse_size(text: str, what: str) -> int:
+    """Bytes from `1073741824`, `512m`, `1g`, `2GiB` (1024-based, like Docker); 0 allowed."""
+    value = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = value[-1:] if value[-1:] in _SIZE_UNITS else ""
+    try:
+        number = float(value[: len(value) - len(unit)])
+    except ValueError:
+        number = -1.0
+    if not 0 <= number < float("inf"):
+        raise ConfigError(f"{what}={text!r} is not a size; use bytes or 512m, 1g, 2GiB (0: off)")
+    return int(number * _SIZE_UNITS[unit])
+
+
+def parse_context_windows(text: str) -> dict[str, int]:
+    """`model=tokens,model=tokens` (WARDEN_CONTEXT_WINDOWS) as a dict."""
+    windows: dict[str, int] = {}
+    for item in text.split(","):
+        model, _, tokens = item.strip().partition("=")
+        if not model.strip() or not tokens.strip().isdigit():
+            raise ConfigError(
+                f"WARDEN_CONTEXT_WINDOWS: {item.strip()!r} is not model=tokens; write e.g. "
+                "WARDEN_CONTEXT_WINDOWS=claude-sonnet-5=1000000,my-model=32000"
+            )
+        windows[model.strip()] = int(tokens)
+    return windows
