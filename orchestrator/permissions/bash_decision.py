@@ -78,28 +78,25 @@ def decide_bash(ev: Decider) -> Explanation:
         return None
 
     extra: dict[str, Any] = {"problems": tuple(problems)}
-    hit = scan("deny", strict=True)
-    if hit:
+
+    def decided(behavior: Behavior, hit: SubcommandVerdict, verb: str) -> Explanation:
         return ev.done(
-            "deny",
-            f"{hit.kind} '{hit.text}' is denied by {hit.rule} ({hit.source})",
+            behavior,
+            f"{hit.kind} '{hit.text}' {verb} {hit.rule} ({hit.source})",
             rule_text=hit.rule,
             source=hit.source,
             subcommands=(hit,),
             **extra,
         )
+
+    hit = scan("deny", strict=True)
+    if hit:
+        return decided("deny", hit, "is denied by")
     if ev.mode == "plan":
         return ev.done("deny", "the plan mode is read-only", source=f"{MODE_SOURCE}:plan", **extra)
     hit = scan("ask", strict=True)
     if hit:
-        return ev.done(
-            "ask",
-            f"{hit.kind} '{hit.text}' needs approval: {hit.rule} ({hit.source})",
-            rule_text=hit.rule,
-            source=hit.source,
-            subcommands=(hit,),
-            **extra,
-        )
+        return decided("ask", hit, "needs approval:")
 
     write_under = "the command may write files under '{}'"
     read_under = "the command may read files under '{}'"

@@ -49,6 +49,12 @@ def collect(analysis: ShellAnalysis, host: Path | None, cwd: str) -> BashTargets
     def tree(target: str) -> list[str]:
         return paths.normalise("/" if moved and not target.startswith("/") else target, cwd)
 
+    def file_or_tree(target: str, files: list[Spelled], trees: list[Spelled]) -> None:
+        if moved and not target.startswith("/"):  # unknown: anywhere
+            trees.append((f"{target} (after a cd)", ["/"]))
+        else:
+            files.append((target, spell(target)))
+
     found = BashTargets(problems=list(analysis.problems))
     for target in analysis.writes:
         if moved and not target.startswith("/"):
@@ -67,18 +73,12 @@ def collect(analysis: ShellAnalysis, host: Path | None, cwd: str) -> BashTargets
         written.files += hidden.writes
         written.trees += hidden.write_trees
         for target in written.files:
-            if moved and not target.startswith("/"):
-                found.write_trees.append((f"{target} (after a cd)", ["/"]))
-            else:
-                found.changed.append((target, spell(target)))
+            file_or_tree(target, found.changed, found.write_trees)
         found.write_trees += [(t, tree(t)) for t in written.trees]
         read = file_reads.reads(cmd, cwd)
         read.files += hidden.reads
         for target in read.files:
-            if moved and not target.startswith("/"):
-                found.trees.append((f"{target} (after a cd)", ["/"]))
-            else:
-                found.reads.append((target, spell(target)))
+            file_or_tree(target, found.reads, found.trees)
         found.trees += [(t, tree(t)) for t in read.trees]
         for word in read.globs:
             operand = None
