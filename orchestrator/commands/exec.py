@@ -263,7 +263,6 @@ def _run(
     from orchestrator.backend.factory import make_backend
     from orchestrator.backend.weakened import weakened_guards
     from orchestrator.config import Settings
-    from orchestrator.images.sealing import sealed_command
     from orchestrator.lifecycle import socket_dirs
     from orchestrator.workspace.guard import WorkspaceGuard
 
@@ -295,8 +294,9 @@ def _run(
         try:
             spec = SandboxSpec(
                 image=chosen.ref,
-                # Under the fallocate filter every subagent has (`images.sealing`).
-                command=sealed_command(chosen.python, command),
+                # The container's entrypoint, under the engine's init; warden's seccomp
+                # profile refuses fallocate as in every sandbox (`images.sealing`).
+                command=list(command),
                 workspace=(workspace or Path.cwd()),
                 mounts=[*chosen.mounts, *guard.mounts()],
                 env=dict(chosen.env),  # a project image's ENV: back for the command only

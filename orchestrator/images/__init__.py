@@ -7,7 +7,7 @@ Public API:
 - `current_tag(client, kind, state_dir)`: the current tag of one of warden's kinds
   (`hints`: the tag found last time, confirmed by one inspect).
 - `choice.SandboxImages`: image names to what a sandbox runs (project images too).
-- `sealing.sealed_command(python, command)`: a command under the fallocate filter (`warden exec`).
+- `sealing.sealed_program(tail)`: a hook shim under the fallocate filter.
 
 May import: `errors`, `labels`, `shipped` (the build inputs), `backend`, `untrusted_text` (build output of a dev
 container is shown as plain text), `owner` (the owner labels of a build's

@@ -47,9 +47,6 @@ class SandboxImage:
     env: dict[str, str] = field(default_factory=dict)
     project: bool = False
     """True for a project image (runtime borrowed from warden)."""
-    python: tuple[str, ...] = ("python3",)
-    """How to start a standard-library Python in the image (warden's own, or the
-    borrowed runtime's through its loader); `sealing` runs the seal with it."""
 
 
 class SandboxImages:
@@ -65,8 +62,8 @@ class SandboxImages:
     def get(self, name: str, *, runner: bool = True) -> SandboxImage:
         """The image for a subagent (`runner`: the runner runs in it, so a project
         image needs bash and gets warden's runtime), or, `runner=False`, for a plain
-        command (`warden exec`: only Linux on this architecture is required; a
-        project image still gets the runtime, whose Python seals the command).
+        command (`warden exec`: only Linux on this architecture is required, and
+        nothing of warden's is added to a project image).
         Raises ImageNotFoundError (not built / not present, with the fix),
         UnsupportedImageError (which images work, and the fix), ConfigError."""
         with self._lock:
@@ -90,19 +87,24 @@ class SandboxImages:
                 env=dict(WARDEN_RUNNER_ENV),
             )
         # Only a project image needs these (`warden exec -- true` does not pay for them).
-        from orchestrator.images.project import check_project_image
+        from orchestrator.images.project import check_project_image, host_machine
+
+        if not runner:
+            # A plain command runs as the image's own entrypoint would: under the
+            # engine's init, with the image's environment; nothing of warden's in it.
+            checked = check_project_image(self._client, name, host_machine(), need_bash=False)
+            return SandboxImage(name=name, ref=checked.image_id, runner=(), project=True)
         from orchestrator.images.runtime import ensure_runtime
 
         runtime = ensure_runtime(
             self._client, current_tag(self._client, "runtime", self._state_dir), self._state_dir
         )
-        checked = check_project_image(self._client, name, runtime.machine, need_bash=runner)
+        checked = check_project_image(self._client, name, runtime.machine)
         return SandboxImage(
             name=name,
             ref=checked.image_id,
-            runner=runtime.runner() if runner else (),
+            runner=runtime.runner(),
             mounts=(runtime.mount(),),
             env=checked.sandbox_env(),
             project=True,
-            python=runtime.python_command(),
         )

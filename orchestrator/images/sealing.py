@@ -1,18 +1,17 @@
-"""Commands that start sealed: `sandbox_tools.seal`'s fallocate filter installed
-first, in the sandbox, by the image's own Python (or warden's borrowed runtime),
-then the command itself exec'd in that process.
+"""Programs that start sealed: `sandbox_tools.seal`'s fallocate filter installed
+first, in the sandbox, by the image's own Python, then what runs next.
 
 A subagent's runner installs the filter itself before any tool runs; a hook
-sandbox's shim and a `warden exec` command have no runner, so their container's
-command is `PYTHON -I -S -c PROGRAM ARGS…`, where PROGRAM is the seal's source
-(standard library only, read as text: `-S` leaves `sandbox_tools` unimportable
-there) followed by what runs next. For `warden exec` that is an `execvp` of the
-user's command, after putting back the signal dispositions Python changed at
-start-up (SIGPIPE and SIGXFSZ ignored): the command then runs exactly as it would
-have, in the same process, with the filter inherited and irremovable. Costs one
-`python -I -S` start in the sandbox (~10-20 ms here, within the noise of a
-`docker run`). A command that cannot be run exits 127 (not found) or 126 (not
-executable), as a shell and the container's init say it.
+sandbox's shim has no runner, so its container's command is
+`PYTHON -I -S -c PROGRAM ARGS…`, where PROGRAM is the seal's source (standard
+library only, read as text: `-S` leaves `sandbox_tools` unimportable there)
+followed by the shim.
+
+The filter is a second layer: warden's seccomp profile (`backend.seccomp`), which
+the engine applies to every container warden starts, already refuses `fallocate`
+with the same EOPNOTSUPP. `warden exec` relies on that wall alone: its command is
+the container's entrypoint under the engine's init, as in `docker run --init`, with
+no Python of warden's started before it (that start cost ~25 ms of every exec).
 """
 
 from __future__ import annotations
@@ -20,39 +19,9 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
-from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.errors import WardenError
-from sandbox_tools.wire import IMAGE_ENV_VARIABLE
-
-EXEC_TAIL = """
-import json, os, signal, sys
-_problem = refuse_fallocate()
-if _problem:
-    sys.stderr.write("warden: warning: fallocate stays allowed in this sandbox (%s); "
-                     "the host's free-space floor still holds\\n" % _problem)
-_carried = os.environ.pop("IMAGE_ENV_VARIABLE", "")
-try:
-    _image = json.loads(_carried) if _carried else {}
-except ValueError:
-    _image = {}
-for _key, _value in (_image.items() if isinstance(_image, dict) else ()):
-    if isinstance(_value, str) and os.environ.get(_key) == "":
-        os.environ[_key] = _value
-for _name in ("SIGPIPE", "SIGXFSZ"):
-    if hasattr(signal, _name):
-        signal.signal(getattr(signal, _name), signal.SIG_DFL)
-try:
-    os.execvp(sys.argv[1], sys.argv[1:])
-except OSError as _exc:
-    sys.stderr.write("warden: cannot run %r: %s\\n" % (sys.argv[1], _exc.strerror))
-    sys.stderr.flush()
-    os._exit(127 if isinstance(_exc, FileNotFoundError) else 126)
-""".replace("IMAGE_ENV_VARIABLE", IMAGE_ENV_VARIABLE)
-"""Runs in the sandbox after the seal's source: seal, give the command a project
-image's environment back (`sandbox_tools.image_env`), restore signals, become the
-command."""
 
 
 @functools.cache
@@ -88,7 +57,3 @@ def sealed_program(tail: str) -> str:
     `refuse_fallocate()` itself, so it decides what a refusal to seal means)."""
     return f"{seal_source()}\n{tail}"
 
-
-def sealed_command(python: Sequence[str], command: Sequence[str]) -> list[str]:
-    """The container command that runs `command` under the fallocate filter."""
-    return [*python, "-I", "-S", "-c", sealed_program(EXEC_TAIL), *command]

@@ -280,9 +280,10 @@ async def test_fallocate_cannot_take_free_space_below_the_floor(
 def test_exec_cannot_reserve_space_with_fallocate_and_still_runs_as_itself(
     small_fs: Path, sandbox_image: str, no_leftovers: Any
 ) -> None:
-    """`warden exec` has no runner, yet its command runs under the same fallocate
-    filter: nothing is reserved, posix_fallocate falls back to counted writes, and the
-    command is otherwise itself (its exit status, SIGPIPE, its own process)."""
+    """`warden exec` has no runner, yet fallocate is refused all the same (warden's
+    seccomp profile, the engine's wall): nothing is reserved, posix_fallocate falls
+    back to counted writes, and the command is otherwise itself (its exit status,
+    SIGPIPE, its own process)."""
     os.chown(small_fs, UNPRIVILEGED, UNPRIVILEGED)
     script = (
         RESERVE + "\n"
@@ -326,4 +327,5 @@ def test_exec_of_a_command_that_cannot_run_says_so_with_the_shells_status(
         capture_output=True, text=True, env=warden_env(), timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == status, proc.stderr
-    assert f"cannot run '{command[0]}': {said}" in proc.stderr
+    # The engine's init says it, as in `docker run --init` (no Python of warden's runs first).
+    assert f"exec {command[0]} failed: {said}" in proc.stderr, proc.stderr

@@ -169,7 +169,7 @@ def test_warden_exec_gives_a_project_image_the_same_sandbox_as_warden_s_own(
         outputs[image] = facts(json.loads(done.stdout)["stdout"])
     assert outputs[node_image] == outputs["bash"]
     assert {key: outputs["bash"].get(key) for key in EXPECTED_FACTS} == EXPECTED_FACTS
-    # The image has no Python of warden's: the borrowed runtime seals the command.
+    # The image has no Python at all: warden's seccomp profile is the wall.
     sealed = warden(
         "exec", "--workspace", str(workspace), "--image", node_image,
         "--", "bash", "-c", "fallocate -l 1m /tmp/f; echo fallocate=$?", cwd=REPO_ROOT,
