@@ -1,7 +1,8 @@
 """warden's settings: one closed set of values, filled from the environment in one place.
 
-`Settings`, `PoolConfig` and `AnalyserBound` are frozen, slotted, keyword-only stdlib
-dataclasses, not pydantic models (the project's rule is libraries first; this is where
+`Settings`, `PoolConfig` and `AnalyserBound` are frozen, keyword-only stdlib
+dataclasses (not slotted: `slots=True` builds each class twice, paid at every
+start), not pydantic models (the project's rule is libraries first; this is where
 we do not, and why): every `warden` command builds `Settings` before anything else, and
 `warden exec`'s whole start-up budget (issue 39: at most 1.5x a bare `docker run`,
 about 55 ms over the docker SDK's own floor) could not pay for importing pydantic
@@ -96,7 +97,7 @@ DEFAULT_WEBHOOK_LISTEN = "127.0.0.1:0"
 """Memory limits of all warm sandboxes together: 8 at the default 512 MiB each."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class PoolConfig:
     """How many warm sandboxes the pool keeps, and within what memory."""
 
@@ -139,7 +140,7 @@ call asks (a 60 KB here-document writing a source file takes about 20 ms)."""
 DEFAULT_ANALYSER_WORKERS = 2
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class AnalyserBound:
     """The Bash analyser's time bound (`permissions.analyser_bound`): long command lines
     are analysed in worker processes, and one over its deadline asks."""
@@ -190,7 +191,7 @@ MIN_SECRET_CHARS = 16
 guessable secret protects nothing."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """Process-wide settings. Build with `Settings.from_env()`, or directly in tests
     (change one with `dataclasses.replace`)."""

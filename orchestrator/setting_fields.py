@@ -35,7 +35,7 @@ class SettingError(ConfigError):
         super().__init__(f"{where}: {accepted}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Secret:
     """A secret text (an API key, a shared secret) that never shows in `repr`, `str`
     or a log line; read it with `get_secret_value()`. pydantic's `SecretStr` did this

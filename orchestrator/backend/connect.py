@@ -23,6 +23,8 @@ Every engine call warden makes goes through the docker SDK client built here
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -92,6 +94,37 @@ def connect(
     # requests would look up proxy variables and ~/.netrc on every request; neither
     # applies to a Unix socket (1-5 ms per request here).
     client.api.trust_env = False
+    return client
+
+
+def connect_beside(
+    timeout_s: float = ENGINE_TIMEOUT_S, *, max_pool_size: int = DEFAULT_POOL_SIZE
+) -> Callable[[], DockerClient]:
+    """`connect()` with its API version round trip left running in a thread, so the
+    engine answers while the caller goes on (`warden exec` imports its own modules
+    meanwhile); the returned function waits for the client, or raises what `connect`
+    raised. The SDK is imported here first: an import is CPU under the GIL, and in
+    the thread it would only hold up the caller."""
+    import docker  # noqa: F401  (what the thread then needs is loaded)
+
+    outcome: list[DockerClient | BaseException] = []
+
+    def attempt() -> None:
+        try:
+            outcome.append(connect(timeout_s, max_pool_size=max_pool_size))
+        except BaseException as exc:  # handed to the caller, raised there
+            outcome.append(exc)
+
+    worker = threading.Thread(target=attempt, name="warden-connect", daemon=True)
+    worker.start()
+
+    def client() -> DockerClient:
+        worker.join()
+        (done,) = outcome
+        if isinstance(done, BaseException):
+            raise done
+        return done
+
     return client
 
 

@@ -46,8 +46,8 @@ DEFAULT_OUTPUT_LIMIT_BYTES = 1024 * 1024
 _MIN_MEMORY_BYTES = 6 * 1024 * 1024
 """The engine's own floor for a memory limit."""
 
-# The values below are frozen, slotted, keyword-only stdlib dataclasses, not pydantic
-# models: warden's own code builds them and hands them across this interface (they are
+# The values below are frozen, keyword-only stdlib dataclasses (not slotted: that builds
+# each class twice, at every start), not pydantic models: warden's own code builds them and hands them across this interface (they are
 # not user config, which is validated as pydantic models where it is read), and
 # `warden exec` builds them on every start. Creating the pydantic models and importing
 # pydantic cost that start about 110 ms of its ~55 ms budget (issue 39). Each one's
@@ -108,7 +108,7 @@ def _text(owner: object, name: str, *, optional: bool = False) -> None:
         raise ConfigError(f"{type(owner).__name__}.{name}={value!r} is not text")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Mount:
     """An extra bind mount (the workspace has its own field)."""
 
@@ -130,7 +130,7 @@ class Mount:
             raise ConfigError(f"Mount.read_only={self.read_only!r} is not true or false")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class DiskLimits:
     """Disk limits of one sandbox, enforced by `disk.DiskGuardedBackend` (and the
     per-file part by the backend as RLIMIT_FSIZE). Crossing any kills it."""
@@ -160,7 +160,7 @@ class DiskLimits:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class BuildLimits:
     """Limits of one image build from a workspace Dockerfile (a dev container), all
     of its steps together; enforced by `images.buildbox`. Crossing one fails the
@@ -197,7 +197,7 @@ class BuildLimits:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class ResourceLimits:
     memory_bytes: int = DEFAULT_MEMORY_BYTES
     """Memory limit; swap is set to the same value, so there is no swap."""
@@ -233,7 +233,7 @@ class ResourceLimits:
             raise ConfigError(f"not resource limits as JSON: {text[:200]!r} ({exc})") from exc
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class SandboxSpec:
     """Everything needed to start one sandbox container."""
 
@@ -358,7 +358,7 @@ class SandboxStatus(enum.StrEnum):
     when the engine's events tell."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class SandboxResult:
     status: SandboxStatus
     exit_code: int
@@ -389,7 +389,7 @@ class SandboxResult:
         _float(self, "duration_s")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class ContainerInfo:
     id: str
     name: str

@@ -90,7 +90,7 @@ INODE_FLOOR_HOW = (
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class DiskBreach:
     """A limit a sandbox crossed; `message` is what users and the parent model read.
     (A stdlib dataclass, like the contract's values: built here only, on exec's path.)"""

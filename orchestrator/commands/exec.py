@@ -215,8 +215,10 @@ def exec_command(
     _log_warnings_to_stderr()
     labels = _parse_labels(user_labels)
     disk = (disk_write_limit, disk_free_floor)
-    limits = limits_from_flags(egress_max_down, egress_max_up, egress_max_connections)
-    egress = EgressFlags(allow_domains, deny_domains, limits) if allow_domains else None
+    egress = None
+    if allow_domains:  # the meter's module is imported only here
+        limits = limits_from_flags(egress_max_down, egress_max_up, egress_max_connections)
+        egress = EgressFlags(allow_domains, deny_domains, limits)
     try:
         code = _run(
             workspace,
@@ -257,18 +259,22 @@ def _run(
     command: tuple[str, ...],
     egress_flags: EgressFlags | None = None,
 ) -> int:
+    from orchestrator.backend.connect import connect_beside
+
+    # The engine answers the API version while warden's own modules load below.
+    engine = connect_beside()
     from orchestrator import labels
-    from orchestrator.backend.connect import connect
     from orchestrator.backend.contract import DiskLimits, ResourceLimits, SandboxSpec
     from orchestrator.backend.factory import make_backend
     from orchestrator.backend.weakened import weakened_guards
     from orchestrator.config import Settings
+    from orchestrator.images import choice  # noqa: F401  (loaded while the engine answers)
     from orchestrator.lifecycle import socket_dirs
+    from orchestrator.runtime import run_images  # noqa: F401  (likewise)
     from orchestrator.workspace.guard import WorkspaceGuard
 
     settings = Settings.from_env()
     socket_dirs.check_workspace_excludes(workspace or Path.cwd(), settings)
-    client = connect()
     limits: dict[str, Any] = {"disk": DiskLimits.from_settings(settings, *disk)}
     for missing in weakened_guards(limits["disk"]):
         logging.getLogger("warden").warning("%s", missing)
@@ -288,6 +294,7 @@ def _run(
     guard = WorkspaceGuard.prepare(workspace or Path.cwd(), protect=protect, leave_no_trace=True)
     egress = None
     try:
+        client = engine()
         chosen = _resolve_image(
             client, settings, workspace or Path.cwd(), *image, user=user, egress=egress_flags
         )

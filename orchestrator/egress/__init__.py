@@ -12,6 +12,7 @@ socket beside its broker's (`proxy.SOCKET_NAME`), and the in-container forwarder
 - `http_head`: one request head, parsed with h11, and the head sent upstream
 - `sni`: TLS records: the ClientHello's server name, ServerHello or HelloRetryRequest
 - `tunnel`: a CONNECT tunnel's TLS check (every ClientHello names the host)
+- `caps`: the default per-task caps (numbers only: the CLI flags read them at start-up)
 - `limits`: per-task caps on bytes and connections, and the meter
 - `relay`: the checked connection's bytes, moved in the kernel (splice)
 - `proxy`: the HTTP CONNECT / plain-HTTP proxy on the Unix socket

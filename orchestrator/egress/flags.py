@@ -1,23 +1,26 @@
 """The egress flags of `warden run` and `warden exec`.
 
-Only click and the standard library are imported here: `warden exec` keeps its
-start-up cheap, and pays for the proxy only when a flag asks for egress.
+Only click, the standard library and the default caps (`caps`) are imported here:
+`warden exec` keeps its start-up cheap, and pays for the proxy and the meter only when
+a flag asks for egress.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from orchestrator.egress.limits import (
+from orchestrator.egress.caps import (
     DEFAULT_MAX_BYTES_DOWN,
     DEFAULT_MAX_BYTES_UP,
     DEFAULT_MAX_CONNECTIONS,
-    EgressLimits,
 )
+
+if TYPE_CHECKING:
+    from orchestrator.egress.limits import EgressLimits
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -87,6 +90,8 @@ def egress_options(who: str, size: click.ParamType[int]) -> Callable[[F], F]:
 
 
 def limits_from_flags(down: int | None, up: int | None, connections: int | None) -> EgressLimits:
+    from orchestrator.egress.limits import EgressLimits
+
     values = {
         k: v
         for k, v in (

@@ -15,15 +15,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-DEFAULT_MAX_BYTES_UP = 256 * 1024**2
-"""Most bytes one task may send through the proxy (request bodies, TLS included)."""
-DEFAULT_MAX_BYTES_DOWN = 2 * 1024**3
-"""Most bytes one task may receive through the proxy."""
-DEFAULT_MAX_CONNECTIONS = 2000
-"""Most connections one task may open through the proxy over its life."""
-DEFAULT_MAX_OPEN_CONNECTIONS = 64
-"""Most connections one task may hold open at once, counted from their accept (a
-connection that has sent nothing yet counts)."""
+from orchestrator.egress.caps import DEFAULT_MAX_BYTES_DOWN as DEFAULT_MAX_BYTES_DOWN
+from orchestrator.egress.caps import DEFAULT_MAX_BYTES_UP as DEFAULT_MAX_BYTES_UP
+from orchestrator.egress.caps import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
+from orchestrator.egress.caps import DEFAULT_MAX_OPEN_CONNECTIONS as DEFAULT_MAX_OPEN_CONNECTIONS
 
 
 @dataclass(frozen=True)
