@@ -19,9 +19,11 @@ Prints medians and both ratios, measured in the same run (the machine is shared:
 compare ratios, never absolute times). Every container is labelled
 `warden.session=<bench session>` and removed.
 
-The CLI runs as `<this interpreter> -m orchestrator` (or `--warden PATH`, e.g. the
-installed console script). Run this file with the real interpreter, not a pyenv shim:
-the shim's bash adds ~70 ms to every start of a child that goes through it.
+The CLI runs as a user runs it: the `warden` console script installed beside this
+interpreter (`pip install -e .` puts it there), else `<this interpreter> -m orchestrator`
+(which also imports runpy, ~4 ms), or `--warden PATH`. Run this file with the real
+interpreter, not a pyenv shim: the shim's bash adds ~70 ms to every start of a child
+that goes through it.
 
     python bench/bench_exec.py [-n 30 | --quick] [--image bash] [--warden PATH]
 """
@@ -81,6 +83,20 @@ api.remove_container(created["Id"], force=True, v=True)
 """
 
 
+def installed_warden() -> list[str]:
+    """The `warden` console script of this interpreter's environment when it runs this
+    checkout's code, else `python -m orchestrator` (the same code, started through runpy)."""
+    script = Path(sys.executable).with_name("warden")
+    if script.is_file() and os.access(script, os.X_OK):
+        where = subprocess.run(
+            [sys.executable, "-c", "import orchestrator; print(orchestrator.__file__)"],
+            capture_output=True, text=True, check=False, cwd=tempfile.gettempdir(),
+        )  # fmt: skip
+        if Path(where.stdout.strip()).resolve().is_relative_to(REPO_ROOT):
+            return [str(script)]
+    return [sys.executable, "-m", "orchestrator"]
+
+
 def timed(action: Callable[[], object]) -> float:
     started = time.perf_counter()
     action()
@@ -95,7 +111,11 @@ def main() -> None:
         help=f"{QUICK_ITERATIONS} iterations and no import-only variant (a smoke run)",
     )  # fmt: skip
     parser.add_argument("--image", default=DEFAULT_IMAGE, help="agent, bash or an image name")
-    parser.add_argument("--warden", help="the warden executable (default: python -m orchestrator)")
+    parser.add_argument(
+        "--warden",
+        help="the warden executable (default: the console script beside this interpreter, "
+        "else python -m orchestrator)",
+    )
     args = parser.parse_args()
     compile_sources()  # every sample runs warden as an installed one would: from .pyc
     iterations = QUICK_ITERATIONS if args.quick else args.iterations
@@ -123,7 +143,7 @@ def main() -> None:
         warden_labels=wl.warden_labels(session, exec="bench"),
     )
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    warden = [args.warden] if args.warden else [sys.executable, "-m", "orchestrator"]
+    warden = [args.warden] if args.warden else installed_warden()
     warden_cli = [*warden, "exec", "--image", asked, "--workspace", str(workspace),
                   "--", "true"]  # fmt: skip
     docker_cli = ["docker", "run", "--rm", "--network", "none", "--label", label,

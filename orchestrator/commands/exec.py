@@ -19,7 +19,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from orchestrator.egress.flags import EgressFlags, egress_options, limits_from_flags
-from orchestrator.errors import WardenError
+from orchestrator.errors import ImageNotFoundError, WardenError
 
 F = TypeVar("F", bound=Callable[..., Any])  # Any: any click command function
 
@@ -296,8 +296,9 @@ def _run(
     try:
         client = engine()
         chosen = _resolve_image(
-            client, settings, workspace or Path.cwd(), *image, user=user, egress=egress_flags
-        )
+            client, settings, workspace or Path.cwd(), *image, user=user, egress=egress_flags,
+            remembered=True,
+        )  # fmt: skip
         try:
             spec = SandboxSpec(
                 image=chosen.ref,
@@ -322,7 +323,17 @@ def _run(
                 settings, spec, egress_flags, socket_root=socket_dirs.socket_root()
             )
             spec = egress.sandbox_spec(spec)
-        result = run_interruptible(make_backend(client, settings), spec)
+        backend = make_backend(client, settings)
+        try:
+            result = run_interruptible(backend, spec)
+        except ImageNotFoundError:
+            if not chosen.remembered:
+                raise
+            # The image the state directory remembered is gone: look it up (or say how
+            # to build it), and run the command there.
+            chosen = _resolve_image(client, settings, workspace or Path.cwd(), *image,
+                                    user=user, egress=egress_flags, remembered=False)  # fmt: skip
+            result = run_interruptible(backend, replace(spec, image=chosen.ref))
     finally:
         if egress is not None:
             egress.close()
@@ -472,12 +483,15 @@ def _resolve_image(
     *,
     user: str | None,
     egress: EgressFlags | None,
+    remembered: bool,
 ) -> SandboxImage:
     """The command's image by `warden run`'s precedence without the agent file
     (`--image` > the dev container > `bash`); `agent`/`bash` → the current
     content-addressed tag; any other name must be a local Linux image of this
     architecture (checked before the container starts). A dev container build
-    reaches the network only through the command's own egress rules."""
+    reaches the network only through the command's own egress rules. `remembered`:
+    warden's own image may be the id the state directory last confirmed (no engine
+    call; the caller looks again when the create finds it gone)."""
     from orchestrator.images.choice import SandboxImages
     from orchestrator.runtime.run_images import command_image
 
@@ -502,7 +516,8 @@ def _resolve_image(
         progress=lambda line: click.echo(f"warden: {line}", err=True),
         build_egress=build_egress,
     )
-    return SandboxImages(client, settings.state_dir).get(name, runner=False)
+    images = SandboxImages(client, settings.state_dir)
+    return (remembered and images.remembered(name)) or images.get(name, runner=False)
 
 
 def _log_warnings_to_stderr() -> None:

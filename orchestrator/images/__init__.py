@@ -6,6 +6,8 @@ Public API:
 - `image_status(client)`: per kind, whether a current image exists (for `warden doctor`).
 - `current_tag(client, kind, state_dir)`: the current tag of one of warden's kinds
   (`hints`: the tag found last time, confirmed by one inspect).
+- `remembered_image(kind, state_dir)`: the id that lookup last confirmed, with no engine
+  call (`warden exec`; a 404 at create sends it back to `current_tag`).
 - `choice.SandboxImages`: image names to what a sandbox runs (project images too).
 - `sealing.sealed_program(tail)`: a hook shim under the fallocate filter.
 
@@ -85,8 +87,17 @@ def current_tag(client: DockerClient, kind: str, state_dir: Path | None = None) 
             f"the warden {kind} image is not built for the current sources; {BUILD_HINT}"
         )
     if state_dir is not None:
-        hints.remember(state_dir, image_kind, inputs, found[0])
+        hints.remember(state_dir, image_kind, inputs, found[0], found[1].get("Id"))
     return found[0]
+
+
+def remembered_image(kind: str, state_dir: Path) -> str | None:
+    """The id of warden's image `kind` at the current sources, as a lookup in this state
+    directory last confirmed it, without asking the engine; None when there is no such
+    hint. The image may have been removed since: a create then fails with
+    ImageNotFoundError, and `current_tag` looks it up again (`warden exec` does)."""
+    image_kind = KINDS[kind]
+    return hints.hinted_id(image_kind, inputs_hash(image_kind), state_dir)
 
 
 def build_images(

@@ -84,7 +84,7 @@ def build_images(
         existing = image_id(client, tag)
         if existing is not None and not force:
             log(f"{kind.name}: {tag} is up to date (same inputs, same base); not rebuilding")
-            hints.remember(settings.state_dir, kind, ihash, tag)
+            hints.remember(settings.state_dir, kind, ihash, tag, existing)
             continue
         why = "--force" if existing is not None else "no image has these inputs yet"
         log(f"{kind.name}: building {tag} FROM {base.ref} ({base.origin}; {why})")
@@ -93,7 +93,7 @@ def build_images(
         if existing is not None and existing != image_id(client, tag):
             _remove_quietly(client, existing)  # the --force rebuild replaced our old image
         log(f"{kind.name}: built {tag} in {time.monotonic() - started:.1f} s")
-        hints.remember(settings.state_dir, kind, ihash, tag)
+        hints.remember(settings.state_dir, kind, ihash, tag, image_id(client, tag))
     return tags
 
 

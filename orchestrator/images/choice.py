@@ -47,6 +47,9 @@ class SandboxImage:
     env: dict[str, str] = field(default_factory=dict)
     project: bool = False
     """True for a project image (runtime borrowed from warden)."""
+    remembered: bool = False
+    """True when `ref` is the id a hint named, not confirmed by the engine this time
+    (`SandboxImages.remembered`)."""
 
 
 class SandboxImages:
@@ -71,6 +74,20 @@ class SandboxImages:
             if key not in self._found:
                 self._found[key] = self._resolve(name, runner)
             return self._found[key]
+
+    def remembered(self, name: str) -> SandboxImage | None:
+        """warden's own image `name` by the id this state directory last confirmed, with
+        no engine call (`images.remembered_image`: a create of an image removed since
+        fails with ImageNotFoundError, and `get` looks it up again); None for a project
+        image or when there is no such hint."""
+        from orchestrator.images import KINDS, remembered_image
+
+        if name not in KINDS or self._state_dir is None:
+            return None
+        found = remembered_image(name, self._state_dir)
+        if found is None:
+            return None
+        return SandboxImage(name=name, ref=found, env=dict(WARDEN_RUNNER_ENV), remembered=True)
 
     def _resolve(self, name: str, runner: bool) -> SandboxImage:
         from orchestrator.images import KINDS, current_tag, resolve_image

@@ -10,6 +10,11 @@ only when the engine says the image exists and carries the same kind and inputs
 hash labels (the labels the listing filters on). Anything else (no file, another
 hash, the image removed or re-tagged, an unreadable file) falls back to the listing.
 
+A hint also keeps the image id the engine confirmed. `warden exec` runs that id
+without asking the engine first (`hinted_id`): an id names content, so a re-tag
+cannot swap it, and an image that is gone fails the create (404), after which exec
+looks the image up again. That saves exec a round trip on every start.
+
 The file is a hint and never an authority: it lives in the user's state directory
 (which no workspace may contain), and whatever it names is checked by the engine.
 One difference from the listing: when two images have the same inputs (built from
@@ -64,21 +69,40 @@ def hinted_tag(client: DockerClient, kind: ImageKind, inputs: str, state_dir: Pa
     if not tag.startswith(kind.repository + ":"):
         return None
     try:
-        labels = client.images.get(tag).labels or {}
+        image = client.images.get(tag)
+        labels = image.labels or {}
     except Exception:  # gone, or the engine failed: the listing decides (and reports)
         return None
     if labels.get(LABEL_KIND) != kind.name or labels.get(LABEL_INPUTS_HASH) != inputs:
         return None
+    if image.id and entry.get("id") != image.id:
+        remember(state_dir, kind, inputs, tag, image.id)
     return tag
 
 
-def remember(state_dir: Path, kind: ImageKind, inputs: str, tag: str) -> None:
-    """Keep `tag` as the hint for `kind` at `inputs`. Best effort: a hint that cannot be
-    written only costs the next lookup a listing."""
+def hinted_id(kind: ImageKind, inputs: str, state_dir: Path) -> str | None:
+    """The image id last confirmed for `kind` built from `inputs`, without asking the
+    engine (it may have been removed since: the caller handles the create's 404)."""
+    entry = _read(state_dir).get(kind.name)
+    if entry is None or entry.get("inputs") != inputs:
+        return None
+    found = entry.get("id", "")
+    digest = found.removeprefix("sha256:")
+    if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        return None
+    return found
+
+
+def remember(
+    state_dir: Path, kind: ImageKind, inputs: str, tag: str, image_id: str | None = None
+) -> None:
+    """Keep `tag` (and the id of the image it names) as the hint for `kind` at `inputs`.
+    Best effort: a hint that cannot be written only costs the next lookup a listing."""
     hints = _read(state_dir)
-    if hints.get(kind.name) == {"inputs": inputs, "tag": tag}:
+    entry = {"inputs": inputs, "tag": tag, **({"id": image_id} if image_id else {})}
+    if hints.get(kind.name) == entry:
         return
-    hints[kind.name] = {"inputs": inputs, "tag": tag}
+    hints[kind.name] = entry
     path = _path(state_dir)
     temp = path.with_name(f".{HINTS_FILE}.{os.getpid()}.tmp")
     if not state_dir.is_dir():  # made (with its permissions) by whoever owns it, not here

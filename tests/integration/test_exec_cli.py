@@ -163,3 +163,31 @@ def test_dead_engine_is_one_clear_line(tmp_path: Path) -> None:
         assert proc.stderr.startswith("warden: error: the Docker engine is installed but not running")
         assert f"no answer on {tmp_path}/no-engine.sock" in proc.stderr
         assert "warden doctor --fix" in proc.stderr
+
+
+def test_a_remembered_image_that_is_gone_is_looked_up_again(
+    settings: Settings, workspace: Path, sandbox_image: str, no_leftovers: Any, docker_client: Any
+) -> None:
+    """`warden exec` runs warden's image by the id its state directory last confirmed,
+    without asking the engine first. When that image is gone (here: an id no image has),
+    the create's 404 sends exec back to the lookup: the command still runs, in the
+    current image, and the hint names that image again."""
+    from orchestrator.images import KINDS
+    from orchestrator.images.hashing import inputs_hash
+    from orchestrator.images.hints import HINTS_FILE
+
+    settings.state_dir.mkdir(parents=True)
+    hints = settings.state_dir / HINTS_FILE
+    kind = KINDS["bash"]
+    gone = "sha256:" + "0" * 64
+    hints.write_text(json.dumps({"bash": {"inputs": inputs_hash(kind), "tag": sandbox_image,
+                                          "id": gone}}))  # fmt: skip
+    proc = subprocess.run(
+        warden_argv("exec", "--workspace", str(workspace), "--image", "bash",
+                    *label_args(no_leftovers), "--", "sh", "-c", "echo ran"),
+        capture_output=True, text=True, timeout=HANG_GUARD_S, check=False,
+        env=warden_env(WARDEN_STATE_DIR=str(settings.state_dir)),
+    )  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (0, "ran\n"), proc.stderr
+    current = docker_client.images.get(sandbox_image).id
+    assert json.loads(hints.read_text())["bash"]["id"] == current

@@ -253,3 +253,16 @@ def test_resolve_image_passes_other_local_images_through() -> None:
 def test_any_libc_will_do_since_nothing_is_compiled_for_it() -> None:
     alpine = BaseProbe((3, 12), "x86_64", ("", ""), frozenset(AGENT.required_tools))
     assert alpine.missing_for(AGENT) == []
+
+
+def test_the_remembered_id_is_given_only_for_the_current_sources(tmp_path: Path) -> None:
+    """`warden exec` runs this id without asking the engine, so it must be a well-formed
+    image id recorded for exactly these inputs; anything else means a lookup."""
+    current = inputs_hash(BASH)
+    good = "sha256:" + "ab" * 32
+    hints.remember(tmp_path, BASH, current, "warden-bash:222222222222", good)
+    assert hints.hinted_id(BASH, current, tmp_path) == good
+    assert hints.hinted_id(BASH, "older inputs", tmp_path) is None
+    for bad in ("sha256:" + "ab" * 31, "warden-bash:222222222222", "sha256:" + "AB" * 32, ""):
+        hints.remember(tmp_path, BASH, current, "warden-bash:222222222222", bad or None)
+        assert hints.hinted_id(BASH, current, tmp_path) is None, bad
