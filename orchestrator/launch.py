@@ -1,12 +1,16 @@
 """The `warden` command's entry point: what must happen before the CLI loads.
 
 `warden mcp` on stdio is started by an MCP client (Claude Code) that waits a few
-seconds for its `initialize` answer. Its stdio front (`mcp_server.front`) answers from
-the standard library alone, so it starts here, before click and the command's modules
-load (on a loaded machine those take most of the time to that answer). Everything
-else is `cli.main`'s.
+seconds for its `initialize` answer, and that ends it by killing it half a second
+after it closes. So, before click and the command's modules load (on a loaded
+machine those take most of the time to that answer), the spawned process first
+splits off the process that holds the session (`mcp_server.keeper`: the spawned one
+only waits and passes stop signals on, and the session's end never depends on it
+being given time), and that process starts the stdio front (`mcp_server.front`),
+which answers from the standard library alone. Everything else is `cli.main`'s.
 
-May import: `cli`, `mcp_server.front` (only it, before the CLI).
+May import: `cli`, `mcp_server.keeper` and `mcp_server.front` (only they, before the
+CLI).
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ EARLY_FRONT_SKIPPED = frozenset({"--http", "-h", "--help"})
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["mcp"] and not EARLY_FRONT_SKIPPED & set(argv[1:]):
+        from orchestrator.mcp_server import keeper
         from orchestrator.mcp_server.front import start_on_stdio
 
+        keeper.split()  # returns in the session's process
         start_on_stdio()
+        keeper.bind_to_parent()
     from orchestrator.cli import main as cli_main
 
     cli_main()

@@ -14,7 +14,7 @@ import logging
 import signal
 import socket
 import warnings
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from typing import TYPE_CHECKING, Any
 
 import mcp.types as types
@@ -245,7 +245,28 @@ async def serve_stdio(runs: SessionRuns, front: StdioFront) -> None:
             await server.run(read_stream, write_stream, server.create_initialization_options())
         stopping = False
     finally:
-        await asyncio.shield(runs.close(stopping=stopping))
+        await to_its_end(runs.close(stopping=stopping))
+
+
+async def to_its_end(closing: Coroutine[Any, Any, None]) -> None:
+    """Await `closing` to its end, even when this task is cancelled meanwhile (a stop
+    signal while the session is already ending: Claude Code's SIGINT after the client
+    closed, say); the cancellation is raised once it has ended. Otherwise the
+    cancellation would end `asyncio.run`, which cancels whatever still runs: the
+    run's end, cut short (tasks not stopped, result document not written). Bounded
+    by the stop's grace timer (`lifecycle.interrupts`)."""
+    ending = asyncio.ensure_future(closing)
+    cancelled = False
+    while not ending.done():
+        try:
+            await asyncio.shield(ending)
+        except asyncio.CancelledError:
+            if ending.cancelled():
+                raise
+            cancelled = True
+    ending.result()
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 class RequireSecret:
