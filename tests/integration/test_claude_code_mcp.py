@@ -11,8 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from tests.conftest import REPO_ROOT
 from tests.differential import compare as differential
 from tests.integration.claude_code_mcp import ANSWER
 from tests.integration.harness import containers_of
+from tests.integration.session_procs import BUSY_LOOPS, busy_machine, wait_until_ended
 
 pytestmark = pytest.mark.integration
 
@@ -33,22 +32,6 @@ def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
         if message.get("role") == "user" and isinstance(content, list):
             found += [b for b in content if b.get("type") == "tool_result"]
     return found
-
-
-BUSY_LOOPS = 2
-"""Processes spinning beside Claude Code in the loaded case: one per core here."""
-
-
-@contextmanager
-def busy_machine(loops: int) -> Iterator[None]:
-    """`loops` processes keeping the CPUs busy while the block runs (always stopped)."""
-    spinning = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(loops)]
-    try:
-        yield
-    finally:
-        for proc in spinning:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.parametrize(
@@ -92,6 +75,9 @@ def test_claude_code_delegates_to_a_warden_sandbox_over_mcp(
     assert f"Task Succeeded. Result: {ANSWER}" in text
     assert not results[0].get("is_error")
     # The session ended with Claude Code: the run is recorded, nothing is left running.
+    # (Claude Code kills the process it spawned half a second after it closes; the
+    # session's own process ends it, so the test waits for that process, not a time.)
+    wait_until_ended(tmp_path / "state")
     doc = json.loads((tmp_path / "result.json").read_text())
     assert [t["status"] for t in doc["tasks"]] == ["completed"]
     assert containers_of(doc["run_id"]) == []
