@@ -12,7 +12,9 @@ program), on the official `mcp` SDK, over stdio or streamable HTTP on 127.0.0.1.
 - `front` and `listing`: the stdio wire, which answers `initialize` and lists the
   tools (`listing`: their schemas, from pydantic alone) before the SDK and the run
   are loaded, then hands the stream to the SDK server; a client that goes away ends
-  the session quietly.
+  the session quietly;
+- `keeper`: over stdio, the spawned process forks the one that holds the session, so
+  a client that kills it as it closes (Claude Code) does not cut the session's end.
 
 May import: `api`, `config`, `errors`, `jsontypes`, `permissions`, `results`,
 `runtime.parent_tools`, `runtime.tasks`, `ui.question_text`, `untrusted_text`,
