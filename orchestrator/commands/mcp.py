@@ -151,7 +151,7 @@ def mcp(
     \b
     Claude Code:  claude mcp add warden -- warden mcp --workspace "$PWD"
     """
-    from orchestrator.commands.run import resolve_workspace_trust
+    from orchestrator.commands.trust import resolve_workspace_trust
     from orchestrator.config import Settings
     from orchestrator.errors import ConfigError, WardenError
     from orchestrator.exit_codes import exit_code_for

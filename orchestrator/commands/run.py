@@ -19,8 +19,10 @@ from orchestrator.commands._frame import (
     run_to_end,
 )
 from orchestrator.commands._page import page_from_flags, page_options
+from orchestrator.commands._prompt import read_prompt
 from orchestrator.commands.agents import image_options
 from orchestrator.commands.exec import SizeType, UserType, disk_limit_options
+from orchestrator.commands.trust import resolve_workspace_trust
 from orchestrator.egress.flags import egress_options, limits_from_flags
 from orchestrator.exit_codes import Outcome
 from orchestrator.results.output_files import at_start
@@ -34,10 +36,6 @@ if TYPE_CHECKING:
     from orchestrator.runtime.caps import TaskCaps
     from orchestrator.runtime.session import Run
     from orchestrator.web.guard import ListenConfig
-
-
-MAX_PROMPT_BYTES = 4 * 1024 * 1024
-"""Largest prompt read from a file or stdin (more is refused, not cut)."""
 
 
 @click.command("run")
@@ -337,75 +335,6 @@ def run(
         lambda state: _run(settings, text, workspace, model, output, replay, options, state),
         timeout_s=run_timeout,
     )
-
-
-def resolve_workspace_trust(
-    settings: Settings, workspace: Path, flag: bool, interactive: bool
-) -> bool:
-    """Trusted by the flag, the environment or a record whose content still matches;
-    else, at a terminal, the change is shown and asked about once (a yes is recorded
-    with the content shown); else not trusted, and the run says what it leaves out."""
-    from orchestrator.commands.trust import describe
-    from orchestrator.untrusted_text import printable
-    from orchestrator.workspace.trust import remember, verdict
-
-    ws = workspace.resolve()
-    if flag:
-        return True
-    found = verdict(settings, ws)
-    if found.trusted:
-        return True
-    if interactive:
-        for line in describe(ws, found):
-            click.echo(line, err=True)
-        if click.confirm("Do you trust this content to apply?", err=True):
-            remember(settings, ws, found.prints)
-            return True
-    click.echo(
-        f"warden: {ws} is not trusted ({found.reason}), so its own allow rules, mode, "
-        f"hooks, agent files and dev container are not applied "
-        f"({'; '.join(printable(w, 200) for w in found.wants)}); "
-        "its deny and ask rules are. Review and trust it with `warden trust` "
-        "(or this checkout as it is: --trust-workspace; CI: WARDEN_TRUST_WORKSPACE=1).",
-        err=True,
-    )
-    return False
-
-
-def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
-    """The prompt from exactly one of PROMPT, `PROMPT -` (stdin) and `--prompt-file`."""
-    if prompt is not None and prompt_file is not None:
-        raise click.UsageError("give the prompt once: as PROMPT or with --prompt-file, not both")
-    if prompt is None and prompt_file is None:
-        raise click.UsageError(
-            "no prompt: give PROMPT, `-` to read it from standard input, or --prompt-file FILE"
-        )
-    if prompt is not None and prompt != "-":
-        return prompt
-    source = prompt_file or Path("-")
-    where = "standard input" if str(source) == "-" else str(source)
-    try:
-        if str(source) == "-":
-            data = sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1)
-        else:
-            with source.open("rb") as f:
-                data = f.read(MAX_PROMPT_BYTES + 1)
-    except OSError as exc:
-        raise click.UsageError(f"cannot read the prompt from {where}: {exc.strerror}") from None
-    if len(data) > MAX_PROMPT_BYTES:
-        raise click.UsageError(
-            f"the prompt in {where} is over {MAX_PROMPT_BYTES // (1024 * 1024)} MiB; "
-            "put the material in the workspace and point the prompt at it"
-        )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise click.UsageError(
-            f"the prompt in {where} is not UTF-8 text (byte {exc.start}); convert it first"
-        ) from None
-    if not text.strip():
-        raise click.UsageError(f"the prompt in {where} is empty")
-    return text
 
 
 @dataclass(frozen=True)

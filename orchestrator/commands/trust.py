@@ -1,5 +1,6 @@
 """`warden trust`: show what a workspace's trust would unlock that is new or changed
-since the last yes, as a diff, and record a new yes (`workspace.trust`)."""
+since the last yes, as a diff, and record a new yes (`workspace.trust`); and the same
+question at the start of `warden run` (`resolve_workspace_trust`)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,34 @@ def describe(ws: Path, found: TrustVerdict) -> list[str]:
         lines.append("New or changed since your last yes (written by anyone; plain text):")
         lines += ["  " + line for line in render(list(found.changes))]
     return lines
+
+
+def resolve_workspace_trust(
+    settings: Settings, workspace: Path, flag: bool, interactive: bool
+) -> bool:
+    """Trusted by the flag, the environment or a record whose content still matches;
+    else, at a terminal, the change is shown and asked about once (a yes is recorded
+    with the content shown); else not trusted, and the run says what it leaves out."""
+    from orchestrator.workspace.trust import remember, verdict
+
+    ws = workspace.resolve()
+    if flag:
+        return True
+    found = verdict(settings, ws)
+    if found.trusted:
+        return True
+    if interactive:
+        for line in describe(ws, found):
+            click.echo(line, err=True)
+        if click.confirm("Do you trust this content to apply?", err=True):
+            remember(settings, ws, found.prints)
+            return True
+    click.echo(
+        f"warden: {ws} is not trusted ({found.reason}), so its own allow rules, mode, "
+        f"hooks, agent files and dev container are not applied "
+        f"({'; '.join(printable(w, 200) for w in found.wants)}); "
+        "its deny and ask rules are. Review and trust it with `warden trust` "
+        "(or this checkout as it is: --trust-workspace; CI: WARDEN_TRUST_WORKSPACE=1).",
+        err=True,
+    )
+    return False
