@@ -24,15 +24,15 @@ limit, the cut announced); replacements start once calls pause. If the
 orchestrator dies, the connection drops and the shim exits; the run's reaper
 removes what is left (every container carries the run's
 session label). `bench/bench_hooks.py` measures what this adds to a tool call.
+
+This module owns the pool and the sandboxes' spec; what one call sends and reads
+back (the shim and its reply) is `hook_shim`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import json
 import logging
 import os
 import socket
@@ -50,6 +50,13 @@ from orchestrator.images.sealing import sealed_program
 from orchestrator.lifecycle import socket_dirs
 from orchestrator.permissions.hooks import SandboxedHookRun
 from orchestrator.permissions.hooks.trust import sandboxed_environment
+from orchestrator.runtime.hook_shim import (
+    SHIM,
+    SHIM_WAIT_S,
+    encode_request,
+    read_reply,
+    reply_most,
+)
 
 if TYPE_CHECKING:
     from orchestrator.backend.contract import ContainerBackend
@@ -81,60 +88,8 @@ HOOK_POOL_IDLE_S = 60.0
 HOOK_SANDBOX_MAX_AGE_S = 3000.0
 """A waiting sandbox older than this is replaced, not used (its shim gives up at
 `SHIM_WAIT_S`)."""
-SHIM_WAIT_S = 3600
-"""How long a shim waits for its one request before it exits by itself."""
-MAX_RESPONSE_OVERHEAD_BYTES = 4096
-"""Room for the response's JSON around the two base64 streams."""
 ACCEPT_RETRY_S = 0.1
 """Pause before accepting again after an accept failed for want of resources."""
-
-SHIM = r"""
-import base64, json, socket, subprocess, sys, threading
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-s.settimeout(float(sys.argv[2]))
-data = bytearray()
-while True:
-    chunk = s.recv(65536)
-    if not chunk:
-        break
-    data += chunk
-s.settimeout(None)
-req = json.loads(data)
-limit = req["limit"]
-proc = subprocess.Popen(["sh", "-c", req["command"]], cwd=req["cwd"], stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=req["env"])
-kept = {}
-def drain(name, stream):
-    buf, cut = bytearray(), False
-    while True:
-        chunk = stream.read1(65536)
-        if not chunk:
-            break
-        room = limit - len(buf)
-        cut = cut or len(chunk) > room
-        buf += chunk[:max(room, 0)]
-    kept[name] = (bytes(buf), cut)
-readers = [threading.Thread(target=drain, args=(n, st)) for n, st in
-           (("out", proc.stdout), ("err", proc.stderr))]
-for t in readers:
-    t.start()
-try:
-    proc.stdin.write(base64.b64decode(req["stdin"]))
-    proc.stdin.close()
-except OSError:
-    pass
-for t in readers:
-    t.join()
-code = proc.wait()
-reply = {"exit": code}
-for n in ("out", "err"):
-    reply[n] = base64.b64encode(kept[n][0]).decode()
-    reply[n + "_cut"] = kept[n][1]
-s.sendall(json.dumps(reply).encode())
-s.close()
-"""
-"""Runs inside a hook sandbox: one request in, one hook run, one reply out."""
 
 
 def shim_command(python: str = "python3") -> list[str]:
@@ -358,19 +313,13 @@ class HookSandboxPool:
         limit: int,
         started: float,
     ) -> SandboxedHookRun:
-        request = {
-            "command": command,
-            "cwd": cwd,
-            "env": HOOK_SANDBOX_ENV,
-            "limit": limit,
-            "stdin": base64.b64encode(stdin).decode(),
-        }
-        most = 2 * (limit * 4 // 3 + 4) + MAX_RESPONSE_OVERHEAD_BYTES
+        request = encode_request(command, cwd, HOOK_SANDBOX_ENV, stdin, limit)
+        most = reply_most(limit)
 
         async def talk() -> bytes:
             loop = asyncio.get_running_loop()
             conn = await asyncio.shield(warm.connected)
-            await loop.sock_sendall(conn, json.dumps(request).encode())
+            await loop.sock_sendall(conn, request)
             conn.shutdown(socket.SHUT_WR)
             kept = bytearray()
             while len(kept) <= most and (chunk := await loop.sock_recv(conn, 65536)):
@@ -389,7 +338,7 @@ class HookSandboxPool:
             raw = b""
             log.debug("hook sandbox connection failed: %s", exc)
         took = time.monotonic() - started
-        return _reply(raw, most, took)
+        return read_reply(raw, most, took)
 
     def _settle_soon(self) -> None:
         """`settle_s` after the last call, refill and remove what calls used."""
@@ -441,29 +390,6 @@ def _stop_listening(warm: _Warm) -> None:
 def _usable(task: asyncio.Task[_Warm]) -> bool:
     """Whether `task` has started its sandbox (a call can have it without waiting)."""
     return task.done() and not task.cancelled() and task.exception() is None
-
-
-def _reply(raw: bytes, most: int, took: float) -> SandboxedHookRun:
-    """The shim's reply; a missing, oversized or malformed one is an error (never an allow)."""
-    if not raw:
-        return SandboxedHookRun(
-            error="its sandbox ended without an answer (killed, or out of memory)",
-            duration_s=took,
-        )
-    if len(raw) > most:
-        return SandboxedHookRun(error="its sandbox answered more than it may", duration_s=took)
-    try:
-        doc = json.loads(raw)
-        code = doc["exit"]
-        out = (base64.b64decode(doc["out"], validate=True), bool(doc["out_cut"]))
-        err = (base64.b64decode(doc["err"], validate=True), bool(doc["err_cut"]))
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        return SandboxedHookRun(error="its sandbox gave a malformed answer", duration_s=took)
-    if not isinstance(code, int) or isinstance(code, bool):
-        return SandboxedHookRun(error="its sandbox gave a malformed answer", duration_s=took)
-    if code < 0:
-        return SandboxedHookRun(error=f"killed by signal {-code} in its sandbox", duration_s=took)
-    return SandboxedHookRun(exit_code=code, stdout=out, stderr=err, duration_s=took)
 
 
 def hook_sandbox_pool(
