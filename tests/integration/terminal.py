@@ -17,6 +17,33 @@ from typing import Any
 
 Reader = Callable[[int, bytes], None]
 """Called with the terminal's fd (write answers to it) and each chunk printed."""
+NEXT_PAGE = b"[Enter] next page"
+"""What warden's pager prints at the end of each page but the last."""
+
+
+class PagingPerson:
+    """A person at a paged review: presses Enter at the end of each page, and types
+    the next of `answers` each time one of `prompts` is printed (nothing once they
+    have run out). `feed` is a `Reader`; `out` is everything printed."""
+
+    def __init__(self, answers: list[bytes], prompts: tuple[bytes, ...]) -> None:
+        self.out = b""
+        self.pages = 0
+        self.answers = list(answers)
+        self.prompts = prompts
+        self._seen = 0
+
+    def feed(self, fd: int, chunk: bytes) -> None:
+        self.out += chunk
+        new = self.out[self._seen :]
+        if NEXT_PAGE in new:
+            self._seen = len(self.out)
+            self.pages += 1
+            os.write(fd, b"\n")
+        elif any(prompt in new for prompt in self.prompts):
+            self._seen = len(self.out)
+            if self.answers:
+                os.write(fd, self.answers.pop(0) + b"\n")
 
 
 def run_on_a_terminal(

@@ -19,7 +19,7 @@ import pytest
 from orchestrator.scripted import Script, ScriptedModelServer
 from tests.conftest import UNPRIVILEGED, warden_argv, warden_env
 from tests.integration.harness import API_KEY, PARENT_MATCH, convo, text, tool
-from tests.integration.terminal import run_on_a_terminal
+from tests.integration.terminal import PagingPerson, run_on_a_terminal
 from tests.integration.test_run_page_browser import STEP_S, _chromium, _Lines
 
 pytestmark = pytest.mark.integration
@@ -122,31 +122,12 @@ def _review_on_the_page(browser: Any, url: str) -> None:
     assert dialogs == []
 
 
-class _Person:
-    """Presses Enter at each page of the review, then answers `choice` (and a reason)."""
-
-    def __init__(self, choice: bytes) -> None:
-        self.out = b""
-        self.choice = [choice, b"not this one"]
-        self.pages = 0
-        self._seen = 0
-
-    def feed(self, fd: int, chunk: bytes) -> None:
-        self.out += chunk
-        new = self.out[self._seen :]
-        if b"[Enter] next page" in new:
-            self._seen = len(self.out)
-            self.pages += 1
-            os.write(fd, b"\n")
-        elif (b"[v]iew the diff again > " in new or b"Reason (told" in new) and self.choice:
-            self._seen = len(self.out)
-            os.write(fd, self.choice.pop(0) + b"\n")
-
-
 @pytest.mark.parametrize("choice", [b"y", b"n"])
 def test_the_review_on_a_terminal(tmp_path: Path, workspace: Path, choice: bytes) -> None:
     _seed(workspace)
-    person = _Person(choice)
+    person = PagingPerson(
+        [choice, b"not this one"], prompts=(b"[v]iew the diff again > ", b"Reason (told")
+    )
     with ScriptedModelServer(_script(), expected_api_key=API_KEY).in_thread() as model:
         env = _env(tmp_path, model, COLUMNS=str(COLUMNS), LINES=str(ROWS), TERM="xterm-256color")
         env.pop("CI", None)

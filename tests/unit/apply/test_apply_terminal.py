@@ -6,7 +6,6 @@ shown; `n` leaves the workspace as it was and the change set waiting."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -18,32 +17,11 @@ from orchestrator.apply.pending import pending
 from orchestrator.apply.review import record
 from orchestrator.apply.workcopy import content_store, make_working_copy
 from tests.conftest import warden_argv, warden_env
-from tests.integration.terminal import run_on_a_terminal
+from tests.integration.terminal import PagingPerson, run_on_a_terminal
 
 HOSTILE = "see \x1b]0;pwned\x07\u202egnp.exe\n"
 SHOWN = "│+see \\x1b]0;pwned\\x07\\u202egnp.exe"
 ROWS = 12
-
-
-class _Person:
-    """Presses Enter at each page of the review, then answers `choice`."""
-
-    def __init__(self, choice: bytes) -> None:
-        self.out = b""
-        self.pages = 0
-        self.choice = choice
-        self._seen = 0
-
-    def feed(self, fd: int, chunk: bytes) -> None:
-        self.out += chunk
-        new = self.out[self._seen :]
-        if b"[Enter] next page" in new:
-            self._seen = len(self.out)
-            self.pages += 1
-            os.write(fd, b"\n")
-        elif b"[v]iew again" in new:
-            self._seen = len(self.out)
-            os.write(fd, self.choice + b"\n")
 
 
 @pytest.mark.parametrize("choice", [b"y", b"n"])
@@ -61,7 +39,7 @@ def test_a_person_reviews_and_applies_at_the_terminal(tmp_path: Path, choice: by
         task_id="sa_1", change_set_sha256=change_set.sha256, outcome="pending", decided_by="never"
     )
     record(copy, change_set, waiting)
-    person = _Person(choice)
+    person = PagingPerson([choice], prompts=(b"[v]iew again",))
     env = warden_env(WARDEN_STATE_DIR=str(state), COLUMNS="100", LINES=str(ROWS), TERM="xterm")
     env.pop("CI", None)
     code, _ = run_on_a_terminal(warden_argv("apply", "sa_1"), env, tmp_path, person.feed, 120)

@@ -21,7 +21,7 @@ from orchestrator.apply.changeset import ContentStore
 from orchestrator.apply.render import render_change_set
 from orchestrator.ui.approval_prompt import TerminalApprover
 from orchestrator.ui.review_prompt import screen_lines
-from tests.integration.terminal import run_on_a_terminal
+from tests.integration.terminal import PagingPerson, run_on_a_terminal
 from tests.review_fixtures import LONG_FILE_LINES, hostile_change_set, hostile_review
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,33 +31,13 @@ SGR = re.compile(rb"\x1b\[[0-9;]*m")
 """rich's own colour codes, the only escapes warden itself writes here."""
 
 
-class _Person:
-    """Presses Enter at each page's end, then types its answers to the question."""
-
-    def __init__(self, answers: list[bytes]) -> None:
-        self.out = b""
-        self.pages = 0
-        self.answers = answers
-        self._seen = 0
-
-    def feed(self, fd: int, chunk: bytes) -> None:
-        self.out += chunk
-        new = self.out[self._seen :]
-        if b"[Enter] next page" in new:
-            self._seen = len(self.out)
-            self.pages += 1
-            os.write(fd, b"\n")
-        elif b"[v]iew the diff again > " in new or b"Reason (told to the agent): " in new:
-            self._seen = len(self.out)
-            if self.answers:
-                os.write(fd, self.answers.pop(0) + b"\n")
-
-
 def _ask_on_a_terminal(
     tmp_path: Path, answers: list[bytes]
 ) -> tuple[dict[str, object], bytes, int]:
     out_file = tmp_path / "answer.json"
-    person = _Person(answers)
+    person = PagingPerson(
+        answers, prompts=(b"[v]iew the diff again > ", b"Reason (told to the agent): ")
+    )
     env = {**os.environ, "COLUMNS": str(COLUMNS), "LINES": str(ROWS), "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
     code, _ = run_on_a_terminal(
