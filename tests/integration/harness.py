@@ -9,12 +9,13 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Secret, Settings
 from orchestrator.runtime.session import Run, open_run
+from orchestrator.runtime.tasks import TaskInput, TaskResult
 from orchestrator.scripted import Script, ScriptedModelServer
 
 API_KEY = "sk-ant-test-4f1c9e0d-THE-REAL-KEY-STAYS-ON-THE-HOST"
@@ -133,11 +134,44 @@ async def until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
         await asyncio.sleep(0.1)
 
 
-async def until_made(path: Path, task: asyncio.Future[object], timeout_s: float = 120) -> None:
+async def until_made(path: Path, task: asyncio.Future[Any], timeout_s: float = 120) -> None:
     """Wait for the sandbox of `task` to make `path`; fail at once if `task` ends
     first (it never will), or naming `path` after `timeout_s`."""
     await until(lambda: path.exists() or task.done(), timeout_s, f"{path.name} being made")
     assert not task.done(), f"the task ended before it made {path.name}: {task.result()!r}"
+
+
+@dataclass(frozen=True)
+class Victim:
+    """A bash subagent whose sandbox is up and busy (`a_victim_running`)."""
+
+    run: Run
+    task_id: str
+    container_id: str
+    running: asyncio.Task[TaskResult]
+    """The task: it ends when something ends the sandbox."""
+
+
+@asynccontextmanager
+async def a_victim_running(settings: Settings, workspace: Path) -> AsyncIterator[Victim]:
+    """A run whose one bash subagent is up: its sandbox made `victim.txt` and sleeps
+    (a tool call of 10 minutes)."""
+    script = [
+        convo(
+            "victim",
+            {"prompt_contains": "VICTIM"},
+            [tool("Bash", command="touch victim.txt; sleep 300", timeout=600000)],
+            [text("never")],
+        )
+    ]
+    async with scripted_run(settings, workspace, script) as (run, _):
+        running = asyncio.create_task(
+            run.manager.run_task(TaskInput(description="v", prompt="VICTIM", subagent_type="bash"))
+        )
+        await until_made(workspace / "victim.txt", running)
+        (ctx,) = run.manager.tasks.values()
+        assert ctx.container_id is not None
+        yield Victim(run, ctx.task_id, ctx.container_id, running)
 
 
 def hold_command(marker: str) -> str:

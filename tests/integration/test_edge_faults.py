@@ -36,6 +36,7 @@ from tests.conftest import (
 )
 from tests.integration.harness import (
     PARENT_MATCH,
+    a_victim_running,
     containers_of,
     convo,
     requests_of,
@@ -84,22 +85,9 @@ async def test_a_tool_input_that_is_a_string_gets_an_error_result_and_the_run_go
 async def test_a_sandbox_killed_from_outside_says_by_what(
     settings: Settings, workspace: Path, command: list[str], said: str | None
 ) -> None:
-    script = [
-        convo(
-            "victim",
-            {"prompt_contains": "VICTIM"},
-            [tool("Bash", command="touch victim.txt; sleep 300", timeout=600000)],
-            [text("never")],
-        )
-    ]
-    async with scripted_run(settings, workspace, script) as (run, _):
-        running = asyncio.create_task(
-            run.manager.run_task(TaskInput(description="v", prompt="VICTIM", subagent_type="bash"))
-        )
-        await until_made(workspace / "victim.txt", running)
-        (ctx,) = run.manager.tasks.values()
-        assert ctx.container_id is not None
-        target = ctx.task_id if said is None else ctx.container_id
+    async with a_victim_running(settings, workspace) as victim:
+        run, running = victim.run, victim.running
+        target = victim.task_id if said is None else victim.container_id
         env = warden_env(WARDEN_STATE_DIR=str(settings.state_dir))
         await asyncio.to_thread(
             subprocess.run, [*command, target], check=True, capture_output=True, env=env
@@ -393,6 +381,7 @@ def test_a_build_killed_midway_leaves_nothing_the_next_build_keeps(tmp_path: Pat
         image, command=["true"], labels={**warden_labels("images-probe-x", images="probe"),
                                          **dead_owner.labels()},
     )  # fmt: skip
+    assert probe.id is not None
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     left = tmp / (CONTEXT_PREFIX.format(kind="agent", pid=dead.pid) + "x")
     mine = tmp / (CONTEXT_PREFIX.format(kind="agent", pid=os.getpid()) + "y")

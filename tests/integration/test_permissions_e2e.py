@@ -36,8 +36,15 @@ from tests.integration.harness import (
 
 pytestmark = pytest.mark.integration
 
-ASK_TOUCH = {"mode": "default", "allow": ("Bash(echo:*)",)}
+ASK_TOUCH: dict[str, Any] = {"mode": "default", "allow": ("Bash(echo:*)",)}
 """`touch` matches no rule, so in `default` mode it asks."""
+
+
+def _toucher(*commands: str, end: str = "{last_tool_result}") -> list[dict[str, Any]]:
+    """A `toucher` subagent (prompt TOUCH) that runs each Bash command in its own
+    turn, then answers `end`."""
+    turns = [[tool("Bash", command=command)] for command in commands]
+    return [convo("toucher", {"prompt_contains": "TOUCH"}, *turns, [text(end)])]
 
 
 def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -60,15 +67,7 @@ async def test_ask_is_answered_by_the_root_approver_deny_then_allow(
         questions.append(question)
         return next(answers)
 
-    script = [
-        convo(
-            "toucher",
-            {"prompt_contains": "TOUCH"},
-            [tool("Bash", command="touch denied.txt")],
-            [tool("Bash", command="touch allowed.txt")],
-            [text("{last_tool_result}")],
-        )
-    ]
+    script = _toucher("touch denied.txt", "touch allowed.txt")
     async with scripted_run(
         settings, workspace, script, approver=CallbackApprover(decide), **ASK_TOUCH
     ) as (run, server):
@@ -104,19 +103,10 @@ async def test_changed_input_asks_again_despite_a_session_approval(
     asked: list[str] = []
 
     def decide(question: ApprovalQuestion) -> ApprovalAnswer:
-        asked.append(question.tool_input["command"])
+        asked.append(str(question.tool_input["command"]))
         return ApprovalAnswer(behavior="allow", scope="session", decided_by="test-human")
 
-    script = [
-        convo(
-            "toucher",
-            {"prompt_contains": "TOUCH"},
-            [tool("Bash", command="touch a.txt")],
-            [tool("Bash", command="touch a.txt")],
-            [tool("Bash", command="touch b.txt")],
-            [text("done")],
-        )
-    ]
+    script = _toucher("touch a.txt", "touch a.txt", "touch b.txt", end="done")
     async with scripted_run(
         settings, workspace, script, approver=CallbackApprover(decide), **ASK_TOUCH
     ) as (run, _):
@@ -125,14 +115,7 @@ async def test_changed_input_asks_again_despite_a_session_approval(
 
 
 async def test_ci_mode_denies_without_blocking(settings: Settings, workspace: Path) -> None:
-    script = [
-        convo(
-            "toucher",
-            {"prompt_contains": "TOUCH"},
-            [tool("Bash", command="touch nope.txt")],
-            [text("{last_tool_result}")],
-        )
-    ]
+    script = _toucher("touch nope.txt")
     async with scripted_run(
         settings, workspace, script, approver=NonInteractiveApprover(), **ASK_TOUCH
     ) as (run, _):

@@ -22,6 +22,7 @@ from tests.integration.harness import (
     text,
     tool,
 )
+from tests.integration.project_fixtures import chown_tree
 
 pytestmark = pytest.mark.integration
 
@@ -33,13 +34,10 @@ def _lay_out(ws: Path) -> None:
         ".claude/skills/mk/SKILL.md": SKILL,
         ".claude/settings.json": json.dumps({"permissions": {"allow": ["Skill(mk)"]}}),
     }
-    owner = ws.stat()
     for rel, content in files.items():
         (ws / rel).parent.mkdir(parents=True, exist_ok=True)
         (ws / rel).write_text(content)
-    for root, dirs, names in os.walk(ws):
-        for name in [root, *(os.path.join(root, n) for n in dirs + names)]:
-            os.lchown(name, owner.st_uid, owner.st_gid)
+    chown_tree(ws)
 
 
 async def test_a_skills_allowed_tools_last_for_the_response_that_loaded_it(

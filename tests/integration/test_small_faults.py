@@ -23,12 +23,12 @@ from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from orchestrator.store import Store
 from tests.conftest import warden_argv, warden_env
 from tests.integration.harness import (
+    a_victim_running,
     convo,
     requests_of,
     scripted_run,
     text,
     tool,
-    until_made,
     write_agent,
 )
 
@@ -36,25 +36,11 @@ pytestmark = pytest.mark.integration
 
 
 async def test_container_removed_from_outside_says_so(settings: Settings, workspace: Path) -> None:
-    script = [
-        convo(
-            "victim",
-            {"prompt_contains": "VICTIM"},
-            [tool("Bash", command="touch victim.txt; sleep 300", timeout=600000)],
-            [text("never")],
-        )
-    ]
     client = docker.from_env()
-    async with scripted_run(settings, workspace, script) as (run, _):
-        running = asyncio.create_task(
-            run.manager.run_task(TaskInput(description="v", prompt="VICTIM", subagent_type="bash"))
-        )
-        await until_made(workspace / "victim.txt", running)
-        (ctx,) = run.manager.tasks.values()
-        assert ctx.container_id is not None
-        await asyncio.to_thread(client.api.remove_container, ctx.container_id, force=True)
-        result = await asyncio.wait_for(running, 60)
-        stored = run.store.get_task(result.task_id)
+    async with a_victim_running(settings, workspace) as victim:
+        await asyncio.to_thread(client.api.remove_container, victim.container_id, force=True)
+        result = await asyncio.wait_for(victim.running, 60)
+        stored = victim.run.store.get_task(result.task_id)
     client.close()
     assert result.status is TaskStatus.FAILED  # not `stopped`: nobody asked for a stop
     assert result.error == REMOVED_ERROR and "removed from outside warden" in result.render()

@@ -220,10 +220,10 @@ async def test_a_root_devcontainer_json_a_sandbox_writes_after_the_read_is_not_u
     then a sandbox (of a concurrent run) writes a root `.devcontainer.json`. The
     run chooses its images from what it read: no dev container; read again, the
     planted one would be used (its image does not exist: the run would not start)."""
+    from orchestrator.backend.connect import connect
     from orchestrator.errors import ImageNotFoundError
     from orchestrator.runtime.run_images import prepare_run_images
     from orchestrator.workspace.inputs import read_policy_inputs
-    from tests.integration.project_fixtures import connect
 
     project_workspace(workspace)
     (workspace / ".claude" / "settings.json").write_text(
@@ -285,6 +285,22 @@ async def test_writes_through_an_interpreter_to_executed_config_are_held(
     assert any("held for your review" in line for line in report.render())
 
 
+def _trust_a_host_hook(settings: Settings, project: Path, command: str, script: str | None) -> None:
+    """`project` with a PreToolUse hook running `command`, which the person's own
+    settings trust to run on the host; `script` is `tools/check.sh` (None: absent)."""
+    from tests.integration.test_hook_sandbox import pre_hooks, write_project_settings
+
+    project_workspace(project)
+    if script is not None:
+        (project / "tools").mkdir()
+        (project / "tools" / "check.sh").write_text(script)
+    write_project_settings(project, {"hooks": pre_hooks(command)})
+    settings.config_dir.mkdir(parents=True, exist_ok=True)
+    (settings.config_dir / "settings.json").write_text(
+        json.dumps({"warden": {"trustedHooks": [command]}})
+    )
+
+
 async def test_a_script_a_trusted_host_hook_runs_cannot_be_rewritten_by_a_sandbox(
     settings: Settings, workspace: Path, tmp_path: Path
 ) -> None:
@@ -292,18 +308,9 @@ async def test_a_script_a_trusted_host_hook_runs_cannot_be_rewritten_by_a_sandbo
     Trust covered that script's content at the start; a sandbox of the run must not
     swap it before the next hook call (it would run on the host): the scripts hooks
     name are read-only in the run's sandboxes."""
-    from tests.integration.test_hook_sandbox import pre_hooks, write_project_settings
-
     marker = tmp_path / "HOST-RAN-PLANTED-SCRIPT"
     command = 'sh "$CLAUDE_PROJECT_DIR/tools/check.sh"'
-    project_workspace(workspace)
-    (workspace / "tools").mkdir()
-    (workspace / "tools" / "check.sh").write_text("exit 0\n")
-    write_project_settings(workspace, {"hooks": pre_hooks(command)})
-    settings.config_dir.mkdir(parents=True, exist_ok=True)
-    (settings.config_dir / "settings.json").write_text(
-        json.dumps({"warden": {"trustedHooks": [command]}})
-    )
+    _trust_a_host_hook(settings, workspace, command, script="exit 0\n")
     chown_tree(workspace)
     swap = (
         f"(printf 'touch {marker}\\n' > /workspace/tools/check.sh) 2>/dev/null "
@@ -323,20 +330,11 @@ async def test_a_hook_script_a_concurrent_sandbox_rewrites_mid_run_is_not_run_on
     parent directory rewrites the script after this run read its inputs. Before the
     next host call the script is hashed again: not what trust covered, so the hook
     is not run on the host and the call is denied, naming the script and the fix."""
-    from tests.integration.test_hook_sandbox import pre_hooks, write_project_settings
-
     marker = tmp_path / "HOST-RAN-REWRITTEN-SCRIPT"
     command = 'sh "$CLAUDE_PROJECT_DIR/tools/check.sh"'
     inner = workspace / "project"
     inner.mkdir()
-    project_workspace(inner)
-    (inner / "tools").mkdir()
-    (inner / "tools" / "check.sh").write_text("exit 0\n")
-    write_project_settings(inner, {"hooks": pre_hooks(command)})
-    settings.config_dir.mkdir(parents=True, exist_ok=True)
-    (settings.config_dir / "settings.json").write_text(
-        json.dumps({"warden": {"trustedHooks": [command]}})
-    )
+    _trust_a_host_hook(settings, inner, command, script="exit 0\n")
     chown_tree(workspace)
     rewrite = f"printf 'touch {marker}\\n' > /workspace/project/tools/check.sh && echo WROTE-SCRIPT"
     # The inner run reads its inputs first; then a run on the parent directory
@@ -360,17 +358,10 @@ async def test_a_hook_script_absent_at_the_start_that_a_sandbox_creates_is_not_r
     is none when the run starts (recorded as absent; there is nothing to wall), and
     the run's own sandbox creates it: the host never runs it, and the next call is
     denied naming the script and `warden trust`."""
-    from tests.integration.test_hook_sandbox import pre_hooks, write_project_settings
-
     marker = tmp_path / "HOST-RAN-CREATED-SCRIPT"
     script = "$CLAUDE_PROJECT_DIR/tools/check.sh"
     command = f'[ -f "{script}" ] && sh "{script}" || true'
-    project_workspace(workspace)
-    write_project_settings(workspace, {"hooks": pre_hooks(command)})
-    settings.config_dir.mkdir(parents=True, exist_ok=True)
-    (settings.config_dir / "settings.json").write_text(
-        json.dumps({"warden": {"trustedHooks": [command]}})
-    )
+    _trust_a_host_hook(settings, workspace, command, script=None)
     chown_tree(workspace)
     create = (
         f"mkdir -p /workspace/tools && printf 'touch {marker}\\n' > /workspace/tools/check.sh "
