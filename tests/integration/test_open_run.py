@@ -58,7 +58,7 @@ async def test_a_callers_own_policy_gate_steers_the_runs_egress(
     allow = parse_rule("WebFetch(domain:docs.example)", "allow", "caller", "caller")
     gate = PolicyGate(
         policy=EffectivePolicy(rules=(allow,), mode="default"),
-        hooks=HookSet([], []),
+        hooks=HookSet((), ()),
         workspace_host=workspace,
         approver=NonInteractiveApprover(),
     )

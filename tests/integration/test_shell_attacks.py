@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,9 @@ def _plant(workspace: Path, names: list[str]) -> None:
         os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
 
 
-async def _run(settings: Settings, workspace: Path, calls: list[dict[str, object]], **kw: object) -> str:
+async def _run(
+    settings: Settings, workspace: Path, calls: list[dict[str, object]], **kw: Any
+) -> str:
     script = [convo("attacker", {"prompt_contains": "ATTACK"}, calls, [text("done")])]
     async with scripted_run(
         settings, workspace, script, approver=NonInteractiveApprover(), **kw

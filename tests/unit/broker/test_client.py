@@ -18,6 +18,7 @@ from orchestrator import background_import, start_up_done
 from orchestrator.broker import PendingClient, Upstream
 from orchestrator.broker.client import ModelClientClosed
 from orchestrator.broker.upstream import forward_messages
+from orchestrator.jsontypes import JSONObject
 from orchestrator.scripted import Conversation, Match, Script, ScriptedModelServer, TextBlock, Turn
 
 KEY = "sk-host-only"
@@ -131,7 +132,7 @@ async def test_the_parent_and_the_broker_call_the_model_through_a_pending_client
             tools=[],
         )
         assert message.content[0].type == "text" and message.content[0].text == "hi there"
-        body = {
+        body: JSONObject = {
             "model": "m",
             "max_tokens": 100,
             "messages": [{"role": "user", "content": "hello again"}],

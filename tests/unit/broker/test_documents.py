@@ -24,6 +24,7 @@ from orchestrator.documents import (
     UNREADABLE_DOCUMENT_TOKENS,
     pdf_tokens,
 )
+from orchestrator.jsontypes import JSONObject
 from tests.unit.broker.test_server import FakeModel, broker_client, budget_broker, messages_body
 
 EMPTY_PAGES = 100
@@ -67,14 +68,14 @@ async def test_a_small_pdf_of_many_pages_costs_its_pages() -> None:
 
 async def test_unreadable_and_unseen_documents_count_as_the_most() -> None:
     assert (await count_pages(b"%PDF-1.7 not really")).tokens == UNREADABLE_DOCUMENT_TOKENS
-    url = {"type": "document", "source": {"type": "url", "url": "https://x.test/a.pdf"}}
+    url: JSONObject = {"type": "document", "source": {"type": "url", "url": "https://x.test/a.pdf"}}
     cost = await PageCounts().cost([url, document(b"plain text")], 1000)
     assert cost.tokens == 2 * UNREADABLE_DOCUMENT_TOKENS
 
 
 async def test_counts_are_kept_by_content() -> None:
     counts = PageCounts()
-    body = {"messages": [{"role": "user", "content": [document(blank_pdf(3))]}]}
+    body: JSONObject = {"messages": [{"role": "user", "content": [document(blank_pdf(3))]}]}
     first = await counts.cost(body, 1000)
     assert first.tokens == 3 * PDF_PAGE_IMAGE_TOKENS and first.chars > 0
     assert len(counts.kept) == 1

@@ -17,6 +17,7 @@ from orchestrator.broker.image_tokens import (
     image_tokens,
     images_in,
 )
+from orchestrator.jsontypes import JSONObject
 
 
 def png(width: int, height: int) -> bytes:
@@ -73,18 +74,24 @@ def test_the_formula_and_the_scaling() -> None:
 
 
 def test_unreadable_or_unmeasurable_images_count_as_the_maximum() -> None:
-    garbage = {"type": "image", "source": {"type": "base64", "data": "bm90IGFuIGltYWdl"}}
-    url = {"type": "image", "source": {"type": "url", "url": "https://x.test/a.png"}}
-    file = {"type": "image", "source": {"type": "file", "file_id": "f"}}
+    garbage: JSONObject = {
+        "type": "image",
+        "source": {"type": "base64", "data": "bm90IGFuIGltYWdl"},
+    }
+    url: JSONObject = {"type": "image", "source": {"type": "url", "url": "https://x.test/a.png"}}
+    file: JSONObject = {"type": "image", "source": {"type": "file", "file_id": "f"}}
     assert images_in([garbage, url, file], 100)[0] == 3 * MAX_IMAGE_TOKENS
 
 
 def test_tiny_compressible_images_are_estimated_by_pixels_not_bytes() -> None:
     data = base64.b64encode(png(1000, 1000)).decode()
     assert len(data) < 400  # a megapixel in a few hundred bytes
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+    image: JSONObject = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": data},
+    }
     # Nested anywhere (inside a tool result here), each one still counts.
-    body = {
+    body: JSONObject = {
         "messages": [
             {"role": "user", "content": [{"type": "tool_result", "content": [image] * 100}]}
         ]

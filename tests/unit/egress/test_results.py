@@ -8,7 +8,7 @@ import time
 
 from orchestrator.results.build import task_summaries
 from orchestrator.results.models import Event
-from orchestrator.store import AuditRecord, TaskRecord
+from orchestrator.store import AuditRecord, TaskRecord, TaskStatus
 
 
 def audit(host: str, port: int, final: str) -> AuditRecord:
@@ -23,7 +23,7 @@ def audit(host: str, port: int, final: str) -> AuditRecord:
 def test_destinations_per_task() -> None:
     task = TaskRecord(
         task_id="sa_1", run_id="run_1", session_id="sa_1", agent_type="bash", description="d",
-        prompt="p", status="completed", depth=1, created_at=time.time(),
+        prompt="p", status=TaskStatus.COMPLETED, depth=1, created_at=time.time(),
     )  # fmt: skip
     summary = Event(
         kind="egress_summary", run_id="run_1", task_id="sa_1",

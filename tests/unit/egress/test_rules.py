@@ -190,23 +190,24 @@ async def test_a_nested_task_never_reaches_more_than_its_parent(tmp_path: Path) 
     """Delegating cannot widen egress: a nested task starts from its parent's rules
     (narrowed by its own agent file), and a parent without egress has none to give."""
     from orchestrator.egress.resolver import StaticResolver
-    from orchestrator.egress.service import EgressService
+    from orchestrator.egress.service import EgressService, TaskEgress
 
     svc = EgressService(
         rules=rules(("a.test", "allow"), ("b.test", "allow")),
         mode="dontAsk",
         resolver=StaticResolver({"a.test": "127.0.0.1", "b.test": "127.0.0.1"}),
     )
-    opened = []
-    for name, parent, extra in [
+    opened: list[TaskEgress | None] = []
+    cases: list[tuple[str, str | None, dict[str, object]]] = [
         ("sa_parent", None, {"network": {"allowedDomains": ["a.test"]}}),
         ("sa_child", "sa_parent", {}),
         ("sa_sibling", None, {}),
         ("sa_off", None, {"network": "none"}),
         ("sa_off_child", "sa_off", {}),
-    ]:
+    ]
+    for name, parent_id, extra in cases:
         (tmp_path / name).mkdir()
-        opened.append(await svc.open(_Task(name, parent), _Agent(extra), tmp_path / name))
+        opened.append(await svc.open(_Task(name, parent_id), _Agent(extra), tmp_path / name))
     parent, child, sibling, off, off_child = opened
     try:
         assert parent is not None and child is not None and sibling is not None

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from orchestrator.jsontypes import JSONObject, input_hash
 from orchestrator.permissions.approvers import (
     ApprovalAnswer,
     ApprovalQuestion,
@@ -18,16 +19,15 @@ from orchestrator.permissions.approvers import (
     NonInteractiveApprover,
     SessionApprovals,
     TimeoutApprover,
-    input_hash,
 )
 from orchestrator.ui.approval_prompt import TerminalApprover
 from orchestrator.untrusted_text import as_data
 
 
 def question(
-    tool_input: dict[str, object] | None = None, description: str = "fix the tests"
+    tool_input: JSONObject | None = None, description: str = "fix the tests"
 ) -> ApprovalQuestion:
-    inp = tool_input if tool_input is not None else {"command": "make deploy"}
+    inp: JSONObject = tool_input if tool_input is not None else {"command": "make deploy"}
     return ApprovalQuestion(
         task_id="sa_child",
         agent_type="general-purpose",

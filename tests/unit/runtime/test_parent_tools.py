@@ -6,7 +6,7 @@ nulls, defaults) that the Messages API would show the model."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic import BaseModel, ValidationError
@@ -23,7 +23,7 @@ MODELS: dict[str, type[BaseModel]] = {
 
 def _schemas(fork: bool = True) -> dict[str, dict[str, Any]]:
     tools = tool_schemas(["- bash: runs"], fork=fork)
-    return {tool["name"]: tool["input_schema"] for tool in tools}
+    return {str(tool["name"]): cast(dict[str, Any], tool["input_schema"]) for tool in tools}
 
 
 def test_fork_is_offered_only_in_a_fork_mode_run() -> None:

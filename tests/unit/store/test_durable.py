@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import StoreError
-from orchestrator.store import AuditRecord, Store, TaskRecord
+from orchestrator.store import AuditRecord, Store, TaskRecord, TaskStatus
 
 
 def _audit(run_id: str, n: int) -> AuditRecord:
@@ -48,7 +48,7 @@ def store(tmp_path: Path) -> Store:
             agent_type="general-purpose",
             description="d",
             prompt="p",
-            status="running",
+            status=TaskStatus.RUNNING,
             depth=1,
             trace_id="0" * 32,
         )

@@ -15,7 +15,7 @@ import pytest
 from orchestrator.results.build import task_summaries
 from orchestrator.results.models import Event
 from orchestrator.results.summary import files_cell
-from orchestrator.store import TaskRecord
+from orchestrator.store import TaskRecord, TaskStatus
 from orchestrator.workspace.changes import TaskChanges, compare, take_snapshot
 from tests.unit.workspace.racing import swap_when_touched
 
@@ -82,7 +82,7 @@ async def test_a_task_alone_is_sole_and_overlapping_tasks_are_shared(tmp_path: P
 def test_the_result_and_summary_carry_the_changes() -> None:
     task = TaskRecord(
         task_id="sa_a", run_id="run_x", parent_id=None, session_id="sa_a",
-        agent_type="bash", description="d", prompt="p", status="completed", depth=1,
+        agent_type="bash", description="d", prompt="p", status=TaskStatus.COMPLETED, depth=1,
         created_at=1.0,
     )  # fmt: skip
     end = Event(

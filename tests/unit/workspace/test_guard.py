@@ -146,8 +146,6 @@ def test_a_parent_flipped_while_being_checked_refuses_the_mount(
     """A sandbox flipping a protected path's parent between a directory and a link
     (or removing it) between warden's stat and open refuses that mount with an
     UnsafeMountError, never an OSError that ends the run as an internal error."""
-    from orchestrator.backend import mounts
-
     ws = tmp_path / "ws"
     (ws / "cfg" / "ci").mkdir(parents=True)
     (tmp_path / "elsewhere" / "ci").mkdir(parents=True)
@@ -160,7 +158,7 @@ def test_a_parent_flipped_while_being_checked_refuses_the_mount(
                 (ws / "cfg").symlink_to(tmp_path / "elsewhere")
         return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(mounts.os, "open", racing_open)
+    monkeypatch.setattr("orchestrator.backend.mounts.os.open", racing_open)
     with pytest.raises(UnsafeMountError, match="cfg"):
         check_confined(ws, ws / "cfg" / "ci")
 
@@ -237,7 +235,7 @@ def test_on_a_filesystem_without_locks_a_run_cleans_up_after_itself_as_before(
     def no_locks(fd: int, operation: int) -> None:
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(guard_module.fcntl, "flock", no_locks)
+    monkeypatch.setattr("orchestrator.workspace.guard.fcntl.flock", no_locks)
     monkeypatch.setattr(guard_module, "HOLD_WAIT_S", 3600.0)  # a wait here would hang
     guard = WorkspaceGuard.prepare(tmp_path)
     assert "/workspace/.git" in targets(guard) and "is locked by" not in caplog.text

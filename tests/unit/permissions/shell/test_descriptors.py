@@ -21,7 +21,14 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import AnalyserBound
-from orchestrator.permissions import EffectivePolicy, ToolCall, analyser_bound, evaluate, parse_rule
+from orchestrator.permissions import (
+    EffectivePolicy,
+    Mode,
+    ToolCall,
+    analyser_bound,
+    evaluate,
+    parse_rule,
+)
 from orchestrator.permissions.shell import analyse
 from orchestrator.permissions.sources import BUILT_IN_ASK, BUILT_IN_SOURCE
 
@@ -32,13 +39,13 @@ ALLOW = ("Bash(echo:*)", "Bash(printf:*)", "Bash(ls:*)", "Bash(cat:*)", "Bash(tr
 (as in Claude Code), and these tests are about what the nested command does."""
 
 
-def _policy(mode: str = "default", rules: tuple[str, ...] = ALLOW) -> EffectivePolicy:
+def _policy(mode: Mode = "default", rules: tuple[str, ...] = ALLOW) -> EffectivePolicy:
     parsed = tuple(parse_rule(r, "allow", "test", "test") for r in rules)
     parsed += tuple(parse_rule(r, "ask", BUILT_IN_SOURCE, "built-in") for r in BUILT_IN_ASK)
     return EffectivePolicy(rules=parsed, mode=mode, mode_source="test", sources=("test",))
 
 
-def _decide(command: str, mode: str = "default") -> str:
+def _decide(command: str, mode: Mode = "default") -> str:
     call = ToolCall(tool_name="Bash", tool_input={"command": command}, tool_use_id="t")
     return evaluate(_policy(mode), call).decision.behavior
 

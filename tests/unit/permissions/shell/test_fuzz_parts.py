@@ -3,6 +3,8 @@ the trace parser, and what the judge counts as a bypass (and what it excludes)."
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytest
 
 from tests.fuzz.generate import generate
@@ -82,7 +84,7 @@ def test_the_driver_parses_strace_lines_into_events() -> None:
 
 
 def _obs(**events: object) -> Observation:
-    base = {
+    base: dict[str, Any] = {
         "root": 1,
         "parents": {"2": 1},
         "execs": [
@@ -96,7 +98,7 @@ def _obs(**events: object) -> Observation:
         ],
     }
     for kind, items in events.items():
-        base[kind] = [*base.get(kind, []), *items]  # type: ignore[list-item]
+        base[kind] = [*base.get(kind, []), *cast(list[object], items)]
     return Observation.model_validate(base)
 
 
