@@ -47,6 +47,8 @@ def split() -> None:
     never returns (the parent waits for the child, see the module doc). If the fork
     fails, it returns in this one process, which then holds the session itself."""
     global _parent
+    if not hasattr(os, "fork"):
+        return  # no fork (not a POSIX system): this process holds the session itself
     parent = os.getpid()
     # No stop signal may land between the fork and the handlers: held until both
     # sides are ready (a pending one is then delivered).
@@ -71,8 +73,8 @@ def bind_to_parent() -> None:
         return
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    if prctl is None or prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
         return  # not Linux: a client's SIGKILL then leaves the session to the pipe's end
     if os.getppid() != _parent:  # it died before the binding: stop now
         os.kill(os.getpid(), signal.SIGTERM)
