@@ -8,7 +8,10 @@ only then closes the pipes. Ending a warden session takes longer on a loaded mac
 spawned process forks at once, before anything loads (`split`, about a millisecond):
 
 - the child goes on as `warden mcp` (the stdio front, the SDK server, the run), with
-  the client's pipes as its stdin and stdout; its pid is the run's owner;
+  the client's pipes as its stdin and stdout; its pid is the run's owner. It starts
+  a session (and process group) of its own, so a client that kills the group it
+  spawned (the Python MCP SDK's stdio client: SIGTERM to the group 2 s after it
+  closed the server's input, SIGKILL 2 s later) reaches only the spawned process;
 - the parent keeps nothing of the wire (its stdin and stdout become /dev/null) and
   only waits: when the child exits, it exits with the child's status; on a stop
   signal (SIGINT, SIGTERM, SIGHUP) it passes the signal on to the child and exits at
@@ -60,6 +63,7 @@ def split() -> None:
         return
     if child == 0:
         _parent = parent
+        os.setsid()  # out of the client's process group: only the spawned one is in it
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         return
     _wait_for(child)

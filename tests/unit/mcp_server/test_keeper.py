@@ -42,12 +42,13 @@ sys.exit(7)
 
 
 def spawn(tmp_path: Path) -> tuple[subprocess.Popen[str], int, Path]:
-    """The program as a client spawns it, and its session's pid once it is ready."""
+    """The program as a client spawns it (in a process group of its own, as the MCP
+    SDK's client does), and its session's pid once it is ready."""
     out = tmp_path / "ended.json"
     proc = subprocess.Popen(
         [sys.executable, "-c", SESSION, str(out)], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, start_new_session=True,
     )  # fmt: skip
     assert proc.stdout is not None
     return proc, int(proc.stdout.readline()), out
@@ -95,6 +96,21 @@ def test_the_session_is_stopped_when_the_spawned_process_dies_however_it_dies(
         proc.wait(timeout=30)
         signals = ended(out)["signals"]  # passed on, and the kernel's
         assert isinstance(signals, list) and set(signals) == {signal.SIGTERM}
+    finally:
+        close(proc)
+
+
+def test_a_client_that_kills_the_group_it_spawned_reaches_only_the_spawned_process(
+    tmp_path: Path,
+) -> None:
+    """The MCP SDK's stdio client ends a slow server with SIGTERM and then SIGKILL to
+    its whole process group: the session's process is in none of it, so it is
+    stopped (SIGTERM) and ends on its own time."""
+    proc, _, out = spawn(tmp_path)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        assert ended(out)["signals"] == [signal.SIGTERM]  # from the kernel (PDEATHSIG)
     finally:
         close(proc)
 
