@@ -14,7 +14,9 @@ marks, on a copy of the request (the conversation itself is never changed):
 
 That is `MAX_BREAKPOINTS`, the API's limit. Breakpoints left in earlier messages (a
 resumed transcript) are removed first, and string contents are written as one text
-block, so each turn serialises the shared prefix exactly as the turn before did.
+block, so each turn serialises the shared prefix exactly as the turn before did. A
+system-role message (the skill listing after the first user message) is sent as it
+is, a string, and never marked: it is not a turn (Claude Code marks neither).
 The host's parent loop uses the same function.
 """
 
@@ -71,13 +73,22 @@ def without_cache_control(value: JSONValue) -> JSONValue:
 
 def cached_messages(messages: list[JSONObject]) -> list[JSONObject]:
     """A copy of `messages` with the two rolling breakpoints (see the module doc)."""
-    out: list[JSONObject] = [{**m, "content": _plain_blocks(m.get("content"))} for m in messages]
+    out: list[JSONObject] = [
+        {**m, "content": without_cache_control(m.get("content"))}
+        if m.get("role") == "system"
+        else {**m, "content": _plain_blocks(m.get("content"))}
+        for m in messages
+    ]
     # The newest message, and the one the previous request ended with (two back:
-    # that request's answer and this turn's user message came after it).
-    for index in {len(out) - 1, len(out) - 3}:
-        if index < 0:
+    # that request's answer and this turn's user message came after it), counting
+    # user and assistant messages only: the system-role message (the skill listing,
+    # sent as a string) carries none, as in Claude Code, whose first request marks
+    # the first user message, before the listing.
+    turns = [i for i, m in enumerate(out) if m.get("role") != "system"]
+    for back in (1, 3):
+        if back > len(turns):
             continue
-        blocks = out[index]["content"]
+        blocks = out[turns[-back]]["content"]
         if isinstance(blocks, list) and blocks and isinstance(blocks[-1], dict):
             blocks[-1] = _marked(blocks[-1])
     return out

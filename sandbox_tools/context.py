@@ -11,7 +11,8 @@ measured with the conservative `BYTES_PER_TOKEN`), room is made in two steps:
    call happened and what it was).
 2. If that is not enough, the subagent summarises the oldest turns itself (one
    extra model call, counted like any other) and they are replaced, in the view,
-   by one user message: the task's first message and that summary.
+   by one user message: the task's first message and that summary. The skill
+   listing (the system-role message after the first message) stays after it.
 
 The view is a pure function of the conversation and this state (the cleared ids,
 the summary and how far it reaches), so between compactions each request starts
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from sandbox_tools.conversation import SYSTEM_INDEX, leading_system
 from sandbox_tools.jsontypes import JSONObject, JSONValue
 
 BYTES_PER_TOKEN = 3
@@ -120,6 +122,9 @@ class ContextWindow:
             first = _text_of(messages[0].get("content"), MAX_FIRST_MESSAGE_CHARS)
             text = f"{first}\n\n{SUMMARY_HEADER}\n\n{self.summary}" if first else self.summary
             out.append({"role": "user", "content": [{"type": "text", "text": text}]})
+            listing = leading_system(messages)
+            if listing is not None:  # the skill listing outlives the turns summarised
+                out.append(messages[SYSTEM_INDEX])
         for index in range(self.summary_upto, len(messages)):
             message = messages[index]
             content = message.get("content")
@@ -188,7 +193,10 @@ class ContextWindow:
         and how far into `messages` that summary reaches (for `set_summary`); None
         when there is nothing old enough to summarise."""
         view = self.view(messages)
-        offset = self.summary_upto - (1 if self.summary is not None else 0)
+        # The view's head (the first message, or the summary, and the skill listing
+        # after it) is never summarised away.
+        lead = SYSTEM_INDEX + 1 if leading_system(view) is not None else 1
+        offset = self.summary_upto - (lead if self.summary is not None else 0)
         # Keep the newest turns that fit in half the target; summarise what is before.
         keep = len(view)
         for index in range(len(view) - 1, 0, -1):
@@ -202,7 +210,7 @@ class ContextWindow:
                 (i for i in range(1, len(view)) if view[i].get("role") == "assistant"),
                 default=len(view),
             )
-        if keep <= 1 or keep >= len(view):
+        if keep <= lead or keep >= len(view):
             return None  # nothing before the kept turns to summarise
         head = [_cut_texts(m) for m in view[:keep]]
         last = head[-1]

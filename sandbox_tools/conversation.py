@@ -8,6 +8,11 @@ inventing what the tools did: every unanswered call gets an `is_error` result
 saying it was interrupted and that its effect is unknown. `append_user_text`
 adds the next instruction without breaking the user/assistant alternation.
 
+One `system`-role message has a place in a conversation, as Claude Code sends it:
+right after the first user message (`SYSTEM_INDEX`), the skill listing
+(`with_listing`). `repair` keeps it there; the broker accepts a system-role message
+nowhere else (`misplaced_system`).
+
 Both sides use it: the host repairs a session before resuming it, the runner
 appends the prompt. Plain dicts in, new plain dicts out; the input is never
 modified.
@@ -33,6 +38,10 @@ ORPHAN_RESULT_PREFIX = "[a tool result whose tool call is missing from the trans
 """Prefix of the text a `tool_result` without its `tool_use` is turned into."""
 
 ROLES = ("user", "assistant")
+
+SYSTEM_INDEX = 1
+"""Where the one `system`-role message of a conversation stands: right after the first
+user message (Claude Code's place for its skill listing)."""
 
 
 def _blocks(content: JSONValue) -> list[JSONObject]:
@@ -131,12 +140,91 @@ def _answer(uses: list[str], message: _Message | None) -> _Message:
     return {"role": "user", "content": [*answered, *others]}
 
 
+def _system_text(content: JSONValue) -> str | None:
+    """The text of a system-role message's content (a string, or text blocks only,
+    as the API's `system` field takes); None for anything else."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    texts: list[str] = []
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") != "text":
+            return None
+        if set(block) - {"type", "text", "cache_control"}:
+            return None
+        text = block.get("text")
+        if not isinstance(text, str):
+            return None
+        texts.append(text)
+    return "".join(texts)
+
+
+def leading_system(messages: Sequence[JSONValue]) -> JSONObject | None:
+    """The system-role message at `SYSTEM_INDEX` after a first user message (its text
+    as a string), or None."""
+    if len(messages) <= SYSTEM_INDEX:
+        return None
+    first, second = messages[0], messages[SYSTEM_INDEX]
+    if not (isinstance(first, dict) and isinstance(second, dict)):
+        return None
+    if first.get("role") != "user" or second.get("role") != "system":
+        return None
+    text = _system_text(second.get("content"))
+    return {"role": "system", "content": text} if text else None
+
+
+def with_listing(messages: list[JSONObject], listing: str) -> list[JSONObject]:
+    """`messages` (a new conversation: its first user message) with `listing` as a
+    system-role message at `SYSTEM_INDEX`, as Claude Code sends its skill listing;
+    unchanged when `listing` is empty or the conversation has one already."""
+    if not listing or not messages or leading_system(messages) is not None:
+        return messages
+    system: JSONObject = {"role": "system", "content": listing}
+    return [*messages[:SYSTEM_INDEX], system, *messages[SYSTEM_INDEX:]]
+
+
+def misplaced_system(messages: Sequence[JSONValue], expected: str | None) -> str | None:
+    """Why the system-role messages of a request are not where (and what) warden's
+    runner would send, or None when they are: at most one, at `SYSTEM_INDEX` after a
+    user message, its content text only and equal to `expected` (the listing the host
+    gave this conversation; None: no system-role message belongs in it)."""
+    at = [i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "system"]
+    if not at:
+        return None
+    if expected is None:
+        return (
+            f"message {at[0]} has role 'system', but this subagent was given no skill "
+            "listing, the only system-role message warden's runner sends"
+        )
+    if at != [SYSTEM_INDEX]:
+        where = next(i for i in at if i != SYSTEM_INDEX)
+        return (
+            f"message {where} has role 'system'; one is accepted only at index "
+            f"{SYSTEM_INDEX}, right after the first user message (the skill listing)"
+        )
+    first = messages[0]
+    if not isinstance(first, dict) or first.get("role") != "user":
+        return "a role 'system' message is accepted only after the first user message"
+    second = messages[SYSTEM_INDEX]
+    content = second.get("content") if isinstance(second, dict) else None
+    if _system_text(content) != expected:
+        return (
+            f"message {SYSTEM_INDEX} (role 'system') is not the skill listing the host gave "
+            "this subagent; its content must be that text (a string, or text blocks)"
+        )
+    return None
+
+
 def repair(messages: Sequence[JSONValue]) -> list[JSONObject]:
     """A copy of `messages` that the Messages API accepts as the start of a
     conversation: empty messages and text blocks dropped, consecutive same-role
     messages merged, every `tool_use` answered in the next user message (an
     interrupted call gets `INTERRUPTED_RESULT`), tool results first in their
-    message, and tool results without their call kept as plain text."""
+    message, and tool results without their call kept as plain text. The
+    system-role message at `SYSTEM_INDEX` (the skill listing) is kept there; a
+    system-role message anywhere else is dropped (the broker sends none)."""
+    system = leading_system(messages)
     merged = _merged(messages)
     repaired: list[_Message] = []
     index = 0
@@ -159,7 +247,12 @@ def repair(messages: Sequence[JSONValue]) -> list[JSONObject]:
         if following is not None:
             index += 1  # always a user message: same roles were merged
         repaired.append(_answer(uses, following))
-    return [{"role": m["role"], "content": list[JSONValue](m["content"])} for m in repaired]
+    out: list[JSONObject] = [
+        {"role": m["role"], "content": list[JSONValue](m["content"])} for m in repaired
+    ]
+    if system is not None and out and out[0]["role"] == "user":
+        out.insert(SYSTEM_INDEX, system)
+    return out
 
 
 def append_user_text(messages: list[JSONObject], text: str) -> list[JSONObject]:

@@ -24,7 +24,7 @@ from sandbox_tools import environment, watchdog, wire, wire_answers
 from sandbox_tools.broker import MODEL_CALL_TIMEOUT_S, BrokerClient
 from sandbox_tools.caching import cached_messages, cached_tools, system_blocks
 from sandbox_tools.context import ContextWindow, estimate_tokens
-from sandbox_tools.conversation import append_user_text
+from sandbox_tools.conversation import append_user_text, with_listing
 from sandbox_tools.errors import (
     BrokerRequestError,
     BrokerTimeoutError,
@@ -119,6 +119,8 @@ class AgentLoop:
             self.messages: list[JSONObject] = [{"role": "user", "content": list[JSONValue](first)}]
         else:
             self.messages = append_user_text(list(spec.history), spec.prompt)
+        if not spec.history:  # a resumed conversation keeps the listing it began with
+            self.messages = with_listing(self.messages, spec.skill_listing)
         self.system_prompt = environment.system_prompt(
             spec.system_prompt, str(ctx.root), environment=spec.environment,
             git_status=spec.git_status,

@@ -108,6 +108,8 @@ MAX_SKILL_CHARS = 70_000
 MAX_SKILL_DESCRIPTION_CHARS = 1536
 """Longest skill description listed to the model (Claude Code's cut of its
 `description - when_to_use`)."""
+MAX_SKILL_LISTING_CHARS = MAX_SKILLS * (MAX_SKILL_DESCRIPTION_CHARS + 200) + 200
+"""Longest skill listing in a spec (every skill listed at its longest)."""
 EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")
 """The Messages API's `output_config.effort` levels (what an agent's `effort` may send)."""
 DEFAULT_CONTEXT_WINDOW_TOKENS = 200_000

@@ -116,6 +116,9 @@ class TaskSpec(NamedTuple):
     """Blocks before the prompt in a new task's first message (CLAUDE.md, date)."""
     context_after: tuple[JSONObject, ...] = ()
     """Blocks after the prompt in a new task's first message (preloaded skills)."""
+    skill_listing: str = ""
+    """A new task's skill listing: a `system`-role message right after its first
+    message (`conversation.with_listing`), as Claude Code sends it; empty: none."""
     environment: bool = False
     """Add the environment details to the system prompt (`sandbox_tools.environment`)."""
     git_status: bool = False
@@ -164,6 +167,7 @@ class TaskSpec(NamedTuple):
             context_after=tuple(
                 b for b in _typed(doc, "context_after", list, []) if isinstance(b, dict)
             ),
+            skill_listing=_typed(doc, "skill_listing", str, ""),
             environment=_typed(doc, "environment", bool, False),
             git_status=_typed(doc, "git_status", bool, False),
             mcp_servers=tuple(McpServer.from_json(m) for m in _typed(doc, "mcp_servers", list, [])),

@@ -62,7 +62,7 @@ from orchestrator.broker.model_calls import (
 )
 from orchestrator.errors import WardenError
 from orchestrator.jsontypes import JSONObject
-from sandbox_tools import wire
+from sandbox_tools import conversation, wire
 from sandbox_tools.caching import without_cache_control
 
 log = logging.getLogger(__name__)
@@ -255,6 +255,11 @@ class Broker:
             raise RequestRejected(
                 400, "invalid_request_error", "streaming is not supported through the broker"
             )
+        # Text a sandbox writes with role `system` is what warden's runner would send
+        # there (the skill listing after the first message), or the request is refused.
+        misplaced = conversation.misplaced_system(messages, self.spec.system_message())
+        if misplaced is not None:
+            raise RequestRejected(400, "invalid_request_error", f"the broker refuses: {misplaced}")
         # The host decides the model and bounds the response size, not the container.
         body["model"] = self.spec.model
         max_tokens = body.get("max_tokens")

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.behavior import FinalBehavior
 from orchestrator.jsontypes import JSONObject
-from sandbox_tools import wire
+from sandbox_tools import conversation, wire
 
 
 class _Wire(BaseModel):
@@ -96,6 +96,10 @@ class TaskSpec(_Wire):
     files and the date, as a system reminder)."""
     context_after: list[JSONObject] = Field(default_factory=list)
     """Content blocks after the prompt in a new task's first message (preloaded skills)."""
+    skill_listing: str = Field(default="", max_length=wire.MAX_SKILL_LISTING_CHARS)
+    """A new task's skill listing, sent as Claude Code sends it: a `system`-role message
+    right after the first user message (`conversation.with_listing`); the broker
+    accepts no other system-role message (`conversation.misplaced_system`)."""
     environment: bool = False
     """The runner adds its environment details (working directory, platform, date,
     git repository or not) to the system prompt."""
@@ -120,6 +124,15 @@ class TaskSpec(_Wire):
     """Retries of one model call on 429/5xx/529 (the host SDK's retry layer)."""
     model_retry_total_s: float = Field(default=wire.DEFAULT_MODEL_RETRY_TOTAL_S, gt=0)
     """Longest one model call keeps retrying, from its first attempt."""
+
+    def system_message(self) -> str | None:
+        """The text of the one `system`-role message the runner sends for this spec:
+        a resumed (or forked) conversation's own, else the new task's skill listing;
+        None when it sends none."""
+        if self.history:
+            found = conversation.leading_system(self.history)
+            return str(found["content"]) if found is not None else None
+        return self.skill_listing or None
 
 
 class EventRequest(_Wire):

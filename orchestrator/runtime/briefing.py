@@ -85,7 +85,8 @@ def runner_spec(
     begins with `fork` (the parent's system prompt, tools, messages and model).
     A new task's context is Claude Code's (`subagent_context`): the agent's prompt
     and memory section, the CLAUDE.md files and date before the task, preloaded
-    skills after it; the runner adds the environment and git snapshot."""
+    skills after it, the skill listing as a system-role message after that first
+    message; the runner adds the environment and git snapshot."""
     agent = ctx.agent
     tools = agent.offered_tools(may_delegate=may_delegate)
     prompt = task_input.prompt
@@ -94,6 +95,7 @@ def runner_spec(
     before: list[JSONObject] = []
     after: list[JSONObject] = []
     skills: list[JSONObject] = []
+    listing = ""
     if sources is not None and fork is None and "Skill" in tools:
         skills = available_skills(sources)
     if sources is not None and fork is None:
@@ -103,8 +105,7 @@ def runner_spec(
         if not history:
             before = [context_reminder(agent, sources)]
             after, missing = skill_blocks(agent, sources)
-            if skills:
-                after.append(skill_listing(skills))
+            listing = skill_listing(skills)
             for name in missing:
                 log.warning("agent %s: skill %r not found (.claude/skills/%s/SKILL.md)",
                             agent.name, name, name)  # fmt: skip
@@ -131,6 +132,7 @@ def runner_spec(
         context_window_tokens=config.context_window(model),
         context_before=before,
         context_after=after,
+        skill_listing=listing,
         environment=sources is not None and fork is None,
         git_status=sources is not None and fork is None and not agent.omit_git_status,
         mcp_servers=[wire_models.McpServerLaunch.model_validate(m) for m in mcp_servers or []],

@@ -300,12 +300,14 @@ def skill_grants(sources: ContextSources) -> tuple[SkillGrant, ...]:
     return tuple(found)
 
 
-def skill_listing(skills: list[JSONObject]) -> JSONObject:
-    """The reminder that lists the skills to the model (Claude Code sends the same
-    list as a system message after the first user message)."""
+def skill_listing(skills: list[JSONObject]) -> str:
+    """The text that lists the skills to the model, as Claude Code words it: the runner
+    sends it as a `system`-role message after the first user message, unwrapped
+    (`sandbox_tools.conversation.with_listing`); empty when no skill is listed."""
     lines = [f"- {s['name']}: {s['description']}" for s in skills if s.get("invocable", True)]
-    text = "The following skills are available for use with the Skill tool:\n\n" + "\n".join(lines)
-    return {"type": "text", "text": f"<system-reminder>\n{text}\n</system-reminder>"}
+    if not lines:
+        return ""
+    return "The following skills are available for use with the Skill tool:\n\n" + "\n".join(lines)
 
 
 def listed_description(text: str) -> str:

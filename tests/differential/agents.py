@@ -7,7 +7,8 @@ inputs (a real run: containers, runner, broker, scripted model).
 Each request is cut into *parts*: the model, the system prompt's parts in order
 (the agent's prompt, the memory section, the environment details, the git
 snapshot), the first message's parts in order (the user's CLAUDE.md, the
-project's, the date, the task, the preloaded skills), and every tool (name, and
+project's, the date, the task, the preloaded skills), where the skill listing
+stands (message index and role, string or blocks, wrapped or not), and every tool (name, and
 its input schema's property names, types and required list). A part agrees when
 both sides have it or both lack it (and, for an ordered location, the parts both
 have come in the same order). Tools in `DOCUMENTED_TOOLS` are not checked:
@@ -194,6 +195,7 @@ MESSAGE_MARKERS = {
 }
 SKILL_LISTING = "- greet: Greets people"
 """How the project's skill `greet` is listed for the Skill tool (both sides)."""
+LISTING_HEADER = "The following skills are available for use with the Skill tool:"
 LISTING_PARTS = {
     "listed: when_to_use": "- when: Has a when - Use it when asked about WHENX",
     "listed: first line": "- nodesc: First line of NODESC body.",
@@ -240,6 +242,23 @@ def _skill_load(requests: list[dict[str, Any]] | None) -> str | None:
     return f"{text} | body: {'Base directory for this skill' in follows and 'SKILLBODY' in follows}"
 
 
+def _listing_place(request: dict[str, Any]) -> str | None:
+    """Where the skill listing stands: the index and role of the message holding it,
+    whether that message's content is a string, and whether the listing is wrapped
+    (Claude Code: a `system`-role message right after the first user message, a
+    string that starts with the listing's header)."""
+    for index, message in enumerate(request["messages"]):
+        content = message.get("content")
+        for text in _texts(content):
+            if SKILL_LISTING in text:
+                shape = "string" if isinstance(content, str) else "blocks"
+                bare = text.startswith(LISTING_HEADER)
+                return f"message {index}, role {message.get('role')}, {shape}, " + (
+                    "unwrapped" if bare else "wrapped"
+                )
+    return None
+
+
 def parts(
     request: dict[str, Any], today: str, requests: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
@@ -248,8 +267,8 @@ def parts(
     system = "\n".join(_texts(request.get("system")))
     first = request["messages"][0]
     message = "\n".join(_texts(first.get("content")))
-    # Claude Code lists the skills in a system message after the first user message;
-    # warden in a reminder of that message (docs/agents.md): looked for in any message
+    # the listing's lines are looked for in any message; where it stands is a part
+    # of its own ("skill listing place")
     everywhere = "\n".join(t for m in request["messages"] for t in _texts(m.get("content")))
     markers = {k: [m.replace("{today}", today) for m in v] for k, v in MESSAGE_MARKERS.items()}
     tools = {t["name"]: _schema_shape(t.get("input_schema")) for t in request.get("tools", [])}
@@ -264,6 +283,7 @@ def parts(
         + (["skill listing"] if SKILL_LISTING in everywhere else [])
         + [k for k, v in LISTING_PARTS.items() if v in everywhere],
         "skill load": _skill_load(requests),
+        "skill listing place": _listing_place(request),
         # no effort is the API's default, `high`, which Claude Code sends explicitly
         # (docs/agents.md)
         "effort": (request.get("output_config") or {}).get("effort") or "high",
@@ -302,6 +322,8 @@ def compare_parts(case_id: str, claude: dict[str, Any], warden: dict[str, Any]) 
                  f"{claude.get('effort')} / {warden.get('effort')}")  # fmt: skip
     result.check("skill load", claude.get("skill load") == warden.get("skill load"),
                  f"{claude.get('skill load')} / {warden.get('skill load')}")  # fmt: skip
+    c_place, w_place = claude.get("skill listing place"), warden.get("skill listing place")
+    result.check("skill listing place", c_place == w_place, f"{c_place} / {w_place}")
     for name in sorted({*VALUE_PARTS, "skill listing", *LISTING_PARTS}):
         c, w = name in claude["values"], name in warden["values"]
         result.check(name, c == w, f"claude {c}, warden {w}")

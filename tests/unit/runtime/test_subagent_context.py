@@ -134,8 +134,10 @@ def test_the_skill_tool_offers_trusted_project_skills_and_the_users(tmp_path: Pa
     assert [s["name"] for s in available_skills(untrusted)] == ["style"]
     blocks, missing = skill_blocks(_agent(skills=("greet",)), untrusted)
     assert (blocks, missing) == ([], ["greet"])
-    listing = str(skill_listing(available_skills(trusted))["text"])
-    assert "available for use with the Skill tool" in listing and "- greet: As trusted" in listing
+    listing = skill_listing(available_skills(trusted))
+    # Claude Code's words, unwrapped: the runner sends it as a system-role message
+    assert listing.startswith("The following skills are available for use with the Skill tool:")
+    assert "- greet: As trusted" in listing and "system-reminder" not in listing
 
 
 def test_the_listing_says_what_claude_code_says_and_hides_what_it_hides(tmp_path: Path) -> None:
@@ -155,8 +157,8 @@ def test_the_listing_says_what_claude_code_says_and_hides_what_it_hides(tmp_path
     assert {s["name"]: s["invocable"] for s in found} == {
         "hidden": False, "long": True, "nodesc": True, "when": True,
     }  # fmt: skip
-    listing = str(skill_listing(found)["text"])
-    assert "- when: Has a when - Use it for WHENX\n" in listing
+    listing = skill_listing(found)
+    assert "- when: Has a when - Use it for WHENX" in listing.splitlines()
     assert "- nodesc: First line of NODESC body." in listing
     assert "hidden" not in listing
     assert "- long: " + "x" * 1535 + "\u2026" in listing
