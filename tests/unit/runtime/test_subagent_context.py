@@ -173,3 +173,35 @@ def test_a_managed_lock_on_skills_offers_no_user_skills(tmp_path: Path) -> None:
     locked = ContextSources(sources.claude_dir, sources.workspace, {}, user_skills=False)
     assert available_skills(locked) == [] and skill_grants(locked) == ()
     assert [s["name"] for s in available_skills(sources)] == ["greet", "style"]
+
+
+def test_the_runner_is_given_the_listing_apart_from_the_first_message(tmp_path: Path) -> None:
+    """`runner_spec`: a new task's listing goes in `skill_listing` (the runner sends it
+    as a system-role message after the first message), not in that message; a resumed
+    or forked task gets none (its conversation already has what it began with)."""
+    from orchestrator.broker.wire_models import TaskSpec
+    from orchestrator.jsontypes import JSONObject
+    from orchestrator.runtime.briefing import runner_spec
+    from orchestrator.runtime.caps import TaskManagerConfig
+    from orchestrator.runtime.tasks import ForkPrefix, TaskContext, TaskInput
+
+    agent = _agent(skills=("greet",))
+    ctx = TaskContext(task_id="sa_1", session_id="sa_1", run_id="r", trace_id="t",
+                      parent_id=None, depth=1, agent=agent, description="d", timeout_s=60)  # fmt: skip
+    task = TaskInput(description="d", prompt="do it")
+
+    def spec(history: list[JSONObject], fork: ForkPrefix | None = None) -> TaskSpec:
+        return runner_spec(ctx, task, history=history, max_turns=5, may_delegate=False,
+                           model="m", config=TaskManagerConfig(), fork=fork,
+                           sources=_sources(tmp_path))  # fmt: skip
+
+    new = spec([])
+    assert new.skill_listing.startswith(
+        "The following skills are available for use with the Skill tool:"
+    )
+    assert "- greet: d" in new.skill_listing and "- style: USER STYLE" in new.skill_listing
+    after = str(new.context_after)
+    assert "SAY HI" in after and "available for use" not in after  # preloaded only
+    assert spec([{"role": "user", "content": "x"}]).skill_listing == ""
+    fork = ForkPrefix(model="m", system_prompt="s", tool_definitions=[], messages=[])
+    assert spec([], fork).skill_listing == ""
