@@ -42,6 +42,10 @@ ROLES = ("user", "assistant")
 SYSTEM_INDEX = 1
 """Where the one `system`-role message of a conversation stands: right after the first
 user message (Claude Code's place for its skill listing)."""
+SYSTEM_MESSAGE_BETA = "mid-conversation-system-2026-04-07"
+"""The `anthropic-beta` value Claude Code sends with a system-role message in
+`messages` (measured); the broker adds it upstream to a request carrying the one it
+accepts."""
 
 
 def _blocks(content: JSONValue) -> list[JSONObject]:

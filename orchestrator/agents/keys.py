@@ -37,6 +37,13 @@ NO_MAX_EFFORT_MODELS = (*NO_EFFORT_MODELS, "claude-opus-4-5")
 NO_XHIGH_EFFORT_MODELS = (*NO_MAX_EFFORT_MODELS, "claude-opus-4-6", "claude-sonnet-4-6")
 """Models without `xhigh`: Claude Code sends `high` instead."""
 _DATED_MODEL = re.compile(r"^(claude-(?:opus|sonnet|haiku)-4)-(\d{8})$")
+NO_MID_CONVERSATION_SYSTEM_MODELS = (
+    "claude-opus-4-0", "claude-opus-4-1", "claude-opus-4-5", "claude-opus-4-6",
+    "claude-opus-4-7", "claude-sonnet-4-0", "claude-sonnet-4-5", "claude-sonnet-4-6",
+    "claude-haiku-4-5",
+)  # fmt: skip
+"""Models the pinned Claude Code sends no `system`-role message in `messages` (besides
+every `claude-3-*`): their skill listing is a reminder in the first user message."""
 ISOLATIONS = ("worktree",)
 
 WARDEN_KEYS = {
@@ -202,11 +209,7 @@ def request_effort(effort: str | None, model: str) -> EffortLevel | None:
     level = next((lvl for lvl in EFFORT_LEVELS if lvl == effort), None)
     if level is None:
         return None
-    name = model.strip().lower()
-    if (dated := _DATED_MODEL.match(name)) is not None:
-        name = f"{dated.group(1)}-0"  # `claude-opus-4-20250514` is Opus 4.0
-    else:
-        name = re.sub(r"-\d{8}$", "", name)
+    name = _model_name(model)
     if name.startswith("claude-3-") or name in NO_EFFORT_MODELS:
         return None
     if (level == "max" and name in NO_MAX_EFFORT_MODELS) or (
@@ -214,6 +217,22 @@ def request_effort(effort: str | None, model: str) -> EffortLevel | None:
     ):
         return "high"
     return level
+
+
+def _model_name(model: str) -> str:
+    """`model` as the pinned Claude Code's model table names it (no date suffix)."""
+    name = model.strip().lower()
+    if (dated := _DATED_MODEL.match(name)) is not None:
+        return f"{dated.group(1)}-0"  # `claude-opus-4-20250514` is Opus 4.0
+    return re.sub(r"-\d{8}$", "", name)
+
+
+def mid_conversation_system(model: str) -> bool:
+    """Whether the pinned Claude Code sends `model` its skill listing as a `system`-role
+    message after the first user message (measured: Sonnet 5 does, Haiku 4.5 gets a
+    reminder instead); a model its table does not know does, as on the first-party API."""
+    name = _model_name(model)
+    return not (name.startswith("claude-3-") or name in NO_MID_CONVERSATION_SYSTEM_MODELS)
 
 
 def claude_code_fields(

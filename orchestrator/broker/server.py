@@ -257,7 +257,8 @@ class Broker:
             )
         # Text a sandbox writes with role `system` is what warden's runner would send
         # there (the skill listing after the first message), or the request is refused.
-        misplaced = conversation.misplaced_system(messages, self.spec.system_message())
+        listing = self.spec.system_message()
+        misplaced = conversation.misplaced_system(messages, listing)
         if misplaced is not None:
             raise RequestRejected(400, "invalid_request_error", f"the broker refuses: {misplaced}")
         # The host decides the model and bounds the response size, not the container.
@@ -273,6 +274,10 @@ class Broker:
             raise RequestRejected(400, "invalid_request_error", str(exc)) from None
         await self._audit_forwarding(forwarded.decisions)
         body = forwarded.body
+        betas = forwarded.betas
+        if listing is not None and conversation.leading_system(messages) is not None:
+            # the API takes a system-role message with Claude Code's beta (warden's own)
+            betas = [*dict.fromkeys([*betas, conversation.SYSTEM_MESSAGE_BETA])]
         documents = DocumentCost()
         if self.budget.max_total_tokens is not None:  # only a token budget needs pages
             documents = await self.page_counts.cost(body, MAX_OBJECTS_WALKED)
@@ -293,7 +298,7 @@ class Broker:
             answer = await forward_messages(
                 self.upstream,
                 body,
-                forwarded.betas,
+                betas,
                 request.headers.get("anthropic-version"),
                 self.model_failures,
                 TextProgress(self._model_text),

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from orchestrator.agents.keys import request_effort
+from orchestrator.agents.keys import mid_conversation_system, request_effort
 from orchestrator.broker import wire_models
 from orchestrator.errors import TaskNotFoundError
 from orchestrator.jsontypes import JSONObject, JSONValue
@@ -24,6 +24,7 @@ from orchestrator.runtime.subagent_context import (
     ContextSources,
     available_skills,
     context_reminder,
+    listing_reminder,
     memory_section,
     skill_blocks,
     skill_listing,
@@ -86,7 +87,8 @@ def runner_spec(
     A new task's context is Claude Code's (`subagent_context`): the agent's prompt
     and memory section, the CLAUDE.md files and date before the task, preloaded
     skills after it, the skill listing as a system-role message after that first
-    message; the runner adds the environment and git snapshot."""
+    message (to a model that takes none, a reminder at its start: Claude Code's two
+    forms); the runner adds the environment and git snapshot."""
     agent = ctx.agent
     tools = agent.offered_tools(may_delegate=may_delegate)
     prompt = task_input.prompt
@@ -106,6 +108,9 @@ def runner_spec(
             before = [context_reminder(agent, sources)]
             after, missing = skill_blocks(agent, sources)
             listing = skill_listing(skills)
+            if listing and not mid_conversation_system(model):
+                before.insert(0, listing_reminder(listing))
+                listing = ""
             for name in missing:
                 log.warning("agent %s: skill %r not found (.claude/skills/%s/SKILL.md)",
                             agent.name, name, name)  # fmt: skip

@@ -303,11 +303,19 @@ def skill_grants(sources: ContextSources) -> tuple[SkillGrant, ...]:
 def skill_listing(skills: list[JSONObject]) -> str:
     """The text that lists the skills to the model, as Claude Code words it: the runner
     sends it as a `system`-role message after the first user message, unwrapped
-    (`sandbox_tools.conversation.with_listing`); empty when no skill is listed."""
+    (`sandbox_tools.conversation.with_listing`), or, to a model that takes none,
+    `listing_reminder`; empty when no skill is listed."""
     lines = [f"- {s['name']}: {s['description']}" for s in skills if s.get("invocable", True)]
     if not lines:
         return ""
     return "The following skills are available for use with the Skill tool:\n\n" + "\n".join(lines)
+
+
+def listing_reminder(listing: str) -> JSONObject:
+    """The skill listing for a model that takes no `system`-role message in `messages`
+    (`agents.keys.mid_conversation_system`): as the pinned CLI sends it then, a
+    reminder block at the start of the first user message."""
+    return {"type": "text", "text": f"<system-reminder>\n{listing}\n</system-reminder>\n"}
 
 
 def listed_description(text: str) -> str:

@@ -262,8 +262,8 @@ TOOL_SCHEMAS: dict[str, JSONObject] = {
     ),
     "Skill": schema(
         "Loads a skill into this conversation: its instructions come back with the result, "
-        "and you follow them. The skills you may load are listed in the system message "
-        "after your first message (name: what it is for). When one matches your task, load it "
+        "and you follow them. The skills you may load are listed at the start of the "
+        "conversation (name: what it is for). When one matches your task, load it "
         "before doing the task; only load a listed skill, never a guessed name, and not "
         "one already loaded.",
         {

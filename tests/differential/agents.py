@@ -140,6 +140,10 @@ def all_cases() -> list[dict[str, Any]]:
         {"id": "explore", "git": True, "files": with_md, "home_files": home,
          "task": _task("Explore")},
         {"id": "plan", "git": True, "files": with_md, "home_files": home, "task": _task("Plan")},
+        {"id": "rev-haiku", "files": with_md, "home_files": home,
+         "task": _task("rev", model="haiku")},
+        {"id": "rev-opus", "files": with_md, "home_files": home,
+         "task": _task("rev", model="opus")},
         {"id": "skill-call", "files": BASE_FILES, "task": _task("rev"),
          "child_turns": [{"content": [{"type": "tool_use", "name": "Skill",
                                        "input": {"skill": "greet"}}]},
@@ -244,18 +248,21 @@ def _skill_load(requests: list[dict[str, Any]] | None) -> str | None:
 
 def _listing_place(request: dict[str, Any]) -> str | None:
     """Where the skill listing stands: the index and role of the message holding it,
-    whether that message's content is a string, and whether the listing is wrapped
-    (Claude Code: a `system`-role message right after the first user message, a
-    string that starts with the listing's header)."""
+    whether that message's content is a string, which of its blocks, and whether the
+    listing is wrapped (Claude Code: a `system`-role message right after the first
+    user message, a string that starts with the listing's header; to a model without
+    mid-conversation system messages, Haiku 4.5, a reminder as the first block of the
+    first user message)."""
     for index, message in enumerate(request["messages"]):
         content = message.get("content")
-        for text in _texts(content):
+        texts = _texts(content)
+        for at, text in enumerate(texts):
             if SKILL_LISTING in text:
                 shape = "string" if isinstance(content, str) else "blocks"
+                block = "first" if at == 0 else "last" if at == len(texts) - 1 else str(at)
                 bare = text.startswith(LISTING_HEADER)
-                return f"message {index}, role {message.get('role')}, {shape}, " + (
-                    "unwrapped" if bare else "wrapped"
-                )
+                return (f"message {index}, role {message.get('role')}, {shape}, {block} block, "
+                        + ("unwrapped" if bare else "wrapped"))  # fmt: skip
     return None
 
 

@@ -64,6 +64,9 @@ async def test_the_listing_after_the_first_message_is_forwarded_as_it_came() -> 
         assert (await post(later)).status_code == 200
     sent = [json.loads(r.content)["messages"] for r in model.requests]
     assert sent[0][1] == listing and sent[1][1] == blocks
+    # with Claude Code's beta for it, which the broker adds (no rule: warden's own)
+    for request in model.requests:
+        assert request.headers["anthropic-beta"] == "mid-conversation-system-2026-04-07"
 
 
 async def test_a_system_message_anywhere_else_or_saying_anything_else_is_refused() -> None:
@@ -95,6 +98,7 @@ async def test_without_a_listing_no_system_message_passes_and_a_resume_keeps_its
         assert response.status_code == 400
         assert "given no skill listing" in response.json()["error"]["message"]
         assert (await post([USER])).status_code == 200
+    assert "anthropic-beta" not in model.requests[0].headers
     # a resumed session: the listing is the one its history began with
     history: Any = [USER, {"role": "system", "content": LISTING}, ANSWER]
     spec = make_spec(history=history, skill_listing="")

@@ -190,9 +190,11 @@ def test_the_runner_is_given_the_listing_apart_from_the_first_message(tmp_path: 
                       parent_id=None, depth=1, agent=agent, description="d", timeout_s=60)  # fmt: skip
     task = TaskInput(description="d", prompt="do it")
 
-    def spec(history: list[JSONObject], fork: ForkPrefix | None = None) -> TaskSpec:
+    def spec(
+        history: list[JSONObject], fork: ForkPrefix | None = None, model: str = "claude-sonnet-5"
+    ) -> TaskSpec:
         return runner_spec(ctx, task, history=history, max_turns=5, may_delegate=False,
-                           model="m", config=TaskManagerConfig(), fork=fork,
+                           model=model, config=TaskManagerConfig(), fork=fork,
                            sources=_sources(tmp_path))  # fmt: skip
 
     new = spec([])
@@ -205,3 +207,24 @@ def test_the_runner_is_given_the_listing_apart_from_the_first_message(tmp_path: 
     assert spec([{"role": "user", "content": "x"}]).skill_listing == ""
     fork = ForkPrefix(model="m", system_prompt="s", tool_definitions=[], messages=[])
     assert spec([], fork).skill_listing == ""
+    # a model the pinned CLI sends no system-role message: a reminder opening the
+    # first message instead (measured on Haiku 4.5)
+    haiku = spec([], model="claude-haiku-4-5-20251001")
+    assert haiku.skill_listing == ""
+    assert haiku.context_before[0]["text"] == (
+        f"<system-reminder>\n{new.skill_listing}\n</system-reminder>\n"
+    )
+    assert "currentDate" in str(haiku.context_before[1])  # the context reminder follows
+
+
+def test_which_models_take_the_listing_as_a_system_message() -> None:
+    """The pinned CLI's model table: its newest models take a mid-conversation system
+    message; the older ones, every `claude-3-*` and Haiku 4.5 do not; a model it does
+    not know does (the first-party API)."""
+    from orchestrator.agents.keys import mid_conversation_system
+
+    takes = ["claude-sonnet-5", "claude-opus-4-8", "claude-fable-5", "my-model"]
+    assert all(mid_conversation_system(m) for m in takes)
+    not_taken = ["claude-haiku-4-5-20251001", "claude-sonnet-4-5-20250929",
+                 "claude-opus-4-20250514", "claude-opus-4-7", "claude-3-5-haiku-20241022"]  # fmt: skip
+    assert not any(mid_conversation_system(m) for m in not_taken)
