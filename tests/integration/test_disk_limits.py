@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -310,6 +311,50 @@ def test_exec_cannot_reserve_space_with_fallocate_and_still_runs_as_itself(
     assert "comm=bash" in out["stdout"]  # the command itself, not a wrapper around it
     st = os.statvfs(small_fs)
     assert st.f_bavail * st.f_frsize > 60 * MIB  # nothing was reserved
+
+
+I386_FALLOCATE = """
+import ctypes, mmap, os
+# x86-64 code calling fallocate(fd, 0, 0, 1 MiB) through the i386 ABI (int 0x80, call 324):
+# push rbx; push rbp; mov eax,324; mov ebx,edi; xor ecx,ecx; xor edx,edx; xor esi,esi;
+# mov edi,0x100000; xor ebp,ebp; int 0x80; pop rbp; pop rbx; ret
+code = bytes.fromhex("5355b844010000" "89fb31c931d231f6bf0000100031ed" "cd805d5bc3")
+page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(code)
+call = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+fd = os.open("reserved", os.O_CREAT | os.O_WRONLY)
+print("answer", call(fd), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 machine code")
+def test_exec_cannot_reserve_space_through_the_32_bit_abi(
+    small_fs: Path, sandbox_image: str, no_leftovers: Any
+) -> None:
+    """The seccomp profile allows only the machine's own ABI: a fallocate through
+    `int 0x80` (i386, where a filter for x86-64 numbers would not look) never runs.
+    The same code reserves 1 MiB on the host first, so the test can fail."""
+    host = small_fs / "host"
+    host.mkdir()
+    on_host = subprocess.run([sys.executable, "-c", I386_FALLOCATE], cwd=host, capture_output=True,
+                             text=True, timeout=60, check=False)  # fmt: skip
+    if on_host.returncode != 0:  # a kernel without the i386 ABI: there is nothing to refuse
+        pytest.skip(f"the host kernel does not run i386 system calls: {on_host.returncode}")
+    assert "answer 0" in on_host.stdout and os.stat(host / "reserved").st_blocks > 0
+    (host / "reserved").unlink()
+    os.chown(small_fs, UNPRIVILEGED, UNPRIVILEGED)
+    proc = subprocess.run(
+        warden_argv(
+            "exec", "--workspace", str(small_fs), "--image", sandbox_image,
+            *label_args(no_leftovers), "--disk-write-limit", "0", "--disk-free-floor", "32m",
+            "--user", f"{UNPRIVILEGED}:{UNPRIVILEGED}", "--", "python3", "-c", I386_FALLOCATE,
+        ),
+        capture_output=True, text=True, env=warden_env(), timeout=120, check=False,
+    )  # fmt: skip
+    assert (small_fs / "reserved").exists(), (proc.returncode, proc.stdout, proc.stderr)
+    assert "answer 0" not in proc.stdout, proc.stdout
+    assert proc.returncode != 0, (proc.stdout, proc.stderr)
+    assert os.stat(small_fs / "reserved").st_blocks == 0  # nothing reserved
 
 
 @pytest.mark.parametrize(
