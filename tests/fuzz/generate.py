@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 
 from tests.fuzz.deep import deep
 from tests.fuzz.mutate import MAX_CASE_CHARS, SEED_CORPUS, mutate
@@ -450,7 +451,7 @@ def heredoc(r: random.Random) -> str:
 def tricky(r: random.Random, depth: int) -> str:
     bad = denied_action(r)
     q = word(r, bad)
-    forms = [
+    forms: list[Callable[[], str]] = [
         lambda: f"echo $({bad})",
         lambda: f"echo `{bad}`",
         lambda: f'echo "$({bad})"',

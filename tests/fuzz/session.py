@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 from tests.fuzz.generate import generate
 from tests.fuzz.judge import ALLOW_RULES, Violation, decide, violations
@@ -227,7 +227,7 @@ def run(
     report = Report()
     fragments = known_commands() if splice_saved else []
     pool: list[str] = [c for c in benign_commands() if decide(c)[0] == "allow"] if evolving else []
-    seen = {skeleton(r["command"], r["saw"]) for r in known_records()}
+    seen = {skeleton(str(r["command"]), cast(list[str], r["saw"])) for r in known_records()}
     shapes: set[tuple[object, ...]] = set()
     began = time.monotonic()
     for index in range(start, start + cases):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.config import Settings
@@ -67,7 +68,7 @@ def walled_case(r: random.Random) -> str:
     """One try at a denied file: a reader through a route, a program option, a link
     made on the way, or a write to the protected directory."""
     reader, route = r.choice(READERS), r.choice(ROUTES)
-    forms = [
+    forms: list[Callable[[], str]] = [
         lambda: f"{reader} {route}",
         lambda: f"ln -s {r.choice(['.env', 'secrets/key', 'secrets'])} l && {reader} l",
         lambda: f"ln {r.choice(['.env', 'secrets/key'])} h; {reader} h",

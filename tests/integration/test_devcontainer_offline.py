@@ -168,7 +168,7 @@ def build_in(engine: Any, settings: Settings, workspace: Path, text: str) -> str
     import json
 
     from orchestrator.runtime.run_images import prepare_run_images
-    from tests.integration.test_project_images import project_workspace
+    from tests.integration.project_fixtures import project_workspace
 
     folder = workspace / ".devcontainer"
     (folder / "devcontainer.json").write_text(json.dumps({"build": {"dockerfile": "Dockerfile"}}))

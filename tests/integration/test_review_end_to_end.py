@@ -101,7 +101,12 @@ def test_a_yes_on_the_page_applies_the_reviewed_change_set(tmp_path: Path, works
 
 def _review_on_the_page(browser: Any, url: str) -> None:
     dialogs: list[str] = []
-    browser.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+    def on_dialog(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    browser.on("dialog", on_dialog)
     page = browser.new_page()
     page.goto(url)
     page.fill("#user", "alice")

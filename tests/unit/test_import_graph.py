@@ -95,7 +95,7 @@ def _import_nodes(
                 for item in getattr(node, field, None) or []:
                     if isinstance(item, ast.stmt):
                         yield from _import_nodes([item], level)
-                    elif isinstance(item, ast.excepthandler | ast.match_case):
+                    elif isinstance(item, ast.ExceptHandler | ast.match_case):
                         yield from _import_nodes(item.body, level)
 
 

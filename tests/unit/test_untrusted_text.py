@@ -9,13 +9,15 @@ import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
+from rich.live import Live
 
-from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, input_hash
+from orchestrator.jsontypes import JSONObject, input_hash
+from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
 from orchestrator.runtime.events import Event
 from orchestrator.store import AuditRecord, Store, TaskRecord
 from orchestrator.ui.approval_prompt import TerminalApprover
@@ -132,7 +134,7 @@ class _Recorder:
 
 
 def question(text: str = HOSTILE) -> ApprovalQuestion:
-    tool_input = {"command": text}
+    tool_input: JSONObject = {"command": text}
     return ApprovalQuestion(
         task_id="sa_2",
         agent_type=f"general{CLOSE_TAG}",
@@ -147,7 +149,7 @@ def question(text: str = HOSTILE) -> ApprovalQuestion:
 
 async def test_a_broken_live_display_still_asks() -> None:
     progress = Progress(json_mode=False, stream=io.StringIO())
-    progress.live = _ExplodingLive()
+    progress.live = cast(Live, _ExplodingLive())
     inner = _Recorder()
     answer = await progress.pausing(inner).approve(question())
     assert answer.behavior == "allow" and len(inner.asked) == 1

@@ -9,9 +9,12 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
+from orchestrator.behavior import Behavior
+from orchestrator.jsontypes import JSONObject
 from orchestrator.store import AuditRecord, Store, TaskRecord
 from tests.conftest import warden_argv, warden_env
 
@@ -30,7 +33,7 @@ def state(tmp_path: Path) -> Path:
                     task_id=task_id, run_id=run, agent_type="bash", description=LONG, prompt="p"
                 )
             )
-        calls = [
+        calls: list[tuple[str, str, str, JSONObject, Behavior, Literal["allow", "deny"]]] = [
             ("sa_old", "run_old", "Bash", {"command": "rm -rf 'build dir'"}, "ask", "deny"),
             ("sa_old", "run_old", "Read", {"file_path": "/workspace/a.py"}, "allow", "allow"),
             ("sa_new", "run_new", "Bash", {"command": "true"}, "allow", "allow"),

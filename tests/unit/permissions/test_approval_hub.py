@@ -9,13 +9,14 @@ import os
 
 import pytest
 
+from orchestrator.jsontypes import JSONObject, input_hash
 from orchestrator.permissions.approval_hub import ApproverHub
-from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, input_hash
+from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
 from orchestrator.ui.approval_prompt import TerminalApprover
 
 
 def question(command: str = "make deploy") -> ApprovalQuestion:
-    tool_input = {"command": command}
+    tool_input: JSONObject = {"command": command}
     return ApprovalQuestion(
         task_id="sa_child",
         agent_type="general-purpose",
@@ -38,7 +39,8 @@ class Person:
         self.offered = asyncio.Event()
 
     async def approve(self, q: ApprovalQuestion) -> ApprovalAnswer:
-        future = self.asked[q.question_id] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ApprovalAnswer] = asyncio.get_running_loop().create_future()
+        self.asked[q.question_id] = future
         self.offered.set()
         try:
             return await future

@@ -18,8 +18,9 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from orchestrator.jsontypes import JSONObject, input_hash
 from orchestrator.permissions.approval_hub import ApproverHub
-from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion, input_hash
+from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
 from orchestrator.permissions.webhook import WebhookApprover
 from orchestrator.permissions.webhook_protocol import sign, signed_headers
 
@@ -28,7 +29,7 @@ SECRET = "s3cret-shared-with-the-receiver"
 
 
 def question(command: str = "make test", **extra: str) -> ApprovalQuestion:
-    tool_input = {"command": command}
+    tool_input: JSONObject = {"command": command}
     return ApprovalQuestion(
         task_id="sa_child",
         agent_type="bash",

@@ -10,6 +10,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 from io import BytesIO, StringIO
 from pathlib import Path
+from typing import Literal
 
 import click
 import pytest
@@ -22,6 +23,7 @@ from orchestrator.errors import (
     UnsupportedImageError,
 )
 from orchestrator.exit_codes import ExitCode, exit_code_for
+from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.results.build import build_result, final_exit_code, stored_event
 from orchestrator.results.junit import junit_xml
 from orchestrator.results.models import Event, RunResult, TaskSummary, json_schema
@@ -55,12 +57,14 @@ def _task(store: Store, task_id: str, parent: str | None, status: str, **extra: 
     store.update_task(task_id, status=status, ended_at=store.get_task(task_id).created_at + 2)
 
 
-def _event(store: Store, task_id: str, kind: str, **data: object) -> None:
+def _event(store: Store, task_id: str, kind: str, **data: JSONValue) -> None:
     event = Event(kind=kind, run_id="run_1", task_id=task_id, data=data)
     store.append_event("run_1", task_id, kind, json.loads(event.model_dump_json()))
 
 
-def _audit(store: Store, task_id: str, tool: str, final: str, **tool_input: object) -> None:
+def _audit(
+    store: Store, task_id: str, tool: str, final: Literal["allow", "deny"], **tool_input: JSONValue
+) -> None:
     store.record_audit(
         AuditRecord(
             run_id="run_1",
@@ -70,7 +74,7 @@ def _audit(store: Store, task_id: str, tool: str, final: str, **tool_input: obje
             input_hash="h",
             tool_input=dict(tool_input),
             decision="ask" if final == "deny" else "allow",
-            final=final,  # type: ignore[arg-type]
+            final=final,
             decided_by="rule: Bash(rm:*)" if final == "deny" else "mode",
             source="cli",
             reason=HOSTILE if final == "deny" else "",
@@ -86,7 +90,7 @@ def populated(store: Store) -> Store:
     _event(store, "sa_a", "task_running", event="tool_started", tool_name="Write")
     _event(store, "sa_a", "task_running", event="tool_finished", tool_name="Write")
     _event(store, "sa_a", "task_running", event="tool_started", tool_name="Bash")
-    usage_a = {
+    usage_a: JSONObject = {
         "input_tokens": 10,
         "cache_creation_input_tokens": 20,
         "cache_read_input_tokens": 70,
@@ -96,7 +100,7 @@ def populated(store: Store) -> Store:
         store, "sa_a", "task_completed", status="completed", tokens=120, turns=3, duration_s=1.5,
         usage=usage_a,
     )  # fmt: skip
-    usage_b = {"input_tokens": 20, "output_tokens": 10}
+    usage_b: JSONObject = {"input_tokens": 20, "output_tokens": 10}
     _event(
         store, "sa_b", "task_failed", status="failed", tokens=30, turns=1, duration_s=0.5,
         usage=usage_b,

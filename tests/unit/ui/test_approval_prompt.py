@@ -16,7 +16,7 @@ from orchestrator.ui.approval_prompt import (
     describe_answer,
     render_question,
 )
-from orchestrator.ui.progress import Progress
+from orchestrator.ui.progress import Progress, _PausingApprover
 
 
 def _question(task_id: str = "sa_child", **extra: Any) -> ApprovalQuestion:
@@ -91,7 +91,7 @@ async def test_queued_questions_are_counted_and_each_answer_echoed() -> None:
         "warden: denied: Bash for sa_b (bash): no (1 more waiting)",
         "warden: allowed this exact input for the rest of this run: Bash for sa_c (bash)",
     ]
-    assert approver.waiting == 0
+    assert isinstance(approver, _PausingApprover) and approver.waiting == 0
     assert describe_answer(
         _question(), ApprovalAnswer(behavior="allow", decided_by="x")
     ).startswith("warden: allowed once: Bash")

@@ -14,7 +14,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from orchestrator.permissions.approvers import ApprovalQuestion, input_hash
+from orchestrator.jsontypes import input_hash
+from orchestrator.permissions.approvers import ApprovalQuestion
 from orchestrator.store import Store, TaskRecord
 from orchestrator.web.approver import LocalQuestions, WebApprover
 from orchestrator.web.guard import CSP, ListenConfig, UnsafeListenError, parse_listen
@@ -33,8 +34,12 @@ def _store(tmp_path: Path) -> Store:
     return store
 
 
+Servers = tuple[PageServer, PageServer, WebApprover]
+"""Run A's page, run B's page, and run A's web approver."""
+
+
 @pytest.fixture
-async def servers(tmp_path: Path) -> AsyncIterator[tuple[PageServer, PageServer, WebApprover]]:
+async def servers(tmp_path: Path) -> AsyncIterator[Servers]:
     store = _store(tmp_path)
     approver = WebApprover()
     a = PageServer(store, LocalQuestions(approver), run_id=RUN_A)
@@ -58,7 +63,7 @@ def _origin(server: PageServer) -> str:
     return server.url.split("/s/")[0]
 
 
-async def test_the_secret_opens_the_page_and_nothing_else_does(servers: tuple) -> None:
+async def test_the_secret_opens_the_page_and_nothing_else_does(servers: Servers) -> None:
     a, b, _ = servers
     status, body, headers = await _get(a.url)
     assert status == 200 and b'<script src="app.js"' in body
@@ -83,7 +88,7 @@ async def test_the_secret_opens_the_page_and_nothing_else_does(servers: tuple) -
         assert headers["Content-Security-Policy"] == CSP
 
 
-async def test_one_runs_server_answers_nothing_of_another_run(servers: tuple) -> None:
+async def test_one_runs_server_answers_nothing_of_another_run(servers: Servers) -> None:
     a, _, _ = servers
     for path in (
         f"api/runs/{RUN_B}/tree",
@@ -99,7 +104,7 @@ async def test_one_runs_server_answers_nothing_of_another_run(servers: tuple) ->
     assert status == 200 and json.loads(body)["tasks"][0]["task_id"] == f"sa_{RUN_A}"
 
 
-async def test_a_foreign_host_or_origin_gets_nothing(servers: tuple) -> None:
+async def test_a_foreign_host_or_origin_gets_nothing(servers: Servers) -> None:
     a, _, _ = servers
     port = a.url.split(":")[2].split("/")[0]
     rebound = {"Host": f"evil.example:{port}"}
@@ -115,7 +120,7 @@ async def test_a_foreign_host_or_origin_gets_nothing(servers: tuple) -> None:
     assert (await _get(a.url + "api/runs", Host=f"localhost:{port}"))[0] == 200
 
 
-async def test_an_answer_needs_this_servers_origin(servers: tuple) -> None:
+async def test_an_answer_needs_this_servers_origin(servers: Servers) -> None:
     a, _, approver = servers
     q = ApprovalQuestion(
         task_id=f"sa_{RUN_A}", agent_type="bash", run_id=RUN_A, tool_name="Bash",
