@@ -27,6 +27,7 @@ from tests.integration.harness import (
     tool,
     until,
 )
+from tests.json_shapes import obj
 
 pytestmark = pytest.mark.integration
 
@@ -115,7 +116,7 @@ async def test_project_hooks_run_what_a_subagent_planted_only_inside_a_sandbox(
     ran = sorted((workspace / "ran.txt").read_text().splitlines())
     assert ran == [f"{n} uid={UNPRIVILEGED} ifaces=1" for n in ("python", "stream")]
     # ... and `make`, which the host has and the agent image does not, ran there too.
-    errors = [e.data["data"]["error"] for e in events if e.kind == "hook_error"]
+    errors = [obj(e.data["data"])["error"] for e in events if e.kind == "hook_error"]
     assert errors == ["exited with 127: sh: 1: make: not found"]
     assert containers_of(session) == []
 

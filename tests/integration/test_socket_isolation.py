@@ -32,6 +32,7 @@ from tests.integration.harness import (
     until,
 )
 from tests.integration.sandbox_fixtures import sandbox_image  # noqa: F401
+from tests.json_shapes import obj
 
 pytestmark = pytest.mark.integration
 
@@ -239,9 +240,9 @@ async def test_a_neighbour_sandbox_that_reaches_anothers_sockets_is_refused(
         (workspace / "holding.release").touch()
         held = await holder
         notices = [
-            str(e.data["data"].get("message", ""))
+            str(obj(e.data["data"]).get("message", ""))
             for e in run.store.events(run_id=run.run_id)
-            if e.kind == "broker_notice" and e.data["data"].get("notice") == "peer_refused"
+            if e.kind == "broker_notice" and obj(e.data["data"]).get("notice") == "peer_refused"
         ]
 
     assert held.status is TaskStatus.COMPLETED, held

@@ -28,6 +28,7 @@ from tests.integration.harness import (
     tool,
     write_agent,
 )
+from tests.json_shapes import arr, obj
 
 pytestmark = pytest.mark.integration
 
@@ -145,10 +146,10 @@ async def test_deadline_kills_the_container_and_keeps_work_done(
     assert (workspace / "before.txt").read_text() == "kept"
     # The transcript up to the last model turn is kept.
     assert any(
-        b.get("name") == "Bash"
+        obj(b).get("name") == "Bash"
         for m in transcript
         if m["role"] == "assistant"
-        for b in m["content"]
+        for b in arr(m["content"])
     )
     assert containers_of(session) == []
 
@@ -212,8 +213,8 @@ async def test_api_key_never_enters_the_container(settings: Settings, workspace:
     def on_event(event: Any) -> None:
         if event.kind == "task_started":
             container = client.api.inspect_container(event.data["container_id"])
-            image = client.api.inspect_image(container["Image"])
-            history = client.api.history(container["Image"])
+            found = client.images.get(container["Image"])
+            image, history = found.attrs, found.history()
             inspected.append({"container": container, "image": image, "history": history})
 
     async with scripted_run(settings, workspace, script) as (run, server):

@@ -16,6 +16,7 @@ import orchestrator
 from orchestrator.runtime.parent_tools import input_schema
 from orchestrator.runtime.tasks import TaskInput
 from orchestrator.schema_docs import documented
+from tests.json_shapes import obj
 from tests.unit.broker.test_client import RUN_START_MODULES
 
 START_MODULES = (
@@ -92,7 +93,8 @@ def test_each_field_is_described_by_the_docstring_under_it() -> None:
 
 def test_the_task_tool_schema_the_model_reads_has_the_descriptions() -> None:
     schema = input_schema(TaskInput)
-    described = {name: prop.get("description") for name, prop in schema["properties"].items()}
+    properties = obj(schema["properties"]).items()
+    described = {name: obj(prop).get("description") for name, prop in properties}
     assert described["description"] == "A short (3-5 word) description of the task."
     assert described["prompt"] == "The task for the subagent: all it will know."
     assert all(described.values()), json.dumps(described)

@@ -27,6 +27,7 @@ from orchestrator.scripted import (
     ToolUseBlock,
     Turn,
 )
+from tests.json_shapes import arr, obj
 
 MODEL = "claude-scripted"
 SyncClient = Callable[..., anthropic.Anthropic]
@@ -258,7 +259,8 @@ def test_wrong_or_missing_key_is_401_and_recordings_redact_it(
     # The SDK sends its key as `x-api-key` or as a bearer token, depending on version.
     secrets = {k: v for k, v in requests[0].headers.items() if k in {"x-api-key", "authorization"}}
     assert secrets and set(secrets.values()) == {"[redacted]"}
-    assert requests[0].body["messages"][0]["content"] == "slowly"
+    first = obj(arr(obj(requests[0].body)["messages"])[0])
+    assert first["content"] == "slowly"
     text = record.read_text()
     assert KEY not in text and "sk-wrong" not in text
     lines = [json.loads(line) for line in text.splitlines()]

@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.jsontypes import JSONObject
 from orchestrator.store import DB_FILENAME, Store, TaskRecord
 from tests.conftest import warden_env
+from tests.json_shapes import string
 
 CHILD_TIMEOUT_S = 60
 
@@ -188,15 +190,15 @@ def test_sigkill_mid_checkpoint_stream_keeps_last_committed_one(
             messages = after.get_transcript(task_id)
             assert messages, f"checkpoint {last_committed} was committed, then lost"
             assert after.checkpoint_transcript(task_id, [], 1) is False  # still guarded
-        turn = int(messages[0]["content"].split()[1])
+        turn = int(string(messages[0]["content"]).split()[1])
         assert turn >= last_committed
         assert messages == _expected(turn, pad)
         store.append_event("run1", task_id, "recovered", {"turn": turn})  # still writable
 
 
-def _conversation(turns: int) -> list[dict[str, object]]:
+def _conversation(turns: int) -> list[JSONObject]:
     """A realistic tool-using conversation: text, a tool call and its output per turn."""
-    messages: list[dict[str, object]] = [{"role": "user", "content": "Fix the failing test."}]
+    messages: list[JSONObject] = [{"role": "user", "content": "Fix the failing test."}]
     for t in range(turns):
         messages.append(
             {
@@ -302,14 +304,15 @@ def test_a_new_store_opened_by_two_processes_at_once_opens_in_both(
         text=True,
     )  # fmt: skip
     assert holder.stdin is not None and holder.stdout is not None
+    to_holder, from_holder = holder.stdin, holder.stdout
     pauses: list[float] = []
 
     def let_the_other_finish(seconds: float) -> None:
         """The first wait for the lock is where the other opener finishes."""
         if not pauses:
-            holder.stdin.write("go\n")
-            holder.stdin.flush()
-            assert holder.stdout.readline().strip() == "released"
+            to_holder.write("go\n")
+            to_holder.flush()
+            assert from_holder.readline().strip() == "released"
         pauses.append(seconds)
 
     monkeypatch.setattr(schema, "_pause", let_the_other_finish, raising=False)
