@@ -47,7 +47,7 @@ def docker_client(sandbox_image: str) -> Iterator[DockerClient]:
     """A client for the real engine. Fails (never skips) when the engine or image is missing."""
     client = connect()  # raises EngineUnavailableError naming the fix
     try:
-        client.api.inspect_image(sandbox_image)
+        client.images.get(sandbox_image)
     except Exception as exc:  # any failure here means the image is unusable
         pytest.fail(f"test image {sandbox_image!r} is missing ({exc}); run `warden images build`")
     yield client

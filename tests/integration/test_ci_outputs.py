@@ -195,8 +195,10 @@ async def test_a_run_is_traced_with_spans_for_run_task_model_and_tool_calls(
         s for s in model_spans if s.parent and s.parent.span_id == task_span.context.span_id
     ]
     assert len(under_task) == 2
-    assert all(s.attributes and s.attributes["gen_ai.usage.output_tokens"] > 0 for s in under_task)
-    assert task_span.attributes and task_span.attributes["warden.tokens"] > 0
+    assert all(
+        s.attributes and _positive(s.attributes["gen_ai.usage.output_tokens"]) for s in under_task
+    )
+    assert task_span.attributes and _positive(task_span.attributes["warden.tokens"])
     assert task_span.attributes["warden.status"] == "completed"
 
 
@@ -238,3 +240,8 @@ def test_files_changed_count_bash_writes_and_say_shared_when_tasks_overlap(
     for pair in pairs:  # each window may hold the other's write: listed, not hidden
         assert set(pair["files_changed"]) <= {"/workspace/pair1.txt", "/workspace/pair2.txt"}
         assert pair["files_changed"]
+
+
+def _positive(value: object) -> bool:
+    """A span attribute holding a count above zero."""
+    return isinstance(value, int) and value > 0

@@ -13,7 +13,7 @@ import os
 import threading
 import uuid
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import pytest
 
@@ -199,7 +199,7 @@ class _Site(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.seen.append(f"{self.headers.get('Host')}{self.path}")
-        port = self.server.server_address[1]
+        port = cast(tuple[str, int], self.server.server_address)[1]
         if self.path == "/hop":
             self._send(302, b"", location="/page")
         elif self.path == "/away":

@@ -50,7 +50,11 @@ def test_a_burst_past_the_cap_is_queued_and_all_succeed(
         records = store.list_tasks(run_id=final["run_id"])
         assert sorted(r.status for r in records) == ["completed"] * BURST
     # Never more than CAP sandboxes of tasks ran at once: intervals overlap at most CAP deep.
-    spans = sorted((r.started_at, r.ended_at) for r in records)
+    spans: list[tuple[float, float]] = []
+    for r in records:
+        assert r.started_at is not None and r.ended_at is not None, r
+        spans.append((r.started_at, r.ended_at))
+    spans.sort()
     for start, _ in spans:
         assert sum(1 for s, e in spans if s <= start < e) <= CAP
     assert containers_of(final["run_id"]) == []

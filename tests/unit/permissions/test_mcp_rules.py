@@ -4,8 +4,11 @@ agent's tool list names MCP tools the same ways."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from orchestrator.behavior import Behavior
 from orchestrator.errors import PolicyError
 from orchestrator.permissions.rules import mcp_offer_patterns, parse_rule, tool_listed
 
@@ -48,14 +51,12 @@ def test_deny_rules_remove_mcp_tools_from_the_offer_by_the_whole_name() -> None:
     """What the pinned Claude Code left out of the tools it offered: `mcp__y` and
     `mcp__z__*` whole servers, `mcp__x*` every server starting with x, `mcp__*` every
     MCP tool; a rule with a specifier, an allow or an ask rule removes nothing."""
-    rules = [
-        parse_rule(text, behavior, "project:s", "permissions")
-        for text, behavior in [
-            ("mcp__y", "deny"), ("mcp__z__*", "deny"), ("mcp__x*", "deny"), ("mcp__*", "deny"),
-            ("mcp__w__poke", "deny"), ("mcp__v__poke(a)", "deny"), ("mcp__u", "ask"),
-            ("mcp__t", "allow"), ("Bash", "deny"),
-        ]
+    listed: list[tuple[str, Behavior]] = [
+        ("mcp__y", "deny"), ("mcp__z__*", "deny"), ("mcp__x*", "deny"), ("mcp__*", "deny"),
+        ("mcp__w__poke", "deny"), ("mcp__v__poke(a)", "deny"), ("mcp__u", "ask"),
+        ("mcp__t", "allow"), ("Bash", "deny"),
     ]  # fmt: skip
+    rules = [parse_rule(text, behavior, "project:s", "permissions") for text, behavior in listed]
     assert mcp_offer_patterns(rules) == (
         "mcp__y__*", "mcp__z__*", "mcp__x*", "mcp__*", "mcp__w__poke",
     )  # fmt: skip
@@ -92,7 +93,7 @@ def test_agent_tool_lists_name_mcp_tools_by_server_or_all() -> None:
         ({"mode": "plan", "allow": ["mcp__db"], "deny": ["mcp__db__*"]}, "deny"),
     ],
 )
-def test_mcp_calls_are_decided_by_rules_and_mode(rules: dict[str, object], expected: str) -> None:
+def test_mcp_calls_are_decided_by_rules_and_mode(rules: dict[str, Any], expected: str) -> None:
     from orchestrator.permissions import ToolCall, evaluate
     from tests.unit.permissions.test_paths import policy
 

@@ -17,6 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.errors import StoreError, TaskNotFoundError
+from orchestrator.jsontypes import JSONObject
 from orchestrator.store import (
     DB_FILENAME,
     MAX_AUDIT_INPUT_CHARS,
@@ -27,6 +28,7 @@ from orchestrator.store import (
     RunNotFoundError,
     Store,
     TaskRecord,
+    TaskStatus,
     TranscriptTooLargeError,
 )
 from orchestrator.store import records as records_module
@@ -177,16 +179,16 @@ def test_task_lifecycle_updates(store: Store) -> None:
     assert (updated.status, updated.container_id) == ("running", "c0ffee")
     assert store.get_task("sa_t") == updated
     with pytest.raises(TypeError, match="bogus"):
-        store.update_task("sa_t", bogus=1)
+        store.update_task("sa_t", bogus=1)  # type: ignore[call-arg]  # the refusal tested
     with pytest.raises(ValueError, match="run_id"):
-        store.update_task("sa_t", run_id="other")
+        store.update_task("sa_t", run_id="other")  # type: ignore[call-arg]  # the refusal tested
     with pytest.raises(ValidationError):
         store.update_task("sa_t", status="exploded")
     with pytest.raises(TaskNotFoundError):
         store.update_task("sa_missing", status="running")
-    assert store.finish_task("sa_t", "stopped", error="TaskStop") is True
+    assert store.finish_task("sa_t", TaskStatus.STOPPED, error="TaskStop") is True
     # A result arriving after the stop does not undo it.
-    assert store.finish_task("sa_t", "completed", result_text="late") is False
+    assert store.finish_task("sa_t", TaskStatus.COMPLETED, result_text="late") is False
     task = store.get_task("sa_t")
     assert (task.status, task.result_text, task.error) == ("stopped", None, "TaskStop")
     assert task.ended_at is not None
@@ -201,18 +203,18 @@ def test_running_tasks_and_mark_interrupted(store: Store) -> None:
     assert store.running_tasks() == []
     assert store.get_task("sa_3").status == "completed"
     assert store.get_task("sa_1").status == "interrupted"
-    assert store.list_tasks(status="interrupted")[0].error
+    assert store.list_tasks(status=TaskStatus.INTERRUPTED)[0].error
     assert store.mark_interrupted(["sa_1"]) == 0
 
 
 def test_lower_turn_checkpoint_does_not_overwrite(store: Store) -> None:
     store.create_task(_task("sa_t"))
-    five = [{"role": "user", "content": str(i)} for i in range(5)]
+    five: list[JSONObject] = [{"role": "user", "content": str(i)} for i in range(5)]
     assert store.checkpoint_transcript("sa_t", five, 3) is True
     assert store.checkpoint_transcript("sa_t", five[:1], 2) is False  # late / replayed
     assert store.checkpoint_transcript("sa_t", five[:4], 3) is False  # same turn, shorter
     assert store.get_transcript("sa_t") == five
-    six = [*five, {"role": "assistant", "content": "5"}]
+    six: list[JSONObject] = [*five, {"role": "assistant", "content": "5"}]
     assert store.checkpoint_transcript("sa_t", six, 3) is True
     assert store.checkpoint_transcript("sa_t", six[:2], 4) is True  # a newer turn wins
     assert store.get_transcript("sa_t") == six[:2]
@@ -239,7 +241,10 @@ def test_session_transcript_follows_the_latest_task_with_a_checkpoint(store: Sto
     store.create_task(_task("sa_resumed", session_id="sa_first"))
     # The resumed task has not checkpointed yet: resume from the first one's history.
     assert store.get_session_transcript("sa_first") == [{"role": "user", "content": "one"}]
-    longer = [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}]
+    longer: list[JSONObject] = [
+        {"role": "user", "content": "one"},
+        {"role": "user", "content": "two"},
+    ]
     store.checkpoint_transcript("sa_resumed", longer, 1)
     assert store.get_session_transcript("sa_first") == longer
     assert store.get_transcript("sa_first") == [{"role": "user", "content": "one"}]
@@ -270,8 +275,9 @@ def test_large_event_data_is_replaced_by_an_announced_preview(store: Store) -> N
     store.append_event("run1", None, "log", {"out": "y" * 500_000})
     (event,) = store.events()
     assert event.data[TRUNCATED_KEY] is True
-    assert event.data["original_chars"] > 500_000
-    assert event.data["preview"].startswith('{"out":"yyy')
+    chars, preview = event.data["original_chars"], event.data["preview"]
+    assert isinstance(chars, int) and chars > 500_000
+    assert isinstance(preview, str) and preview.startswith('{"out":"yyy')
     assert len(json.dumps(event.data)) <= records_module.MAX_EVENT_DATA_CHARS
 
 
@@ -322,7 +328,7 @@ def test_audit_round_trip_and_bounded_input(store: Store) -> None:
 def test_hostile_strings_round_trip_as_data(store: Store, text: str) -> None:
     store.create_task(_task("sa_h", description=text, prompt=text))
     store.update_task("sa_h", error=text, result_text=text)
-    messages = [{"role": "user", "content": text, text: [text, {"k": text}]}]
+    messages: list[JSONObject] = [{"role": "user", "content": text, text: [text, {"k": text}]}]
     store.checkpoint_transcript("sa_h", messages, 1)
     store.append_event("run1", "sa_h", text, {text: text})
     store.record_audit(_audit(reason=text, decided_by=text, tool_input={text: text}))
@@ -339,7 +345,7 @@ def test_hostile_strings_round_trip_as_data(store: Store, text: str) -> None:
 def test_lone_surrogates_are_exact_in_json_and_replaced_in_text(store: Store) -> None:
     store.create_task(_task("sa_s", prompt="a\ud800b"))
     assert store.get_task("sa_s").prompt == "a\ufffdb"
-    messages = [{"content": "lone \ud800 and \udfff", "pair": "😀"}]
+    messages: list[JSONObject] = [{"content": "lone \ud800 and \udfff", "pair": "😀"}]
     store.checkpoint_transcript("sa_s", messages, 1)
     assert store.get_transcript("sa_s") == messages
 
