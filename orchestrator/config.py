@@ -66,12 +66,13 @@ DEFAULT_MODEL = "claude-sonnet-5"
 """The parent's model (and its subagents') unless `--model` or an agent file says otherwise."""
 DEFAULT_MODEL_ALIASES: dict[str, str] = {
     "sonnet": DEFAULT_MODEL,
-    "opus": "claude-opus-4-5",
+    "opus": "claude-opus-4-8",
     "haiku": "claude-haiku-4-5",
     "opusplan": DEFAULT_MODEL,
 }
 """Claude Code's model aliases, as agent files use them (`model: sonnet`), mapped to
-model ids. `opusplan` means Opus while planning and Sonnet otherwise; subagents
+model ids as the pinned Claude Code maps them (measured: its subagents' requests name
+`claude-sonnet-5`, `claude-opus-4-8`, `claude-haiku-4-5-20251001`). `opusplan` means Opus while planning and Sonnet otherwise; subagents
 execute, so it is Sonnet. Override one with Claude Code's variables
 `ANTHROPIC_DEFAULT_SONNET_MODEL`, `ANTHROPIC_DEFAULT_OPUS_MODEL`,
 `ANTHROPIC_DEFAULT_HAIKU_MODEL`."""

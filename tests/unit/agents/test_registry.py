@@ -346,7 +346,7 @@ def test_model_aliases_resolve_through_the_settings(settings: Settings, workspac
     )
     registry = AgentRegistry.load(settings, workspace)
     assert registry.get("s").model == settings.model_aliases["sonnet"]
-    assert (registry.get("o").model, registry.get("o").model_alias) == ("claude-opus-4-5", "opus")
+    assert (registry.get("o").model, registry.get("o").model_alias) == ("claude-opus-4-8", "opus")
     assert registry.get("h").model == "claude-haiku-4-5"
     assert registry.get("i").model is None  # the parent's model
     assert (registry.get("x").model, registry.get("x").model_alias) == ("claude-custom-1", None)

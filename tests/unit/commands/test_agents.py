@@ -45,7 +45,7 @@ def test_list_shows_sources_models_and_dropped_tools(tmp_path: Path) -> None:
     by_name = {a["name"]: a for a in listed["agents"]}
     assert set(by_name) == {"Explore", "Plan", "bash", "general-purpose", "reviewer"}
     reviewer = by_name["reviewer"]
-    assert (reviewer["model"], reviewer["model_alias"]) == ("claude-opus-4-5", "opus")
+    assert (reviewer["model"], reviewer["model_alias"]) == ("claude-opus-4-8", "opus")
     assert reviewer["tools"] == ["Read", "Grep"] and reviewer["dropped_tools"] == ["AskUserQuestion"]
     assert reviewer["source"].endswith("reviewer.md")
     assert by_name["bash"]["source"] == "built-in"
@@ -57,7 +57,7 @@ def test_show_prints_one_agent_and_unknown_names_fail_clearly(tmp_path: Path) ->
     ws = _workspace(tmp_path, reviewer=GOOD)
     proc = _cli(tmp_path, "show", "reviewer", "--workspace", str(ws))
     assert proc.returncode == 0, proc.stderr
-    assert "claude-opus-4-5 (opus)" in proc.stdout and "Review." in proc.stdout
+    assert "claude-opus-4-8 (opus)" in proc.stdout and "Review." in proc.stdout
     missing = _cli(tmp_path, "show", "reviwer", "--workspace", str(ws))
     assert missing.returncode == 2
     assert "Did you mean 'reviewer'?" in missing.stderr
