@@ -23,6 +23,7 @@ from orchestrator.web.approver import (
     WebApprover,
 )
 from orchestrator.web.link import RemoteQuestions, RunLink
+from tests.json_shapes import arr, obj
 from tests.review_fixtures import SCRIPT_NAME, hostile_review
 
 RUN = "run_review"
@@ -42,7 +43,8 @@ async def test_the_answer_must_name_the_hash_on_offer(tmp_path: Path) -> None:
     sha, qid = review.change_set.sha256, review.question_id
     approver = WebApprover()
     task = await _asked(approver, review)
-    (shown,) = approver.state(RUN)["open"]
+    (first,) = arr(approver.state(RUN)["open"])
+    shown = obj(first)
     assert shown["kind"] == "apply_review" and shown["sha256"] == sha
     assert f"Change set {sha}" in str(shown["text"])
     for stale in ("", "0" * 64):
@@ -70,7 +72,7 @@ async def test_the_diff_is_served_locally_and_through_the_runs_socket(tmp_path: 
         remote = await RemoteQuestions(tmp_path).review(RUN, review.question_id)
         assert remote == json.loads(json.dumps(local))
         assert remote["sha256"] == review.change_set.sha256
-        assert SCRIPT_NAME in [f["path"] for f in remote["files"]]  # type: ignore[union-attr]
+        assert SCRIPT_NAME in [obj(f)["path"] for f in arr(remote["files"])]
         with pytest.raises(UnknownQuestionError):
             await RemoteQuestions(tmp_path).review(RUN, "q_unknown")
         request = AnswerRequest(

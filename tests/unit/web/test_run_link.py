@@ -21,7 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from orchestrator.permissions.approvers import ApprovalQuestion, input_hash
+from orchestrator.jsontypes import JSONObject, input_hash
+from orchestrator.permissions.approvers import ApprovalQuestion
 from orchestrator.store import Store
 from orchestrator.web.approver import (
     AlreadyAnsweredError,
@@ -33,12 +34,13 @@ from orchestrator.web.approver import (
 from orchestrator.web.guard import ListenConfig
 from orchestrator.web.link import LINK_FILE, RemoteQuestions, RunLink
 from orchestrator.web.server import PageServer
+from tests.json_shapes import arr, obj
 
 RUN = "run_20260101000000_abcd"
 
 
 def _question() -> ApprovalQuestion:
-    tool_input = {"command": "make test"}
+    tool_input: JSONObject = {"command": "make test"}
     return ApprovalQuestion(
         task_id="sa_x", agent_type="bash", run_id=RUN, tool_name="Bash", tool_input=tool_input,
         input_hash=input_hash("Bash", tool_input), asked_by="mode:default",
@@ -61,7 +63,8 @@ async def test_another_process_answers_through_the_runs_socket(tmp_path: Path) -
 
         asking = asyncio.create_task(approver.approve(_question()))
         await asyncio.sleep(0.01)
-        (shown,) = (await remote.state(RUN))["open"]
+        (first,) = arr((await remote.state(RUN))["open"])
+        shown = obj(first)
         assert "make test" in json.dumps(shown)
         request = AnswerRequest(choice="deny", user="alice", reason="not now")
         assert await remote.answer(RUN, str(shown["id"]), request) == "web:alice"

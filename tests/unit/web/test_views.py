@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import TaskNotFoundError
+from orchestrator.jsontypes import JSONObject, JSONValue
 from orchestrator.store import AuditRecord, Store, TaskRecord
 from orchestrator.web import views
+from tests.json_shapes import arr, obj, string
 
 RUN, OTHER = "run_1", "run_2"
 
 
-def _event(store: Store, task: str, kind: str, **data: object) -> None:
+def _event(store: Store, task: str, kind: str, **data: JSONValue) -> None:
     store.append_event(RUN, task, kind, {"kind": kind, "task_id": task, "data": data})
 
 
@@ -28,6 +30,11 @@ def _audit(store: Store, tool: str, final: str, by: str, **extra: object) -> Non
             final=final, decided_by=by, source="mode", **extra,  # type: ignore[arg-type]
         )
     )  # fmt: skip
+
+
+def _by_id(tasks: JSONValue) -> dict[str, JSONObject]:
+    """The page's task rows by task id."""
+    return {string(obj(t)["task_id"]): obj(t) for t in arr(tasks)}
 
 
 @pytest.fixture
@@ -48,17 +55,17 @@ def test_the_tree_folds_in_what_the_events_say(store: Store) -> None:
     _event(store, "sa_child", "task_running", event="tool_started", tool_name="Bash", detail="ls")
     _event(store, "sa_child", "approval_requested", tool_name="Bash")
     _event(store, "sa_child", "permission_denied", tool_name="Bash")
-    first = {t["task_id"]: t for t in tree.refresh(store)["tasks"]}  # type: ignore[union-attr,index]
+    first = _by_id(tree.refresh(store)["tasks"])
     assert first["sa_child"]["current"] == "Bash: ls"
     # Only the events after the last refresh are read; the counts go on from there.
     _event(store, "sa_child", "task_running", event="tool_finished", tool_name="Bash")
     _event(store, "sa_child", "task_running", event="tool_started", tool_name="Read", detail="a")
-    usage = {"input_tokens": 10, "cache_read_input_tokens": 30, "output_tokens": 5}
+    usage: JSONObject = {"input_tokens": 10, "cache_read_input_tokens": 30, "output_tokens": 5}
     _event(store, "sa_child", "task_completed", status="completed", usage=usage)
     store.update_task("sa_child", tokens=45)
     _audit(store, "Bash", "deny", "web:alice")
     snap = tree.refresh(store)
-    rows = {t["task_id"]: t for t in snap["tasks"]}  # type: ignore[union-attr,index]
+    rows = _by_id(snap["tasks"])
     child = rows["sa_child"]
     assert child["tools"] == {"Bash": 1, "Read": 1} and child["current"] == ""
     assert (child["denials"], child["asked"], child["tokens"]) == (1, 1, 45)
@@ -81,7 +88,7 @@ def test_events_transcript_and_audit_of_a_task(store: Store) -> None:
         1,
     )  # fmt: skip
     messages = views.transcript(store, RUN, "sa_child")["messages"]
-    assert [m["parts"] for m in messages] == [  # type: ignore[index]
+    assert [obj(m)["parts"] for m in arr(messages)] == [
         ["do it \\x07"],
         ['[tool call Bash] {"command": "ls"}'],
         ["[tool result] <b>x</b>"],
@@ -99,7 +106,8 @@ def test_events_transcript_and_audit_of_a_task(store: Store) -> None:
         2,
         ["Bash", "Read"],
     )
-    assert [r["decided_by"] for r in everything["records"]] == ["web:alice", "terminal:bob"]  # type: ignore[index]
+    decided_by = [obj(r)["decided_by"] for r in arr(everything["records"])]
+    assert decided_by == ["web:alice", "terminal:bob"]
     assert views.audit(store, RUN, {"final": "deny"})["matching"] == 1
     assert views.audit(store, RUN, {"tool": "Bash", "final": "deny"})["matching"] == 0
     assert views.audit(store, RUN, {"text": "THAT FILE"})["matching"] == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from orchestrator.jsontypes import input_hash
+from orchestrator.jsontypes import JSONObject, input_hash
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
 from orchestrator.ui.question_text import render_question
 from orchestrator.web.approver import (
@@ -24,12 +24,13 @@ from orchestrator.web.approver import (
     WebApprover,
     question_view,
 )
+from tests.json_shapes import arr, obj
 
 STATIC = Path(__file__).resolve().parents[3] / "orchestrator" / "web" / "static"
 
 
 def _question(command: str = "touch x", rule: str = "Bash(touch x)") -> ApprovalQuestion:
-    tool_input = {"command": command}
+    tool_input: JSONObject = {"command": command}
     return ApprovalQuestion(
         task_id="sa_child", agent_type="bash", description="child \u202etxt.exe",
         chain=("sa_lead", "sa_child"), chain_agents=("general-purpose", "bash"),
@@ -40,7 +41,9 @@ def _question(command: str = "touch x", rule: str = "Bash(touch x)") -> Approval
     )  # fmt: skip
 
 
-async def _asked(approver: WebApprover, q: ApprovalQuestion) -> tuple[asyncio.Task, str]:
+async def _asked(
+    approver: WebApprover, q: ApprovalQuestion
+) -> tuple[asyncio.Task[ApprovalAnswer], str]:
     task = asyncio.create_task(approver.approve(q))
     await asyncio.sleep(0)
     return task, approver.pending()[-1].qid
@@ -50,7 +53,8 @@ async def test_the_first_answer_wins_and_a_second_learns_who() -> None:
     approver = WebApprover()
     task, qid = await _asked(approver, _question())
     view = approver.state("run_1")
-    assert [q["id"] for q in view["open"]] == [qid] and approver.state("run_2")["open"] == []
+    assert [obj(q)["id"] for q in arr(view["open"])] == [qid]
+    assert approver.state("run_2")["open"] == []
     answer = approver.answer(qid, AnswerRequest(choice="session", user="alice"))
     assert (await task) == answer
     assert (answer.behavior, answer.scope, answer.decided_by) == ("allow", "session", "web:alice")
