@@ -25,6 +25,7 @@ import pytest
 from orchestrator.config import Settings
 from orchestrator.runtime.tasks import TaskInput, TaskStatus
 from tests.integration.harness import convo, requests_of, scripted_run, text, tool, write_agent
+from tests.json_shapes import obj
 
 pytestmark = pytest.mark.integration
 
@@ -116,7 +117,7 @@ async def test_a_stdio_server_runs_in_the_sandbox_and_its_calls_are_decided_on_t
         general = await run.manager.run_task(task("MCP-GENERAL"))
         prober = await run.manager.run_task(task("MCP-PROBER", "prober"))
         setups = {
-            e.task_id: e.data["data"]["setup"]["mcp_servers"]
+            e.task_id: obj(obj(e.data["data"])["setup"])["mcp_servers"]
             for e in run.store.events(run_id=run.run_id)
             if e.kind == "task_started"
         }
@@ -191,7 +192,7 @@ async def test_disallowed_tools_and_plan_mode_treat_mcp_tools_as_claude_code_doe
     ):
         result = await run.manager.run_task(task("MCP-PLAN", "planner"))
         denied = [
-            (e.data.get("data") or {}).get("tool_name")
+            obj(e.data.get("data") or {}).get("tool_name")
             for e in run.store.events(run_id=run.run_id)
             if e.kind == "permission_denied"
         ]

@@ -22,6 +22,7 @@ from orchestrator.store import Store
 from sandbox_tools.conversation import INTERRUPTED_RESULT
 from tests.conftest import warden_argv, warden_env
 from tests.integration.harness import PARENT_MATCH, containers_of, convo, task, text, tool
+from tests.json_shapes import arr, obj
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +83,7 @@ def test_resume_after_a_kill_between_tool_use_and_result(
             proc.communicate()
         store.close()
     crashed = tasks[0]
-    (sleep_call,) = [b for b in transcript[-1]["content"] if b["type"] == "tool_use"]
+    (sleep_call,) = [obj(b) for b in arr(transcript[-1]["content"]) if obj(b)["type"] == "tool_use"]
 
     resume_script = _write(
         tmp_path / "resume.yaml", [convo("crashy", {"prompt_contains": "CRASHY"}, *CRASHY_TURNS)]
@@ -113,12 +114,12 @@ def test_resume_after_a_kill_between_tool_use_and_result(
         history = store.get_transcript(resumed.task_id)
     closing = history[4]
     assert closing["role"] == "user"
-    assert closing["content"][0] == {
+    assert arr(closing["content"])[0] == {
         "type": "tool_result",
         "tool_use_id": sleep_call["id"],
         "content": INTERRUPTED_RESULT,
         "is_error": True,
     }
-    assert closing["content"][1] == {"type": "text", "text": "continue"}
+    assert arr(closing["content"])[1] == {"type": "text", "text": "continue"}
     assert containers_of(crashed.run_id) == []
     assert containers_of(resumed.run_id) == []

@@ -36,6 +36,7 @@ from tests.integration.harness import (
     tool,
     trust_hooks,
 )
+from tests.json_shapes import obj, string
 
 pytestmark = pytest.mark.integration
 
@@ -391,7 +392,7 @@ def test_the_run_reports_every_executed_path_it_changed_in_json_summary_and_audi
         audit = store.audit(result["run_id"])
     finally:
         store.close()
-    assert sorted(a.tool_input["path"] for a in audit if a.tool_name == "WorkspaceChange") == [
+    assert sorted(str(a.tool_input["path"]) for a in audit if a.tool_name == "WorkspaceChange") == [
         p for _, p in listed
     ]
     # The terminal summary says the same in plain text.
@@ -501,9 +502,9 @@ async def test_host_hooks_never_run_planted_binaries_and_see_no_secrets(
     assert (workspace / "node_modules" / ".bin" / "prettier").exists()
     assert not marker.exists(), "a host hook ran the binary a subagent planted"
     # The untrusted format hooks ran in hook sandboxes (which have no npx), not here.
-    hook_events = [e.data["data"] for e in events if e.kind == "post_tool_use_hook"]
-    formatters = [e for e in hook_events if e["hook"].startswith("npx")]
-    assert len(formatters) == 4 and all("npx: not found" in e["error"] for e in formatters)
+    hook_events = [obj(e.data["data"]) for e in events if e.kind == "post_tool_use_hook"]
+    formatters = [e for e in hook_events if string(e["hook"]).startswith("npx")]
+    assert len(formatters) == 4 and all("npx: not found" in string(e["error"]) for e in formatters)
     seen = env_log.read_text()
     assert "sk-ant-HOST-SECRET" not in seen and "ANTHROPIC_API_KEY" not in seen
     assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n" in seen

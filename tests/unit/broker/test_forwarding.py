@@ -16,7 +16,9 @@ from orchestrator.egress.provider import RuleSetEgress, provider_egress
 from orchestrator.egress.rules import RuleSet
 from orchestrator.egress.rules import parse_rule as egress_rule
 from orchestrator.egress.sources import agent_rules
+from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions import parse_rule
+from tests.json_shapes import arr, obj
 
 EVERY_RULE = (
     "WebFetch",
@@ -92,7 +94,7 @@ def test_web_tools_leave_with_the_egress_allowlist_as_allowed_domains() -> None:
     )
     # Only exact host rules become API domains (a wildcard would add its apex, a raw
     # TCP rule is not for HTTP).
-    assert [t["allowed_domains"] for t in forwarded.body["tools"]] == [
+    assert [obj(t)["allowed_domains"] for t in arr(forwarded.body["tools"])] == [
         ["docs.test", "pypi.test"]
     ] * 2
 
@@ -101,7 +103,7 @@ def test_permission_domain_rules_and_egress_are_both_required() -> None:
     rules = egress(("docs.test", "pypi.test"))
     policy = gate(rules, "WebFetch(domain:docs.test)", "WebFetch(domain:other.test)")
     forwarded = check_request(policy, body(tools=[FETCH]), None)
-    assert forwarded.body["tools"][0]["allowed_domains"] == ["docs.test"]
+    assert obj(arr(forwarded.body["tools"])[0])["allowed_domains"] == ["docs.test"]
     with pytest.raises(ForwardingRefused, match=r"other\.test"):
         check_request(policy, body(tools=[{**FETCH, "allowed_domains": ["other.test"]}]), None)
 
@@ -109,7 +111,7 @@ def test_permission_domain_rules_and_egress_are_both_required() -> None:
 def test_requested_domains_outside_the_egress_are_refused() -> None:
     policy = gate(egress(("docs.test",)), "WebFetch")
     ok = check_request(policy, body(tools=[{**FETCH, "allowed_domains": ["docs.test"]}]), None)
-    assert ok.body["tools"][0]["allowed_domains"] == ["docs.test"]
+    assert obj(arr(ok.body["tools"])[0])["allowed_domains"] == ["docs.test"]
     for asked in (["evil.test"], ["docs.test", "evil.test"], ["sub.docs.test"], ["10.0.0.1"]):
         with pytest.raises(ForwardingRefused, match=r"not reachable|an IP address"):
             check_request(policy, body(tools=[{**FETCH, "allowed_domains": asked}]), None)
@@ -120,7 +122,7 @@ def test_a_domain_whose_subdomain_is_denied_is_not_an_api_domain() -> None:
     rules = egress(("example.test", "ok.test"), deny=("secret.example.test",))
     policy = gate(rules, "WebFetch")
     forwarded = check_request(policy, body(tools=[FETCH]), None)
-    assert forwarded.body["tools"][0]["allowed_domains"] == ["ok.test"]
+    assert obj(arr(forwarded.body["tools"])[0])["allowed_domains"] == ["ok.test"]
     with pytest.raises(ForwardingRefused, match=r"secret\.example\.test"):
         check_request(policy, body(tools=[{**FETCH, "allowed_domains": ["example.test"]}]), None)
 
@@ -196,7 +198,12 @@ def test_an_effort_level_passes_and_other_output_config_needs_a_rule() -> None:
     policy = gate(None)
     sent = check_request(policy, body(output_config={"effort": "low"}), None)
     assert sent.body["output_config"] == {"effort": "low"}
-    for config in ({"effort": "enormous"}, {"effort": "low", "format": {}}, {"task_budget": {}}):
+    refused: list[JSONObject] = [
+        {"effort": "enormous"},
+        {"effort": "low", "format": {}},
+        {"task_budget": {}},
+    ]
+    for config in refused:
         with pytest.raises(ForwardingRefused, match="output_config"):
             check_request(policy, body(output_config=config), None)
     allowed = gate(None, "RequestField(output_config)")

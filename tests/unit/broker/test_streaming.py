@@ -28,6 +28,7 @@ from orchestrator.scripted import (
 )
 from orchestrator.scripted.replies import STREAM_TEXT_CHUNK_CHARS
 from orchestrator.ui.progress import Progress
+from tests.json_shapes import arr, obj
 from tests.unit.broker.test_upstream import Sandbox, _sandbox, body_for
 
 LONG = " ".join(f"word{i}" for i in range(200))
@@ -106,8 +107,8 @@ async def test_a_streamed_answer_with_tool_calls_is_the_plain_one(
     assert isinstance(streamed, dict) and isinstance(plain, dict)
     assert [a.status for a in answers] == [200, 200]
     assert streamed["content"] == plain["content"]
-    assert [b["type"] for b in streamed["content"]] == ["text", "tool_use", "tool_use"]
-    assert streamed["content"][1]["input"] == {"command": "ls -la", "n": [1, 2]}
+    assert [obj(b)["type"] for b in arr(streamed["content"])] == ["text", "tool_use", "tool_use"]
+    assert obj(arr(streamed["content"])[1])["input"] == {"command": "ls -la", "n": [1, 2]}
     assert streamed["stop_reason"] == plain["stop_reason"] == "tool_use"
 
 
