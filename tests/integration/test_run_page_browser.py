@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import BrowserContext, Dialog, Page, expect, sync_playwright
 
 from orchestrator.scripted import Script, ScriptedModelServer
 from tests.conftest import warden_argv, warden_env
 from tests.integration.harness import API_KEY, PARENT_MATCH, convo, text, tool
+from tests.json_shapes import arr, obj
 
 pytestmark = pytest.mark.integration
 
@@ -165,13 +166,13 @@ def test_questions_are_answered_on_the_page_and_container_text_stays_text(
     # Allowed once: it ran. Denied: it did not, and the model was told the reason.
     assert (workspace / "once.txt").exists() and not (workspace / "denied.txt").exists()
     results = [
-        block
+        obj(block)
         for body in requests
         if isinstance(body, dict)
-        for message in body.get("messages", [])
-        if isinstance(message.get("content"), list)
-        for block in message["content"]
-        if block.get("type") == "tool_result"
+        for message in arr(body.get("messages", []))
+        if isinstance(obj(message).get("content"), list)
+        for block in arr(obj(message)["content"])
+        if obj(block).get("type") == "tool_result"
     ]
     denial = [r for r in results if REASON in json.dumps(r)]
     assert denial and all(r.get("is_error") for r in denial), results
@@ -187,7 +188,12 @@ def _answer_and_attack(
     browser: BrowserContext, run_url: str, viewer_url: str, settings_file: Path
 ) -> None:
     dialogs: list[str] = []
-    browser.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+    def on_dialog(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    browser.on("dialog", on_dialog)
     page = browser.new_page()
     page.goto(run_url)
     page.fill("#user", "alice")

@@ -15,17 +15,20 @@ import ssl
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from orchestrator.egress.background import EventRecorder
 from orchestrator.egress.limits import EgressLimits
 from orchestrator.egress.resolver import StaticResolver
 from orchestrator.egress.rules import RuleSet, parse_rule
 from orchestrator.egress.service import EgressService, TaskEgress
 from orchestrator.permissions.approvers import ApprovalAnswer, ApprovalQuestion
+from orchestrator.runtime.gate import PolicyGate
 from sandbox_tools import egress_forward
 from tests.egress_support import LocalCA, make_ca, upstream
 
@@ -43,14 +46,6 @@ class FakeTask:
         return "general-purpose"
 
 
-class Events:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, dict[str, object]]] = []
-
-    async def emit(self, kind: str, **data: object) -> None:
-        self.seen.append((kind, data))
-
-
 @pytest.fixture(scope="module")
 def ca(tmp_path_factory: pytest.TempPathFactory) -> LocalCA:
     return make_ca(tmp_path_factory.mktemp("ca"), ["allowed.test", "other.test"])
@@ -63,21 +58,21 @@ def servers(ca: LocalCA) -> Iterator[tuple[int, int]]:
 
 
 def service(
-    allow: list[str], deny: list[str] = (), mode: str = "dontAsk", **kw: object
-) -> EgressService:  # type: ignore[assignment]
+    allow: list[str], deny: Sequence[str] = (), mode: str = "dontAsk", **kw: Any
+) -> EgressService:
     rules = [parse_rule(d, "allow", "test", "test") for d in allow]
     rules += [parse_rule(d, "deny", "test", "test") for d in deny]
     resolver = StaticResolver(
         {"allowed.test": "127.0.0.1", "other.test": "127.0.0.1", "private.test": "10.0.0.7",
          "meta.test": "169.254.169.254", "denied.test": "127.0.0.1", "unknown.test": "127.0.0.1"}
     )  # fmt: skip
-    return EgressService(rules=RuleSet(tuple(rules)), mode=mode, resolver=resolver, **kw)  # type: ignore[arg-type]
+    return EgressService(rules=RuleSet(tuple(rules)), mode=mode, resolver=resolver, **kw)
 
 
 @dataclass
 class Proxied:
     port: int
-    events: Events
+    events: EventRecorder
     service: EgressService
     egress: TaskEgress
 
@@ -85,7 +80,7 @@ class Proxied:
 @pytest.fixture
 async def proxied(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Proxied]:
     svc: EgressService = request.param() if callable(request.param) else request.param
-    events = Events()
+    events = EventRecorder()
     svc.events = events
     egress = await svc.open(FakeTask(), None, tmp_path)
     assert egress is not None
@@ -202,7 +197,7 @@ async def test_sni_differing_from_connect_host_is_refused(
 
     outcome = await asyncio.to_thread(tunnel)
     assert "UNRECOGNIZED_NAME" in outcome.upper()
-    denied = [d for k, d in proxied.events.seen if k == "egress_denied"]
+    denied = [d for k, d in proxied.events.events if k == "egress_denied"]
     assert any("differs from the CONNECT host" in str(d["reason"]) for d in denied)
 
 
@@ -221,11 +216,10 @@ class ScriptedApprover:
 
 def asking(tmp: Path, *answers: tuple[str, str]) -> tuple[EgressService, ScriptedApprover]:
     from orchestrator.permissions import EffectivePolicy, HookSet
-    from orchestrator.runtime.gate import PolicyGate
 
     approver = ScriptedApprover(*answers)
     gate = PolicyGate(
-        policy=EffectivePolicy(), hooks=HookSet([], []), workspace_host=tmp, approver=approver
+        policy=EffectivePolicy(), hooks=HookSet((), ()), workspace_host=tmp, approver=approver
     )
     svc = service(["allowed.test"], mode="default", asker=gate, workspace=tmp)
     return svc, approver
@@ -235,7 +229,7 @@ async def test_unknown_host_asks_the_approver_and_its_answers_hold(
     tmp_path: Path, servers: tuple[int, int]
 ) -> None:
     svc, approver = asking(tmp_path, ("deny", "once"), ("allow", "session"), ("allow", "always"))
-    svc.events = Events()
+    svc.events = EventRecorder()
     egress = await svc.open(FakeTask(), None, tmp_path)
     assert egress is not None
     server = forwarding(tmp_path)
@@ -281,7 +275,7 @@ async def test_an_unknown_host_is_asked_through_the_runs_asker(
 ) -> None:
     asker = RecordingAsker(behavior)
     svc = service(["allowed.test"], mode="default", asker=asker)
-    svc.events = Events()
+    svc.events = EventRecorder()
     egress = await svc.open(FakeTask(), None, tmp_path)
     assert egress is not None
     server = forwarding(tmp_path)
@@ -332,7 +326,7 @@ async def test_byte_cap_stops_a_large_download(proxied: Proxied, servers: tuple[
     assert got < 200_000
 
     def notices() -> list[dict[str, object]]:
-        return [d for k, d in proxied.events.seen if k == "broker_notice"]
+        return [d for k, d in proxied.events.events if k == "broker_notice"]
 
     # The client sees the cut as soon as the relay thread ends the connection; the
     # notice follows once the proxy's loop has heard of it.
@@ -556,9 +550,9 @@ async def test_parallel_connections_to_a_new_host_share_one_question(
 
     svc, _ = asking(tmp_path)
     approver = SlowApprover(("allow", "session"), ("deny", "once"))
-    assert svc.asker is not None  # the run's PolicyGate
+    assert isinstance(svc.asker, PolicyGate)  # the run's
     svc.asker.approver = approver
-    svc.events = Events()
+    svc.events = EventRecorder()
     egress = await svc.open(FakeTask(), None, tmp_path)
     assert egress is not None
     server = forwarding(tmp_path)
@@ -621,7 +615,7 @@ async def test_a_neighbour_without_the_sockets_own_group_is_refused(
     own = sandbox_group(socket_dir)
     assert own is not None
     svc = service(["allowed.test"], sandbox_uid=1000)
-    events = Events()
+    events = EventRecorder()
     svc.events = events
     egress = await svc.open(FakeTask(), None, socket_dir)
     assert egress is not None
@@ -637,8 +631,8 @@ async def test_a_neighbour_without_the_sockets_own_group_is_refused(
         shutil.rmtree(socket_dir, ignore_errors=True)
     assert neighbour in (b"closed", b"ConnectionResetError", b"BrokenPipeError"), neighbour
     assert own_sandbox.startswith(b"HTTP/1.1 200"), own_sandbox
-    refused = [d for k, d in events.seen if k == "broker_notice"]
-    assert any("without group" in str(d.get("message")) for d in refused), events.seen
+    refused = [d for k, d in events.events if k == "broker_notice"]
+    assert any("without group" in str(d.get("message")) for d in refused), events.events
 
 
 class HeldStore:
@@ -679,7 +673,7 @@ async def test_no_byte_goes_upstream_before_the_connections_audit_record_is_writ
     head leaves for the upstream; the record names the host, port and method."""
     store = HeldStore()
     svc = service(["allowed.test"], store=store)
-    svc.events = Events()
+    svc.events = EventRecorder()
     egress = await svc.open(FakeTask(), None, tmp_path)
     assert egress is not None
     forwarder = forwarding(tmp_path)
@@ -724,7 +718,7 @@ async def test_a_connection_whose_audit_record_cannot_be_written_is_closed_unsen
     not counted as made."""
     store = HeldStore(fail=True)
     svc = service(["allowed.test"], store=store)
-    svc.events = Events()
+    svc.events = EventRecorder()
     egress = await svc.open(FakeTask(), None, tmp_path)
     assert egress is not None
     forwarder = forwarding(tmp_path)
@@ -791,7 +785,7 @@ async def test_only_the_sandbox_itself_may_pass_a_listening_socket(
     own = sandbox_group(socket_dir)
     assert own is not None
     svc = service(["allowed.test"], sandbox_uid=1000)
-    events = Events()
+    events = EventRecorder()
     svc.events = events
     egress = await svc.open(FakeTask(), None, socket_dir)
     assert egress is not None
@@ -811,8 +805,8 @@ async def test_only_the_sandbox_itself_may_pass_a_listening_socket(
         await egress.close()
         shutil.rmtree(socket_dir, ignore_errors=True)
     assert (neighbour, own_sandbox) == (b"refused", b"taken")
-    refused = [d for k, d in events.seen if k == "broker_notice"]
-    assert any("without group" in str(d.get("message")) for d in refused), events.seen
+    refused = [d for k, d in events.events if k == "broker_notice"]
+    assert any("without group" in str(d.get("message")) for d in refused), events.events
     assert allowed[0] == 200
     assert denied[0] == 403 and "mode dontAsk denies it" in denied[1]
 
