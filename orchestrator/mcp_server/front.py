@@ -68,6 +68,7 @@ class StdioFront:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drop_id: object = None
         self.client_gone = False
+        self._first_ended = False
         self._broken = False
         """The client closed its end (input ended, or output broke)."""
         self._reader = threading.Thread(target=self._read, name="warden-mcp-front", daemon=True)
@@ -84,9 +85,21 @@ class StdioFront:
         os.dup2(2, 1)
         return cls(read_fd, write_fd)
 
+    def answer_first(self) -> None:
+        """Read the client's first message and answer it here, in the calling thread,
+        before the reader starts (`warden mcp` does this before it forks, so the
+        answer to `initialize` does not wait for the new process to be scheduled)."""
+        self._first_ended = not self._take(self._next_line())
+
     def start(self) -> StdioFront:
+        if self._first_ended:  # the input ended with the first message: nothing to read
+            return self
         self._reader.start()
         return self
+
+    def wire_fds(self) -> tuple[int, int]:
+        """The descriptors of the client's input and output the front holds."""
+        return self._input.fileno(), self._write_fd
 
     def set_listing(self, tools: list[dict[str, Any]] | None) -> None:
         """The `tools/list` answer (MCP wire form); None: the SDK server answers it."""
@@ -96,17 +109,24 @@ class StdioFront:
     # -- before the hand-over ----------------------------------------------------
 
     def _read(self) -> None:
-        while True:
-            try:
-                line = self._input.readline(MAX_LINE_BYTES)
-            except (OSError, ValueError):
-                line = b""
-            if not line:
-                self.client_gone = True
-                self._forward(None)
-                return
-            if line.strip() and not self._answered(line):
-                self._forward(line)
+        while self._take(self._next_line()):
+            pass
+
+    def _next_line(self) -> bytes:
+        try:
+            return self._input.readline(MAX_LINE_BYTES)
+        except (OSError, ValueError):
+            return b""
+
+    def _take(self, line: bytes) -> bool:
+        """Answer or pass on one line read from the client; False: its input ended."""
+        if not line:
+            self.client_gone = True
+            self._forward(None)
+            return False
+        if line.strip() and not self._answered(line):
+            self._forward(line)
+        return True
 
     def _answered(self, line: bytes) -> bool:
         """Answer `line` here if the SDK is not serving yet and nothing is queued for it
@@ -258,8 +278,21 @@ def initialize_result(asked: object) -> dict[str, Any]:
     }
 
 
+_prepared: StdioFront | None = None
+"""The front `prepare_on_stdio` made, not started yet."""
 _started: StdioFront | None = None
 """The front `start_on_stdio` began for this process (at most one: it owns stdio)."""
+
+
+def prepare_on_stdio() -> StdioFront:
+    """This process's stdio front, which has answered the client's first message (its
+    `initialize`) but not started reading the rest: `orchestrator.launch` then forks
+    the session's process (`keeper`), which starts it."""
+    global _prepared
+    if _prepared is None:
+        _prepared = StdioFront.on_stdio()
+        _prepared.answer_first()
+    return _prepared
 
 
 def start_on_stdio() -> StdioFront:
@@ -267,5 +300,5 @@ def start_on_stdio() -> StdioFront:
     `warden mcp` on stdio before click and the command load, and the command takes it."""
     global _started
     if _started is None:
-        _started = StdioFront.on_stdio().start()
+        _started = (_prepared or StdioFront.on_stdio()).start()
     return _started

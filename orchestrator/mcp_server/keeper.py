@@ -45,10 +45,11 @@ _parent: int | None = None
 """The spawned process's pid, in the session's process (`split` was called)."""
 
 
-def split() -> None:
+def split(wire: tuple[int, ...] = ()) -> None:
     """Fork: returns in the child, which goes on as `warden mcp`; in the parent it
-    never returns (the parent waits for the child, see the module doc). If the fork
-    fails, it returns in this one process, which then holds the session itself."""
+    never returns (the parent closes the descriptors `wire` and its stdin and stdout,
+    and waits for the child, see the module doc). If the fork fails, it returns in
+    this one process, which then holds the session itself."""
     global _parent
     if not hasattr(os, "fork"):
         return  # no fork (not a POSIX system): this process holds the session itself
@@ -66,7 +67,7 @@ def split() -> None:
         os.setsid()  # out of the client's process group: only the spawned one is in it
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         return
-    _wait_for(child)
+    _wait_for(child, wire)
 
 
 def bind_to_parent() -> None:
@@ -84,7 +85,7 @@ def bind_to_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _wait_for(child: int) -> None:
+def _wait_for(child: int, wire: tuple[int, ...]) -> None:
     def forward(signum: int, _frame: FrameType | None) -> None:
         with contextlib.suppress(ProcessLookupError):  # it has just ended by itself
             os.kill(child, signum)
@@ -92,6 +93,8 @@ def _wait_for(child: int) -> None:
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
+    for fd in wire:
+        os.close(fd)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)

@@ -145,3 +145,34 @@ async def test_a_stop_while_the_session_ends_waits_for_its_end() -> None:
     with pytest.raises(asyncio.CancelledError):
         await waiting
     assert steps == ["closing", "closed"]
+
+
+def test_the_first_initialize_is_answered_before_the_fork_and_the_rest_after(
+    tmp_path: Path,
+) -> None:
+    """`warden mcp`'s spawned process answers the client's `initialize` itself, before
+    it forks; the session's process reads everything after it (nothing read ahead is
+    lost across the fork), and the SDK still gets that `initialize` to replay."""
+    from orchestrator.mcp_server.front import StdioFront
+
+    client_in, front_in = os.pipe()
+    front_out, client_out = os.pipe()
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {},
+             "clientInfo": {"name": "t", "version": "1"}}  # fmt: skip
+    os.write(front_in, (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                    "params": hello}) + "\n"
+                        + json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}) + "\n"
+                        ).encode())  # fmt: skip
+    front = StdioFront(client_in, client_out)
+    front.answer_first()  # no reader thread yet
+    with os.fdopen(front_out, "rb") as answers:
+        first = json.loads(answers.readline())
+        assert first["id"] == 1 and first["result"]["serverInfo"]["name"] == "warden"
+        child = os.fork()
+        if child == 0:  # the session's process: the ping, read ahead before the fork
+            front.start()
+            os._exit(0 if json.loads(answers.readline())["id"] == 2 else 1)
+        os.close(front_in)
+        _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert front.drops(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}}))
