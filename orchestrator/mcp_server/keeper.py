@@ -5,7 +5,9 @@ Claude Code (2.1.197, read in its binary and seen in its logs) ends a stdio MCP
 server by its pid alone: SIGINT, SIGTERM 100 ms later, SIGKILL 400 ms after that, and
 only then closes the pipes. Ending a warden session takes longer on a loaded machine
 (stopping its tasks, removing its containers, writing the result document), so the
-spawned process forks at once, before anything loads (`split`, about a millisecond):
+spawned process forks before anything else loads (`split`, about two milliseconds),
+right after its stdio front has answered the client's first message (`initialize`: a
+new process may wait for the CPU on a busy machine, the answer should not):
 
 - the child goes on as `warden mcp` (the stdio front, the SDK server, the run), with
   the client's pipes as its stdin and stdout; its pid is the run's owner. It starts
