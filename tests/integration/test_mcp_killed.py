@@ -1,6 +1,6 @@
 """`warden mcp` killed the way Claude Code ends a stdio MCP server (by its pid:
 SIGINT, SIGTERM 100 ms later, SIGKILL 400 ms after that, then its pipes closed),
-while two Tasks' sandboxes are running, on a machine kept busy: the session still
+while four Tasks' sandboxes are running, on a machine kept busy: the session still
 ends whole. The tasks are stopped, no container of the session is left, the result
 document and the audit are complete, and no process of the session outlives it.
 
@@ -28,7 +28,7 @@ from tests.integration.session_procs import busy_machine, wait_until_ended
 pytestmark = pytest.mark.integration
 
 API_KEY = "sk-ant-mcp-killed-test-key"
-MARKS = ("held-by-task-a", "held-by-task-b")
+MARKS = tuple(f"held-by-task-{n}" for n in "abcd")
 BUSY_LOOPS = 8
 """Busy loops beside the session (four per core): a machine as loaded as the ones
 where Claude Code's kill was seen cutting the session's end short."""
@@ -106,8 +106,7 @@ def test_a_session_claude_code_kills_mid_task_still_ends_whole(
                     "protocolVersion": "2025-06-18", "capabilities": {},
                     "clientInfo": {"name": "claude-code", "version": "2.1.197"}}})
                 + message({"method": "notifications/initialized"})
-                + task_call(2, MARKS[0])
-                + task_call(3, MARKS[1])
+                + b"".join(task_call(n, mark) for n, mark in enumerate(MARKS, 2))
             )  # fmt: skip
             proc.stdin.flush()
             assert json.loads(proc.stdout.readline())["id"] == 1
@@ -130,7 +129,7 @@ def test_a_session_claude_code_kills_mid_task_still_ends_whole(
     assert results.exists(), f"no result document; stderr:\n{said[-3000:]}"
     doc = json.loads(results.read_text())
     assert doc["type"] == "result" and doc["run_id"], doc
-    assert [t["status"] for t in doc["tasks"]] == ["stopped", "stopped"], doc["tasks"]
+    assert [t["status"] for t in doc["tasks"]] == ["stopped"] * len(MARKS), doc["tasks"]
     assert containers_of(doc["run_id"]) == []
     decisions = json.loads(audit.read_text())
     assert sorted(
