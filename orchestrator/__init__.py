@@ -7,6 +7,11 @@ from collections.abc import Callable
 
 __version__ = "0.1.0"
 
+START_UP_WITHOUT_GC = frozenset({"exec", "run", "demo", "resume", "mcp"})
+"""Commands that import with the cyclic garbage collector off (from the entry point,
+`launch`, before click loads) and turn it back on themselves (`start_up_done`), once
+their heavy imports are done."""
+
 _gc_state = threading.Lock()
 _background = 0
 """Imports running in background threads (`background_import`)."""
@@ -17,7 +22,7 @@ _gc_wanted = False
 def start_up_done() -> None:
     """A command's start-up imports are over: let the cyclic garbage collector run again.
 
-    `cli.main` turns the collector off while `warden run`, `resume` and `exec` import
+    `launch.main` (and `cli.main`) turn the collector off while `warden run`, `resume` and `exec` import
     their modules: the tens of thousands of objects the imports create (the anthropic
     SDK's pydantic models above all) otherwise trigger full collections again and
     again, over a third of `import anthropic` here (1.36 s of CPU, 0.86 s without).

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from orchestrator import __version__
+from orchestrator import START_UP_WITHOUT_GC, __version__
 
 # name -> "module:attribute" of a click command, each in its own module.
 COMMANDS: dict[str, str] = {
@@ -109,9 +109,6 @@ modules of the docker SDK, requests and pydantic) costs 20-50 ms of a `warden ex
 that the command has no use for."""
 
 
-START_UP_WITHOUT_GC = frozenset({"exec", "run", "demo", "resume", "mcp"})
-"""Commands that import with the cyclic garbage collector off and turn it back on
-themselves (`orchestrator.start_up_done`), once their heavy imports are done."""
 
 
 ASYNCIO_ONLY = frozenset({"run", "demo", "resume", "mcp"})

@@ -8,7 +8,9 @@ machine those take most of the time to that answer), the stdio front
 the spawned process splits off the process that holds the session
 (`mcp_server.keeper`: the spawned one only waits and passes stop signals on, and the
 session's end never depends on it being given time), and that process starts the
-front on the rest of the stream. Everything else is `cli.main`'s.
+front on the rest of the stream. The commands that import with the cyclic garbage
+collector off (`START_UP_WITHOUT_GC`) turn it off here, so click loads without it
+too. Everything else is `cli.main`'s.
 
 May import: `cli`, `mcp_server.keeper` and `mcp_server.front` (only they, before the
 CLI).
@@ -18,12 +20,18 @@ from __future__ import annotations
 
 import sys
 
+from orchestrator import START_UP_WITHOUT_GC
+
 EARLY_FRONT_SKIPPED = frozenset({"--http", "-h", "--help"})
 """`warden mcp` arguments under which its stdio is not an MCP wire (HTTP; help text)."""
 
 
 def main() -> None:
     argv = sys.argv[1:]
+    if argv[:1] and argv[0] in START_UP_WITHOUT_GC:
+        import gc
+
+        gc.disable()
     if argv[:1] == ["mcp"] and not EARLY_FRONT_SKIPPED & set(argv[1:]):
         from orchestrator.mcp_server.front import prepare_on_stdio, start_on_stdio
 
