@@ -14,14 +14,14 @@ the variable, the value it had and what is accepted. How a variable's text becom
 value (sizes, context windows, approver names) and what a bound is live in
 `setting_fields`; this module owns which settings there are.
 
-May import: `errors`, `setting_fields`.
+May import: `errors`, `setting_fields`, `values`.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +37,7 @@ from orchestrator.setting_fields import (
     real,
     whole,
 )
+from orchestrator.values import value
 from sandbox_tools import wire
 
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
@@ -98,7 +99,7 @@ DEFAULT_WEBHOOK_LISTEN = "127.0.0.1:0"
 """Memory limits of all warm sandboxes together: 8 at the default 512 MiB each."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@value
 class PoolConfig:
     """How many warm sandboxes the pool keeps, and within what memory."""
 
@@ -141,7 +142,7 @@ call asks (a 60 KB here-document writing a source file takes about 20 ms)."""
 DEFAULT_ANALYSER_WORKERS = 2
 
 
-@dataclass(frozen=True, kw_only=True)
+@value
 class AnalyserBound:
     """The Bash analyser's time bound (`permissions.analyser_bound`): long command lines
     are analysed in worker processes, and one over its deadline asks."""
@@ -192,7 +193,7 @@ MIN_SECRET_CHARS = 16
 guessable secret protects nothing."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@value
 class Settings:
     """Process-wide settings. Build with `Settings.from_env()`, or directly in tests
     (change one with `dataclasses.replace`)."""

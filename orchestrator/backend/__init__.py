@@ -4,7 +4,7 @@ disk-guarded); import the concrete ones from their modules
 only imported by code that needs it.
 
 May import: `config`, `errors`, `labels`, `owner` (the owner labels every
-container carries).
+container carries), `values`.
 """
 
 from orchestrator.backend.contract import (

@@ -13,7 +13,7 @@ import enum
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +32,7 @@ from orchestrator.config import (
     DEFAULT_DISK_WRITE_BYTES,
 )
 from orchestrator.errors import ConfigError
+from orchestrator.values import value
 from sandbox_tools.wire import WORKSPACE
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ def _text(owner: object, name: str, *, optional: bool = False) -> None:
         raise ConfigError(f"{type(owner).__name__}.{name}={value!r} is not text")
 
 
-@dataclass(frozen=True, kw_only=True)
+@value
 class Mount:
     """An extra bind mount (the workspace has its own field)."""
 
@@ -130,7 +131,7 @@ class Mount:
             raise ConfigError(f"Mount.read_only={self.read_only!r} is not true or false")
 
 
-@dataclass(frozen=True, kw_only=True)
+@value
 class DiskLimits:
     """Disk limits of one sandbox, enforced by `disk.DiskGuardedBackend` (and the
     per-file part by the backend as RLIMIT_FSIZE). Crossing any kills it."""
@@ -160,7 +161,7 @@ class DiskLimits:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
+@value
 class BuildLimits:
     """Limits of one image build from a workspace Dockerfile (a dev container), all
     of its steps together; enforced by `images.buildbox`. Crossing one fails the
@@ -197,7 +198,7 @@ class BuildLimits:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
+@value
 class ResourceLimits:
     memory_bytes: int = DEFAULT_MEMORY_BYTES
     """Memory limit; swap is set to the same value, so there is no swap."""
@@ -233,7 +234,7 @@ class ResourceLimits:
             raise ConfigError(f"not resource limits as JSON: {text[:200]!r} ({exc})") from exc
 
 
-@dataclass(frozen=True, kw_only=True)
+@value
 class SandboxSpec:
     """Everything needed to start one sandbox container."""
 
@@ -358,7 +359,7 @@ class SandboxStatus(enum.StrEnum):
     when the engine's events tell."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@value
 class SandboxResult:
     status: SandboxStatus
     exit_code: int
@@ -389,7 +390,7 @@ class SandboxResult:
         _float(self, "duration_s")
 
 
-@dataclass(frozen=True, kw_only=True)
+@value
 class ContainerInfo:
     id: str
     name: str
