@@ -1,8 +1,8 @@
 """warden's settings: one closed set of values, filled from the environment in one place.
 
 `Settings`, `PoolConfig` and `AnalyserBound` are frozen, keyword-only stdlib
-dataclasses (not slotted: `slots=True` builds each class twice, paid at every
-start), not pydantic models (the project's rule is libraries first; this is where
+dataclasses made by `values.value` (only `__init__` compiled per class; not slotted:
+`slots=True` builds each class twice, paid at every start), not pydantic models (the project's rule is libraries first; this is where
 we do not, and why): every `warden` command builds `Settings` before anything else, and
 `warden exec`'s whole start-up budget (issue 39: at most 1.5x a bare `docker run`,
 about 55 ms over the docker SDK's own floor) could not pay for importing pydantic

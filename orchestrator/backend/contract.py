@@ -47,8 +47,9 @@ DEFAULT_OUTPUT_LIMIT_BYTES = 1024 * 1024
 _MIN_MEMORY_BYTES = 6 * 1024 * 1024
 """The engine's own floor for a memory limit."""
 
-# The values below are frozen, keyword-only stdlib dataclasses (not slotted: that builds
-# each class twice, at every start), not pydantic models: warden's own code builds them and hands them across this interface (they are
+# The values below are frozen, keyword-only stdlib dataclasses made by `values.value`
+# (only `__init__` is compiled per class; not slotted: that builds each class twice, at
+# every start), not pydantic models: warden's own code builds them and hands them across this interface (they are
 # not user config, which is validated as pydantic models where it is read), and
 # `warden exec` builds them on every start. Creating the pydantic models and importing
 # pydantic cost that start about 110 ms of its ~55 ms budget (issue 39). Each one's
