@@ -55,7 +55,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -68,6 +68,7 @@ from orchestrator.backend.contract import (
     SandboxSpec,
     SandboxStatus,
 )
+from orchestrator.values import value
 
 __all__ = ["DiskBreach", "DiskGuardedBackend", "DiskLimits", "DiskWatch", "ProcessTreeMeter"]
 
@@ -90,10 +91,10 @@ INODE_FLOOR_HOW = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
+@value
 class DiskBreach:
     """A limit a sandbox crossed; `message` is what users and the parent model read.
-    (A stdlib dataclass, like the contract's values: built here only, on exec's path.)"""
+    (A `values.value` dataclass, like the contract's values: built here only, on exec's path.)"""
 
     limit: str
     """`write_limit`, `free_floor` or `inode_floor`."""

@@ -11,7 +11,7 @@ Public API:
 - `choice.SandboxImages`: image names to what a sandbox runs (project images too).
 - `sealing.sealed_program(tail)`: a hook shim under the fallocate filter.
 
-May import: `errors`, `labels`, `shipped` (the build inputs), `backend`, `untrusted_text` (build output of a dev
+May import: `errors`, `labels`, `values`, `shipped` (the build inputs), `backend`, `untrusted_text` (build output of a dev
 container is shown as plain text), `owner` (the owner labels of a build's
 probe container).
 """

@@ -12,12 +12,13 @@ the same (`backend.hardening`).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.backend.contract import Mount
 from orchestrator.errors import ConfigError
+from orchestrator.values import value
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -31,7 +32,7 @@ NOT_RUNNABLE = frozenset({"runtime"})
 """warden image kinds that are not sandbox images."""
 
 
-@dataclass(frozen=True)
+@value
 class SandboxImage:
     """What to run for one image name, and what warden adds to the container."""
 
