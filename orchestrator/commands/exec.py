@@ -307,7 +307,7 @@ def _run(
                 command=list(command),
                 workspace=(workspace or Path.cwd()),
                 mounts=[*chosen.mounts, *guard.mounts()],
-                env=dict(chosen.env),  # a project image's ENV: back for the command only
+                env=dict(chosen.env),  # warden's own images' (a project image keeps its ENV)
                 user=user,
                 limits=ResourceLimits(**limits),
                 labels=user_labels,
