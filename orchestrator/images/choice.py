@@ -80,10 +80,10 @@ class SandboxImages:
         """warden's own image `name` by the id this state directory last confirmed, with
         no engine call (`images.remembered_image`: a create of an image removed since
         fails with ImageNotFoundError, and `get` looks it up again); None for a project
-        image or when there is no such hint."""
+        image, for the runtime (`get` refuses it) or when there is no such hint."""
         from orchestrator.images import KINDS, remembered_image
 
-        if name not in KINDS or self._state_dir is None:
+        if name not in KINDS or name in NOT_RUNNABLE or self._state_dir is None:
             return None
         found = remembered_image(name, self._state_dir)
         if found is None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.errors import ImageNotFoundError
+from orchestrator.errors import ConfigError, ImageNotFoundError
 from orchestrator.images import hints, resolve_image
 from orchestrator.images.base_image import BaseProbe, bootstrap_hash
 from orchestrator.images.hashing import (
@@ -266,3 +266,20 @@ def test_the_remembered_id_is_given_only_for_the_current_sources(tmp_path: Path)
     for bad in ("sha256:" + "ab" * 31, "warden-bash:222222222222", "sha256:" + "AB" * 32, ""):
         hints.remember(tmp_path, BASH, current, "warden-bash:222222222222", bad or None)
         assert hints.hinted_id(BASH, current, tmp_path) is None, bad
+
+
+def test_the_runtime_is_never_run_by_a_remembered_id(tmp_path: Path) -> None:
+    """`warden exec --image runtime` is refused by `SandboxImages.get`; a hint naming the
+    runtime's id (any project-image run leaves one) must not take a way around that."""
+    from orchestrator.images.choice import SandboxImages
+    from orchestrator.images.hashing import KINDS
+
+    for name in ("runtime", "bash"):
+        hints.remember(tmp_path, KINDS[name], inputs_hash(KINDS[name]), f"warden-{name}:1",
+                       "sha256:" + "cd" * 32)  # fmt: skip
+    images = SandboxImages(FakeClient(FakeAPI([], set())), tmp_path)  # type: ignore[arg-type]
+    assert images.remembered("runtime") is None
+    found = images.remembered("bash")
+    assert found is not None and found.ref == "sha256:" + "cd" * 32 and found.remembered
+    with pytest.raises(ConfigError, match="runtime"):
+        images.get("runtime", runner=False)
