@@ -28,7 +28,9 @@ Listener = Callable[[Event], None]
 
 
 class EventLog:
-    """Fans events out. Listeners run on the event loop and must not block. Those the
+    """Fans events out. Listeners run on the event loop and must not block; each hears
+    an event once it is written, in the order of the file (so `--json` output is the
+    file, line for line), and hears nothing a failed write lost. Those the
     run is built with (its tracer) are passed in; a front door that comes to a run
     already open (the progress display, the web page, an MCP call, the library's
     `WardenRun.subscribe`) calls `subscribe` and keeps the handle that ends it.
@@ -62,14 +64,15 @@ class EventLog:
                 pass
         except OSError as exc:
             raise _unwritable(jsonl_path, exc) from exc
-        self._pending: list[Event] = []
+        self._pending: list[tuple[Event, tuple[Listener, ...]]] = []
         self._batch: asyncio.Future[None] | None = None
         """Done when the queued events (`_pending`) are written."""
         self._drainer: asyncio.Task[None] | None = None
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Call `listener` with every event from now on; returns the function that
-        unsubscribes it (calling it twice is harmless)."""
+        """Call `listener` with every event made from now on, as each is written;
+        returns the function that unsubscribes it (no call after it returns; calling it
+        twice is harmless)."""
         self._listeners.append(listener)
 
         def unsubscribe() -> None:
@@ -91,9 +94,7 @@ class EventLog:
         """Record an event and return once it is written (with every event before it).
         Raises StoreError when it could not be."""
         event = self._event(kind, task_id, parent_id, agent_type, trace_id, data)
-        written = self._enqueue(event)
-        await written
-        self._tell(event)
+        await self._enqueue(event)
         return event
 
     async def emit_for(self, kind: str, task: TaskIdentity, **data: JSONLike) -> Event:
@@ -117,7 +118,6 @@ class EventLog:
             kind, task.task_id, task.parent_id, task.agent_type, task.trace_id, data
         )
         self._enqueue(event)
-        self._tell(event)
         return event
 
     async def flush(self) -> None:
@@ -144,35 +144,43 @@ class EventLog:
             data=to_json_object(data),
         )
 
-    def _tell(self, event: Event) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:
-                log.exception("event listener failed on %s", event.kind)
+    def _tell(self, told: list[tuple[Event, tuple[Listener, ...]]]) -> None:
+        for event, listeners in told:
+            for listener in listeners:
+                if listener not in self._listeners:
+                    continue  # unsubscribed while the event was being written
+                try:
+                    listener(event)
+                except Exception:
+                    log.exception("event listener failed on %s", event.kind)
 
     def _enqueue(self, event: Event) -> asyncio.Future[None]:
-        """Queue `event` for the writer; the future is its batch's (done when written)."""
+        """Queue `event` for the writer; the future is its batch's (done when written).
+        The listeners subscribed now are the ones told, once the event is written."""
         if self._batch is None:
             self._batch = asyncio.get_running_loop().create_future()
             # `record_for` callers never await it: its error is reported by _failed.
             self._batch.add_done_callback(_retrieve)
-        self._pending.append(event)
+        self._pending.append((event, tuple(self._listeners)))
         batch = self._batch
         if self._drainer is None or self._drainer.done():
             self._drainer = asyncio.create_task(self._drain(), name="warden-event-writer")
         return batch
 
     async def _drain(self) -> None:
-        """Write queued events, a batch at a time, until none is left. One drainer at a
-        time, so batches reach the file and the store in the order they were queued."""
+        """Write queued events, a batch at a time, until none is left, and then tell
+        the listeners about them. One drainer at a time, so batches reach the file, the
+        store and every listener in the order they were queued: what a listener sees
+        (`--json`, the progress display, an MCP client) is the file's order, and only
+        what is recorded."""
         while self._pending:
-            events, batch = self._pending, self._batch
+            queued, batch = self._pending, self._batch
             self._pending, self._batch = [], None
             assert batch is not None
             try:
                 # Shielded: a cancelled run still writes what it queued (the thread
                 # finishes the batch either way; the shield keeps the result ours).
+                events = [event for event, _ in queued]
                 await asyncio.shield(asyncio.to_thread(self._write, events))
             except StoreError as exc:
                 self._failed(exc)
@@ -184,6 +192,7 @@ class EventLog:
                 log.exception("could not record %d event(s)", len(events))
                 batch.set_exception(exc)
             else:
+                self._tell(queued)
                 batch.set_result(None)
 
     def _failed(self, exc: StoreError) -> None:

@@ -103,8 +103,64 @@ async def test_a_late_subscriber_sees_events_from_then_until_it_unsubscribes(
     unsubscribe = log.subscribe(lambda e: late.append(e.kind))
     await log.emit("task_started")
     log.record_for("tool_started", _Task())
+    await log.flush()
+    log.record_for("tool_finished", _Task())  # queued, not yet written
     unsubscribe()
     unsubscribe()  # twice is harmless
     await log.emit("task_completed")
-    assert late == ["task_started", "tool_started"]
-    assert built_with == ["run_started", "task_started", "tool_started", "task_completed"]
+    assert late == ["task_started", "tool_started"]  # nothing after unsubscribe returned
+    assert built_with == [
+        "run_started",
+        "task_started",
+        "tool_started",
+        "tool_finished",
+        "task_completed",
+    ]
+
+
+async def test_listeners_hear_events_in_the_files_order_and_only_once_written(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host decision (`emit`, waited for) queued just before a container's progress
+    (`record_for`, not waited for): a `--json` reader must see them as the file has them,
+    never the progress first because it skipped the write."""
+    heard: list[str] = []
+    log = EventLog(
+        "r1", tmp_path / "events.jsonl", store, listeners=[lambda e: heard.append(e.kind)]
+    )
+    release = threading.Event()
+    real = store.append_events
+
+    def slow(run_id: str, events: list[tuple[str | None, str, dict[str, object]]]) -> list[int]:
+        release.wait(10)
+        return real(run_id, events)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "append_events", slow)
+    denied = asyncio.create_task(log.emit_for("permission_denied", _Task()))
+    await asyncio.sleep(0)  # the decision is queued and its write has begun
+    log.record_for("task_running", _Task(), event="turn_finished")
+    assert heard == []  # nothing is told before it is on disk
+    release.set()
+    await denied
+    await log.flush()
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    assert heard == [json.loads(line)["kind"] for line in lines]
+    assert heard == ["permission_denied", "task_running"]
+
+
+async def test_a_failed_write_tells_no_listener(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    heard: list[str] = []
+    log = EventLog(
+        "r1", tmp_path / "events.jsonl", store, listeners=[lambda e: heard.append(e.kind)]
+    )
+
+    def full(run_id: str, events: object) -> list[int]:
+        raise StoreError("the disk is full; free space on it")
+
+    monkeypatch.setattr(store, "append_events", full)
+    log.record_for("task_running", _Task())
+    with pytest.raises(StoreError):
+        await log.emit_for("task_completed", _Task())
+    assert heard == []
