@@ -39,8 +39,9 @@ ChangeKind = Literal["added", "modified", "removed", "mode_changed", "symlink", 
 executable bit changed (`mode_changed`), a symbolic link added, changed or put in
 place of a file (`symlink`), or a submodule's pointer moved (`submodule`)."""
 
-EntryType = Literal["file", "symlink", "submodule"]
-"""What a path holds on one side of a change."""
+EntryType = Literal["file", "symlink", "submodule", "dir"]
+"""What a path holds on one side of a change ("dir": an empty directory, only ever
+the old side, where the subagent put a file or link in its place or above it)."""
 
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 

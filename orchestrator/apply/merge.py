@@ -16,7 +16,9 @@ written, a conflict is shown). A file the subagent replaced by a directory (or a
 directory by a file or link) is a change like the others when the workspace still
 holds the copy's start there: removals are planned and written first (deepest
 first), and a directory is replaced only when every file in it is one the change
-set removes as the copy started from it. If any path conflicts, nothing is written and the
+set removes as the copy started from it and every directory in it one the copy
+started with (an empty directory the copy started with is replaced only while
+the workspace's is still empty). If any path conflicts, nothing is written and the
 change set stays pending with the conflicts named. `git merge-file` runs on three
 files in a private temporary directory, outside any repository, with no system or
 global config: no workspace config, attributes, filter or merge driver is read.
@@ -138,21 +140,30 @@ def _plan(
         if parent is False and not _vacated_on_the_way(parts, vacated):
             return _conflict(change, "a link or a non-directory is in the way in the workspace")
         now = Current("none") if parent in (None, False) else _current(parent, parts[-1])
-        if now.type == "dir" and change.new_type is not None and isinstance(parent, int):
-            left = _left_in_dir(parent, parts[-1], change.path, vacated)
+        started_dir = change.old_type == "dir"
+        if (
+            now.type == "dir"
+            and (change.new_type is not None or started_dir)
+            and isinstance(parent, int)
+        ):
+            left = _left_in_dir(parent, parts[-1], change.path, vacated, started_dir)
             if left:
+                put = f"put a {change.new_type}" if change.new_type else "removed a directory"
                 return _conflict(
                     change,
-                    f"the subagent put a {change.new_type} where the workspace holds a "
-                    f"directory that has changed since the copy was made ({left} is not "
-                    "the copy's); nothing was applied",
+                    f"the subagent {put} where the workspace holds a directory that has "
+                    f"changed since the copy was made ({left} is not the copy's); nothing "
+                    "was applied",
                 )
-            now, clear_dir = Current("none"), True
+            if change.new_type is not None:
+                clear_dir = True
+                if not started_dir:
+                    now = Current("none")
     old = _side(change, "old")
     new = _side(change, "new")
     if _same(now, new):
         return Step(change, now, "keep")
-    if now.type in ("other", "dir"):
+    if now.type == "other" or (now.type == "dir" and not started_dir):
         return _conflict(change, "the workspace holds a directory or special file there now")
     if change.new_type is None:
         action: Literal["write", "link", "remove"] = "remove"
@@ -208,12 +219,14 @@ MAX_CLEARED_ENTRIES = 100_000
 """Most entries a directory replaced by a file may hold in the workspace."""
 
 
-def _left_in_dir(parent: int, name: str, path: str, vacated: set[str]) -> str:
-    """The first file or link under the workspace's directory `path` that the change
-    set does not remove as the copy started from it (empty: the directory holds
-    only such files and directories, so replacing it loses nothing of the
-    workspace's own)."""
-    if not any(v.startswith(f"{path}/") for v in vacated):
+def _left_in_dir(parent: int, name: str, path: str, vacated: set[str], started_dir: bool) -> str:
+    """The first entry under the workspace's directory `path` that the copy did not
+    start with: a file or link the change set does not remove as the copy started
+    from it, or a directory that is neither an empty one the change set removes nor
+    above a removed file (empty: replacing or removing the directory loses nothing
+    of the workspace's own). `started_dir`: the copy started with `path` as an empty
+    directory."""
+    if not started_dir and not any(v.startswith(f"{path}/") for v in vacated):
         return f"{path}/ (the copy did not start with files there)"
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     todo: list[tuple[int, str, int]] = []
@@ -230,6 +243,10 @@ def _left_in_dir(parent: int, name: str, path: str, vacated: set[str]) -> str:
                         return f"{inner} (too many entries or too deep)"
                     info = os.stat(entry, dir_fd=fd, follow_symlinks=False)
                     if stat.S_ISDIR(info.st_mode):
+                        if inner not in vacated and not any(
+                            v.startswith(f"{inner}/") for v in vacated
+                        ):
+                            return f"{inner}/ (a directory the copy did not start with)"
                         todo.append((os.open(entry, flags, dir_fd=fd), inner, depth + 1))
                     elif inner not in vacated:
                         return inner
@@ -260,6 +277,8 @@ def _side(change: FileChange, side: Literal["old", "new"]) -> Current:
     kind = change.old_type if side == "old" else change.new_type
     if kind is None:
         return Current("none")
+    if kind == "dir":
+        return Current("dir")
     if kind == "symlink":
         target = change.old_link_target if side == "old" else change.link_target
         return Current("symlink", link_target=target)
@@ -275,7 +294,7 @@ def _same(a: Current, b: Current) -> bool:
         return a.sha256 == b.sha256 and a.mode == b.mode
     if a.type == "symlink":
         return a.link_target == b.link_target
-    return a.type == "none"
+    return a.type in ("none", "dir")  # a directory's content is checked by the plan
 
 
 def _current(parent: int, name: str) -> Current:
@@ -351,17 +370,22 @@ def _write(step: Step, root: int) -> PathReason | None:
                 return _conflict(
                     step.change, "a link or a non-directory is in the way in the workspace"
                 )
-            if step.clear_dir and _current(parent, name).type == "dir":
-                _clear_dir(parent, name)  # its files were removed by the steps before
+            expect = step.expect
+            if step.clear_dir:
+                if _current(parent, name).type == "dir":
+                    _clear_dir(parent, name)  # its files were removed by the steps before
+                expect = Current("none")
             now = _current(parent, name)
-            if not _same(now, step.expect):
+            if not _same(now, expect):
                 return _conflict(
                     step.change,
                     "the workspace changed it while the change set was being applied; the "
                     "paths before it were applied, this one and those after it were not",
                 )
             if step.action == "remove":
-                if now.type != "none":
+                if now.type == "dir":  # an empty directory: rmdir refuses anything in it
+                    os.rmdir(name, dir_fd=parent)
+                elif now.type != "none":
                     os.unlink(name, dir_fd=parent)
                 return None
             tmp = f"{TEMP_PREFIX}{secrets.token_hex(6)}"

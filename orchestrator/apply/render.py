@@ -321,6 +321,8 @@ def _side(change: FileChange, old: bool) -> str:
         return f"a submodule at {as_data((change.old_commit if old else change.new_commit) or '-')}"
     if kind is None:
         return "nothing"
+    if kind == "dir":
+        return "an empty directory"
     what = "binary" if change.binary else "text"
     size, sha, mode = (
         (change.old_size, change.old_sha256, change.old_mode)
@@ -347,6 +349,8 @@ def summary_line(change: FileChange) -> str:
         line = f"removed: {_side(change, old=True)}"
     elif kind == "added":
         line = f"added: {_side(change, old=False)}"
+        if change.old_type == "dir":
+            line += " (in place of an empty directory)"
     elif kind == "mode_changed":
         line = (
             f"mode {_mode(change.old_mode)} → {_mode(change.new_mode)} "

@@ -66,6 +66,9 @@ class Tree:
     skipped: list[str] = field(default_factory=list)
     """Paths that are neither file, link nor directory (FIFOs, sockets, devices) or
     that changed while being read."""
+    empty_dirs: set[str] = field(default_factory=set)
+    """Directories that held nothing at all (a directory with files or links in it
+    is known by their paths)."""
 
 
 def is_binary(head: bytes) -> bool:
@@ -91,7 +94,10 @@ def _walk(
 ) -> None:
     if depth > MAX_DEPTH:
         raise TreeTooLargeError(f"{prefix} is nested deeper than {MAX_DEPTH} directories")
-    for name in sorted(os.listdir(dir_fd)):
+    names = sorted(os.listdir(dir_fd))
+    if prefix and not names:
+        tree.empty_dirs.add(prefix.rstrip("/"))
+    for name in names:
         if not prefix and name in SKIPPED_AT_ROOT:
             continue
         path = f"{prefix}{name}"

@@ -65,6 +65,9 @@ class CopyRecord(BaseModel):
     settles the copies of owners that are provably dead."""
     base_entries: dict[str, dict[str, object]]
     """The copied tree: path → `tree.Entry` fields."""
+    base_empty_dirs: tuple[str, ...] = ()
+    """The copied tree's empty directories (a copy recorded before they were kept
+    has none: a file put in place of one of them is then a conflict)."""
 
     def base_tree(self) -> dict[str, Entry]:
         return {p: Entry(**e) for p, e in self.base_entries.items()}  # type: ignore[arg-type]
@@ -186,6 +189,7 @@ def make_working_copy(
                 created=time.time(),
                 owner=current_owner(state_dir).to_json(),
                 base_entries={p: asdict(e) for p, e in tree.entries.items()},
+                base_empty_dirs=tuple(sorted(tree.empty_dirs)),
             )
             tmp = home / f".{COPY_META}.tmp"
             tmp.write_text(record.model_dump_json(), encoding="utf-8")

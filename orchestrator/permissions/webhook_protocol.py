@@ -104,7 +104,8 @@ class QuestionDocument(_Document):
 
 
 ChangeKindName = Literal["added", "modified", "removed", "mode_changed", "symlink", "submodule"]
-EntryTypeName = Literal["file", "symlink", "submodule"]
+EntryTypeName = Literal["file", "symlink", "submodule", "dir"]
+"""What a path holds on one side ("dir": an empty directory, only as the old side)."""
 
 
 class ChangeEntry(BaseModel):

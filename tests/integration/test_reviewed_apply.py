@@ -371,3 +371,39 @@ async def test_tasks_started_inside_an_isolated_task_work_in_its_copy(
     assert (workspace / "seen.txt").read_text() == "plain\nplain\n"  # each saw the copy
     assert (workspace / "own.txt").read_text() == "plain\n"
     assert result.changes is not None and "applied" in result.changes
+
+
+async def test_an_empty_directory_replaced_by_a_file_applies_unless_the_workspace_changed_it(
+    settings: Settings, workspace: Path
+) -> None:
+    for name in ("cache", "logs"):
+        (workspace / name).mkdir()
+        own(workspace / name)
+
+    def during(q: ApprovalQuestion) -> None:
+        assert isinstance(q, ApplyReview)
+        if any(c.path == "logs" for c in q.change_set.changes):  # the person uses logs/
+            (workspace / "logs" / "today.log").write_text("the person's\n")
+
+    approver = Recording("allow", during)
+    script = [
+        bash_agent("cache", "CACHE-FILE", "rmdir cache && echo cached > cache"),
+        bash_agent("logs", "LOGS-FILE", "rmdir logs && echo logged > logs"),
+    ]
+    async with scripted_run(
+        settings, workspace, script, approver=CallbackApprover(approver),
+        config=config_for(settings, "ask"),
+    ) as (run, _):  # fmt: skip
+        cache, logs = await run_isolated(run, "CACHE-FILE", "LOGS-FILE")
+    reviews = [q for q in approver.asked if isinstance(q, ApplyReview)]
+    kinds = {c.path: (c.kind, c.old_type) for q in reviews for c in q.change_set.changes}
+    assert kinds == {"cache": ("added", "dir"), "logs": ("added", "dir")}
+    assert (workspace / "cache").read_text() == "cached\n"
+    assert cache.changes is not None and "applied" in cache.changes
+    # The workspace's side changed (a file put in the directory): never applied.
+    assert (workspace / "logs" / "today.log").read_text() == "the person's\n"
+    assert logs.changes is not None and "conflict" in logs.changes
+    decision = decision_of(settings, logs.task_id)
+    assert decision["outcome"] == "conflicted" and decision["conflicts"] == ["logs"]
+    kept = apply_root(settings.state_dir) / logs.task_id / "work"
+    assert (kept / "logs").read_text() == "logged\n"  # nothing lost
