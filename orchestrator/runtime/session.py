@@ -243,6 +243,8 @@ async def open_run(
         own_hooks = gate_hooks
         for note in gate_policy.notes:
             log.warning("policy: %s", note)
+        for refusal in inputs.refused_scripts:  # the run's start says which, why, the fix
+            log.warning("hooks: %s", refusal)
     # Off the loop: a lock a sandbox holds on the workspace can make this wait (bounded).
     guard = await asyncio.to_thread(
         prepare_guard, settings, workspace, protect, inputs.policy, gate_policy, inputs
@@ -277,6 +279,7 @@ async def open_run(
                 hooks=(inputs.hooks_path,) if inputs.hooks_path else (),
                 held_dir=settings.state_dir / "runs" / run_id / "held",
                 hook_scripts=inputs.hook_scripts,
+                host_scripts=inputs.host_scripts,
             )
         )
         # Pools sized to the wait threads of every subagent at once (see backend.connect).

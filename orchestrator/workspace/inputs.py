@@ -30,6 +30,7 @@ from pathlib import Path
 from orchestrator.config import Settings
 from orchestrator.images.devcontext import DevContainerInputs, read_devcontainer
 from orchestrator.permissions.executed_paths import hooks_path_pattern
+from orchestrator.permissions.hooks.scripts import ABSENT, UNAPPROVED
 from orchestrator.permissions.settings_files import SettingsStack, load_stack
 from orchestrator.permissions.sources import (
     MAX_POLICY_BYTES,
@@ -37,12 +38,10 @@ from orchestrator.permissions.sources import (
     PolicyDocument,
     read_policy_document,
 )
-from orchestrator.workspace.trust import TrustVerdict, recorded, verdict
-from orchestrator.workspace.trusted_content import fingerprint_one, hook_scripts
+from orchestrator.workspace.trust import TrustVerdict, host_hook_scripts, recorded, verdict
+from orchestrator.workspace.trusted_content import hook_scripts
 
-UNAPPROVED = "not approved"
-"""The expected digest of a script trust covers in a workspace nobody said yes to
-(no file has it: a host hook naming it is denied)."""
+__all__ = ["UNAPPROVED", "PolicyInputs", "read_policy_inputs"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +75,14 @@ class PolicyInputs:
     `report.ExecutedPathsWatch`), `absent` for one not there: a host hook runs only
     while its scripts still match, from a private copy of the bytes compared."""
 
+    host_scripts: tuple[str, ...] = ()
+    """The workspace files named by hooks that may run on the host, from any
+    settings layer or agent file (`workspace.trust.host_hook_scripts`): trust
+    covers them, so the host runs only bytes a person approved."""
+    refused_scripts: tuple[str, ...] = ()
+    """One sentence per host script that is not the approved content (changed,
+    new, removed, never approved): its hook will be denied; said at the run's start."""
+
     @property
     def trusted(self) -> bool:
         return self.trust.trusted
@@ -103,7 +110,8 @@ def read_policy_inputs(
         os.path.relpath(f.path, workspace): f.text for f in stack.files if f.kind in PROJECT_KINDS
     }
     dev = read_devcontainer(workspace)
-    found = verdict(settings, workspace, texts=texts, dev=dev, dev_read=True)
+    host = host_hook_scripts(settings, workspace, stack)
+    found = verdict(settings, workspace, texts=texts, dev=dev, dev_read=True, host_scripts=host)
     if trusted is not None and trusted != found.trusted:
         why = "trusted by the caller" if trusted else "not trusted, as the caller says"
         found = found.model_copy(update={"trusted": trusted, "reason": why})
@@ -112,11 +120,12 @@ def read_policy_inputs(
         for f in stack.files
     )
     root = workspace.resolve()
-    scripts = tuple(hook_scripts(root, {str(f.path): f.doc for f in stack.files}))
+    named = hook_scripts(root, {str(f.path): f.doc for f in stack.files})
+    scripts = tuple(dict.fromkeys([*named, *host]))
     prints = {rel: f.digest for rel, f in found.prints.items()}
     if not found.trusted:
-        # Not the content a person said yes to: a host hook (the person's
-        # `trustedHooks` names its command) runs only the script of the last yes.
+        # Not the content a person said yes to: a host hook runs only the script
+        # of the last yes (whichever settings layer or agent file names it).
         yes = recorded(settings, workspace) or {}
         prints = {rel: yes[rel].digest if rel in yes else UNAPPROVED for rel in prints}
     return PolicyInputs(
@@ -128,7 +137,32 @@ def read_policy_inputs(
         policy=document,
         hooks_path=hooks_path_pattern(workspace),
         hook_scripts=scripts,
-        hook_script_prints=tuple(
-            (rel, prints.get(rel) or fingerprint_one(root, rel).digest) for rel in scripts
+        # A script trust does not cover is named only by hooks that run in a
+        # sandbox: a host hook never runs it (`UNAPPROVED`).
+        hook_script_prints=tuple((rel, prints.get(rel, UNAPPROVED)) for rel in scripts),
+        host_scripts=host,
+        refused_scripts=tuple(
+            refusal
+            for rel in host
+            if (refusal := _refusal(rel, prints.get(rel, UNAPPROVED), found)) is not None
         ),
+    )
+
+
+def _refusal(rel: str, expected: str, found: TrustVerdict) -> str | None:
+    """Why a host hook naming `rel` will not run this run (None: it will), for the
+    run's start: the script, why, and the command that fixes it."""
+    now = found.prints[rel].digest if rel in found.prints else ABSENT
+    if now == expected:
+        return None
+    why = (
+        "has never been approved" if expected == UNAPPROVED
+        else "was removed since you approved it" if now == ABSENT
+        else "was not there when you approved this workspace" if expected == ABSENT
+        else "changed since you approved it"
+    )  # fmt: skip
+    return (
+        f"the workspace script {rel}, which a hook runs on the host, {why}: that hook "
+        f"is not run on the host and the calls it decides are denied. Review {rel} and "
+        "run `warden trust`"
     )

@@ -391,13 +391,16 @@ class ExecutedPathsWatch:
         hooks: Sequence[str] | None = None,
         held_dir: Path | None = None,
         hook_scripts: Sequence[str] = (),
+        host_scripts: Sequence[str] = (),
     ) -> None:
         """`hooks`: `core.hooksPath` as the run read it (`workspace.inputs`; None:
         read now). `held_dir`: where changes under the asking rows are held at the
         end (`workspace.held_changes`; None: they are only reported). `hook_scripts`:
         the workspace files the hooks name (`PolicyInputs.hook_scripts`): a change to
         one is held too, so nothing written there during a run (one absent at its
-        start, which no wall covers, included) is what the next run's hook runs."""
+        start, which no wall covers, included) is what the next run's hook runs.
+        `host_scripts`: those trust covers because a host hook of any settings
+        layer names them (`PolicyInputs.host_scripts`), for the trust review."""
         self.workspace = workspace
         if hooks is None:
             found = hooks_path_pattern(workspace)
@@ -422,8 +425,11 @@ class ExecutedPathsWatch:
         )
         # The run's own trust snapshot when given (`workspace.inputs`): one read.
         self.trust_before = (
-            dict(trust_before) if trust_before is not None else trust_fingerprint(workspace)
+            dict(trust_before)
+            if trust_before is not None
+            else trust_fingerprint(workspace, host_scripts=host_scripts)
         )
+        self.host_scripts = tuple(host_scripts)
 
     def report(self) -> SensitiveReport:
         after = take_snapshot(self.workspace, self.patterns)
@@ -454,7 +460,7 @@ class ExecutedPathsWatch:
                     ),
                 )
         # After the hold: what trust covers as the run leaves the workspace.
-        prints = trust_fingerprint(self.workspace)
+        prints = trust_fingerprint(self.workspace, host_scripts=self.host_scripts)
         review = trust_changes(self.trust_before, prints)
         trust_review = [
             c.path for c in review

@@ -33,7 +33,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,11 +47,13 @@ from orchestrator.workspace.trusted_content import (
     TrustedFile,
     changes,
     fingerprint,
+    named_scripts,
     needs_trust,
 )
 
 if TYPE_CHECKING:
     from orchestrator.images.devcontext import DevContainerInputs
+    from orchestrator.permissions.settings_files import SettingsStack
 
 TRUST_FILE = "trusted-workspaces.json"
 CONTENT_DIR = "trusted-content"
@@ -64,6 +66,7 @@ MAX_KEPT_TEXT_BYTES = 1024 * 1024
 
 __all__ = [
     "TrustVerdict",
+    "host_hook_scripts",
     "is_trusted",
     "needs_trust",
     "recorded",
@@ -150,6 +153,27 @@ def recorded(settings: Settings, workspace: Path) -> Fingerprint | None:
     return out
 
 
+def host_hook_scripts(
+    settings: Settings, workspace: Path, stack: SettingsStack | None = None
+) -> tuple[str, ...]:
+    """Workspace files named by a hook that may run on the host, from whichever
+    settings layer (managed, the person's own, the project's): every hook marked
+    `"trusted": true` where that counts, and every command `warden.trustedHooks`
+    lists (an agent file's hook included, its working directory taken as the
+    workspace). An untrusted workspace's `disableAllHooks` does not switch the
+    person's hooks off, so it does not hide their scripts either. `stack`: the
+    run's settings as read once (None: read now)."""
+    from orchestrator.permissions.hooks.definitions import load_hooks
+
+    found = load_hooks(settings, workspace, trusted=False, stack=stack)
+    commands = [
+        (h.command, h.cwd == "workspace") for h in found.hooks
+        if not h.sandbox and (h.trusted or h.command in found.trusted_commands)
+    ]  # fmt: skip
+    commands += [(c, True) for c in sorted(found.trusted_commands)]
+    return tuple(named_scripts(workspace.resolve(), commands))
+
+
 def verdict(
     settings: Settings,
     workspace: Path,
@@ -157,13 +181,17 @@ def verdict(
     texts: Mapping[str, str] | None = None,
     dev: DevContainerInputs | None = None,
     dev_read: bool = False,
+    host_scripts: Sequence[str] | None = None,
 ) -> TrustVerdict:
     """Whether the workspace's own loosening settings apply (see the module doc).
     `texts`: the project's settings files as already read (`workspace.inputs`);
-    `dev` (when `dev_read`): its dev container as already read."""
+    `dev` (when `dev_read`): its dev container as already read; `host_scripts`:
+    `host_hook_scripts` as already found (None: found now)."""
     ws = workspace.resolve()
-    prints = fingerprint(ws, texts, dev=dev, dev_read=dev_read)
-    wants = tuple(needs_trust(ws, prints))
+    if host_scripts is None:
+        host_scripts = host_hook_scripts(settings, ws)
+    prints = fingerprint(ws, texts, dev=dev, dev_read=dev_read, host_scripts=host_scripts)
+    wants = tuple(needs_trust(ws, prints, host_scripts))
     if settings.trust_workspace:
         return TrustVerdict(
             trusted=True,
@@ -205,7 +233,8 @@ def remember(settings: Settings, workspace: Path, prints: Fingerprint | None = N
     meanwhile are kept (see the module docstring)."""
     path = settings.config_dir / TRUST_FILE
     ws = workspace.resolve()
-    prints = fingerprint(ws) if prints is None else prints
+    if prints is None:
+        prints = fingerprint(ws, host_scripts=host_hook_scripts(settings, ws))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _keep_texts(settings, prints)

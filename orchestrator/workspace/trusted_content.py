@@ -36,7 +36,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -76,6 +76,9 @@ BUILD_CONTEXT = "<build context> "
 no file trust covers otherwise has this name)."""
 TOO_MANY = "too many files"
 """The fingerprint of `.devcontainer/` when it holds more than `MAX_FILES`."""
+
+HOST_SCRIPT = "a workspace script a hook runs on the host (not run there until you approve it)"
+"""What `needs_trust` says of a script a host hook names (any settings layer)."""
 
 NARROWING_KEYS = frozenset({"$schema", "description", "$comment", "comment", "comments"})
 """Top-level settings keys that unlock nothing (`permissions` and `warden` are looked
@@ -175,21 +178,26 @@ def _hook_commands(doc: object) -> Iterator[tuple[str, bool]]:
 
 
 def hook_scripts(root: Path, docs: Mapping[str, object]) -> list[str]:
-    """Workspace files the hook commands of `docs` name: every path a command
-    spells from the workspace (or, run in the workspace, relatively), whether it
-    exists or not (an absent one is recorded as `absent`, so one that appears later
-    is a change), and any other word that is an existing file. Resolvable words
-    only: a command that builds a path at run time names nothing this can see."""
+    """Workspace files the hook commands of `docs` name (`named_scripts`)."""
+    return named_scripts(root, [c for doc in docs.values() for c in _hook_commands(doc)])
+
+
+def named_scripts(root: Path, commands: Iterable[tuple[str, bool]]) -> list[str]:
+    """Workspace files that `commands` ((command, runs in the workspace) pairs) name:
+    every path a command spells from the workspace (or, run in the workspace,
+    relatively), whether it exists or not (an absent one is recorded as `absent`,
+    so one that appears later is a change), and any other word that is an existing
+    file. Resolvable words only: a command that builds a path at run time names
+    nothing this can see."""
     found: list[str] = []
     real_root = os.path.realpath(root)
-    for doc in docs.values():
-        for command, in_workspace in _hook_commands(doc):
-            named = script_words(command, real_root, cwd_workspace=in_workspace)
-            found += [rel for _, rel in named if not is_real_dir(real_root, rel)]
-            for rel in command_paths(command, real_root):
-                candidate = os.path.join(real_root, rel)
-                if os.path.lexists(candidate) and not os.path.isdir(candidate):
-                    found.append(rel)
+    for command, in_workspace in commands:
+        named = script_words(command, real_root, cwd_workspace=in_workspace)
+        found += [rel for _, rel in named if not is_real_dir(real_root, rel)]
+        for rel in command_paths(command, real_root):
+            candidate = os.path.join(real_root, rel)
+            if os.path.lexists(candidate) and not os.path.isdir(candidate):
+                found.append(rel)
     return list(dict.fromkeys(found))
 
 
@@ -237,10 +245,14 @@ def fingerprint(
     *,
     dev: DevContainerInputs | None = None,
     dev_read: bool = False,
+    host_scripts: Sequence[str] = (),
 ) -> Fingerprint:
     """Every file trust covers in the workspace `root`, fingerprinted now. `texts`:
     settings files (by relative path) already read, fingerprinted from that text;
-    `dev` (when `dev_read`): the dev container as already read, else read now."""
+    `dev` (when `dev_read`): the dev container as already read, else read now;
+    `host_scripts`: the workspace files the hooks that run on the host name,
+    whichever settings file (the person's own, managed) or agent file holds them
+    (`workspace.trust.host_hook_scripts`)."""
     if not dev_read:
         from orchestrator.images.devcontext import read_devcontainer
 
@@ -265,6 +277,7 @@ def fingerprint(
             out[rel] = _from_text(texts[rel])
     docs = {rel: _doc(root, rel, texts) for rel in PROJECT_SETTINGS if rel in names}
     names += hook_scripts(root, docs)
+    names += host_scripts
     for rel in dict.fromkeys(names):
         if rel not in out:
             out[rel] = fingerprint_one(root, rel)
@@ -301,11 +314,18 @@ def _widening(rel: str, doc: object) -> list[str]:
     return found
 
 
-def needs_trust(root: Path, prints: Fingerprint | None = None) -> list[str]:
+def needs_trust(
+    root: Path, prints: Fingerprint | None = None, host_scripts: Sequence[str] = ()
+) -> list[str]:
     """What the workspace itself would add that only trust lets in, in words
-    (empty: it only narrows, or has nothing of its own)."""
-    prints = fingerprint(root) if prints is None else prints
+    (empty: it only narrows, or has nothing of its own). `host_scripts`: as for
+    `fingerprint`; each that exists is workspace content the host would run."""
+    prints = fingerprint(root, host_scripts=host_scripts) if prints is None else prints
     found: list[str] = []
+    for rel in dict.fromkeys(host_scripts):
+        entry = prints.get(rel)
+        if entry is not None and entry.digest != ABSENT:
+            found.append(f"{rel}: {HOST_SCRIPT}")
     for rel in PROJECT_SETTINGS:
         entry = prints.get(rel)
         if entry is None:

@@ -40,6 +40,9 @@ PROJECT_DIR_WORDS = ("${CLAUDE_PROJECT_DIR}", "$CLAUDE_PROJECT_DIR", "/workspace
 """How a command names the workspace (on the host, in a sandbox)."""
 ABSENT = "absent"
 """The recorded digest of a script a hook names that did not exist."""
+UNAPPROVED = "not approved"
+"""The expected digest of a script no person approved (a workspace nobody said yes
+to, or a script trust does not cover): no file has it, a host hook naming it is denied."""
 PRIVATE_DIR = ".warden-scripts"
 """Under a host hook's own temporary directory: the private copies it runs."""
 SAFE_PATH = re.compile(r"[A-Za-z0-9_./@%+,:-]+")
@@ -169,13 +172,16 @@ def _compare(rel: str, expected: str, real_root: str) -> _Read | None:
         ) from exc
     now = _digest(read)
     if now != expected:
+        since = " since this run read the content trust covers"
         what = (
-            "is gone" if read is None
-            else "did not exist when this run read its inputs and has appeared"
+            "is not content a person approved (no `warden trust` yes covers it)"
+            if expected == UNAPPROVED
+            else "is gone" + since if read is None
+            else "did not exist when this run read its inputs and has appeared" + since
             if expected == ABSENT
-            else "has changed"
+            else "has changed" + since
         )  # fmt: skip
-        raise _refused(rel, f"{what} since this run read the content trust covers")
+        raise _refused(rel, what)
     return read
 
 
