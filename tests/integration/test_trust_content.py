@@ -421,3 +421,48 @@ async def test_held_changes_are_applied_only_as_shown(
     with Store.open(settings.state_dir / DB_FILENAME) as store:
         [record] = [r for r in store.audit(run.run_id) if r.tool_name == "Apply"]
     assert record.input_hash == sha and record.final == "allow" and record.source == "held"
+
+
+async def test_a_script_a_user_hook_runs_that_an_earlier_run_rewrote_is_not_run_on_the_host(
+    settings: Settings, workspace: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The person's own settings hold a hook trusted to run on the host that runs the
+    project's check script. The person approved the project (`warden trust`) with
+    that script as it was. Run 1, a run on the parent directory (its hooks name
+    another path, so nothing walls or holds this one), rewrites the script from
+    inside its sandbox. Run 2 in the project must not run the rewritten bytes on
+    the host: its start names the script, why and `warden trust`, and the hook's
+    call is denied naming them."""
+    from tests.integration.test_hook_sandbox import pre_hooks
+
+    marker = tmp_path / "HOST-RAN-SCRIPT-AN-EARLIER-RUN-WROTE"
+    script = "$CLAUDE_PROJECT_DIR/tools/check.sh"
+    command = f'[ -f "{script}" ] && sh "{script}" || true'  # a project without one passes
+    project = workspace / "project"
+    project.mkdir()
+    project_workspace(project)
+    (project / "tools").mkdir()
+    (project / "tools" / "check.sh").write_text("exit 0\n")
+    settings.config_dir.mkdir(parents=True, exist_ok=True)
+    user_settings = {"hooks": pre_hooks(command, trusted=True)}
+    (settings.config_dir / "settings.json").write_text(json.dumps(user_settings))
+    chown_tree(workspace)
+    remember(settings, project)  # the person's yes, as `warden trust` records it
+    assert is_trusted(settings, project)
+    rewrite = f"printf 'touch {marker}\\n' > /workspace/project/tools/check.sh && echo WROTE-SCRIPT"
+    async with scripted_run(settings, workspace, delegate(rewrite)) as (run1, _):
+        written = await run1.parent.run("rewrite the project's check script")
+    assert "WROTE-SCRIPT" in written.text, written.text
+    assert (project / "tools" / "check.sh").read_text() == f"touch {marker}\n"
+
+    caplog.set_level(logging.WARNING)
+    # A plain `warden run`: trust as recorded (not "this checkout as it is now").
+    run2_script = delegate("echo next call")
+    async with scripted_run(settings, project, run2_script, trusted=None) as (run2, _):
+        result = await run2.parent.run("call a tool")
+
+    assert not marker.exists(), "the host ran a hook script a sandbox of an earlier run wrote"
+    assert "next call" not in result.text, result.text
+    assert "tools/check.sh" in result.text and "warden trust" in result.text, result.text
+    said = [r.getMessage() for r in caplog.records if "tools/check.sh" in r.getMessage()]
+    assert any("changed since you approved it" in m and "warden trust" in m for m in said), said
