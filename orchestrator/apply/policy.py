@@ -53,7 +53,8 @@ MAX_CHANGES = 5_000
 
 
 class ApplyPolicy(BaseModel):
-    """What a change set may contain (settings `warden.apply`, `warden run --apply-*`)."""
+    """What a change set may contain (`warden run --apply-max-*`, `WARDEN_APPLY_MAX_*`,
+    held to the settings files' `warden.apply` caps)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -130,14 +131,15 @@ def check_change(
             what, knob = ("binary file", "binary") if change.binary else ("file", "file")
             no(
                 f"a {what} of {size} bytes, over the cap of {cap} bytes (warden run "
-                f"--apply-max-{knob}, WARDEN_APPLY_MAX_{knob.upper()})",
+                f"--apply-max-{knob}, WARDEN_APPLY_MAX_{knob.upper()}, settings "
+                f"warden.apply.max{knob.capitalize()}: the stricter wins)",
                 "size cap",
             )
         old_exec = bool((change.old_mode or 0) & 0o111) if change.old_type == "file" else False
         if (change.new_mode or 0) & 0o111 and not old_exec and not policy.allow_executable:
             no(
-                "sets an executable bit (new executable files are refused; allow them with "
-                "warden.apply.allow_executable)",
+                "sets an executable bit (a change set may not make a file executable; "
+                "set the bit yourself once the rest is applied)",
                 "executable",
             )
     if edit is not None and not found:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import getpass
 import shutil
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -86,10 +87,13 @@ def _apply(settings: Settings, task_id: str, sha256: str, workspace: str) -> Non
     from orchestrator.apply.policy import ApplyPolicy
     from orchestrator.apply.review import audit_to
     from orchestrator.lifecycle.recovery import open_store
+    from orchestrator.workspace.settings import apply_caps
 
-    policy = ApplyPolicy(
-        max_binary_bytes=settings.apply_max_binary, max_file_bytes=settings.apply_max_file
+    # the settings files' warden.apply caps hold here as in the run (the stricter wins)
+    max_file, max_binary = apply_caps(settings, Path(workspace)).hold(
+        settings.apply_max_file, settings.apply_max_binary
     )
+    policy = ApplyPolicy(max_binary_bytes=max_binary, max_file_bytes=max_file)
     with open_store(settings) as store:  # an ApplyError (changed, rejected) exits 2
         decision = apply_pending(
             settings.state_dir,

@@ -45,7 +45,7 @@ from orchestrator.workspace import WorkspaceGuard
 from orchestrator.workspace.held import WorkspaceHold
 from orchestrator.workspace.inputs import PolicyInputs, read_policy_inputs
 from orchestrator.workspace.report import ExecutedPathsWatch
-from orchestrator.workspace.settings import protected_paths
+from orchestrator.workspace.settings import apply_caps, protected_paths
 from orchestrator.workspace.trust import claude_record
 from orchestrator.workspace.walls import walls_of
 
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
     from orchestrator.agents.registry import AgentRegistry
+    from orchestrator.apply.review import ApplySettings
     from orchestrator.backend.contract import ContainerBackend
     from orchestrator.permissions.approvers import Approver
     from orchestrator.permissions.hooks import HookSet
@@ -105,6 +106,19 @@ def prepare_guard(
         ),
         walls=walls_of(rules) if rules is not None else (),
     )
+
+
+def held_apply_caps(
+    apply: ApplySettings, settings: Settings, workspace: Path, inputs: PolicyInputs
+) -> ApplySettings:
+    """`apply`'s size caps held to the settings files' `warden.apply` caps (the
+    stricter of each wins), as the run read those files."""
+    policy = apply.policy
+    max_file, max_binary = apply_caps(settings, workspace, inputs.stack).hold(
+        policy.max_file_bytes, policy.max_binary_bytes
+    )
+    held = policy.model_copy(update={"max_file_bytes": max_file, "max_binary_bytes": max_binary})
+    return dataclasses.replace(apply, policy=held)
 
 
 def policy_inside(
@@ -214,7 +228,10 @@ async def open_run(
     # the user's out (as Claude Code does; warden loads no managed or plugin skills)
     locked = "skills" in read_once.managed.plugin_only
     config = dataclasses.replace(
-        config, project_skills={} if locked else trusted_skills(inputs), user_skills=not locked
+        config,
+        project_skills={} if locked else trusted_skills(inputs),
+        user_skills=not locked,
+        apply=held_apply_caps(config.apply, settings, workspace, inputs),
     )
     # What egress (and a dev container build) decides by: the run's policy, or the
     # one a caller's own gate says it follows (`PermissionGate.policy`).

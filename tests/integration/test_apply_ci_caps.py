@@ -84,3 +84,41 @@ def test_a_flag_caps_sizes_and_a_pre_apply_ask_waits_in_ci(
         waiting.append(item)
         text_left = text_left[end:].strip()
     assert [w["paths"] for w in waiting if w["outcome"] == "pending"] == [["askme.txt"]]
+
+
+def test_a_settings_key_caps_sizes_below_a_larger_flag(
+    settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    """`warden.apply.maxFile` in the project's settings holds over a larger
+    `--apply-max-file` (the stricter wins), in an untrusted workspace too."""
+    claude = workspace / ".claude"
+    claude.mkdir()
+    (claude / "settings.json").write_text(json.dumps({"warden": {"apply": {"maxFile": 64}}}))
+    for path in (claude, claude / "settings.json"):
+        if path.stat().st_uid == 0:
+            os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
+    script = write_script(
+        tmp_path / "script.yaml",
+        [
+            convo("parent", PARENT_MATCH, [task("BIGFILE go")], [text("{last_tool_result}")]),
+            convo("big", {"prompt_contains": "BIGFILE"},
+                  [tool("Bash", command="printf '%0100d' 0 > big.txt")], [text("big done")]),
+        ],
+    )  # fmt: skip
+    proc = run_warden(
+        settings,
+        "run", "go", "--replay", str(script), "--workspace", str(workspace),
+        "--permission-mode", "bypassPermissions", "--isolation", "worktree", "--apply", "auto",
+        "--apply-max-file", "1m", "--json", "--fail-on", "rejected",
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.OUTCOME, proc.stderr[-2000:]
+    assert result_document(proc)["failed_on"] == ["rejected"]
+    assert not (workspace / "big.txt").exists()
+    (claude / "settings.json").write_text(json.dumps({"warden": {"apply": {"maxFile": "6x"}}}))
+    bad = run_warden(
+        settings,
+        "run", "go", "--replay", str(script), "--workspace", str(workspace),
+        "--permission-mode", "bypassPermissions", "--isolation", "worktree", "--apply", "auto",
+    )  # fmt: skip
+    assert bad.returncode != 0 and "`warden.apply.maxFile` is '6x', not a size" in bad.stderr
+    assert not (workspace / "big.txt").exists()
