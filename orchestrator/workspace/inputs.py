@@ -16,8 +16,13 @@ policy and the egress rules decide from one parse of it) and `.git/config`'s
 `core.hooksPath` (which the end-of-run report watches). The workspace scripts the
 hooks name are made read-only in every sandbox of the run (`hook_scripts`): a
 hook, on the host or in a sandbox, runs the content trust covered at the start.
-One that does not exist is recorded as absent (`hook_script_prints`): a host hook
-is denied when it appears (`permissions.hooks.scripts`).
+Trust covers every workspace script a host hook names, whichever settings layer
+(the person's own, managed) or agent file defines the hook (`host_scripts`): a
+host hook runs only the bytes of the person's last yes, so a script a sandbox of
+an earlier run rewrote is denied, and the run's start says which and why
+(`refused_scripts`). One that does not exist is recorded as absent
+(`hook_script_prints`): a host hook is denied when it appears
+(`permissions.hooks.scripts`).
 """
 
 from __future__ import annotations
@@ -63,17 +68,18 @@ class PolicyInputs:
     """`core.hooksPath` of the workspace's `.git/config` as a report pattern, when it
     points inside the workspace (`permissions.executed_paths`)."""
     hook_scripts: tuple[str, ...] = ()
-    """Workspace files the hooks of any settings file name (relative), existing or
-    not: read-only in the run's sandboxes when they exist, so a hook runs the script
-    trust saw, not one a sandbox wrote."""
+    """Workspace files the hooks of any settings file name, and those of the
+    commands `warden.trustedHooks` lists (relative), existing or not: read-only in
+    the run's sandboxes when they exist, so a hook runs the script trust saw, not
+    one a sandbox wrote."""
 
     hook_script_prints: tuple[tuple[str, str], ...] = ()
     """(relative path, digest) of each of `hook_scripts` as trust was decided on (the
     person's last yes, even when the workspace is not trusted now: `UNAPPROVED`
-    when there is none), or as read at the start when trust does not cover it (a
-    script only a user's hook names; a run's changes to those are held, see
-    `report.ExecutedPathsWatch`), `absent` for one not there: a host hook runs only
-    while its scripts still match, from a private copy of the bytes compared."""
+    when there is none; `absent` for one not there). Trust covers every script a
+    host hook names (`host_scripts`); one it does not cover is named only by
+    sandboxed hooks and is `UNAPPROVED`, never the bytes found. A host hook runs
+    only while its scripts still match, from a private copy of the bytes compared."""
 
     host_scripts: tuple[str, ...] = ()
     """The workspace files named by hooks that may run on the host, from any

@@ -13,6 +13,10 @@ A workspace is trusted when one of these says so:
   nothing until the person has been shown the change (`warden trust`, or the prompt
   `warden run` shows at a terminal) and said yes again;
 - the workspace has nothing to trust (`trusted_content.needs_trust`).
+What trust covers includes every workspace script a hook that runs on the host
+names, whichever settings layer defines the hook (`host_hook_scripts`): the
+person's own hook running `$CLAUDE_PROJECT_DIR/tools/check.sh` makes that script
+content to approve, so the host never runs bytes nobody looked at.
 Claude Code's own record (`hasTrustDialogAccepted` in `~/.claude.json`) trusts a
 directory, not content, so it unlocks nothing here; the prompt mentions it.
 

@@ -5,9 +5,11 @@ Trust is given to content a person has seen, never to a place. The files a yes
 covers are the workspace's own settings (`.claude/settings.json`,
 `.claude/settings.local.json`), its agent files (`.claude/agents/**/*.md`), its
 skills (every file under `.claude/skills/`: a skill's `SKILL.md` and what it names), the
-scripts its hooks name (every path a command spells from the workspace, recorded as
-`absent` when it does not exist, and any other command word that is a file inside
-the workspace), its
+scripts its hooks name and those any hook that runs on the host names, whichever
+file defines it (`host_scripts`: the person's own or managed settings, an agent
+file's trusted command), each as every path a command spells from the workspace,
+recorded as `absent` when it does not exist, and any other command word that is a
+file inside the workspace, its
 dev container (all of `.devcontainer/`, and `.devcontainer.json`) and its MCP
 configuration (`.mcp.json`). A dev container that builds a Dockerfile also adds
 its build context, wherever it lies (`"context": ".."` included): the Dockerfile
@@ -25,7 +27,9 @@ changed since can be shown as a diff.
 `needs_trust` says what the workspace would add that only trust lets in: every
 settings key that is not one of the few that only narrow (deny and ask rules,
 `disableBypassPermissionsMode`, warden's `protect`, comments), agent files, a dev
-container and MCP servers. An untrusted workspace with only
+container, MCP servers, and each existing script a host hook names (even one only
+the person's own settings bring in: the host runs workspace bytes only once a
+person has seen them). An untrusted workspace with only
 `{"permissions": {"additionalDirectories": ["/"]}}` needs trust, as in Claude Code.
 """
 
