@@ -79,11 +79,21 @@ class _Tail:
         return " ".join(self.data.decode("utf-8", errors="replace").split())[-800:]
 
 
+class McpRefusedError(ToolError):
+    """The server answered a request with a JSON-RPC error (its `code` kept)."""
+
+    def __init__(self, message: str, code: object) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class McpSession:
     """What both transports offer: one request, one notification, stop and close."""
 
     name: str
     failure: str | None = None
+    has_resources: bool = False
+    """Whether its `initialize` answer declares the `resources` capability."""
 
     def request(self, method: str, params: JSONObject, timeout_s: float) -> JSONObject:
         raise NotImplementedError
@@ -101,9 +111,13 @@ class McpSession:
         """`initialize`, `notifications/initialized`, then every page of `tools/list`,
         all within `timeout_s`; the tools as the server lists them."""
         deadline = time.monotonic() + timeout_s
-        self.request("initialize", {
+        started = self.request("initialize", {
             "protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": CLIENT_INFO,
         }, timeout_s)  # fmt: skip
+        capabilities = started.get("capabilities")
+        self.has_resources = isinstance(capabilities, dict) and isinstance(
+            capabilities.get("resources"), dict
+        )
         self.notify("notifications/initialized")
         tools: list[JSONObject] = []
         cursor: JSONValue = None
@@ -124,7 +138,8 @@ def answer_result(name: str, method: str, answer: JSONObject) -> JSONObject:
     error = answer.get("error")
     if error is not None:
         message = error.get("message") if isinstance(error, dict) else error
-        raise ToolError(f"MCP server {name!r} refused {method}: {str(message)[:2000]}")
+        code = error.get("code") if isinstance(error, dict) else None
+        raise McpRefusedError(f"MCP server {name!r} refused {method}: {str(message)[:2000]}", code)
     result = answer.get("result")
     if not isinstance(result, dict):
         raise ToolError(f"MCP server {name!r} answered {method} without a result object")

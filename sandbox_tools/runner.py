@@ -131,7 +131,8 @@ class AgentLoop:
         self.turn = 0
         self.mcp: McpTools | None = None
         """The subagent's MCP servers (started by `start_mcp`), when the spec names any."""
-        unknown = [t for t in spec.tools if t not in wire.TOOL_NAMES + wire.DELEGATION_TOOL_NAMES]
+        known = (*wire.TOOL_NAMES, *wire.DELEGATION_TOOL_NAMES, *wire.MCP_RESOURCE_TOOL_NAMES)
+        unknown = [t for t in spec.tools if t not in known]
         if unknown:
             log.warning("ignoring tools this runner does not know: %s", ", ".join(unknown))
 
@@ -266,6 +267,10 @@ class AgentLoop:
             )
         raw_input: JSONObject = raw
         mcp = self.mcp if self.mcp is not None and self.mcp.offers(name) else None
+        if name in wire.MCP_RESOURCE_TOOL_NAMES and mcp is None:
+            return _tool_result(tool_use_id, ToolOutput(
+                f"Error: {name} is not available: none of this agent's MCP servers offers "
+                "resources; it was not run.", is_error=True))  # fmt: skip
         if name not in self.spec.tools and mcp is None:
             allowed = ", ".join([*self.spec.tools, *(self.mcp.names if self.mcp else ())])
             allowed = allowed or "none"

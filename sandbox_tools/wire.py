@@ -151,6 +151,19 @@ MAX_MCP_TOOLS = 128
 in a warning."""
 MAX_MCP_RESULT_CHARS = 50_000
 """Longest MCP tool result the model sees (cut with an announcement)."""
+MCP_RESOURCE_TOOL_NAMES = ("ListMcpResourcesTool", "ReadMcpResourceTool")
+"""Claude Code's tools over its MCP servers' resources (`resources/list`,
+`resources/read`). A subagent that lists them, or inherits every tool, has them in
+its spec's `tools` when it has MCP servers; the runner offers them only when a
+started server declares the `resources` capability (`tools.mcp_resources`)."""
+MAX_MCP_RESOURCE_RESULT_CHARS = 100_000
+"""Longest ListMcpResourcesTool or ReadMcpResourceTool result the model sees (the
+pinned Claude Code's limit for both): a read's texts are cut to fit, each cut
+announced inside its text, so the result stays one JSON document."""
+MCP_RESOURCE_BLOB_DIR = "/tmp/warden-mcp-resources"
+"""Where ReadMcpResourceTool saves a binary resource inside the sandbox (its `/tmp`
+tmpfs: bounded by the sandbox's tmp size, gone with the sandbox, never the
+workspace); the model is given the path, never the bytes."""
 DEFAULT_MCP_STARTUP_TIMEOUT_S = 30.0
 """How long a stdio MCP server may take to start and answer `initialize` and
 `tools/list` before it counts as failed (`WARDEN_MCP_TIMEOUT_S`)."""

@@ -14,7 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from orchestrator.agents.keys import McpServerSpec, MemoryScope
 from orchestrator.permissions.hooks import HookCommand
 from orchestrator.permissions.models import Mode
-from sandbox_tools.wire import DELEGATION_TOOL_NAMES, MCP_PREFIX, TOOL_NAMES, mcp_part
+from sandbox_tools.wire import (
+    DELEGATION_TOOL_NAMES,
+    MCP_PREFIX,
+    MCP_RESOURCE_TOOL_NAMES,
+    TOOL_NAMES,
+    mcp_part,
+)
 
 BUILTIN_SOURCE = "built-in"
 IMAGE_AGENT = "agent"
@@ -32,12 +38,13 @@ MIN_PIDS = 8
 cannot start its runner. Checked when the agent file is read, not when a task starts."""
 
 
-VALID_TOOLS = (*TOOL_NAMES, *DELEGATION_TOOL_NAMES)
+VALID_TOOLS = (*TOOL_NAMES, *DELEGATION_TOOL_NAMES, *MCP_RESOURCE_TOOL_NAMES)
 """Tool names an agent may list and keep."""
 
-_MCP = (
-    "MCP resources are not read by warden's subagents (their servers' tools are: "
-    "`mcp__server__tool`)"
+_MCP_DIR = (
+    "it lists directory resources with `resources/directory/read` of the draft MCP skills "
+    "extension, which warden's runner does not speak (ListMcpResourcesTool and "
+    "ReadMcpResourceTool are run)"
 )
 _TEAM = (
     "an agent-team tool: warden's subagents are one-shot tasks, with no message channel "
@@ -47,9 +54,7 @@ _OLD = "an older Claude Code tool; its work is done by the current ones"
 _HOST = "needs Claude Code's own runtime or a person at its terminal"
 
 UNSUPPORTED_TOOLS: dict[str, str] = {
-    "ListMcpResourcesTool": _MCP,
-    "ReadMcpResourceTool": _MCP,
-    "ReadMcpResourceDirTool": _MCP,
+    "ReadMcpResourceDirTool": _MCP_DIR,
     "SendMessage": _TEAM,
     "TaskCreate": _TEAM,
     "TaskGet": _TEAM,
@@ -200,15 +205,19 @@ class AgentDefinition(BaseModel):
         if self.tools is None:
             return None
         servers = tuple(f"mcp__{mcp_part(s.name)}" for s in self.mcp_servers)
-        every = (ALL_MCP_TOOLS,) if self.inherits_mcp else ()
-        return (*self.tools, *self.mcp_tools, *servers, *every)
+        every = (ALL_MCP_TOOLS, *MCP_RESOURCE_TOOL_NAMES) if self.inherits_mcp else ()
+        return tuple(dict.fromkeys((*self.tools, *self.mcp_tools, *servers, *every)))
 
     def offered_tools(self, *, may_delegate: bool) -> list[str]:
         """The tools a task of this type is given: its listed ones (all sandbox tools
-        when it lists none), with Task only where the run's depth still allows
-        nesting (`may_delegate`) and the type does not exclude it."""
+        when it lists none), the MCP resource tools when it inherits the project's MCP
+        servers (the spec keeps them only when it has servers: `briefing`), with Task
+        only where the run's depth still allows nesting (`may_delegate`) and the type
+        does not exclude it."""
         listed = TOOL_NAMES if self.tools is None else self.tools
         tools = [t for t in listed if t not in DELEGATION_TOOL_NAMES]
+        if self.inherits_mcp:  # as Claude Code: with the servers' tools come these two
+            tools.extend(t for t in MCP_RESOURCE_TOOL_NAMES if t not in tools)
         if may_delegate and (self.tools is None or "Task" in self.tools):
             tools.extend(DELEGATION_TOOL_NAMES)
         return tools

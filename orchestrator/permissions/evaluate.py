@@ -25,6 +25,7 @@ from orchestrator.permissions.explanation import (
 )
 from orchestrator.permissions.models import (
     EDIT_TOOLS,
+    MCP_RESOURCE_TOOLS,
     NO_PROMPT_TOOLS,
     OWN_STATE_TOOLS,
     READ_TOOLS,
@@ -115,7 +116,7 @@ class _Evaluator:
         lead = f"{why}; " if why else "no rule matches; "
         if (
             m == "bypassPermissions"
-            or tool in OWN_STATE_TOOLS
+            or tool in OWN_STATE_TOOLS | MCP_RESOURCE_TOOLS
             or (tool in NO_PROMPT_TOOLS and m != "plan")
         ):
             b: Behavior = "allow"
@@ -265,7 +266,8 @@ class _Evaluator:
         # the call asks, whatever the server's readOnlyHint (measured with the pinned
         # Claude Code; `_mode_default`)
         mcp = tool.startswith(MCP_PREFIX)
-        if self.mode == "plan" and tool not in READ_TOOLS | OWN_STATE_TOOLS and not mcp:
+        unasked = READ_TOOLS | OWN_STATE_TOOLS | MCP_RESOURCE_TOOLS
+        if self.mode == "plan" and tool not in unasked and not mcp:
             return self.done("deny", "the plan mode is read-only", source=f"{MODE_SOURCE}:plan")
         memory = self._memory_write(target)
         for rule in self.policy.rules_for("ask"):

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.behavior import Behavior
 from orchestrator.jsontypes import JSONObject
-from sandbox_tools.wire import WORKSPACE
+from sandbox_tools.wire import MCP_RESOURCE_TOOL_NAMES, WORKSPACE
 
 Mode = Literal["default", "acceptEdits", "dontAsk", "plan", "bypassPermissions"]
 MODES: tuple[Mode, ...] = ("default", "acceptEdits", "dontAsk", "plan", "bypassPermissions")
@@ -23,6 +23,10 @@ OWN_STATE_TOOLS = frozenset({"TaskOutput", "TaskStop", "TodoWrite"})
 Bash call started, its todo list): as in Claude Code they need no approval in any
 mode, the plan mode included; a deny or ask rule still holds. (`Skill` is decided
 as Claude Code decides it: `skill_rules`.)"""
+MCP_RESOURCE_TOOLS = frozenset(MCP_RESOURCE_TOOL_NAMES)
+"""ListMcpResourcesTool and ReadMcpResourceTool: read-only calls to servers already
+running for this subagent. The pinned Claude Code runs them unasked in every mode, the
+plan mode included (measured); a deny or ask rule (by their names) still holds."""
 EDIT_TOOLS = frozenset({"Edit", "Write", "NotebookEdit"})
 """Tools that change files; allowed inside the workspace by `acceptEdits`."""
 

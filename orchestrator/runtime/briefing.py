@@ -30,7 +30,7 @@ from orchestrator.runtime.subagent_context import (
     skill_listing,
 )
 from orchestrator.runtime.tasks import ForkPrefix, TaskContext, TaskInput
-from sandbox_tools import conversation
+from sandbox_tools import conversation, wire
 
 if TYPE_CHECKING:
     from orchestrator.store import Store
@@ -91,6 +91,8 @@ def runner_spec(
     forms); the runner adds the environment and git snapshot."""
     agent = ctx.agent
     tools = agent.offered_tools(may_delegate=may_delegate)
+    if not mcp_servers:  # nothing to list or read resources of
+        tools = [t for t in tools if t not in wire.MCP_RESOURCE_TOOL_NAMES]
     prompt = task_input.prompt
     system_prompt = agent.system_prompt
     tool_definitions: list[JSONObject] = []

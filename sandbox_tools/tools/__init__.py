@@ -85,6 +85,7 @@ def describe(name: str, raw: JSONObject) -> str:
         return one_line(command, BASH_DETAIL_CHARS)
     for key in (
         "file_path", "notebook_path", "url", "query", "pattern", "description", "path", "task_id",
+        "uri", "server",
     ):  # fmt: skip
         value = raw.get(key)
         if isinstance(value, str):

@@ -12,7 +12,9 @@ by that name before `call` forwards it.
 
 A tool's result is the server's text, written by whatever the server read: it
 reaches the model as text only (images and other binary content are named, not
-passed), cut at `wire.MAX_MCP_RESULT_CHARS` with an announcement.
+passed), cut at `wire.MAX_MCP_RESULT_CHARS` with an announcement. When a started
+server declares `resources`, the resource tools the spec gives this subagent are
+offered too (`mcp_resources`).
 """
 
 from __future__ import annotations
@@ -21,12 +23,16 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandbox_tools import wire, wire_answers
 from sandbox_tools.errors import ToolError
 from sandbox_tools.jsontypes import JSONObject, JSONValue
 from sandbox_tools.mcp_client import McpServerError, McpSession, StdioServer
 from sandbox_tools.tools.base import ToolOutput
+
+if TYPE_CHECKING:
+    from sandbox_tools.tools.mcp_resources import ResourceTools
 
 MAX_SCHEMA_BYTES = 64 * 1024
 """Largest input schema of one MCP tool offered to the model."""
@@ -59,10 +65,14 @@ class McpTools:
         """API tool definitions of every offered tool, in the servers' order."""
         self._offered: dict[str, _Offered] = {}
         self.warnings: list[str] = []
+        self.resources: ResourceTools | None = None
+        """The resource tools over the servers that offer resources (None: not offered)."""
+        self.resource_tools: tuple[str, ...] = ()
+        """Which of `wire.MCP_RESOURCE_TOOL_NAMES` are offered."""
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(self._offered)
+        return (*self._offered, *self.resource_tools)
 
     def start(self) -> list[str]:
         """Start every server and list its tools; warnings for what failed."""
@@ -91,7 +101,22 @@ class McpTools:
             assert started is not None
             self.servers.append(started)
             self._offer(server, started, tools)
+        self._offer_resources()
         return self.warnings
+
+    def _offer_resources(self) -> None:
+        """ListMcpResourcesTool and ReadMcpResourceTool, those of them the spec gives
+        this subagent, when a started server declares `resources` (as Claude Code)."""
+        wanted = [n for n in wire.MCP_RESOURCE_TOOL_NAMES if n in self.spec.tools]
+        if not wanted or not any(s.has_resources for s in self.servers):
+            return
+        from sandbox_tools.tools.mcp_resources import DEFINITIONS, ResourceTools
+
+        self.resources = ResourceTools(
+            self.servers, [s.name for s in self.spec.mcp_servers], self.spec.mcp_tool_timeout_s
+        )
+        self.definitions.extend(DEFINITIONS[n] for n in wanted)
+        self.resource_tools = tuple(wanted)
 
     def _start_one(
         self, server: wire_answers.McpServer
@@ -158,10 +183,12 @@ class McpTools:
             self._offered[name] = _Offered(started, raw_name)
 
     def offers(self, name: str) -> bool:
-        return name in self._offered
+        return name in self._offered or name in self.resource_tools
 
     def call(self, name: str, arguments: JSONObject) -> ToolOutput:
         """Forward one (host-approved) call; never raises for a tool failure."""
+        if self.resources is not None and name in self.resource_tools:
+            return self.resources.call(name, arguments)
         offered = self._offered.get(name)
         if offered is None:
             return ToolOutput(f"Error: {name!r} is not an MCP tool of this agent",

@@ -83,7 +83,7 @@ def test_builtins_inherit_the_project_servers_and_host_variables_never_expand() 
     entries, warnings = servers_for(general, project)
     assert [e["name"] for e in entries] == ["ok"]
     assert "uses ${GITHUB_TOKEN}: warden does not pass the host's environment" in warnings[0]
-    assert general.policy_tools() == ("Bash", "mcp__*")
+    assert general.policy_tools() == ("Bash", "mcp__*", "ListMcpResourcesTool", "ReadMcpResourceTool")
     bash = agent(name="bash", source=BUILTIN_SOURCE, tools=("Bash",))
     assert servers_for(bash, project) == ([], [])
 

@@ -2,7 +2,8 @@
 them: NotebookEdit is an edit of its `notebook_path` (Edit and Write rules hold for
 it, acceptEdits allows it inside the workspace, plan mode denies it); TaskOutput,
 TaskStop and TodoWrite touch only the agent's own state and need no approval in any
-mode, while a deny rule naming them still holds."""
+mode, nor do ListMcpResourcesTool and ReadMcpResourceTool, while a deny rule naming
+them still holds."""
 
 from __future__ import annotations
 
@@ -48,6 +49,18 @@ def test_own_state_tools_need_no_approval_but_obey_deny_rules(tool: str, mode: s
     call = ToolCall(tool_name=tool, tool_input={"task_id": "bash_1"})
     assert evaluate(policy(mode=mode), call).decision.behavior == "allow"
     assert evaluate(policy(deny=[tool], mode=mode), call).decision.behavior == "deny"
+
+
+@pytest.mark.parametrize("tool", ["ListMcpResourcesTool", "ReadMcpResourceTool"])
+@pytest.mark.parametrize("mode", ["default", "plan", "dontAsk", "acceptEdits"])
+def test_mcp_resource_tools_need_no_approval_but_obey_their_rules(tool: str, mode: str) -> None:
+    """As the pinned Claude Code runs them: unasked (measured in default and plan
+    mode); a deny or ask rule by the tool's name still holds."""
+    call = ToolCall(tool_name=tool, tool_input={"server": "notes", "uri": "notes://a"})
+    assert evaluate(policy(mode=mode), call).decision.behavior == "allow"
+    assert evaluate(policy(deny=[tool], mode=mode), call).decision.behavior == "deny"
+    asked = "deny" if mode == "dontAsk" else "ask"
+    assert evaluate(policy(ask=[tool], mode=mode), call).decision.behavior == asked
 
 
 @pytest.mark.parametrize(
