@@ -1,6 +1,6 @@
 """The policy decision of a change set, before anyone is asked: every path is
-checked against the protected paths, the run's `Edit`/`Write` rules (as an
-`Edit` call to that path would be), new executable bits, links that leave the
+checked against the protected paths, the `Edit`/`Write` rules and mode its task
+ran under (as an `Edit` call of that task to that path would be), new executable bits, links that leave the
 workspace (or point into a protected path), hard links and the size caps. Any
 rejection rejects the whole change set (it is one decision), with a reason per
 path; the team's `PreApply` hook (`apply.hook`) then sees what passed.
@@ -73,8 +73,12 @@ EditDecider = Callable[[str], tuple[str, str, str]]
 
 
 def edit_rules(policy: EffectivePolicy, workspace: Path) -> EditDecider:
-    """The run's rules on an `Edit` call to a workspace path, as the gate decides one
-    (blocking: it may resolve links on the host)."""
+    """`policy`'s rules and mode on an `Edit` call to a workspace path, as the gate
+    decides one (blocking: it may resolve links on the host). `policy` is the one
+    the change set's task ran under; its agent's tool list is left out: it says
+    which tools the agent may call, not which paths it may change (a change made
+    with Bash is held to the same path rules and mode as its Bash writes were)."""
+    policy = policy.model_copy(update={"allowed_tools": None})
 
     def decider(path: str) -> tuple[str, str, str]:
         call = ToolCall(tool_name="Edit", tool_input={"file_path": f"/workspace/{path}"})

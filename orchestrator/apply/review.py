@@ -32,7 +32,7 @@ from orchestrator.apply.changeset import (
 from orchestrator.apply.compute import compute_change_set
 from orchestrator.apply.hook import pre_apply_verdict
 from orchestrator.apply.merge import apply_change_set
-from orchestrator.apply.policy import ApplyPolicy, EditDecider, decide
+from orchestrator.apply.policy import ApplyPolicy, EditDecider, decide, edit_rules
 from orchestrator.apply.workcopy import (
     WorkingCopy,
     WorkingCopyError,
@@ -44,6 +44,7 @@ from orchestrator.apply.workcopy import (
 )
 from orchestrator.permissions.approvers import ApprovalAnswer, Approver, NonInteractiveApprover
 from orchestrator.permissions.hooks import HookSandbox, HookSet
+from orchestrator.permissions.policy import EffectivePolicy
 from orchestrator.store import Store
 from orchestrator.store.records import audit_record
 
@@ -273,6 +274,7 @@ class ReviewedApply:
         completed: bool,
         question: dict[str, object],
         nested: bool = False,
+        rules: EffectivePolicy | None = None,
     ) -> ApplyDecision | None:
         """Decide and (maybe) apply the change set of an ended task; None when it
         changed nothing (its copy is removed). `completed`: it ended on its own (a
@@ -280,12 +282,16 @@ class ReviewedApply:
         `question`: the `ApprovalQuestion` fields naming the task for a review.
         `nested`: its copy was made from its parent task's copy: what policy passes
         is merged into that copy without a person, and reviewed as part of the
-        parent's change set (`--apply never` still keeps it waiting)."""
+        parent's change set (`--apply never` still keeps it waiting). `rules`: the
+        policy the task ran under (its agent's mode, its parent's narrowing); every
+        path is decided as an `Edit` call of that task would be (None: `self.edit`,
+        the run's)."""
         change_set = await asyncio.to_thread(compute_recorded, copy, self.store, self.state_dir)
         if not change_set.changes:
             await asyncio.to_thread(copy.remove)
             return None
-        reasons = await asyncio.to_thread(decide, change_set, self.settings.policy, self.edit)
+        edit = self.edit if rules is None else edit_rules(rules, self.workspace)
+        reasons = await asyncio.to_thread(decide, change_set, self.settings.policy, edit)
         asks: tuple[PathReason, ...] = ()
         if not reasons and self.hooks is not None:
             verdict = await pre_apply_verdict(

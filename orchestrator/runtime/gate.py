@@ -123,6 +123,11 @@ class PolicyGate:
             self._engines[task.task_id] = engine
         return engine
 
+    def task_policy(self, task: TaskContext) -> EffectivePolicy:
+        """`PermissionGate`: the policy of `task`'s engine (the run's, narrowed to its
+        agent's tools and mode, under its parent's)."""
+        return self.engine_for(task).policy
+
     async def answer_tool_call(
         self, task: TaskContext, request: wire_models.PermissionRequest
     ) -> wire_models.PermissionResponse:

@@ -655,7 +655,9 @@ class TaskManager:
             await self.recorder.emit("disk_meter_gap", ctx, message=sandbox.meter_gap)
         result = task_result(ctx, sandbox, budget, failure)
         # The sandbox is gone: nothing changes the working copy any more.
-        result = await self.worktrees.conclude(ctx, result, self.recorder)
+        result = await self.worktrees.conclude(
+            ctx, result, self.recorder, rules=self.gate.task_policy(ctx)
+        )
         await self._conclude(ctx, result)
 
     async def _stop_requested_elsewhere(self, task_id: str) -> bool:

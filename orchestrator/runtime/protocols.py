@@ -69,6 +69,12 @@ class PermissionGate(Protocol):
         """What this task's broker may forward to the model API."""
         ...
 
+    def task_policy(self, task: TaskContext) -> EffectivePolicy:
+        """The rules and mode `task`'s calls are decided by (the run's policy as its
+        agent file and its ancestors narrow it): what its change set is held to when
+        it works in its own copy (`isolation: worktree`)."""
+        ...
+
     def task_denial(self, subagent_type: str) -> str | None:
         """Why the run's own policy refuses to start a subagent of this type (a
         `Task(type)` deny rule, as Claude Code honours it for its Task tool), or None.
@@ -98,6 +104,9 @@ class AllowAgentTools:
 
     def model_answered(self, task: TaskContext) -> None:
         return None
+
+    def task_policy(self, task: TaskContext) -> EffectivePolicy:
+        return self.policy
 
     def forwarding_policy(self, task: TaskContext) -> ForwardingPolicy:
         return ForwardingPolicy()

@@ -20,6 +20,7 @@ from orchestrator.store import TaskStatus
 
 if TYPE_CHECKING:
     from orchestrator.broker import SandboxIdentity
+    from orchestrator.permissions import EffectivePolicy
     from orchestrator.runtime.records import TaskRecorder
     from orchestrator.runtime.tasks import TaskContext, TaskResult
 
@@ -99,9 +100,16 @@ class Worktrees:
         return copy.work
 
     async def conclude(
-        self, ctx: TaskContext, result: TaskResult, recorder: TaskRecorder
+        self,
+        ctx: TaskContext,
+        result: TaskResult,
+        recorder: TaskRecorder,
+        *,
+        rules: EffectivePolicy | None = None,
     ) -> TaskResult:
-        """`result` with what became of the task's changes (its sandbox is gone)."""
+        """`result` with what became of the task's changes (its sandbox is gone).
+        `rules`: the policy the task's calls were decided by, which its change set's
+        paths are held to (None: the run's)."""
         copy = self.copies.pop(ctx.task_id, None)
         self.isolated.discard(ctx.task_id)
         self.own.discard(ctx.task_id)
@@ -112,6 +120,7 @@ class Worktrees:
         try:
             decision = await self.apply.conclude(
                 copy,
+                rules=rules,
                 nested=nested,
                 completed=result.status in ENDED_ON_ITS_OWN,
                 question={

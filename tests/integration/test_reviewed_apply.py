@@ -26,7 +26,15 @@ from orchestrator.runtime.caps import TaskManagerConfig
 from orchestrator.runtime.session import Run
 from orchestrator.runtime.tasks import TaskInput, TaskResult
 from tests.conftest import UNPRIVILEGED, warden_argv, warden_env
-from tests.integration.harness import convo, scripted_run, task, text, tool, trust_hooks
+from tests.integration.harness import (
+    convo,
+    scripted_run,
+    task,
+    text,
+    tool,
+    trust_hooks,
+    write_agent,
+)
 from tests.integration.sandbox_fixtures import (  # noqa: F401
     docker_client,
     no_leftovers,
@@ -407,3 +415,42 @@ async def test_an_empty_directory_replaced_by_a_file_applies_unless_the_workspac
     assert decision["outcome"] == "conflicted" and decision["conflicts"] == ["logs"]
     kept = apply_root(settings.state_dir) / logs.task_id / "work"
     assert (kept / "logs").read_text() == "logged\n"  # nothing lost
+
+
+async def test_a_change_set_is_decided_by_the_rules_its_task_ran_under(
+    settings: Settings, workspace: Path
+) -> None:
+    """The run asks before docs/ is edited; the scribe's agent file runs it in
+    `dontAsk`, where that ask is a deny: its change to docs/ (written by an allowed
+    interpreter, which no write rule sees) is rejected before anyone is asked, as
+    an Edit of it by that task would have been."""
+    seed(workspace, **{"docs/a.md": "a\n"})
+    settings_doc = {"permissions": {"ask": ["Edit(docs/**)"], "allow": ["Bash(python3:*)"]}}
+    (workspace / ".claude").mkdir(exist_ok=True)
+    (workspace / ".claude" / "settings.json").write_text(json.dumps(settings_doc))
+    write_agent(
+        workspace, "scribe",
+        "---\nname: scribe\ndescription: writes docs\npermissionMode: dontAsk\n---\nWrite.\n",
+    )  # fmt: skip
+    command = "python3 -c \"open('docs/a.md','w').write('the scribe\\n')\""
+    approver = Recording("allow")
+    async with scripted_run(
+        settings, workspace, [bash_agent("scribe", "SCRIBE", command)],
+        approver=CallbackApprover(approver), config=config_for(settings, "ask"),
+    ) as (run, _):  # fmt: skip
+        result = await asyncio.wait_for(
+            run.manager.run_task(
+                TaskInput(description="SCRIBE", prompt="SCRIBE", subagent_type="scribe",
+                          isolation="worktree")
+            ),
+            timeout=TASK_TIMEOUT_S,
+        )  # fmt: skip
+    assert approver.asked == []  # no person is asked about it
+    assert result.changes is not None and "rejected" in result.changes
+    decision = decision_of(settings, result.task_id)
+    assert decision["outcome"] == "rejected_by_policy"
+    (reason,) = decision["reasons"]
+    assert reason["path"] == "docs/a.md" and "dontAsk" in reason["reason"]
+    assert (workspace / "docs" / "a.md").read_text() == "a\n"
+    kept = apply_root(settings.state_dir) / result.task_id / "work"
+    assert (kept / "docs" / "a.md").read_text() == "the scribe\n"  # it did write it
