@@ -466,3 +466,34 @@ async def test_a_script_a_user_hook_runs_that_an_earlier_run_rewrote_is_not_run_
     assert "tools/check.sh" in result.text and "warden trust" in result.text, result.text
     said = [r.getMessage() for r in caplog.records if "tools/check.sh" in r.getMessage()]
     assert any("changed since you approved it" in m and "warden trust" in m for m in said), said
+
+
+async def test_a_never_trusted_workspace_s_script_a_user_hook_names_is_not_run_on_the_host(
+    settings: Settings, workspace: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A workspace nobody ever trusted, with no settings of its own, holds the script
+    the person's own host hook runs (a sandbox of an earlier run may have written
+    every byte of it). The host runs workspace bytes only once a person has seen
+    them: the run starts saying the script was never approved and how to approve
+    it, and the hook's call is denied without running it."""
+    from tests.integration.test_hook_sandbox import pre_hooks
+
+    marker = tmp_path / "HOST-RAN-UNAPPROVED-SCRIPT"
+    project_workspace(workspace)
+    (workspace / "tools").mkdir()
+    (workspace / "tools" / "check.sh").write_text(f"touch {marker}\n")
+    settings.claude_dir.mkdir(parents=True, exist_ok=True)
+    hooks = pre_hooks('sh "$CLAUDE_PROJECT_DIR/tools/check.sh"', trusted=True)
+    (settings.claude_dir / "settings.json").write_text(json.dumps({"hooks": hooks}))
+    chown_tree(workspace)
+
+    caplog.set_level(logging.WARNING)
+    script = delegate("echo next call")
+    async with scripted_run(settings, workspace, script, trusted=None) as (run, _):
+        result = await run.parent.run("call a tool")
+
+    assert not marker.exists(), "the host ran a workspace script nobody approved"
+    assert "next call" not in result.text, result.text
+    assert "tools/check.sh" in result.text and "warden trust" in result.text, result.text
+    said = [r.getMessage() for r in caplog.records if "tools/check.sh" in r.getMessage()]
+    assert any("has never been approved" in m and "warden trust" in m for m in said), said
