@@ -319,6 +319,15 @@ def servers_for(
     if agent.inherits_mcp:
         for name, config in project.servers.items():
             chosen.setdefault(name, (config, None))
+    # Listed without inheriting (`tools: Read, ListMcpResourcesTool`): as in Claude
+    # Code (measured), the resource tools reach every server of the session, so each
+    # starts, offering none of its tools unless the list names them.
+    reads_resources = not agent.inherits_mcp and any(
+        t in wire.MCP_RESOURCE_TOOL_NAMES for t in agent.tools or ()
+    )
+    if reads_resources:
+        for name, config in project.servers.items():
+            chosen.setdefault(name, (config, []))
     for pattern in agent.mcp_tools:
         server = by_part.get(_server_of(pattern) or "")
         if server is None:
@@ -341,7 +350,7 @@ def servers_for(
         patterns = [p for p in removed if _may_remove_from(p, part)]
         if tools is not None:
             tools = [t for t in tools if not any(wire.mcp_name_glob(p, t) for p in patterns)]
-            if not tools:
+            if not tools and not reads_resources:
                 continue
             patterns = []  # its named tools are what it is offered: none removed is left
         refused = project.refusal(name, config)

@@ -14,7 +14,8 @@ resource are passed on, each string cut at `MAX_FIELD_CHARS`, a list at
 `wire.MAX_MCP_RESOURCE_RESULT_CHARS` (a read's texts are cut to fit, each cut
 announced inside its text, so the result stays one JSON document). A server that is
 not this agent's, has no resources, errors or stops answering is a tool error that
-names it; the subagent goes on.
+names it; a resource it does not know (or a server that does not implement reads) is
+said in a plain result, as Claude Code does; the subagent goes on.
 """
 
 from __future__ import annotations
@@ -76,14 +77,16 @@ CHECKS.update({
 })  # fmt: skip
 
 DEFINITIONS: dict[str, JSONObject] = {
-    LIST_TOOL: {"name": LIST_TOOL, **schema(
+    LIST_TOOL: {"name": LIST_TOOL, "description": (
         "Lists the resources of this agent's MCP servers as a JSON array; each resource "
         "carries a 'server' field naming the server it comes from. Give server to list "
-        "only that server's resources. Read one with ReadMcpResourceTool.",
-        {"server": {"type": "string",
-                    "description": "Optional server name to filter resources by"}},
-        [],
-    )},
+        "only that server's resources. Read one with ReadMcpResourceTool."
+    ), "input_schema": {  # no `required` key, as Claude Code's schema has none
+        "type": "object",
+        "properties": {"server": {"type": "string",
+                                  "description": "Optional server name to filter resources by"}},
+        "additionalProperties": False,
+    }},
     READ_TOOL: {"name": READ_TOOL, **schema(
         "Reads one resource of an MCP server by its server name and URI (as "
         "ListMcpResourcesTool lists them). Text comes back as text; binary content is "
@@ -193,13 +196,16 @@ class ResourceTools:
         try:
             result = server.request("resources/read", {"uri": args.uri}, self.timeout_s)
         except McpRefusedError as e:
+            # As Claude Code: these two are answers about the resource, not failures
+            # of the call (its result says so, not marked as an error).
             if e.code == METHOD_NOT_FOUND:
-                raise ToolError(f"MCP server {server.name!r} declares resources but does not "
-                                "implement resources/read") from None  # fmt: skip
+                return ToolOutput(f"MCP server {server.name!r} declares resources but does "
+                                  "not implement resources/read", summary="not readable")  # fmt: skip
             if e.code in NOT_FOUND_CODES:
-                raise ToolError(f"resource not found: {_text(args.uri, 300)} on MCP server "
-                                f"{server.name!r} ({e}); list its resources again with "
-                                f"{LIST_TOOL}") from None  # fmt: skip
+                return ToolOutput(f"Resource not found: {_text(args.uri, 300)} on MCP server "
+                                  f"{server.name!r} ({e}); it may have been deleted or the "
+                                  f"URI is stale: list the resources again with {LIST_TOOL}",
+                                  summary="not found")  # fmt: skip
             raise
         raw = result.get("contents")
         items = [i for i in raw if isinstance(i, dict)] if isinstance(raw, list) else []

@@ -1,7 +1,8 @@
 """Claude Code's MCP resource tools, end to end in real sandboxes with the scripted
 model and a server built with the official `mcp` SDK, running inside the subagent's
 container: ListMcpResourcesTool and ReadMcpResourceTool are offered (with Claude
-Code's input schemas) only to a subagent that inherits its tools or lists them, and
+Code's input schemas) only to a subagent that inherits its tools or lists them (one
+that lists a resource tool reads every server's resources, as in Claude Code), and
 only when a started server declares `resources`; every call is decided on the host
 (the default mode runs them unasked, as Claude Code does; a PreToolUse hook on the
 tool's name blocks one); a list is JSON with a `server` field, a read is
@@ -108,6 +109,11 @@ async def test_resources_are_listed_and_read_from_an_sdk_server_inside_the_sandb
     write_agent(workspace, "narrow", (
         "---\nname: narrow\ndescription: d\ntools: Read, mcp__notes__ping\n---\nx\n"
     ))  # fmt: skip
+    # Lists one resource tool and no server: as in Claude Code, it lists every server's
+    # resources, and is offered neither the other resource tool nor any server's tools.
+    write_agent(workspace, "lister", (
+        "---\nname: lister\ndescription: d\ntools: Read, ListMcpResourcesTool\n---\nx\n"
+    ))  # fmt: skip
     settings.config_dir.mkdir(parents=True, exist_ok=True)
     (settings.config_dir / "settings.json").write_text(json.dumps({"hooks": {"PreToolUse": [
         {"matcher": "ReadMcpResourceTool", "hooks": [{"type": "command", "command": HOOK}]},
@@ -132,6 +138,9 @@ async def test_resources_are_listed_and_read_from_an_sdk_server_inside_the_sandb
         convo("narrow", {"prompt_contains": "MCP-NARROW"},
               [tool("ListMcpResourcesTool")],
               [text("done")]),
+        convo("lister", {"prompt_contains": "MCP-LISTER"},
+              [tool("ListMcpResourcesTool", server="notes")],
+              [text("done")]),
     ]  # fmt: skip
     async with scripted_run(settings, workspace, script, mode="default", allow=("Bash",)) as (
         run,
@@ -139,6 +148,7 @@ async def test_resources_are_listed_and_read_from_an_sdk_server_inside_the_sandb
     ):
         reader = await run.manager.run_task(task("MCP-RESOURCES"))
         narrow = await run.manager.run_task(task("MCP-NARROW", "narrow"))
+        lister = await run.manager.run_task(task("MCP-LISTER", "lister"))
         kinds = [(e.kind, str(e.data)) for e in run.store.events(run_id=run.run_id)]
 
     assert reader.status is TaskStatus.COMPLETED, reader
@@ -148,13 +158,17 @@ async def test_resources_are_listed_and_read_from_an_sdk_server_inside_the_sandb
     assert tools["ListMcpResourcesTool"]["input_schema"]["properties"] == {
         "server": {"type": "string", "description": "Optional server name to filter resources by"}
     }
-    assert tools["ListMcpResourcesTool"]["input_schema"]["required"] == []
+    assert "required" not in tools["ListMcpResourcesTool"]["input_schema"]
     assert tools[read]["input_schema"]["required"] == ["server", "uri"]
     assert set(tools) >= RESOURCE_TOOLS and "mcp__notes__ping" in tools
     # An agent that lists its tools and names neither resource tool gets none.
     assert not RESOURCE_TOOLS & set(offered(model, "narrow")), offered(model, "narrow")
     narrowed = content(results_of(model, "narrow")[0])
     assert "not available" in narrowed, narrowed
+    assert lister.status is TaskStatus.COMPLETED, lister
+    assert set(offered(model, "lister")) == {"Read", "ListMcpResourcesTool"}
+    listed_by_lister = json.loads(content(results_of(model, "lister")[0]))
+    assert {r["server"] for r in listed_by_lister} == {"notes"} and len(listed_by_lister) == 5
 
     (listed, readme, big, pixel, bytes_, markup, broken, nope, no_resources, ghost,
      ghost_list, hooked) = results_of(model, "reader")  # fmt: skip
@@ -187,7 +201,7 @@ async def test_resources_are_listed_and_read_from_an_sdk_server_inside_the_sandb
     assert "\x1b" not in content(listed)
     # Errors name the server and say what to do.
     assert broken.get("is_error") and "MCP server 'notes' refused resources/read" in content(broken)
-    assert nope.get("is_error") and "resource not found: notes://nope" in content(nope)
+    assert not nope.get("is_error") and content(nope).startswith("Resource not found: notes://nope")
     assert "ListMcpResourcesTool" in content(nope)
     assert "MCP server 'x' does not offer resources" in content(no_resources)
     assert "'ghost' is not one of this agent's servers (its servers: notes, x)" in content(ghost)

@@ -74,6 +74,23 @@ def test_which_servers_and_tools_a_subagent_gets() -> None:
     assert "'ghost' (`mcpServers`) is not one this run starts" in warnings[0]
 
 
+def test_an_agent_listing_a_resource_tool_gets_every_server_for_its_resources() -> None:
+    """Measured with the pinned Claude Code: `tools: Read, ListMcpResourcesTool` lists
+    the resources of every server of the session, and is offered none of their tools
+    (those its list names excepted); the spec keeps the resource tool it listed."""
+    project = project_mcp(MCP_JSON, trusted=True)
+    reader = agent(tools=("Read", "ListMcpResourcesTool"), mcp_tools=("mcp__db__query",))
+    entries, warnings = servers_for(reader, project)
+    assert {e["name"]: e["tools"] for e in entries} == {
+        "db": ["mcp__db__query"], "web": [], "off": [],
+    }  # fmt: skip
+    assert warnings == []
+    assert reader.offered_tools(may_delegate=False) == ["Read", "ListMcpResourcesTool"]
+    # Without a resource tool in its list, a server it does not name does not start.
+    plain = agent(tools=("Read",), mcp_tools=("mcp__db__query",))
+    assert [e["name"] for e in servers_for(plain, project)[0]] == ["db"]
+
+
 def test_builtins_inherit_the_project_servers_and_host_variables_never_expand() -> None:
     project = project_mcp(json.dumps({"mcpServers": {
         "gh": {"command": "gh-mcp", "env": {"TOKEN": "${GITHUB_TOKEN}"}},

@@ -2,7 +2,8 @@
 here as a local process): offered only when the spec gives them and a started server
 declares `resources`; a list is JSON with each resource's `server`; a read's text is
 cut to the limit with an announcement and stays one JSON document; a blob is saved
-(private, never overwriting) and named by path; errors name the server. (Where the
+(private, never overwriting) and named by path; errors name the server, and an
+unknown resource is a plain answer (as in Claude Code). (Where the
 server runs, the host's decisions and the real image are the integration test's:
 `tests/integration/test_mcp_resources.py`.)"""
 
@@ -104,8 +105,10 @@ def test_errors_name_the_server_and_the_fix(tmp_path: Path) -> None:
             return output.text
 
         assert "MCP server 'notes' refused resources/read" in read("notes", "notes://broken")
-        nope = read("notes", "notes://nope")
-        assert "resource not found: notes://nope" in nope and "ListMcpResourcesTool" in nope
+        # As Claude Code: an unknown resource is an answer, not a failed call.
+        nope = mcp.call("ReadMcpResourceTool", {"server": "notes", "uri": "notes://nope"})
+        assert not nope.is_error and nope.text.startswith("Resource not found: notes://nope")
+        assert "ListMcpResourcesTool" in nope.text
         assert "MCP server 'x' does not offer resources" in read("x", "a://b")
         assert "its servers: x, notes" in read("ghost", "a://b")
         missing = mcp.call("ReadMcpResourceTool", {"server": "notes"})
