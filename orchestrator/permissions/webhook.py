@@ -174,7 +174,10 @@ class WebhookApprover:
         waiting.own_document = own is not None
         body = own if own is not None else _question_document(q, answer_url, expires_at)
         self._waiting[q.question_id] = waiting
-        delivery = asyncio.ensure_future(self._post(body, q.question_id, stop_at=expires_at))
+        tried: list[str] = []  # each failed attempt's reason, as it happens
+        delivery = asyncio.ensure_future(
+            self._post(body, q.question_id, stop_at=expires_at, failures=tried)
+        )
         try:
             either: set[asyncio.Future[Any]] = {waiting.answer, delivery}
             await asyncio.wait(
@@ -192,10 +195,15 @@ class WebhookApprover:
             if isinstance(failure, WebhookDeliveryError):
                 raise failure
             if not delivery.done() or failure is not None:
+                # At the deadline a retry may be waiting or under way: the reason is
+                # still the last failure seen (the receiver down, refusing, …).
+                why = failure or (
+                    f"{tried[-1]}; still retrying at the deadline" if tried
+                    else "the first attempt had not finished"
+                )  # fmt: skip
                 raise WebhookDeliveryError(
                     f"could not deliver the question to the webhook receiver {self.url} "
-                    f"in {time.time() - started:.0f} s of trying "
-                    f"({failure or 'the last attempt had not finished'})"
+                    f"in {time.time() - started:.0f} s of trying ({why})"
                 )
             answer = ApprovalAnswer(
                 behavior="deny",
@@ -216,8 +224,10 @@ class WebhookApprover:
         *,
         stop_at: float | None = None,
         attempts: int | None = None,
+        failures: list[str] | None = None,
     ) -> None:
-        """POST `body` until the receiver takes it (2xx), retrying what may pass."""
+        """POST `body` until the receiver takes it (2xx), retrying what may pass;
+        each retried failure's reason is added to `failures`."""
         from tenacity import (
             AsyncRetrying,
             retry_if_exception_type,
@@ -242,7 +252,12 @@ class WebhookApprover:
             reraise=True,
         ):
             with attempt:
-                await self._post_once(body, question_id)
+                try:
+                    await self._post_once(body, question_id)
+                except _Retryable as exc:
+                    if failures is not None:
+                        failures.append(str(exc))
+                    raise
 
     async def _post_once(self, body: bytes, question_id: str) -> None:
         import httpx2

@@ -6,7 +6,9 @@ down deny, saying why; a redelivered question is answered once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -233,6 +235,36 @@ async def test_a_receiver_that_is_down_denies_after_the_timeout_saying_why() -> 
     assert (answer.behavior, answer.decided_by) == ("deny", "no approver")
     assert f"could not deliver the question to the webhook receiver {url}" in answer.reason
     assert "ConnectError" in answer.reason
+
+
+async def test_a_denial_at_the_deadline_names_the_last_failure_while_a_retry_is_under_way() -> (
+    None
+):
+    """The first attempt is cut off (the receiver closes without answering), the retry
+    hangs: at the deadline the delivery has not ended, and the reason is still what
+    went wrong, not only that an attempt was under way (a loaded machine's case)."""
+    hung: list[socket.socket] = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+
+        def serve() -> None:
+            first, _ = server.accept()
+            first.close()  # no response: the client's attempt fails, and is retried
+            with contextlib.suppress(OSError):
+                held, _ = server.accept()  # read nothing, answer nothing
+                hung.append(held)
+
+        threading.Thread(target=serve, daemon=True).start()
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/"
+        async with approver(url, timeout_s=2) as hook:
+            answer = await ApproverHub([hook]).approve(question())
+        for held in hung:
+            held.close()
+    assert (answer.behavior, answer.decided_by) == ("deny", "no approver")
+    assert f"could not deliver the question to the webhook receiver {url}" in answer.reason
+    # The cut-off attempt's error (ReadError or RemoteProtocolError, by timing).
+    assert re.search(r"last attempt: \w+Error: .*; still retrying at the deadline", answer.reason)
 
 
 async def test_the_receiver_hears_when_another_channel_answered(
