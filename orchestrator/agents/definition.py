@@ -228,6 +228,9 @@ TOOL_ALIASES = {
     "BashOutput": "TaskOutput",
     "KillBash": "TaskStop",
     "KillShell": "TaskStop",
+    "ListMcpResources": "ListMcpResourcesTool",
+    "ReadMcpResource": "ReadMcpResourceTool",
+    "ReadMcpResourceDir": "ReadMcpResourceDirTool",
 }
 """Claude Code's other names (newer, or older) for tools warden has under another name."""
 

@@ -44,9 +44,12 @@ APPLIES_TO: dict[str, frozenset[str]] = {
     "Read": frozenset({"Read", "Glob", "Grep"}),
     "Edit": frozenset({"Edit", "Write", "NotebookEdit"}),
     "Write": frozenset({"Write", "Edit", "NotebookEdit"}),
+    "ListMcpResources": frozenset({"ListMcpResourcesTool"}),
+    "ReadMcpResource": frozenset({"ReadMcpResourceTool"}),
 }
 """A rule for the key tool also governs these tools (as in Claude Code, `Edit` rules
-hold for every tool that edits files, NotebookEdit included)."""
+hold for every tool that edits files, NotebookEdit included; the MCP resource tools'
+older names, which the pinned Claude Code's alias table maps to the current ones)."""
 
 _RULE = re.compile(
     r"^(?P<tool>mcp__[A-Za-z0-9_*-]+|[A-Za-z][A-Za-z0-9_-]*)(?:\((?P<spec>.*)\))?$", re.DOTALL

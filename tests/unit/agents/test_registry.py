@@ -425,6 +425,19 @@ def test_dropped_tools_are_logged(tmp_path: Path, caplog: pytest.LogCaptureFixtu
     assert "dropped tool 'AskUserQuestion'" in caplog.text
 
 
+def test_mcp_resource_tools_are_kept_under_either_name(tmp_path: Path) -> None:
+    """ListMcpResourcesTool and ReadMcpResourceTool (and their older names, as Claude
+    Code's alias table reads them) are kept; ReadMcpResourceDirTool is dropped with
+    its reason."""
+    path = _write(tmp_path, "r.md", (
+        "---\nname: r\ndescription: d\n"
+        "tools: ListMcpResources, ReadMcpResourceTool, ReadMcpResourceDir\n---\nx\n"
+    ))  # fmt: skip
+    agent, _ = load_agent_file(path)
+    assert agent.tools == ("ListMcpResourcesTool", "ReadMcpResourceTool")
+    assert agent.dropped_tools == ("ReadMcpResourceDirTool",)
+
+
 def test_definitions_are_closed_and_check_tools() -> None:
     with pytest.raises(ValueError, match="unknown tools"):
         AgentDefinition(name="x", description="d", system_prompt="p", tools=("Nope",))

@@ -61,6 +61,8 @@ def test_mcp_resource_tools_need_no_approval_but_obey_their_rules(tool: str, mod
     assert evaluate(policy(deny=[tool], mode=mode), call).decision.behavior == "deny"
     asked = "deny" if mode == "dontAsk" else "ask"
     assert evaluate(policy(ask=[tool], mode=mode), call).decision.behavior == asked
+    older = tool.removesuffix("Tool")  # Claude Code's older name, in its alias table
+    assert evaluate(policy(deny=[older], mode=mode), call).decision.behavior == "deny"
 
 
 @pytest.mark.parametrize(
