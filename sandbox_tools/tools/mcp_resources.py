@@ -156,11 +156,14 @@ class ResourceTools:
                 failures.append(str(e))
         if failures and len(failures) == len(servers):
             raise ToolError("; ".join(failures))
-        text = _dump(listed) if listed else NO_RESOURCES
-        shown = len(listed)
-        while len(text) > wire.MAX_MCP_RESOURCE_RESULT_CHARS and shown > 0:
-            shown = max(0, shown - max(1, shown // 10))
-            text = _dump(listed[:shown])
+        # The longest prefix of the list whose JSON fits (each item measured once).
+        shown, size = 0, 2
+        for item in listed:
+            size += len(_dump(item)) + (1 if shown else 0)
+            if size > wire.MAX_MCP_RESOURCE_RESULT_CHARS:
+                break
+            shown += 1
+        text = _dump(listed[:shown]) if listed else NO_RESOURCES
         notes = [f"[{f}; its resources are not listed]" for f in failures]
         if shown < len(listed):
             notes.append(f"[output truncated: showing {shown} of {len(listed)} resources; "

@@ -120,3 +120,23 @@ def test_errors_name_the_server_and_the_fix(tmp_path: Path) -> None:
         assert len(json.loads(mcp.call("ListMcpResourcesTool", {}).text)) == 5
     finally:
         mcp.close()
+
+
+def test_a_long_list_keeps_the_resources_that_fit_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wire, "MAX_MCP_RESOURCE_RESULT_CHARS", 400)
+    mcp = started(BOTH, ("notes", NOTES), root=tmp_path)
+    try:
+        output = mcp.call("ListMcpResourcesTool", {})
+        listing, note = output.text.split("\n")
+        kept = json.loads(listing)
+        assert len(listing) <= 400 and 0 < len(kept) < 5
+        assert [r["uri"] for r in kept] == ["notes://readme", "notes://big", "blob://pixel.png"][
+            : len(kept)
+        ]
+        assert note == (f"[output truncated: showing {len(kept)} of 5 resources; give server "
+                        "to list one server's]")  # fmt: skip
+        assert output.summary == f"{len(kept)} resources"
+    finally:
+        mcp.close()
