@@ -4,8 +4,8 @@ isolated subagent (`isolation: worktree`) merged into its workspace, or removed.
 
 from __future__ import annotations
 
+import asyncio
 import getpass
-import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +15,8 @@ import click
 from orchestrator.apply.changeset import ApplyDecision
 
 if TYPE_CHECKING:
-    from orchestrator.apply.render import ChangeSetView
+    from orchestrator.apply.changeset import ChangeSet, ContentStore
+    from orchestrator.apply.workcopy import WorkingCopy
     from orchestrator.config import Settings
 
 
@@ -72,10 +73,10 @@ def apply_command(task_id: str, show: bool, sha256: str | None) -> None:
                 err=True,
             )
             raise SystemExit(2)
-        if not _ask(view, copy.record.workspace):
+        sha256 = _ask(copy, change_set, content_store(settings.state_dir))
+        if sha256 is None:
             click.echo(f"not applied; the change set of {task_id} keeps waiting")
             raise SystemExit(1)
-        sha256 = view.sha256
     else:
         for line in view.header():
             click.echo(line)
@@ -119,51 +120,29 @@ def _status(task_id: str, decision: ApplyDecision | None, sha256: str) -> None:
     click.echo(f"to apply exactly this change set: warden apply {task_id} --hash sha256:{sha256}")
 
 
-PAGE_RESERVED_LINES = 2
-"""Terminal lines kept free under a page (the pager's prompt)."""
-PAGE_MIN_LINES = 5
-COLOURS = {"+": "green", "-": "red", "@": "cyan", "!": "yellow"}
+def _ask(copy: WorkingCopy, change_set: ChangeSet, store: ContentStore) -> str | None:
+    """The run's terminal review (`ui.review_prompt`: the same pager, wrapping and
+    question): the sha256 the person said yes to, or None."""
+    from orchestrator.apply.changeset import ApplyReview
+    from orchestrator.ui.review_prompt import review_on_terminal
+    from orchestrator.untrusted_text import printable
 
-
-def _ask(view: ChangeSetView, workspace: str) -> bool:
-    """Page the review on the terminal, then the person's yes (True) or no."""
-    while True:
-        _page(view)
-        choice = click.prompt(
-            f"Apply change set {view.sha256[:16]}… to {workspace}? [y]es [n]o [v]iew again",
-            default="n",
-            show_default=False,
+    record = copy.record
+    review = ApplyReview.of(
+        change_set, store, task_id=record.task_id, agent_type=record.agent,
+        run_id=record.run_id, description="", chain=(record.task_id,),
+        reason="waiting for warden apply", asked_by="warden apply",
+    )  # fmt: skip
+    answer = asyncio.run(
+        review_on_terminal(
+            review,
+            sys.stdin,
+            sys.stdout,
+            getpass.getuser(),
+            target=printable(record.workspace, None),
         )
-        choice = choice.strip().lower()
-        if choice in ("y", "yes"):
-            return True
-        if choice not in ("v", "view"):
-            return False
-
-
-def _page(view: ChangeSetView) -> None:
-    """The review a page at a time (warden wraps the lines: a wrapped content line
-    keeps its gutter). Enter: next page; q: stop."""
-    from orchestrator.ui.review_prompt import screen_lines
-
-    size = shutil.get_terminal_size()
-    lines = screen_lines(view, size.columns)
-    page = max(size.lines - PAGE_RESERVED_LINES, PAGE_MIN_LINES)
-    at = 0
-    while at < len(lines):
-        end = min(at + page, len(lines))
-        for text, kind in lines[at:end]:
-            click.echo(click.style(text, fg=COLOURS.get(kind), bold=kind == "─"))
-        at = end
-        if at < len(lines):
-            more = click.prompt(
-                f"-- lines 1-{at} of {len(lines)}: [Enter] next page, [q] stop --",
-                default="",
-                show_default=False,
-            )
-            if more.strip().lower() in ("q", "quit"):
-                click.echo(f"({len(lines) - at} lines of the review not shown; [v] shows it again)")
-                return
+    )
+    return answer.bound_to if answer.behavior == "allow" and answer.bound_to else None
 
 
 @click.command("discard")

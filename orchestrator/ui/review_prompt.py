@@ -9,7 +9,9 @@ prompt's `LineReader`: an external pager (`less`) would fight the prompt's reade
 thread for the same terminal.
 
 A yes is `ApprovalAnswer(behavior="allow", bound_to=SHA256)`, naming the hash in the
-header the person read; apply refuses an answer bound to any other.
+header the person read; apply refuses an answer bound to any other. The run's
+terminal approver and `warden apply TASK` both review through `ReviewPrompt`
+(`review_on_terminal` is the latter's): one pager, one set of keys and words.
 """
 
 from __future__ import annotations
@@ -122,7 +124,16 @@ class ReviewPrompt:
     and person)."""
 
     def __init__(
-        self, lines: LineReader, out: TextIO, user: str, *, paged: bool, height: int, width: int
+        self,
+        lines: LineReader,
+        out: TextIO,
+        user: str,
+        *,
+        paged: bool,
+        height: int,
+        width: int,
+        target: str = "the workspace",
+        ask_reason: bool = True,
     ) -> None:
         self._lines = lines
         self._out = out
@@ -130,6 +141,10 @@ class ReviewPrompt:
         self._paged = paged
         self._page = max(height - PAGE_RESERVED_LINES, PAGE_MIN_LINES)
         self._width = width
+        self._target = target
+        """Where a yes applies it, in words (made inert by the caller)."""
+        self._ask_reason = ask_reason
+        """Whether a no asks why (told to the agent; `warden apply` has nobody to tell)."""
 
     def _answer(self, allow: bool, sha256: str, reason: str = "") -> ApprovalAnswer:
         from orchestrator.permissions.approvers import ApprovalAnswer
@@ -154,7 +169,7 @@ class ReviewPrompt:
         prompter.write(review_heading(q) + "\n")
         lines = screen_lines(view, self._width)
         await self._show(lines, console, prompter)
-        choices = Text(f"Apply change set {view.sha256[:16]}… to the workspace? {REVIEW_CHOICES}")
+        choices = Text(f"Apply change set {view.sha256[:16]}… to {self._target}? {REVIEW_CHOICES}")
         while True:
             line = await self._read(prompter, choices)
             if line is None or not line:
@@ -163,6 +178,8 @@ class ReviewPrompt:
             if choice in ("y", "yes"):
                 return self._answer(True, view.sha256)
             if choice in ("n", "no"):
+                if not self._ask_reason:
+                    return self._answer(False, "", "the reviewer said no")
                 asked = Text("Reason (told to the agent): ")
                 reason = ((await self._read(prompter, asked)) or "").strip()
                 return self._answer(False, "", reason or "the reviewer said no")
@@ -205,3 +222,22 @@ class ReviewPrompt:
                     "([v] shows it again from the start)\n"
                 )
                 return
+
+
+async def review_on_terminal(
+    q: ApplyReview, stdin: TextIO, out: TextIO, user: str, *, target: str
+) -> ApprovalAnswer:
+    """`warden apply TASK`'s review: the run's pager and question on this process's
+    terminal (a no asks no reason: there is no agent to tell)."""
+    from rich.console import Console
+
+    from orchestrator.ui.live_prompt import PlainPrompt, stays_live
+    from orchestrator.ui.terminal_input import LineReader
+
+    lines = LineReader(stdin)
+    console = Console(file=out, highlight=False, emoji=False, markup=False)
+    review = ReviewPrompt(
+        lines, out, user, paged=stays_live(out, lines), height=console.height,
+        width=console.width, target=target, ask_reason=False,
+    )  # fmt: skip
+    return await review.ask(q, console, PlainPrompt(out, console))
