@@ -5,7 +5,8 @@ model as `mcp__<server>__<tool>` with their schemas; every call is decided on th
 host (a deny rule on one tool blocks it there); an untrusted workspace starts
 none; a server that hangs at `initialize`, exits at start or dies mid-call is a
 clear warning or tool error naming it, and the subagent goes on. A remote (HTTP)
-server is reached only through the subagent's egress proxy, by the egress rules."""
+server is reached only through the subagent's egress proxy, by the egress rules,
+its resources too."""
 
 from __future__ import annotations
 
@@ -261,11 +262,17 @@ class _RemoteMcp(http.server.BaseHTTPRequestHandler):
             self._send(202, b"", "application/json")
             return
         if method == "initialize":
-            result: dict[str, Any] = {"protocolVersion": "2025-06-18", "capabilities": {},
+            result: dict[str, Any] = {"protocolVersion": "2025-06-18",
+                                      "capabilities": {"resources": {}},
                                       "serverInfo": {"name": "remote", "version": "1"}}  # fmt: skip
         elif method == "tools/list":
             result = {"tools": [{"name": "lookup", "description": "Look a word up.",
                                  "inputSchema": {"type": "object"}}]}  # fmt: skip
+        elif method == "resources/list":
+            result = {"resources": [{"uri": "words://all", "name": "words"}]}
+        elif method == "resources/read":
+            uri = message["params"]["uri"]
+            result = {"contents": [{"uri": uri, "mimeType": "text/plain", "text": "remote words"}]}
         else:
             word = message["params"]["arguments"].get("word")
             result = {"content": [{"type": "text", "text": f"remote says: {word}"}]}
@@ -310,7 +317,10 @@ async def test_a_remote_server_is_reached_only_through_the_subagent_egress(
     )  # fmt: skip
     script = [
         convo("online", {"prompt_contains": "REMOTE-ON"},
-              [tool("mcp__remote__lookup", word="sandbox")], [text("done")]),
+              [tool("mcp__remote__lookup", word="sandbox")],
+              [tool("ListMcpResourcesTool")],
+              [tool("ReadMcpResourceTool", server="remote", uri="words://all")],
+              [text("done")]),
         convo("offline", {"prompt_contains": "REMOTE-OFF"}, [text("done")]),
     ]  # fmt: skip
     try:
@@ -326,7 +336,15 @@ async def test_a_remote_server_is_reached_only_through_the_subagent_egress(
 
     assert online.status is TaskStatus.COMPLETED and offline.status is TaskStatus.COMPLETED
     assert set(offered(model, "online")) == {"mcp__remote__lookup"}
-    assert tool_results(model, "online") == ["remote says: sandbox"]
+    looked_up, listed, read = tool_results(model, "online")
+    assert looked_up == "remote says: sandbox"
+    # Its resources too, through the same session and proxy (ListMcpResourcesTool,
+    # ReadMcpResourceTool: the server declares `resources`).
+    assert json.loads(listed) == [{"uri": "words://all", "name": "words", "server": "remote"}]
+    assert json.loads(read) == {
+        "contents": [{"uri": "words://all", "mimeType": "text/plain", "text": "remote words"}]
+    }
+    assert {m for _, _, m in _RemoteMcp.seen} >= {"resources/list", "resources/read"}
     # The call was decided and audited on the host; its result is in the transcript.
     assert ("mcp__remote__lookup", {"word": "sandbox"}, "allow") in audited
     assert "remote says: sandbox" in transcript
