@@ -435,7 +435,11 @@ async def open_run(
         reviewed_apply = ReviewedApply(
             workspace=workspace,
             state_dir=settings.state_dir,
-            settings=config.apply,
+            # A change set may touch no protected path, one missing at the start too.
+            settings=dataclasses.replace(
+                config.apply,
+                policy=config.apply.policy.model_copy(update={"protect": guard.named}),
+            ),
             approver=approver or NonInteractiveApprover(),
             edit=edit_rules(gate.policy, workspace),
             recorder=audit_to(store),

@@ -153,6 +153,11 @@ class WorkspaceGuard:
     and `release` removes this run's placeholders as it ends."""
     walls: tuple[DenyWall, ...] = ()
     """The policy's deny rules as mounts, matched anew at each sandbox's start."""
+    named: tuple[str, ...] = ()
+    """Every protected path asked for, as relative paths: `protected` and the
+    settings files' paths missing at the start (not mounted: nothing to mount). A
+    subagent's change set may touch none of them (`apply.policy`): one working in a
+    copy could otherwise create a missing one there and have it applied."""
     _closer: weakref.finalize[[int], WorkspaceGuard] | None = field(
         default=None, repr=False, compare=False
     )
@@ -185,11 +190,13 @@ class WorkspaceGuard:
                     f"--protect {rel}: no such file or directory in {workspace}; create it "
                     "first (an empty directory is enough) or drop the flag"
                 )
+        missing = []
         for raw in optional:
             rel = normalise_protected(raw, workspace)
             if os.path.lexists(workspace / rel):
                 extra.append(rel)
             else:
+                missing.append(rel)
                 log.info("protected path %s does not exist in %s; not mounted", rel, workspace)
         paths = list(dict.fromkeys([*ALWAYS_PROTECTED, *extra]))
         if len(paths) - len(ALWAYS_PROTECTED) > MAX_PROTECTED_PATHS:
@@ -198,7 +205,13 @@ class WorkspaceGuard:
                 "parent directory instead"
             )
         adopted = (*PLACEHOLDER_DIRS, CLAUDE_DIR) if leave_no_trace else PLACEHOLDER_DIRS
-        guard = cls(workspace, tuple(paths), leave_no_trace=leave_no_trace, walls=tuple(walls))
+        guard = cls(
+            workspace,
+            tuple(paths),
+            leave_no_trace=leave_no_trace,
+            walls=tuple(walls),
+            named=tuple(dict.fromkeys([*paths, *missing])),
+        )
         # Looked at before the lock: one missing now that a run finds made later was
         # made by another run that started meanwhile (`_ensure_dir` adopts it).
         guard.absent_at_start = tuple(d for d in adopted if not os.path.lexists(workspace / d))

@@ -90,7 +90,8 @@ into: see `_widening`)."""
 NARROWING_PERMISSION_KEYS = frozenset(
     {"deny", "ask", "disableBypassPermissionsMode", "description", "$comment", "comment"}
 )
-NARROWING_WARDEN_KEYS = frozenset({"protect"})
+NARROWING_WARDEN_KEYS = frozenset({"protect", "apply"})
+"""`warden` keys that only restrict (`apply`: size caps that can lower, never raise)."""
 
 
 class TrustedFile(BaseModel):

@@ -146,7 +146,7 @@ def test_only_narrowing_settings_need_no_trust(settings: Settings, workspace: Pa
     (workspace / ".claude").mkdir()
     (workspace / ".claude" / "settings.json").write_text(
         json.dumps({"permissions": {"deny": ["Read(./.env)"], "ask": ["Bash"]},
-                    "warden": {"protect": ["src"]}})
+                    "warden": {"protect": ["src"], "apply": {"maxFile": "4k"}}})
     )  # fmt: skip
     assert needs_trust(workspace) == []
     assert is_trusted(settings, workspace)
