@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from orchestrator.agents.keys import McpServerSpec, MemoryScope
 from orchestrator.permissions.hooks import HookCommand
 from orchestrator.permissions.models import Mode
+from orchestrator.permissions.rules import TOOL_ALIASES
 from sandbox_tools.wire import (
     DELEGATION_TOOL_NAMES,
     MCP_PREFIX,
@@ -221,18 +222,6 @@ class AgentDefinition(BaseModel):
         if may_delegate and (self.tools is None or "Task" in self.tools):
             tools.extend(DELEGATION_TOOL_NAMES)
         return tools
-
-
-TOOL_ALIASES = {
-    "Agent": "Task",
-    "BashOutput": "TaskOutput",
-    "KillBash": "TaskStop",
-    "KillShell": "TaskStop",
-    "ListMcpResources": "ListMcpResourcesTool",
-    "ReadMcpResource": "ReadMcpResourceTool",
-    "ReadMcpResourceDir": "ReadMcpResourceDirTool",
-}
-"""Claude Code's other names (newer, or older) for tools warden has under another name."""
 
 
 MCP_TOOL_PATTERN = r"^mcp__[A-Za-z0-9_-]+?(__([A-Za-z0-9_-]+|\*))?$"

@@ -44,12 +44,23 @@ APPLIES_TO: dict[str, frozenset[str]] = {
     "Read": frozenset({"Read", "Glob", "Grep"}),
     "Edit": frozenset({"Edit", "Write", "NotebookEdit"}),
     "Write": frozenset({"Write", "Edit", "NotebookEdit"}),
-    "ListMcpResources": frozenset({"ListMcpResourcesTool"}),
-    "ReadMcpResource": frozenset({"ReadMcpResourceTool"}),
 }
 """A rule for the key tool also governs these tools (as in Claude Code, `Edit` rules
-hold for every tool that edits files, NotebookEdit included; the MCP resource tools'
-older names, which the pinned Claude Code's alias table maps to the current ones)."""
+hold for every tool that edits files, NotebookEdit included)."""
+
+TOOL_ALIASES = {
+    "Agent": "Task",
+    "BashOutput": "TaskOutput",
+    "KillBash": "TaskStop",
+    "KillShell": "TaskStop",
+    "ListMcpResources": "ListMcpResourcesTool",
+    "ReadMcpResource": "ReadMcpResourceTool",
+    "ReadMcpResourceDir": "ReadMcpResourceDirTool",
+}
+"""Claude Code's other names (newer, or older) for tools warden has under another
+name. A rule (`Agent(Explore)`, `KillShell`) and an agent file's `tools` entry name
+the tool by either: the pinned Claude Code's alias table maps them the same way, so
+a deny rule written with Claude Code's name is never one that matches nothing."""
 
 _RULE = re.compile(
     r"^(?P<tool>mcp__[A-Za-z0-9_*-]+|[A-Za-z][A-Za-z0-9_-]*)(?:\((?P<spec>.*)\))?$", re.DOTALL
@@ -168,9 +179,8 @@ def parse_rule(text: object, behavior: RuleBehavior, source: str, where: str) ->
         raise PolicyError(f"{where}: {text!r} has an empty specifier; drop the parentheses")
     if spec is not None and m.group("tool") == "Bash" and ":*" in spec[:-2]:
         raise PolicyError(f"{where}: {text!r}: ':*' is only allowed at the end of a Bash rule")
-    return Rule(
-        text=stripped, tool=m.group("tool"), specifier=spec, behavior=behavior, source=source
-    )
+    tool = TOOL_ALIASES.get(m.group("tool"), m.group("tool"))
+    return Rule(text=stripped, tool=tool, specifier=spec, behavior=behavior, source=source)
 
 
 # -- Bash ---------------------------------------------------------------------------

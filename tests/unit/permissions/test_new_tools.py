@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.behavior import Behavior
+from orchestrator.jsontypes import JSONObject
 from orchestrator.permissions import ToolCall, evaluate
 from tests.unit.permissions.test_paths import policy
 
@@ -80,3 +81,27 @@ def test_webfetch_domain_rules_decide_by_the_urls_host(url: str, expected: Behav
     pol = policy(allow=["WebFetch(domain:docs.test)"], deny=["WebFetch(domain:*.docs.test)"])
     call = ToolCall(tool_name="WebFetch", tool_input={"url": url, "prompt": "p"})
     assert evaluate(pol, call).decision.behavior == expected
+
+
+@pytest.mark.parametrize(
+    ("rule", "call", "expected"),
+    [
+        # Claude Code names the delegation tool Agent: its rules hold for warden's Task.
+        ("Agent(general-purpose)", ("Task", {"subagent_type": "general-purpose"}), "deny"),
+        ("Agent(general-purpose)", ("Task", {"subagent_type": "Explore"}), "allow"),
+        ("Agent", ("Task", {"subagent_type": "Explore"}), "deny"),
+        ("KillShell", ("TaskStop", {"task_id": "bash_1"}), "deny"),
+        ("KillBash", ("TaskStop", {"task_id": "bash_1"}), "deny"),
+        ("BashOutput", ("TaskOutput", {"task_id": "bash_1"}), "deny"),
+    ],
+)
+def test_a_deny_rule_by_claude_codes_other_name_holds(
+    rule: str, call: tuple[str, JSONObject], expected: Behavior
+) -> None:
+    """A rule written with the name Claude Code uses (its alias table: `Agent` for
+    Task, the older shell tools' names) is never one that silently matches nothing."""
+    found = evaluate(policy(deny=[rule]), ToolCall(tool_name=call[0], tool_input=call[1]))
+    decision = found.decision
+    assert decision.behavior == expected
+    if expected == "deny":
+        assert rule in decision.reason  # the rule as the person wrote it
