@@ -75,6 +75,12 @@ EVENTS: tuple[HookEvent, ...] = ("PreToolUse", "PostToolUse", "PreApply")
 is asked: `orchestrator.apply.hook`), in the same protocol shape."""
 
 
+CLAUDE_CODE_NAMES: dict[str, tuple[str, ...]] = {"Task": ("Agent",)}
+"""warden's tools the pinned Claude Code (2.1.197) names otherwise: its delegation tool is
+`Agent`, so a hook whose matcher is `Agent` (as a Claude Code setup writes it) runs for
+warden's `Task` too. The hook's input still names the tool as warden does."""
+
+
 @dataclass(frozen=True)
 class HookCommand:
     """One configured hook command."""
@@ -101,9 +107,12 @@ class HookCommand:
     None: outside a run, nothing to compare with."""
 
     def matches(self, tool_name: str) -> bool:
+        """Whether the matcher (a regular expression over the whole name) names the
+        tool, by warden's name or the pinned Claude Code's (`CLAUDE_CODE_NAMES`)."""
         if self.matcher in ("", "*"):
             return True
-        return re.fullmatch(self.matcher, tool_name) is not None
+        names = (tool_name, *CLAUDE_CODE_NAMES.get(tool_name, ()))
+        return any(re.fullmatch(self.matcher, name) is not None for name in names)
 
 
 @dataclass(frozen=True)

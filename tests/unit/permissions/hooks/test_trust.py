@@ -227,3 +227,17 @@ def test_hook_entry_options_are_checked(tmp_path: Path) -> None:
     settings = settings_with(tmp_path, {"warden": {"trustedHooks": "make lint"}})
     with pytest.raises(PolicyError, match="trustedHooks must be a list"):
         load_hooks(settings, ws)
+
+
+def test_a_hook_matching_claude_codes_name_for_the_delegation_tool_runs_for_task() -> None:
+    """Claude Code 2.1.197 calls the tool `Agent`; a settings file written for it
+    (`"matcher": "Agent"`) must not silently miss warden's `Task` calls."""
+    from orchestrator.permissions.hooks.definitions import HookCommand
+
+    def hook(matcher: str) -> HookCommand:
+        return HookCommand(event="PreToolUse", matcher=matcher, command="true", timeout_s=5,
+                           source="test")  # fmt: skip
+
+    assert hook("Agent").matches("Task") and hook("Task").matches("Task")
+    assert hook("Agent|Bash").matches("Task") and not hook("Agent").matches("Bash")
+    assert not hook("Agent").matches("TaskOutput")
