@@ -88,16 +88,7 @@ def _change(
             "old_link_target": old.link_target,
         }
     if new is not None:
-        fields |= {
-            "new_type": new.type,
-            "new_sha256": new.sha256,
-            "new_mode": new.mode if new.type == "file" else None,
-            "new_size": new.size if new.type == "file" else None,
-            "link_target": new.link_target,
-            "binary": new.binary,
-            "stored": new.stored or new.type != "file",
-            "hard_link": new.hard_link,
-        }
+        fields |= _new_side(new)
     elif old is not None:
         fields["binary"] = old.binary
     if new is None:
@@ -119,15 +110,19 @@ def _from_empty_dir(path: str, new: Entry | None) -> FileChange:
     directory above it that a file or link replaced)."""
     fields: dict[str, object] = {"path": path, "old_type": "dir", "kind": "removed"}
     if new is not None:
-        fields |= {
-            "kind": "symlink" if new.type == "symlink" else "added",
-            "new_type": new.type,
-            "new_sha256": new.sha256,
-            "new_mode": new.mode if new.type == "file" else None,
-            "new_size": new.size if new.type == "file" else None,
-            "link_target": new.link_target,
-            "binary": new.binary,
-            "stored": new.stored or new.type != "file",
-            "hard_link": new.hard_link,
-        }
+        fields |= {"kind": "symlink" if new.type == "symlink" else "added", **_new_side(new)}
     return FileChange.model_validate(fields)
+
+
+def _new_side(new: Entry) -> dict[str, object]:
+    """A change's fields that describe what the subagent's copy has at its path."""
+    return {
+        "new_type": new.type,
+        "new_sha256": new.sha256,
+        "new_mode": new.mode if new.type == "file" else None,
+        "new_size": new.size if new.type == "file" else None,
+        "link_target": new.link_target,
+        "binary": new.binary,
+        "stored": new.stored or new.type != "file",
+        "hard_link": new.hard_link,
+    }
