@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -17,6 +18,7 @@ from orchestrator.config import Secret, Settings
 from orchestrator.runtime.session import Run, open_run
 from orchestrator.runtime.tasks import TaskInput, TaskResult
 from orchestrator.scripted import Script, ScriptedModelServer
+from tests.conftest import UNPRIVILEGED, run_warden
 
 API_KEY = "sk-ant-test-4f1c9e0d-THE-REAL-KEY-STAYS-ON-THE-HOST"
 PARENT_MATCH = {"system_contains": "lead agent of warden"}
@@ -98,6 +100,39 @@ def write_agent(workspace: Path, name: str, text_: str) -> None:
     owner = workspace.stat()
     for path in (workspace / ".claude", agents, agents / f"{name}.md"):
         os.chown(path, owner.st_uid, owner.st_gid)
+
+
+def write_project_settings(workspace: Path, doc: dict[str, Any]) -> None:
+    """`doc` as the workspace's `.claude/settings.json`, owned by the unprivileged
+    user as a real project's would be."""
+    claude = workspace / ".claude"
+    claude.mkdir(exist_ok=True)
+    (claude / "settings.json").write_text(json.dumps(doc))
+    if os.geteuid() == 0:
+        for path in (claude, claude / "settings.json"):
+            os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
+
+
+AUTO_APPLY = (
+    "--permission-mode", "bypassPermissions", "--isolation", "worktree", "--apply", "auto"
+)  # fmt: skip
+"""`warden run` flags of a CI job whose subagents each work in their own copy, each
+change set applied (or refused) by policy with no person asked."""
+
+
+def run_auto_apply(
+    settings: Settings, workspace: Path, script: Path, *flags: str
+) -> subprocess.CompletedProcess[str]:
+    """`warden run --replay SCRIPT` on `workspace` with `AUTO_APPLY` and `flags`."""
+    return run_warden(
+        settings,
+        "run", "go", "--replay", str(script), "--workspace", str(workspace), *AUTO_APPLY, *flags,
+    )  # fmt: skip
+
+
+def apply_records(audit_out: Path) -> list[dict[str, Any]]:
+    """The `Apply` records of a run's `--audit-out` file."""
+    return [r for r in json.loads(audit_out.read_text()) if r["tool_name"] == "Apply"]
 
 
 def trust_hooks(settings: Settings, *commands: str) -> None:

@@ -6,15 +6,22 @@ of its subagent's changes, and the audit holds one `Apply` record per change set
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from orchestrator.config import Settings
 from orchestrator.exit_codes import ExitCode
-from tests.conftest import UNPRIVILEGED, result_document, run_warden, write_script
-from tests.integration.harness import PARENT_MATCH, convo, task, text, tool
+from tests.conftest import UNPRIVILEGED, result_document, write_script
+from tests.integration.harness import (
+    PARENT_MATCH,
+    apply_records,
+    convo,
+    run_auto_apply,
+    task,
+    text,
+    tool,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -37,11 +44,9 @@ def test_a_ci_run_applies_what_policy_passes_and_fails_on_a_rejection(
         ],
     )  # fmt: skip
     audit_out = tmp_path / "audit.json"
-    proc = run_warden(
-        settings,
-        "run", "go", "--replay", str(script), "--workspace", str(workspace),
-        "--permission-mode", "bypassPermissions", "--isolation", "worktree", "--apply", "auto",
-        "--json", "--fail-on", "rejected,conflict", "--audit-out", str(audit_out),
+    proc = run_auto_apply(
+        settings, workspace, script, "--json", "--fail-on", "rejected,conflict",
+        "--audit-out", str(audit_out),
     )  # fmt: skip
     assert proc.returncode == ExitCode.OUTCOME, proc.stderr[-2000:]
     result = result_document(proc)
@@ -50,7 +55,6 @@ def test_a_ci_run_applies_what_policy_passes_and_fails_on_a_rejection(
     assert (workspace / "ok.txt").read_text() == "fine\n"
     assert (workspace / "ok.txt").stat().st_uid == UNPRIVILEGED  # still the person's
     assert not (workspace / "run.sh").exists()  # a new executable: rejected by policy
-    audit = json.loads(audit_out.read_text())
-    applies = [r for r in audit if r["tool_name"] == "Apply"]
+    applies = apply_records(audit_out)
     outcomes = sorted(r["tool_input"]["outcome"] for r in applies)
     assert outcomes == ["applied", "rejected_by_policy"]

@@ -8,15 +8,24 @@ set neither touches is applied."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from orchestrator.config import Settings
 from orchestrator.exit_codes import ExitCode
-from tests.conftest import UNPRIVILEGED, result_document, run_warden, write_script
-from tests.integration.harness import PARENT_MATCH, convo, task, text, tool, trust_hooks
+from tests.conftest import result_document, run_warden, write_script
+from tests.integration.harness import (
+    PARENT_MATCH,
+    apply_records,
+    convo,
+    run_auto_apply,
+    task,
+    text,
+    tool,
+    trust_hooks,
+    write_project_settings,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -35,15 +44,10 @@ HOOK = (
 def test_a_flag_caps_sizes_and_a_pre_apply_ask_waits_in_ci(
     settings: Settings, workspace: Path, tmp_path: Path
 ) -> None:
-    claude = workspace / ".claude"
-    claude.mkdir()
     doc = {
         "hooks": {"PreApply": [{"matcher": "*", "hooks": [{"type": "command", "command": HOOK}]}]}
     }
-    (claude / "settings.json").write_text(json.dumps(doc))
-    for path in (claude, claude / "settings.json"):
-        if path.stat().st_uid == 0:
-            os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
+    write_project_settings(workspace, doc)
     trust_hooks(settings, HOOK)
     script = write_script(
         tmp_path / "script.yaml",
@@ -62,17 +66,15 @@ def test_a_flag_caps_sizes_and_a_pre_apply_ask_waits_in_ci(
         ],
     )  # fmt: skip
     audit_out = tmp_path / "audit.json"
-    proc = run_warden(
-        settings,
-        "run", "go", "--replay", str(script), "--workspace", str(workspace),
-        "--permission-mode", "bypassPermissions", "--isolation", "worktree", "--apply", "auto",
-        "--apply-max-file", "64", "--json", "--fail-on", "rejected", "--audit-out", str(audit_out),
+    proc = run_auto_apply(
+        settings, workspace, script, "--apply-max-file", "64", "--json", "--fail-on", "rejected",
+        "--audit-out", str(audit_out),
     )  # fmt: skip
     assert proc.returncode == ExitCode.OUTCOME, proc.stderr[-2000:]
     assert result_document(proc)["failed_on"] == ["rejected"]
     assert (workspace / "ok.txt").read_text() == "fine\n"
     assert not (workspace / "big.txt").exists() and not (workspace / "askme.txt").exists()
-    applies = [r for r in json.loads(audit_out.read_text()) if r["tool_name"] == "Apply"]
+    applies = apply_records(audit_out)
     by_outcome = {r["tool_input"]["outcome"]: r for r in applies}
     assert sorted(by_outcome) == ["applied", "pending", "rejected_by_policy"]
     assert "over the cap of 64 bytes" in by_outcome["rejected_by_policy"]["reason"]
@@ -91,12 +93,7 @@ def test_a_settings_key_caps_sizes_below_a_larger_flag(
 ) -> None:
     """`warden.apply.maxFile` in the project's settings holds over a larger
     `--apply-max-file` (the stricter wins), in an untrusted workspace too."""
-    claude = workspace / ".claude"
-    claude.mkdir()
-    (claude / "settings.json").write_text(json.dumps({"warden": {"apply": {"maxFile": 64}}}))
-    for path in (claude, claude / "settings.json"):
-        if path.stat().st_uid == 0:
-            os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
+    write_project_settings(workspace, {"warden": {"apply": {"maxFile": 64}}})
     script = write_script(
         tmp_path / "script.yaml",
         [
@@ -105,20 +102,13 @@ def test_a_settings_key_caps_sizes_below_a_larger_flag(
                   [tool("Bash", command="printf '%0100d' 0 > big.txt")], [text("big done")]),
         ],
     )  # fmt: skip
-    proc = run_warden(
-        settings,
-        "run", "go", "--replay", str(script), "--workspace", str(workspace),
-        "--permission-mode", "bypassPermissions", "--isolation", "worktree", "--apply", "auto",
-        "--apply-max-file", "1m", "--json", "--fail-on", "rejected",
-    )  # fmt: skip
+    proc = run_auto_apply(
+        settings, workspace, script, "--apply-max-file", "1m", "--json", "--fail-on", "rejected"
+    )
     assert proc.returncode == ExitCode.OUTCOME, proc.stderr[-2000:]
     assert result_document(proc)["failed_on"] == ["rejected"]
     assert not (workspace / "big.txt").exists()
-    (claude / "settings.json").write_text(json.dumps({"warden": {"apply": {"maxFile": "6x"}}}))
-    bad = run_warden(
-        settings,
-        "run", "go", "--replay", str(script), "--workspace", str(workspace),
-        "--permission-mode", "bypassPermissions", "--isolation", "worktree", "--apply", "auto",
-    )  # fmt: skip
+    write_project_settings(workspace, {"warden": {"apply": {"maxFile": "6x"}}})
+    bad = run_auto_apply(settings, workspace, script)
     assert bad.returncode != 0 and "`warden.apply.maxFile` is '6x', not a size" in bad.stderr
     assert not (workspace / "big.txt").exists()

@@ -6,7 +6,6 @@ apply policy refuses both, whatever the mode (real engine, --replay script)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -14,8 +13,17 @@ import pytest
 
 from orchestrator.config import Settings
 from orchestrator.exit_codes import ExitCode
-from tests.conftest import UNPRIVILEGED, result_document, run_warden, write_script
-from tests.integration.harness import PARENT_MATCH, convo, task, text, tool
+from tests.conftest import UNPRIVILEGED, result_document, write_script
+from tests.integration.harness import (
+    PARENT_MATCH,
+    apply_records,
+    convo,
+    run_auto_apply,
+    task,
+    text,
+    tool,
+    write_project_settings,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -23,20 +31,11 @@ pytestmark = pytest.mark.integration
 def test_a_copy_cannot_create_a_missing_protected_path_or_link_into_one(
     settings: Settings, workspace: Path, tmp_path: Path
 ) -> None:
-    claude = workspace / ".claude"
-    claude.mkdir()
-    (claude / "settings.json").write_text(
-        json.dumps({"warden": {"protect": ["generated", "secrets"]}})
-    )
+    write_project_settings(workspace, {"warden": {"protect": ["generated", "secrets"]}})
     (workspace / "secrets").mkdir()
     (workspace / "secrets" / "key").write_text("s3cret\n")
-    for path in (
-        claude,
-        claude / "settings.json",
-        workspace / "secrets",
-        workspace / "secrets" / "key",
-    ):
-        if path.stat().st_uid == 0:
+    if os.geteuid() == 0:
+        for path in (workspace / "secrets", workspace / "secrets" / "key"):
             os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
     script = write_script(
         tmp_path / "script.yaml",
@@ -56,18 +55,16 @@ def test_a_copy_cannot_create_a_missing_protected_path_or_link_into_one(
         ],
     )  # fmt: skip
     audit_out = tmp_path / "audit.json"
-    proc = run_warden(
-        settings,
-        "run", "go", "--replay", str(script), "--workspace", str(workspace),
-        "--permission-mode", "bypassPermissions", "--isolation", "worktree", "--apply", "auto",
-        "--json", "--fail-on", "rejected", "--audit-out", str(audit_out),
+    proc = run_auto_apply(
+        settings, workspace, script, "--json", "--fail-on", "rejected",
+        "--audit-out", str(audit_out),
     )  # fmt: skip
     assert proc.returncode == ExitCode.OUTCOME, proc.stderr[-2000:]
     assert result_document(proc)["failed_on"] == ["rejected"]
     assert (workspace / "ok.txt").read_text() == "fine\n"  # the apply itself works
     assert not os.path.lexists(workspace / "generated")
     assert not os.path.lexists(workspace / "leak")
-    applies = [r for r in json.loads(audit_out.read_text()) if r["tool_name"] == "Apply"]
+    applies = apply_records(audit_out)
     rejected = sorted(r["reason"] for r in applies
                       if r["tool_input"]["outcome"] == "rejected_by_policy")  # fmt: skip
     assert len(rejected) == 2, applies

@@ -26,6 +26,7 @@ from tests.integration.harness import (
     text,
     tool,
     until,
+    write_project_settings,
 )
 from tests.json_shapes import obj
 
@@ -34,14 +35,6 @@ pytestmark = pytest.mark.integration
 
 def bash_task(prompt: str) -> TaskInput:
     return TaskInput(description="attack", prompt=prompt, subagent_type="general-purpose")
-
-
-def write_project_settings(workspace: Path, doc: dict[str, Any]) -> None:
-    claude = workspace / ".claude"
-    claude.mkdir(exist_ok=True)
-    (claude / "settings.json").write_text(json.dumps(doc))
-    for path in (claude, claude / "settings.json"):
-        os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
 
 
 def pre_hooks(*commands: str, **options: Any) -> dict[str, Any]:

@@ -288,7 +288,8 @@ async def test_writes_through_an_interpreter_to_executed_config_are_held(
 def _trust_a_host_hook(settings: Settings, project: Path, command: str, script: str | None) -> None:
     """`project` with a PreToolUse hook running `command`, which the person's own
     settings trust to run on the host; `script` is `tools/check.sh` (None: absent)."""
-    from tests.integration.test_hook_sandbox import pre_hooks, write_project_settings
+    from tests.integration.harness import write_project_settings
+    from tests.integration.test_hook_sandbox import pre_hooks
 
     project_workspace(project)
     if script is not None:
@@ -462,10 +463,7 @@ async def test_a_script_a_user_hook_runs_that_an_earlier_run_rewrote_is_not_run_
         result = await run2.parent.run("call a tool")
 
     assert not marker.exists(), "the host ran a hook script a sandbox of an earlier run wrote"
-    assert "next call" not in result.text, result.text
-    assert "tools/check.sh" in result.text and "warden trust" in result.text, result.text
-    said = [r.getMessage() for r in caplog.records if "tools/check.sh" in r.getMessage()]
-    assert any("changed since you approved it" in m and "warden trust" in m for m in said), said
+    assert_hook_denied_naming_its_script(result.text, caplog, "changed since you approved it")
 
 
 async def test_a_never_trusted_workspace_s_script_a_user_hook_names_is_not_run_on_the_host(
@@ -493,7 +491,15 @@ async def test_a_never_trusted_workspace_s_script_a_user_hook_names_is_not_run_o
         result = await run.parent.run("call a tool")
 
     assert not marker.exists(), "the host ran a workspace script nobody approved"
-    assert "next call" not in result.text, result.text
-    assert "tools/check.sh" in result.text and "warden trust" in result.text, result.text
+    assert_hook_denied_naming_its_script(result.text, caplog, "has never been approved")
+
+
+def assert_hook_denied_naming_its_script(
+    said_to_parent: str, caplog: pytest.LogCaptureFixture, why: str
+) -> None:
+    """The hook's call was denied (its command never ran), the denial names
+    tools/check.sh and `warden trust`, and the run's start said why (`why`)."""
+    assert "next call" not in said_to_parent, said_to_parent
+    assert "tools/check.sh" in said_to_parent and "warden trust" in said_to_parent, said_to_parent
     said = [r.getMessage() for r in caplog.records if "tools/check.sh" in r.getMessage()]
-    assert any("has never been approved" in m and "warden trust" in m for m in said), said
+    assert any(why in m and "warden trust" in m for m in said), said
